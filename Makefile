@@ -1,0 +1,28 @@
+# Two commands do all the set-up: `make run` (dashboard) and `make test` (test suite).
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PORT ?= 8501
+
+.PHONY: run test lint bench clean
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $@
+
+run: $(BIN)/.installed  ## start the dashboard on the shipped model
+	$(BIN)/streamlit run dashboard/app.py --server.port $(PORT)
+
+test: $(BIN)/.installed  ## run the whole test suite (real data from $$CAPSNET_DATA_DIR, browser tests)
+	$(BIN)/python -m pytest
+
+lint: $(BIN)/.installed
+	$(BIN)/ruff check capsnet dashboard tests benchmarks
+
+bench: $(BIN)/.installed
+	$(BIN)/python benchmarks/bench_model.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache

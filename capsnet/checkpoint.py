@@ -1,0 +1,135 @@
+"""Self-describing checkpoints: safetensors weights with the config and facts in the header.
+
+Loading never runs code (safetensors holds only tensors and strings). The header's
+metadata holds "format" = "capsnet", the `CapsNetConfig` as JSON and an "info"
+JSON object: dataset, class names, epochs, accuracies, training time, hardware,
+versions and per-class DigitCaps dimension statistics.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import load_file, save_file
+
+from capsnet.config import CapsNetConfig
+from capsnet.errors import CapsNetError
+from capsnet.files import atomic_path
+from capsnet.model import CapsNet
+
+FORMAT = "capsnet"
+FORMAT_VERSION = "1"
+
+
+class CheckpointError(CapsNetError):
+    """A checkpoint is missing, damaged or not one of ours."""
+
+
+@dataclass
+class Checkpoint:
+    """A loaded checkpoint: the model (in eval mode) and what its header says."""
+
+    path: Path
+    model: CapsNet
+    config: CapsNetConfig
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def class_names(self) -> list[str]:
+        return list(self.info.get("class_names") or [str(k) for k in range(self.config.num_classes)])
+
+
+def save_checkpoint(
+    path: str | os.PathLike, model: CapsNet, info: dict[str, Any], dtype: torch.dtype | None = None
+) -> Path:
+    """Write `model`'s weights and `info` to `path` atomically (temporary file, then rename).
+
+    `dtype=torch.float16` halves the file; `load_checkpoint` returns float32 weights.
+    """
+    path = Path(path)
+    model = getattr(model, "module", model)  # unwrap DistributedDataParallel
+    tensors = {}
+    for name, tensor in model.state_dict().items():
+        tensor = tensor.detach().to("cpu")
+        if dtype is not None and tensor.is_floating_point():
+            tensor = tensor.to(dtype)
+        tensors[name] = tensor.contiguous()
+    metadata = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "config": json.dumps(model.config.to_dict()),
+        "info": json.dumps(info),
+    }
+    with atomic_path(path) as tmp:
+        save_file(tensors, str(tmp), metadata=metadata)
+    return path
+
+
+def _read_header(path: Path) -> tuple[CapsNetConfig, dict[str, Any]]:
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no such checkpoint file")
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            metadata = handle.metadata() or {}
+    except (SafetensorError, OSError, ValueError) as error:
+        raise CheckpointError(f"{path}: not a readable safetensors file ({error})") from None
+    if metadata.get("format") != FORMAT:
+        raise CheckpointError(f"{path}: not a capsnet checkpoint (no 'format: {FORMAT}' in its header)")
+    if metadata.get("format_version") != FORMAT_VERSION:
+        raise CheckpointError(
+            f"{path}: checkpoint format version {metadata.get('format_version')!r}, "
+            f"this capsnet reads {FORMAT_VERSION!r}"
+        )
+    try:
+        config = CapsNetConfig.from_dict(json.loads(metadata["config"]))
+        info = json.loads(metadata.get("info") or "{}")
+    except (KeyError, TypeError, ValueError) as error:
+        raise CheckpointError(f"{path}: invalid config or info in the header ({error})") from None
+    return config, info
+
+
+def read_checkpoint_info(path: str | os.PathLike) -> tuple[CapsNetConfig, dict[str, Any]]:
+    """The config and info of a checkpoint, from its header alone (cheap: no weights read)."""
+    return _read_header(Path(path))
+
+
+def load_checkpoint(path: str | os.PathLike, device: str | torch.device = "cpu") -> Checkpoint:
+    """Rebuild the model from the stored config and load its weights (as float32, eval mode).
+
+    Raises CheckpointError naming the file and what is wrong if it is missing,
+    truncated, corrupted or does not fit the stored config.
+    """
+    path = Path(path)
+    config, info = _read_header(path)
+    try:
+        tensors = load_file(str(path), device="cpu")
+    except (SafetensorError, OSError, ValueError) as error:
+        raise CheckpointError(f"{path}: damaged weights ({error})") from None
+    model = CapsNet(config)
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(tensors))
+    unexpected = sorted(set(tensors) - set(expected))
+    wrong = [k for k in expected if k in tensors and tensors[k].shape != expected[k].shape]
+    if missing or unexpected or wrong:
+        details = "; ".join(
+            part
+            for part in (
+                f"missing {', '.join(missing)}" if missing else "",
+                f"unexpected {', '.join(unexpected)}" if unexpected else "",
+                f"wrong shape for {', '.join(wrong)}" if wrong else "",
+            )
+            if part
+        )
+        raise CheckpointError(f"{path}: weights do not fit the stored config ({details})")
+    tensors = {k: v.float() if v.is_floating_point() else v for k, v in tensors.items()}
+    if not all(torch.isfinite(v).all() for v in tensors.values() if v.is_floating_point()):
+        raise CheckpointError(f"{path}: weights hold NaN or infinite values")
+    model.load_state_dict(tensors)
+    model.eval().to(device)
+    return Checkpoint(path=path, model=model, config=config, info=info)

@@ -1,0 +1,101 @@
+"""The one typed configuration of a Capsule Network, with named presets.
+
+Every hyper-parameter of the model and its loss lives here, so that a checkpoint
+can describe itself by storing this dataclass as JSON and `load_checkpoint` can
+rebuild exactly the network that was trained.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class CapsNetConfig:
+    """Hyper-parameters of CapsNet (Sabour, Frosst & Hinton 2017, section 4)."""
+
+    # input
+    in_channels: int = 1
+    image_size: int = 28
+    num_classes: int = 10
+    # Conv1: 256 channels, 9x9, stride 1, ReLU
+    conv1_channels: int = 256
+    conv1_kernel: int = 9
+    # PrimaryCaps: 32 types of 8-D capsules, 9x9 convolution, stride 2
+    primary_types: int = 32
+    primary_dim: int = 8
+    primary_kernel: int = 9
+    primary_stride: int = 2
+    # DigitCaps: one 16-D capsule per class, reached by dynamic routing
+    digit_dim: int = 16
+    routing_iterations: int = 3
+    # decoder: FC 512 ReLU, FC 1024 ReLU, FC H*W*C sigmoid
+    decoder_hidden: tuple[int, ...] = (512, 1024)
+    # margin loss (equation 4) and reconstruction weight (section 4.1)
+    m_plus: float = 0.9
+    m_minus: float = 0.1
+    down_weight: float = 0.5
+    reconstruction_weight: float = 0.0005
+
+    def __post_init__(self) -> None:
+        if self.routing_iterations < 1:
+            raise ValueError(f"routing_iterations must be >= 1, got {self.routing_iterations}")
+        if self.primary_grid < 1:
+            raise ValueError(
+                f"image_size {self.image_size} is too small for conv1_kernel {self.conv1_kernel} "
+                f"and primary_kernel {self.primary_kernel}"
+            )
+        for name in ("in_channels", "num_classes", "conv1_channels", "primary_types", "primary_dim", "digit_dim"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+    @property
+    def primary_grid(self) -> int:
+        """Side of the PrimaryCaps grid: 6 for 28x28 inputs."""
+        conv1_out = self.image_size - self.conv1_kernel + 1
+        return (conv1_out - self.primary_kernel) // self.primary_stride + 1
+
+    @property
+    def num_primary(self) -> int:
+        """Number of primary capsules: 32 * 6 * 6 = 1152 for the paper's model."""
+        return self.primary_types * self.primary_grid**2
+
+    @property
+    def image_pixels(self) -> int:
+        return self.in_channels * self.image_size**2
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CapsNetConfig:
+        """Rebuild a config from `to_dict` output; unknown keys are an error."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown config keys: {', '.join(unknown)}")
+        data = dict(data)
+        if "decoder_hidden" in data:
+            data["decoder_hidden"] = tuple(data["decoder_hidden"])
+        return cls(**data)
+
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> CapsNetConfig:
+        """A named preset (see `PRESETS`), with optional field overrides."""
+        if name not in PRESETS:
+            raise ValueError(f"unknown preset {name!r}; choose from {', '.join(PRESETS)}")
+        return dataclasses.replace(PRESETS[name], **overrides)
+
+
+PRESETS: dict[str, CapsNetConfig] = {
+    # the paper's MNIST model: 8,215,568 parameters, 6,804,224 without the decoder
+    "mnist": CapsNetConfig(),
+    # the same architecture on Fashion-MNIST (same 28x28x1 input, 10 classes)
+    "fashion-mnist": CapsNetConfig(),
+    # a small network for tests and quick demos: same structure, narrower layers
+    "tiny": CapsNetConfig(
+        conv1_channels=32, primary_types=8, primary_dim=8, digit_dim=16, decoder_hidden=(64, 128)
+    ),
+}

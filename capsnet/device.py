@@ -1,0 +1,47 @@
+"""Device choice and seeding, shared by training, evaluation and the dashboard."""
+
+from __future__ import annotations
+
+import platform
+import random
+
+import numpy as np
+import torch
+
+DEVICE_CHOICES = ("auto", "cpu", "cuda", "mps")
+
+
+def pick_device(name: str = "auto") -> torch.device:
+    """`auto`: CUDA if present, else Apple MPS, else CPU. A named device that is absent is a ValueError."""
+    if name not in DEVICE_CHOICES and not name.startswith("cuda:"):
+        raise ValueError(f"unknown device {name!r}; choose from {', '.join(DEVICE_CHOICES)}")
+    mps = getattr(torch.backends, "mps", None)
+    mps_ok = bool(mps and mps.is_available())
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "mps" if mps_ok else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError("device 'cuda' asked for, but no CUDA GPU is available")
+    if name == "mps" and not mps_ok:
+        raise ValueError("device 'mps' asked for, but Apple MPS is not available")
+    return torch.device(name)
+
+
+def describe_device(device: torch.device) -> str:
+    """A human description of the hardware, for checkpoints and benchmark tables."""
+    if device.type == "cuda":
+        return f"{torch.cuda.get_device_name(device)} (CUDA)"
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            names = [line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")]
+        cpu = names[0] if names else cpu
+    except OSError:
+        pass
+    return f"{device.type.upper()}: {cpu}, {torch.get_num_threads()} threads"
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python, NumPy and torch (all devices)."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)

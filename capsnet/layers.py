@@ -1,0 +1,223 @@
+"""Capsule layers: squash, primary capsules and digit capsules with dynamic routing.
+
+Sabour, Frosst & Hinton (2017), "Dynamic Routing Between Capsules", NeurIPS.
+https://arxiv.org/abs/1710.09829
+
+Notation follows the paper: i indexes the N child (primary) capsules, j the K
+parent (digit) capsules; u_i is a child's pose, u_hat_{j|i} = W_ij u_i its
+prediction for parent j, b_ij the routing logits, c_ij = softmax_j(b_ij) the
+coupling coefficients, s_j = sum_i c_ij u_hat_{j|i} and v_j = squash(s_j).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+def squash(s: Tensor, dim: int = -1, eps: float = 1e-8) -> Tensor:
+    """Equation 1: v = |s|^2 / (1 + |s|^2) * s / |s|.
+
+    The epsilon under the square root maps a zero vector to zero with a finite
+    (zero) gradient instead of the 0/0 = NaN of the formula taken literally.
+    """
+    squared_norm = (s * s).sum(dim=dim, keepdim=True)
+    return s * (squared_norm / (1.0 + squared_norm)) / torch.sqrt(squared_norm + eps)
+
+
+@dataclass
+class RoutingTrace:
+    """What dynamic routing did, one entry per iteration (the dashboard animates it).
+
+    coupling[:, t] are the c_ij used in iteration t+1, logits[:, t] the b_ij they
+    were computed from, and poses/lengths[:, t] the parents v_j after that iteration.
+    """
+
+    coupling: Tensor  # (B, r, N, K), sums to 1 over K
+    logits: Tensor  # (B, r, N, K)
+    poses: Tensor  # (B, r, K, D)
+    lengths: Tensor  # (B, r, K)
+
+    @property
+    def iterations(self) -> int:
+        return self.coupling.shape[1]
+
+
+def _dot_children(u_hat: Tensor, x: Tensor) -> Tensor:
+    """u_hat_{j|i} . x_j for every child i: (B, K, N, D), (B, K, D) -> (B, K, N).
+
+    Written as x^T u_hat^T, (B, K, 1, D) @ (B, K, D, N): a row-times-matrix product
+    that BLAS runs about twice as fast as the equivalent u_hat @ x column form.
+    """
+    return torch.matmul(x.unsqueeze(2), u_hat.transpose(-1, -2)).squeeze(2)  # (B, K, 1, N) -> (B, K, N)
+
+
+def _route(u_hat: Tensor, iterations: int) -> tuple[list[Tensor], list[Tensor], list[Tensor], list[Tensor]]:
+    """Procedure 1 as a plain loop; returns c_t, b_t, s_t and v_t of every iteration t."""
+    batch, parents, children, _ = u_hat.shape
+    # b_ij starts at zero for every example separately: never shared across the batch
+    logits = u_hat.new_zeros(batch, parents, children)  # (B, K, N)
+    couplings, all_logits, pre, poses = [], [], [], []
+    for t in range(iterations):
+        coupling = torch.softmax(logits, dim=1)  # over the parents j: (B, K, N)
+        s = torch.matmul(coupling.unsqueeze(2), u_hat).squeeze(2)  # (B, K, 1, N) @ (B, K, N, D) -> (B, K, D)
+        v = squash(s)  # (B, K, D)
+        couplings.append(coupling), all_logits.append(logits), pre.append(s), poses.append(v)
+        if t < iterations - 1:  # the last update of b would not be used
+            agreement = _dot_children(u_hat, v)  # u_hat_{j|i} . v_j: (B, K, N)
+            logits = logits + agreement
+    return couplings, all_logits, pre, poses
+
+
+class _DynamicRouting(torch.autograd.Function):
+    """Procedure 1 with a hand-written backward that reads u_hat 2r-2 times and writes its gradient once.
+
+    Autograd through the loop materialises one u_hat-sized tensor per matrix
+    product and sums them; this backward keeps every per-iteration gradient as
+    (B, K, N) or (B, K, D) factors and forms grad u_hat in one batched product.
+    With b_1 = 0, c_t = softmax_K(b_t), s_t = sum_n c_t u_hat, v_t = squash(s_t),
+    a_t = u_hat . v_t, b_{t+1} = b_t + a_t, and G_t = dL/db_t, going back from t = r:
+        dL/dv_t = dL/dv_r (t = r)  or  sum_n G_{t+1} u_hat  (t < r, through a_t)
+        dL/ds_t = squash'(s_t)^T dL/dv_t
+        dL/dc_t = u_hat . dL/ds_t,  G_t = G_{t+1} + c_t (dL/dc_t - sum_K c_t dL/dc_t)
+        dL/du_hat = sum_t c_t (x) dL/ds_t + sum_{t<r} G_{t+1} (x) v_t
+    """
+
+    @staticmethod
+    def forward(ctx: Any, u_hat: Tensor, iterations: int) -> Tensor:
+        couplings, _, pre, poses = _route(u_hat, iterations)
+        ctx.iterations = iterations
+        ctx.save_for_backward(u_hat, *couplings, *pre, *poses)
+        return poses[-1]
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, grad_v: Tensor) -> tuple[Tensor, None]:
+        r = ctx.iterations
+        u_hat, *saved = ctx.saved_tensors
+        couplings, pre, poses = saved[:r], saved[r : 2 * r], saved[2 * r :]
+        left: list[Tensor] = []  # (B, K, N) factors of grad u_hat
+        right: list[Tensor] = []  # (B, K, D) factors
+        g_logits: Tensor | None = None  # G_{t+1}
+        grad_pose = grad_v
+        for t in reversed(range(r)):
+            if t < r - 1:
+                assert g_logits is not None
+                grad_pose = torch.matmul(g_logits.unsqueeze(2), u_hat).squeeze(2)  # (B, K, 1, N) @ (B, K, N, D) -> (B, K, D)
+                left.append(g_logits), right.append(poses[t])
+            with torch.enable_grad():
+                s = pre[t].detach().requires_grad_()
+                (grad_s,) = torch.autograd.grad(squash(s), s, grad_pose)  # (B, K, D)
+            left.append(couplings[t]), right.append(grad_s)
+            if t > 0:  # b_1 = 0 is a constant: no gradient needed for it
+                c = couplings[t]
+                grad_c = _dot_children(u_hat, grad_s)  # (B, K, N)
+                grad_b = c * (grad_c - (c * grad_c).sum(dim=1, keepdim=True))  # softmax backward over K
+                g_logits = grad_b if g_logits is None else g_logits + grad_b
+        lhs = torch.stack(left, dim=2)  # (B, K, T, N)
+        rhs = torch.stack(right, dim=2)  # (B, K, T, D)
+        return torch.matmul(lhs.transpose(-1, -2), rhs), None  # (B, K, N, T) @ (B, K, T, D) -> (B, K, N, D)
+
+
+def dynamic_routing(u_hat: Tensor, iterations: int, trace: bool = False) -> tuple[Tensor, RoutingTrace | None]:
+    """Procedure 1 of the paper, vectorised over the batch, children and parents.
+
+    Args:
+        u_hat: predictions u_hat_{j|i}, laid out parents-first as (B, K, N, D) so
+            that both the weighted sum and the agreement are plain batched
+            matrix products over a contiguous tensor (no per-iteration copies).
+        iterations: r >= 1.
+        trace: keep c_ij, b_ij and v_j of every iteration.
+
+    Returns:
+        v: parent poses (B, K, D), and the trace when asked for.
+    """
+    if iterations < 1:
+        raise ValueError(f"routing needs at least 1 iteration, got {iterations}")
+    assert u_hat.dim() == 4, "u_hat must be (B, K, N, D)"
+    if not trace:
+        if torch.is_grad_enabled() and u_hat.requires_grad:
+            return _DynamicRouting.apply(u_hat, iterations), None
+        return _route(u_hat, iterations)[3][-1], None
+    couplings, logits, _, poses = (torch.stack(x, dim=1) for x in _route(u_hat, iterations))
+    return poses[:, -1], RoutingTrace(
+        coupling=couplings.transpose(2, 3),  # (B, r, K, N) -> (B, r, N, K)
+        logits=logits.transpose(2, 3),  # (B, r, K, N) -> (B, r, N, K)
+        poses=poses,  # (B, r, K, D)
+        lengths=poses.norm(dim=-1),  # (B, r, K)
+    )
+
+
+class PrimaryCapsules(nn.Module):
+    """A convolution whose output channels are grouped into capsules, then squashed.
+
+    The paper's layer: 32 types of 8-D capsules, 9x9 kernel, stride 2, giving a
+    6x6 grid of each type on MNIST: 1152 capsules. Capsule i is (type, y, x) in
+    row-major order, so `poses.view(B, types, grid, grid, dim)` recovers the grid.
+    """
+
+    def __init__(self, in_channels: int, types: int, dim: int, kernel: int, stride: int) -> None:
+        super().__init__()
+        self.types, self.dim = types, dim
+        self.conv = nn.Conv2d(in_channels, types * dim, kernel_size=kernel, stride=stride)
+
+    def forward(self, x: Tensor) -> Tensor:
+        out = self.conv(x)  # (B, types*dim, G, G)
+        batch, _, height, width = out.shape
+        out = out.view(batch, self.types, self.dim, height, width)  # (B, 32, 8, 6, 6)
+        out = out.permute(0, 1, 3, 4, 2).reshape(batch, self.types * height * width, self.dim)  # (B, 1152, 8)
+        return squash(out)
+
+
+class RoutingCapsules(nn.Module):
+    """Parent capsules reached from child capsules by dynamic routing (DigitCaps).
+
+    Holds one D x P transformation matrix W_ij per (child i, parent j) pair and
+    no bias: 1152 * 10 * 16 * 8 = 1,474,560 parameters in the paper's model.
+    """
+
+    def __init__(self, children: int, child_dim: int, parents: int, parent_dim: int) -> None:
+        super().__init__()
+        self.children_count, self.child_dim = children, child_dim
+        self.parents, self.parent_dim = parents, parent_dim
+        self.weight = nn.Parameter(torch.empty(children, parents, parent_dim, child_dim))  # W: (N, K, D, P)
+        nn.init.normal_(self.weight, std=1.0 / math.sqrt(child_dim * parents))
+
+    def predictions(self, u: Tensor) -> Tensor:
+        """u_hat_{j|i} = W_ij u_i for every pair, laid out (B, K, N, D) for routing."""
+        batch = u.shape[0]
+        n, k, d, p = self.weight.shape
+        # one matrix product per child i over the whole batch; D stays innermost
+        # throughout, so the layout change below moves whole 16-float rows
+        w_t = self.weight.view(n, k * d, p).transpose(1, 2)  # (N, P, K*D)
+        u_hat = torch.bmm(u.transpose(0, 1), w_t)  # (N, B, P) @ (N, P, K*D) -> (N, B, K*D)
+        u_hat = u_hat.view(n, batch, k, d).permute(1, 2, 0, 3)  # (N, B, K, D) -> (B, K, N, D)
+        return u_hat.contiguous()
+
+    def forward(self, u: Tensor, iterations: int, trace: bool = False) -> tuple[Tensor, RoutingTrace | None]:
+        if u.shape[1:] != (self.children_count, self.child_dim):
+            raise ValueError(
+                f"expected child capsules of shape (B, {self.children_count}, {self.child_dim}), got {tuple(u.shape)}"
+            )
+        u_hat = self.predictions(u)  # (B, K, N, D)
+        if u_hat.dtype != torch.float32 and u_hat.device.type != "cpu":
+            # routing (softmax, squash) in float32 even under bf16 autocast
+            with torch.autocast(u_hat.device.type, enabled=False):
+                return dynamic_routing(u_hat.float(), iterations, trace)
+        return dynamic_routing(u_hat, iterations, trace)
+
+
+def capsule_lengths(poses: Tensor) -> Tensor:
+    """|v| over the last dimension: the probability that the entity is present."""
+    return torch.linalg.vector_norm(poses, dim=-1)
+
+
+def one_hot_mask(poses: Tensor, classes: Tensor) -> Tensor:
+    """Zero every capsule but `classes[b]` in each example: (B, K, D) -> (B, K, D)."""
+    mask = F.one_hot(classes, poses.shape[1]).to(poses.dtype)  # (B, K)
+    return poses * mask.unsqueeze(-1)

@@ -1,0 +1,491 @@
+"""Training: Adam with exponential learning-rate decay, margin + reconstruction loss.
+
+    python -m capsnet.train --dataset mnist --epochs 50
+    torchrun --nproc_per_node=4 -m capsnet.train --dataset mnist --epochs 50
+
+A run folder holds:
+    metrics.jsonl      one JSON line per epoch (loss, accuracy, learning rate, speed)
+    progress.json      live progress, rewritten about once a second (for the dashboard)
+    last.safetensors   the model after the latest epoch
+    best.safetensors   the model with the best test accuracy so far
+    train_state.pt     optimizer, schedule and position for --resume (tensors only)
+    args.json          the options the run was started with
+Ctrl-C or SIGTERM stops at the end of the current batch and leaves a resumable state.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import math
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data.distributed import DistributedSampler
+from tqdm import tqdm
+
+import capsnet
+from capsnet.checkpoint import save_checkpoint
+from capsnet.cli import ArgumentParser, run_cli
+from capsnet.config import PRESETS, CapsNetConfig
+from capsnet.data import DATASETS, as_tensors, dataset_info, load_dataset, subset
+from capsnet.device import DEVICE_CHOICES, describe_device, pick_device, seed_everything
+from capsnet.errors import CapsNetError
+from capsnet.evaluate import Evaluation, evaluate
+from capsnet.files import append_jsonl, read_json, write_json
+from capsnet.losses import capsule_loss
+from capsnet.model import CapsNet
+
+STATE_FILE = "train_state.pt"
+
+
+@dataclass
+class TrainOptions:
+    """Everything a training run needs; the CLI flags map one to one."""
+
+    dataset: str = "mnist"
+    epochs: int = 10
+    batch_size: int = 128
+    lr: float = 1e-3
+    lr_decay: float = 0.96  # multiplied into the learning rate after every epoch
+    routing_iterations: int = 3
+    preset: str | None = None  # model preset; default: the dataset's name
+    seed: int = 0
+    device: str = "auto"
+    train_size: int | None = None  # use a random subset of the training set
+    test_size: int | None = None  # evaluate on a random subset of the test set
+    data_dir: str | None = None
+    out: str | None = None  # run folder; default runs/<timestamp>-<dataset>
+    resume: bool = False
+    hflip: bool | None = None  # default: on for Fashion-MNIST
+    workers: int | None = None  # data-loading processes; default 0 on CPU, 4 on GPU
+    amp: bool | None = None  # bf16 autocast; default on for CUDA
+    compile: bool | None = None  # torch.compile; default on for CUDA
+    progress: bool = True  # tqdm bar
+
+    def validate(self) -> None:
+        dataset_info(self.dataset)
+        if self.preset is not None and self.preset not in PRESETS:
+            raise ValueError(f"unknown preset {self.preset!r}; choose from {', '.join(PRESETS)}")
+        for name in ("epochs", "batch_size", "routing_iterations"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        for name in ("train_size", "test_size"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name.replace('_', '-')} must be at least 1, got {value}")
+        if not self.lr > 0 or not 0 < self.lr_decay <= 1:
+            raise ValueError(f"need lr > 0 and 0 < lr-decay <= 1, got {self.lr} and {self.lr_decay}")
+        if self.resume and not self.out:
+            raise ValueError("--resume needs --out, the run folder to continue")
+
+
+# ---------------------------------------------------------------- small pieces
+
+
+def default_run_dir(dataset: str, root: str | os.PathLike = "runs") -> Path:
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path(root) / f"{stamp}-{dataset}"
+
+
+def learning_rate(options: TrainOptions, epoch: int) -> float:
+    """The exponential schedule: lr * decay^epoch."""
+    return options.lr * options.lr_decay**epoch
+
+
+class SkipSampler(Sampler[int]):
+    """Yields a sampler's indices after the first `skip` (to resume inside an epoch)."""
+
+    def __init__(self, sampler: DistributedSampler, skip: int) -> None:
+        self.sampler, self.skip = sampler, skip
+
+    def __iter__(self) -> Iterator[int]:
+        return itertools.islice(iter(self.sampler), self.skip, None)
+
+    def __len__(self) -> int:
+        return max(0, len(self.sampler) - self.skip)
+
+
+class StopFlag:
+    """Set by SIGINT/SIGTERM; the loop checks it after every batch. A second Ctrl-C aborts."""
+
+    def __init__(self) -> None:
+        self.stop = False
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> StopFlag:
+        if threading_main():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.stop and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.stop = True
+
+    def __exit__(self, *exc: Any) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+def threading_main() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+@dataclass
+class Distributed:
+    """Rank and world size; world 1 when not launched by torchrun."""
+
+    rank: int = 0
+    local_rank: int = 0
+    world: int = 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.world > 1 or dist.is_initialized()
+
+
+def setup_distributed(device_name: str) -> Distributed:
+    """Join the process group when launched by torchrun (RANK and WORLD_SIZE set)."""
+    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+        return Distributed()
+    use_cuda = torch.cuda.is_available() and device_name in ("auto", "cuda")
+    if not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if use_cuda else "gloo")
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if use_cuda:
+        torch.cuda.set_device(local_rank)
+    return Distributed(rank=dist.get_rank(), local_rank=local_rank, world=dist.get_world_size())
+
+
+def reduce_sum(values: list[float], env: Distributed, device: torch.device) -> list[float]:
+    """Sum numbers over all ranks (identity without torchrun)."""
+    if not env.enabled:
+        return values
+    tensor = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(tensor)
+    return tensor.tolist()
+
+
+def checkpoint_info(
+    options: TrainOptions, epoch: int, result: Evaluation, seconds: float, device: torch.device, best_epoch: int
+) -> dict[str, Any]:
+    """The facts stored in a checkpoint's header."""
+    info = dataset_info(options.dataset)
+    return {
+        "dataset": options.dataset,
+        "dataset_title": info.title,
+        "class_names": list(info.classes),
+        "epochs": epoch,
+        "best_epoch": best_epoch,
+        "test_accuracy": result.accuracy,
+        "test_loss": result.loss,
+        "test_examples": result.total,
+        "per_class_accuracy": result.class_accuracy(),
+        "dimension_mean": result.dimension_mean.tolist(),
+        "dimension_std": result.dimension_std.tolist(),
+        "training_seconds": round(seconds, 1),
+        "hardware": describe_device(device),
+        "recipe": {k: v for k, v in dataclasses.asdict(options).items() if k not in ("data_dir", "out", "resume")},
+        "capsnet_version": capsnet.__version__,
+        "torch_version": torch.__version__,
+        "saved": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+class ProgressFile:
+    """Writes progress.json at most once a second (always on status changes)."""
+
+    def __init__(self, path: Path, base: dict[str, Any]) -> None:
+        self.path, self.base, self.last = path, base, 0.0
+
+    def update(self, force: bool = False, **fields: Any) -> None:
+        self.base.update(fields)
+        now = time.time()
+        if force or now - self.last >= 1.0:
+            self.last = now
+            write_json(self.path, {**self.base, "updated": now})
+
+
+# ---------------------------------------------------------------- the loop
+
+
+def train_one_epoch(
+    model: torch.nn.Module,
+    loader: DataLoader,
+    optimizer: torch.optim.Optimizer,
+    config: CapsNetConfig,
+    device: torch.device,
+    amp: bool,
+    stop: StopFlag,
+    env: Distributed,
+    on_batch: Callable[[int, float, float, float], None],
+    bar: tqdm | None,
+) -> dict[str, float]:
+    """One pass over `loader`. Returns loss/accuracy sums and how many batches ran."""
+    model.train()
+    loss_sum = correct = seen = batches = 0.0
+    start = time.perf_counter()
+    for images, labels in loader:
+        images = images.to(device, non_blocking=True)
+        labels = labels.to(device, non_blocking=True)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
+            out = model(images, labels)
+            loss = capsule_loss(out.lengths, out.reconstruction, images, labels, config)
+        optimizer.zero_grad(set_to_none=True)
+        loss.total.backward()
+        optimizer.step()
+        batches += 1
+        loss_sum += loss.total.item() * len(images)
+        correct += (out.prediction == labels).sum().item()
+        seen += len(images)
+        speed = seen * env.world / (time.perf_counter() - start)
+        on_batch(int(batches), loss_sum / seen, correct / seen, speed)
+        if bar is not None:
+            bar.set_postfix(loss=f"{loss_sum / seen:.4f}", acc=f"{100 * correct / seen:.2f}%", img_s=f"{speed:.0f}")
+            bar.update(1)
+        stop_now = stop.stop
+        if env.enabled:
+            stop_now = reduce_sum([float(stop.stop)], env, device)[0] > 0
+        if stop_now:
+            break
+    loss_sum, correct, seen = reduce_sum([loss_sum, correct, seen], env, device)
+    return {
+        "loss": loss_sum / max(seen, 1),
+        "accuracy": correct / max(seen, 1),
+        "seen": seen,
+        "batches": batches,
+        "seconds": time.perf_counter() - start,
+    }
+
+
+def train(options: TrainOptions, on_epoch: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+    """Train as `options` say; returns the per-epoch records (also appended to metrics.jsonl)."""
+    options.validate()
+    env = setup_distributed(options.device)
+    device = torch.device("cuda", env.local_rank) if env.enabled and torch.cuda.is_available() and options.device in ("auto", "cuda") else pick_device(options.device)
+    use_cuda = device.type == "cuda"
+    amp = use_cuda if options.amp is None else options.amp and use_cuda
+    run_dir = Path(options.out) if options.out else default_run_dir(options.dataset)
+    state_path = run_dir / STATE_FILE
+    if env.is_main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+
+    # resume: the stored options win for everything that defines the run
+    state: dict[str, Any] | None = None
+    if options.resume:
+        if not state_path.is_file():
+            raise CapsNetError(f"--resume: no {STATE_FILE} in {run_dir}; start a new run without --resume")
+        state = torch.load(state_path, map_location="cpu", weights_only=True)
+        stored = read_json(run_dir / "args.json")
+        for key in ("dataset", "preset", "batch_size", "lr", "lr_decay", "routing_iterations", "seed", "train_size", "test_size", "hflip"):
+            setattr(options, key, stored.get(key, getattr(options, key)))
+    seed_everything(options.seed + env.rank)
+    info = dataset_info(options.dataset)
+    train_set: Dataset = subset(
+        load_dataset(options.dataset, train=True, data_dir=options.data_dir, hflip=options.hflip),
+        options.train_size,
+        options.seed,
+    )
+    test_images, test_labels = as_tensors(
+        subset(load_dataset(options.dataset, train=False, data_dir=options.data_dir), options.test_size, options.seed)
+    )
+
+    config = CapsNetConfig.preset(options.preset or options.dataset, routing_iterations=options.routing_iterations)
+    if config.num_classes != info.num_classes:
+        raise ValueError(f"preset has {config.num_classes} classes, {info.title} has {info.num_classes}")
+    model = CapsNet(config).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=options.lr)
+    scheduler = torch.optim.lr_scheduler.ExponentialLR(optimizer, gamma=options.lr_decay)
+    start_epoch = start_batch = 0
+    best_accuracy, best_epoch, elapsed = -1.0, 0, 0.0
+    if state is not None:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        start_epoch, start_batch = int(state["epoch"]), int(state["batch"])
+        best_accuracy, best_epoch, elapsed = float(state["best_accuracy"]), int(state["best_epoch"]), float(state["elapsed"])
+    elif env.is_main:
+        write_json(run_dir / "args.json", dataclasses.asdict(options) | {"preset": options.preset or options.dataset})
+
+    net: torch.nn.Module = model
+    if options.compile if options.compile is not None else use_cuda:
+        net = torch.compile(net)
+    if env.enabled:
+        net = torch.nn.parallel.DistributedDataParallel(net, device_ids=[env.local_rank] if use_cuda else None)
+
+    workers = options.workers if options.workers is not None else (4 if use_cuda else 0)
+    sampler = DistributedSampler(train_set, num_replicas=env.world, rank=env.rank, shuffle=True, seed=options.seed)
+    batches_per_epoch = math.ceil(len(sampler) / options.batch_size)
+    progress = ProgressFile(
+        run_dir / "progress.json",
+        {
+            "status": "running",
+            "pid": os.getpid(),
+            "dataset": options.dataset,
+            "epochs": options.epochs,
+            "epoch": start_epoch + 1,
+            "batches": batches_per_epoch,
+            "batch": start_batch,
+            "started": time.time(),
+        },
+    )
+    records: list[dict[str, Any]] = []
+    if start_epoch >= options.epochs:
+        if env.is_main:
+            print(f"{run_dir}: already trained {start_epoch} epochs; raise --epochs to continue", file=sys.stderr)
+        return records
+
+    def save_state(epoch: int, batch: int) -> None:
+        if not env.is_main:
+            return
+        payload = {
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict(),
+            "epoch": epoch,
+            "batch": batch,
+            "best_accuracy": best_accuracy,
+            "best_epoch": best_epoch,
+            "elapsed": elapsed,
+        }
+        from capsnet.files import atomic_path
+
+        with atomic_path(state_path) as tmp:
+            torch.save(payload, tmp)
+
+    status = "finished"
+    with StopFlag() as stop:
+        try:
+            for epoch in range(start_epoch, options.epochs):
+                sampler.set_epoch(epoch)
+                skip = start_batch * options.batch_size if epoch == start_epoch else 0
+                loader = DataLoader(
+                    train_set,
+                    batch_size=options.batch_size,
+                    sampler=SkipSampler(sampler, skip),
+                    num_workers=workers,
+                    pin_memory=use_cuda,
+                    persistent_workers=False,
+                )
+                done_before = skip // options.batch_size
+                bar = None
+                if options.progress and env.is_main:
+                    bar = tqdm(total=batches_per_epoch, initial=done_before, desc=f"epoch {epoch + 1}/{options.epochs}", unit="batch", dynamic_ncols=True)
+                epoch_start = time.perf_counter()
+
+                def on_batch(batch: int, loss: float, acc: float, speed: float) -> None:
+                    if not env.is_main:
+                        return
+                    remaining = (batches_per_epoch - done_before - batch) * options.batch_size / max(speed, 1e-9) * env.world
+                    remaining += (options.epochs - epoch - 1) * len(sampler) * env.world / max(speed, 1e-9)
+                    progress.update(epoch=epoch + 1, batch=done_before + batch, loss=loss, accuracy=acc, images_per_s=speed, eta_s=remaining)
+
+                stats = train_one_epoch(net, loader, optimizer, config, device, amp, stop, env, on_batch, bar)
+                if bar is not None:
+                    bar.close()
+                elapsed += time.perf_counter() - epoch_start
+                if stop.stop:
+                    status = "stopped"
+                    save_state(epoch, done_before + int(stats["batches"]))
+                    break
+                record: dict[str, Any] = {}
+                if env.is_main:
+                    result = evaluate(model, test_images, test_labels, device=device)
+                    if result.accuracy > best_accuracy:
+                        best_accuracy, best_epoch = result.accuracy, epoch + 1
+                    record = {
+                        "epoch": epoch + 1,
+                        "train_loss": stats["loss"],
+                        "train_accuracy": stats["accuracy"],
+                        "test_loss": result.loss,
+                        "test_accuracy": result.accuracy,
+                        "lr": optimizer.param_groups[0]["lr"],
+                        "seconds": round(time.perf_counter() - epoch_start, 2),
+                        "images_per_s": round(stats["seen"] / max(stats["seconds"], 1e-9), 1),
+                    }
+                    ckpt = checkpoint_info(options, epoch + 1, result, elapsed, device, best_epoch)
+                    save_checkpoint(run_dir / "last.safetensors", model, ckpt)
+                    if best_epoch == epoch + 1:
+                        save_checkpoint(run_dir / "best.safetensors", model, ckpt)
+                    append_jsonl(run_dir / "metrics.jsonl", record)
+                    print(json.dumps(record), flush=True)
+                scheduler.step()
+                save_state(epoch + 1, 0)
+                if env.is_main:
+                    records.append(record)
+                    if on_epoch is not None:
+                        on_epoch(record)
+                if env.enabled:
+                    dist.barrier()
+        except BaseException:
+            status = "failed"
+            raise
+        finally:
+            if env.is_main:
+                progress.update(force=True, status=status, best_accuracy=max(best_accuracy, 0.0))
+    if env.enabled:
+        dist.destroy_process_group()
+    return records
+
+
+# ---------------------------------------------------------------- CLI
+
+
+def build_parser() -> ArgumentParser:
+    p = ArgumentParser(prog="python -m capsnet.train", description="Train a Capsule Network (Sabour et al. 2017).")
+    d = TrainOptions()
+    p.add_argument("--dataset", choices=list(DATASETS), default=d.dataset)
+    p.add_argument("--epochs", type=p.positive_int, default=d.epochs, help="total epochs (also when resuming)")
+    p.add_argument("--batch-size", type=p.positive_int, default=d.batch_size)
+    p.add_argument("--lr", type=p.positive_float, default=d.lr, help="Adam learning rate")
+    p.add_argument("--lr-decay", type=p.positive_float, default=d.lr_decay, help="learning rate factor per epoch")
+    p.add_argument("--routing-iterations", type=p.positive_int, default=d.routing_iterations)
+    p.add_argument("--preset", choices=list(PRESETS), default=None, help="model preset (default: the dataset's)")
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--device", choices=DEVICE_CHOICES, default=d.device)
+    p.add_argument("--train-size", type=p.positive_int, default=None, help="train on a random subset of N images")
+    p.add_argument("--test-size", type=p.positive_int, default=None, help="evaluate on a random subset of N images")
+    p.add_argument("--data-dir", default=None, help="dataset root (default: $CAPSNET_DATA_DIR, else ./data)")
+    p.add_argument("--out", default=None, help="run folder (default: runs/<timestamp>-<dataset>)")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out from its last state")
+    p.add_argument("--hflip", action=argparse_bool(), default=None, help="random horizontal flips (default: on for Fashion-MNIST)")
+    p.add_argument("--workers", type=int, default=None, help="data-loading processes (default: 0 on CPU, 4 on GPU)")
+    p.add_argument("--amp", action=argparse_bool(), default=None, help="bf16 autocast (default: on for CUDA)")
+    p.add_argument("--compile", action=argparse_bool(), default=None, help="torch.compile (default: on for CUDA)")
+    p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    return p
+
+
+def argparse_bool() -> type:
+    import argparse
+
+    return argparse.BooleanOptionalAction
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    options = TrainOptions(**vars(args))
+    return run_cli(lambda: (train(options), 0)[1], prog="python -m capsnet.train")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
