@@ -151,4 +151,5 @@ def as_tensors(dataset: Dataset) -> tuple[torch.Tensor, torch.Tensor]:
     labels = torch.as_tensor(dataset.targets)  # type: ignore[attr-defined]
     if indices is not None:
         images, labels = images[indices], labels[indices]
-    return images.unsqueeze(1).float().div_(255.0), labels.long()  # (N, 1, 28, 28)
+    images = v2.functional.to_dtype(images.unsqueeze(1), torch.float32, scale=True)  # (N, 1, 28, 28), as ToDtype does
+    return images, labels.long()

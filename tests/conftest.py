@@ -1,0 +1,55 @@
+"""Shared fixtures: the real datasets, seeding, a tiny trained checkpoint."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _find_data_dir() -> Path | None:
+    for candidate in (os.environ.get("CAPSNET_DATA_DIR"), REPO.parent / "shared" / "datasets", REPO / "data"):
+        if candidate and (Path(candidate) / "MNIST" / "raw" / "t10k-images-idx3-ubyte").is_file():
+            return Path(candidate).resolve()
+    return None
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    """The folder holding MNIST and Fashion-MNIST; in CI a missing one is a failure, not a skip."""
+    found = _find_data_dir()
+    if found is None:
+        message = "no MNIST under $CAPSNET_DATA_DIR, ../shared/datasets or ./data"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message + "; set CAPSNET_DATA_DIR to run the real-data tests")
+    os.environ["CAPSNET_DATA_DIR"] = str(found)
+    return found
+
+
+@pytest.fixture(autouse=True)
+def _seed() -> None:
+    torch.manual_seed(0)
+
+
+@pytest.fixture(scope="session")
+def tiny_run(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run folder trained for real: tiny preset, 5,000 MNIST images, 2 epochs (about 20 s on 2 cores)."""
+    from capsnet.train import TrainOptions, train
+
+    out = tmp_path_factory.mktemp("tiny-run")
+    train(
+        TrainOptions(
+            dataset="mnist", preset="tiny", epochs=2, train_size=5000, test_size=1000, out=str(out), progress=False, data_dir=str(data_dir)
+        )
+    )
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tiny_run: Path) -> Path:
+    return tiny_run / "best.safetensors"

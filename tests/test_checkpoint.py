@@ -1,0 +1,96 @@
+"""Checkpoints: exact round trip, float16, and one clear error for every kind of bad file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from capsnet.checkpoint import CheckpointError, load_checkpoint, read_checkpoint_info, save_checkpoint
+from capsnet.config import CapsNetConfig
+from capsnet.model import CapsNet
+
+INFO = {"dataset": "mnist", "class_names": [str(k) for k in range(10)], "test_accuracy": 0.5}
+
+
+@pytest.fixture
+def saved(tmp_path: Path) -> tuple[CapsNet, Path]:
+    model = CapsNet(CapsNetConfig.preset("tiny", routing_iterations=2)).eval()
+    return model, save_checkpoint(tmp_path / "model.safetensors", model, INFO)
+
+
+def test_round_trip_gives_identical_outputs(saved: tuple[CapsNet, Path]) -> None:
+    model, path = saved
+    loaded = load_checkpoint(path)
+    assert loaded.config == model.config and loaded.info == INFO and not loaded.model.training
+    images = torch.rand(3, 1, 28, 28)
+    a, b = model(images), loaded.model(images)
+    assert torch.equal(a.poses, b.poses) and torch.equal(a.reconstruction, b.reconstruction)
+    assert read_checkpoint_info(path) == (model.config, INFO)
+    assert not list(path.parent.glob(".*.tmp")), "temporary file left behind"
+
+
+def test_float16_halves_the_file_and_loads_as_float32(saved: tuple[CapsNet, Path], tmp_path: Path) -> None:
+    model, path = saved
+    half = save_checkpoint(tmp_path / "half.safetensors", model, INFO, dtype=torch.float16)
+    assert half.stat().st_size < 0.6 * path.stat().st_size
+    loaded = load_checkpoint(half)
+    assert all(p.dtype == torch.float32 for p in loaded.model.parameters())
+    images = torch.rand(2, 1, 28, 28)
+    assert torch.allclose(model(images).lengths, loaded.model(images).lengths, atol=1e-2)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(CheckpointError, match="no such checkpoint"):
+        load_checkpoint(tmp_path / "absent.safetensors")
+
+
+def test_truncated_file(saved: tuple[CapsNet, Path]) -> None:
+    _, path = saved
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(CheckpointError) as error:
+        load_checkpoint(path)
+    assert str(path) in str(error.value) and "\n" not in str(error.value)
+
+
+def test_garbage_file(tmp_path: Path) -> None:
+    path = tmp_path / "garbage.safetensors"
+    path.write_bytes(b"this is not a checkpoint at all" * 10)
+    with pytest.raises(CheckpointError, match="not a readable safetensors"):
+        load_checkpoint(path)
+
+
+def test_foreign_safetensors(tmp_path: Path) -> None:
+    path = tmp_path / "foreign.safetensors"
+    save_file({"x": torch.zeros(2)}, str(path))
+    with pytest.raises(CheckpointError, match="not a capsnet checkpoint"):
+        load_checkpoint(path)
+
+
+def test_weights_that_do_not_fit_the_config(tmp_path: Path) -> None:
+    small = CapsNet(CapsNetConfig.preset("tiny"))
+    path = save_checkpoint(tmp_path / "m.safetensors", small, INFO)
+    # rewrite the header's config to the paper's model: the tiny weights no longer fit
+    import json
+
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as handle:
+        metadata = handle.metadata()
+        tensors = {k: handle.get_tensor(k) for k in handle.keys()}
+    metadata["config"] = json.dumps(CapsNetConfig().to_dict())
+    save_file(tensors, str(path), metadata=metadata)
+    with pytest.raises(CheckpointError, match="do not fit the stored config"):
+        load_checkpoint(path)
+
+
+def test_nan_weights_are_refused(tmp_path: Path) -> None:
+    model = CapsNet(CapsNetConfig.preset("tiny"))
+    with torch.no_grad():
+        model.decoder.net[0].weight[0, 0] = float("nan")
+    path = save_checkpoint(tmp_path / "nan.safetensors", model, INFO)
+    with pytest.raises(CheckpointError, match="NaN"):
+        load_checkpoint(path)

@@ -1,0 +1,79 @@
+"""Datasets from ../shared/datasets through CAPSNET_DATA_DIR; a missing one is one clear line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from capsnet.data import DatasetNotFoundError, as_tensors, build_transform, load_dataset, resolve_data_dir, subset
+
+
+@pytest.mark.parametrize("name, size", [("mnist", 10_000), ("fashion-mnist", 10_000)])
+def test_real_test_sets_load(data_dir: Path, name: str, size: int) -> None:
+    dataset = load_dataset(name, train=False)
+    assert len(dataset) == size
+    image, label = dataset[0]
+    assert image.shape == (1, 28, 28) and image.dtype == torch.float32
+    assert 0.0 <= image.min() and image.max() <= 1.0 and 0 <= label < 10
+    images, labels = as_tensors(dataset)
+    assert images.shape == (size, 1, 28, 28) and torch.equal(images[0], image)
+
+
+def test_training_images_are_shifted_by_at_most_two_pixels(data_dir: Path) -> None:
+    plain = load_dataset("mnist", train=True, augment=False)[0][0]
+    augmented = load_dataset("mnist", train=True)
+    torch.manual_seed(1)
+    shifts = set()
+    for _ in range(30):
+        image = augmented[0][0]
+        assert image.sum().item() == pytest.approx(plain.sum().item(), rel=0.05)  # nothing scaled, at most a little ink cut off
+        match = [
+            (dy, dx)
+            for dy in range(-2, 3)
+            for dx in range(-2, 3)
+            if torch.equal(torch.roll(plain, (dy, dx), dims=(1, 2)), image)
+        ]
+        assert match, "not a shift of up to 2 pixels"
+        shifts.add(match[0])
+    assert len(shifts) > 3
+
+
+def test_flip_transform() -> None:
+    from PIL import Image
+
+    image = Image.fromarray((torch.arange(28 * 28).view(28, 28) % 255).byte().numpy())
+    torch.manual_seed(0)
+    flipped = [build_transform(train=True, shift=0, hflip=True)(image) for _ in range(20)]
+    plain = build_transform(train=False)(image)
+    assert any(torch.equal(f, plain.flip(-1)) for f in flipped) and any(torch.equal(f, plain) for f in flipped)
+
+
+def test_subset_is_seeded(data_dir: Path) -> None:
+    dataset = load_dataset("mnist", train=False)
+    a, b = subset(dataset, 100, seed=3), subset(dataset, 100, seed=3)
+    assert len(a) == 100 and a.indices == b.indices
+    assert subset(dataset, None) is dataset
+    images, labels = as_tensors(a)
+    assert torch.equal(images[5], dataset[a.indices[5]][0]) and labels[5] == dataset[a.indices[5]][1]
+
+
+def test_missing_dataset_is_one_clear_line(tmp_path: Path) -> None:
+    with pytest.raises(DatasetNotFoundError) as error:
+        load_dataset("fashion-mnist", train=False, data_dir=tmp_path, download=False)
+    message = str(error.value)
+    assert "\n" not in message and str(tmp_path / "FashionMNIST" / "raw") in message and "CAPSNET_DATA_DIR" in message
+
+
+def test_unknown_dataset() -> None:
+    with pytest.raises(ValueError, match="choose from mnist, fashion-mnist"):
+        load_dataset("cifar10", train=False)
+
+
+def test_data_dir_resolution(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CAPSNET_DATA_DIR", "/somewhere")
+    assert resolve_data_dir("/explicit") == Path("/explicit")
+    assert resolve_data_dir() == Path("/somewhere")
+    monkeypatch.delenv("CAPSNET_DATA_DIR")
+    assert resolve_data_dir() == Path("data")

@@ -1,0 +1,113 @@
+"""The network: the paper's parameter count, shapes, decoder masking, config presets."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from capsnet.config import PRESETS, CapsNetConfig
+from capsnet.model import CapsNet
+
+
+@pytest.fixture(scope="module")
+def tiny() -> CapsNet:
+    torch.manual_seed(0)
+    return CapsNet(CapsNetConfig.preset("tiny")).eval()
+
+
+def test_paper_parameter_count() -> None:
+    model = CapsNet(CapsNetConfig.preset("mnist"))
+    assert model.num_parameters() == 8_215_568
+    assert model.num_parameters(decoder=False) == 6_804_224
+    assert model.config.num_primary == 1152 and model.config.primary_grid == 6
+    assert model.digits.weight.shape == (1152, 10, 16, 8)  # one 16x8 W_ij per (i, j)
+
+
+def test_forward_shapes(tiny: CapsNet) -> None:
+    c = tiny.config
+    out = tiny(torch.rand(3, 1, 28, 28), return_trace=True, return_primary=True, routing_iterations=4)
+    assert out.poses.shape == (3, 10, 16)
+    assert out.lengths.shape == (3, 10) and ((out.lengths >= 0) & (out.lengths < 1)).all()
+    assert out.reconstruction.shape == (3, 1, 28, 28)
+    assert ((out.reconstruction >= 0) & (out.reconstruction <= 1)).all()
+    assert torch.equal(out.prediction, out.lengths.argmax(dim=1))
+    assert out.trace.coupling.shape == (3, 4, c.num_primary, 10)
+    assert out.trace.poses.shape == (3, 4, 10, 16)
+    assert out.primary.poses.shape == (3, c.num_primary, c.primary_dim)
+    assert out.primary.poses_grid().shape == (3, c.primary_types, 6, 6, c.primary_dim)
+    assert out.primary.lengths_grid().shape == (3, c.primary_types, 6, 6)
+    # capsule i is (type, y, x) in row-major order
+    assert torch.equal(out.primary.poses_grid()[:, 1, 2, 3], out.primary.poses[:, 1 * 36 + 2 * 6 + 3])
+
+
+def test_no_trace_unless_asked(tiny: CapsNet) -> None:
+    out = tiny(torch.rand(2, 1, 28, 28))
+    assert out.trace is None and out.primary is None
+
+
+def test_decoder_uses_true_label_in_training_and_longest_capsule_at_inference(tiny: CapsNet) -> None:
+    images = torch.rand(4, 1, 28, 28)
+    out = tiny(images)
+    wrong = (out.prediction + 1) % 10
+    assert torch.allclose(out.reconstruction, tiny.decode(out.poses, out.prediction))
+    tiny.train()
+    try:
+        trained = tiny(images, wrong)
+        assert torch.allclose(trained.reconstruction, tiny.decode(trained.poses, wrong), atol=1e-6)
+        assert not torch.allclose(trained.reconstruction, tiny.decode(trained.poses, trained.prediction), atol=1e-4)
+        with pytest.raises(ValueError, match="needs labels"):
+            tiny(images)
+    finally:
+        tiny.eval()
+
+
+def test_decode_any_class_and_vector(tiny: CapsNet) -> None:
+    poses = torch.randn(2, 10, 16) * 0.2
+    named = tiny(torch.rand(2, 1, 28, 28), decode_class=7)
+    assert torch.allclose(named.reconstruction, tiny.decode(named.poses, 7))
+    # only the chosen capsule reaches the decoder
+    other = poses.clone()
+    other[:, [0, 1, 2]] = 5.0
+    assert torch.allclose(tiny.decode(poses, 3), tiny.decode(other, 3))
+    assert not torch.allclose(tiny.decode(poses, 3), tiny.decode(poses, 4))
+    assert tiny.decode(poses, torch.tensor([1, 2])).shape == (2, 1, 28, 28)
+
+
+@pytest.mark.parametrize(
+    "poses, cls, message",
+    [
+        (torch.zeros(2, 9, 16), 0, "expected poses"),
+        (torch.zeros(2, 10, 16), 10, r"\[0, 10\)"),
+        (torch.zeros(2, 10, 16), torch.tensor([1, 2, 3]), "int or shape"),
+    ],
+)
+def test_decode_rejects_bad_input(tiny: CapsNet, poses: torch.Tensor, cls: object, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        tiny.decode(poses, cls)
+
+
+def test_bad_image_shape(tiny: CapsNet) -> None:
+    with pytest.raises(ValueError, match="expected images"):
+        tiny(torch.rand(2, 28, 28))
+
+
+def test_config_round_trip_and_presets() -> None:
+    for name, config in PRESETS.items():
+        assert CapsNetConfig.from_dict(config.to_dict()) == config, name
+    assert CapsNetConfig.preset("mnist", routing_iterations=5).routing_iterations == 5
+    with pytest.raises(ValueError, match="unknown preset"):
+        CapsNetConfig.preset("cifar")
+    with pytest.raises(ValueError, match="unknown config keys"):
+        CapsNetConfig.from_dict({"bogus": 1})
+    with pytest.raises(ValueError, match="routing_iterations"):
+        CapsNetConfig(routing_iterations=0)
+    with pytest.raises(ValueError, match="too small"):
+        CapsNetConfig(image_size=16)
+
+
+def test_other_input_sizes_come_from_the_config() -> None:
+    config = CapsNetConfig(in_channels=3, image_size=32, num_classes=5, conv1_channels=16, primary_types=4, decoder_hidden=(32,))
+    model = CapsNet(config).eval()
+    out = model(torch.rand(2, 3, 32, 32))
+    assert config.primary_grid == 8 and config.num_primary == 256
+    assert out.lengths.shape == (2, 5) and out.reconstruction.shape == (2, 3, 32, 32)

@@ -1,0 +1,129 @@
+"""Training and evaluation for real: the CLIs, resume, Ctrl-C/SIGTERM, torchrun, bad arguments."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from capsnet.checkpoint import load_checkpoint
+from capsnet.data import as_tensors, load_dataset
+from capsnet.evaluate import evaluate
+from capsnet.files import read_json, read_jsonl
+
+pytestmark = pytest.mark.slow
+TINY = ["--preset", "tiny", "--device", "cpu", "--no-progress"]
+
+
+def run(*args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout, env=os.environ.copy())
+    if check:
+        assert result.returncode == 0, result.stderr[-2000:]
+    return result
+
+
+def test_short_real_training_run_reaches_90_percent(tiny_run: Path, tiny_checkpoint: Path) -> None:
+    records = read_jsonl(tiny_run / "metrics.jsonl")
+    assert [r["epoch"] for r in records] == [1, 2]
+    assert set(records[0]) == {"epoch", "train_loss", "train_accuracy", "test_loss", "test_accuracy", "lr", "seconds", "images_per_s"}
+    assert records[1]["lr"] == pytest.approx(records[0]["lr"] * 0.96)
+    assert records[-1]["test_accuracy"] >= 0.90, records
+    checkpoint = load_checkpoint(tiny_checkpoint)
+    info = checkpoint.info
+    assert info["dataset"] == "mnist" and info["epochs"] == info["best_epoch"] == 2
+    assert len(info["per_class_accuracy"]) == 10 and len(info["dimension_mean"]) == 10 and len(info["dimension_std"][0]) == 16
+    assert info["test_accuracy"] == pytest.approx(records[-1]["test_accuracy"])
+    # the stored accuracy is reproducible from the file on 1,000 real test images
+    images, labels = as_tensors(load_dataset("mnist", train=False))
+    result = evaluate(checkpoint.model, images[:1000], labels[:1000])
+    assert result.accuracy >= 0.90
+    assert read_json(tiny_run / "progress.json")["status"] == "finished"
+
+
+def test_train_resume_and_evaluate_clis(data_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    first = run("-m", "capsnet.train", *TINY, "--epochs", "1", "--train-size", "600", "--test-size", "200", "--out", str(out))
+    assert json.loads(first.stdout.strip().splitlines()[-1])["epoch"] == 1
+    assert {"metrics.jsonl", "progress.json", "last.safetensors", "best.safetensors", "train_state.pt", "args.json"} <= {p.name for p in out.iterdir()}
+    run("-m", "capsnet.train", "--epochs", "2", "--out", str(out), "--resume", "--no-progress")
+    records = read_jsonl(out / "metrics.jsonl")
+    assert [r["epoch"] for r in records] == [1, 2] and records[1]["lr"] < records[0]["lr"]
+    assert load_checkpoint(out / "last.safetensors").info["epochs"] == 2
+
+    report = run("-m", "capsnet.evaluate", str(out / "last.safetensors"), "--limit", "300", "--device", "cpu").stdout
+    lines = [line for line in report.splitlines() if line.startswith("Class ")]
+    assert len(lines) == 10 and "Accuracy:" in report and "Confusion matrix" in report
+    import re
+
+    assert all(re.fullmatch(r"Class \d: \d+\.\d\d% \(\d+/\d+\)", line) for line in lines), lines
+    summary = json.loads(run("-m", "capsnet.evaluate", str(out / "last.safetensors"), "--limit", "300", "--json").stdout)
+    assert summary["total"] == 300 and len(summary["per_class"]) == 10 and len(summary["confusion"]) == 10
+    assert sum(c["total"] for c in summary["per_class"]) == 300
+
+
+def test_progress_bar_on_stderr(data_dir: Path, tmp_path: Path) -> None:
+    result = run("-m", "capsnet.train", "--preset", "tiny", "--epochs", "1", "--train-size", "300", "--test-size", "100", "--out", str(tmp_path / "r"))
+    assert "epoch 1/1" in result.stderr and "img_s=" in result.stderr and "loss=" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["-m", "capsnet.train", "--epochs", "-1"], "--epochs: must be at least 1"),
+        (["-m", "capsnet.train", "--dataset", "cifar"], "invalid choice: 'cifar'"),
+        (["-m", "capsnet.train", "--lr", "zero"], "is not a number"),
+        (["-m", "capsnet.train", "--resume"], "--resume needs --out"),
+        (["-m", "capsnet.evaluate", "/nonexistent.safetensors"], "no such checkpoint"),
+    ],
+)
+def test_bad_arguments_are_one_line_and_exit_2(args: list[str], message: str) -> None:
+    result = run(*args, check=False, timeout=60)
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert message in result.stderr
+
+
+def test_missing_dataset_is_one_line(tmp_path: Path) -> None:
+    result = run("-m", "capsnet.train", *TINY, "--data-dir", str(tmp_path), "--out", str(tmp_path / "r"), check=False, timeout=120)
+    assert result.returncode == 2
+    error = [line for line in result.stderr.splitlines() if "error" in line]
+    assert len(error) == 1 and str(tmp_path / "MNIST" / "raw") in error[0], result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_sigterm_stops_at_a_batch_and_resume_finishes(data_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    args = [*TINY, "--epochs", "1", "--batch-size", "32", "--train-size", "4000", "--test-size", "100", "--out", str(out)]
+    process = subprocess.Popen([sys.executable, "-m", "capsnet.train", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        progress = out / "progress.json"
+        if progress.is_file() and read_json(progress).get("batch", 0) >= 3:
+            break
+        time.sleep(0.2)
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=60) == 0, process.stderr.read()
+    state = torch.load(out / "train_state.pt", weights_only=True)
+    assert state["epoch"] == 0 and 3 <= state["batch"] < 125
+    assert read_json(out / "progress.json")["status"] == "stopped"
+    assert read_jsonl(out / "metrics.jsonl") == []
+    run("-m", "capsnet.train", "--out", str(out), "--resume", "--epochs", "1", "--no-progress")
+    assert [r["epoch"] for r in read_jsonl(out / "metrics.jsonl")] == [1]
+    assert read_json(out / "progress.json")["status"] == "finished"
+
+
+def test_torchrun_with_one_process(data_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "ddp"
+    run(
+        "-m", "torch.distributed.run", "--nproc_per_node=1", "--standalone",
+        "-m", "capsnet.train", *TINY, "--epochs", "1", "--train-size", "400", "--test-size", "100", "--out", str(out),
+    )
+    assert [r["epoch"] for r in read_jsonl(out / "metrics.jsonl")] == [1]
+    assert load_checkpoint(out / "best.safetensors").info["epochs"] == 1
