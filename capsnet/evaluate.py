@@ -1,6 +1,6 @@
 """Evaluation: test loss, accuracy per class, confusion matrix, DigitCaps statistics.
 
-    python -m capsnet.evaluate checkpoints/mnist.safetensors [--json]
+python -m capsnet.evaluate checkpoints/mnist.safetensors [--json]
 """
 
 from __future__ import annotations
@@ -130,7 +130,9 @@ def evaluate(
 def format_report(result: Evaluation, class_names: list[str], title: str = "") -> str:
     """The human report: loss, accuracy, `Class 3: 99.31% (1003/1010)` lines, confusion matrix."""
     lines = [title] if title else []
-    lines.append(f"Test loss: {result.loss:.5f} (margin {result.margin_loss:.5f}, reconstruction {result.reconstruction_loss:.5f})")
+    lines.append(
+        f"Test loss: {result.loss:.5f} (margin {result.margin_loss:.5f}, reconstruction {result.reconstruction_loss:.5f})"
+    )
     lines.append(f"Accuracy: {100 * result.accuracy:.2f}% ({result.correct}/{result.total})")
     numeric = all(name == str(k) for k, name in enumerate(class_names))
     for k, (acc, c, t) in enumerate(zip(result.class_accuracy(), result.class_correct, result.class_total)):
@@ -145,7 +147,9 @@ def format_report(result: Evaluation, class_names: list[str], title: str = "") -
 
 
 def build_parser() -> ArgumentParser:
-    parser = ArgumentParser(prog="python -m capsnet.evaluate", description="Evaluate a capsnet checkpoint on its test set.")
+    parser = ArgumentParser(
+        prog="python -m capsnet.evaluate", description="Evaluate a capsnet checkpoint on its test set."
+    )
     parser.add_argument("checkpoint", help="path to a .safetensors checkpoint")
     parser.add_argument("--dataset", default=None, help="dataset to evaluate on (default: the checkpoint's)")
     parser.add_argument("--data-dir", default=None, help="dataset root (default: $CAPSNET_DATA_DIR, else ./data)")

@@ -15,13 +15,16 @@ Ctrl-C or SIGTERM stops at the end of the current batch and leaves a resumable s
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import functools
 import itertools
 import json
 import math
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -43,7 +46,7 @@ from capsnet.data import DATASETS, as_tensors, dataset_info, load_dataset, subse
 from capsnet.device import DEVICE_CHOICES, describe_device, pick_device, seed_everything
 from capsnet.errors import CapsNetError
 from capsnet.evaluate import Evaluation, evaluate
-from capsnet.files import append_jsonl, read_json, write_json
+from capsnet.files import append_jsonl, atomic_path, read_json, write_json
 from capsnet.losses import capsule_loss
 from capsnet.model import CapsNet
 
@@ -125,7 +128,7 @@ class StopFlag:
         self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> StopFlag:
-        if threading_main():
+        if threading.current_thread() is threading.main_thread():  # signals can only be set there
             for sig in (signal.SIGINT, signal.SIGTERM):
                 self._previous[sig] = signal.signal(sig, self._handle)
         return self
@@ -138,12 +141,6 @@ class StopFlag:
     def __exit__(self, *exc: Any) -> None:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
-
-
-def threading_main() -> bool:
-    import threading
-
-    return threading.current_thread() is threading.main_thread()
 
 
 @dataclass
@@ -212,7 +209,7 @@ def checkpoint_info(
 
 
 class ProgressFile:
-    """Writes progress.json at most once a second (always on status changes)."""
+    """progress.json for other processes (the dashboard): rewritten at most once a second, always on status changes."""
 
     def __init__(self, path: Path, base: dict[str, Any]) -> None:
         self.path, self.base, self.last = path, base, 0.0
@@ -223,6 +220,30 @@ class ProgressFile:
         if force or now - self.last >= 1.0:
             self.last = now
             write_json(self.path, {**self.base, "updated": now})
+
+    def batch_done(
+        self,
+        batch: int,
+        loss: float,
+        accuracy: float,
+        speed: float,
+        *,
+        epoch: int,
+        done_before: int,
+        images_left: int,
+        batch_size: int,
+    ) -> None:
+        """After `batch` batches of this epoch's run (plus `done_before` from before a resume)."""
+        done = done_before + batch
+        remaining = (self.base["batches"] - done) * batch_size + images_left
+        self.update(
+            epoch=epoch + 1,
+            batch=done,
+            loss=loss,
+            accuracy=accuracy,
+            images_per_s=speed,
+            eta_s=remaining / max(speed, 1e-9),
+        )
 
 
 # ---------------------------------------------------------------- the loop
@@ -237,7 +258,7 @@ def train_one_epoch(
     amp: bool,
     stop: StopFlag,
     env: Distributed,
-    on_batch: Callable[[int, float, float, float], None],
+    on_batch: Callable[[int, float, float, float], None] | None,
     bar: tqdm | None,
 ) -> dict[str, float]:
     """One pass over `loader`. Returns loss/accuracy sums and how many batches ran."""
@@ -258,7 +279,8 @@ def train_one_epoch(
         correct += (out.prediction == labels).sum().item()
         seen += len(images)
         speed = seen * env.world / (time.perf_counter() - start)
-        on_batch(int(batches), loss_sum / seen, correct / seen, speed)
+        if on_batch is not None:
+            on_batch(int(batches), loss_sum / seen, correct / seen, speed)
         if bar is not None:
             bar.set_postfix(loss=f"{loss_sum / seen:.4f}", acc=f"{100 * correct / seen:.2f}%", img_s=f"{speed:.0f}")
             bar.update(1)
@@ -281,7 +303,9 @@ def train(options: TrainOptions, on_epoch: Callable[[dict[str, Any]], None] | No
     """Train as `options` say; returns the per-epoch records (also appended to metrics.jsonl)."""
     options.validate()
     env = setup_distributed(options.device)
-    device = torch.device("cuda", env.local_rank) if env.enabled and torch.cuda.is_available() and options.device in ("auto", "cuda") else pick_device(options.device)
+    device = pick_device(options.device)
+    if env.enabled and device.type == "cuda":
+        device = torch.device("cuda", env.local_rank)  # one GPU per torchrun process
     use_cuda = device.type == "cuda"
     amp = use_cuda if options.amp is None else options.amp and use_cuda
     run_dir = Path(options.out) if options.out else default_run_dir(options.dataset)
@@ -296,7 +320,18 @@ def train(options: TrainOptions, on_epoch: Callable[[dict[str, Any]], None] | No
             raise CapsNetError(f"--resume: no {STATE_FILE} in {run_dir}; start a new run without --resume")
         state = torch.load(state_path, map_location="cpu", weights_only=True)
         stored = read_json(run_dir / "args.json")
-        for key in ("dataset", "preset", "batch_size", "lr", "lr_decay", "routing_iterations", "seed", "train_size", "test_size", "hflip"):
+        for key in (
+            "dataset",
+            "preset",
+            "batch_size",
+            "lr",
+            "lr_decay",
+            "routing_iterations",
+            "seed",
+            "train_size",
+            "test_size",
+            "hflip",
+        ):
             setattr(options, key, stored.get(key, getattr(options, key)))
     seed_everything(options.seed + env.rank)
     info = dataset_info(options.dataset)
@@ -322,7 +357,11 @@ def train(options: TrainOptions, on_epoch: Callable[[dict[str, Any]], None] | No
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         start_epoch, start_batch = int(state["epoch"]), int(state["batch"])
-        best_accuracy, best_epoch, elapsed = float(state["best_accuracy"]), int(state["best_epoch"]), float(state["elapsed"])
+        best_accuracy, best_epoch, elapsed = (
+            float(state["best_accuracy"]),
+            int(state["best_epoch"]),
+            float(state["elapsed"]),
+        )
     elif env.is_main:
         write_json(run_dir / "args.json", dataclasses.asdict(options) | {"preset": options.preset or options.dataset})
 
@@ -367,8 +406,6 @@ def train(options: TrainOptions, on_epoch: Callable[[dict[str, Any]], None] | No
             "best_epoch": best_epoch,
             "elapsed": elapsed,
         }
-        from capsnet.files import atomic_path
-
         with atomic_path(state_path) as tmp:
             torch.save(payload, tmp)
 
@@ -389,17 +426,26 @@ def train(options: TrainOptions, on_epoch: Callable[[dict[str, Any]], None] | No
                 done_before = skip // options.batch_size
                 bar = None
                 if options.progress and env.is_main:
-                    bar = tqdm(total=batches_per_epoch, initial=done_before, desc=f"epoch {epoch + 1}/{options.epochs}", unit="batch", dynamic_ncols=True)
+                    bar = tqdm(
+                        total=batches_per_epoch,
+                        initial=done_before,
+                        desc=f"epoch {epoch + 1}/{options.epochs}",
+                        unit="batch",
+                        dynamic_ncols=True,
+                    )
                 epoch_start = time.perf_counter()
 
-                def on_batch(batch: int, loss: float, acc: float, speed: float) -> None:
-                    if not env.is_main:
-                        return
-                    remaining = (batches_per_epoch - done_before - batch) * options.batch_size / max(speed, 1e-9) * env.world
-                    remaining += (options.epochs - epoch - 1) * len(sampler) * env.world / max(speed, 1e-9)
-                    progress.update(epoch=epoch + 1, batch=done_before + batch, loss=loss, accuracy=acc, images_per_s=speed, eta_s=remaining)
+                on_batch = functools.partial(
+                    progress.batch_done,
+                    epoch=epoch,
+                    done_before=done_before,
+                    images_left=(options.epochs - epoch - 1) * len(sampler) * env.world,
+                    batch_size=options.batch_size * env.world,
+                )
 
-                stats = train_one_epoch(net, loader, optimizer, config, device, amp, stop, env, on_batch, bar)
+                stats = train_one_epoch(
+                    net, loader, optimizer, config, device, amp, stop, env, on_batch if env.is_main else None, bar
+                )
                 if bar is not None:
                     bar.close()
                 elapsed += time.perf_counter() - epoch_start
@@ -467,18 +513,21 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--data-dir", default=None, help="dataset root (default: $CAPSNET_DATA_DIR, else ./data)")
     p.add_argument("--out", default=None, help="run folder (default: runs/<timestamp>-<dataset>)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last state")
-    p.add_argument("--hflip", action=argparse_bool(), default=None, help="random horizontal flips (default: on for Fashion-MNIST)")
+    p.add_argument(
+        "--hflip",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="random horizontal flips (default: on for Fashion-MNIST)",
+    )
     p.add_argument("--workers", type=int, default=None, help="data-loading processes (default: 0 on CPU, 4 on GPU)")
-    p.add_argument("--amp", action=argparse_bool(), default=None, help="bf16 autocast (default: on for CUDA)")
-    p.add_argument("--compile", action=argparse_bool(), default=None, help="torch.compile (default: on for CUDA)")
+    p.add_argument(
+        "--amp", action=argparse.BooleanOptionalAction, default=None, help="bf16 autocast (default: on for CUDA)"
+    )
+    p.add_argument(
+        "--compile", action=argparse.BooleanOptionalAction, default=None, help="torch.compile (default: on for CUDA)"
+    )
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     return p
-
-
-def argparse_bool() -> type:
-    import argparse
-
-    return argparse.BooleanOptionalAction
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,7 +23,9 @@ TINY = ["--preset", "tiny", "--device", "cpu", "--no-progress"]
 
 
 def run(*args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout, env=os.environ.copy())
+    result = subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, timeout=timeout, env=os.environ.copy()
+    )
     if check:
         assert result.returncode == 0, result.stderr[-2000:]
     return result
@@ -32,13 +34,26 @@ def run(*args: str, check: bool = True, timeout: float = 300) -> subprocess.Comp
 def test_short_real_training_run_reaches_90_percent(tiny_run: Path, tiny_checkpoint: Path) -> None:
     records = read_jsonl(tiny_run / "metrics.jsonl")
     assert [r["epoch"] for r in records] == [1, 2]
-    assert set(records[0]) == {"epoch", "train_loss", "train_accuracy", "test_loss", "test_accuracy", "lr", "seconds", "images_per_s"}
+    assert set(records[0]) == {
+        "epoch",
+        "train_loss",
+        "train_accuracy",
+        "test_loss",
+        "test_accuracy",
+        "lr",
+        "seconds",
+        "images_per_s",
+    }
     assert records[1]["lr"] == pytest.approx(records[0]["lr"] * 0.96)
     assert records[-1]["test_accuracy"] >= 0.90, records
     checkpoint = load_checkpoint(tiny_checkpoint)
     info = checkpoint.info
     assert info["dataset"] == "mnist" and info["epochs"] == info["best_epoch"] == 2
-    assert len(info["per_class_accuracy"]) == 10 and len(info["dimension_mean"]) == 10 and len(info["dimension_std"][0]) == 16
+    assert (
+        len(info["per_class_accuracy"]) == 10
+        and len(info["dimension_mean"]) == 10
+        and len(info["dimension_std"][0]) == 16
+    )
     assert info["test_accuracy"] == pytest.approx(records[-1]["test_accuracy"])
     # the stored accuracy is reproducible from the file on 1,000 real test images
     images, labels = as_tensors(load_dataset("mnist", train=False))
@@ -49,9 +64,18 @@ def test_short_real_training_run_reaches_90_percent(tiny_run: Path, tiny_checkpo
 
 def test_train_resume_and_evaluate_clis(data_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "run"
-    first = run("-m", "capsnet.train", *TINY, "--epochs", "1", "--train-size", "600", "--test-size", "200", "--out", str(out))
+    first = run(
+        "-m", "capsnet.train", *TINY, "--epochs", "1", "--train-size", "600", "--test-size", "200", "--out", str(out)
+    )
     assert json.loads(first.stdout.strip().splitlines()[-1])["epoch"] == 1
-    assert {"metrics.jsonl", "progress.json", "last.safetensors", "best.safetensors", "train_state.pt", "args.json"} <= {p.name for p in out.iterdir()}
+    assert {
+        "metrics.jsonl",
+        "progress.json",
+        "last.safetensors",
+        "best.safetensors",
+        "train_state.pt",
+        "args.json",
+    } <= {p.name for p in out.iterdir()}
     run("-m", "capsnet.train", "--epochs", "2", "--out", str(out), "--resume", "--no-progress")
     records = read_jsonl(out / "metrics.jsonl")
     assert [r["epoch"] for r in records] == [1, 2] and records[1]["lr"] < records[0]["lr"]
@@ -63,13 +87,28 @@ def test_train_resume_and_evaluate_clis(data_dir: Path, tmp_path: Path) -> None:
     import re
 
     assert all(re.fullmatch(r"Class \d: \d+\.\d\d% \(\d+/\d+\)", line) for line in lines), lines
-    summary = json.loads(run("-m", "capsnet.evaluate", str(out / "last.safetensors"), "--limit", "300", "--json").stdout)
+    summary = json.loads(
+        run("-m", "capsnet.evaluate", str(out / "last.safetensors"), "--limit", "300", "--json").stdout
+    )
     assert summary["total"] == 300 and len(summary["per_class"]) == 10 and len(summary["confusion"]) == 10
     assert sum(c["total"] for c in summary["per_class"]) == 300
 
 
 def test_progress_bar_on_stderr(data_dir: Path, tmp_path: Path) -> None:
-    result = run("-m", "capsnet.train", "--preset", "tiny", "--epochs", "1", "--train-size", "300", "--test-size", "100", "--out", str(tmp_path / "r"))
+    result = run(
+        "-m",
+        "capsnet.train",
+        "--preset",
+        "tiny",
+        "--epochs",
+        "1",
+        "--train-size",
+        "300",
+        "--test-size",
+        "100",
+        "--out",
+        str(tmp_path / "r"),
+    )
     assert "epoch 1/1" in result.stderr and "img_s=" in result.stderr and "loss=" in result.stderr
 
 
@@ -91,7 +130,17 @@ def test_bad_arguments_are_one_line_and_exit_2(args: list[str], message: str) ->
 
 
 def test_missing_dataset_is_one_line(tmp_path: Path) -> None:
-    result = run("-m", "capsnet.train", *TINY, "--data-dir", str(tmp_path), "--out", str(tmp_path / "r"), check=False, timeout=120)
+    result = run(
+        "-m",
+        "capsnet.train",
+        *TINY,
+        "--data-dir",
+        str(tmp_path),
+        "--out",
+        str(tmp_path / "r"),
+        check=False,
+        timeout=120,
+    )
     assert result.returncode == 2
     error = [line for line in result.stderr.splitlines() if "error" in line]
     assert len(error) == 1 and str(tmp_path / "MNIST" / "raw") in error[0], result.stderr
@@ -100,8 +149,22 @@ def test_missing_dataset_is_one_line(tmp_path: Path) -> None:
 
 def test_sigterm_stops_at_a_batch_and_resume_finishes(data_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "run"
-    args = [*TINY, "--epochs", "1", "--batch-size", "32", "--train-size", "4000", "--test-size", "100", "--out", str(out)]
-    process = subprocess.Popen([sys.executable, "-m", "capsnet.train", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    args = [
+        *TINY,
+        "--epochs",
+        "1",
+        "--batch-size",
+        "32",
+        "--train-size",
+        "4000",
+        "--test-size",
+        "100",
+        "--out",
+        str(out),
+    ]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "capsnet.train", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     deadline = time.time() + 120
     while time.time() < deadline:
         progress = out / "progress.json"
@@ -122,8 +185,36 @@ def test_sigterm_stops_at_a_batch_and_resume_finishes(data_dir: Path, tmp_path: 
 def test_torchrun_with_one_process(data_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "ddp"
     run(
-        "-m", "torch.distributed.run", "--nproc_per_node=1", "--standalone",
-        "-m", "capsnet.train", *TINY, "--epochs", "1", "--train-size", "400", "--test-size", "100", "--out", str(out),
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node=1",
+        "--standalone",
+        "-m",
+        "capsnet.train",
+        *TINY,
+        "--epochs",
+        "1",
+        "--train-size",
+        "400",
+        "--test-size",
+        "100",
+        "--out",
+        str(out),
     )
     assert [r["epoch"] for r in read_jsonl(out / "metrics.jsonl")] == [1]
     assert load_checkpoint(out / "best.safetensors").info["epochs"] == 1
+
+
+def test_export_stores_float16_and_the_accuracy_of_the_exported_file(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    from capsnet.export import export_checkpoint
+
+    target = tmp_path / "mnist.safetensors"
+    info = export_checkpoint(tiny_checkpoint, target, device="cpu")
+    assert target.stat().st_size < 0.6 * tiny_checkpoint.stat().st_size
+    assert target.with_suffix(".metrics.jsonl").is_file()
+    loaded = load_checkpoint(target)
+    assert loaded.info == info and info["weights_dtype"] == "float16" and info["test_examples"] == 10_000
+    assert abs(info["test_accuracy"] - info["test_accuracy_before_export"]) <= 0.002
+    images, labels = as_tensors(load_dataset("mnist", train=False))
+    assert evaluate(loaded.model, images, labels).accuracy == pytest.approx(info["test_accuracy"], abs=1e-9)
+    assert oct(target.stat().st_mode & 0o777) == "0o644"

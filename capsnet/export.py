@@ -1,0 +1,82 @@
+"""Turn a run's checkpoint into a shipped one: float16 weights, re-evaluated, metrics kept beside it.
+
+    python -m capsnet.export runs/mnist/best.safetensors checkpoints/mnist.safetensors
+
+The weights are stored as float16 (half the size); the exported file is loaded
+back as float32 and evaluated on the full test set, and the accuracies in its
+header are those of the exported file itself, so that what the header says is
+what anyone who loads it will measure. The run's metrics.jsonl is copied to
+`<name>.metrics.jsonl` beside it for the model card.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from capsnet.checkpoint import load_checkpoint, save_checkpoint
+from capsnet.cli import ArgumentParser, run_cli
+from capsnet.data import as_tensors, dataset_info, load_dataset
+from capsnet.device import pick_device
+from capsnet.evaluate import evaluate
+
+
+def export_checkpoint(
+    source: str | Path, target: str | Path, half: bool = True, data_dir: str | None = None, device: str = "auto"
+) -> dict[str, Any]:
+    """Export `source` to `target`; returns the exported file's info (header)."""
+    source, target = Path(source), Path(target)
+    run = load_checkpoint(source, device=pick_device(device))
+    name = run.info.get("dataset", "mnist")
+    images, labels = as_tensors(load_dataset(name, train=False, data_dir=data_dir))
+    before = evaluate(run.model, images, labels)
+    save_checkpoint(target, run.model, run.info, dtype=torch.float16 if half else None)
+    exported = load_checkpoint(target, device=pick_device(device))
+    after = evaluate(exported.model, images, labels)
+    info = dict(run.info)
+    info.update(
+        test_accuracy=after.accuracy,
+        test_loss=after.loss,
+        test_examples=after.total,
+        per_class_accuracy=after.class_accuracy(),
+        per_class_correct=after.class_correct,
+        per_class_total=after.class_total,
+        confusion=after.confusion.tolist(),
+        dimension_mean=after.dimension_mean.tolist(),
+        dimension_std=after.dimension_std.tolist(),
+        weights_dtype="float16" if half else "float32",
+        test_accuracy_before_export=before.accuracy,
+        class_names=list(dataset_info(name).classes),
+    )
+    save_checkpoint(target, exported.model, info, dtype=torch.float16 if half else None)
+    metrics = source.parent / "metrics.jsonl"
+    if metrics.is_file():
+        shutil.copyfile(metrics, target.with_suffix(".metrics.jsonl"))
+    return info
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = ArgumentParser(prog="python -m capsnet.export", description="Export a run's checkpoint for shipping.")
+    parser.add_argument("source", help="a run's checkpoint, e.g. runs/x/best.safetensors")
+    parser.add_argument("target", help="where to write, e.g. checkpoints/mnist.safetensors")
+    parser.add_argument("--float32", action="store_true", help="keep float32 weights (default: float16)")
+    parser.add_argument("--data-dir", default=None)
+    parser.add_argument("--device", default="auto")
+    args = parser.parse_args(argv)
+
+    def body() -> int:
+        info = export_checkpoint(args.source, args.target, not args.float32, args.data_dir, args.device)
+        keys = ("dataset", "epochs", "best_epoch", "test_accuracy", "test_accuracy_before_export", "weights_dtype")
+        print(json.dumps({k: info.get(k) for k in keys}))
+        return 0
+
+    return run_cli(body, prog="python -m capsnet.export")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
