@@ -28,7 +28,9 @@ def test_training_images_are_shifted_by_at_most_two_pixels(data_dir: Path) -> No
     shifts = set()
     for _ in range(30):
         image = augmented[0][0]
-        assert image.sum().item() == pytest.approx(plain.sum().item(), rel=0.05)  # nothing scaled, at most a little ink cut off
+        assert image.sum().item() == pytest.approx(
+            plain.sum().item(), rel=0.05
+        )  # nothing scaled, at most a little ink cut off
         match = [
             (dy, dx)
             for dy in range(-2, 3)

@@ -106,7 +106,9 @@ def test_config_round_trip_and_presets() -> None:
 
 
 def test_other_input_sizes_come_from_the_config() -> None:
-    config = CapsNetConfig(in_channels=3, image_size=32, num_classes=5, conv1_channels=16, primary_types=4, decoder_hidden=(32,))
+    config = CapsNetConfig(
+        in_channels=3, image_size=32, num_classes=5, conv1_channels=16, primary_types=4, decoder_hidden=(32,)
+    )
     model = CapsNet(config).eval()
     out = model(torch.rand(2, 3, 32, 32))
     assert config.primary_grid == 8 and config.num_primary == 256
