@@ -12,6 +12,7 @@ capsules and |v_j| their lengths (the probability that digit j is present).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -26,6 +27,20 @@ PERTURBATION_STEPS: np.ndarray = np.round(np.linspace(-0.25, 0.25, 11), 2).astyp
 MAX_ROUTING_ITERATIONS = 5
 
 Weighting = Literal["length", "mean"]
+THREADS_ENV = "CAPSNET_DASHBOARD_THREADS"
+
+
+def inference_threads() -> int:
+    """Torch threads for interactive inference (the dashboard): $CAPSNET_DASHBOARD_THREADS, else 1.
+
+    One image at a time gains little from more threads, and a training run on the
+    same machine (started from the dashboard) keeps every core busy: then a second
+    inference thread waits for a core and a 15 ms forward pass takes 150 ms.
+    """
+    try:
+        return max(1, int(os.environ.get(THREADS_ENV, "1")))
+    except ValueError:
+        return 1
 
 
 @dataclass

@@ -1,0 +1,187 @@
+"""Server-side cost of each dashboard interaction on the CPU, against the issue's targets.
+
+    python benchmarks/bench_dashboard.py                     # the paper's model, random weights
+    python benchmarks/bench_dashboard.py --checkpoint checkpoints/mnist.safetensors
+
+Random weights cost exactly what trained ones do (same shapes, same operations),
+so the default needs no trained model. Each interaction is timed `--repeats`
+times after a warm-up and the median is reported. Cold start (imports plus
+checkpoint load) runs in a fresh Python process each time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image, ImageDraw
+
+from capsnet.checkpoint import load_checkpoint, save_checkpoint
+from capsnet.config import CapsNetConfig
+from capsnet.device import describe_device
+from capsnet.explain import (
+    PERTURBATION_STEPS,
+    coupling_by_type,
+    coupling_maps,
+    decode_vector,
+    explain,
+    inference_threads,
+    perturbation_grid,
+)
+from capsnet.model import CapsNet
+from capsnet.preprocess import preprocess_canvas
+from dashboard import figures
+
+NAMES = [str(d) for d in range(10)]
+
+COLD_START = """
+import time
+start = time.perf_counter()
+import streamlit, plotly.graph_objects, torch
+from capsnet.checkpoint import load_checkpoint
+from capsnet import explain, preprocess
+from dashboard import figures, state, sidebar
+imported = time.perf_counter()
+load_checkpoint({path!r})
+print(imported - start, time.perf_counter() - start)
+"""
+
+
+def drawn_canvas() -> np.ndarray:
+    """A '7' drawn off-centre on a 280x280 canvas, as the browser sends it (RGBA)."""
+    image = Image.new("RGBA", (280, 280), (0, 0, 0, 255))
+    draw = ImageDraw.Draw(image)
+    draw.line([(40, 40), (220, 40)], fill="white", width=18)
+    draw.line([(220, 40), (110, 250)], fill="white", width=18)
+    return np.asarray(image)
+
+
+def median_ms(fn: Callable[[], object], repeats: int) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return 1000 * statistics.median(times)
+
+
+def cold_start(path: Path, repeats: int) -> tuple[float, float, float]:
+    """Median seconds of (whole process, imports, imports + load) in fresh interpreters."""
+    walls, imports, loads = [], [], []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        out = subprocess.run([sys.executable, "-c", COLD_START.format(path=str(path))], capture_output=True, text=True)
+        walls.append(time.perf_counter() - start)
+        if out.returncode != 0:
+            raise SystemExit(f"cold start failed:\n{out.stderr}")
+        a, b = map(float, out.stdout.split())
+        imports.append(a)
+        loads.append(b)
+    return statistics.median(walls), statistics.median(imports), statistics.median(loads)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument(
+        "--checkpoint", type=Path, default=None, help="a .safetensors checkpoint (default: random paper model)"
+    )
+    parser.add_argument("--repeats", type=int, default=15, help="timed runs per interaction (median reported)")
+    parser.add_argument("--cold-repeats", type=int, default=3, help="fresh processes for the cold start")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch threads (default: what the dashboard uses, $CAPSNET_DASHBOARD_THREADS or 1)",
+    )
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads or inference_threads())
+
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.checkpoint is not None:
+            checkpoint = load_checkpoint(args.checkpoint)
+            model, path, what = checkpoint.model, args.checkpoint, str(args.checkpoint)
+        else:
+            torch.manual_seed(0)
+            model = CapsNet(CapsNetConfig.preset("mnist")).eval()
+            path = Path(tmp) / "random-paper.safetensors"
+            save_checkpoint(path, model, {"dataset": "mnist"})
+            what = "the paper's CapsNet, random weights"
+        model.eval()
+        rgba = drawn_canvas()
+        digit = preprocess_canvas(rgba)
+        result = explain(model, digit)
+        klass = result.prediction
+        vector = result.poses[klass].copy()
+        c = model.config
+
+        def draw() -> object:
+            e = explain(model, preprocess_canvas(rgba))
+            return figures.lengths_bar(e.lengths, NAMES, e.prediction).to_json()
+
+        def routing() -> object:
+            e = explain(model, digit, routing_iterations=3)
+            by_type = coupling_by_type(e.coupling, e.primary_lengths, e.primary_types, e.primary_grid)
+            maps = coupling_maps(e.coupling, e.prediction, e.primary_types, e.primary_grid)
+            return (
+                figures.routing_animation(by_type, e.iteration_lengths, NAMES).to_json(),
+                figures.coupling_maps_figure(maps, NAMES[e.prediction]).to_json(),
+            )
+
+        def slider() -> object:
+            vector[3] += 0.01
+            return decode_vector(model, vector, klass)
+
+        def grid_figure() -> object:
+            grid = perturbation_grid(model, vector, klass)
+            return figures.perturbation_figure(grid, PERTURBATION_STEPS.tolist()).to_json()
+
+        rows: list[tuple[str, float, float]] = [
+            (
+                "preprocess a drawing (280x280 RGBA -> 28x28)",
+                median_ms(lambda: preprocess_canvas(rgba), args.repeats),
+                50,
+            ),
+            (
+                "draw: preprocess + predict + reconstruct (+ trace)",
+                median_ms(lambda: explain(model, preprocess_canvas(rgba)), args.repeats),
+                50,
+            ),
+            ("draw: the above + lengths chart (to JSON)", median_ms(draw, args.repeats), 50),
+            ("routing trace (r = 3) + both animated figures", median_ms(routing, args.repeats), 50),
+            ("slider move: one decode", median_ms(slider, args.repeats), 50),
+            (
+                "Figure 4 grid: 16 x 11 decodes in one batch",
+                median_ms(lambda: perturbation_grid(model, vector, klass), args.repeats),
+                150,
+            ),
+            ("Figure 4 grid + its figure (PNG, JSON)", median_ms(grid_figure, args.repeats), 150),
+        ]
+        wall, imports, loaded = cold_start(path, args.cold_repeats)
+
+    print(f"Dashboard interactions on {describe_device(torch.device('cpu'))}; model: {what}")
+    print(
+        f"({c.num_primary} primary capsules, {c.num_classes}x{c.digit_dim}-D digit capsules; median of {args.repeats})\n"
+    )
+    print(f"| {'interaction':<52} | {'median':>10} | {'target':>8} |    |")
+    print(f"|{'-' * 54}|{'-' * 12}|{'-' * 10}|----|")
+    for name, ms, target in rows:
+        print(f"| {name:<52} | {ms:>7.1f} ms | {target:>5} ms | {'ok' if ms <= target else '!!'} |")
+    print(f"| {'cold start: imports':<52} | {imports:>8.2f} s | {'':>8} |    |")
+    print(
+        f"| {'cold start: imports + checkpoint load':<52} | {loaded:>8.2f} s | {5:>6} s | {'ok' if loaded <= 5 else '!!'} |"
+    )
+    print(f"| {'cold start: whole fresh process':<52} | {wall:>8.2f} s | {5:>6} s | {'ok' if wall <= 5 else '!!'} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""CapsNet Explorer: the Streamlit dashboard (`streamlit run dashboard/app.py`)."""

@@ -1,0 +1,107 @@
+"""Capsule dimensions: 16 sliders over a digit capsule, and the paper's Figure 4."""
+
+from __future__ import annotations
+
+import numpy as np
+import streamlit as st
+
+from capsnet import explain as ex
+from dashboard import figures, state, texts
+
+PER_ROW = 4
+
+
+def _slider_key(d: int) -> str:
+    return f"dim_{d}"
+
+
+def _set_sliders(values: np.ndarray) -> None:
+    for d, value in enumerate(values):
+        st.session_state[_slider_key(d)] = float(value)
+
+
+st.title("Capsule dimensions", anchor=False)
+st.markdown(texts.DIMENSIONS)
+
+model = state.require_model()
+image = state.require_input() if model is not None else None
+if model is None or image is None:
+    st.stop()
+
+names = model.class_names
+result = state.explanation(model.key, image, None, None, model.net)
+prediction = result.prediction
+choice = st.selectbox(
+    "Capsule to edit",
+    [None, *range(len(names))],
+    format_func=lambda j: f"the winning capsule ({names[prediction]})" if j is None else f"capsule {names[j]}",
+    key="dims_class",
+    help="Edit the winner, or see what another class's capsule holds for this input.",
+)
+klass = prediction if choice is None else int(choice)
+base = result.poses[klass]  # (D,) the capsule as read from the input
+digit_dim = base.shape[0]
+low, high = ex.dimension_ranges(model.info, klass, base, digit_dim)
+
+# new input, model or capsule: the sliders start from the capsule as read
+origin = (model.key, state.input_digest(image), klass)
+if st.session_state.get("dims_origin") != origin or any(
+    _slider_key(d) not in st.session_state for d in range(digit_dim)
+):
+    _set_sliders(base)
+    st.session_state["dims_origin"] = origin
+
+st.caption(
+    f"Input: **{st.session_state.get(state.INPUT_LABEL) or 'current input'}** · capsule **{names[klass]}**, "
+    f"length |v| = {np.linalg.norm(base):.2f}. Ranges: mean ± 2 std of class {names[klass]} on the test set"
+    + ("" if model.info.get("dimension_mean") else " (this checkpoint has no statistics: ±0.5 around 0)")
+    + "."
+)
+
+sliders_col, images_col = st.columns([2.2, 1], gap="large")
+with sliders_col:
+    for row in range(0, digit_dim, PER_ROW):
+        cols = st.columns(PER_ROW)
+        for d in range(row, min(row + PER_ROW, digit_dim)):
+            span = float(high[d] - low[d])
+            cols[d - row].slider(
+                f"Dimension {d + 1}",
+                min_value=float(low[d]),
+                max_value=float(high[d]),
+                step=max(round(span / 100, 4), 1e-4),
+                format="%.3f",
+                key=_slider_key(d),
+            )
+    st.button(
+        "Reset", key="reset_dims", icon=":material/restart_alt:", on_click=_set_sliders, args=(base,),
+        help="Back to the capsule as read from the input.",
+    )  # fmt: skip
+
+edited = np.array([st.session_state[_slider_key(d)] for d in range(digit_dim)], dtype=np.float32)
+reconstruction = state.decoded(model.key, tuple(float(v) for v in edited), klass, model.net)
+with images_col:
+    original = state.decoded(model.key, tuple(float(v) for v in base), klass, model.net)
+    st.image(
+        [figures.pixel_image(image, 4), figures.pixel_image(original, 4)],
+        caption=["input", f"from capsule {names[klass]}"],
+        width=28 * 4,
+        output_format="PNG",
+    )
+    st.image(figures.pixel_image(reconstruction, 8), caption="edited reconstruction", width=28 * 8, output_format="PNG")
+    moved = int(np.sum(~np.isclose(edited, base, atol=1e-6)))
+    st.caption(f"{moved} of {digit_dim} dimensions moved." if moved else "No dimension moved yet: drag a slider.")
+
+st.plotly_chart(
+    figures.dimension_profile_figure(base, edited, low, high),
+    key="dimension_profile",
+    config={"displayModeBar": False},
+)
+
+st.subheader("Each dimension, perturbed (Figure 4 of the paper)", anchor=False)
+st.markdown(texts.FIGURE4)
+grid = state.perturbations(model.key, tuple(float(v) for v in base), klass, model.net)  # (D, 11, 28, 28)
+st.plotly_chart(
+    figures.perturbation_figure(grid, ex.PERTURBATION_STEPS.tolist()),
+    key="perturbation_grid",
+    config={"displayModeBar": False},
+)

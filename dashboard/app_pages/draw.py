@@ -1,0 +1,223 @@
+"""Draw: your own input (drawing, test image or upload), the capsule lengths, the prediction and the reconstruction."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import streamlit as st
+from streamlit_drawable_canvas import st_canvas
+
+from capsnet.preprocess import PreprocessError, preprocess_canvas, preprocess_upload
+from dashboard import figures, state, texts
+
+SOURCES = ["Draw", "Test image", "Upload"]
+SOURCE_ICONS = {"Draw": ":material/draw:", "Test image": ":material/image:", "Upload": ":material/upload:"}
+CANVAS_SIZE = 280
+PREVIEW_SCALE = 6
+
+
+def clear_canvas() -> None:
+    """Remount an empty canvas and forget the drawing."""
+    st.session_state["canvas_nonce"] += 1
+    st.session_state["canvas_json"] = None
+    st.session_state["canvas_seed"] = None
+    st.session_state["canvas_digit"] = None
+
+
+def draw_input() -> tuple[np.ndarray | None, str, int | None]:
+    """The canvas: white stroke on black, about 280x280, with a clear button."""
+    if st.session_state.get(state.PAGE_CHANGED):
+        # coming back to this page: redraw what was on the canvas before
+        st.session_state["canvas_seed"] = st.session_state.get("canvas_json")
+    result = st_canvas(
+        stroke_width=18,
+        stroke_color="#FFFFFF",
+        background_color="#000000",
+        height=CANVAS_SIZE,
+        width=CANVAS_SIZE,
+        drawing_mode="freedraw",
+        initial_drawing=st.session_state.get("canvas_seed"),
+        return_image_data=True,
+        key=f"canvas_{st.session_state['canvas_nonce']}",
+    )
+    st.button("Clear", key="clear_canvas", icon=":material/ink_eraser:", on_click=clear_canvas)
+    st.caption("Draw one digit, large, with the mouse or a finger. Release to see what the network reads.")
+    objects = (result.json_data or {}).get("objects") or []
+    rgba = result.image_data
+    if rgba is None:
+        # the canvas has sent nothing since it was mounted: reuse the restored drawing's digit
+        digit = st.session_state.get("canvas_digit") if st.session_state.get("canvas_seed") else None
+        return digit, "your drawing", None
+    st.session_state["canvas_json"] = result.json_data if objects else None
+    try:
+        digit = preprocess_canvas(rgba)
+    except PreprocessError:
+        st.session_state["canvas_digit"] = None
+        return None, "", None
+    st.session_state["canvas_digit"] = digit
+    return digit, "your drawing", None
+
+
+def _random_index(count: int) -> None:
+    st.session_state["test_index"] = random.randrange(count)
+
+
+def test_image_input(dataset: str, class_names: list[str]) -> tuple[np.ndarray | None, str, int | None]:
+    """Pick a test image by index or at random."""
+    data = state.try_test_set(dataset)
+    if data is None:
+        return None, "", None
+    images, labels = data
+    count = len(images)
+    c1, c2 = st.columns([3, 1], vertical_alignment="bottom")
+    index = c1.number_input("Test image index", min_value=0, max_value=count - 1, value=0, step=1, key="test_index")
+    c2.button("Random", key="random_test_image", icon=":material/casino:", on_click=_random_index, args=(count,))
+    true_class = int(labels[int(index)])
+    st.caption(f"Test image {int(index)} of {count:,} · true class: **{class_names[true_class]}**")
+    return images[int(index), 0].numpy(), f"test image #{int(index)}", true_class
+
+
+def upload_input() -> tuple[np.ndarray | None, str, int | None]:
+    """A PNG or JPEG of a digit: dark on light or light on dark, any size."""
+    upload = st.file_uploader(
+        "Upload an image of a digit (PNG or JPEG)",
+        type=["png", "jpg", "jpeg"],
+        key="upload",
+        max_upload_size=2,
+        help="A photo or scan works: it is inverted if the ink is darker than the paper, cropped and centred.",
+    )
+    if upload is None:
+        return None, "", None
+    try:
+        digit = preprocess_upload(upload.getvalue(), upload.name)
+    except PreprocessError as error:
+        st.error(str(error), icon=":material/broken_image:")
+        return None, "", None
+    return digit, f"upload {upload.name}", None
+
+
+def _decode_option(option: int | None, names: list[str], prediction: int | None) -> str:
+    if option is None:
+        return "the prediction" + (f" ({names[prediction]})" if prediction is not None else "")
+    return f"class {names[option]}"
+
+
+st.title("Draw a digit", anchor=False)
+st.markdown(
+    "Draw a digit, pick one from the test set or upload a picture, and see how a **Capsule Network** reads it: "
+    "which digit capsule grows longest, and what it redraws from that capsule alone."
+)
+with st.expander("What is a capsule?", icon=":material/help:"):
+    st.markdown(texts.CAPSULE)
+    st.markdown(texts.SQUASH)
+    st.latex(texts.SQUASH_LATEX)
+
+model = state.current_model()
+names = state.class_names(model)
+dataset = model.dataset if model is not None else "mnist"
+
+left, right = st.columns([1.2, 1], gap="large")
+with left:
+    source = st.segmented_control(
+        "Input",
+        SOURCES,
+        default="Draw",
+        required=True,
+        key="input_source",
+        format_func=lambda s: s,
+        help="Where the input comes from",
+    )
+    if source == "Test image":
+        digit, label, true_class = test_image_input(dataset, names)
+    elif source == "Upload":
+        digit, label, true_class = upload_input()
+    else:
+        digit, label, true_class = draw_input()
+state.set_input(digit, label, true_class)
+
+with right:
+    st.markdown("**What the network sees** (28x28, MNIST-style)")
+    if digit is None:
+        st.info(
+            {
+                "Test image": "Pick a test image.",
+                "Upload": "Upload a PNG or JPEG image of a digit.",
+            }.get(source or "Draw", "Draw a digit on the canvas: the prediction appears here."),
+            icon=":material/gesture:",
+        )
+    else:
+        st.image(
+            figures.pixel_image(digit, PREVIEW_SCALE),
+            caption=f"input: {label}",
+            width=28 * PREVIEW_SCALE,
+            output_format="PNG",
+        )
+    with st.expander("How is the input prepared?", icon=":material/crop:"):
+        st.markdown(texts.PREPROCESS)
+
+if digit is None:
+    st.stop()
+
+if model is None:
+    state.require_model()
+    st.stop()
+
+st.divider()
+decode_choice = st.session_state.get("reconstruct_as")
+result = state.explanation(model.key, digit, None, decode_choice, model.net)
+prediction = result.prediction
+lengths = result.lengths
+
+chart_col, side_col = st.columns([1.5, 1], gap="large")
+with chart_col:
+    config = model.checkpoint.config
+    st.plotly_chart(
+        figures.lengths_bar(lengths, names, prediction, config.m_plus, config.m_minus),
+        key="lengths_chart",
+        config={"displayModeBar": False},
+    )
+    with st.expander("What do the lines at 0.9 and 0.1 mean?", icon=":material/straighten:"):
+        st.markdown(texts.MARGINS)
+        st.latex(texts.MARGIN_LATEX)
+with side_col:
+    confidence = float(lengths[prediction])
+    runner_up = int(np.argsort(lengths)[-2])
+    st.metric(
+        "Prediction",
+        names[prediction],
+        delta=f"|v| = {confidence:.2f}",
+        delta_color="off",
+        delta_arrow="off",
+        help="The class whose digit capsule is longest.",
+        border=True,
+    )
+    if true_class is not None:
+        verdict = "right" if true_class == prediction else "wrong"
+        st.caption(f"True class {names[true_class]}: the network is **{verdict}**.")
+    if confidence < 0.5:
+        st.warning(
+            f"No capsule is long: the network is unsure (next best: {names[runner_up]}, |v| = {lengths[runner_up]:.2f}).",
+            icon=":material/help:",
+        )
+    elif lengths[runner_up] > 0.5:
+        st.info(f"Capsule {names[runner_up]} is long too (|v| = {lengths[runner_up]:.2f}): an ambiguous input.")
+    st.selectbox(
+        "Reconstruct as",
+        [None, *range(len(names))],
+        format_func=lambda o: _decode_option(o, names, prediction),
+        key="reconstruct_as",
+        help="Decode the winning capsule, or the capsule of any other class.",
+    )
+    shown = result.decode_class
+    st.image(
+        [figures.pixel_image(result.image, 5), figures.pixel_image(result.reconstruction, 5)],
+        caption=["input", f"reconstruction from capsule {names[shown]}"],
+        width=28 * 5,
+        output_format="PNG",
+    )
+    with st.expander("What is the reconstruction?", icon=":material/brush:"):
+        st.markdown(texts.RECONSTRUCTION)
+
+st.page_link("app_pages/routing.py", label="See how routing reached this answer", icon=":material/hub:")
+st.page_link("app_pages/dimensions.py", label="Tweak the 16 dimensions of this capsule", icon=":material/tune:")

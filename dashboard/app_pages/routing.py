@@ -1,0 +1,114 @@
+"""Routing: dynamic routing by agreement on the current input, animated one iteration per frame."""
+
+from __future__ import annotations
+
+import numpy as np
+import streamlit as st
+
+from capsnet import explain as ex
+from dashboard import figures, state, texts
+
+WEIGHTINGS = {"length": "weighted by primary-capsule length", "mean": "plain mean"}
+
+st.title("Routing by agreement", anchor=False)
+st.markdown(
+    "Between the primary capsules and the digit capsules there are no fixed weights deciding *who talks to whom*: "
+    "**routing** decides it anew for every input, in a few iterations. Press **▶ Play** under a chart to watch it."
+)
+
+explain_col, formula_col = st.columns([1.4, 1], gap="large")
+with explain_col:
+    st.markdown(texts.PROCEDURE)
+with formula_col:
+    for line in texts.PROCEDURE_LATEX:
+        st.latex(line)
+    st.caption("Repeated r times (3 in the paper). The squash keeps each |v_j| below 1.")
+
+model = state.require_model()
+image = state.require_input() if model is not None else None
+if model is None or image is None:
+    st.stop()
+
+names = model.class_names
+config = model.checkpoint.config
+c1, c2, c3 = st.columns([1.2, 1, 1])
+iterations = c1.slider(
+    "Routing iterations",
+    min_value=1,
+    max_value=ex.MAX_ROUTING_ITERATIONS,
+    value=min(config.routing_iterations, ex.MAX_ROUTING_ITERATIONS),
+    key="routing_iterations",
+    help=f"How many times to run the loop for this input. The model was trained with {config.routing_iterations}.",
+)
+weighting = c2.radio(
+    "Aggregate couplings per type",
+    list(WEIGHTINGS),
+    format_func=WEIGHTINGS.get,
+    key="coupling_weighting",
+    help="How the 36 couplings of one primary-capsule type are summarised into one number.",
+)
+result = state.explanation(model.key, image, int(iterations), None, model.net)
+prediction = result.prediction
+digit = c3.selectbox(
+    "Digit capsule for the spatial maps",
+    [None, *range(len(names))],
+    format_func=lambda j: f"the prediction ({names[prediction]})" if j is None else f"capsule {names[j]}",
+    key="routing_digit",
+)
+digit = prediction if digit is None else int(digit)
+
+first, last = result.iteration_lengths[0], result.iteration_lengths[-1]
+st.markdown(
+    f"Input: **{st.session_state.get(state.INPUT_LABEL) or 'current input'}**. With **{result.iterations}** "
+    f"iteration{'s' if result.iterations != 1 else ''} the network predicts **{names[prediction]}** "
+    f"(|v| = {last[prediction]:.2f}; after the first iteration, with uniform couplings, it was {first[prediction]:.2f})."
+)
+if int(np.argmax(first)) != prediction:
+    st.info(
+        f"Routing changed the answer: with uniform couplings capsule {names[int(np.argmax(first))]} was longest.",
+        icon=":material/alt_route:",
+    )
+
+by_type = ex.coupling_by_type(
+    result.coupling, result.primary_lengths, result.primary_types, result.primary_grid, weighting
+)  # (r, types, K)
+st.plotly_chart(
+    figures.routing_animation(by_type, result.iteration_lengths, names, config.m_plus, config.m_minus),
+    key="routing_animation",
+    config={"displayModeBar": False},
+)
+with st.expander("How is the heatmap computed?", icon=":material/functions:"):
+    st.markdown(texts.AGGREGATION)
+
+maps_col, lines_col = st.columns([1.5, 1], gap="large")
+with maps_col:
+    columns = 8 if result.primary_types >= 8 else result.primary_types
+    maps = ex.coupling_maps(result.coupling, digit, result.primary_types, result.primary_grid)  # (r, types, 6, 6)
+    st.plotly_chart(
+        figures.coupling_maps_figure(maps, names[digit], columns=columns),
+        key="coupling_maps",
+        config={"displayModeBar": False},
+    )
+    st.caption(
+        f"Every one of the {result.primary_types * result.primary_grid**2:,} primary capsules: its coupling to capsule "
+        f"{names[digit]}. Bright cells send most of their vote there; at iteration 1 every cell is 1/{len(names)}."
+    )
+with lines_col:
+    st.plotly_chart(
+        figures.iteration_lengths_figure(result.iteration_lengths, names, config.m_plus, config.m_minus),
+        key="iteration_lengths",
+        config={"displayModeBar": False},
+    )
+
+with st.expander("Which primary capsules are active?", icon=":material/grid_on:"):
+    st.markdown(
+        "A primary capsule's length says how sure it is that *its* feature (a stroke, an edge, a curve) is present "
+        "at its place. Only active capsules have a say in routing."
+    )
+    st.plotly_chart(
+        figures.primary_lengths_figure(
+            ex.primary_maps(result.primary_lengths, result.primary_types, result.primary_grid), columns=columns
+        ),
+        key="primary_lengths",
+        config={"displayModeBar": False},
+    )

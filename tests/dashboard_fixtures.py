@@ -1,0 +1,70 @@
+"""Fixtures shared by the dashboard tests: a tiny checkpoint trained once per session, and app folders.
+
+pytest only reads conftest.py, so the test files import these by name.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+RUN_NAME = "20250101-000000-mnist"
+APP = str(Path(__file__).resolve().parent.parent / "dashboard" / "app.py")
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run folder holding a tiny CapsNet trained for one epoch on 300 MNIST images (a few seconds on a CPU)."""
+    from capsnet.data import DatasetNotFoundError, load_dataset
+    from capsnet.train import TrainOptions, train
+
+    try:
+        load_dataset("mnist", train=False, download=False)
+    except DatasetNotFoundError as error:
+        pytest.skip(f"MNIST is needed to train the test model: {error}")
+    root = tmp_path_factory.mktemp("runs")
+    run_dir = root / RUN_NAME
+    train(
+        TrainOptions(
+            dataset="mnist",
+            epochs=1,
+            batch_size=50,
+            preset="tiny",
+            train_size=300,
+            test_size=200,
+            device="cpu",
+            out=str(run_dir),
+            progress=False,
+        )
+    )
+    assert (run_dir / "best.safetensors").is_file()
+    return run_dir
+
+
+@pytest.fixture
+def app_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    """Empty runs and checkpoints folders, set as the app's through the environment."""
+    runs_root, checkpoints = tmp_path / "runs", tmp_path / "checkpoints"
+    runs_root.mkdir()
+    checkpoints.mkdir()
+    monkeypatch.setenv("CAPSNET_RUNS_DIR", str(runs_root))
+    monkeypatch.setenv("CAPSNET_CHECKPOINTS_DIR", str(checkpoints))
+    return runs_root, checkpoints
+
+
+@pytest.fixture
+def app_with_run(app_dirs: tuple[Path, Path], tiny_run: Path) -> tuple[Path, Path]:
+    """The app's folders with the tiny run in its runs root (and nothing shipped)."""
+    runs_root, checkpoints = app_dirs
+    shutil.copytree(tiny_run, runs_root / tiny_run.name)
+    return runs_root, checkpoints
+
+
+def clear_streamlit_caches() -> None:
+    """Each AppTest shares the process's st.cache_*: clear them so tests do not see each other's models."""
+    import streamlit as st
+
+    st.cache_data.clear()
+    st.cache_resource.clear()

@@ -1,0 +1,220 @@
+"""The Streamlit app through AppTest: every page runs, and the main interactions do what they say."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from dashboard_fixtures import APP, app_dirs, app_with_run, clear_streamlit_caches, tiny_run  # noqa: F401
+from PIL import Image
+from streamlit.testing.v1 import AppTest
+
+PAGES = [
+    "app_pages/draw.py",
+    "app_pages/routing.py",
+    "app_pages/dimensions.py",
+    "app_pages/training.py",
+    "app_pages/evaluate.py",
+]
+
+
+@pytest.fixture(autouse=True)
+def keep_torch_threads():
+    """The app sets this process's torch threads for inference: give the next tests theirs back."""
+    import torch
+
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+def new_app() -> AppTest:
+    clear_streamlit_caches()
+    at = AppTest.from_file(APP, default_timeout=180)
+    at.session_state["eval_size"] = 1000  # evaluate on 1,000 test images: quick on a CPU
+    return at
+
+
+def no_exception(at: AppTest) -> None:
+    assert not at.exception, [e.stack_trace for e in at.exception]
+
+
+def prediction(at: AppTest) -> str | None:
+    values = [m.value for m in at.metric if m.label == "Prediction"]
+    return values[0] if values else None
+
+
+def pick_test_image(at: AppTest, index: int) -> AppTest:
+    at.segmented_control(key="input_source").set_value("Test image").run()
+    at.number_input(key="test_index").set_value(index).run()
+    no_exception(at)
+    return at
+
+
+def chart(at: AppTest, key: str) -> dict:
+    for element in at.get("plotly_chart"):
+        if element.key == key:
+            return json.loads(element.proto.spec)
+    raise AssertionError(f"no chart {key!r}; have {[e.key for e in at.get('plotly_chart')]}")
+
+
+def test_without_a_checkpoint_the_app_says_so(app_dirs) -> None:  # noqa: F811
+    at = new_app().run()
+    no_exception(at)
+    assert any("No trained model yet" in w.value for w in at.sidebar.warning)
+    assert any("Draw a digit" in i.value for i in at.info)
+    at.segmented_control(key="input_source").set_value("Test image").run()
+    no_exception(at)
+    assert prediction(at) is None  # never the output of an untrained network
+    assert any("No trained model is present" in w.value for w in at.warning)
+    for page in PAGES[1:]:
+        at.switch_page(page).run()
+        no_exception(at)
+        assert prediction(at) is None and not at.get("plotly_chart") or page.endswith("training.py")
+    at.switch_page("app_pages/routing.py").run()
+    assert any("python -m capsnet.train" in w.value for w in at.warning)
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_each_page_runs_with_a_trained_checkpoint(app_with_run, page: str) -> None:  # noqa: F811
+    at = new_app().run()
+    no_exception(at)
+    assert "run 20250101-000000-mnist" in at.sidebar.selectbox(key="checkpoint_picker").format_func(
+        at.sidebar.selectbox(key="checkpoint_picker").value
+    )
+    pick_test_image(at, 0)
+    assert prediction(at) is not None
+    at.switch_page(page).run()
+    no_exception(at)
+    assert not at.error, [e.value for e in at.error]
+
+
+def test_changing_the_test_image_changes_the_prediction(app_with_run, tiny_run) -> None:  # noqa: F811
+    from capsnet.checkpoint import load_checkpoint
+    from capsnet.data import as_tensors, load_dataset
+    from capsnet.explain import reconstruct
+
+    model = load_checkpoint(tiny_run / "best.safetensors").model
+    images, _ = as_tensors(load_dataset("mnist", train=False))
+    predicted = reconstruct(model, images[:50]).predictions
+    first = 0
+    other = int(np.flatnonzero(predicted != predicted[first])[0])
+    at = new_app().run()
+    pick_test_image(at, first)
+    shown_first = prediction(at)
+    pick_test_image(at, other)
+    shown_other = prediction(at)
+    assert shown_first == str(predicted[first]) and shown_other == str(predicted[other])
+    assert shown_first != shown_other
+
+
+def test_reconstruct_as_another_class(app_with_run) -> None:  # noqa: F811
+    at = pick_test_image(new_app().run(), 3)
+    before = [im.value for im in at.get("image") if any("reconstruction" in c for c in im.captions)]
+    at.selectbox(key="reconstruct_as").set_value(9 if prediction(at) != "9" else 8).run()
+    no_exception(at)
+    after = [im for im in at.get("image") if any("reconstruction" in c for c in im.captions)]
+    assert after[0].value != before[0]
+    assert any("capsule 9" in c or "capsule 8" in c for c in after[0].captions)
+
+
+def test_moving_a_slider_changes_the_reconstruction(app_with_run) -> None:  # noqa: F811
+    at = pick_test_image(new_app().run(), 1)
+    at.switch_page("app_pages/dimensions.py").run()
+    no_exception(at)
+    assert len([s for s in at.slider if s.key and s.key.startswith("dim_")]) == 16
+
+    def edited() -> str:
+        return next(im.value[0] for im in at.get("image") if im.captions == ["edited reconstruction"])
+
+    before = edited()
+    slider = at.slider(key="dim_0")
+    assert slider.min <= slider.value <= slider.max
+    slider.set_value(slider.max).run()
+    no_exception(at)
+    assert edited() != before
+    assert any("1 of 16 dimensions moved" in c.value for c in at.caption)
+    at.button(key="reset_dims").click().run()
+    no_exception(at)
+    assert edited() == before
+    grid = chart(at, "perturbation_grid")
+    assert grid["data"][0]["type"] == "image"
+
+
+@pytest.mark.parametrize("iterations", [1, 4])
+def test_the_routing_figure_has_one_frame_per_iteration(app_with_run, iterations: int) -> None:  # noqa: F811
+    at = pick_test_image(new_app().run(), 2)
+    at.switch_page("app_pages/routing.py").run()
+    no_exception(at)
+    at.slider(key="routing_iterations").set_value(iterations).run()
+    no_exception(at)
+    spec = chart(at, "routing_animation")
+    assert len(spec["frames"]) == iterations
+    assert len(spec["layout"]["sliders"][0]["steps"]) == iterations
+    assert len(chart(at, "coupling_maps")["frames"]) == iterations
+    assert len(chart(at, "iteration_lengths")["data"][0]["x"]) == iterations
+    assert any("Procedure 1" in m.value for m in at.markdown)
+    assert at.latex  # the formulas are shown
+
+
+def png(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(array).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def test_uploads(app_with_run) -> None:  # noqa: F811
+    at = new_app().run()
+    at.segmented_control(key="input_source").set_value("Upload").run()
+    at.file_uploader(key="upload").set_value(("digit.png", b"not an image at all", "image/png")).run()
+    no_exception(at)
+    assert any("digit.png is not a readable image" in e.value for e in at.error)
+    assert prediction(at) is None
+    drawing = np.full((120, 90), 255, np.uint8)
+    drawing[20:100, 40:50] = 0  # a dark '1' on white paper
+    at.file_uploader(key="upload").set_value(("one.png", png(drawing), "image/png")).run()
+    no_exception(at)
+    assert not at.error and prediction(at) is not None
+
+
+def test_the_shipped_mnist_checkpoint_opens_first_and_broken_files_are_named(app_with_run, tiny_run) -> None:  # noqa: F811
+    _, checkpoints = app_with_run
+    shutil.copy(tiny_run / "best.safetensors", checkpoints / "mnist.safetensors")
+    (checkpoints / "fashion-mnist.safetensors").write_bytes(b"truncated")
+    at = new_app().run()
+    no_exception(at)
+    picker = at.sidebar.selectbox(key="checkpoint_picker")
+    assert Path(picker.value).name == "mnist.safetensors"
+    assert len(picker.options) == 2  # the shipped one and the run; the broken one is not selectable
+    assert any("fashion-mnist.safetensors" in e.value for e in at.sidebar.error)
+    pick_test_image(at, 0)
+    assert prediction(at) is not None
+
+
+def test_the_training_page_lists_runs_and_a_second_start_is_refused(app_with_run, tmp_path: Path) -> None:  # noqa: F811
+    import sys
+
+    from capsnet import runs
+
+    runs_root, _ = app_with_run
+    fake = tmp_path / "fake-python"
+    fake.write_text(f"#!{sys.executable}\nimport time\ntime.sleep(60)\n")
+    fake.chmod(0o755)
+    running = runs.start_run(runs.TrainRequest(epochs=1), runs_root, python=str(fake))
+    try:
+        at = new_app().run()
+        no_exception(at)
+        assert any(running.run_dir.name in m.value for m in at.sidebar.markdown)  # live progress panel
+        at.sidebar.button(key="FormSubmitter:train_form-Start training").click().run()
+        no_exception(at)
+        assert any("already in progress" in e.value and running.run_dir.name in e.value for e in at.sidebar.error)
+        at.switch_page("app_pages/training.py").run()
+        no_exception(at)
+        chart(at, "training_curves")
+        assert at.dataframe
+    finally:
+        runs.cancel_run(runs_root)

@@ -1,0 +1,193 @@
+"""The explanation math: every view is one pass, one reshape or one batched decode."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from capsnet.config import CapsNetConfig
+from capsnet.explain import (
+    PERTURBATION_STEPS,
+    coupling_by_type,
+    coupling_maps,
+    decode_vector,
+    dimension_ranges,
+    explain,
+    misclassified,
+    perturbation_grid,
+    primary_maps,
+    reconstruct,
+    tile_maps,
+)
+from capsnet.model import CapsNet
+
+
+@pytest.fixture(scope="module")
+def model() -> CapsNet:
+    torch.manual_seed(0)
+    return CapsNet(CapsNetConfig.preset("tiny")).eval()
+
+
+@pytest.fixture(scope="module")
+def image() -> np.ndarray:
+    img = np.zeros((28, 28), np.float32)
+    img[4:24, 12:16] = 1.0  # a '1'
+    return img
+
+
+def test_explain_returns_every_view(model: CapsNet, image: np.ndarray) -> None:
+    c = model.config
+    e = explain(model, image, routing_iterations=4)
+    assert e.iterations == 4
+    assert e.lengths.shape == (10,) and e.poses.shape == (10, c.digit_dim)
+    assert e.prediction == int(np.argmax(e.lengths))
+    assert e.reconstruction.shape == (28, 28) and e.decode_class == e.prediction
+    assert e.coupling.shape == (4, c.num_primary, 10)
+    np.testing.assert_allclose(e.coupling.sum(axis=-1), 1.0, atol=1e-5)
+    np.testing.assert_allclose(e.coupling[0], 0.1, atol=1e-6)  # b = 0: uniform at the first iteration
+    assert e.iteration_lengths.shape == (4, 10)
+    np.testing.assert_allclose(e.iteration_lengths[-1], e.lengths, atol=1e-5)
+    assert e.primary_lengths.shape == (c.num_primary,)
+    # the same as the model's own forward pass
+    with torch.inference_mode():
+        out = model(torch.from_numpy(image).view(1, 1, 28, 28), routing_iterations=4)
+    np.testing.assert_allclose(e.lengths, out.lengths[0].numpy(), atol=1e-6)
+    np.testing.assert_allclose(e.reconstruction, out.reconstruction[0, 0].numpy(), atol=1e-6)
+
+
+def test_explain_decodes_another_class(model: CapsNet, image: np.ndarray) -> None:
+    e = explain(model, image)
+    other = (e.prediction + 1) % 10
+    f = explain(model, image, decode_class=other)
+    assert f.decode_class == other and f.prediction == e.prediction
+    assert not np.allclose(f.reconstruction, e.reconstruction)
+    np.testing.assert_allclose(f.reconstruction, decode_vector(model, e.poses[other], other), atol=1e-6)
+
+
+def test_explain_checks_its_inputs(model: CapsNet, image: np.ndarray) -> None:
+    with pytest.raises(ValueError, match="iterations"):
+        explain(model, image, routing_iterations=6)
+    with pytest.raises(ValueError, match="class index"):
+        explain(model, image, decode_class=10)
+    with pytest.raises(ValueError, match="28x28"):
+        explain(model, np.zeros((10, 10)))
+    training = CapsNet(CapsNetConfig.preset("tiny")).train()
+    with pytest.raises(ValueError, match="eval mode"):
+        explain(training, image)
+
+
+def test_coupling_by_type_weighted_and_plain() -> None:
+    # 2 types of a 1x2 grid (4 primary capsules), 2 classes, 1 iteration
+    coupling = np.array([[[0.9, 0.1], [0.5, 0.5], [0.2, 0.8], [0.4, 0.6]]], np.float32)  # (1, 4, 2)
+    lengths = np.array([1.0, 0.0, 0.5, 0.5], np.float32)
+    weighted = coupling_by_type(coupling, lengths, 4, 1)
+    np.testing.assert_allclose(weighted[0], coupling[0], atol=1e-6)  # grid 1: each capsule is its own type
+    coupling8 = np.concatenate([coupling, coupling], axis=1)  # (1, 8, 2): 2 types of a 2x2 grid
+    lengths8 = np.concatenate([lengths, lengths])
+    mean = coupling_by_type(coupling8, None, 2, 2, "mean")
+    np.testing.assert_allclose(mean[0, 0], coupling[0].mean(axis=0), atol=1e-6)
+    w = coupling_by_type(coupling8, lengths8, 2, 2, "length")
+    expected = (coupling[0] * lengths[:, None]).sum(axis=0) / lengths.sum()
+    np.testing.assert_allclose(w[0, 0], expected, atol=1e-6)
+    np.testing.assert_allclose(w.sum(axis=-1), 1.0, atol=1e-6)
+    # a type with no active capsule falls back to the plain mean
+    zero = coupling_by_type(coupling8, np.zeros(8, np.float32), 2, 2, "length")
+    np.testing.assert_allclose(zero, mean, atol=1e-6)
+    with pytest.raises(ValueError, match="weighting"):
+        coupling_by_type(coupling8, lengths8, 2, 2, "median")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="shape"):
+        coupling_by_type(coupling8, lengths8, 3, 2)
+
+
+def test_coupling_maps_follow_the_capsule_order(model: CapsNet, image: np.ndarray) -> None:
+    """Primary capsule i = type * grid^2 + y * grid + x."""
+    e = explain(model, image)
+    g, types = e.primary_grid, e.primary_types
+    maps = coupling_maps(e.coupling, 3, types, g)
+    assert maps.shape == (e.iterations, types, g, g)
+    t, y, x = 5, 2, 4
+    assert maps[-1, t, y, x] == e.coupling[-1, t * g * g + y * g + x, 3]
+    assert primary_maps(e.primary_lengths, types, g)[t, y, x] == e.primary_lengths[t * g * g + y * g + x]
+    with pytest.raises(ValueError, match="digit capsule"):
+        coupling_maps(e.coupling, 10, types, g)
+
+
+def test_tile_maps_lays_out_blocks_with_gaps() -> None:
+    maps = np.arange(32 * 36, dtype=np.float32).reshape(32, 6, 6)
+    tiled = tile_maps(maps, columns=8)
+    assert tiled.shape == (4 * 7 - 1, 8 * 7 - 1)
+    np.testing.assert_array_equal(tiled[:6, :6], maps[0])
+    np.testing.assert_array_equal(tiled[7:13, 14:20], maps[10])  # row 1, column 2
+    assert np.isnan(tiled[6]).all() and np.isnan(tiled[:, 6]).all()
+    framed = tile_maps(np.zeros((3, 5, 6, 6)), columns=8)  # leading axes are kept; 5 maps fit one row
+    assert framed.shape == (3, 6, 5 * 7 - 1)
+
+
+def test_perturbation_grid_is_one_batched_decode(
+    model: CapsNet, image: np.ndarray, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    e = explain(model, image)
+    vector, klass = e.poses[e.prediction], e.prediction
+    calls = []
+    original = model.decode
+    monkeypatch.setattr(model, "decode", lambda *a, **k: calls.append(a[0].shape) or original(*a, **k))
+    grid = perturbation_grid(model, vector, klass)
+    assert calls == [(16 * 11, 10, 16)]
+    assert grid.shape == (16, 11, 28, 28)
+    monkeypatch.undo()
+    assert len(PERTURBATION_STEPS) == 11 and PERTURBATION_STEPS[0] == pytest.approx(-0.25)
+    assert PERTURBATION_STEPS[5] == 0.0 and np.allclose(np.diff(PERTURBATION_STEPS), 0.05)
+    for d, s in [(0, 0), (7, 3), (15, 10)]:
+        moved = vector.copy()
+        moved[d] += PERTURBATION_STEPS[s]
+        np.testing.assert_allclose(grid[d, s], decode_vector(model, moved, klass), atol=1e-5)
+    np.testing.assert_allclose(grid[:, 5], np.broadcast_to(e.reconstruction, (16, 28, 28)), atol=1e-5)
+
+
+def test_decode_vector_checks_its_input(model: CapsNet) -> None:
+    assert decode_vector(model, np.zeros(16), 2).shape == (28, 28)
+    with pytest.raises(ValueError, match="16-D"):
+        decode_vector(model, np.zeros(8), 2)
+    with pytest.raises(ValueError, match="class index"):
+        decode_vector(model, np.zeros(16), -1)
+
+
+def test_dimension_ranges_from_checkpoint_statistics() -> None:
+    mean = np.arange(160, dtype=np.float32).reshape(10, 16) / 1000
+    std = np.full((10, 16), 0.05, np.float32)
+    info = {"dimension_mean": mean.tolist(), "dimension_std": std.tolist()}
+    low, high = dimension_ranges(info, 3, digit_dim=16)
+    np.testing.assert_allclose(low, mean[3] - 0.1, atol=1e-6)
+    np.testing.assert_allclose(high, mean[3] + 0.1, atol=1e-6)
+    current = mean[3].copy()
+    current[0] = 5.0  # far outside: the range widens to hold it
+    low, high = dimension_ranges(info, 3, current, 16)
+    assert low[0] <= 5.0 <= high[0] and np.all(low <= current) and np.all(current <= high)
+    low, high = dimension_ranges({}, 3, digit_dim=16)  # no statistics: -0.5 .. 0.5
+    np.testing.assert_allclose(low, -0.5)
+    np.testing.assert_allclose(high, 0.5)
+
+
+def test_reconstruct_and_misclassified(model: CapsNet, image: np.ndarray) -> None:
+    batch = np.stack([image, image.T, np.zeros_like(image)])
+    r = reconstruct(model, batch, batch_size=2)
+    assert r.reconstructions.shape == (3, 28, 28) and r.lengths.shape == (3, 10) and r.predictions.shape == (3,)
+    np.testing.assert_allclose(r.reconstructions[0], explain(model, image).reconstruction, atol=1e-5)
+    predictions = np.array([1, 2, 3, 4])
+    labels = np.array([1, 5, 3, 7])
+    lengths = np.zeros((4, 10))
+    lengths[1, 2], lengths[3, 4] = 0.6, 0.9
+    assert misclassified(predictions, labels, lengths).tolist() == [3, 1]  # most confident mistake first
+    assert misclassified(predictions, labels, lengths, limit=1).tolist() == [3]
+
+
+def test_inference_threads_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from capsnet.explain import THREADS_ENV, inference_threads
+
+    monkeypatch.delenv(THREADS_ENV, raising=False)
+    assert inference_threads() == 1
+    monkeypatch.setenv(THREADS_ENV, "4")
+    assert inference_threads() == 4
+    monkeypatch.setenv(THREADS_ENV, "lots")
+    assert inference_threads() == 1

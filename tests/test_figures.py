@@ -1,0 +1,148 @@
+"""Every figure builder: the right traces, frames and marks, and no Streamlit involved."""
+
+from __future__ import annotations
+
+import numpy as np
+import plotly.graph_objects as go
+import pytest
+
+from capsnet.explain import PERTURBATION_STEPS
+from dashboard import figures
+
+NAMES = [str(d) for d in range(10)]
+
+
+def test_lengths_bar_highlights_the_winner_and_marks_the_margins() -> None:
+    lengths = np.linspace(0.05, 0.5, 10)
+    lengths[7] = 0.95
+    fig = figures.lengths_bar(lengths, NAMES)
+    bar = fig.data[0]
+    assert isinstance(bar, go.Bar) and list(bar.x) == NAMES
+    assert bar.marker.color[7] == figures.WINNER and bar.marker.color.count(figures.WINNER) == 1
+    lines = sorted(shape.y0 for shape in fig.layout.shapes)
+    assert lines == [0.1, 0.9]
+    assert fig.layout.yaxis.range == (0, 1.08)
+    compact = figures.lengths_bar(lengths, NAMES, prediction=2, compact=True, height=150)
+    assert compact.data[0].marker.color[2] == figures.WINNER and not compact.layout.shapes
+    with pytest.raises(ValueError, match="class names"):
+        figures.lengths_bar(lengths, NAMES[:3])
+
+
+@pytest.mark.parametrize("iterations", [1, 3, 5])
+def test_routing_animation_has_one_frame_per_iteration(iterations: int) -> None:
+    rng = np.random.default_rng(0)
+    by_type = rng.dirichlet(np.ones(10), size=(iterations, 32)).astype(np.float32)  # (r, 32, 10)
+    lengths = rng.uniform(0, 1, size=(iterations, 10))
+    fig = figures.routing_animation(by_type, lengths, NAMES)
+    assert len(fig.frames) == iterations
+    assert [f.name for f in fig.frames] == [str(t + 1) for t in range(iterations)]
+    assert isinstance(fig.data[0], go.Heatmap) and isinstance(fig.data[1], go.Bar)
+    np.testing.assert_allclose(np.asarray(fig.frames[0].data[0].z), by_type[0])
+    np.testing.assert_allclose(np.asarray(fig.frames[-1].data[1].y), lengths[-1])
+    np.testing.assert_allclose(np.asarray(fig.data[0].z), by_type[-1])  # opens on the last iteration
+    assert len(fig.layout.sliders[0].steps) == iterations and fig.layout.sliders[0].active == iterations - 1
+    labels = [b.label for b in fig.layout.updatemenus[0].buttons]
+    assert any("Play" in label for label in labels) and any("Pause" in label for label in labels)
+    assert fig.data[0].zmin == 0.0 and fig.data[0].zmax >= by_type.max()  # one colour scale for every frame
+    with pytest.raises(ValueError, match="shapes"):
+        figures.routing_animation(by_type, lengths[:, :5], NAMES)
+
+
+def test_coupling_maps_figure_tiles_every_primary_capsule() -> None:
+    maps = np.random.default_rng(1).uniform(0, 1, size=(3, 32, 6, 6)).astype(np.float32)
+    fig = figures.coupling_maps_figure(maps, "7")
+    assert len(fig.frames) == 3
+    z = np.asarray(fig.data[0].z, dtype=float)
+    assert z.shape == (4 * 7 - 1, 8 * 7 - 1)
+    assert np.isfinite(z).sum() == 32 * 36  # all 1152 capsules, NaN gaps between the blocks
+    np.testing.assert_allclose(z[:6, :6], maps[-1, 0])
+    custom = np.asarray(fig.data[0].customdata)
+    assert custom.shape == (*z.shape, 3) and custom[8, 15, 0] == 11  # block row 1, column 2: type 8 + 2 + 1 (1-based)
+    assert tuple(custom[8, 15, 1:]) == (1, 1)  # position (y, x) inside the block
+
+
+def test_iteration_lengths_figure() -> None:
+    lengths = np.array([[0.2] * 10, [0.3] * 9 + [0.8]])
+    fig = figures.iteration_lengths_figure(lengths, NAMES)
+    assert len(fig.data) == 10 and list(fig.data[9].x) == [1, 2]
+    assert fig.data[9].line.width == 4  # the final winner
+    with pytest.raises(ValueError):
+        figures.iteration_lengths_figure(lengths, NAMES[:2])
+
+
+def test_primary_lengths_figure() -> None:
+    fig = figures.primary_lengths_figure(np.random.default_rng(2).uniform(size=(8, 6, 6)), columns=8)
+    assert np.asarray(fig.data[0].z, dtype=float).shape == (6, 8 * 7 - 1)
+    assert "288" in fig.layout.title.text
+
+
+def test_perturbation_figure_is_one_image_with_labelled_axes() -> None:
+    grid = np.random.default_rng(3).uniform(size=(16, 11, 28, 28)).astype(np.float32)
+    fig = figures.perturbation_figure(grid, PERTURBATION_STEPS.tolist())
+    assert len(fig.data) == 1 and isinstance(fig.data[0], go.Image)
+    assert fig.data[0].source.startswith("data:image/png;base64,")
+    assert list(fig.layout.xaxis.ticktext) == [f"{s:+.2f}" for s in PERTURBATION_STEPS]
+    assert len(fig.layout.yaxis.ticktext) == 16 and fig.layout.yaxis.ticktext[0] == "dim 1"
+    with pytest.raises(ValueError, match="steps"):
+        figures.perturbation_figure(grid, [0.0, 0.1])
+
+
+def test_image_rows_figure() -> None:
+    rows = [np.zeros((12, 28, 28)), np.ones((12, 28, 28))]
+    fig = figures.image_rows_figure(rows, ["original", "reconstruction"])
+    assert isinstance(fig.data[0], go.Image) and list(fig.layout.yaxis.ticktext) == ["original", "reconstruction"]
+    with pytest.raises(ValueError):
+        figures.image_rows_figure(rows, ["only one"])
+
+
+def test_dimension_profile_figure() -> None:
+    base = np.zeros(16)
+    edited = base.copy()
+    edited[3] = 0.2
+    fig = figures.dimension_profile_figure(base, edited, base - 0.5, base + 0.5)
+    assert [t.name for t in fig.data] == ["slider range", "from the input", "edited"]
+    assert fig.data[2].y[3] == pytest.approx(0.2)
+
+
+def test_training_curves_draw_each_run_side_by_side() -> None:
+    record = {"train_loss": 0.3, "test_loss": 0.2, "train_accuracy": 0.9, "test_accuracy": 0.95}
+    runs = {"run-a": [{"epoch": e, **record} for e in (1, 2, 3)], "run-b": [{"epoch": 1, **record}]}
+    fig = figures.training_curves(runs)
+    assert len(fig.data) == 8  # 2 runs x (train, test) x (loss, accuracy)
+    assert {t.legendgroup for t in fig.data} == {"run-a", "run-b"}
+    assert fig.data[0].line.color != fig.data[4].line.color
+    assert list(fig.data[1].x) == [1, 2, 3]
+    assert fig.layout.annotations[0].text == "Loss" and fig.layout.annotations[1].text == "Accuracy"
+
+
+def test_confusion_figure() -> None:
+    confusion = np.diag(np.full(10, 90)) + 1
+    fig = figures.confusion_figure(confusion, NAMES)
+    z = np.asarray(fig.data[0].z)
+    assert z.shape == (10, 10) and z[0, 0] == pytest.approx(91 / 100)
+    assert np.asarray(fig.data[0].text)[0, 0] == 91
+    with pytest.raises(ValueError):
+        figures.confusion_figure(confusion[:5], NAMES)
+
+
+def test_per_class_accuracy_figure() -> None:
+    acc = [0.99] * 10
+    acc[4] = 0.8
+    fig = figures.per_class_accuracy_figure(acc, NAMES)
+    assert fig.data[0].marker.color[4] == figures.WINNER
+    with pytest.raises(ValueError):
+        figures.per_class_accuracy_figure(acc[:3], NAMES)
+
+
+def test_pixel_image_is_sharp_and_uint8() -> None:
+    image = np.zeros((28, 28), np.float32)
+    image[0, 0] = 1.0
+    big = figures.pixel_image(image, 4)
+    assert big.shape == (112, 112) and big.dtype == np.uint8
+    assert (big[:4, :4] == 255).all() and big[4, 4] == 0
+
+
+def test_figures_module_does_not_use_streamlit() -> None:
+    import inspect
+
+    assert "streamlit" not in inspect.getsource(figures)

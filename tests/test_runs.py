@@ -1,0 +1,220 @@
+"""Training-run management: bounded requests, one run at a time, cancel, status, checkpoints for the picker."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from capsnet import runs
+from capsnet.files import write_json
+from capsnet.runs import RunInProgressError, TrainRequest
+
+
+def wait_for(condition, timeout: float = 30.0, step: float = 0.1) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(step)
+    return condition()
+
+
+@pytest.fixture
+def fake_python(tmp_path: Path) -> str:
+    """An 'interpreter' that ignores its arguments and sleeps: its command line still says capsnet.train."""
+    script = tmp_path / "fake-python"
+    script.write_text(f"#!{sys.executable}\nimport time\ntime.sleep(60)\n")
+    script.chmod(0o755)
+    return str(script)
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    return tmp_path / "runs"
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"epochs": 0}, "epochs"),
+        ({"epochs": 201}, "epochs"),
+        ({"batch_size": 1025}, "batch size"),
+        ({"lr": 0.0}, "learning rate"),
+        ({"lr": 1.5}, "learning rate"),
+        ({"lr": float("nan")}, "learning rate"),
+        ({"routing_iterations": 6}, "routing iterations"),
+        ({"train_size": 60001}, "train size"),
+        ({"test_size": 0}, "test size"),
+        ({"dataset": "cifar"}, "dataset"),
+        ({"preset": "huge"}, "model"),
+        ({"device": "tpu"}, "device"),
+        ({"epochs": 2.5}, "epochs"),
+    ],
+)
+def test_requests_are_validated_and_bounded(changes: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        TrainRequest(**changes).validate()
+
+
+def test_request_command_line() -> None:
+    request = TrainRequest(dataset="fashion-mnist", epochs=2, lr=0.01, preset="tiny", train_size=500).validate()
+    command = request.command(Path("runs/x"), python="py")
+    assert command[:3] == ["py", "-m", "capsnet.train"]
+    joined = " ".join(command)
+    for part in (
+        "--dataset fashion-mnist",
+        "--epochs 2",
+        "--lr 0.01",
+        "--train-size 500",
+        "--out runs/x",
+        "--preset tiny",
+        "--no-progress",
+    ):
+        assert part in joined
+    assert "--preset" not in TrainRequest().command(Path("r"))
+
+
+def test_runs_root_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv(runs.RUNS_ENV, str(tmp_path))
+    assert runs.runs_root() == tmp_path
+    assert runs.runs_root("elsewhere") == Path("elsewhere")
+    monkeypatch.delenv(runs.RUNS_ENV)
+    assert runs.runs_root() == Path("runs")
+
+
+def test_one_run_at_a_time_and_cancel(root: Path, fake_python: str) -> None:
+    run = runs.start_run(TrainRequest(epochs=1), root, python=fake_python)
+    try:
+        assert run.run_dir.parent == root and run.run_dir.name.endswith("-mnist")
+        assert (run.run_dir / "train.log").read_text().startswith("$ ")
+        lock = json.loads((root / runs.LOCK_NAME).read_text())
+        assert lock["pid"] == run.pid and lock["run"] == run.run_dir.name
+        active = runs.active_run(root)
+        assert active is not None and active.pid == run.pid and active.from_dashboard
+        assert runs.read_run(run.run_dir, root).status == "starting"
+        with pytest.raises(RunInProgressError, match=run.run_dir.name):
+            runs.start_run(TrainRequest(epochs=1), root, python=fake_python)
+        assert sorted(p.name for p in root.iterdir() if p.is_dir()) == [run.run_dir.name]  # no second folder
+    finally:
+        stopped = runs.cancel_run(root)
+    assert stopped is not None and stopped.pid == run.pid
+    assert wait_for(lambda: runs.active_run(root) is None, 10)
+    assert not (root / runs.LOCK_NAME).exists()  # cleared once the process is gone
+    assert runs.cancel_run(root) is None
+
+
+def test_a_stale_lock_is_cleared(root: Path, fake_python: str) -> None:
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    root.mkdir()
+    write_json(root / runs.LOCK_NAME, {"pid": dead.pid, "run": "old", "dataset": "mnist", "started": 0})
+    assert runs.active_run(root) is None
+    assert not (root / runs.LOCK_NAME).exists()
+    run = runs.start_run(TrainRequest(epochs=1), root, python=fake_python)
+    runs.cancel_run(root)
+    assert wait_for(lambda: runs.active_run(root) is None, 10), run
+
+
+def test_a_lock_held_by_another_program_is_not_a_trainer(root: Path) -> None:
+    """A recycled pid (some other live process) does not keep the machine busy."""
+    root.mkdir()
+    write_json(root / runs.LOCK_NAME, {"pid": os.getpid(), "run": "old", "dataset": "mnist", "started": 0})
+    assert runs.active_run(root) is None
+
+
+def make_run(root: Path, name: str, progress: dict | None, epochs_done: int = 0, log: str = "") -> Path:
+    run_dir = root / name
+    run_dir.mkdir(parents=True)
+    write_json(run_dir / "args.json", {"dataset": "mnist", "epochs": 3, "preset": "tiny"})
+    if progress is not None:
+        write_json(run_dir / "progress.json", {"epochs": 3, "dataset": "mnist", **progress})
+    with open(run_dir / "metrics.jsonl", "w") as handle:
+        for e in range(1, epochs_done + 1):
+            handle.write(json.dumps({"epoch": e, "train_loss": 1 / e, "test_accuracy": 0.5 + e / 10}) + "\n")
+    if log:
+        (run_dir / "train.log").write_text(log)
+    return run_dir
+
+
+def test_run_status_from_the_folder(root: Path) -> None:
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    make_run(root, "a-finished", {"status": "finished", "pid": dead.pid}, epochs_done=3)
+    make_run(root, "b-stopped", {"status": "stopped", "pid": dead.pid}, epochs_done=1)
+    (root / "b-stopped" / "train_state.pt").write_bytes(b"state")
+    make_run(root, "c-killed", {"status": "running", "pid": dead.pid}, epochs_done=1, log="epoch 1\nKilled\n")
+    make_run(root, "d-never-started", None, log="Traceback...\nDatasetNotFoundError: MNIST not found\n")
+    (root / "not-a-run").mkdir()
+    by_name = {r.name: r for r in runs.list_runs(root)}
+    assert set(by_name) == {"a-finished", "b-stopped", "c-killed", "d-never-started"}
+    assert by_name["a-finished"].status == "finished" and by_name["a-finished"].epochs_done == 3
+    assert by_name["a-finished"].best_accuracy == pytest.approx(0.8)
+    assert by_name["b-stopped"].status == "stopped" and by_name["b-stopped"].resumable
+    assert by_name["c-killed"].status == "failed" and "without finishing" in by_name["c-killed"].reason
+    assert by_name["d-never-started"].status == "failed"
+    assert runs.log_tail(root / "d-never-started", 1) == "DatasetNotFoundError: MNIST not found"
+    assert runs.log_tail(root / "a-finished") == ""
+
+
+def test_resume_refuses_what_cannot_be_resumed(root: Path) -> None:
+    make_run(root, "a-finished", {"status": "finished", "pid": 0}, epochs_done=3)
+    with pytest.raises(runs.RunError, match="cannot be resumed"):
+        runs.resume_run("a-finished", root)
+    with pytest.raises(runs.RunError, match="no run named"):
+        runs.resume_run("../etc", root)
+
+
+def test_format_duration() -> None:
+    assert runs.format_duration(5) == "5 s"
+    assert runs.format_duration(125) == "2 min 05 s"
+    assert runs.format_duration(3720) == "1 h 02 min"
+    assert runs.format_duration(None) == "—" and runs.format_duration(float("inf")) == "—"
+
+
+def test_checkpoint_list_names_broken_files(tmp_path: Path, root: Path) -> None:
+    import torch
+
+    from capsnet.checkpoint import save_checkpoint
+    from capsnet.config import CapsNetConfig
+    from capsnet.model import CapsNet
+
+    shipped = tmp_path / "checkpoints"
+    shipped.mkdir()
+    model = CapsNet(CapsNetConfig.preset("tiny"))
+    info = {"dataset": "mnist", "dataset_title": "MNIST", "test_accuracy": 0.991, "epochs": 30}
+    save_checkpoint(shipped / "mnist.safetensors", model, info, dtype=torch.float16)
+    (shipped / "fashion-mnist.safetensors").write_bytes(b"garbage")
+    run_dir = make_run(root, "20250101-000000-mnist", {"status": "finished", "pid": 0}, epochs_done=1)
+    save_checkpoint(run_dir / "best.safetensors", model, {**info, "test_accuracy": 0.5, "epochs": 1})
+    entries = runs.list_checkpoints(shipped, root)
+    assert [e.path.name for e in entries] == ["mnist.safetensors", "fashion-mnist.safetensors", "best.safetensors"]
+    assert entries[0].label == "MNIST · 99.10% · shipped (mnist.safetensors)"
+    assert entries[1].error and "fashion-mnist.safetensors" in entries[1].error
+    assert entries[2].source == "run" and "run 20250101-000000-mnist, 1 epoch" in entries[2].label
+    assert runs.default_checkpoint(entries) is entries[0]
+    assert runs.default_checkpoint(entries[1:]) is entries[2]
+    assert runs.default_checkpoint([entries[1]]) is None
+
+
+@pytest.mark.slow
+def test_a_real_tiny_run_trains_in_the_background(root: Path) -> None:
+    from capsnet.data import DatasetNotFoundError, load_dataset
+
+    try:
+        load_dataset("mnist", train=False, download=False)
+    except DatasetNotFoundError as error:
+        pytest.skip(str(error))
+    request = TrainRequest(epochs=1, batch_size=32, preset="tiny", train_size=64, test_size=64, device="cpu")
+    run = runs.start_run(request, root)
+    assert wait_for(lambda: runs.active_run(root) is None, 240, 0.5), runs.log_tail(run.run_dir)
+    summary = runs.read_run(run.run_dir, root)
+    assert summary.status == "finished", runs.log_tail(run.run_dir)
+    assert summary.epochs_done == 1 and summary.checkpoint is not None
+    entries = runs.list_checkpoints(root / "none", root)
+    assert [e.run for e in entries] == [run.run_dir.name] and not entries[0].error
