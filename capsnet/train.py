@@ -39,7 +39,7 @@ from torch.utils.data.distributed import DistributedSampler
 from tqdm import tqdm
 
 import capsnet
-from capsnet.checkpoint import save_checkpoint
+from capsnet.checkpoint import load_checkpoint, save_checkpoint
 from capsnet.cli import ArgumentParser, run_cli
 from capsnet.config import PRESETS, CapsNetConfig
 from capsnet.data import DATASETS, as_tensors, dataset_info, load_dataset, subset
@@ -71,6 +71,7 @@ class TrainOptions:
     data_dir: str | None = None
     out: str | None = None  # run folder; default runs/<timestamp>-<dataset>
     resume: bool = False
+    init: str | None = None  # start from this checkpoint's weights (fresh optimizer), e.g. to train a shipped model further
     hflip: bool | None = None  # default: on for Fashion-MNIST
     workers: int | None = None  # data-loading processes; default 0 on CPU, 4 on GPU
     amp: bool | None = None  # bf16 autocast; default on for CUDA
@@ -92,6 +93,8 @@ class TrainOptions:
             raise ValueError(f"need lr > 0 and 0 < lr-decay <= 1, got {self.lr} and {self.lr_decay}")
         if self.resume and not self.out:
             raise ValueError("--resume needs --out, the run folder to continue")
+        if self.resume and self.init:
+            raise ValueError("--init starts a new run from weights; --resume continues a run: choose one")
 
 
 # ---------------------------------------------------------------- small pieces
@@ -352,6 +355,11 @@ def train(options: TrainOptions, on_epoch: Callable[[dict[str, Any]], None] | No
     scheduler = torch.optim.lr_scheduler.ExponentialLR(optimizer, gamma=options.lr_decay)
     start_epoch = start_batch = 0
     best_accuracy, best_epoch, elapsed = -1.0, 0, 0.0
+    if options.init:
+        start = load_checkpoint(options.init)
+        if start.config != config:
+            raise CapsNetError(f"{options.init}: its model config differs from this run's ({options.preset or options.dataset} preset)")
+        model.load_state_dict(start.model.state_dict())
     if state is not None:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
@@ -513,6 +521,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--data-dir", default=None, help="dataset root (default: $CAPSNET_DATA_DIR, else ./data)")
     p.add_argument("--out", default=None, help="run folder (default: runs/<timestamp>-<dataset>)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last state")
+    p.add_argument("--init", default=None, help="start from this checkpoint's weights, with a fresh optimizer")
     p.add_argument(
         "--hflip",
         action=argparse.BooleanOptionalAction,

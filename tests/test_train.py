@@ -218,3 +218,18 @@ def test_export_stores_float16_and_the_accuracy_of_the_exported_file(tiny_checkp
     images, labels = as_tensors(load_dataset("mnist", train=False))
     assert evaluate(loaded.model, images, labels).accuracy == pytest.approx(info["test_accuracy"], abs=1e-9)
     assert oct(target.stat().st_mode & 0o777) == "0o644"
+
+
+def test_init_starts_from_a_checkpoints_weights(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    from capsnet.data import subset
+    from capsnet.train import TrainOptions, train
+
+    options = dict(dataset="mnist", preset="tiny", epochs=1, train_size=64, test_size=300, progress=False)
+    records = train(TrainOptions(**options, init=str(tiny_checkpoint), lr=1e-12, out=str(tmp_path / "a")))
+    images, labels = as_tensors(subset(load_dataset("mnist", train=False), 300, seed=0))
+    expected = evaluate(load_checkpoint(tiny_checkpoint).model, images, labels).accuracy
+    assert records[0]["test_accuracy"] == pytest.approx(expected, abs=0.004)
+    assert expected >= 0.85  # far above what one step from random weights reaches
+
+    result = run("-m", "capsnet.train", "--init", str(tiny_checkpoint), "--out", str(tmp_path / "b"), check=False)
+    assert result.returncode == 2 and "config differs" in result.stderr and len(result.stderr.strip().splitlines()) == 1
