@@ -1,0 +1,288 @@
+"""Helpers for the end-to-end browser tests (tests/test_browser.py): the app server, Chromium and page waits.
+
+Every wait here is bounded; nothing sleeps longer than a short settle delay.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+APP = REPO / "dashboard" / "app.py"
+
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+VIEWPORT = {"width": 1400, "height": 1000}
+
+# milliseconds: a rerun takes a few seconds on a busy 2-core machine, the first model load longer
+RERUN_MS = 90_000
+PAGE_LOAD_MS = 120_000
+
+
+def find_chromium() -> str | None:
+    """Debian's Chromium (Playwright cannot download its own browser here)."""
+    for candidate in ("/usr/bin/chromium", shutil.which("chromium"), shutil.which("chromium-browser")):
+        if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+# ---------------------------------------------------------------- the app server
+
+
+@dataclass
+class App:
+    url: str
+    runs_dir: Path
+    checkpoints_dir: Path
+    log: Path
+    process: subprocess.Popen
+
+
+def _log_tail(path: Path, lines: int = 40) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+@contextmanager
+def streamlit_app(workdir: Path, checkpoint: Path, startup_s: float = 120.0) -> Iterator[App]:
+    """`streamlit run dashboard/app.py` on a free port, its runs and checkpoints in `workdir`.
+
+    The checkpoint is copied in as the shipped `mnist.safetensors`. The server runs in its
+    own process group, killed on exit; a training run it started is stopped too.
+    """
+    runs_dir, checkpoints_dir = workdir / "runs", workdir / "checkpoints"
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    checkpoints_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copy(checkpoint, checkpoints_dir / "mnist.safetensors")
+    port = free_port()
+    env = dict(
+        os.environ,
+        CAPSNET_RUNS_DIR=str(runs_dir),
+        CAPSNET_CHECKPOINTS_DIR=str(checkpoints_dir),
+        PYTHONUNBUFFERED="1",
+    )
+    command = [
+        sys.executable, "-m", "streamlit", "run", str(APP),
+        "--server.port", str(port),
+        "--server.address", "127.0.0.1",
+        "--server.headless", "true",
+        "--server.fileWatcherType", "none",
+        "--server.runOnSave", "false",
+        "--browser.gatherUsageStats", "false",
+    ]  # fmt: skip
+    log = workdir / "streamlit.log"
+    with open(log, "w", encoding="utf-8") as out:
+        process = subprocess.Popen(
+            command, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+    app = App(f"http://127.0.0.1:{port}", runs_dir, checkpoints_dir, log, process)
+    try:
+        _wait_healthy(app, startup_s)
+        yield app
+    finally:
+        _stop_group(process)
+        stop_training(runs_dir)
+
+
+def _wait_healthy(app: App, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if app.process.poll() is not None:
+            raise RuntimeError(f"streamlit exited with code {app.process.returncode}:\n{_log_tail(app.log)}")
+        try:
+            with urllib.request.urlopen(app.url + "/_stcore/health", timeout=5) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.5)
+    raise RuntimeError(f"streamlit did not answer {app.url}/_stcore/health in {timeout_s:.0f} s:\n{_log_tail(app.log)}")
+
+
+def _stop_group(process: subprocess.Popen) -> None:
+    """SIGTERM the server's process group (it is the leader of its own), then SIGKILL if it lingers."""
+    if process.poll() is not None:
+        return
+    for sig, wait_s in ((signal.SIGTERM, 15), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(timeout=wait_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def stop_training(runs_dir: Path, timeout_s: float = 30.0) -> None:
+    """Stop a trainer that the app under test started into `runs_dir` (its pid is in the run lock).
+
+    Only a process whose command line names this temporary runs folder is signalled.
+    """
+    try:
+        pid = int(json.loads((runs_dir / ".active.json").read_text()).get("pid") or 0)
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+    except (OSError, ValueError, AttributeError):
+        return
+    if pid <= 1 or b"capsnet.train" not in cmdline or str(runs_dir).encode() not in cmdline:
+        return
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if not Path(f"/proc/{pid}").exists():
+                return
+            try:
+                if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                    return  # finished; its parent (the server, now gone) no longer reaps it
+            except (OSError, IndexError):
+                return
+            time.sleep(0.2)
+
+
+# ---------------------------------------------------------------- waiting on the page
+
+_IDLE_JS = """
+(quietMs) => {
+  const busy = document.querySelector('[data-testid=stStatusWidget]')
+    || document.querySelector('[data-testid=stSkeleton]')
+    || document.querySelector('[data-stale=true]')
+    || document.querySelector('[data-testid=stSpinner]');
+  const now = performance.now();
+  if (busy) { window.__e2eIdleSince = undefined; return false; }
+  if (window.__e2eIdleSince === undefined) window.__e2eIdleSince = now;
+  return now - window.__e2eIdleSince >= quietMs;
+}
+"""
+
+_RENDERED_JS = """
+() => {
+  const charts = [...document.querySelectorAll('[data-testid=stPlotlyChart]')];
+  if (!charts.every(c => c.querySelector('.js-plotly-plot .main-svg'))) return false;
+  const images = [...document.querySelectorAll('[data-testid=stMain] img, [data-testid=stSidebar] img')];
+  if (!images.every(i => i.complete && i.naturalWidth > 0)) return false;
+  const tables = [...document.querySelectorAll('[data-testid=stDataFrame]')];
+  return tables.every(t => t.querySelector('canvas'));
+}
+"""
+
+
+def wait_idle(page: Any, quiet_ms: int = 800, timeout_ms: int = RERUN_MS) -> None:
+    """Until no script run, spinner, skeleton or stale element has been seen for `quiet_ms`."""
+    page.evaluate("() => { window.__e2eIdleSince = undefined; }")
+    page.wait_for_function(_IDLE_JS, arg=quiet_ms, polling=100, timeout=timeout_ms)
+
+
+def wait_rendered(page: Any, timeout_ms: int = RERUN_MS) -> None:
+    """Until the run is over and every chart, image and table on the page has been drawn."""
+    wait_idle(page, timeout_ms=timeout_ms)
+    page.wait_for_function(_RENDERED_JS, polling=200, timeout=timeout_ms)
+
+
+def full_page_screenshot(page: Any, path: Path, max_height: int = 6000) -> Path:
+    """The whole page: Streamlit scrolls inside stMain and the sidebar, so the viewport is stretched to fit both."""
+    wait_rendered(page)
+    size = dict(page.viewport_size or VIEWPORT)
+    height = page.evaluate(
+        """() => Math.ceil(Math.max(document.documentElement.scrollHeight,
+             ...['stMain', 'stSidebarContent'].map(id => document.querySelector(`[data-testid=${id}]`))
+                .filter(Boolean).map(e => e.scrollHeight)))"""
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    page.set_viewport_size({"width": size["width"], "height": max(size["height"], min(int(height), max_height))})
+    try:
+        # no focus ring, no hover state (the canvas's toolbar, the sidebar's collapse button) in the picture
+        page.evaluate("() => document.activeElement && document.activeElement.blur()")
+        page.mouse.move(size["width"] - 10, min(int(height), max_height) - 10)
+        page.wait_for_timeout(400)  # let plotly's resize handlers run
+        wait_rendered(page)
+        page.screenshot(path=str(path), full_page=True, animations="disabled")
+    finally:
+        page.set_viewport_size(size)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", f"no PNG written at {path}"
+    return path
+
+
+# ---------------------------------------------------------------- the app's parts
+
+
+def sidebar(page: Any) -> Any:
+    return page.get_by_test_id("stSidebar")
+
+
+def go_to(page: Any, title: str) -> None:
+    """In-app navigation (keeps the session, and so the drawing), by the sidebar's page link."""
+    page.get_by_test_id("stSidebarNav").get_by_role("link", name=title, exact=True).click()
+
+
+def canvas_box(page: Any) -> dict[str, float]:
+    """The drawing canvas in page coordinates: the last 280x280 canvas (Fabric's top canvas)."""
+    canvases = page.locator("canvas")
+    canvases.last.wait_for(state="visible", timeout=PAGE_LOAD_MS)
+    for index in reversed(range(canvases.count())):
+        box = canvases.nth(index).bounding_box()
+        if box and abs(box["width"] - 280) < 2 and abs(box["height"] - 280) < 2:
+            return box
+    raise AssertionError("no 280x280 drawing canvas on the page")
+
+
+def stroke(page: Any, points: Sequence[tuple[float, float]], steps: int = 4) -> None:
+    """One mouse stroke through `points` (fractions of the canvas: 0..1, 0..1)."""
+    box = canvas_box(page)
+
+    def at(p: tuple[float, float]) -> tuple[float, float]:
+        return box["x"] + p[0] * box["width"], box["y"] + p[1] * box["height"]
+
+    page.mouse.move(*at(points[0]))
+    page.mouse.down()
+    for point in points[1:]:
+        page.mouse.move(*at(point), steps=steps)
+    page.mouse.up()
+
+
+def draw_one(page: Any) -> None:
+    """A "1": one vertical stroke down the middle."""
+    stroke(page, [(0.5, 0.15), (0.5, 0.85)], steps=25)
+
+
+def draw_zero(page: Any) -> None:
+    """A "0": a closed tall ellipse."""
+    points = [(0.5 + 0.24 * math.sin(t), 0.5 - 0.34 * math.cos(t)) for t in (2 * math.pi * k / 36 for k in range(38))]
+    stroke(page, points, steps=2)

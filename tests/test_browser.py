@@ -1,0 +1,315 @@
+"""End-to-end: the real app (`streamlit run`) in headless Chromium, driven with the mouse and the keyboard.
+
+The app runs on a tiny model trained on real MNIST (the session's `tiny_checkpoint`),
+shipped to it as `mnist.safetensors` in a temporary checkpoints folder; its runs go
+to a temporary runs folder. Each test opens its own browser session. Full-page
+screenshots of the five pages go to $CAPSNET_SCREENSHOTS_DIR (the README's are made
+with CAPSNET_SCREENSHOTS_DIR=docs), else to a temporary folder.
+
+Needs Chromium (Debian: `apt-get install chromium`): skipped without it, except in CI
+(`CI` set), where a missing browser is a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from browser_support import (
+    CHROMIUM_ARGS,
+    PAGE_LOAD_MS,
+    RERUN_MS,
+    VIEWPORT,
+    App,
+    draw_one,
+    draw_zero,
+    find_chromium,
+    full_page_screenshot,
+    go_to,
+    sidebar,
+    streamlit_app,
+    wait_idle,
+    wait_rendered,
+)
+
+try:
+    from playwright.sync_api import expect, sync_playwright
+except ImportError:  # pragma: no cover - the dev extra installs it
+    sync_playwright = None  # type: ignore[assignment]
+
+pytestmark = pytest.mark.browser
+
+TRAINING_S = 240  # the quick run started from the sidebar must finish within this
+
+
+def _missing(message: str) -> None:
+    if os.environ.get("CI"):
+        pytest.fail(message + " (the browser tests must run in CI)")
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def chromium() -> str:
+    """The browser, checked first (autouse, session scope): no model is trained for tests that cannot run."""
+    if sync_playwright is None:
+        _missing("the playwright package is missing: pip install -e '.[dev]'")
+    path = find_chromium()
+    if path is None:
+        _missing("no Chromium at /usr/bin/chromium or on PATH: install Chromium: apt-get install chromium")
+    return path  # type: ignore[return-value]
+
+
+@pytest.fixture(scope="module")
+def app(chromium: str, tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[App]:
+    """The dashboard, served from a subprocess on a free port, with its own runs and checkpoints folders."""
+    with streamlit_app(tmp_path_factory.mktemp("browser-app"), tiny_checkpoint) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = os.environ.get("CAPSNET_SCREENSHOTS_DIR")
+    path = Path(folder) if folder else tmp_path_factory.mktemp("screenshots")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@pytest.fixture(scope="module")
+def browser(chromium: str) -> Iterator:
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS, timeout=60_000)
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+@pytest.fixture
+def page(browser, app: App) -> Iterator:
+    """A new browser session on the app (each test starts from a fresh session state)."""
+    context = browser.new_context(viewport=VIEWPORT, device_scale_factor=1)
+    context.set_default_timeout(RERUN_MS)
+    context.set_default_navigation_timeout(PAGE_LOAD_MS)
+    tab = context.new_page()
+    try:
+        yield tab
+    finally:
+        context.close()
+
+
+def open_app(page, app: App, path: str = "/") -> None:
+    page.goto(app.url + path)
+    expect(page.get_by_test_id("stSidebarNav")).to_be_visible(timeout=PAGE_LOAD_MS)
+
+
+def prediction(page):
+    return page.get_by_test_id("stMetric").filter(has_text="Prediction").get_by_test_id("stMetricValue")
+
+
+def draw_and_predict(page, draw=draw_one) -> str:
+    """Draw on the Draw page's canvas; the predicted class shown once the network has read it."""
+    draw(page)
+    value = prediction(page)
+    expect(value).to_have_text(re.compile(r"^\s*\d\s*$"), timeout=RERUN_MS)
+    return value.inner_text().strip()
+
+
+# ---------------------------------------------------------------- Draw
+
+
+def test_draw_a_digit_and_see_the_prediction(page, app: App, screenshots: Path) -> None:
+    open_app(page, app)
+    empty_notice = page.get_by_text("Draw a digit on the canvas: the prediction appears here.")
+    expect(empty_notice).to_be_visible(timeout=PAGE_LOAD_MS)
+    wait_idle(page)
+    expect(page.get_by_test_id("stMetricValue")).to_have_count(0)  # an empty canvas predicts nothing
+
+    one = draw_and_predict(page, draw_one)
+    # a vertical bar is the easiest "1": the tiny model (about 90% on the test set) reads it right
+    assert one == "1", f"a vertical stroke was read as {one}"
+    expect(empty_notice).to_be_hidden()
+    expect(page.get_by_text("input: your drawing")).to_be_visible()
+    expect(page.get_by_text("reconstruction from capsule 1")).to_be_visible()
+    expect(page.locator(".st-key-lengths_chart .main-svg").first).to_be_visible()
+    images = page.get_by_test_id("stMain").get_by_test_id("stImage").locator("img")
+    expect(images).to_have_count(3)  # the 28x28 preview, then the input and its reconstruction
+    wait_rendered(page)
+    sizes = images.evaluate_all("imgs => imgs.map(i => [i.naturalWidth, i.naturalHeight])")
+    assert all(w == h and w >= 28 for w, h in sizes), sizes
+    # (taken before the second drawing: after a prediction changes, "Reconstruct as" shows a blank placeholder)
+    full_page_screenshot(page, screenshots / "draw.png")
+
+    page.get_by_role("button", name="Clear").click()
+    expect(empty_notice).to_be_visible(timeout=RERUN_MS)
+    expect(page.get_by_test_id("stMetricValue")).to_have_count(0, timeout=RERUN_MS)
+
+    zero = draw_and_predict(page, draw_zero)
+    print(f"vertical stroke read as {one}, loop read as {zero}")
+    expect(page.get_by_text(f"reconstruction from capsule {zero}")).to_be_visible(timeout=RERUN_MS)
+    expect(page.get_by_text("input: your drawing")).to_be_visible()
+    expect(images).to_have_count(3)
+    wait_rendered(page)
+
+
+# ---------------------------------------------------------------- Capsule dimensions
+
+
+def test_moving_a_dimension_slider_changes_the_reconstruction(page, app: App, screenshots: Path) -> None:
+    open_app(page, app)
+    digit = draw_and_predict(page)
+    go_to(page, "Capsule dimensions")
+    slider = page.locator(".st-key-dim_0").get_by_role("slider")
+    expect(slider).to_be_visible(timeout=RERUN_MS)
+    expect(page.locator("[class*=st-key-dim_]").get_by_role("slider")).to_have_count(16)
+    expect(page.get_by_text("No dimension moved yet")).to_be_visible()
+    edited = page.get_by_test_id("stImage").filter(has_text="edited reconstruction").locator("img")
+    expect(edited).to_be_visible()
+    wait_idle(page)
+    before_src = edited.get_attribute("src")
+    before_bytes = page.request.get(before_src).body()
+    before_value = float(slider.input_value())
+
+    slider.focus()
+    for _ in range(15):
+        page.keyboard.press("ArrowRight")
+    expect(edited).not_to_have_attribute("src", before_src, timeout=RERUN_MS)
+    expect(page.get_by_text("1 of 16 dimensions moved.")).to_be_visible(timeout=RERUN_MS)
+    wait_idle(page)
+    assert float(slider.input_value()) > before_value
+    after_bytes = page.request.get(edited.get_attribute("src")).body()
+    assert after_bytes[:8] == b"\x89PNG\r\n\x1a\n" and after_bytes != before_bytes
+    expect(page.get_by_text(f"from capsule {digit}")).to_be_visible()
+    full_page_screenshot(page, screenshots / "dimensions.png")
+
+
+# ---------------------------------------------------------------- Routing
+
+_RECORD_ROUTING = """
+(root) => {
+  const plot = root.querySelector('.js-plotly-plot');
+  const read = () => {
+    const current = [...plot.querySelectorAll('g.slider-group > text.slider-label')].map(t => t.textContent).join('');
+    const bars = [...plot.querySelectorAll('text.bartext')].map(t => t.textContent).join(' ');
+    return current + ' | ' + bars;
+  };
+  window.__e2eRouting = [read()];
+  window.__e2eAnimated = false;
+  plot.on('plotly_animated', () => { window.__e2eAnimated = true; });
+  window.__e2eTimer = setInterval(() => {
+    const state = read(), log = window.__e2eRouting;
+    if (log[log.length - 1] !== state) log.push(state);
+  }, 20);
+}
+"""
+
+
+def routing_steps(figure) -> int:
+    return figure.locator("g.slider-label-group").count()
+
+
+def test_routing_animation_plays_one_frame_per_iteration(page, app: App, screenshots: Path) -> None:
+    open_app(page, app)
+    draw_and_predict(page)
+    go_to(page, "Routing")
+    figure = page.locator(".st-key-routing_animation")
+    play = figure.locator(".updatemenu-button").filter(has_text="Play")
+    expect(play).to_be_visible(timeout=RERUN_MS)
+    iterations_slider = page.locator(".st-key-routing_iterations").get_by_role("slider")
+    iterations = int(iterations_slider.input_value())
+    assert iterations == 3  # the tiny model was trained with the paper's 3
+    assert routing_steps(figure) == iterations
+    wait_rendered(page)
+    expect(figure.locator("g.slider-group > text.slider-label")).to_have_text(f"iteration: {iterations}")
+
+    figure.evaluate(_RECORD_ROUTING)
+    play.click()
+    page.wait_for_function("() => window.__e2eAnimated === true", timeout=60_000, polling=100)
+    log: list[str] = page.evaluate("() => { clearInterval(window.__e2eTimer); return window.__e2eRouting; }")
+    shown = [state.split(" | ")[0] for state in log]
+    assert shown[0] == f"iteration: {iterations}" and shown[-1] == f"iteration: {iterations}", log
+    frames = list(dict.fromkeys(shown[1:]))  # the frames in the order they were shown
+    assert frames == [f"iteration: {t}" for t in range(1, iterations + 1)], log
+    bars = {state.split(" | ")[0]: state.split(" | ")[1] for state in log}  # the last bars seen in each frame
+    first, last = bars["iteration: 1"].split(), bars[f"iteration: {iterations}"].split()
+    assert len(first) == len(last) == 10 and first != last, log  # routing changed the capsule lengths
+    full_page_screenshot(page, screenshots / "routing.png")
+
+    iterations_slider.focus()
+    page.keyboard.press("ArrowRight")
+    page.keyboard.press("ArrowRight")
+    expect(page.get_by_text("With 5 iterations")).to_be_visible(timeout=RERUN_MS)
+    expect(figure.locator("g.slider-label-group")).to_have_count(5, timeout=RERUN_MS)
+    expect(figure.locator("g.slider-group > text.slider-label")).to_have_text("iteration: 5")
+    assert int(iterations_slider.input_value()) == 5
+
+
+# ---------------------------------------------------------------- Training from the sidebar
+
+
+def test_train_from_the_sidebar_and_pick_the_new_model(page, app: App, screenshots: Path) -> None:
+    open_app(page, app, "/training")
+    bar = sidebar(page)
+    expect(page.get_by_text("No training runs yet")).to_be_visible(timeout=PAGE_LOAD_MS)
+    bar.get_by_text("Train a model").click()
+    preset = bar.locator(".st-key-train_preset").get_by_role("combobox")
+    expect(preset).to_be_visible()
+    preset.click()
+    page.get_by_role("option", name="Tiny CapsNet (quick demo)").click()
+    expect(preset).to_have_value(re.compile("Tiny CapsNet"))
+    for key, value in (("train_epochs", "2"), ("train_batch", "20"), ("train_size", "300"), ("test_size", "200")):
+        field = bar.locator(f".st-key-{key} input")
+        field.fill(value)
+        field.press("Tab")
+        expect(field).to_have_value(value)
+
+    bar.get_by_role("button", name="Start training").click()
+    started = bar.get_by_text(re.compile(r"Started \S+ \(pid \d+\)\."))
+    expect(started).to_be_visible(timeout=RERUN_MS)
+    name = re.search(r"Started (\S+) \(pid", started.inner_text()).group(1)  # type: ignore[union-attr]
+    assert re.fullmatch(r"\d{8}-\d{6}-mnist(-\d+)?", name), name
+
+    # live progress in the sidebar: the progress bar, then epoch and batch
+    expect(bar.get_by_test_id("stProgress")).to_be_visible(timeout=RERUN_MS)
+    expect(bar.get_by_text(re.compile(r"Epoch [12]/2 · batch \d+/15"))).to_be_visible(timeout=TRAINING_S * 1000)
+    finished = bar.get_by_text(re.compile(rf"{name} finished\. Test accuracy \d+\.\d\d%\."))
+    expect(finished).to_be_visible(timeout=TRAINING_S * 1000)
+    accuracy = re.search(r"Test accuracy (\d+\.\d\d)%", finished.inner_text()).group(1)  # type: ignore[union-attr]
+    expect(bar.get_by_test_id("stProgress")).to_have_count(0, timeout=RERUN_MS)
+
+    # the run is on the Training runs page, with its curves
+    expect(page.locator(".st-key-compare_runs")).to_contain_text(name, timeout=RERUN_MS)
+    expect(page.locator(".st-key-training_curves .main-svg").first).to_be_visible(timeout=RERUN_MS)
+    expect(page.locator(".st-key-training_curves")).to_contain_text(name)
+
+    # and its model is in the checkpoint picker
+    picker = bar.locator(".st-key-checkpoint_picker").get_by_role("combobox")
+    picker.click()
+    option = page.get_by_role("option", name=re.compile(rf"run {re.escape(name)}, 2 epochs"))
+    expect(option).to_be_visible(timeout=RERUN_MS)
+    expect(page.get_by_role("option", name=re.compile(r"shipped \(mnist\.safetensors\)"))).to_be_visible()
+    option.click()
+    expect(picker).to_have_value(re.compile(rf"{accuracy}% · run {re.escape(name)}"), timeout=RERUN_MS)
+    expect(bar.get_by_text(f"test accuracy {accuracy}% · 2 epochs")).to_be_visible(timeout=RERUN_MS)
+    full_page_screenshot(page, screenshots / "training.png")
+
+
+# ---------------------------------------------------------------- Evaluate
+
+
+def test_evaluate_the_model_on_the_test_set(page, app: App, screenshots: Path) -> None:
+    open_app(page, app, "/evaluate")
+    metric = page.get_by_test_id("stMetric").filter(has_text="Test accuracy").get_by_test_id("stMetricValue")
+    expect(metric).to_have_text(re.compile(r"^\d{1,3}\.\d\d%$"), timeout=PAGE_LOAD_MS)
+    assert float(metric.inner_text().rstrip("%")) > 50  # a trained model, not chance
+    expect(page.get_by_text("Mistakes (of 10,000)")).to_be_visible()
+    expect(page.locator(".st-key-confusion .main-svg").first).to_be_visible(timeout=RERUN_MS)
+    expect(page.get_by_text(re.compile(r"^Predicted: "))).to_be_visible(timeout=RERUN_MS)
+    full_page_screenshot(page, screenshots / "evaluate.png")
+
+    first_1000 = page.locator(".st-key-eval_size").get_by_role("radio", name=re.compile("first 1,000"))
+    first_1000.click()
+    expect(first_1000).to_be_checked(timeout=RERUN_MS)
+    expect(page.get_by_text("Mistakes (of 1,000)")).to_be_visible(timeout=RERUN_MS)
