@@ -12,6 +12,7 @@ capsules and |v_j| their lengths (the probability that digit j is present).
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -164,6 +165,17 @@ def coupling_maps(coupling: np.ndarray, digit: int, types: int, grid: int) -> np
 def primary_maps(primary_lengths: np.ndarray, types: int, grid: int) -> np.ndarray:
     """Primary capsule lengths as spatial maps: (N,) -> (types, grid, grid)."""
     return np.asarray(primary_lengths, dtype=np.float32).reshape(types, grid, grid)  # (32, 6, 6)
+
+
+def tile_columns(count: int, aspect: float = 2.0) -> int:
+    """How many columns of square maps make a grid about `aspect` times as wide as it is tall.
+
+    32 types -> 8 columns (4 rows of 8, as in the paper's figures); 8 types -> 4 (2 rows of 4).
+    """
+    count = max(1, int(count))
+    columns = min(count, max(1, math.ceil(math.sqrt(aspect * count))))
+    rows = -(-count // columns)
+    return -(-count // rows)  # as few empty cells as that many rows allows
 
 
 def tile_maps(maps: np.ndarray, columns: int = 8, gap: int = 1) -> np.ndarray:

@@ -17,7 +17,7 @@ from PIL import Image
 from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
-from capsnet.explain import tile_maps
+from capsnet.explain import tile_columns, tile_maps
 
 WINNER = "#ff4b4b"  # Streamlit's accent red: the winning capsule
 OTHER = "#7f8ea3"
@@ -32,13 +32,17 @@ def _layout(fig: go.Figure, height: int, **extra: Any) -> go.Figure:
     return fig
 
 
+MARGIN_LABEL_SPACE = 64  # px right of the plot area for the margin labels
+
+
 def _margin_lines(fig: go.Figure, m_plus: float, m_minus: float, axis: str = "") -> None:
-    """Dashed lines at m+ and m- across the plot on axes x{axis}/y{axis} (plain shapes: much cheaper than add_hline)."""
+    """Dashed lines at m+ and m- across the plot on axes x{axis}/y{axis} (plain shapes: much cheaper than add_hline).
+
+    Their labels sit just right of the plot area, at the end of each line, where no bar label or
+    curve can reach them; the figure needs MARGIN_LABEL_SPACE px of room there.
+    """
     shapes, notes = list(fig.layout.shapes or ()), list(fig.layout.annotations or ())
-    for y, colour, text, side in (
-        (m_plus, MARGIN_PLUS, f"m⁺ = {m_plus}", "left"),
-        (m_minus, MARGIN_MINUS, f"m⁻ = {m_minus}", "right"),
-    ):
+    for y, colour, text in ((m_plus, MARGIN_PLUS, f"m⁺ = {m_plus}"), (m_minus, MARGIN_MINUS, f"m⁻ = {m_minus}")):
         shapes.append(
             dict(
                 type="line",
@@ -55,12 +59,13 @@ def _margin_lines(fig: go.Figure, m_plus: float, m_minus: float, axis: str = "")
             dict(
                 xref=f"x{axis} domain",
                 yref=f"y{axis}",
-                x=0 if side == "left" else 1,
+                x=1,
                 y=y,
+                xshift=4,
                 text=text,
                 showarrow=False,
-                xanchor=side,
-                yanchor="bottom",
+                xanchor="left",
+                yanchor="middle",
                 font=dict(size=11, color=colour),
             )
         )
@@ -102,12 +107,24 @@ def lengths_bar(
         height,
         showlegend=False,
         title=None if compact else "Digit-capsule lengths: the probability that each class is present",
-        margin=dict(l=10, r=10, t=10 if compact else 40, b=10),
+        margin=dict(l=10, r=10 if compact else MARGIN_LABEL_SPACE, t=10 if compact else 40, b=10),
     )
 
 
-def _play_controls(names: Sequence[str], active: int, label: str, duration: int = 900) -> dict[str, Any]:
-    """Plotly updatemenus (play / pause) and a slider over the frames called `names`."""
+def _play_controls(
+    names: Sequence[str],
+    active: int,
+    label: str,
+    duration: int = 900,
+    slider_y: float = -0.13,
+    buttons_y: float = -0.2,
+    slider_x: float = 0.18,
+) -> dict[str, Any]:
+    """Plotly updatemenus (play / pause) and a slider over the frames called `names`.
+
+    `slider_y` and `buttons_y` are their tops, as fractions of the plot area's height below its bottom;
+    the slider spans from `slider_x` (a fraction of the plot area's width) to the right edge.
+    """
     step_args = dict(mode="immediate", frame=dict(duration=0, redraw=True), transition=dict(duration=0))
     return dict(
         updatemenus=[
@@ -116,7 +133,7 @@ def _play_controls(names: Sequence[str], active: int, label: str, duration: int 
                 direction="left",
                 showactive=False,
                 x=0.0,
-                y=-0.2,
+                y=buttons_y,
                 xanchor="left",
                 yanchor="top",
                 pad=dict(t=0, r=10),
@@ -144,9 +161,9 @@ def _play_controls(names: Sequence[str], active: int, label: str, duration: int 
         sliders=[
             dict(
                 active=active,
-                x=0.18,
-                len=0.82,
-                y=-0.13,
+                x=slider_x,
+                len=1.0 - slider_x,
+                y=slider_y,
                 yanchor="top",
                 currentvalue=dict(prefix=f"{label}: ", visible=True),
                 steps=[dict(label=name, method="animate", args=[[name], step_args]) for name in names],
@@ -258,7 +275,7 @@ def routing_animation(
     )
     _margin_lines(fig, m_plus, m_minus, axis="2")
     fig.update_layout(**_play_controls(names, last, "iteration"), showlegend=False)
-    return _layout(fig, height, margin=dict(l=10, r=10, t=40, b=130))
+    return _layout(fig, height, margin=dict(l=10, r=MARGIN_LABEL_SPACE, t=40, b=130))
 
 
 def _tile_hover(types: int, grid: int, columns: int) -> np.ndarray:
@@ -267,10 +284,37 @@ def _tile_hover(types: int, grid: int, columns: int) -> np.ndarray:
     return tile_maps(ids, columns)
 
 
-def coupling_maps_figure(maps: np.ndarray, digit_name: str, columns: int = 8, height: int = 430) -> go.Figure:
-    """Coupling of every primary capsule to one digit capsule, as a grid of types x (6x6 positions), one frame per iteration."""
+TILE_TOP, TILE_BOTTOM, TILE_SIDES = 40, 10, 100  # px around tiled maps: title, nothing, margins + colour bar
+CONTROLS_HEIGHT = 142  # px under an animated figure for its slider and, under that, its play buttons
+SLIDER_BELOW, BUTTONS_BELOW = 6, 106  # px from the plot area's bottom to the slider's and the buttons' tops
+
+
+def _tiled_height(tiles: np.ndarray, width: int, bottom: int) -> tuple[int, int]:
+    """(figure height, plot-area height) that show tiled maps (..., H, W) with square cells in a `width` px figure."""
+    rows, cols = tiles.shape[-2:]
+    plot = int(np.clip(round((width - TILE_SIDES) * rows / cols), 80, 900))
+    return TILE_TOP + plot + bottom, plot
+
+
+def _square_cells(fig: go.Figure) -> None:
+    """Square cells, the blocks top to bottom, no ticks; a narrower container trims the sides, not the height."""
+    fig.update_yaxes(
+        autorange="reversed", showticklabels=False, scaleanchor="x", constrain="domain", showgrid=False, zeroline=False
+    )
+    fig.update_xaxes(showticklabels=False, constrain="domain", showgrid=False, zeroline=False)
+
+
+def coupling_maps_figure(
+    maps: np.ndarray, digit_name: str, columns: int | None = None, width: int = 560, height: int | None = None
+) -> go.Figure:
+    """Coupling of every primary capsule to one digit capsule, as a grid of types x (6x6 positions), one frame per iteration.
+
+    The blocks are laid out about twice as wide as tall (`tile_columns`) and, unless `height` is
+    given, the figure is as tall as they need in a figure about `width` px wide: no empty band.
+    """
     maps = np.asarray(maps, dtype=np.float32)
     r, types, grid, _ = maps.shape
+    columns = columns or tile_columns(types)
     tiles = tile_maps(maps, columns)  # (r, H, W)
     type_ids = _tile_hover(types, grid, columns)  # (H, W)
     names = [str(t + 1) for t in range(r)]
@@ -292,15 +336,20 @@ def coupling_maps_figure(maps: np.ndarray, digit_name: str, columns: int = 8, he
             hovertemplate=f"type %{{customdata[0]}}, position (%{{customdata[1]}}, %{{customdata[2]}})<br>c to {digit_name} = %{{z:.3f}}<extra></extra>",
         )
 
+    auto_height, plot = _tiled_height(tiles, width, CONTROLS_HEIGHT)
+    if height is not None:
+        plot = max(height - TILE_TOP - CONTROLS_HEIGHT, 1)
     frames = [go.Frame(data=[go.Heatmap(z=tiles[t])], traces=[0], name=names[t]) for t in range(r)]  # only z changes
     fig = go.Figure(heatmap(r - 1), frames=frames)
-    fig.update_yaxes(autorange="reversed", showticklabels=False, scaleanchor="x", showgrid=False, zeroline=False)
-    fig.update_xaxes(showticklabels=False, showgrid=False, zeroline=False)
+    _square_cells(fig)
     fig.update_layout(
-        **_play_controls(names, r - 1, "iteration"),
+        # the slider across the whole width, the buttons under it: side by side they would overlap in a narrow column
+        **_play_controls(
+            names, r - 1, "iteration", slider_y=-SLIDER_BELOW / plot, buttons_y=-BUTTONS_BELOW / plot, slider_x=0.0
+        ),
         title=f"Coupling to capsule {digit_name}: one {grid}x{grid} block per type",
     )
-    return _layout(fig, height, margin=dict(l=10, r=10, t=40, b=130))
+    return _layout(fig, height or auto_height, margin=dict(l=10, r=10, t=TILE_TOP, b=CONTROLS_HEIGHT))
 
 
 def iteration_lengths_figure(
@@ -333,13 +382,26 @@ def iteration_lengths_figure(
     _margin_lines(fig, m_plus, m_minus)
     fig.update_xaxes(title="routing iteration", tickmode="array", tickvals=iterations)
     fig.update_yaxes(title="|v|", range=[0, 1.05])
-    return _layout(fig, height, title="Lengths after each iteration", legend=dict(title="capsule"))
+    # the legend at the figure's right edge, past the margin labels at the ends of the dashed lines
+    return _layout(
+        fig,
+        height,
+        title="Lengths after each iteration",
+        legend=dict(title="capsule", xref="container", x=1.0, xanchor="right"),
+        margin=dict(l=10, r=MARGIN_LABEL_SPACE + 70, t=40, b=10),
+    )
 
 
-def primary_lengths_figure(maps: np.ndarray, columns: int = 8, height: int = 300) -> go.Figure:
-    """Lengths of all primary capsules (types x 6x6 grid), tiled: which parts of the image each type detected."""
+def primary_lengths_figure(
+    maps: np.ndarray, columns: int | None = None, width: int = 900, height: int | None = None
+) -> go.Figure:
+    """Lengths of all primary capsules (types x 6x6 grid), tiled: which parts of the image each type detected.
+
+    Laid out and sized like `coupling_maps_figure` (for a figure about `width` px wide).
+    """
     maps = np.asarray(maps, dtype=np.float32)
     types, grid, _ = maps.shape
+    columns = columns or tile_columns(types)
     tiles = tile_maps(maps, columns)
     type_ids = _tile_hover(types, grid, columns)
     customdata = np.stack([type_ids, *np.indices(type_ids.shape) % (grid + 1)], axis=-1)
@@ -355,10 +417,12 @@ def primary_lengths_figure(maps: np.ndarray, columns: int = 8, height: int = 300
             hovertemplate="type %{customdata[0]}, position (%{customdata[1]}, %{customdata[2]})<br>|u| = %{z:.3f}<extra></extra>",
         )
     )
-    fig.update_yaxes(autorange="reversed", showticklabels=False, scaleanchor="x", showgrid=False, zeroline=False)
-    fig.update_xaxes(showticklabels=False, showgrid=False, zeroline=False)
+    _square_cells(fig)
     return _layout(
-        fig, height, title=f"Primary capsules: length of each of the {types * grid * grid} (one block per type)"
+        fig,
+        height or _tiled_height(tiles, width, TILE_BOTTOM)[0],
+        title=f"Primary capsules: length of each of the {types * grid * grid} (one block per type)",
+        margin=dict(l=10, r=10, t=TILE_TOP, b=TILE_BOTTOM),
     )
 
 
@@ -461,16 +525,20 @@ def dimension_profile_figure(
 
 
 def training_curves(runs: Mapping[str, Sequence[Mapping[str, Any]]], height: int = 400) -> go.Figure:
-    """Loss and accuracy per epoch for several runs side by side (test solid, train dotted)."""
+    """Loss and accuracy per epoch for several runs side by side (test solid, train dotted).
+
+    The legend has one group per run, titled with its name, holding a "test" (solid) and a "train"
+    (dotted) entry: clicking an entry shows or hides the whole run.
+    """
     fig = make_subplots(rows=1, cols=2, subplot_titles=("Loss", "Accuracy"), horizontal_spacing=0.1)
     for n, (name, records) in enumerate(runs.items()):
         colour = RUN_COLOURS[n % len(RUN_COLOURS)]
         epochs = [r.get("epoch") for r in records]
         for key, col, dash, label in (
-            ("train_loss", 1, "dot", "train"),
             ("test_loss", 1, "solid", "test"),
-            ("train_accuracy", 2, "dot", "train"),
+            ("train_loss", 1, "dot", "train"),
             ("test_accuracy", 2, "solid", "test"),
+            ("train_accuracy", 2, "dot", "train"),
         ):
             values = [r.get(key) for r in records]
             fig.add_trace(
@@ -478,9 +546,10 @@ def training_curves(runs: Mapping[str, Sequence[Mapping[str, Any]]], height: int
                     x=epochs,
                     y=values,
                     mode="lines+markers",
-                    name=f"{name} ({label})",
+                    name=label,
                     legendgroup=name,
-                    showlegend=key == "test_accuracy",
+                    legendgrouptitle=dict(text=name),
+                    showlegend=col == 1,  # one entry per line style, the accuracy panel's twins share them
                     line=dict(color=colour, dash=dash),
                     marker=dict(size=5),
                     hovertemplate=f"{name}<br>epoch %{{x}}<br>{key.replace('_', ' ')} = %{{y:.4f}}<extra></extra>",

@@ -112,20 +112,24 @@ def train_form() -> None:
                 "Device", list(DEVICE_CHOICES), key="train_device", help="auto: a GPU if there is one"
             )
             submitted = st.form_submit_button("Start training", type="primary", icon=":material/play_arrow:")
+        # one slot, present on every run, for the start message: the caption below keeps its place, so no stale
+        # copy of it lingers while the next run of the app goes on
+        notice = st.empty()
         if submitted:
-            start_training(
-                runs.TrainRequest(
-                    dataset=dataset,
-                    epochs=int(epochs),
-                    batch_size=int(batch),
-                    lr=float(lr),
-                    routing_iterations=int(iterations),
-                    device=device,
-                    train_size=int(train_size),
-                    test_size=int(test_size),
-                    preset=preset,
+            with notice.container():
+                start_training(
+                    runs.TrainRequest(
+                        dataset=dataset,
+                        epochs=int(epochs),
+                        batch_size=int(batch),
+                        lr=float(lr),
+                        routing_iterations=int(iterations),
+                        device=device,
+                        train_size=int(train_size),
+                        test_size=int(test_size),
+                        preset=preset,
+                    )
                 )
-            )
         st.caption("Runs are saved in `runs/<time>-<dataset>/`. One run at a time on this machine.")
 
 
@@ -142,11 +146,14 @@ def start_training(request: runs.TrainRequest) -> None:
 
 # ---------------------------------------------------------------- live progress
 
+APP_RERUN = "progress_app_rerun"  # a run just ended and its end is shown: rerun the app to list its model
+
 
 def progress_panel() -> None:
-    """Live progress of the running run, refreshed by a fragment (every second while one runs)."""
+    """Live progress of the running run, refreshed by a fragment (every second while one runs or just ended)."""
     active = runs.active_run(state.runs_root())
-    st.fragment(run_every=1.0 if active else 5.0)(_progress_body)()
+    busy = active or st.session_state.get(state.WATCHED_RUN) or st.session_state.get(APP_RERUN)
+    st.fragment(run_every=1.0 if busy else 5.0)(_progress_body)()
 
 
 def _cancel() -> None:
@@ -157,16 +164,25 @@ def _cancel() -> None:
 
 
 def _progress_body() -> None:
+    """The progress, or how the last run ended.
+
+    When the run ends, this fragment first replaces its progress with the end in a run of its own (a
+    finished fragment run clears its old elements at once); only its next tick reruns the whole app
+    so that the picker lists the new model. Rerunning the app straight away would leave the old
+    progress, loss and Cancel button on screen, stale, until the page's script had finished too.
+    """
+    if st.session_state.pop(APP_RERUN, False):
+        st.rerun(scope="app")
     root = state.runs_root()
     active = runs.active_run(root)
     watched = st.session_state.get(state.WATCHED_RUN)
     if active is None:
         if watched:
-            # the run just ended: refresh the whole page so the picker lists its model
+            # the run just ended: show it now, refresh the whole page (and the picker) on the next tick
             st.session_state[state.WATCHED_RUN] = None
             st.session_state[state.FINISHED_RUN] = watched
             state.checkpoint_entries.clear()
-            st.rerun()
+            st.session_state[APP_RERUN] = True
         _finished_panel()
         return
     if watched != active.name:

@@ -37,6 +37,16 @@ FINISHED_RUN = "finished_run"
 
 MNIST_DIGITS = [str(d) for d in range(10)]
 
+# The first option of the "which capsule" select boxes: follow the prediction, whatever it is. Not None: a select
+# box whose value is None shows its placeholder ("Choose an option") once it is drawn again (Streamlit reads None
+# as "nothing chosen"); and its label never names the class, since the browser keeps the chosen option by label.
+PREDICTED = -1
+
+
+def capsule_choice(choice: int | None) -> int | None:
+    """The class a "which capsule" select box names, or None for the predicted one."""
+    return None if choice is None or int(choice) == PREDICTED else int(choice)
+
 
 def configure_torch() -> None:
     """Apply `inference_threads` to this server process (once; cheap to call on every rerun)."""

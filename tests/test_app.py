@@ -122,6 +122,50 @@ def test_reconstruct_as_another_class(app_with_run) -> None:  # noqa: F811
     assert any("capsule 9" in c or "capsule 8" in c for c in after[0].captions)
 
 
+def _predictions(run_dir: Path, count: int = 50) -> np.ndarray:
+    """What the tiny model predicts for the first test images."""
+    from capsnet.checkpoint import load_checkpoint
+    from capsnet.data import as_tensors, load_dataset
+    from capsnet.explain import reconstruct
+
+    model = load_checkpoint(run_dir / "best.safetensors").model
+    images, _ = as_tensors(load_dataset("mnist", train=False))
+    return reconstruct(model, images[:count]).predictions
+
+
+@pytest.mark.parametrize(
+    ("page", "key", "label"),
+    [
+        ("app_pages/draw.py", "reconstruct_as", "the prediction"),
+        ("app_pages/routing.py", "routing_digit", "the prediction"),
+        ("app_pages/dimensions.py", "dims_class", "the winning capsule"),
+    ],
+)
+def test_the_follow_the_prediction_option_keeps_its_label(app_with_run, tiny_run, page, key, label) -> None:  # noqa: F811
+    """The box keeps showing its first option as the input changes.
+
+    The browser keeps a select box's value as its label: a label naming the predicted class changes with the
+    input and leaves the box blank ("Choose an option"); so does a None value (Streamlit then sends no default
+    index, and a box drawn anew shows its placeholder). The class is said in the help instead."""
+    predicted = _predictions(tiny_run)
+    first, other = 0, int(np.flatnonzero(predicted != predicted[0])[0])
+    at = new_app().run()
+    seen = []
+    for index in (first, other):
+        pick_test_image(at, index)
+        at.switch_page(page).run()
+        no_exception(at)
+        at.run()  # a second run of the page, with the box's value now in the session
+        box = at.selectbox(key=key)
+        assert box.format_func(box.value) == label and box.index == 0
+        assert box.proto.HasField("default") and box.proto.default == 0  # not blank when drawn again
+        seen.append((list(box.options), box.help))
+        at.switch_page("app_pages/draw.py").run()
+    (options_1, help_1), (options_2, help_2) = seen
+    assert options_1 == options_2 and options_1[0] == label  # the same labels whatever the prediction
+    assert f"now {predicted[first]}" in help_1 and f"now {predicted[other]}" in help_2
+
+
 def test_moving_a_slider_changes_the_reconstruction(app_with_run) -> None:  # noqa: F811
     at = pick_test_image(new_app().run(), 1)
     at.switch_page("app_pages/dimensions.py").run()
@@ -218,3 +262,55 @@ def test_the_training_page_lists_runs_and_a_second_start_is_refused(app_with_run
         assert at.dataframe
     finally:
         runs.cancel_run(runs_root)
+
+
+def test_evaluate_starts_on_the_first_1000_test_images(app_with_run) -> None:  # noqa: F811
+    """All 10,000 take minutes with the paper's model on a CPU: an explicit choice, never the default."""
+    clear_streamlit_caches()
+    at = AppTest.from_file(APP, default_timeout=180)  # no eval_size set beforehand, unlike new_app()
+    at.switch_page("app_pages/evaluate.py").run()
+    no_exception(at)
+    sizes = at.segmented_control(key="eval_size")
+    assert sizes.value == 1000
+    labels = list(sizes.options)  # as shown
+    assert labels == ["first 1,000", "all 10,000 (takes a while on a CPU)"]
+    assert any(m.label == "Mistakes (of 1,000)" for m in at.metric)
+    # MNIST's class names are its class numbers: no "name" column repeating the "class" column
+    (table,) = [d.value for d in at.dataframe]  # the per-class table
+    assert list(table.columns) == ["class", "accuracy", "correct"] and list(table["class"]) == list(range(10))
+
+
+def test_a_finished_run_replaces_the_progress_in_the_sidebar(app_with_run, tmp_path: Path) -> None:  # noqa: F811
+    """The run's end is shown in the progress panel's own run (no Cancel, no loss left); the app reruns after."""
+    import subprocess
+    import sys
+    import time
+
+    from capsnet import runs
+
+    runs_root, _ = app_with_run
+    fake = tmp_path / "fake-python"
+    fake.write_text(f"#!{sys.executable}\nimport time\ntime.sleep(4)\n")
+    fake.chmod(0o755)
+    running = runs.start_run(runs.TrainRequest(epochs=1), runs_root, python=str(fake))
+    at = new_app().run()
+    no_exception(at)
+    assert any(running.run_dir.name in m.value for m in at.sidebar.markdown)
+    assert "cancel_run" in [b.key for b in at.sidebar.button]
+    try:
+        runs._CHILDREN[running.pid].wait(timeout=60)
+    except (KeyError, subprocess.TimeoutExpired):
+        deadline = time.monotonic() + 60
+        while runs.active_run(runs_root) is not None and time.monotonic() < deadline:
+            time.sleep(0.2)
+    at.run()
+    no_exception(at)
+    assert any(running.run_dir.name in e.value and "failed" in e.value for e in at.sidebar.error)  # it never trained
+    assert "cancel_run" not in [b.key for b in at.sidebar.button] and not at.sidebar.get("progress")
+    assert at.session_state["progress_app_rerun"] is True  # the next tick reruns the whole app
+    at.run()
+    no_exception(at)
+    assert "progress_app_rerun" not in at.session_state
+    assert any(running.run_dir.name in e.value for e in at.sidebar.error)  # still shown until dismissed
+    captions = [c.value for c in at.sidebar.caption if c.value.startswith("Runs are saved in")]
+    assert len(captions) == 1

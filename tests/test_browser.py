@@ -24,6 +24,7 @@ from browser_support import (
     RERUN_MS,
     VIEWPORT,
     App,
+    canvas_box,
     draw_one,
     draw_zero,
     find_chromium,
@@ -139,8 +140,19 @@ def test_draw_a_digit_and_see_the_prediction(page, app: App, screenshots: Path) 
     wait_rendered(page)
     sizes = images.evaluate_all("imgs => imgs.map(i => [i.naturalWidth, i.naturalHeight])")
     assert all(w == h and w >= 28 for w, h in sizes), sizes
-    # (taken before the second drawing: after a prediction changes, "Reconstruct as" shows a blank placeholder)
+    reconstruct_as = page.locator(".st-key-reconstruct_as input")
+    expect(reconstruct_as).to_have_value("the prediction")
     full_page_screenshot(page, screenshots / "draw.png")
+
+    # the canvas's own toolbar, shown on hover above the canvas, covers neither the Input choices nor Clear
+    box = canvas_box(page)
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    toolbar = page.locator(".dc-toolbar-card")
+    expect(toolbar).to_be_visible()
+    page.wait_for_timeout(500)  # its slide-in transition
+    for other in (page.locator(".st-key-input_source"), page.locator(".st-key-clear_canvas")):
+        assert not overlap(toolbar.bounding_box(), other.bounding_box()), (toolbar.bounding_box(), other.bounding_box())
+    page.get_by_role("radio", name="Upload").click(trial=True)  # Playwright checks that nothing covers it
 
     page.get_by_role("button", name="Clear").click()
     expect(empty_notice).to_be_visible(timeout=RERUN_MS)
@@ -151,7 +163,18 @@ def test_draw_a_digit_and_see_the_prediction(page, app: App, screenshots: Path) 
     expect(page.get_by_text(f"reconstruction from capsule {zero}")).to_be_visible(timeout=RERUN_MS)
     expect(page.get_by_text("input: your drawing")).to_be_visible()
     expect(images).to_have_count(3)
+    expect(reconstruct_as).to_have_value("the prediction")  # not the blank "Choose an option"
     wait_rendered(page)
+
+
+def overlap(a: dict[str, float] | None, b: dict[str, float] | None) -> bool:
+    assert a and b
+    return (
+        a["x"] < b["x"] + b["width"]
+        and b["x"] < a["x"] + a["width"]
+        and a["y"] < b["y"] + b["height"]
+        and b["y"] < a["y"] + a["height"]
+    )
 
 
 # ---------------------------------------------------------------- Capsule dimensions
@@ -304,12 +327,15 @@ def test_evaluate_the_model_on_the_test_set(page, app: App, screenshots: Path) -
     metric = page.get_by_test_id("stMetric").filter(has_text="Test accuracy").get_by_test_id("stMetricValue")
     expect(metric).to_have_text(re.compile(r"^\d{1,3}\.\d\d%$"), timeout=PAGE_LOAD_MS)
     assert float(metric.inner_text().rstrip("%")) > 50  # a trained model, not chance
-    expect(page.get_by_text("Mistakes (of 10,000)")).to_be_visible()
+    expect(page.get_by_text("Mistakes (of 1,000)")).to_be_visible()  # the quick default
+    first_1000 = page.locator(".st-key-eval_size").get_by_role("radio", name=re.compile("first 1,000"))
+    expect(first_1000).to_be_checked()
     expect(page.locator(".st-key-confusion .main-svg").first).to_be_visible(timeout=RERUN_MS)
     expect(page.get_by_text(re.compile(r"^Predicted: "))).to_be_visible(timeout=RERUN_MS)
     full_page_screenshot(page, screenshots / "evaluate.png")
 
-    first_1000 = page.locator(".st-key-eval_size").get_by_role("radio", name=re.compile("first 1,000"))
-    first_1000.click()
-    expect(first_1000).to_be_checked(timeout=RERUN_MS)
-    expect(page.get_by_text("Mistakes (of 1,000)")).to_be_visible(timeout=RERUN_MS)
+    everything = page.locator(".st-key-eval_size").get_by_role("radio", name=re.compile("all 10,000"))
+    expect(everything).to_contain_text("takes a while on a CPU")
+    everything.click()
+    expect(everything).to_be_checked(timeout=RERUN_MS)
+    expect(page.get_by_text("Mistakes (of 10,000)")).to_be_visible(timeout=RERUN_MS)

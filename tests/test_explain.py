@@ -18,6 +18,7 @@ from capsnet.explain import (
     perturbation_grid,
     primary_maps,
     reconstruct,
+    tile_columns,
     tile_maps,
 )
 from capsnet.model import CapsNet
@@ -111,6 +112,17 @@ def test_coupling_maps_follow_the_capsule_order(model: CapsNet, image: np.ndarra
     assert primary_maps(e.primary_lengths, types, g)[t, y, x] == e.primary_lengths[t * g * g + y * g + x]
     with pytest.raises(ValueError, match="digit capsule"):
         coupling_maps(e.coupling, 10, types, g)
+
+
+def test_tile_columns_lays_blocks_out_about_twice_as_wide_as_tall() -> None:
+    assert tile_columns(32) == 8  # the paper's 32 types: 4 rows of 8
+    assert tile_columns(8) == 4  # the tiny model's 8: 2 rows of 4, not a thin strip of 8
+    assert tile_columns(1) == 1 and tile_columns(3) == 3
+    for count in range(1, 65):
+        columns = tile_columns(count)
+        rows = -(-count // columns)
+        assert 1 <= columns <= count and rows * columns - count < rows  # no empty row or column of blocks
+        assert columns >= rows
 
 
 def test_tile_maps_lays_out_blocks_with_gaps() -> None:

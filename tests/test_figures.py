@@ -22,10 +22,20 @@ def test_lengths_bar_highlights_the_winner_and_marks_the_margins() -> None:
     lines = sorted(shape.y0 for shape in fig.layout.shapes)
     assert lines == [0.1, 0.9]
     assert fig.layout.yaxis.range == (0, 1.08)
+    _assert_margin_labels_outside(fig, "")
     compact = figures.lengths_bar(lengths, NAMES, prediction=2, compact=True, height=150)
     assert compact.data[0].marker.color[2] == figures.WINNER and not compact.layout.shapes
     with pytest.raises(ValueError, match="class names"):
         figures.lengths_bar(lengths, NAMES[:3])
+
+
+def _assert_margin_labels_outside(fig: go.Figure, axis: str) -> None:
+    """The m+ / m- labels sit right of the plot area (where no bar label can reach), in a margin wide enough."""
+    labels = [a for a in fig.layout.annotations if a.text and a.text.startswith("m")]
+    assert sorted(a.text for a in labels) == ["m⁺ = 0.9", "m⁻ = 0.1"]
+    for label in labels:
+        assert label.xref == f"x{axis} domain" and label.x == 1 and label.xanchor == "left", label
+    assert fig.layout.margin.r >= figures.MARGIN_LABEL_SPACE
 
 
 @pytest.mark.parametrize("iterations", [1, 3, 5])
@@ -44,6 +54,7 @@ def test_routing_animation_has_one_frame_per_iteration(iterations: int) -> None:
     labels = [b.label for b in fig.layout.updatemenus[0].buttons]
     assert any("Play" in label for label in labels) and any("Pause" in label for label in labels)
     assert fig.data[0].zmin == 0.0 and fig.data[0].zmax >= by_type.max()  # one colour scale for every frame
+    _assert_margin_labels_outside(fig, "2")
     with pytest.raises(ValueError, match="shapes"):
         figures.routing_animation(by_type, lengths[:, :5], NAMES)
 
@@ -61,6 +72,28 @@ def test_coupling_maps_figure_tiles_every_primary_capsule() -> None:
     assert tuple(custom[8, 15, 1:]) == (1, 1)  # position (y, x) inside the block
 
 
+def _plot_height(fig: go.Figure) -> float:
+    return fig.layout.height - fig.layout.margin.t - fig.layout.margin.b
+
+
+@pytest.mark.parametrize("types", [8, 32])
+def test_coupling_maps_figure_is_as_tall_as_its_tiles(types: int) -> None:
+    """No empty band: the plot area's height follows the tiles' aspect (the tiny model's 8 types, the paper's 32)."""
+    maps = np.random.default_rng(4).uniform(0, 1, size=(3, types, 6, 6)).astype(np.float32)
+    width = 560
+    fig = figures.coupling_maps_figure(maps, "3", width=width)
+    rows, cols = np.asarray(fig.data[0].z).shape
+    assert (rows, cols) == ((2 * 7 - 1, 4 * 7 - 1) if types == 8 else (4 * 7 - 1, 8 * 7 - 1))  # 2 x 4 or 4 x 8 blocks
+    tiles_height = (width - figures.TILE_SIDES) * rows / cols  # square cells across the plot's width
+    assert abs(_plot_height(fig) - tiles_height) <= 1
+    strip = figures.coupling_maps_figure(maps[:, :8], "3", columns=8, width=width)  # one row of 8 blocks: a low figure
+    assert _plot_height(strip) < 0.5 * _plot_height(fig) and strip.layout.height < fig.layout.height - 100
+    # the slider, then the play buttons under it, all in the bottom margin
+    slider, buttons = fig.layout.sliders[0], fig.layout.updatemenus[0]
+    assert 0 > slider.y > buttons.y and -buttons.y * _plot_height(fig) < fig.layout.margin.b - 30
+    assert fig.layout.yaxis.scaleanchor == "x" and fig.layout.xaxis.constrain == "domain"
+
+
 def test_iteration_lengths_figure() -> None:
     lengths = np.array([[0.2] * 10, [0.3] * 9 + [0.8]])
     fig = figures.iteration_lengths_figure(lengths, NAMES)
@@ -74,6 +107,10 @@ def test_primary_lengths_figure() -> None:
     fig = figures.primary_lengths_figure(np.random.default_rng(2).uniform(size=(8, 6, 6)), columns=8)
     assert np.asarray(fig.data[0].z, dtype=float).shape == (6, 8 * 7 - 1)
     assert "288" in fig.layout.title.text
+    blocks = figures.primary_lengths_figure(np.random.default_rng(2).uniform(size=(8, 6, 6)), width=900)
+    assert np.asarray(blocks.data[0].z, dtype=float).shape == (2 * 7 - 1, 4 * 7 - 1)  # 2 rows of 4 by default
+    assert abs(_plot_height(blocks) - (900 - figures.TILE_SIDES) * 13 / 27) <= 1
+    assert _plot_height(fig) < 0.3 * _plot_height(blocks)  # one row of 8: a low figure, no empty band
 
 
 def test_perturbation_figure_is_one_image_with_labelled_axes() -> None:
@@ -113,6 +150,14 @@ def test_training_curves_draw_each_run_side_by_side() -> None:
     assert fig.data[0].line.color != fig.data[4].line.color
     assert list(fig.data[1].x) == [1, 2, 3]
     assert fig.layout.annotations[0].text == "Loss" and fig.layout.annotations[1].text == "Accuracy"
+    # the legend says which line is which: per run, a "test" entry drawn solid and a "train" entry drawn dotted
+    for run in runs:
+        entries = [t for t in fig.data if t.legendgroup == run and t.showlegend is not False]
+        assert sorted((t.name, t.line.dash) for t in entries) == [("test", "solid"), ("train", "dot")]
+        assert {t.legendgrouptitle.text for t in fig.data if t.legendgroup == run} == {run}
+    for trace in fig.data:  # every line is drawn like its legend entry
+        assert trace.line.dash == ("dot" if trace.name == "train" else "solid")
+        assert ("train" in trace.hovertemplate) == (trace.name == "train")
 
 
 def test_confusion_figure() -> None:

@@ -33,12 +33,13 @@ result = state.explanation(model.key, image, None, None, model.net)
 prediction = result.prediction
 choice = st.selectbox(
     "Capsule to edit",
-    [None, *range(len(names))],
-    format_func=lambda j: f"the winning capsule ({names[prediction]})" if j is None else f"capsule {names[j]}",
+    [state.PREDICTED, *range(len(names))],
+    format_func=lambda j: "the winning capsule" if j == state.PREDICTED else f"capsule {names[j]}",  # stable labels
     key="dims_class",
-    help="Edit the winner, or see what another class's capsule holds for this input.",
+    help=f"Edit the winner (now {names[prediction]}), or see what another class's capsule holds for this input.",
 )
-klass = prediction if choice is None else int(choice)
+choice = state.capsule_choice(choice)
+klass = prediction if choice is None else choice
 base = result.poses[klass]  # (D,) the capsule as read from the input
 digit_dim = base.shape[0]
 low, high = ex.dimension_ranges(model.info, klass, base, digit_dim)
@@ -52,7 +53,9 @@ if st.session_state.get("dims_origin") != origin or any(
     st.session_state["dims_origin"] = origin
 
 st.caption(
-    f"Input: **{st.session_state.get(state.INPUT_LABEL) or 'current input'}** · capsule **{names[klass]}**, "
+    f"Input: **{st.session_state.get(state.INPUT_LABEL) or 'current input'}** · capsule **{names[klass]}**"
+    + (" (the winner)" if choice is None else "")
+    + ", "
     f"length |v| = {np.linalg.norm(base):.2f}. Ranges: mean ± 2 std of class {names[klass]} on the test set"
     + ("" if model.info.get("dimension_mean") else " (this checkpoint has no statistics: ±0.5 around 0)")
     + "."

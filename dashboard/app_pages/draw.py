@@ -30,6 +30,9 @@ def draw_input() -> tuple[np.ndarray | None, str, int | None]:
     if st.session_state.get(state.PAGE_CHANGED):
         # coming back to this page: redraw what was on the canvas before
         st.session_state["canvas_seed"] = st.session_state.get("canvas_json")
+    # Clear sits above the canvas, on the left: the canvas's own toolbar (undo, redo, ...; it cannot be switched
+    # off) pops up on hover in the space above the canvas's right end, beside the button, not over the Input choices
+    st.button("Clear", key="clear_canvas", icon=":material/ink_eraser:", on_click=clear_canvas)
     result = st_canvas(
         stroke_width=18,
         stroke_color="#FFFFFF",
@@ -41,7 +44,6 @@ def draw_input() -> tuple[np.ndarray | None, str, int | None]:
         return_image_data=True,
         key=f"canvas_{st.session_state['canvas_nonce']}",
     )
-    st.button("Clear", key="clear_canvas", icon=":material/ink_eraser:", on_click=clear_canvas)
     st.caption("Draw one digit, large, with the mouse or a finger. Release to see what the network reads.")
     objects = (result.json_data or {}).get("objects") or []
     rgba = result.image_data
@@ -97,10 +99,9 @@ def upload_input() -> tuple[np.ndarray | None, str, int | None]:
     return digit, f"upload {upload.name}", None
 
 
-def _decode_option(option: int | None, names: list[str], prediction: int | None) -> str:
-    if option is None:
-        return "the prediction" + (f" ({names[prediction]})" if prediction is not None else "")
-    return f"class {names[option]}"
+def _decode_option(option: int, names: list[str]) -> str:
+    # a stable label: the predicted class changes with the input, the option must not (the widget would go blank)
+    return "the prediction" if option == state.PREDICTED else f"class {names[option]}"
 
 
 st.title("Draw a digit", anchor=False)
@@ -164,7 +165,7 @@ if model is None:
     st.stop()
 
 st.divider()
-decode_choice = st.session_state.get("reconstruct_as")
+decode_choice = state.capsule_choice(st.session_state.get("reconstruct_as"))
 result = state.explanation(model.key, digit, None, decode_choice, model.net)
 prediction = result.prediction
 lengths = result.lengths
@@ -204,15 +205,18 @@ with side_col:
         st.info(f"Capsule {names[runner_up]} is long too (|v| = {lengths[runner_up]:.2f}): an ambiguous input.")
     st.selectbox(
         "Reconstruct as",
-        [None, *range(len(names))],
-        format_func=lambda o: _decode_option(o, names, prediction),
+        [state.PREDICTED, *range(len(names))],
+        format_func=lambda o: _decode_option(o, names),
         key="reconstruct_as",
-        help="Decode the winning capsule, or the capsule of any other class.",
+        help=f"Decode the winning capsule (now {names[prediction]}), or the capsule of any other class.",
     )
     shown = result.decode_class
     st.image(
         [figures.pixel_image(result.image, 5), figures.pixel_image(result.reconstruction, 5)],
-        caption=["input", f"reconstruction from capsule {names[shown]}"],
+        caption=[
+            "input",
+            f"reconstruction from capsule {names[shown]}" + (" (the prediction)" if decode_choice is None else ""),
+        ],
         width=28 * 5,
         output_format="PNG",
     )

@@ -8,7 +8,8 @@ import streamlit as st
 from capsnet import explain as ex
 from dashboard import figures, state, texts
 
-SIZES = {1000: "first 1,000", 0: "all"}
+QUICK = 1000  # the default: a few seconds with the paper's model on a CPU
+SIZES = {QUICK: "first", 0: "all"}
 GRID_COUNT = 12
 GALLERY_COUNT = 12
 GALLERY_COLUMNS = 4
@@ -25,17 +26,26 @@ if data is None:
     st.stop()
 images, labels = data
 names = model.class_names
+
+
+def _size_label(n: int) -> str:
+    count = len(images) if n == 0 else min(n, len(images))
+    return f"{SIZES[n]} {count:,}" + (" (takes a while on a CPU)" if n == 0 else "")
+
+
 size = st.segmented_control(
     "Test images",
     list(SIZES),
-    default=0,
+    default=QUICK,
     required=True,
-    format_func=lambda n: f"{SIZES[n]} ({len(images) if n == 0 else min(n, len(images)):,})",
+    format_func=_size_label,
     key="eval_size",
-    help="Evaluating all 10,000 takes a while on a CPU with the paper's model; the result is kept for this model.",
+    help=f"The first {QUICK:,} give a quick estimate. All {len(images):,} take a while on a CPU (minutes with the "
+    "paper's model); each result is kept for this model.",
 )
 limit = len(images) if not size else min(int(size), len(images))
-with st.spinner(f"Evaluating on {limit:,} test images (once per model)..."):
+slow = " This takes a while on a CPU." if limit > QUICK else ""
+with st.spinner(f"Evaluating on {limit:,} test images (once per model).{slow}"):
     result = state.evaluation(model.key, model.dataset, limit, model.net)
 
 stored = model.info.get("test_accuracy")
@@ -53,9 +63,10 @@ c4.metric(
 table_col, chart_col = st.columns([1, 1.6], gap="large")
 with table_col:
     st.subheader("Per class", anchor=False)
+    named = any(name != str(k) for k, name in enumerate(names))  # MNIST's names are the class numbers
     st.dataframe(
         [
-            {"class": k, "name": names[k], "accuracy": acc, "correct": f"{c}/{t}"}
+            {"class": k, **({"name": names[k]} if named else {}), "accuracy": acc, "correct": f"{c}/{t}"}
             for k, (acc, c, t) in enumerate(
                 zip(result["class_accuracy"], result["class_correct"], result["class_total"])
             )

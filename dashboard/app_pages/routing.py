@@ -49,13 +49,15 @@ weighting = c2.radio(
 )
 result = state.explanation(model.key, image, int(iterations), None, model.net)
 prediction = result.prediction
-digit = c3.selectbox(
+choice = c3.selectbox(
     "Digit capsule for the spatial maps",
-    [None, *range(len(names))],
-    format_func=lambda j: f"the prediction ({names[prediction]})" if j is None else f"capsule {names[j]}",
+    [state.PREDICTED, *range(len(names))],
+    format_func=lambda j: "the prediction" if j == state.PREDICTED else f"capsule {names[j]}",  # stable labels
     key="routing_digit",
+    help=f"Whose couplings the maps show: the predicted capsule (now {names[prediction]}) or any other.",
 )
-digit = prediction if digit is None else int(digit)
+choice = state.capsule_choice(choice)
+digit = prediction if choice is None else choice
 
 first, last = result.iteration_lengths[0], result.iteration_lengths[-1]
 st.markdown(
@@ -82,16 +84,16 @@ with st.expander("How is the heatmap computed?", icon=":material/functions:"):
 
 maps_col, lines_col = st.columns([1.5, 1], gap="large")
 with maps_col:
-    columns = 8 if result.primary_types >= 8 else result.primary_types
     maps = ex.coupling_maps(result.coupling, digit, result.primary_types, result.primary_grid)  # (r, types, 6, 6)
     st.plotly_chart(
-        figures.coupling_maps_figure(maps, names[digit], columns=columns),
+        figures.coupling_maps_figure(maps, names[digit]),
         key="coupling_maps",
         config={"displayModeBar": False},
     )
     st.caption(
         f"Every one of the {result.primary_types * result.primary_grid**2:,} primary capsules: its coupling to capsule "
-        f"{names[digit]}. Bright cells send most of their vote there; at iteration 1 every cell is 1/{len(names)}."
+        f"{names[digit]}{' (the prediction)' if choice is None else ''}. Bright cells send most of their vote there; "
+        f"at iteration 1 every cell is 1/{len(names)}."
     )
 with lines_col:
     st.plotly_chart(
@@ -107,7 +109,7 @@ with st.expander("Which primary capsules are active?", icon=":material/grid_on:"
     )
     st.plotly_chart(
         figures.primary_lengths_figure(
-            ex.primary_maps(result.primary_lengths, result.primary_types, result.primary_grid), columns=columns
+            ex.primary_maps(result.primary_lengths, result.primary_types, result.primary_grid)
         ),
         key="primary_lengths",
         config={"displayModeBar": False},
