@@ -560,7 +560,7 @@ def training_curves(runs: Mapping[str, Sequence[Mapping[str, Any]]], height: int
     longest = max((len(records) for records in runs.values()), default=1)
     fig.update_xaxes(title="epoch", tick0=1, dtick=max(1, round(longest / 10)))
     fig.update_yaxes(title="loss", rangemode="tozero", row=1, col=1)
-    fig.update_yaxes(title="accuracy", tickformat=".0%", row=1, col=2)
+    fig.update_yaxes(title="accuracy", tickformat=".1%", row=1, col=2)
     return _layout(fig, height, legend=dict(orientation="h", y=-0.2), margin=dict(l=10, r=10, t=40, b=40))
 
 
