@@ -18,10 +18,11 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
-    os.chmod(tmp, 0o644)  # mkstemp makes it 0600; the result should read like any other file
     tmp_path = Path(tmp)
     try:
         yield tmp_path
+        # mkstemp (and some writers, safetensors among them) make 0600 files; the result should read like any other
+        os.chmod(tmp_path, 0o644)
         with open(tmp_path, "rb") as handle:
             os.fsync(handle.fileno())
         os.replace(tmp_path, path)
