@@ -35,13 +35,15 @@ def _layout(fig: go.Figure, height: int, **extra: Any) -> go.Figure:
 MARGIN_LABEL_SPACE = 64  # px right of the plot area for the margin labels
 
 
-def _margin_lines(fig: go.Figure, m_plus: float, m_minus: float, axis: str = "") -> None:
-    """Dashed lines at m+ and m- across the plot on axes x{axis}/y{axis} (plain shapes: much cheaper than add_hline).
+def _margin_marks(m_plus: float, m_minus: float, axis: str = "") -> tuple[list[dict], list[dict]]:
+    """Dashed lines at m+ and m- across the plot on axes x{axis}/y{axis}, as (shapes, annotations) for a layout.
 
-    Their labels sit just right of the plot area, at the end of each line, where no bar label or
-    curve can reach them; the figure needs MARGIN_LABEL_SPACE px of room there.
+    Plain shapes are much cheaper than add_hline. Their labels sit just right of the plot area, at
+    the end of each line, where no bar label or curve can reach them; the figure needs
+    MARGIN_LABEL_SPACE px of room there.
     """
-    shapes, notes = list(fig.layout.shapes or ()), list(fig.layout.annotations or ())
+    shapes: list[dict] = []
+    notes: list[dict] = []
     for y, colour, text in ((m_plus, MARGIN_PLUS, f"m⁺ = {m_plus}"), (m_minus, MARGIN_MINUS, f"m⁻ = {m_minus}")):
         shapes.append(
             dict(
@@ -69,7 +71,13 @@ def _margin_lines(fig: go.Figure, m_plus: float, m_minus: float, axis: str = "")
                 font=dict(size=11, color=colour),
             )
         )
-    fig.update_layout(shapes=shapes, annotations=notes)
+    return shapes, notes
+
+
+def _margin_lines(fig: go.Figure, m_plus: float, m_minus: float, axis: str = "") -> None:
+    """Add the margin marks of `_margin_marks` to `fig`."""
+    shapes, notes = _margin_marks(m_plus, m_minus, axis)
+    fig.update_layout(shapes=[*(fig.layout.shapes or ()), *shapes], annotations=[*(fig.layout.annotations or ()), *notes])
 
 
 def lengths_bar(
@@ -241,10 +249,17 @@ def routing_animation(
             name=names[t],
         )
 
-    fig = go.Figure(
+    # the whole layout in one go: each later update_layout would re-validate all of it (tens of ms)
+    margin_shapes, margin_notes = _margin_marks(m_plus, m_minus, axis="2")
+    return go.Figure(
         data=[heatmap(last), bars(last).update(xaxis="x2", yaxis="y2")],
         frames=[frame(t) for t in range(r)],
         layout=dict(
+            height=height,
+            margin=dict(l=10, r=MARGIN_LABEL_SPACE, t=40, b=130),
+            showlegend=False,
+            shapes=margin_shapes,
+            **_play_controls(names, last, "iteration"),
             xaxis=dict(domain=[0.0, 0.5], type="category", title="digit capsule"),
             yaxis=dict(autorange="reversed"),
             xaxis2=dict(domain=[0.64, 1.0], type="category", title="digit capsule", anchor="y2"),
@@ -270,12 +285,10 @@ def routing_animation(
                     yanchor="bottom",
                     font=dict(size=14),
                 ),
+                *margin_notes,
             ],
         ),
     )
-    _margin_lines(fig, m_plus, m_minus, axis="2")
-    fig.update_layout(**_play_controls(names, last, "iteration"), showlegend=False)
-    return _layout(fig, height, margin=dict(l=10, r=MARGIN_LABEL_SPACE, t=40, b=130))
 
 
 def _tile_hover(types: int, grid: int, columns: int) -> np.ndarray:
