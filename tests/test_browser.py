@@ -64,9 +64,15 @@ def chromium() -> str:
 
 
 @pytest.fixture(scope="module")
-def app(chromium: str, tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[App]:
-    """The dashboard, served from a subprocess on a free port, with its own runs and checkpoints folders."""
-    with streamlit_app(tmp_path_factory.mktemp("browser-app"), tiny_checkpoint) as running:
+def app(chromium: str, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[App]:
+    """The dashboard, served from a subprocess on a free port, with its own runs and checkpoints folders.
+
+    It shows the tiny model trained for the tests, or $CAPSNET_SCREENSHOTS_CHECKPOINT (the README's
+    screenshots show the shipped model: CAPSNET_SCREENSHOTS_CHECKPOINT=checkpoints/mnist.safetensors).
+    """
+    chosen = os.environ.get("CAPSNET_SCREENSHOTS_CHECKPOINT")
+    checkpoint = Path(chosen).resolve() if chosen else request.getfixturevalue("tiny_checkpoint")
+    with streamlit_app(tmp_path_factory.mktemp("browser-app"), checkpoint) as running:
         yield running
 
 
