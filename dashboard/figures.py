@@ -265,25 +265,9 @@ def routing_animation(
             xaxis2=dict(domain=[0.64, 1.0], type="category", title="digit capsule", anchor="y2"),
             yaxis2=dict(range=[0, 1.1], anchor="x2"),
             annotations=[
-                dict(
-                    text="Coupling c per primary-capsule type",
-                    x=0.25,
-                    y=1.0,
-                    xref="paper",
-                    yref="paper",
-                    showarrow=False,
-                    yanchor="bottom",
-                    font=dict(size=14),
-                ),
-                dict(
-                    text="Digit-capsule lengths |v|",
-                    x=0.82,
-                    y=1.0,
-                    xref="paper",
-                    yref="paper",
-                    showarrow=False,
-                    yanchor="bottom",
-                    font=dict(size=14),
+                *(
+                    dict(text=text, x=x, y=1.0, xref="paper", yref="paper", showarrow=False, yanchor="bottom", font=dict(size=14))
+                    for text, x in (("Coupling c per primary-capsule type", 0.25), ("Digit-capsule lengths |v|", 0.82))
                 ),
                 *margin_notes,
             ],

@@ -48,6 +48,24 @@ def capsule_choice(choice: int | None) -> int | None:
     return None if choice is None or int(choice) == PREDICTED else int(choice)
 
 
+def capsule_selectbox(
+    label: str, names: list[str], *, key: str, predicted_label: str, item: str = "capsule", help: str | None = None, container: Any = st
+) -> int | None:
+    """A select box over "the predicted capsule" and every class; returns the class chosen, or None for the prediction.
+
+    The options are fixed values with fixed labels (say the current prediction in `help`): a label
+    that changed with the input would make Streamlit drop the selection and show a blank box.
+    """
+    choice = container.selectbox(
+        label,
+        [PREDICTED, *range(len(names))],
+        format_func=lambda j: predicted_label if j == PREDICTED else f"{item} {names[j]}",
+        key=key,
+        help=help,
+    )
+    return capsule_choice(choice)
+
+
 def configure_torch() -> None:
     """Apply `inference_threads` to this server process (once; cheap to call on every rerun)."""
     threads = inference_threads()

@@ -31,14 +31,13 @@ if model is None or image is None:
 names = model.class_names
 result = state.explanation(model.key, image, None, None, model.net)
 prediction = result.prediction
-choice = st.selectbox(
+choice = state.capsule_selectbox(
     "Capsule to edit",
-    [state.PREDICTED, *range(len(names))],
-    format_func=lambda j: "the winning capsule" if j == state.PREDICTED else f"capsule {names[j]}",  # stable labels
+    names,
     key="dims_class",
+    predicted_label="the winning capsule",
     help=f"Edit the winner (now {names[prediction]}), or see what another class's capsule holds for this input.",
 )
-choice = state.capsule_choice(choice)
 klass = prediction if choice is None else choice
 base = result.poses[klass]  # (D,) the capsule as read from the input
 digit_dim = base.shape[0]

@@ -99,11 +99,6 @@ def upload_input() -> tuple[np.ndarray | None, str, int | None]:
     return digit, f"upload {upload.name}", None
 
 
-def _decode_option(option: int, names: list[str]) -> str:
-    # a stable label: the predicted class changes with the input, the option must not (the widget would go blank)
-    return "the prediction" if option == state.PREDICTED else f"class {names[option]}"
-
-
 st.title("Draw a digit", anchor=False)
 st.markdown(
     "Draw a digit, pick one from the test set or upload a picture, and see how a **Capsule Network** reads it: "
@@ -203,11 +198,12 @@ with side_col:
         )
     elif lengths[runner_up] > 0.5:
         st.info(f"Capsule {names[runner_up]} is long too (|v| = {lengths[runner_up]:.2f}): an ambiguous input.")
-    st.selectbox(
+    state.capsule_selectbox(  # read back from session state above, before the result is computed
         "Reconstruct as",
-        [state.PREDICTED, *range(len(names))],
-        format_func=lambda o: _decode_option(o, names),
+        names,
         key="reconstruct_as",
+        predicted_label="the prediction",
+        item="class",
         help=f"Decode the winning capsule (now {names[prediction]}), or the capsule of any other class.",
     )
     shown = result.decode_class

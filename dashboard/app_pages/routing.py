@@ -49,14 +49,14 @@ weighting = c2.radio(
 )
 result = state.explanation(model.key, image, int(iterations), None, model.net)
 prediction = result.prediction
-choice = c3.selectbox(
+choice = state.capsule_selectbox(
     "Digit capsule for the spatial maps",
-    [state.PREDICTED, *range(len(names))],
-    format_func=lambda j: "the prediction" if j == state.PREDICTED else f"capsule {names[j]}",  # stable labels
+    names,
     key="routing_digit",
+    predicted_label="the prediction",
     help=f"Whose couplings the maps show: the predicted capsule (now {names[prediction]}) or any other.",
+    container=c3,
 )
-choice = state.capsule_choice(choice)
 digit = prediction if choice is None else choice
 
 first, last = result.iteration_lengths[0], result.iteration_lengths[-1]
