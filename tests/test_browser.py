@@ -309,9 +309,11 @@ def test_train_from_the_sidebar_and_pick_the_new_model(page, app: App, screensho
     expect(bar.get_by_test_id("stProgress")).to_have_count(0, timeout=RERUN_MS)
 
     # the run is on the Training runs page, with its curves
-    expect(page.locator(".st-key-compare_runs")).to_contain_text(name, timeout=RERUN_MS)
-    expect(page.locator(".st-key-training_curves .main-svg").first).to_be_visible(timeout=RERUN_MS)
-    expect(page.locator(".st-key-training_curves")).to_contain_text(name)
+    # during a rerun Streamlit keeps a stale copy of an element beside the new one: look at live ones only
+    live = ':not([data-stale="true"])'
+    expect(page.locator(f".st-key-compare_runs{live}")).to_contain_text(name, timeout=RERUN_MS)
+    expect(page.locator(f".st-key-training_curves{live} .main-svg").first).to_be_visible(timeout=RERUN_MS)
+    expect(page.locator(f".st-key-training_curves{live}")).to_contain_text(name, timeout=RERUN_MS)
 
     # and its model is in the checkpoint picker
     picker = bar.locator(".st-key-checkpoint_picker").get_by_role("combobox")
