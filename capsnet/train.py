@@ -39,7 +39,7 @@ from torch.utils.data.distributed import DistributedSampler
 from tqdm import tqdm
 
 import capsnet
-from capsnet.checkpoint import load_checkpoint, save_checkpoint
+from capsnet.checkpoint import load_checkpoint, read_checkpoint_info, save_checkpoint
 from capsnet.cli import ArgumentParser, run_cli
 from capsnet.config import PRESETS, CapsNetConfig
 from capsnet.data import DATASETS, as_tensors, dataset_info, load_dataset, subset
@@ -185,11 +185,30 @@ def reduce_sum(values: list[float], env: Distributed, device: torch.device) -> l
     return tensor.tolist()
 
 
+ORIGIN_KEYS = ("dataset", "epochs", "best_epoch", "test_accuracy", "training_seconds", "hardware", "recipe")
+
+
+def origin_of(path: str | os.PathLike) -> dict[str, Any]:
+    """What a run started with --init records of the checkpoint it started from (nested if that one had an origin)."""
+    _, info = read_checkpoint_info(path)
+    origin = {"checkpoint": Path(path).as_posix(), **{k: info[k] for k in ORIGIN_KEYS if k in info}}
+    if "started_from" in info:
+        origin["started_from"] = info["started_from"]
+    return origin
+
+
 def checkpoint_info(
-    options: TrainOptions, epoch: int, result: Evaluation, seconds: float, device: torch.device, best_epoch: int
+    options: TrainOptions,
+    epoch: int,
+    result: Evaluation,
+    seconds: float,
+    device: torch.device,
+    best_epoch: int,
+    origin: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The facts stored in a checkpoint's header."""
+    """The facts stored in a checkpoint's header; `origin`: the checkpoint an --init run started from."""
     info = dataset_info(options.dataset)
+    lineage = {} if origin is None else {"started_from": origin}
     return {
         "dataset": options.dataset,
         "dataset_title": info.title,
@@ -208,6 +227,7 @@ def checkpoint_info(
         "capsnet_version": capsnet.__version__,
         "torch_version": torch.__version__,
         "saved": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        **lineage,
     }
 
 
@@ -318,6 +338,7 @@ def train(options: TrainOptions, on_epoch: Callable[[dict[str, Any]], None] | No
 
     # resume: the stored options win for everything that defines the run
     state: dict[str, Any] | None = None
+    origin: dict[str, Any] | None = None
     if options.resume:
         if not state_path.is_file():
             raise CapsNetError(f"--resume: no {STATE_FILE} in {run_dir}; start a new run without --resume")
@@ -336,6 +357,9 @@ def train(options: TrainOptions, on_epoch: Callable[[dict[str, Any]], None] | No
             "hflip",
         ):
             setattr(options, key, stored.get(key, getattr(options, key)))
+        origin = stored.get("started_from")
+        if origin is None and stored.get("init") and Path(stored["init"]).is_file():
+            origin = origin_of(stored["init"])  # a run begun before origins were recorded
     seed_everything(options.seed + env.rank)
     info = dataset_info(options.dataset)
     train_set: Dataset = subset(
@@ -360,6 +384,7 @@ def train(options: TrainOptions, on_epoch: Callable[[dict[str, Any]], None] | No
         if start.config != config:
             raise CapsNetError(f"{options.init}: its model config differs from this run's ({options.preset or options.dataset} preset)")
         model.load_state_dict(start.model.state_dict())
+        origin = origin_of(options.init)
     if state is not None:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
@@ -371,7 +396,8 @@ def train(options: TrainOptions, on_epoch: Callable[[dict[str, Any]], None] | No
             float(state["elapsed"]),
         )
     elif env.is_main:
-        write_json(run_dir / "args.json", dataclasses.asdict(options) | {"preset": options.preset or options.dataset})
+        stored_args = dataclasses.asdict(options) | {"preset": options.preset or options.dataset}
+        write_json(run_dir / "args.json", stored_args | ({"started_from": origin} if origin else {}))
 
     net: torch.nn.Module = model
     if options.compile if options.compile is not None else use_cuda:
@@ -476,7 +502,7 @@ def train(options: TrainOptions, on_epoch: Callable[[dict[str, Any]], None] | No
                         "seconds": round(time.perf_counter() - epoch_start, 2),
                         "images_per_s": round(stats["seen"] / max(stats["seconds"], 1e-9), 1),
                     }
-                    ckpt = checkpoint_info(options, epoch + 1, result, elapsed, device, best_epoch)
+                    ckpt = checkpoint_info(options, epoch + 1, result, elapsed, device, best_epoch, origin)
                     save_checkpoint(run_dir / "last.safetensors", model, ckpt)
                     if best_epoch == epoch + 1:
                         save_checkpoint(run_dir / "best.safetensors", model, ckpt)

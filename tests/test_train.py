@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from capsnet.checkpoint import load_checkpoint
+from capsnet.checkpoint import load_checkpoint, read_checkpoint_info
 from capsnet.data import as_tensors, load_dataset
 from capsnet.evaluate import evaluate
 from capsnet.files import read_json, read_jsonl
@@ -230,6 +230,16 @@ def test_init_starts_from_a_checkpoints_weights(tiny_checkpoint: Path, tmp_path:
     expected = evaluate(load_checkpoint(tiny_checkpoint).model, images, labels).accuracy
     assert records[0]["test_accuracy"] == pytest.approx(expected, abs=0.004)
     assert expected >= 0.85  # far above what one step from random weights reaches
+
+    # the new run's checkpoints say where it started from, also after a resume
+    _, origin_info = read_checkpoint_info(tiny_checkpoint)
+    train(TrainOptions(**(options | {"epochs": 2}), resume=True, out=str(tmp_path / "a")))
+    for epoch in (1, 2):
+        _, info = read_checkpoint_info(tmp_path / "a" / f"{'best' if epoch == 1 else 'last'}.safetensors")
+        origin = info["started_from"]
+        assert origin["checkpoint"] == tiny_checkpoint.as_posix() and origin["epochs"] == origin_info["epochs"]
+        assert origin["test_accuracy"] == origin_info["test_accuracy"] and origin["recipe"] == origin_info["recipe"]
+    assert info["epochs"] == 2 and "started_from" not in origin_info
 
     result = run("-m", "capsnet.train", "--init", str(tiny_checkpoint), "--out", str(tmp_path / "b"), check=False)
     assert result.returncode == 2 and "config differs" in result.stderr and len(result.stderr.strip().splitlines()) == 1
