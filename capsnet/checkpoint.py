@@ -71,6 +71,12 @@ def save_checkpoint(
     return path
 
 
+def trained_epochs(info: dict[str, Any]) -> int | None:
+    """All the epochs behind a checkpoint: its run's, plus those of the checkpoint an --init run started from."""
+    epochs = info.get("total_epochs", info.get("epochs"))
+    return epochs if isinstance(epochs, int) and not isinstance(epochs, bool) else None
+
+
 def _read_header(path: Path) -> tuple[CapsNetConfig, dict[str, Any]]:
     if not path.is_file():
         raise CheckpointError(f"{path}: no such checkpoint file")

@@ -599,7 +599,7 @@ class CheckpointEntry:
 
 
 def _describe(path: Path, source: str, run: str = "") -> CheckpointEntry:
-    from capsnet.checkpoint import CheckpointError, read_checkpoint_info
+    from capsnet.checkpoint import CheckpointError, read_checkpoint_info, trained_epochs
 
     try:
         _, info = read_checkpoint_info(path)
@@ -612,7 +612,7 @@ def _describe(path: Path, source: str, run: str = "") -> CheckpointEntry:
         dataset=str(info.get("dataset") or ""),
         dataset_title=str(info.get("dataset_title") or info.get("dataset") or ""),
         test_accuracy=float(accuracy) if isinstance(accuracy, (int, float)) else None,
-        epochs=int(info["epochs"]) if isinstance(info.get("epochs"), int) else None,
+        epochs=trained_epochs(info),
         run=run,
     )
 

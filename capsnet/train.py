@@ -185,7 +185,17 @@ def reduce_sum(values: list[float], env: Distributed, device: torch.device) -> l
     return tensor.tolist()
 
 
-ORIGIN_KEYS = ("dataset", "epochs", "best_epoch", "test_accuracy", "training_seconds", "hardware", "recipe")
+ORIGIN_KEYS = (
+    "dataset",
+    "epochs",
+    "total_epochs",
+    "best_epoch",
+    "test_accuracy",
+    "training_seconds",
+    "total_training_seconds",
+    "hardware",
+    "recipe",
+)
 
 
 def origin_of(path: str | os.PathLike) -> dict[str, Any]:
@@ -208,7 +218,15 @@ def checkpoint_info(
 ) -> dict[str, Any]:
     """The facts stored in a checkpoint's header; `origin`: the checkpoint an --init run started from."""
     info = dataset_info(options.dataset)
-    lineage = {} if origin is None else {"started_from": origin}
+    before = origin or {}
+    lineage = {
+        "total_epochs": epoch + int(before.get("total_epochs", before.get("epochs", 0))),
+        "total_training_seconds": round(
+            seconds + float(before.get("total_training_seconds", before.get("training_seconds", 0.0))), 1
+        ),
+    }
+    if origin is not None:
+        lineage["started_from"] = origin
     return {
         "dataset": options.dataset,
         "dataset_title": info.title,

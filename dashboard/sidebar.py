@@ -5,6 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from capsnet import runs
+from capsnet.checkpoint import trained_epochs
 from capsnet.data import DATASETS
 from capsnet.device import DEVICE_CHOICES
 from dashboard import state
@@ -67,8 +68,9 @@ def model_picker() -> None:
             parts = [info.get("dataset_title") or model.dataset]
             if isinstance(acc, (int, float)):
                 parts.append(f"test accuracy {100 * acc:.2f}%")
-            if info.get("epochs"):
-                parts.append(f"{info['epochs']} epoch{'s' if info['epochs'] != 1 else ''}")
+            epochs = trained_epochs(info)
+            if epochs:
+                parts.append(f"{epochs} epoch{'s' if epochs != 1 else ''}")
             if info.get("hardware"):
                 parts.append(str(info["hardware"]))
             st.caption(" · ".join(str(p) for p in parts))

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from capsnet.checkpoint import load_checkpoint, read_checkpoint_info
+from capsnet.checkpoint import load_checkpoint, read_checkpoint_info, trained_epochs
 from capsnet.data import as_tensors, load_dataset
 from capsnet.evaluate import evaluate
 from capsnet.files import read_json, read_jsonl
@@ -240,6 +240,8 @@ def test_init_starts_from_a_checkpoints_weights(tiny_checkpoint: Path, tmp_path:
         assert origin["checkpoint"] == tiny_checkpoint.as_posix() and origin["epochs"] == origin_info["epochs"]
         assert origin["test_accuracy"] == origin_info["test_accuracy"] and origin["recipe"] == origin_info["recipe"]
     assert info["epochs"] == 2 and "started_from" not in origin_info
+    assert info["total_epochs"] == 2 + origin_info["epochs"] == trained_epochs(info)
+    assert info["total_training_seconds"] > origin_info["training_seconds"]
 
     result = run("-m", "capsnet.train", "--init", str(tiny_checkpoint), "--out", str(tmp_path / "b"), check=False)
     assert result.returncode == 2 and "config differs" in result.stderr and len(result.stderr.strip().splitlines()) == 1
