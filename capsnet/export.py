@@ -5,14 +5,15 @@
 The weights are stored as float16 (half the size); the exported file is loaded
 back as float32 and evaluated on the full test set, and the accuracies in its
 header are those of the exported file itself, so that what the header says is
-what anyone who loads it will measure. The run's metrics.jsonl is copied to
-`<name>.metrics.jsonl` beside it for the model card.
+what anyone who loads it will measure. The run's metrics.jsonl is written to
+`<name>.metrics.jsonl` beside it for the model card; for a run started with
+--init, the log of the run it started from comes first, so the epochs are
+numbered over the whole training.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from capsnet.cli import ArgumentParser, run_cli
 from capsnet.data import as_tensors, dataset_info, load_dataset
 from capsnet.device import pick_device
 from capsnet.evaluate import evaluate
+from capsnet.files import atomic_path, read_jsonl
 
 
 def export_checkpoint(
@@ -54,10 +56,45 @@ def export_checkpoint(
         class_names=list(dataset_info(name).classes),
     )
     save_checkpoint(target, exported.model, info, dtype=torch.float16 if half else None)
-    metrics = source.parent / "metrics.jsonl"
-    if metrics.is_file():
-        shutil.copyfile(metrics, target.with_suffix(".metrics.jsonl"))
+    records = lineage_metrics(source, info)
+    if records:
+        with atomic_path(target.with_suffix(".metrics.jsonl")) as tmp:
+            tmp.write_text("".join(json.dumps(record) + "\n" for record in records), encoding="utf-8")
     return info
+
+
+def _epoch_span(facts: dict[str, Any]) -> tuple[int, int]:
+    """(epochs of its own run, epochs of the runs before it) for a header or a `started_from` record."""
+    own = int(facts.get("epochs") or 0)
+    return own, int(facts.get("total_epochs", own)) - own
+
+
+def lineage_metrics(checkpoint: Path, info: dict[str, Any]) -> list[dict[str, Any]]:
+    """The per-epoch records behind `checkpoint` (with header `info`), oldest first, each naming its run.
+
+    A run started with --init records the checkpoint it started from in
+    `started_from`; that run's records, up to the epoch the checkpoint was taken
+    at, come first, and the later runs' epochs are numbered on from them. A
+    shipped model's log (`name.metrics.jsonl`) already spans its own lineage.
+    A log that cannot be found is left out; the numbering still counts its epochs.
+    """
+    chain = [(checkpoint, info)]
+    origin = info.get("started_from")
+    while isinstance(origin, dict) and origin.get("checkpoint"):
+        chain.append((Path(origin["checkpoint"]), origin))
+        origin = origin.get("started_from")
+    records: list[dict[str, Any]] = []
+    for depth, (path, facts) in enumerate(reversed(chain)):
+        own, before = _epoch_span(facts)
+        newest = depth == len(chain) - 1  # the exported checkpoint: its run's whole log, epochs after it included
+        shipped = path.with_suffix(".metrics.jsonl")
+        if not newest and shipped.is_file():
+            records = [r for r in read_jsonl(shipped) if int(r.get("epoch", 0)) <= before + own]
+            continue
+        kept = [r for r in read_jsonl(path.parent / "metrics.jsonl") if newest or int(r.get("epoch", 0)) <= own]
+        records = [r for r in records if r["epoch"] <= before]
+        records += [{**r, "epoch": int(r.get("epoch", 0)) + before, "run": path.parent.name} for r in kept]
+    return records
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,47 @@
+"""The per-epoch log that ships beside a model: one run's, or a lineage of --init runs numbered on."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from capsnet.export import lineage_metrics
+
+
+def write_log(path: Path, epochs: range, **extra: object) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps({"epoch": e, "test_accuracy": e / 100, **extra}) + "\n" for e in epochs))
+
+
+def epochs_and_runs(records: list[dict]) -> list[tuple[int, str, float]]:
+    return [(r["epoch"], r["run"], r["test_accuracy"]) for r in records]
+
+
+def test_a_single_run_keeps_its_whole_log(tmp_path: Path) -> None:
+    write_log(tmp_path / "a" / "metrics.jsonl", range(1, 4))
+    records = lineage_metrics(tmp_path / "a" / "best.safetensors", {"epochs": 2, "total_epochs": 2})
+    assert epochs_and_runs(records) == [(1, "a", 0.01), (2, "a", 0.02), (3, "a", 0.03)]
+
+
+def test_an_init_run_follows_the_epochs_of_the_run_it_started_from(tmp_path: Path) -> None:
+    write_log(tmp_path / "a" / "metrics.jsonl", range(1, 7))  # run a went on past the checkpoint taken at epoch 5
+    write_log(tmp_path / "b" / "metrics.jsonl", range(1, 4))
+    origin = {"checkpoint": str(tmp_path / "a" / "last.safetensors"), "epochs": 5, "total_epochs": 5}
+    info = {"epochs": 2, "total_epochs": 7, "started_from": origin}
+    records = lineage_metrics(tmp_path / "b" / "best.safetensors", info)
+    assert [r[:2] for r in epochs_and_runs(records)] == [(e, "a") for e in range(1, 6)] + [(e, "b") for e in (6, 7, 8)]
+    assert records[5]["test_accuracy"] == 0.01  # b's first epoch, numbered on
+
+    # the origin's log is gone: its epochs still count
+    (tmp_path / "a" / "metrics.jsonl").unlink()
+    assert [r["epoch"] for r in lineage_metrics(tmp_path / "b" / "best.safetensors", info)] == [6, 7, 8]
+
+
+def test_a_shipped_origin_brings_its_whole_lineage(tmp_path: Path) -> None:
+    shipped = tmp_path / "checkpoints" / "mnist.safetensors"
+    write_log(shipped.with_suffix(".metrics.jsonl"), range(1, 10), run="old")  # 9 epochs, the last after the shipped 8
+    write_log(tmp_path / "c" / "metrics.jsonl", range(1, 3))
+    origin = {"checkpoint": str(shipped), "epochs": 3, "total_epochs": 8, "started_from": {"checkpoint": "gone/x"}}
+    info = {"epochs": 2, "total_epochs": 10, "started_from": origin}
+    records = lineage_metrics(tmp_path / "c" / "last.safetensors", info)
+    assert [r[:2] for r in epochs_and_runs(records)] == [(e, "old") for e in range(1, 9)] + [(9, "c"), (10, "c")]
