@@ -19,7 +19,8 @@ test: $(BIN)/.installed  ## run the whole test suite (real data from $$CAPSNET_D
 	$(BIN)/python -m pytest
 
 lint: $(BIN)/.installed
-	$(BIN)/ruff check capsnet dashboard tests benchmarks
+	$(BIN)/ruff check capsnet dashboard tests benchmarks docs
+	$(BIN)/ruff format --check capsnet dashboard tests benchmarks docs
 
 bench: $(BIN)/.installed
 	$(BIN)/python benchmarks/bench_model.py

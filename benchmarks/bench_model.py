@@ -77,7 +77,13 @@ def bench_routing(device: torch.device, batch: int, repeats: int) -> dict[str, f
         t_base.append(timed(baseline, device, 1, warmup=1 if not t_base else 0))
         t_pkg.append(timed(package, device, 1, warmup=1 if not t_pkg else 0))
     base, pkg = statistics.median(t_base), statistics.median(t_pkg)
-    return {"baseline_s": base, "package_s": pkg, "speedup": base / pkg, "output_diff": output_diff, "grad_rel_diff": grad_diff}
+    return {
+        "baseline_s": base,
+        "package_s": pkg,
+        "speedup": base / pkg,
+        "output_diff": output_diff,
+        "grad_rel_diff": grad_diff,
+    }
 
 
 def bench_training(device: torch.device, batch: int, repeats: int) -> float:
@@ -119,10 +125,18 @@ def main() -> None:
     latency = bench_inference(device, args.repeats * 3)
     rows = [
         ("routing fwd+bwd, einsum baseline", f"{1000 * routing['baseline_s']:.1f} ms", ""),
-        ("routing fwd+bwd, capsnet", f"{1000 * routing['package_s']:.1f} ms", f"{routing['speedup']:.2f}x faster (target >= 2x on CPU)"),
+        (
+            "routing fwd+bwd, capsnet",
+            f"{1000 * routing['package_s']:.1f} ms",
+            f"{routing['speedup']:.2f}x faster (target >= 2x on CPU)",
+        ),
         ("  max |output difference|", f"{routing['output_diff']:.1e}", "target <= 1e-5"),
         ("  max relative gradient difference", f"{routing['grad_rel_diff']:.1e}", ""),
-        ("training throughput, whole model", f"{throughput:.0f} images/s", "fwd + bwd + Adam, batch " + str(args.batch_size)),
+        (
+            "training throughput, whole model",
+            f"{throughput:.0f} images/s",
+            "fwd + bwd + Adam, batch " + str(args.batch_size),
+        ),
         ("single-image inference", f"{1000 * latency:.1f} ms", "trace + primary capsules + reconstruction"),
     ]
     width = max(len(r[0]) for r in rows)

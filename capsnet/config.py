@@ -95,7 +95,5 @@ PRESETS: dict[str, CapsNetConfig] = {
     # the same architecture on Fashion-MNIST (same 28x28x1 input, 10 classes)
     "fashion-mnist": CapsNetConfig(),
     # a small network for tests and quick demos: same structure, narrower layers
-    "tiny": CapsNetConfig(
-        conv1_channels=32, primary_types=8, primary_dim=8, digit_dim=16, decoder_hidden=(64, 128)
-    ),
+    "tiny": CapsNetConfig(conv1_channels=32, primary_types=8, primary_dim=8, digit_dim=16, decoder_hidden=(64, 128)),
 }

@@ -108,7 +108,8 @@ class _DynamicRouting(torch.autograd.Function):
         for t in reversed(range(r)):
             if t < r - 1:
                 assert g_logits is not None
-                grad_pose = torch.matmul(g_logits.unsqueeze(2), u_hat).squeeze(2)  # (B, K, 1, N) @ (B, K, N, D) -> (B, K, D)
+                # (B, K, 1, N) @ (B, K, N, D) -> (B, K, D)
+                grad_pose = torch.matmul(g_logits.unsqueeze(2), u_hat).squeeze(2)
                 left.append(g_logits), right.append(poses[t])
             with torch.enable_grad():
                 s = pre[t].detach().requires_grad_()

@@ -104,7 +104,9 @@ class CapsNet(nn.Module):
         c = self.config
         expected = (c.in_channels, c.image_size, c.image_size)
         if images.dim() != 4 or tuple(images.shape[1:]) != expected:
-            raise ValueError(f"expected images of shape (B, {', '.join(map(str, expected))}), got {tuple(images.shape)}")
+            raise ValueError(
+                f"expected images of shape (B, {', '.join(map(str, expected))}), got {tuple(images.shape)}"
+            )
         iterations = c.routing_iterations if routing_iterations is None else routing_iterations
         features = F.relu(self.conv1(images))  # (B, 256, 20, 20)
         primary = self.primary(features)  # (B, 1152, 8)

@@ -71,7 +71,8 @@ class TrainOptions:
     data_dir: str | None = None
     out: str | None = None  # run folder; default runs/<timestamp>-<dataset>
     resume: bool = False
-    init: str | None = None  # start from this checkpoint's weights (fresh optimizer), e.g. to train a shipped model further
+    # start from this checkpoint's weights (fresh optimizer), e.g. to train a shipped model further
+    init: str | None = None
     hflip: bool | None = None  # default: on for Fashion-MNIST
     workers: int | None = None  # data-loading processes; default 0 on CPU, 4 on GPU
     amp: bool | None = None  # bf16 autocast; default on for CUDA
@@ -400,7 +401,9 @@ def train(options: TrainOptions, on_epoch: Callable[[dict[str, Any]], None] | No
     if options.init:
         start = load_checkpoint(options.init)
         if start.config != config:
-            raise CapsNetError(f"{options.init}: its model config differs from this run's ({options.preset or options.dataset} preset)")
+            raise CapsNetError(
+                f"{options.init}: its model config differs from this run's ({options.preset or options.dataset} preset)"
+            )
         model.load_state_dict(start.model.state_dict())
         origin = origin_of(options.init)
     if state is not None:

@@ -77,7 +77,9 @@ def _margin_marks(m_plus: float, m_minus: float, axis: str = "") -> tuple[list[d
 def _margin_lines(fig: go.Figure, m_plus: float, m_minus: float, axis: str = "") -> None:
     """Add the margin marks of `_margin_marks` to `fig`."""
     shapes, notes = _margin_marks(m_plus, m_minus, axis)
-    fig.update_layout(shapes=[*(fig.layout.shapes or ()), *shapes], annotations=[*(fig.layout.annotations or ()), *notes])
+    fig.update_layout(
+        shapes=[*(fig.layout.shapes or ()), *shapes], annotations=[*(fig.layout.annotations or ()), *notes]
+    )
 
 
 def lengths_bar(
@@ -266,7 +268,16 @@ def routing_animation(
             yaxis2=dict(range=[0, 1.1], anchor="x2"),
             annotations=[
                 *(
-                    dict(text=text, x=x, y=1.0, xref="paper", yref="paper", showarrow=False, yanchor="bottom", font=dict(size=14))
+                    dict(
+                        text=text,
+                        x=x,
+                        y=1.0,
+                        xref="paper",
+                        yref="paper",
+                        showarrow=False,
+                        yanchor="bottom",
+                        font=dict(size=14),
+                    )
                     for text, x in (("Coupling c per primary-capsule type", 0.25), ("Digit-capsule lengths |v|", 0.82))
                 ),
                 *margin_notes,

@@ -49,7 +49,14 @@ def capsule_choice(choice: int | None) -> int | None:
 
 
 def capsule_selectbox(
-    label: str, names: list[str], *, key: str, predicted_label: str, item: str = "capsule", help: str | None = None, container: Any = st
+    label: str,
+    names: list[str],
+    *,
+    key: str,
+    predicted_label: str,
+    item: str = "capsule",
+    help: str | None = None,
+    container: Any = st,
 ) -> int | None:
     """A select box over "the predicted capsule" and every class; returns the class chosen, or None for the prediction.
 

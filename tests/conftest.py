@@ -44,7 +44,14 @@ def tiny_run(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("tiny-run")
     train(
         TrainOptions(
-            dataset="mnist", preset="tiny", epochs=2, train_size=5000, test_size=1000, out=str(out), progress=False, data_dir=str(data_dir)
+            dataset="mnist",
+            preset="tiny",
+            epochs=2,
+            train_size=5000,
+            test_size=1000,
+            out=str(out),
+            progress=False,
+            data_dir=str(data_dir),
         )
     )
     return out

@@ -212,7 +212,9 @@ def test_export_stores_float16_and_the_accuracy_of_the_exported_file(tiny_checkp
     info = export_checkpoint(tiny_checkpoint, target, device="cpu")
     assert target.stat().st_size < 0.6 * tiny_checkpoint.stat().st_size
     run_log = read_jsonl(tiny_checkpoint.parent / "metrics.jsonl")
-    assert read_jsonl(target.with_suffix(".metrics.jsonl")) == [r | {"run": tiny_checkpoint.parent.name} for r in run_log]
+    assert read_jsonl(target.with_suffix(".metrics.jsonl")) == [
+        r | {"run": tiny_checkpoint.parent.name} for r in run_log
+    ]
     loaded = load_checkpoint(target)
     assert loaded.info == info and info["weights_dtype"] == "float16" and info["test_examples"] == 10_000
     assert abs(info["test_accuracy"] - info["test_accuracy_before_export"]) <= 0.002
