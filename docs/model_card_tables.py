@@ -1,0 +1,62 @@
+"""Print the model card's tables for a shipped checkpoint, from its header and its metrics log.
+
+    python docs/model_card_tables.py checkpoints/mnist.safetensors
+
+Prints Markdown: the headline figures, the per-class test accuracy and the
+per-epoch log (`<name>.metrics.jsonl`), for pasting into checkpoints/README.md.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from capsnet.checkpoint import read_checkpoint_info, trained_epochs
+from capsnet.files import read_jsonl
+
+
+def headline(info: dict[str, Any]) -> str:
+    correct, total = sum(info["per_class_correct"]), sum(info["per_class_total"])
+    before = info.get("test_accuracy_before_export")
+    lines = [
+        f"- Epochs behind the model: {trained_epochs(info)}; training time "
+        f"{info.get('total_training_seconds', info.get('training_seconds', 0)) / 3600:.1f} h on {info.get('hardware')}.",
+        f"- Test accuracy of the shipped file ({info.get('weights_dtype')} weights, evaluated in float32): "
+        f"**{100 * info['test_accuracy']:.2f}%** ({correct}/{total})"
+        + (f"; before export (float32): {100 * before:.2f}%." if before is not None else "."),
+    ]
+    return "\n".join(lines)
+
+
+def per_class(info: dict[str, Any]) -> str:
+    rows = ["| class | accuracy | correct |", "|---|---|---|"]
+    for name, acc, correct, total in zip(
+        info["class_names"], info["per_class_accuracy"], info["per_class_correct"], info["per_class_total"], strict=True
+    ):
+        rows.append(f"| {name} | {100 * acc:.2f}% | {correct}/{total} |")
+    return "\n".join(rows)
+
+
+def per_epoch(records: list[dict[str, Any]]) -> str:
+    rows = [
+        "| epoch | run | train loss | train acc. | test loss | test acc. | lr | seconds |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in records:
+        rows.append(
+            f"| {r['epoch']} | {r.get('run', '')} | {r['train_loss']:.4f} | {100 * r['train_accuracy']:.2f}% "
+            f"| {r['test_loss']:.4f} | {100 * r['test_accuracy']:.2f}% | {r['lr']:.2e} | {r['seconds']:.0f} |"
+        )
+    return "\n".join(rows)
+
+
+def main(path: Path) -> None:
+    _, info = read_checkpoint_info(path)
+    print(headline(info), per_class(info), per_epoch(read_jsonl(path.with_suffix(".metrics.jsonl"))), sep="\n\n")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    main(Path(sys.argv[1]))
