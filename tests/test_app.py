@@ -239,6 +239,22 @@ def test_the_shipped_mnist_checkpoint_opens_first_and_broken_files_are_named(app
     assert prediction(at) is not None
 
 
+@pytest.mark.slow
+def test_every_page_runs_on_the_shipped_fashion_mnist_model(app_dirs, data_dir: Path) -> None:  # noqa: F811
+    _, checkpoints = app_dirs
+    shutil.copy(Path(APP).parents[1] / "checkpoints" / "fashion-mnist.safetensors", checkpoints)
+    at = new_app().run()
+    no_exception(at)
+    assert Path(at.sidebar.selectbox(key="checkpoint_picker").value).name == "fashion-mnist.safetensors"
+    pick_test_image(at, 0)  # the first Fashion-MNIST test image is an ankle boot
+    assert prediction(at) == "Ankle boot"
+    for page in PAGES[1:]:
+        at.switch_page(page).run()
+        no_exception(at)
+        assert not at.error, [e.value for e in at.error]
+    assert "Ankle boot" in json.dumps(chart(at, "per_class_chart"))  # the class names come from the header
+
+
 def test_the_training_page_lists_runs_and_a_second_start_is_refused(app_with_run, tmp_path: Path) -> None:  # noqa: F811
     import sys
 
