@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from capsnet.checkpoint import load_checkpoint, save_checkpoint
+from capsnet.checkpoint import load_checkpoint, save_checkpoint, trained_epochs
 from capsnet.cli import ArgumentParser, run_cli
 from capsnet.data import as_tensors, dataset_info, load_dataset
 from capsnet.device import pick_device
@@ -66,7 +66,7 @@ def export_checkpoint(
 def _epoch_span(facts: dict[str, Any]) -> tuple[int, int]:
     """(epochs of its own run, epochs of the runs before it) for a header or a `started_from` record."""
     own = int(facts.get("epochs") or 0)
-    return own, int(facts.get("total_epochs", own)) - own
+    return own, (trained_epochs(facts) or own) - own
 
 
 def lineage_metrics(checkpoint: Path, info: dict[str, Any]) -> list[dict[str, Any]]:

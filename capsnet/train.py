@@ -39,7 +39,7 @@ from torch.utils.data.distributed import DistributedSampler
 from tqdm import tqdm
 
 import capsnet
-from capsnet.checkpoint import load_checkpoint, read_checkpoint_info, save_checkpoint
+from capsnet.checkpoint import load_checkpoint, read_checkpoint_info, save_checkpoint, trained_epochs
 from capsnet.cli import ArgumentParser, run_cli
 from capsnet.config import PRESETS, CapsNetConfig
 from capsnet.data import DATASETS, as_tensors, dataset_info, load_dataset, subset
@@ -199,9 +199,8 @@ ORIGIN_KEYS = (
 )
 
 
-def origin_of(path: str | os.PathLike) -> dict[str, Any]:
-    """What a run started with --init records of the checkpoint it started from (nested if that one had an origin)."""
-    _, info = read_checkpoint_info(path)
+def origin_of(path: str | os.PathLike, info: dict[str, Any]) -> dict[str, Any]:
+    """What a run started with --init records of the checkpoint it started from (header `info`; nested if it had one)."""
     origin = {"checkpoint": Path(path).as_posix(), **{k: info[k] for k in ORIGIN_KEYS if k in info}}
     if "started_from" in info:
         origin["started_from"] = info["started_from"]
@@ -221,7 +220,7 @@ def checkpoint_info(
     info = dataset_info(options.dataset)
     before = origin or {}
     lineage = {
-        "total_epochs": epoch + int(before.get("total_epochs", before.get("epochs", 0))),
+        "total_epochs": epoch + (trained_epochs(before) or 0),
         "total_training_seconds": round(
             seconds + float(before.get("total_training_seconds", before.get("training_seconds", 0.0))), 1
         ),
@@ -378,7 +377,9 @@ def train(options: TrainOptions, on_epoch: Callable[[dict[str, Any]], None] | No
             setattr(options, key, stored.get(key, getattr(options, key)))
         origin = stored.get("started_from")
         if origin is None and stored.get("init") and Path(stored["init"]).is_file():
-            origin = origin_of(stored["init"])  # a run begun before origins were recorded
+            origin = origin_of(
+                stored["init"], read_checkpoint_info(stored["init"])[1]
+            )  # begun before origins were kept
     seed_everything(options.seed + env.rank)
     info = dataset_info(options.dataset)
     train_set: Dataset = subset(
@@ -405,7 +406,7 @@ def train(options: TrainOptions, on_epoch: Callable[[dict[str, Any]], None] | No
                 f"{options.init}: its model config differs from this run's ({options.preset or options.dataset} preset)"
             )
         model.load_state_dict(start.model.state_dict())
-        origin = origin_of(options.init)
+        origin = origin_of(options.init, start.info)
     if state is not None:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])

@@ -62,6 +62,16 @@ def chart(at: AppTest, key: str) -> dict:
     raise AssertionError(f"no chart {key!r}; have {[e.key for e in at.get('plotly_chart')]}")
 
 
+def fake_trainer(folder: Path, seconds: float) -> str:
+    """A stand-in for the Python that runs `capsnet.train`: it only sleeps (the run's UI, not its training, is tested)."""
+    import sys
+
+    fake = folder / "fake-python"
+    fake.write_text(f"#!{sys.executable}\nimport time\ntime.sleep({seconds})\n")
+    fake.chmod(0o755)
+    return str(fake)
+
+
 def test_without_a_checkpoint_the_app_says_so(app_dirs) -> None:  # noqa: F811
     at = new_app().run()
     no_exception(at)
@@ -256,15 +266,11 @@ def test_every_page_runs_on_the_shipped_fashion_mnist_model(app_dirs, data_dir: 
 
 
 def test_the_training_page_lists_runs_and_a_second_start_is_refused(app_with_run, tmp_path: Path) -> None:  # noqa: F811
-    import sys
 
     from capsnet import runs
 
     runs_root, _ = app_with_run
-    fake = tmp_path / "fake-python"
-    fake.write_text(f"#!{sys.executable}\nimport time\ntime.sleep(60)\n")
-    fake.chmod(0o755)
-    running = runs.start_run(runs.TrainRequest(epochs=1), runs_root, python=str(fake))
+    running = runs.start_run(runs.TrainRequest(epochs=1), runs_root, python=fake_trainer(tmp_path, seconds=60))
     try:
         at = new_app().run()
         no_exception(at)
@@ -299,16 +305,12 @@ def test_evaluate_starts_on_the_first_1000_test_images(app_with_run) -> None:  #
 def test_a_finished_run_replaces_the_progress_in_the_sidebar(app_with_run, tmp_path: Path) -> None:  # noqa: F811
     """The run's end is shown in the progress panel's own run (no Cancel, no loss left); the app reruns after."""
     import subprocess
-    import sys
     import time
 
     from capsnet import runs
 
     runs_root, _ = app_with_run
-    fake = tmp_path / "fake-python"
-    fake.write_text(f"#!{sys.executable}\nimport time\ntime.sleep(4)\n")
-    fake.chmod(0o755)
-    running = runs.start_run(runs.TrainRequest(epochs=1), runs_root, python=str(fake))
+    running = runs.start_run(runs.TrainRequest(epochs=1), runs_root, python=fake_trainer(tmp_path, seconds=4))
     at = new_app().run()
     no_exception(at)
     assert any(running.run_dir.name in m.value for m in at.sidebar.markdown)
