@@ -17,16 +17,8 @@ from playwright.sync_api import sync_playwright
 from capsnet.files import read_jsonl
 from dashboard.figures import training_curves
 
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from browser_support import CHROMIUM_ARGS, find_chromium  # noqa: E402  (the same Chromium set-up as the browser tests)
 
 
 def render(target: Path, metrics: list[Path], width: int = 1100, height: int = 420) -> None:
@@ -36,8 +28,11 @@ def render(target: Path, metrics: list[Path], width: int = 1100, height: int = 4
     with tempfile.TemporaryDirectory() as tmp:
         page_path = Path(tmp) / "plot.html"
         fig.write_html(page_path, include_plotlyjs=True, full_html=True, config={"staticPlot": True})
+        chromium = find_chromium()
+        if chromium is None:
+            raise SystemExit("no Chromium found: apt-get install -y chromium")
         with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+            browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
             page = browser.new_page(viewport={"width": width, "height": height})
             page.goto(page_path.as_uri())
             page.wait_for_selector(".main-svg")
