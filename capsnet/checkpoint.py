@@ -97,7 +97,26 @@ def _read_header(path: Path) -> tuple[CapsNetConfig, dict[str, Any]]:
         info = json.loads(metadata.get("info") or "{}")
     except (KeyError, TypeError, ValueError) as error:
         raise CheckpointError(f"{path}: invalid config or info in the header ({error})") from None
+    if not isinstance(info, dict):
+        raise CheckpointError(
+            f"{path}: invalid info in the header (a JSON object is needed, not {type(info).__name__})"
+        )
     return config, info
+
+
+def _expected_shapes(config: CapsNetConfig) -> dict[str, tuple[int, ...]]:
+    """The state dict's shapes for `config`, from a model on the meta device (no memory allocated)."""
+    with torch.device("meta"):
+        model = CapsNet(config)
+    return {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}
+
+
+def _stored_shapes(path: Path) -> dict[str, tuple[int, ...]]:
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            return {name: tuple(handle.get_slice(name).get_shape()) for name in handle.keys()}
+    except (SafetensorError, OSError, ValueError) as error:
+        raise CheckpointError(f"{path}: damaged weights ({error})") from None
 
 
 def read_checkpoint_info(path: str | os.PathLike) -> tuple[CapsNetConfig, dict[str, Any]]:
@@ -113,15 +132,11 @@ def load_checkpoint(path: str | os.PathLike, device: str | torch.device = "cpu")
     """
     path = Path(path)
     config, info = _read_header(path)
-    try:
-        tensors = load_file(str(path), device="cpu")
-    except (SafetensorError, OSError, ValueError) as error:
-        raise CheckpointError(f"{path}: damaged weights ({error})") from None
-    model = CapsNet(config)
-    expected = model.state_dict()
-    missing = sorted(set(expected) - set(tensors))
-    unexpected = sorted(set(tensors) - set(expected))
-    wrong = [k for k in expected if k in tensors and tensors[k].shape != expected[k].shape]
+    # compare the shapes in the file's header with the config's before reading or allocating anything
+    expected, stored = _expected_shapes(config), _stored_shapes(path)
+    missing = sorted(set(expected) - set(stored))
+    unexpected = sorted(set(stored) - set(expected))
+    wrong = [k for k in expected if k in stored and stored[k] != expected[k]]
     if missing or unexpected or wrong:
         details = "; ".join(
             part
@@ -133,6 +148,11 @@ def load_checkpoint(path: str | os.PathLike, device: str | torch.device = "cpu")
             if part
         )
         raise CheckpointError(f"{path}: weights do not fit the stored config ({details})")
+    try:
+        tensors = load_file(str(path), device="cpu")
+    except (SafetensorError, OSError, ValueError) as error:
+        raise CheckpointError(f"{path}: damaged weights ({error})") from None
+    model = CapsNet(config)
     tensors = {k: v.float() if v.is_floating_point() else v for k, v in tensors.items()}
     if not all(torch.isfinite(v).all() for v in tensors.values() if v.is_floating_point()):
         raise CheckpointError(f"{path}: weights hold NaN or infinite values")

@@ -8,6 +8,7 @@ rebuild exactly the network that was trained.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,16 +41,23 @@ class CapsNetConfig:
     reconstruction_weight: float = 0.0005
 
     def __post_init__(self) -> None:
-        if self.routing_iterations < 1:
-            raise ValueError(f"routing_iterations must be >= 1, got {self.routing_iterations}")
+        # types first: a config read from a file's header may hold anything JSON can
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.type == "int":
+                if not _is_int(value) or value < 1:
+                    raise ValueError(f"{f.name} must be a whole number >= 1, got {value!r}")
+            elif f.type == "float":
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                    raise ValueError(f"{f.name} must be a finite number, got {value!r}")
+        hidden = self.decoder_hidden
+        if not isinstance(hidden, (tuple, list)) or not all(_is_int(n) and n >= 1 for n in hidden):
+            raise ValueError(f"decoder_hidden must be a sequence of widths >= 1, got {hidden!r}")
         if self.primary_grid < 1:
             raise ValueError(
                 f"image_size {self.image_size} is too small for conv1_kernel {self.conv1_kernel} "
                 f"and primary_kernel {self.primary_kernel}"
             )
-        for name in ("in_channels", "num_classes", "conv1_channels", "primary_types", "primary_dim", "digit_dim"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
 
     @property
     def primary_grid(self) -> int:
@@ -78,7 +86,8 @@ class CapsNetConfig:
             raise ValueError(f"unknown config keys: {', '.join(unknown)}")
         data = dict(data)
         if "decoder_hidden" in data:
-            data["decoder_hidden"] = tuple(data["decoder_hidden"])
+            hidden = data["decoder_hidden"]
+            data["decoder_hidden"] = tuple(hidden) if isinstance(hidden, list) else hidden
         return cls(**data)
 
     @classmethod
@@ -87,6 +96,10 @@ class CapsNetConfig:
         if name not in PRESETS:
             raise ValueError(f"unknown preset {name!r}; choose from {', '.join(PRESETS)}")
         return dataclasses.replace(PRESETS[name], **overrides)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 PRESETS: dict[str, CapsNetConfig] = {

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 import torch
+from safetensors import safe_open
 from safetensors.torch import save_file
 
 from capsnet.checkpoint import CheckpointError, load_checkpoint, read_checkpoint_info, save_checkpoint
@@ -70,21 +72,55 @@ def test_foreign_safetensors(tmp_path: Path) -> None:
         load_checkpoint(path)
 
 
-def test_weights_that_do_not_fit_the_config(tmp_path: Path) -> None:
-    small = CapsNet(CapsNetConfig.preset("tiny"))
-    path = save_checkpoint(tmp_path / "m.safetensors", small, INFO)
-    # rewrite the header's config to the paper's model: the tiny weights no longer fit
-    import json
-
-    from safetensors import safe_open
-
+def _rewrite_header(path: Path, **fields: str) -> None:
+    """Replace header fields of a saved checkpoint, keeping its tensors."""
     with safe_open(str(path), framework="pt") as handle:
         metadata = handle.metadata()
-        tensors = {k: handle.get_tensor(k) for k in handle.keys()}
-    metadata["config"] = json.dumps(CapsNetConfig().to_dict())
-    save_file(tensors, str(path), metadata=metadata)
+        tensors = {k: handle.get_tensor(k) for k in handle.keys()}  # noqa: SIM118
+    save_file(tensors, str(path), metadata={**metadata, **fields})
+
+
+def test_weights_that_do_not_fit_the_config(tmp_path: Path) -> None:
+    path = save_checkpoint(tmp_path / "m.safetensors", CapsNet(CapsNetConfig.preset("tiny")), INFO)
+    # the header now claims the paper's model: the tiny weights no longer fit
+    _rewrite_header(path, config=json.dumps(CapsNetConfig().to_dict()))
     with pytest.raises(CheckpointError, match="do not fit the stored config"):
         load_checkpoint(path)
+
+
+def test_a_huge_config_in_the_header_is_refused_before_anything_is_allocated(tmp_path: Path) -> None:
+    path = save_checkpoint(tmp_path / "m.safetensors", CapsNet(CapsNetConfig.preset("tiny")), INFO)
+    # building this model for real would need 4 TB for Conv1 alone
+    _rewrite_header(path, config=json.dumps({**CapsNetConfig().to_dict(), "conv1_channels": 10**11}))
+    with pytest.raises(CheckpointError, match="do not fit the stored config"):
+        load_checkpoint(path)
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        ({"primary_stride": 0}, "primary_stride must be a whole number >= 1"),
+        ({"in_channels": 1.5}, "in_channels must be a whole number >= 1"),
+        ({"decoder_hidden": "ab"}, "decoder_hidden must be a sequence of widths"),
+        ({"m_plus": None}, "m_plus must be a finite number"),
+        ({"colour": 3}, "unknown config keys: colour"),
+    ],
+)
+def test_a_bad_config_in_the_header_is_one_clear_error(tmp_path: Path, fields: dict, message: str) -> None:
+    path = save_checkpoint(tmp_path / "m.safetensors", CapsNet(CapsNetConfig.preset("tiny")), INFO)
+    _rewrite_header(path, config=json.dumps({**CapsNetConfig.preset("tiny").to_dict(), **fields}))
+    for read in (load_checkpoint, read_checkpoint_info):
+        with pytest.raises(CheckpointError, match=message) as error:
+            read(path)
+        assert str(path) in str(error.value) and "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("info", ["[1, 2]", '"text"', "{not json"])
+def test_info_that_is_not_a_json_object_is_refused(tmp_path: Path, info: str) -> None:
+    path = save_checkpoint(tmp_path / "m.safetensors", CapsNet(CapsNetConfig.preset("tiny")), INFO)
+    _rewrite_header(path, info=info)
+    with pytest.raises(CheckpointError, match="invalid (config or )?info in the header"):
+        read_checkpoint_info(path)
 
 
 def test_nan_weights_are_refused(tmp_path: Path) -> None:
