@@ -15,15 +15,13 @@ APP = str(Path(__file__).resolve().parent.parent / "dashboard" / "app.py")
 
 
 @pytest.fixture(scope="session")
-def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A run folder holding a tiny CapsNet trained for one epoch on 300 MNIST images (a few seconds on a CPU)."""
-    from capsnet.data import DatasetNotFoundError, load_dataset
+def app_run(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run folder named like the app's, holding a tiny CapsNet trained for one epoch on 300 MNIST images.
+
+    Smaller than conftest's `tiny_run` (a few seconds on a CPU): the app tests need a trained model, not a good one.
+    """
     from capsnet.train import TrainOptions, train
 
-    try:
-        load_dataset("mnist", train=False, download=False)
-    except DatasetNotFoundError as error:
-        pytest.skip(f"MNIST is needed to train the test model: {error}")
     root = tmp_path_factory.mktemp("runs")
     run_dir = root / RUN_NAME
     train(
@@ -37,6 +35,7 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
             device="cpu",
             out=str(run_dir),
             progress=False,
+            data_dir=str(data_dir),
         )
     )
     assert (run_dir / "best.safetensors").is_file()
@@ -55,10 +54,10 @@ def app_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Pat
 
 
 @pytest.fixture
-def app_with_run(app_dirs: tuple[Path, Path], tiny_run: Path) -> tuple[Path, Path]:
+def app_with_run(app_dirs: tuple[Path, Path], app_run: Path) -> tuple[Path, Path]:
     """The app's folders with the tiny run in its runs root (and nothing shipped)."""
     runs_root, checkpoints = app_dirs
-    shutil.copytree(tiny_run, runs_root / tiny_run.name)
+    shutil.copytree(app_run, runs_root / app_run.name)
     return runs_root, checkpoints
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from dashboard_fixtures import APP, app_dirs, app_with_run, clear_streamlit_caches, tiny_run  # noqa: F401
+from dashboard_fixtures import APP, app_dirs, app_run, app_with_run, clear_streamlit_caches  # noqa: F401
 from PIL import Image
 from streamlit.testing.v1 import AppTest
 
@@ -103,12 +103,12 @@ def test_each_page_runs_with_a_trained_checkpoint(app_with_run, page: str) -> No
     assert not at.error, [e.value for e in at.error]
 
 
-def test_changing_the_test_image_changes_the_prediction(app_with_run, tiny_run) -> None:  # noqa: F811
+def test_changing_the_test_image_changes_the_prediction(app_with_run, app_run) -> None:  # noqa: F811
     from capsnet.checkpoint import load_checkpoint
     from capsnet.data import as_tensors, load_dataset
     from capsnet.explain import reconstruct
 
-    model = load_checkpoint(tiny_run / "best.safetensors").model
+    model = load_checkpoint(app_run / "best.safetensors").model
     images, _ = as_tensors(load_dataset("mnist", train=False))
     predicted = reconstruct(model, images[:50]).predictions
     first = 0
@@ -151,13 +151,13 @@ def _predictions(run_dir: Path, count: int = 50) -> np.ndarray:
         ("app_pages/dimensions.py", "dims_class", "the winning capsule"),
     ],
 )
-def test_the_follow_the_prediction_option_keeps_its_label(app_with_run, tiny_run, page, key, label) -> None:  # noqa: F811
+def test_the_follow_the_prediction_option_keeps_its_label(app_with_run, app_run, page, key, label) -> None:  # noqa: F811
     """The box keeps showing its first option as the input changes.
 
     The browser keeps a select box's value as its label: a label naming the predicted class changes with the
     input and leaves the box blank ("Choose an option"); so does a None value (Streamlit then sends no default
     index, and a box drawn anew shows its placeholder). The class is said in the help instead."""
-    predicted = _predictions(tiny_run)
+    predicted = _predictions(app_run)
     first, other = 0, int(np.flatnonzero(predicted != predicted[0])[0])
     at = new_app().run()
     seen = []
@@ -235,9 +235,9 @@ def test_uploads(app_with_run) -> None:  # noqa: F811
     assert not at.error and prediction(at) is not None
 
 
-def test_the_shipped_mnist_checkpoint_opens_first_and_broken_files_are_named(app_with_run, tiny_run) -> None:  # noqa: F811
+def test_the_shipped_mnist_checkpoint_opens_first_and_broken_files_are_named(app_with_run, app_run) -> None:  # noqa: F811
     _, checkpoints = app_with_run
-    shutil.copy(tiny_run / "best.safetensors", checkpoints / "mnist.safetensors")
+    shutil.copy(app_run / "best.safetensors", checkpoints / "mnist.safetensors")
     (checkpoints / "fashion-mnist.safetensors").write_bytes(b"truncated")
     at = new_app().run()
     no_exception(at)
