@@ -37,10 +37,12 @@ class ArgumentParser(argparse.ArgumentParser):
 
 
 def run_cli(body: Callable[[], int], prog: str | None = None) -> int:
-    """Run `body`; a CapsNetError or ValueError from user input becomes one line on stderr and exit code 2."""
+    """Run `body`; a CapsNetError or ValueError from user input, or an OSError from a file the user named
+    (unwritable, a folder, missing), becomes one line on stderr and exit code 2."""
     try:
         return body()
-    except (CapsNetError, ValueError) as error:
+    except (CapsNetError, ValueError, OSError) as error:
         name = prog or argparse.ArgumentParser().prog
-        print(f"{name}: error: {error}", file=sys.stderr)
+        message = " ".join(str(error).split())  # one line, whatever the error's text
+        print(f"{name}: error: {message}", file=sys.stderr)
         return 2

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -33,12 +34,16 @@ def export_checkpoint(
 ) -> dict[str, Any]:
     """Export `source` to `target`; returns the exported file's info (header)."""
     source, target = Path(source), Path(target)
+    dtype = torch.float16 if half else None
     run = load_checkpoint(source, device=pick_device(device))
     name = run.info.get("dataset", "mnist")
     images, labels = as_tensors(load_dataset(name, train=False, data_dir=data_dir))
     before = evaluate(run.model, images, labels)
-    save_checkpoint(target, run.model, run.info, dtype=torch.float16 if half else None)
-    exported = load_checkpoint(target, device=pick_device(device))
+    # the stored weights are measured in a staging file; `target` is written once, with the final header
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f".{target.name}.", dir=target.parent) as staging:
+        staged = save_checkpoint(Path(staging) / target.name, run.model, run.info, dtype=dtype)
+        exported = load_checkpoint(staged, device=pick_device(device))
     after = evaluate(exported.model, images, labels)
     info = dict(run.info)
     info.update(
@@ -55,7 +60,7 @@ def export_checkpoint(
         test_accuracy_before_export=before.accuracy,
         class_names=list(dataset_info(name).classes),
     )
-    save_checkpoint(target, exported.model, info, dtype=torch.float16 if half else None)
+    save_checkpoint(target, exported.model, info, dtype=dtype)
     records = lineage_metrics(source, info)
     if records:
         with atomic_path(target.with_suffix(".metrics.jsonl")) as tmp:

@@ -315,7 +315,8 @@ def _busy_message(run: ActiveRun) -> str:
 # ---------------------------------------------------------------- start, cancel, resume
 
 
-def _new_run_dir(root: Path, dataset: str) -> Path:
+def new_run_dir(root: Path, dataset: str) -> Path:
+    """Create and return `root/<timestamp>-<dataset>`, with a suffix if a run took that name this second."""
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     for suffix in [""] + [f"-{n}" for n in range(2, 100)]:
         run_dir = root / f"{stamp}-{dataset}{suffix}"
@@ -370,7 +371,7 @@ def start_run(request: TrainRequest, root: str | os.PathLike | None = None, pyth
         raise RunInProgressError(_busy_message(external))
     lock = _take_lock(root, {"pid": os.getpid(), "starting": True, "run": "", "started": time.time()})
     try:
-        run_dir = _new_run_dir(root, request.dataset)
+        run_dir = new_run_dir(root, request.dataset)
         write_json(run_dir / "request.json", asdict(request))
     except BaseException:
         lock.unlink(missing_ok=True)
@@ -403,8 +404,9 @@ def resume_run(name: str, root: str | os.PathLike | None = None, python: str | N
     run = runs[name]
     if not run.resumable:
         raise RunError(f"{name} cannot be resumed (status {run.status}, no saved training state)")
-    if active_run(root) is not None:
-        raise RunInProgressError(_busy_message(active_run(root)))  # type: ignore[arg-type]
+    busy = active_run(root)
+    if busy is not None:
+        raise RunInProgressError(_busy_message(busy))
     lock = _take_lock(root, {"pid": os.getpid(), "starting": True, "run": name, "started": time.time()})
     args = run.args
     command = [
@@ -415,7 +417,9 @@ def resume_run(name: str, root: str | os.PathLike | None = None, python: str | N
         str(run.path),
         "--resume",
         "--epochs",
-        str(int(args.get("epochs") or run.epochs_total or 1)),
+        str(
+            int(run.epochs_total or args.get("epochs") or 1)
+        ),  # progress.json: the latest --epochs, also from a CLI resume
         "--device",
         str(args.get("device") or "auto"),
         "--no-progress",
@@ -464,10 +468,6 @@ class RunSummary:
             and (self.path / "train_state.pt").is_file()
             and self.epochs_done < max(self.epochs_total, 1)
         )
-
-    @property
-    def log(self) -> Path:
-        return self.path / LOG_NAME
 
 
 def _read_progress(run_dir: Path) -> dict[str, Any]:

@@ -22,6 +22,7 @@ import itertools
 import json
 import math
 import os
+import pickle
 import signal
 import sys
 import threading
@@ -49,6 +50,7 @@ from capsnet.evaluate import Evaluation, evaluate
 from capsnet.files import append_jsonl, atomic_path, read_json, write_json
 from capsnet.losses import capsule_loss
 from capsnet.model import CapsNet
+from capsnet.runs import new_run_dir, runs_root
 
 STATE_FILE = "train_state.pt"
 
@@ -69,6 +71,7 @@ class TrainOptions:
     train_size: int | None = None  # use a random subset of the training set
     test_size: int | None = None  # evaluate on a random subset of the test set
     data_dir: str | None = None
+    download: bool = True  # fetch a missing dataset from torchvision's mirrors
     out: str | None = None  # run folder; default runs/<timestamp>-<dataset>
     resume: bool = False
     # start from this checkpoint's weights (fresh optimizer), e.g. to train a shipped model further
@@ -99,16 +102,6 @@ class TrainOptions:
 
 
 # ---------------------------------------------------------------- small pieces
-
-
-def default_run_dir(dataset: str, root: str | os.PathLike = "runs") -> Path:
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    return Path(root) / f"{stamp}-{dataset}"
-
-
-def learning_rate(options: TrainOptions, epoch: int) -> float:
-    """The exponential schedule: lr * decay^epoch."""
-    return options.lr * options.lr_decay**epoch
 
 
 class SkipSampler(Sampler[int]):
@@ -241,7 +234,9 @@ def checkpoint_info(
         "dimension_std": result.dimension_std.tolist(),
         "training_seconds": round(seconds, 1),
         "hardware": describe_device(device),
-        "recipe": {k: v for k, v in dataclasses.asdict(options).items() if k not in ("data_dir", "out", "resume")},
+        "recipe": {
+            k: v for k, v in dataclasses.asdict(options).items() if k not in ("data_dir", "download", "out", "resume")
+        },
         "capsnet_version": capsnet.__version__,
         "torch_version": torch.__version__,
         "saved": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -340,6 +335,27 @@ def train_one_epoch(
     }
 
 
+def partial_sums(stats: dict[str, float]) -> dict[str, float]:
+    """What `train_one_epoch` did before a stop, as sums that a resumed epoch can add to."""
+    return {
+        "loss_sum": stats["loss"] * stats["seen"],
+        "correct": stats["accuracy"] * stats["seen"],
+        "seen": stats["seen"],
+        "seconds": stats["seconds"],
+    }
+
+
+def merge_partial(stats: dict[str, float], partial: dict[str, float]) -> dict[str, float]:
+    """The stats of a whole epoch: this process's part plus the `partial_sums` saved before a resume."""
+    seen = stats["seen"] + partial["seen"]
+    return stats | {
+        "loss": (stats["loss"] * stats["seen"] + partial["loss_sum"]) / max(seen, 1),
+        "accuracy": (stats["accuracy"] * stats["seen"] + partial["correct"]) / max(seen, 1),
+        "seen": seen,
+        "seconds": stats["seconds"] + partial["seconds"],
+    }
+
+
 def train(options: TrainOptions, on_epoch: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
     """Train as `options` say; returns the per-epoch records (also appended to metrics.jsonl)."""
     options.validate()
@@ -349,7 +365,7 @@ def train(options: TrainOptions, on_epoch: Callable[[dict[str, Any]], None] | No
         device = torch.device("cuda", env.local_rank)  # one GPU per torchrun process
     use_cuda = device.type == "cuda"
     amp = use_cuda if options.amp is None else options.amp and use_cuda
-    run_dir = Path(options.out) if options.out else default_run_dir(options.dataset)
+    run_dir = Path(options.out) if options.out else new_run_dir(runs_root(), options.dataset)
     state_path = run_dir / STATE_FILE
     if env.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -360,8 +376,18 @@ def train(options: TrainOptions, on_epoch: Callable[[dict[str, Any]], None] | No
     if options.resume:
         if not state_path.is_file():
             raise CapsNetError(f"--resume: no {STATE_FILE} in {run_dir}; start a new run without --resume")
-        state = torch.load(state_path, map_location="cpu", weights_only=True)
-        stored = read_json(run_dir / "args.json")
+        try:
+            state = torch.load(state_path, map_location="cpu", weights_only=True)
+        except (OSError, RuntimeError, ValueError, EOFError, pickle.UnpicklingError) as error:
+            raise CapsNetError(
+                f"--resume: {state_path} is damaged or not a training state ({type(error).__name__})"
+            ) from None
+        try:
+            stored = read_json(run_dir / "args.json")
+        except (OSError, ValueError) as error:
+            raise CapsNetError(f"--resume: cannot read the run's args.json in {run_dir} ({error})") from None
+        if not isinstance(state, dict) or not isinstance(stored, dict):
+            raise CapsNetError(f"--resume: the saved state in {run_dir} is not a training state")
         for key in (
             "dataset",
             "preset",
@@ -383,12 +409,18 @@ def train(options: TrainOptions, on_epoch: Callable[[dict[str, Any]], None] | No
     seed_everything(options.seed + env.rank)
     info = dataset_info(options.dataset)
     train_set: Dataset = subset(
-        load_dataset(options.dataset, train=True, data_dir=options.data_dir, hflip=options.hflip),
+        load_dataset(
+            options.dataset, train=True, data_dir=options.data_dir, hflip=options.hflip, download=options.download
+        ),
         options.train_size,
         options.seed,
     )
     test_images, test_labels = as_tensors(
-        subset(load_dataset(options.dataset, train=False, data_dir=options.data_dir), options.test_size, options.seed)
+        subset(
+            load_dataset(options.dataset, train=False, data_dir=options.data_dir, download=options.download),
+            options.test_size,
+            options.seed,
+        )
     )
 
     config = CapsNetConfig.preset(options.preset or options.dataset, routing_iterations=options.routing_iterations)
@@ -407,16 +439,26 @@ def train(options: TrainOptions, on_epoch: Callable[[dict[str, Any]], None] | No
             )
         model.load_state_dict(start.model.state_dict())
         origin = origin_of(options.init, start.info)
+    # the sums of an epoch interrupted part-way, so that its record covers the whole epoch
+    partial: dict[str, float] = {"loss_sum": 0.0, "correct": 0.0, "seen": 0.0, "seconds": 0.0}
     if state is not None:
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        start_epoch, start_batch = int(state["epoch"]), int(state["batch"])
-        best_accuracy, best_epoch, elapsed = (
-            float(state["best_accuracy"]),
-            int(state["best_epoch"]),
-            float(state["elapsed"]),
-        )
+        try:
+            model.load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
+            scheduler.load_state_dict(state["scheduler"])
+            start_epoch, start_batch = int(state["epoch"]), int(state["batch"])
+            best_accuracy, best_epoch, elapsed = (
+                float(state["best_accuracy"]),
+                int(state["best_epoch"]),
+                float(state["elapsed"]),
+            )
+            partial.update({k: float(v) for k, v in state.get("partial", {}).items() if k in partial})
+        except (KeyError, RuntimeError, TypeError, ValueError) as error:
+            raise CapsNetError(
+                f"--resume: the saved state in {run_dir} does not fit this model ({type(error).__name__})"
+            ) from None
+        if env.is_main and stored.get("epochs") != options.epochs:
+            write_json(run_dir / "args.json", stored | {"epochs": options.epochs})  # what a later resume continues to
     elif env.is_main:
         stored_args = dataclasses.asdict(options) | {"preset": options.preset or options.dataset}
         write_json(run_dir / "args.json", stored_args | ({"started_from": origin} if origin else {}))
@@ -449,10 +491,11 @@ def train(options: TrainOptions, on_epoch: Callable[[dict[str, Any]], None] | No
             print(f"{run_dir}: already trained {start_epoch} epochs; raise --epochs to continue", file=sys.stderr)
         return records
 
-    def save_state(epoch: int, batch: int) -> None:
+    def save_state(epoch: int, batch: int, partial: dict[str, float] | None = None) -> None:
         if not env.is_main:
             return
         payload = {
+            "partial": partial or {},
             "model": model.state_dict(),
             "optimizer": optimizer.state_dict(),
             "scheduler": scheduler.state_dict(),
@@ -505,9 +548,12 @@ def train(options: TrainOptions, on_epoch: Callable[[dict[str, Any]], None] | No
                 if bar is not None:
                     bar.close()
                 elapsed += time.perf_counter() - epoch_start
+                resumed = epoch == start_epoch and start_batch > 0
+                if resumed:  # add the part of this epoch run before the resume
+                    stats = merge_partial(stats, partial)
                 if stop.stop:
                     status = "stopped"
-                    save_state(epoch, done_before + int(stats["batches"]))
+                    save_state(epoch, done_before + int(stats["batches"]), partial_sums(stats))
                     break
                 record: dict[str, Any] = {}
                 if env.is_main:
@@ -518,10 +564,13 @@ def train(options: TrainOptions, on_epoch: Callable[[dict[str, Any]], None] | No
                         "epoch": epoch + 1,
                         "train_loss": stats["loss"],
                         "train_accuracy": stats["accuracy"],
+                        "train_images": int(stats["seen"]),
                         "test_loss": result.loss,
                         "test_accuracy": result.accuracy,
                         "lr": optimizer.param_groups[0]["lr"],
-                        "seconds": round(time.perf_counter() - epoch_start, 2),
+                        "seconds": round(
+                            time.perf_counter() - epoch_start + (partial["seconds"] if resumed else 0.0), 2
+                        ),
                         "images_per_s": round(stats["seen"] / max(stats["seconds"], 1e-9), 1),
                     }
                     ckpt = checkpoint_info(options, epoch + 1, result, elapsed, device, best_epoch, origin)
@@ -567,9 +616,17 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--train-size", type=p.positive_int, default=None, help="train on a random subset of N images")
     p.add_argument("--test-size", type=p.positive_int, default=None, help="evaluate on a random subset of N images")
     p.add_argument("--data-dir", default=None, help="dataset root (default: $CAPSNET_DATA_DIR, else ./data)")
-    p.add_argument("--out", default=None, help="run folder (default: runs/<timestamp>-<dataset>)")
+    p.add_argument(
+        "--out", default=None, help="run folder (default: <timestamp>-<dataset> in $CAPSNET_RUNS_DIR, else runs/)"
+    )
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last state")
     p.add_argument("--init", default=None, help="start from this checkpoint's weights, with a fresh optimizer")
+    p.add_argument(
+        "--download",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="fetch a missing dataset from torchvision's mirrors (default: on)",
+    )
     p.add_argument(
         "--hflip",
         action=argparse.BooleanOptionalAction,

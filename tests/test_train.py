@@ -80,6 +80,13 @@ def test_train_resume_and_evaluate_clis(data_dir: Path, tmp_path: Path) -> None:
     records = read_jsonl(out / "metrics.jsonl")
     assert [r["epoch"] for r in records] == [1, 2] and records[1]["lr"] < records[0]["lr"]
     assert load_checkpoint(out / "last.safetensors").info["epochs"] == 2
+    assert read_json(out / "args.json")["epochs"] == 2  # a later resume (the dashboard's) continues to 2
+
+    (out / "train_state.pt").write_bytes(b"not a training state")
+    damaged = run("-m", "capsnet.train", "--epochs", "3", "--out", str(out), "--resume", check=False, timeout=60)
+    assert damaged.returncode == 2 and "Traceback" not in damaged.stderr, damaged.stderr
+    assert "train_state.pt is damaged or not a training state" in damaged.stderr
+    assert len(damaged.stderr.strip().splitlines()) == 1
 
     report = run("-m", "capsnet.evaluate", str(out / "last.safetensors"), "--limit", "300", "--device", "cpu").stdout
     lines = [line for line in report.splitlines() if line.startswith("Class ")]
@@ -120,6 +127,7 @@ def test_progress_bar_on_stderr(data_dir: Path, tmp_path: Path) -> None:
         (["-m", "capsnet.train", "--lr", "zero"], "is not a number"),
         (["-m", "capsnet.train", "--resume"], "--resume needs --out"),
         (["-m", "capsnet.evaluate", "/nonexistent.safetensors"], "no such checkpoint"),
+        (["-m", "capsnet.train", "--out", "/proc/version", "--epochs", "1"], "/proc/version"),
     ],
 )
 def test_bad_arguments_are_one_line_and_exit_2(args: list[str], message: str) -> None:
@@ -136,6 +144,7 @@ def test_missing_dataset_is_one_line(tmp_path: Path) -> None:
         *TINY,
         "--data-dir",
         str(tmp_path),
+        "--no-download",
         "--out",
         str(tmp_path / "r"),
         check=False,
@@ -177,8 +186,11 @@ def test_sigterm_stops_at_a_batch_and_resume_finishes(data_dir: Path, tmp_path: 
     assert state["epoch"] == 0 and 3 <= state["batch"] < 125
     assert read_json(out / "progress.json")["status"] == "stopped"
     assert read_jsonl(out / "metrics.jsonl") == []
+    assert state["partial"]["seen"] == 32 * state["batch"]  # the part of the epoch run before the stop
     run("-m", "capsnet.train", "--out", str(out), "--resume", "--epochs", "1", "--no-progress")
-    assert [r["epoch"] for r in read_jsonl(out / "metrics.jsonl")] == [1]
+    records = read_jsonl(out / "metrics.jsonl")
+    assert [r["epoch"] for r in records] == [1]
+    assert records[0]["train_images"] == 4000  # the record covers the whole epoch, not the part after the resume
     assert read_json(out / "progress.json")["status"] == "finished"
 
 
@@ -221,6 +233,7 @@ def test_export_stores_float16_and_the_accuracy_of_the_exported_file(tiny_checkp
     images, labels = as_tensors(load_dataset("mnist", train=False))
     assert evaluate(loaded.model, images, labels).accuracy == pytest.approx(info["test_accuracy"], abs=1e-9)
     assert oct(target.stat().st_mode & 0o777) == "0o644"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mnist.metrics.jsonl", "mnist.safetensors"]  # no staging
 
 
 def test_init_starts_from_a_checkpoints_weights(tiny_checkpoint: Path, tmp_path: Path) -> None:
