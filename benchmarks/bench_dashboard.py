@@ -26,14 +26,13 @@ from PIL import Image, ImageDraw
 
 from capsnet.checkpoint import load_checkpoint, save_checkpoint
 from capsnet.config import CapsNetConfig
-from capsnet.device import describe_device
+from capsnet.device import describe_device, inference_threads
 from capsnet.explain import (
     PERTURBATION_STEPS,
     coupling_by_type,
     coupling_maps,
     decode_vector,
     explain,
-    inference_threads,
     perturbation_grid,
 )
 from capsnet.model import CapsNet

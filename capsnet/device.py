@@ -1,7 +1,8 @@
-"""Device choice and seeding, shared by training, evaluation and the dashboard."""
+"""Device choice, thread counts and seeding, shared by training, evaluation and the dashboard."""
 
 from __future__ import annotations
 
+import os
 import platform
 import random
 
@@ -9,6 +10,20 @@ import numpy as np
 import torch
 
 DEVICE_CHOICES = ("auto", "cpu", "cuda", "mps")
+THREADS_ENV = "CAPSNET_DASHBOARD_THREADS"
+
+
+def inference_threads() -> int:
+    """Torch threads for interactive inference (the dashboard): $CAPSNET_DASHBOARD_THREADS, else 1.
+
+    One image at a time gains little from more threads, and a training run on the
+    same machine (started from the dashboard) keeps every core busy: then a second
+    inference thread waits for a core and a 15 ms forward pass takes 150 ms.
+    """
+    try:
+        return max(1, int(os.environ.get(THREADS_ENV, "1")))
+    except ValueError:
+        return 1
 
 
 def pick_device(name: str = "auto") -> torch.device:

@@ -185,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
             print(format_report(result, names, f"{checkpoint.path} on the {info.title} test set"))
         return 0
 
-    return run_cli(run)
+    return run_cli(run, prog="python -m capsnet.evaluate")
 
 
 if __name__ == "__main__":

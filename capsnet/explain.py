@@ -13,7 +13,6 @@ capsules and |v_j| their lengths (the probability that digit j is present).
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -28,20 +27,6 @@ PERTURBATION_STEPS: np.ndarray = np.round(np.linspace(-0.25, 0.25, 11), 2).astyp
 MAX_ROUTING_ITERATIONS = 5
 
 Weighting = Literal["length", "mean"]
-THREADS_ENV = "CAPSNET_DASHBOARD_THREADS"
-
-
-def inference_threads() -> int:
-    """Torch threads for interactive inference (the dashboard): $CAPSNET_DASHBOARD_THREADS, else 1.
-
-    One image at a time gains little from more threads, and a training run on the
-    same machine (started from the dashboard) keeps every core busy: then a second
-    inference thread waits for a core and a 15 ms forward pass takes 150 ms.
-    """
-    try:
-        return max(1, int(os.environ.get(THREADS_ENV, "1")))
-    except ValueError:
-        return 1
 
 
 @dataclass
@@ -60,10 +45,6 @@ class Explanation:
     primary_lengths: np.ndarray  # (N,) |u_i| of the primary capsules
     primary_types: int
     primary_grid: int
-
-    @property
-    def num_classes(self) -> int:
-        return int(self.lengths.shape[0])
 
 
 def _model_device(model: CapsNet) -> torch.device:

@@ -43,10 +43,6 @@ class RoutingTrace:
     poses: Tensor  # (B, r, K, D)
     lengths: Tensor  # (B, r, K)
 
-    @property
-    def iterations(self) -> int:
-        return self.coupling.shape[1]
-
 
 def _dot_children(u_hat: Tensor, x: Tensor) -> Tensor:
     """u_hat_{j|i} . x_j for every child i: (B, K, N, D), (B, K, D) -> (B, K, N).
@@ -140,7 +136,8 @@ def dynamic_routing(u_hat: Tensor, iterations: int, trace: bool = False) -> tupl
     """
     if iterations < 1:
         raise ValueError(f"routing needs at least 1 iteration, got {iterations}")
-    assert u_hat.dim() == 4, "u_hat must be (B, K, N, D)"
+    if u_hat.dim() != 4:
+        raise ValueError(f"u_hat must be (B, K, N, D), got shape {tuple(u_hat.shape)}")
     if not trace:
         if torch.is_grad_enabled() and u_hat.requires_grad:
             return _DynamicRouting.apply(u_hat, iterations), None

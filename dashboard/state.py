@@ -22,7 +22,7 @@ from capsnet import explain as ex
 from capsnet import runs
 from capsnet.checkpoint import Checkpoint, CheckpointError, load_checkpoint
 from capsnet.data import DatasetNotFoundError, as_tensors, dataset_info, load_dataset
-from capsnet.explain import inference_threads
+from capsnet.device import inference_threads
 from dashboard import texts
 
 # session-state keys shared by the pages

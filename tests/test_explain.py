@@ -192,14 +192,3 @@ def test_reconstruct_and_misclassified(model: CapsNet, image: np.ndarray) -> Non
     lengths[1, 2], lengths[3, 4] = 0.6, 0.9
     assert misclassified(predictions, labels, lengths).tolist() == [3, 1]  # most confident mistake first
     assert misclassified(predictions, labels, lengths, limit=1).tolist() == [3]
-
-
-def test_inference_threads_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    from capsnet.explain import THREADS_ENV, inference_threads
-
-    monkeypatch.delenv(THREADS_ENV, raising=False)
-    assert inference_threads() == 1
-    monkeypatch.setenv(THREADS_ENV, "4")
-    assert inference_threads() == 4
-    monkeypatch.setenv(THREADS_ENV, "lots")
-    assert inference_threads() == 1
