@@ -24,6 +24,7 @@ lint: $(BIN)/.installed
 
 bench: $(BIN)/.installed
 	$(BIN)/python benchmarks/bench_model.py
+	$(BIN)/python benchmarks/bench_dashboard.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -132,7 +132,7 @@ def train_form() -> None:
                         preset=preset,
                     )
                 )
-        st.caption("Runs are saved in `runs/<time>-<dataset>/`. One run at a time on this machine.")
+        st.caption(f"Runs are saved in `{state.runs_root()}/<time>-<dataset>/`. One run at a time on this machine.")
 
 
 def start_training(request: runs.TrainRequest) -> None:

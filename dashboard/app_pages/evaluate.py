@@ -57,7 +57,8 @@ c4.metric(
     "Accuracy recorded at training",
     f"{100 * stored:.2f}%" if isinstance(stored, (int, float)) else "—",
     border=True,
-    help="From the checkpoint's header (on the test subset used during training).",
+    help="From the checkpoint's header: the test set (or the subset) the run evaluated on; "
+    "for a shipped model, the full test set, measured on the exported file.",
 )
 
 table_col, chart_col = st.columns([1, 1.6], gap="large")
