@@ -38,12 +38,14 @@ def test_short_real_training_run_reaches_90_percent(tiny_run: Path, tiny_checkpo
         "epoch",
         "train_loss",
         "train_accuracy",
+        "train_images",
         "test_loss",
         "test_accuracy",
         "lr",
         "seconds",
         "images_per_s",
     }
+    assert all(r["train_images"] == 5000 for r in records)
     assert records[1]["lr"] == pytest.approx(records[0]["lr"] * 0.96)
     assert records[-1]["test_accuracy"] >= 0.90, records
     checkpoint = load_checkpoint(tiny_checkpoint)
