@@ -417,9 +417,7 @@ def resume_run(name: str, root: str | os.PathLike | None = None, python: str | N
         str(run.path),
         "--resume",
         "--epochs",
-        str(
-            int(run.epochs_total or args.get("epochs") or 1)
-        ),  # progress.json: the latest --epochs, also from a CLI resume
+        str(int(run.epochs_total or args.get("epochs") or 1)),  # progress.json holds the latest --epochs
         "--device",
         str(args.get("device") or "auto"),
         "--no-progress",

@@ -72,7 +72,7 @@ class TrainOptions:
     test_size: int | None = None  # evaluate on a random subset of the test set
     data_dir: str | None = None
     download: bool = True  # fetch a missing dataset from torchvision's mirrors
-    out: str | None = None  # run folder; default runs/<timestamp>-<dataset>
+    out: str | None = None  # run folder; default <timestamp>-<dataset> in $CAPSNET_RUNS_DIR, else runs/
     resume: bool = False
     # start from this checkpoint's weights (fresh optimizer), e.g. to train a shipped model further
     init: str | None = None
@@ -402,10 +402,8 @@ def train(options: TrainOptions, on_epoch: Callable[[dict[str, Any]], None] | No
         ):
             setattr(options, key, stored.get(key, getattr(options, key)))
         origin = stored.get("started_from")
-        if origin is None and stored.get("init") and Path(stored["init"]).is_file():
-            origin = origin_of(
-                stored["init"], read_checkpoint_info(stored["init"])[1]
-            )  # begun before origins were kept
+        if origin is None and stored.get("init") and Path(stored["init"]).is_file():  # begun before origins were kept
+            origin = origin_of(stored["init"], read_checkpoint_info(stored["init"])[1])
     seed_everything(options.seed + env.rank)
     info = dataset_info(options.dataset)
     train_set: Dataset = subset(
@@ -491,11 +489,11 @@ def train(options: TrainOptions, on_epoch: Callable[[dict[str, Any]], None] | No
             print(f"{run_dir}: already trained {start_epoch} epochs; raise --epochs to continue", file=sys.stderr)
         return records
 
-    def save_state(epoch: int, batch: int, partial: dict[str, float] | None = None) -> None:
+    def save_state(epoch: int, batch: int, epoch_sums: dict[str, float] | None = None) -> None:
         if not env.is_main:
             return
         payload = {
-            "partial": partial or {},
+            "partial": epoch_sums or {},
             "model": model.state_dict(),
             "optimizer": optimizer.state_dict(),
             "scheduler": scheduler.state_dict(),
