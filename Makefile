@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 PORT ?= 8501
+# the datasets: $CAPSNET_DATA_DIR if set, else ../shared/datasets where it exists, else ./data
+export CAPSNET_DATA_DIR ?= $(firstword $(wildcard $(abspath ../shared/datasets)) $(CURDIR)/data)
 
 .PHONY: run test lint bench clean
 
