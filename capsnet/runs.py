@@ -30,10 +30,8 @@ from capsnet.errors import CapsNetError
 from capsnet.files import read_json, read_jsonl, write_json
 
 RUNS_ENV = "CAPSNET_RUNS_DIR"
-CHECKPOINTS_ENV = "CAPSNET_CHECKPOINTS_DIR"
 LOCK_NAME = ".active.json"
 LOG_NAME = "train.log"
-SHIPPED = ("mnist.safetensors", "fashion-mnist.safetensors")  # the shipped models, in picker order
 STARTUP_GRACE_S = 15.0  # a lock being written is not stale for this long
 
 # bounds of the dashboard's training form
@@ -61,15 +59,6 @@ class RunInProgressError(RunError):
 def runs_root(root: str | os.PathLike | None = None) -> Path:
     """The runs folder: `root`, else $CAPSNET_RUNS_DIR, else ./runs."""
     return Path(root or os.environ.get(RUNS_ENV) or "runs")
-
-
-def checkpoints_dir(path: str | os.PathLike | None = None) -> Path:
-    """The shipped checkpoints: `path`, else $CAPSNET_CHECKPOINTS_DIR, else checkpoints/ beside the package."""
-    if path:
-        return Path(path)
-    if os.environ.get(CHECKPOINTS_ENV):
-        return Path(os.environ[CHECKPOINTS_ENV])
-    return Path(__file__).resolve().parent.parent / "checkpoints"
 
 
 # ---------------------------------------------------------------- processes
@@ -554,91 +543,3 @@ def log_tail(run_dir: str | os.PathLike, lines: int = 40, max_bytes: int = 64_00
     except OSError:
         return ""
     return "\n".join(text.splitlines()[-lines:])
-
-
-def format_duration(seconds: float | None) -> str:
-    """1 h 02 min, 3 min 05 s, 12 s; an em dash when unknown."""
-    if seconds is None or not math.isfinite(seconds) or seconds < 0:
-        return "—"
-    seconds = int(round(seconds))
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{hours} h {minutes:02d} min"
-    if minutes:
-        return f"{minutes} min {secs:02d} s"
-    return f"{secs} s"
-
-
-# ---------------------------------------------------------------- checkpoints for the picker
-
-
-@dataclass
-class CheckpointEntry:
-    """A checkpoint the dashboard can open, described from its header alone."""
-
-    path: Path
-    source: str  # "shipped" or "run"
-    dataset: str = ""
-    dataset_title: str = ""
-    test_accuracy: float | None = None
-    epochs: int | None = None
-    run: str = ""
-    error: str = ""  # set when the file cannot be read; the entry is then not selectable
-
-    @property
-    def label(self) -> str:
-        title = self.dataset_title or self.dataset or "unknown dataset"
-        acc = f"{100 * self.test_accuracy:.2f}%" if self.test_accuracy is not None else "accuracy unknown"
-        if self.source == "shipped":
-            return f"{title} · {acc} · shipped ({self.path.name})"
-        epochs = f", {self.epochs} epoch{'s' if self.epochs != 1 else ''}" if self.epochs else ""
-        return f"{title} · {acc} · run {self.run}{epochs}"
-
-
-def _describe(path: Path, source: str, run: str = "") -> CheckpointEntry:
-    from capsnet.checkpoint import CheckpointError, read_checkpoint_info, trained_epochs
-
-    try:
-        _, info = read_checkpoint_info(path)
-    except CheckpointError as error:
-        return CheckpointEntry(path=path, source=source, run=run, error=str(error))
-    accuracy = info.get("test_accuracy")
-    return CheckpointEntry(
-        path=path,
-        source=source,
-        dataset=str(info.get("dataset") or ""),
-        dataset_title=str(info.get("dataset_title") or info.get("dataset") or ""),
-        test_accuracy=float(accuracy) if isinstance(accuracy, (int, float)) else None,
-        epochs=trained_epochs(info),
-        run=run,
-    )
-
-
-def list_checkpoints(
-    checkpoints: str | os.PathLike | None = None, root: str | os.PathLike | None = None
-) -> list[CheckpointEntry]:
-    """The shipped checkpoints (mnist, fashion-mnist, then any other) and each run's best model, newest run first.
-
-    Broken files are listed with `error` set, so the picker can name them.
-    """
-    folder = checkpoints_dir(checkpoints)
-    shipped: list[Path] = []
-    if folder.is_dir():
-        files = sorted(folder.glob("*.safetensors"))
-        order = {name: k for k, name in enumerate(SHIPPED)}
-        shipped = sorted(files, key=lambda p: (order.get(p.name, len(order)), p.name))
-    entries = [_describe(path, "shipped") for path in shipped]
-    for run in list_runs(root):
-        if run.checkpoint is not None:
-            entries.append(_describe(run.checkpoint, "run", run.name))
-    return entries
-
-
-def default_checkpoint(entries: list[CheckpointEntry]) -> CheckpointEntry | None:
-    """The one to open first: the shipped MNIST model, else any shipped one, else the newest run's."""
-    usable = [e for e in entries if not e.error]
-    for entry in usable:
-        if entry.source == "shipped" and entry.path.name == SHIPPED[0]:
-            return entry
-    return usable[0] if usable else None

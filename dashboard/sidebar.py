@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import streamlit as st
 
-from capsnet import runs
+from capsnet import catalog, runs
 from capsnet.checkpoint import trained_epochs
 from capsnet.data import DATASETS
 from capsnet.device import DEVICE_CHOICES
-from dashboard import state
+from dashboard import state, texts
 
 PRESET_LABELS = {
     "paper": "Paper's CapsNet (8.2 M parameters)",
@@ -45,7 +45,7 @@ def model_picker() -> None:
         labels = {str(e.path): e.label for e in usable}
         chosen = st.session_state.get(state.MODEL_PATH)
         if chosen not in paths:
-            default = runs.default_checkpoint(usable)
+            default = catalog.default_checkpoint(usable)
             chosen = str(default.path) if default else paths[0]
             st.session_state[state.MODEL_PATH] = chosen
         st.selectbox(
@@ -209,7 +209,7 @@ def _progress_body() -> None:
         c2.metric("Accuracy", f"{100 * acc:.1f}%" if isinstance(acc, (int, float)) else "—")
         speed = progress.get("images_per_s")
         st.caption(
-            f"ETA {runs.format_duration(progress.get('eta_s'))}"
+            f"ETA {texts.format_duration(progress.get('eta_s'))}"
             + (f" · {speed:.0f} images/s" if isinstance(speed, (int, float)) else "")
             + (f" · best test accuracy so far {100 * run.best_accuracy:.2f}%" if run and run.best_accuracy else "")
         )

@@ -18,8 +18,8 @@ import numpy as np
 import streamlit as st
 import torch
 
+from capsnet import catalog, runs
 from capsnet import explain as ex
-from capsnet import runs
 from capsnet.checkpoint import Checkpoint, CheckpointError, load_checkpoint
 from capsnet.data import DatasetNotFoundError, as_tensors, dataset_info, load_dataset
 from capsnet.device import inference_threads
@@ -36,41 +36,6 @@ WATCHED_RUN = "watched_run"
 FINISHED_RUN = "finished_run"
 
 MNIST_DIGITS = [str(d) for d in range(10)]
-
-# The first option of the "which capsule" select boxes: follow the prediction, whatever it is. Not None: a select
-# box whose value is None shows its placeholder ("Choose an option") once it is drawn again (Streamlit reads None
-# as "nothing chosen"); and its label never names the class, since the browser keeps the chosen option by label.
-PREDICTED = -1
-
-
-def capsule_choice(choice: int | None) -> int | None:
-    """The class a "which capsule" select box names, or None for the predicted one."""
-    return None if choice is None or int(choice) == PREDICTED else int(choice)
-
-
-def capsule_selectbox(
-    label: str,
-    names: list[str],
-    *,
-    key: str,
-    predicted_label: str,
-    item: str = "capsule",
-    help: str | None = None,
-    container: Any = st,
-) -> int | None:
-    """A select box over "the predicted capsule" and every class; returns the class chosen, or None for the prediction.
-
-    The options are fixed values with fixed labels (say the current prediction in `help`): a label
-    that changed with the input would make Streamlit drop the selection and show a blank box.
-    """
-    choice = container.selectbox(
-        label,
-        [PREDICTED, *range(len(names))],
-        format_func=lambda j: predicted_label if j == PREDICTED else f"{item} {names[j]}",
-        key=key,
-        help=help,
-    )
-    return capsule_choice(choice)
 
 
 def configure_torch() -> None:
@@ -113,16 +78,16 @@ def runs_root() -> Path:
 
 
 def checkpoints_dir() -> Path:
-    return runs.checkpoints_dir()
+    return catalog.checkpoints_dir()
 
 
 # ---------------------------------------------------------------- models
 
 
 @st.cache_data(ttl=3, max_entries=4, show_spinner=False)
-def checkpoint_entries(checkpoints: str, root: str) -> list[runs.CheckpointEntry]:
+def checkpoint_entries(checkpoints: str, root: str) -> list[catalog.CheckpointEntry]:
     """The picker's list (headers only), refreshed at most every 3 seconds."""
-    return runs.list_checkpoints(checkpoints, root)
+    return catalog.list_checkpoints(checkpoints, root)
 
 
 @st.cache_resource(max_entries=4, show_spinner="Loading the model...")

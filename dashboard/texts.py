@@ -1,6 +1,12 @@
-"""The short explanations the pages show, written for a student meeting capsules for the first time."""
+"""The words the pages show.
+
+Short explanations written for a student meeting capsules for the first time, the notice
+that says what to do when there is no model, and how durations are written.
+"""
 
 from __future__ import annotations
+
+import math
 
 CAPSULE = """
 **What is a capsule?** An ordinary neuron outputs one number: *how much* a feature is present.
@@ -112,3 +118,17 @@ python -m capsnet.train --dataset mnist --epochs 10
 
 It appears in the sidebar's model picker as soon as its first epoch ends.
 """
+
+
+def format_duration(seconds: float | None) -> str:
+    """1 h 02 min, 3 min 05 s, 12 s; an em dash when unknown."""
+    if seconds is None or not math.isfinite(seconds) or seconds < 0:
+        return "—"
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours} h {minutes:02d} min"
+    if minutes:
+        return f"{minutes} min {secs:02d} s"
+    return f"{secs} s"

@@ -1,4 +1,4 @@
-"""Training-run management: bounded requests, one run at a time, cancel, status, checkpoints for the picker."""
+"""Training-run management: bounded requests, one run at a time, cancel, resume, status."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from capsnet import runs
+from capsnet import catalog, runs
 from capsnet.files import write_json
 from capsnet.runs import RunInProgressError, TrainRequest
 
@@ -170,38 +170,6 @@ def test_resume_refuses_what_cannot_be_resumed(root: Path) -> None:
         runs.resume_run("../etc", root)
 
 
-def test_format_duration() -> None:
-    assert runs.format_duration(5) == "5 s"
-    assert runs.format_duration(125) == "2 min 05 s"
-    assert runs.format_duration(3720) == "1 h 02 min"
-    assert runs.format_duration(None) == "—" and runs.format_duration(float("inf")) == "—"
-
-
-def test_checkpoint_list_names_broken_files(tmp_path: Path, root: Path) -> None:
-    import torch
-
-    from capsnet.checkpoint import save_checkpoint
-    from capsnet.config import CapsNetConfig
-    from capsnet.model import CapsNet
-
-    shipped = tmp_path / "checkpoints"
-    shipped.mkdir()
-    model = CapsNet(CapsNetConfig.preset("tiny"))
-    info = {"dataset": "mnist", "dataset_title": "MNIST", "test_accuracy": 0.991, "epochs": 30}
-    save_checkpoint(shipped / "mnist.safetensors", model, info, dtype=torch.float16)
-    (shipped / "fashion-mnist.safetensors").write_bytes(b"garbage")
-    run_dir = make_run(root, "20250101-000000-mnist", {"status": "finished", "pid": 0}, epochs_done=1)
-    save_checkpoint(run_dir / "best.safetensors", model, {**info, "test_accuracy": 0.5, "epochs": 1})
-    entries = runs.list_checkpoints(shipped, root)
-    assert [e.path.name for e in entries] == ["mnist.safetensors", "fashion-mnist.safetensors", "best.safetensors"]
-    assert entries[0].label == "MNIST · 99.10% · shipped (mnist.safetensors)"
-    assert entries[1].error and "fashion-mnist.safetensors" in entries[1].error
-    assert entries[2].source == "run" and "run 20250101-000000-mnist, 1 epoch" in entries[2].label
-    assert runs.default_checkpoint(entries) is entries[0]
-    assert runs.default_checkpoint(entries[1:]) is entries[2]
-    assert runs.default_checkpoint([entries[1]]) is None
-
-
 @pytest.mark.slow
 def test_a_real_tiny_run_trains_in_the_background(root: Path, data_dir: Path) -> None:
     # data_dir puts the datasets' folder in CAPSNET_DATA_DIR, which the trainer's process inherits
@@ -211,5 +179,5 @@ def test_a_real_tiny_run_trains_in_the_background(root: Path, data_dir: Path) ->
     summary = runs.read_run(run.run_dir, root)
     assert summary.status == "finished", runs.log_tail(run.run_dir)
     assert summary.epochs_done == 1 and summary.checkpoint is not None
-    entries = runs.list_checkpoints(root / "none", root)
+    entries = catalog.list_checkpoints(root / "none", root)
     assert [e.run for e in entries] == [run.run_dir.name] and not entries[0].error

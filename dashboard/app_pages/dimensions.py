@@ -6,7 +6,7 @@ import numpy as np
 import streamlit as st
 
 from capsnet import explain as ex
-from dashboard import figures, state, texts
+from dashboard import figures, state, texts, widgets
 
 PER_ROW = 4
 
@@ -31,7 +31,7 @@ if model is None or image is None:
 names = model.class_names
 result = state.explanation(model.key, image, None, None, model.net)
 prediction = result.prediction
-choice = state.capsule_selectbox(
+choice = widgets.capsule_selectbox(
     "Capsule to edit",
     names,
     key="dims_class",

@@ -9,7 +9,7 @@ import streamlit as st
 from streamlit_drawable_canvas import st_canvas
 
 from capsnet.preprocess import PreprocessError, preprocess_canvas, preprocess_upload
-from dashboard import figures, state, texts
+from dashboard import figures, state, texts, widgets
 
 SOURCES = ["Draw", "Test image", "Upload"]
 SOURCE_ICONS = {"Draw": ":material/draw:", "Test image": ":material/image:", "Upload": ":material/upload:"}
@@ -160,7 +160,7 @@ if model is None:
     st.stop()
 
 st.divider()
-decode_choice = state.capsule_choice(st.session_state.get("reconstruct_as"))
+decode_choice = widgets.capsule_choice(st.session_state.get("reconstruct_as"))
 result = state.explanation(model.key, digit, None, decode_choice, model.net)
 prediction = result.prediction
 lengths = result.lengths
@@ -198,7 +198,7 @@ with side_col:
         )
     elif lengths[runner_up] > 0.5:
         st.info(f"Capsule {names[runner_up]} is long too (|v| = {lengths[runner_up]:.2f}): an ambiguous input.")
-    state.capsule_selectbox(  # read back from session state above, before the result is computed
+    widgets.capsule_selectbox(  # read back from session state above, before the result is computed
         "Reconstruct as",
         names,
         key="reconstruct_as",

@@ -6,7 +6,7 @@ import numpy as np
 import streamlit as st
 
 from capsnet import explain as ex
-from dashboard import figures, state, texts
+from dashboard import figures, state, texts, widgets
 
 WEIGHTINGS = {"length": "weighted by primary-capsule length", "mean": "plain mean"}
 
@@ -49,7 +49,7 @@ weighting = c2.radio(
 )
 result = state.explanation(model.key, image, int(iterations), None, model.net)
 prediction = result.prediction
-choice = state.capsule_selectbox(
+choice = widgets.capsule_selectbox(
     "Digit capsule for the spatial maps",
     names,
     key="routing_digit",

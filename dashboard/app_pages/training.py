@@ -34,7 +34,7 @@ def _table(all_runs: list[runs.RunSummary]) -> list[dict[str, object]]:
                 "epochs": f"{run.epochs_done}/{run.epochs_total or '?'}",
                 "best test accuracy": run.best_accuracy,
                 "last train loss": last.get("train_loss"),
-                "training time": runs.format_duration(seconds) if run.metrics else "—",
+                "training time": texts.format_duration(seconds) if run.metrics else "—",
                 "examples": run.args.get("train_size") or "all",
             }
         )
@@ -96,7 +96,7 @@ def curves() -> None:
             p = run.progress
             st.caption(
                 f"{name}: epoch {p.get('epoch')}/{p.get('epochs')}, batch {p.get('batch')}/{p.get('batches')}, "
-                f"ETA {runs.format_duration(p.get('eta_s'))}"
+                f"ETA {texts.format_duration(p.get('eta_s'))}"
             )
 
 

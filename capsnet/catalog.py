@@ -1,0 +1,97 @@
+"""The checkpoints a user can open: the shipped models and the best model of each training run.
+
+Each is described from its safetensors header alone (dataset, accuracy, epochs), so
+listing them reads no weights; a file that cannot be read is listed with its error,
+so the dashboard's picker can name it instead of hiding it. The shipped folder is an
+argument, else $CAPSNET_CHECKPOINTS_DIR, else checkpoints/ beside the package.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from capsnet.checkpoint import CheckpointError, read_checkpoint_info, trained_epochs
+from capsnet.runs import list_runs
+
+CHECKPOINTS_ENV = "CAPSNET_CHECKPOINTS_DIR"
+SHIPPED = ("mnist.safetensors", "fashion-mnist.safetensors")  # the shipped models, in picker order
+
+
+def checkpoints_dir(path: str | os.PathLike | None = None) -> Path:
+    """The shipped checkpoints: `path`, else $CAPSNET_CHECKPOINTS_DIR, else checkpoints/ beside the package."""
+    if path:
+        return Path(path)
+    if os.environ.get(CHECKPOINTS_ENV):
+        return Path(os.environ[CHECKPOINTS_ENV])
+    return Path(__file__).resolve().parent.parent / "checkpoints"
+
+
+@dataclass
+class CheckpointEntry:
+    """A checkpoint the dashboard can open, described from its header alone."""
+
+    path: Path
+    source: str  # "shipped" or "run"
+    dataset: str = ""
+    dataset_title: str = ""
+    test_accuracy: float | None = None
+    epochs: int | None = None
+    run: str = ""
+    error: str = ""  # set when the file cannot be read; the entry is then not selectable
+
+    @property
+    def label(self) -> str:
+        title = self.dataset_title or self.dataset or "unknown dataset"
+        acc = f"{100 * self.test_accuracy:.2f}%" if self.test_accuracy is not None else "accuracy unknown"
+        if self.source == "shipped":
+            return f"{title} · {acc} · shipped ({self.path.name})"
+        epochs = f", {self.epochs} epoch{'s' if self.epochs != 1 else ''}" if self.epochs else ""
+        return f"{title} · {acc} · run {self.run}{epochs}"
+
+
+def _describe(path: Path, source: str, run: str = "") -> CheckpointEntry:
+    try:
+        _, info = read_checkpoint_info(path)
+    except CheckpointError as error:
+        return CheckpointEntry(path=path, source=source, run=run, error=str(error))
+    accuracy = info.get("test_accuracy")
+    return CheckpointEntry(
+        path=path,
+        source=source,
+        dataset=str(info.get("dataset") or ""),
+        dataset_title=str(info.get("dataset_title") or info.get("dataset") or ""),
+        test_accuracy=float(accuracy) if isinstance(accuracy, (int, float)) else None,
+        epochs=trained_epochs(info),
+        run=run,
+    )
+
+
+def list_checkpoints(
+    checkpoints: str | os.PathLike | None = None, root: str | os.PathLike | None = None
+) -> list[CheckpointEntry]:
+    """The shipped checkpoints (mnist, fashion-mnist, then any other) and each run's best model, newest run first.
+
+    Broken files are listed with `error` set, so the picker can name them.
+    """
+    folder = checkpoints_dir(checkpoints)
+    shipped: list[Path] = []
+    if folder.is_dir():
+        files = sorted(folder.glob("*.safetensors"))
+        order = {name: k for k, name in enumerate(SHIPPED)}
+        shipped = sorted(files, key=lambda p: (order.get(p.name, len(order)), p.name))
+    entries = [_describe(path, "shipped") for path in shipped]
+    for run in list_runs(root):
+        if run.checkpoint is not None:
+            entries.append(_describe(run.checkpoint, "run", run.name))
+    return entries
+
+
+def default_checkpoint(entries: list[CheckpointEntry]) -> CheckpointEntry | None:
+    """The one to open first: the shipped MNIST model, else any shipped one, else the newest run's."""
+    usable = [e for e in entries if not e.error]
+    for entry in usable:
+        if entry.source == "shipped" and entry.path.name == SHIPPED[0]:
+            return entry
+    return usable[0] if usable else None

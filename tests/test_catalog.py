@@ -1,0 +1,65 @@
+"""The checkpoint catalogue: shipped models first, then each run's best; broken files named, not hidden."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from capsnet import catalog
+from capsnet.checkpoint import save_checkpoint
+from capsnet.config import CapsNetConfig
+from capsnet.files import write_json
+from capsnet.model import CapsNet
+
+INFO = {"dataset": "mnist", "dataset_title": "MNIST", "test_accuracy": 0.991, "epochs": 30}
+
+
+def finished_run(root: Path, name: str, model: CapsNet) -> Path:
+    """A run folder as the trainer leaves it after one epoch."""
+    run_dir = root / name
+    run_dir.mkdir(parents=True)
+    write_json(run_dir / "args.json", {"dataset": "mnist", "epochs": 1, "preset": "tiny"})
+    write_json(run_dir / "progress.json", {"status": "finished", "pid": 0, "epochs": 1, "dataset": "mnist"})
+    (run_dir / "metrics.jsonl").write_text(json.dumps({"epoch": 1, "test_accuracy": 0.5}) + "\n")
+    save_checkpoint(run_dir / "best.safetensors", model, {**INFO, "test_accuracy": 0.5, "epochs": 1})
+    return run_dir
+
+
+def test_checkpoint_list_names_broken_files(tmp_path: Path) -> None:
+    shipped, root = tmp_path / "checkpoints", tmp_path / "runs"
+    shipped.mkdir()
+    model = CapsNet(CapsNetConfig.preset("tiny"))
+    (shipped / "a-custom.safetensors").write_bytes(b"")  # sorted after the two known names despite its name
+    save_checkpoint(shipped / "mnist.safetensors", model, INFO, dtype=torch.float16)
+    (shipped / "fashion-mnist.safetensors").write_bytes(b"garbage")
+    finished_run(root, "20250101-000000-mnist", model)
+    entries = catalog.list_checkpoints(shipped, root)
+    names = [e.path.name for e in entries]
+    assert names == ["mnist.safetensors", "fashion-mnist.safetensors", "a-custom.safetensors", "best.safetensors"]
+    assert entries[0].label == "MNIST · 99.10% · shipped (mnist.safetensors)" and not entries[0].error
+    assert entries[1].error and "fashion-mnist.safetensors" in entries[1].error
+    assert entries[3].source == "run" and "run 20250101-000000-mnist, 1 epoch" in entries[3].label
+    assert entries[3].label.endswith("1 epoch")  # singular
+    assert catalog.default_checkpoint(entries) is entries[0]
+    assert catalog.default_checkpoint(entries[1:]) is entries[3]
+    assert catalog.default_checkpoint([entries[1]]) is None
+
+
+def test_a_missing_folder_lists_only_runs(tmp_path: Path) -> None:
+    model = CapsNet(CapsNetConfig.preset("tiny"))
+    finished_run(tmp_path / "runs", "20250101-000000-mnist", model)
+    entries = catalog.list_checkpoints(tmp_path / "absent", tmp_path / "runs")
+    assert [e.source for e in entries] == ["run"]
+
+
+def test_checkpoints_dir_argument_then_environment_then_package(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(catalog.CHECKPOINTS_ENV, str(tmp_path / "env"))
+    assert catalog.checkpoints_dir(tmp_path / "arg") == tmp_path / "arg"
+    assert catalog.checkpoints_dir() == tmp_path / "env"
+    monkeypatch.delenv(catalog.CHECKPOINTS_ENV)
+    assert catalog.checkpoints_dir() == Path(catalog.__file__).resolve().parent.parent / "checkpoints"
