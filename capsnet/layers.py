@@ -203,7 +203,7 @@ class RoutingCapsules(nn.Module):
                 f"expected child capsules of shape (B, {self.children_count}, {self.child_dim}), got {tuple(u.shape)}"
             )
         u_hat = self.predictions(u)  # (B, K, N, D)
-        if u_hat.dtype != torch.float32 and u_hat.device.type != "cpu":
+        if torch.is_autocast_enabled(u_hat.device.type):
             # routing (softmax, squash) in float32 even under bf16 autocast
             with torch.autocast(u_hat.device.type, enabled=False):
                 return dynamic_routing(u_hat.float(), iterations, trace)

@@ -364,7 +364,7 @@ def train(options: TrainOptions, on_epoch: Callable[[dict[str, Any]], None] | No
     if env.enabled and device.type == "cuda":
         device = torch.device("cuda", env.local_rank)  # one GPU per torchrun process
     use_cuda = device.type == "cuda"
-    amp = use_cuda if options.amp is None else options.amp and use_cuda
+    amp = use_cuda if options.amp is None else options.amp  # on a CPU only when asked (slower without AVX512-BF16)
     run_dir = Path(options.out) if options.out else new_run_dir(runs_root(), options.dataset)
     state_path = run_dir / STATE_FILE
     if env.is_main:
@@ -633,7 +633,7 @@ def build_parser() -> ArgumentParser:
     )
     p.add_argument("--workers", type=int, default=None, help="data-loading processes (default: 0 on CPU, 4 on GPU)")
     p.add_argument(
-        "--amp", action=argparse.BooleanOptionalAction, default=None, help="bf16 autocast (default: on for CUDA)"
+        "--amp", action=argparse.BooleanOptionalAction, default=None, help="bf16 autocast (default: on for CUDA; on a CPU only when asked)"
     )
     p.add_argument(
         "--compile", action=argparse.BooleanOptionalAction, default=None, help="torch.compile (default: on for CUDA)"

@@ -113,3 +113,20 @@ def test_other_input_sizes_come_from_the_config() -> None:
     out = model(torch.rand(2, 3, 32, 32))
     assert config.primary_grid == 8 and config.num_primary == 256
     assert out.lengths.shape == (2, 5) and out.reconstruction.shape == (2, 3, 32, 32)
+
+
+def test_bf16_autocast_keeps_routing_in_float32() -> None:
+    """The mixed-precision path that CUDA training takes by default, run here on the CPU."""
+    torch.manual_seed(0)
+    model = CapsNet(CapsNetConfig.preset("tiny")).train()
+    images, labels = torch.rand(4, 1, 28, 28), torch.tensor([0, 3, 7, 9])
+    reference = model(images, labels, return_trace=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = model(images, labels, return_trace=True)
+    # the child-to-parent predictions come from a bf16 product, but softmax and squash ran in float32
+    assert out.poses.dtype == torch.float32 and out.trace.coupling.dtype == torch.float32
+    assert torch.allclose(out.trace.coupling.sum(dim=-1), torch.ones(()), atol=1e-6)
+    assert torch.allclose(out.lengths, reference.lengths, atol=0.02)
+    (out.lengths.sum() + out.reconstruction.float().sum()).backward()
+    grads = [p.grad for p in model.parameters()]
+    assert all(g is not None and torch.isfinite(g).all() for g in grads)
