@@ -633,7 +633,10 @@ def build_parser() -> ArgumentParser:
     )
     p.add_argument("--workers", type=int, default=None, help="data-loading processes (default: 0 on CPU, 4 on GPU)")
     p.add_argument(
-        "--amp", action=argparse.BooleanOptionalAction, default=None, help="bf16 autocast (default: on for CUDA; on a CPU only when asked)"
+        "--amp",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="bf16 autocast (default: on for CUDA; on a CPU only when asked)",
     )
     p.add_argument(
         "--compile", action=argparse.BooleanOptionalAction, default=None, help="torch.compile (default: on for CUDA)"
