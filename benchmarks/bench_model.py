@@ -9,6 +9,10 @@
 2. Training throughput of the whole paper model (forward, backward, Adam step).
 3. Single-image inference latency: forward with routing trace, primary capsules
    and reconstruction, as the dashboard calls it.
+4. Training input pipeline, shifts of up to 2 px and flips: the package's batched
+   `epoch_batches` on the device against the per-image torchvision pipeline it
+   replaced (PIL image, v2.RandomCrop(28, padding=2), v2.RandomHorizontalFlip,
+   through a DataLoader in the main process, as it ran on the CPU).
 """
 
 from __future__ import annotations
@@ -18,8 +22,13 @@ import statistics
 import time
 from collections.abc import Callable
 
+import numpy as np
 import torch
+from PIL import Image
+from torch.utils.data import DataLoader, Dataset
+from torchvision.transforms import v2
 
+from capsnet.augment import epoch_batches
 from capsnet.config import CapsNetConfig
 from capsnet.device import describe_device, pick_device
 from capsnet.layers import RoutingCapsules, squash
@@ -111,6 +120,45 @@ def bench_inference(device: torch.device, repeats: int) -> float:
     return timed(lambda: model(image, return_trace=True, return_primary=True), device, repeats, warmup=3)
 
 
+class PilImages(Dataset):
+    """uint8 images served one at a time as PIL images, as torchvision's MNIST class does."""
+
+    def __init__(self, images: np.ndarray, transform: v2.Compose) -> None:
+        self.images, self.transform = images, transform
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        return self.transform(Image.fromarray(self.images[index], mode="L")), 0
+
+
+def bench_input_pipeline(device: torch.device, batch: int, count: int = 10_240) -> dict[str, float]:
+    """Images/s of one pass over `count` training images: per-image PIL transforms vs batched on the device."""
+    images = torch.randint(0, 256, (count, 1, 28, 28), dtype=torch.uint8)
+    transform = v2.Compose(
+        [v2.ToImage(), v2.RandomCrop(28, padding=2), v2.RandomHorizontalFlip(), v2.ToDtype(torch.float32, scale=True)]
+    )
+    loader = DataLoader(PilImages(images[:, 0].numpy(), transform), batch_size=batch, shuffle=True)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+
+    def per_image() -> None:
+        for x, _ in loader:
+            x.to(device)
+        sync()
+
+    on_device, labels = images.to(device), torch.zeros(count, dtype=torch.long, device=device)
+
+    def batched() -> None:
+        for _ in epoch_batches(on_device, labels, torch.randperm(count).tolist(), batch, seed=0, hflip=True):
+            pass
+        sync()
+
+    baseline = count / timed(per_image, device, repeats=3, warmup=1)
+    package = count / timed(batched, device, repeats=3, warmup=1)
+    return {"baseline": baseline, "package": package, "speedup": package / baseline}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="auto")
@@ -123,6 +171,7 @@ def main() -> None:
     routing = bench_routing(device, args.batch_size, args.repeats)
     throughput = bench_training(device, args.batch_size, max(3, args.repeats // 2))
     latency = bench_inference(device, args.repeats * 3)
+    pipeline = bench_input_pipeline(device, args.batch_size)
     rows = [
         ("routing fwd+bwd, einsum baseline", f"{1000 * routing['baseline_s']:.1f} ms", ""),
         (
@@ -138,6 +187,16 @@ def main() -> None:
             "fwd + bwd + Adam, batch " + str(args.batch_size),
         ),
         ("single-image inference", f"{1000 * latency:.1f} ms", "trace + primary capsules + reconstruction"),
+        (
+            "input pipeline, per-image PIL transforms",
+            f"{pipeline['baseline']:.0f} images/s",
+            "DataLoader, main process",
+        ),
+        (
+            "input pipeline, capsnet (batched)",
+            f"{pipeline['package']:.0f} images/s",
+            f"{pipeline['speedup']:.0f}x faster; shifts + flips, batch {args.batch_size}",
+        ),
     ]
     width = max(len(r[0]) for r in rows)
     print(f"| {'measure':<{width}} | value | note |\n|{'-' * (width + 2)}|---|---|")

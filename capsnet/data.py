@@ -1,8 +1,8 @@
 """Datasets: MNIST and Fashion-MNIST through `torchvision.datasets`.
 
 The data root is `--data-dir`, else the environment variable CAPSNET_DATA_DIR,
-else `./data`. Training images are shifted by up to 2 pixels in each direction
-with zero padding, as in section 5 of the paper; pixels stay in [0, 1].
+else `./data`. Pixels are floats in [0, 1]. Training takes the stored uint8 arrays
+whole (`stored_tensors`) and augments them a batch at a time (`capsnet.augment`).
 """
 
 from __future__ import annotations
@@ -79,43 +79,29 @@ def resolve_data_dir(data_dir: str | os.PathLike | None = None) -> Path:
     return Path(os.environ.get("CAPSNET_DATA_DIR") or "data")
 
 
-def build_transform(train: bool, shift: int = 2, hflip: bool = False) -> v2.Compose:
-    """PIL image to a (1, 28, 28) float tensor in [0, 1]; random shifts (and flips) when training."""
-    steps: list[v2.Transform] = [v2.ToImage()]
-    if train and shift > 0:
-        steps.append(v2.RandomCrop(28, padding=shift))  # shift by up to `shift` px, zero fill
-    if train and hflip:
-        steps.append(v2.RandomHorizontalFlip())
-    steps.append(v2.ToDtype(torch.float32, scale=True))
-    return v2.Compose(steps)
+TO_TENSOR = v2.Compose([v2.ToImage(), v2.ToDtype(torch.float32, scale=True)])  # PIL -> (1, 28, 28) in [0, 1]
 
 
 def load_dataset(
     name: str,
     train: bool,
     data_dir: str | os.PathLike | None = None,
-    augment: bool | None = None,
-    hflip: bool | None = None,
     download: bool = True,
 ) -> Dataset:
-    """A torchvision dataset with the package's transform.
+    """A torchvision dataset whose items are (1, 28, 28) float tensors in [0, 1] and integer labels.
 
-    `augment` defaults to `train`; `hflip` to what the dataset allows (Fashion-MNIST).
     Raises DatasetNotFoundError, with the folder searched and how to fix it, if the
     files are absent and cannot be downloaded.
     """
     info = dataset_info(name)
     root = resolve_data_dir(data_dir)
-    augment = train if augment is None else augment
-    hflip = info.hflip if hflip is None else hflip
-    transform = build_transform(augment, hflip=augment and hflip)
     try:
-        return info.tv_class(root=str(root), train=train, transform=transform, download=False)
+        return info.tv_class(root=str(root), train=train, transform=TO_TENSOR, download=False)
     except RuntimeError:
         pass  # not on disk
     if download:
         try:
-            return info.tv_class(root=str(root), train=train, transform=transform, download=True)
+            return info.tv_class(root=str(root), train=train, transform=TO_TENSOR, download=True)
         except Exception as error:  # network errors come in many types
             reason = f"download failed: {type(error).__name__}"
     else:
@@ -138,11 +124,10 @@ def subset(dataset: Dataset, size: int | None, seed: int = 0) -> Dataset:
     return Subset(dataset, indices.tolist())
 
 
-def as_tensors(dataset: Dataset) -> tuple[torch.Tensor, torch.Tensor]:
-    """All images (N, 1, 28, 28) in [0, 1] and labels (N,) of an un-augmented torchvision set or its Subset.
+def stored_tensors(dataset: Dataset) -> tuple[torch.Tensor, torch.Tensor]:
+    """The stored uint8 images (N, 1, 28, 28) and labels (N,) of a torchvision set or its Subset, read whole.
 
-    Fast path for evaluation: reads the dataset's uint8 array instead of going
-    through PIL one image at a time.
+    Reads the dataset's arrays instead of going through PIL one image at a time.
     """
     indices = None
     if isinstance(dataset, Subset):
@@ -151,5 +136,10 @@ def as_tensors(dataset: Dataset) -> tuple[torch.Tensor, torch.Tensor]:
     labels = torch.as_tensor(dataset.targets)  # type: ignore[attr-defined]
     if indices is not None:
         images, labels = images[indices], labels[indices]
-    images = v2.functional.to_dtype(images.unsqueeze(1), torch.float32, scale=True)  # (N, 1, 28, 28), as ToDtype does
-    return images, labels.long()
+    return images.unsqueeze(1), labels.long()  # (N, 1, 28, 28), (N,)
+
+
+def as_tensors(dataset: Dataset) -> tuple[torch.Tensor, torch.Tensor]:
+    """All images (N, 1, 28, 28) as floats in [0, 1], as TO_TENSOR makes them, and labels (N,)."""
+    images, labels = stored_tensors(dataset)
+    return v2.functional.to_dtype(images, torch.float32, scale=True), labels

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
-import itertools
 import json
 import math
 import os
@@ -27,7 +26,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -35,15 +34,16 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import Dataset
 from torch.utils.data.distributed import DistributedSampler
 from tqdm import tqdm
 
 import capsnet
+from capsnet.augment import SHIFT, epoch_batches
 from capsnet.checkpoint import load_checkpoint, read_checkpoint_info, save_checkpoint, trained_epochs
 from capsnet.cli import ArgumentParser, run_cli
 from capsnet.config import PRESETS, CapsNetConfig
-from capsnet.data import DATASETS, as_tensors, dataset_info, load_dataset, subset
+from capsnet.data import DATASETS, as_tensors, dataset_info, load_dataset, stored_tensors, subset
 from capsnet.device import DEVICE_CHOICES, describe_device, pick_device, seed_everything
 from capsnet.errors import CapsNetError
 from capsnet.evaluate import Evaluation, evaluate
@@ -77,7 +77,6 @@ class TrainOptions:
     # start from this checkpoint's weights (fresh optimizer), e.g. to train a shipped model further
     init: str | None = None
     hflip: bool | None = None  # default: on for Fashion-MNIST
-    workers: int | None = None  # data-loading processes; default 0 on CPU, 4 on GPU
     amp: bool | None = None  # bf16 autocast; default on for CUDA
     compile: bool | None = None  # torch.compile; default on for CUDA
     progress: bool = True  # tqdm bar
@@ -104,17 +103,9 @@ class TrainOptions:
 # ---------------------------------------------------------------- small pieces
 
 
-class SkipSampler(Sampler[int]):
-    """Yields a sampler's indices after the first `skip` (to resume inside an epoch)."""
-
-    def __init__(self, sampler: DistributedSampler, skip: int) -> None:
-        self.sampler, self.skip = sampler, skip
-
-    def __iter__(self) -> Iterator[int]:
-        return itertools.islice(iter(self.sampler), self.skip, None)
-
-    def __len__(self) -> int:
-        return max(0, len(self.sampler) - self.skip)
+def augment_seed(seed: int, epoch: int, rank: int) -> int:
+    """The seed of one epoch's shifts and flips on one process: the same after a resume."""
+    return seed * 1_000_003 + epoch * 1_009 + rank
 
 
 class StopFlag:
@@ -287,7 +278,7 @@ class ProgressFile:
 
 def train_one_epoch(
     model: torch.nn.Module,
-    loader: DataLoader,
+    loader: Iterable[tuple[torch.Tensor, torch.Tensor]],
     optimizer: torch.optim.Optimizer,
     config: CapsNetConfig,
     device: torch.device,
@@ -297,13 +288,11 @@ def train_one_epoch(
     on_batch: Callable[[int, float, float, float], None] | None,
     bar: tqdm | None,
 ) -> dict[str, float]:
-    """One pass over `loader`. Returns loss/accuracy sums and how many batches ran."""
+    """One pass over `loader`'s (images, labels) batches, already on `device`; returns sums and the batch count."""
     model.train()
     loss_sum = correct = seen = batches = 0.0
     start = time.perf_counter()
     for images, labels in loader:
-        images = images.to(device, non_blocking=True)
-        labels = labels.to(device, non_blocking=True)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
             out = model(images, labels)
             loss = capsule_loss(out.lengths, out.reconstruction, images, labels, config)
@@ -407,12 +396,11 @@ def train(options: TrainOptions, on_epoch: Callable[[dict[str, Any]], None] | No
     seed_everything(options.seed + env.rank)
     info = dataset_info(options.dataset)
     train_set: Dataset = subset(
-        load_dataset(
-            options.dataset, train=True, data_dir=options.data_dir, hflip=options.hflip, download=options.download
-        ),
+        load_dataset(options.dataset, train=True, data_dir=options.data_dir, download=options.download),
         options.train_size,
         options.seed,
     )
+    hflip = info.hflip if options.hflip is None else options.hflip
     test_images, test_labels = as_tensors(
         subset(
             load_dataset(options.dataset, train=False, data_dir=options.data_dir, download=options.download),
@@ -467,7 +455,8 @@ def train(options: TrainOptions, on_epoch: Callable[[dict[str, Any]], None] | No
     if env.enabled:
         net = torch.nn.parallel.DistributedDataParallel(net, device_ids=[env.local_rank] if use_cuda else None)
 
-    workers = options.workers if options.workers is not None else (4 if use_cuda else 0)
+    # the whole training set lives on the device as uint8; batches are gathered and augmented there
+    train_images, train_labels = (t.to(device) for t in stored_tensors(train_set))  # (N, 1, 28, 28), (N,)
     sampler = DistributedSampler(train_set, num_replicas=env.world, rank=env.rank, shuffle=True, seed=options.seed)
     batches_per_epoch = math.ceil(len(sampler) / options.batch_size)
     progress = ProgressFile(
@@ -511,16 +500,17 @@ def train(options: TrainOptions, on_epoch: Callable[[dict[str, Any]], None] | No
         try:
             for epoch in range(start_epoch, options.epochs):
                 sampler.set_epoch(epoch)
-                skip = start_batch * options.batch_size if epoch == start_epoch else 0
-                loader = DataLoader(
-                    train_set,
-                    batch_size=options.batch_size,
-                    sampler=SkipSampler(sampler, skip),
-                    num_workers=workers,
-                    pin_memory=use_cuda,
-                    persistent_workers=False,
+                done_before = start_batch if epoch == start_epoch else 0
+                loader = epoch_batches(
+                    train_images,
+                    train_labels,
+                    list(sampler),
+                    options.batch_size,
+                    seed=augment_seed(options.seed, epoch, env.rank),
+                    shift=SHIFT,
+                    hflip=hflip,
+                    start_batch=done_before,
                 )
-                done_before = skip // options.batch_size
                 bar = None
                 if options.progress and env.is_main:
                     bar = tqdm(
@@ -631,7 +621,6 @@ def build_parser() -> ArgumentParser:
         default=None,
         help="random horizontal flips (default: on for Fashion-MNIST)",
     )
-    p.add_argument("--workers", type=int, default=None, help="data-loading processes (default: 0 on CPU, 4 on GPU)")
     p.add_argument(
         "--amp",
         action=argparse.BooleanOptionalAction,

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from capsnet.data import DatasetNotFoundError, as_tensors, build_transform, load_dataset, resolve_data_dir, subset
+from capsnet.data import DatasetNotFoundError, as_tensors, load_dataset, resolve_data_dir, stored_tensors, subset
 
 
 @pytest.mark.parametrize("name, size", [("mnist", 10_000), ("fashion-mnist", 10_000)])
@@ -21,35 +21,12 @@ def test_real_test_sets_load(data_dir: Path, name: str, size: int) -> None:
     assert images.shape == (size, 1, 28, 28) and torch.equal(images[0], image)
 
 
-def test_training_images_are_shifted_by_at_most_two_pixels(data_dir: Path) -> None:
-    plain = load_dataset("mnist", train=True, augment=False)[0][0]
-    augmented = load_dataset("mnist", train=True)
-    torch.manual_seed(1)
-    shifts = set()
-    for _ in range(30):
-        image = augmented[0][0]
-        assert image.sum().item() == pytest.approx(
-            plain.sum().item(), rel=0.05
-        )  # nothing scaled, at most a little ink cut off
-        match = [
-            (dy, dx)
-            for dy in range(-2, 3)
-            for dx in range(-2, 3)
-            if torch.equal(torch.roll(plain, (dy, dx), dims=(1, 2)), image)
-        ]
-        assert match, "not a shift of up to 2 pixels"
-        shifts.add(match[0])
-    assert len(shifts) > 3
-
-
-def test_flip_transform() -> None:
-    from PIL import Image
-
-    image = Image.fromarray((torch.arange(28 * 28).view(28, 28) % 255).byte().numpy())
-    torch.manual_seed(0)
-    flipped = [build_transform(train=True, shift=0, hflip=True)(image) for _ in range(20)]
-    plain = build_transform(train=False)(image)
-    assert any(torch.equal(f, plain.flip(-1)) for f in flipped) and any(torch.equal(f, plain) for f in flipped)
+def test_stored_tensors_are_the_datasets_items(data_dir: Path) -> None:
+    dataset = subset(load_dataset("fashion-mnist", train=True), 50, seed=1)
+    images, labels = stored_tensors(dataset)
+    assert images.shape == (50, 1, 28, 28) and images.dtype == torch.uint8 and labels.dtype == torch.long
+    image, label = dataset[7]
+    assert torch.equal(as_tensors(dataset)[0][7], image) and labels[7] == label
 
 
 def test_subset_is_seeded(data_dir: Path) -> None:
