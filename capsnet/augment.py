@@ -37,7 +37,9 @@ def shift_images(images: Tensor, offsets: Tensor, shift: int = SHIFT) -> Tensor:
     b, c, h, w = images.shape
     padded = F.pad(images, (shift, shift, shift, shift)).flatten(2)  # (B, C, (H + 2s) * (W + 2s))
     device = images.device
-    rows = (shift - offsets[:, 0, None]) + torch.arange(h, device=device)  # (B, H): the padded row each output row reads
+    rows = (shift - offsets[:, 0, None]) + torch.arange(
+        h, device=device
+    )  # (B, H): the padded row each output row reads
     cols = (shift - offsets[:, 1, None]) + torch.arange(w, device=device)  # (B, W)
     index = (rows[:, :, None] * (w + 2 * shift) + cols[:, None, :]).flatten(1)  # (B, H * W) into the padded image
     return padded.gather(2, index[:, None, :].expand(b, c, h * w)).view(b, c, h, w)  # (B, C, H, W)
