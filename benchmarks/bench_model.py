@@ -130,7 +130,7 @@ class PilImages(Dataset):
         return len(self.images)
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
-        return self.transform(Image.fromarray(self.images[index], mode="L")), 0
+        return self.transform(Image.fromarray(self.images[index])), 0
 
 
 def bench_input_pipeline(device: torch.device, batch: int, count: int = 10_240) -> dict[str, float]:

@@ -6,11 +6,12 @@ horizontal flips, as the best published CapsNet on it does (clothes are left-rig
 digits are not).
 
 The training set is held as one uint8 tensor on the device, and each batch is gathered, shifted
-and flipped there by tensor indexing: no per-image PIL transforms and no loader processes, which
-otherwise cost about a minute per epoch on a 2-core CPU and cap a GPU at a few thousand images
-per second. The offsets and flips of a whole epoch are drawn up front from a generator seeded by
-(seed, epoch, rank), so a run resumed in the middle of an epoch sees exactly the batches that an
-uninterrupted run would have seen.
+and flipped there in one indexing operation: no per-image PIL transforms and no loader processes.
+On a 2-core CPU the per-image pipeline managed about 3,000 images/s (20 s of each 60,000-image
+epoch), which in 4 loader processes would cap a GPU near 12,000 images/s; this one is about 90
+times faster (`benchmarks/README.md`). The offsets and flips of a whole epoch are drawn up front
+from a generator seeded by (seed, epoch, rank), so a run resumed in the middle of an epoch sees
+exactly the batches that an uninterrupted run would have seen.
 """
 
 from __future__ import annotations
@@ -25,29 +26,35 @@ from torchvision.transforms import v2
 SHIFT = 2  # pixels in each direction, as in the paper
 
 
-def shift_images(images: Tensor, offsets: Tensor, shift: int = SHIFT) -> Tensor:
-    """Move each image by its own (dy, dx), filling with zeros: what RandomCrop(28, padding=shift) does per image.
+def augment_seed(seed: int, epoch: int, rank: int) -> int:
+    """The seed of one epoch's shifts and flips on one process (rank): a run's seed, yet new every epoch."""
+    return seed * 1_000_003 + epoch * 1_009 + rank
 
-    images: (B, C, H, W); offsets: (B, 2) integers in [-shift, shift], positive dy moving the content down.
+
+def shift_and_flip(images: Tensor, offsets: Tensor, flips: Tensor | None = None, shift: int = SHIFT) -> Tensor:
+    """Move each image by its own (dy, dx) with zero fill, then mirror it left-right where `flips` is set.
+
+    What v2.RandomCrop(28, padding=shift) and v2.RandomHorizontalFlip do one image at a time, as a
+    single gather over the batch. images: (B, C, H, W) of any dtype; offsets: (B, 2) integers in
+    [-shift, shift], positive dy moving the content down and positive dx to the right (checked on
+    the CPU only: on an accelerator the check would wait for the device every batch); flips: (B,) bool.
     """
-    if offsets.shape != (images.shape[0], 2):
-        raise ValueError(f"expected offsets of shape ({images.shape[0]}, 2), got {tuple(offsets.shape)}")
-    if offsets.numel() and int(offsets.abs().max()) > shift:
-        raise ValueError(f"offsets must lie in [-{shift}, {shift}]")
     b, c, h, w = images.shape
-    padded = F.pad(images, (shift, shift, shift, shift)).flatten(2)  # (B, C, (H + 2s) * (W + 2s))
+    if offsets.shape != (b, 2):
+        raise ValueError(f"expected offsets of shape ({b}, 2), got {tuple(offsets.shape)}")
+    if flips is not None and flips.shape != (b,):
+        raise ValueError(f"expected flips of shape ({b},), got {tuple(flips.shape)}")
+    if offsets.device.type == "cpu" and offsets.numel() and int(offsets.abs().max()) > shift:
+        raise ValueError(f"offsets must lie in [-{shift}, {shift}]")
     device = images.device
-    rows = (shift - offsets[:, 0, None]) + torch.arange(
-        h, device=device
-    )  # (B, H): the padded row each output row reads
-    cols = (shift - offsets[:, 1, None]) + torch.arange(w, device=device)  # (B, W)
-    index = (rows[:, :, None] * (w + 2 * shift) + cols[:, None, :]).flatten(1)  # (B, H * W) into the padded image
+    padded = F.pad(images, (shift, shift, shift, shift)).flatten(2)  # (B, C, (H + 2s) * (W + 2s))
+    x = torch.arange(w, device=device).expand(b, w)  # (B, W): output columns
+    if flips is not None:
+        x = torch.where(flips[:, None], w - 1 - x, x)  # a mirrored image reads its row backwards
+    rows = (shift - offsets[:, 0, None]) + torch.arange(h, device=device)  # (B, H): padded row of each output row
+    cols = (shift - offsets[:, 1, None]) + x  # (B, W): padded column of each output column
+    index = (rows[:, :, None] * (w + 2 * shift) + cols[:, None, :]).flatten(1)  # (B, H * W)
     return padded.gather(2, index[:, None, :].expand(b, c, h * w)).view(b, c, h, w)  # (B, C, H, W)
-
-
-def flip_images(images: Tensor, flips: Tensor) -> Tensor:
-    """Mirror left-right the images (B, C, H, W) whose entry in the boolean `flips` (B,) is set."""
-    return torch.where(flips[:, None, None, None], images.flip(-1), images)
 
 
 def epoch_batches(
@@ -64,8 +71,8 @@ def epoch_batches(
     """One epoch of augmented mini-batches: float images (b, C, H, W) in [0, 1] and labels (b,), on `images`' device.
 
     `images` are the whole training set as uint8 (N, C, H, W), `order` this process's indices for
-    the epoch (a DistributedSampler's), `seed` fixes the epoch's offsets and flips, and
-    `start_batch` skips the batches an interrupted run already trained on.
+    the epoch (a DistributedSampler's), `seed` fixes the epoch's offsets and flips (`augment_seed`),
+    and `start_batch` skips the batches an interrupted run already trained on.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -73,13 +80,13 @@ def epoch_batches(
     order_t = torch.as_tensor(list(order), dtype=torch.long)  # (n,)
     generator = torch.Generator().manual_seed(seed)
     offsets = torch.randint(-shift, shift + 1, (len(order_t), 2), generator=generator).to(device)  # (n, 2)
-    flips = (torch.rand(len(order_t), generator=generator) < 0.5).to(device)  # (n,)
+    flips = (torch.rand(len(order_t), generator=generator) < 0.5).to(device) if hflip else None  # (n,)
     order_t = order_t.to(device)
     for start in range(start_batch * batch_size, len(order_t), batch_size):
         index = order_t[start : start + batch_size]  # (b,)
-        batch = v2.functional.to_dtype(images[index], torch.float32, scale=True)  # (b, C, H, W) in [0, 1]
-        if shift > 0:
-            batch = shift_images(batch, offsets[start : start + batch_size], shift)
-        if hflip:
-            batch = flip_images(batch, flips[start : start + batch_size])
-        yield batch, labels[index]
+        batch = images[index]  # (b, C, H, W) uint8
+        if shift > 0 or hflip:
+            batch = shift_and_flip(
+                batch, offsets[start : start + batch_size], flips[start : start + batch_size] if hflip else None, shift
+            )
+        yield v2.functional.to_dtype(batch, torch.float32, scale=True), labels[index]  # floats in [0, 1]

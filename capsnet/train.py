@@ -39,7 +39,7 @@ from torch.utils.data.distributed import DistributedSampler
 from tqdm import tqdm
 
 import capsnet
-from capsnet.augment import SHIFT, epoch_batches
+from capsnet.augment import SHIFT, augment_seed, epoch_batches
 from capsnet.checkpoint import load_checkpoint, read_checkpoint_info, save_checkpoint, trained_epochs
 from capsnet.cli import ArgumentParser, run_cli
 from capsnet.config import PRESETS, CapsNetConfig
@@ -101,11 +101,6 @@ class TrainOptions:
 
 
 # ---------------------------------------------------------------- small pieces
-
-
-def augment_seed(seed: int, epoch: int, rank: int) -> int:
-    """The seed of one epoch's shifts and flips on one process: the same after a resume."""
-    return seed * 1_000_003 + epoch * 1_009 + rank
 
 
 class StopFlag:

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torchvision.transforms import v2
 
-from capsnet.augment import epoch_batches, flip_images, shift_images
+from capsnet.augment import augment_seed, epoch_batches, shift_and_flip
 
 
 def as_float(images: torch.Tensor) -> torch.Tensor:
@@ -26,15 +26,15 @@ def test_shift_matches_padded_crops() -> None:
     torch.manual_seed(0)
     images = torch.rand(25, 2, 28, 28)
     offsets = torch.tensor([(dy, dx) for dy in range(-2, 3) for dx in range(-2, 3)])
-    out = shift_images(images, offsets, 2)
+    out = shift_and_flip(images, offsets, shift=2)
     assert out.shape == images.shape
     for k, (dy, dx) in enumerate(offsets.tolist()):
         assert torch.equal(out[k], shifted_reference(images[k], dy, dx))
     # positive dy moves the content down, positive dx to the right
     dot = torch.zeros(1, 1, 28, 28)
     dot[0, 0, 10, 10] = 1
-    assert shift_images(dot, torch.tensor([[2, -1]]), 2)[0, 0, 12, 9] == 1
-    assert torch.equal(shift_images(images, torch.zeros(25, 2, dtype=torch.long), 2), images)
+    assert shift_and_flip(dot, torch.tensor([[2, -1]]), shift=2)[0, 0, 12, 9] == 1
+    assert torch.equal(shift_and_flip(images, torch.zeros(25, 2, dtype=torch.long)), images)
 
 
 def test_shift_distribution_is_random_crops() -> None:
@@ -46,23 +46,46 @@ def test_shift_distribution_is_random_crops() -> None:
     ((out, _),) = batches
     source = as_float((image * 255).byte())[0]
     candidates = torch.stack([shifted_reference(source, dy, dx) for dy in range(-2, 3) for dx in range(-2, 3)])
-    which = (out[:, None] == candidates[None]).flatten(2).all(dim=2).int().argmax(dim=1)  # (5000,)
+    matches = (out[:, None] == candidates[None]).flatten(2).all(dim=2)  # (5000, 25)
+    assert matches.any(dim=1).all(), "an output that is no shift of the image"
+    which = matches.int().argmax(dim=1)  # (5000,)
     counts = torch.bincount(which, minlength=25)
     assert counts.min() > 140 and counts.max() < 260  # 200 expected each
 
 
-def test_flip() -> None:
-    images = torch.rand(4, 1, 28, 28)
-    out = flip_images(images, torch.tensor([True, False, True, False]))
-    assert torch.equal(out[0], images[0].flip(-1)) and torch.equal(out[1], images[1])
-    assert torch.equal(out[2, 0, :, 0], images[2, 0, :, 27])
+def test_flip_after_shift_matches_crop_then_mirror() -> None:
+    torch.manual_seed(0)
+    images = torch.randint(0, 256, (8, 1, 28, 28), dtype=torch.uint8)  # uint8, as epoch_batches gathers them
+    offsets = torch.randint(-2, 3, (8, 2))
+    flips = torch.tensor([True, False] * 4)
+    out = shift_and_flip(images, offsets, flips)
+    assert out.dtype == torch.uint8
+    for k in range(8):
+        expected = shifted_reference(images[k], *offsets[k].tolist())
+        assert torch.equal(out[k], expected.flip(-1) if flips[k] else expected)
+    # flipping alone mirrors the columns
+    mirrored = shift_and_flip(images, torch.zeros(8, 2, dtype=torch.long), flips)
+    assert torch.equal(mirrored[0, 0, :, 0], images[0, 0, :, 27]) and torch.equal(mirrored[1], images[1])
 
 
 def test_bad_offsets() -> None:
     with pytest.raises(ValueError, match="offsets of shape"):
-        shift_images(torch.rand(3, 1, 28, 28), torch.zeros(2, 2, dtype=torch.long))
+        shift_and_flip(torch.rand(3, 1, 28, 28), torch.zeros(2, 2, dtype=torch.long))
     with pytest.raises(ValueError, match=r"\[-2, 2\]"):
-        shift_images(torch.rand(1, 1, 28, 28), torch.tensor([[3, 0]]))
+        shift_and_flip(torch.rand(1, 1, 28, 28), torch.tensor([[3, 0]]))
+    with pytest.raises(ValueError, match="flips of shape"):
+        shift_and_flip(torch.rand(2, 1, 28, 28), torch.zeros(2, 2, dtype=torch.long), torch.ones(3, dtype=torch.bool))
+
+
+def test_seeds_differ_by_epoch_and_rank() -> None:
+    seeds = {augment_seed(seed, epoch, rank) for seed in (0, 1) for epoch in range(200) for rank in range(8)}
+    assert len(seeds) == 2 * 200 * 8
+    images = torch.randint(0, 256, (64, 1, 28, 28), dtype=torch.uint8)
+    first = [
+        next(epoch_batches(images, torch.arange(64), range(64), 64, seed=augment_seed(0, e, r)))[0]
+        for e, r in [(0, 0), (1, 0), (0, 1)]
+    ]
+    assert not torch.equal(first[0], first[1]) and not torch.equal(first[0], first[2])
 
 
 def test_epoch_batches_cover_the_order_and_resume_exactly() -> None:
