@@ -204,8 +204,12 @@ def checkpoint_info(
             seconds + float(before.get("total_training_seconds", before.get("training_seconds", 0.0))), 1
         ),
     }
+    recipe = {
+        k: v for k, v in dataclasses.asdict(options).items() if k not in ("data_dir", "download", "out", "resume")
+    }
     if origin is not None:
         lineage["started_from"] = origin
+        recipe["init"] = origin["checkpoint"]  # also after a --resume, which leaves options.init unset
     return {
         "dataset": options.dataset,
         "dataset_title": info.title,
@@ -220,9 +224,7 @@ def checkpoint_info(
         "dimension_std": result.dimension_std.tolist(),
         "training_seconds": round(seconds, 1),
         "hardware": describe_device(device),
-        "recipe": {
-            k: v for k, v in dataclasses.asdict(options).items() if k not in ("data_dir", "download", "out", "resume")
-        },
+        "recipe": recipe,
         "capsnet_version": capsnet.__version__,
         "torch_version": torch.__version__,
         "saved": datetime.now(timezone.utc).isoformat(timespec="seconds"),

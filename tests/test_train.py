@@ -257,6 +257,7 @@ def test_init_starts_from_a_checkpoints_weights(tiny_checkpoint: Path, tmp_path:
         origin = info["started_from"]
         assert origin["checkpoint"] == tiny_checkpoint.as_posix() and origin["epochs"] == origin_info["epochs"]
         assert origin["test_accuracy"] == origin_info["test_accuracy"] and origin["recipe"] == origin_info["recipe"]
+    assert info["recipe"]["init"] == tiny_checkpoint.as_posix()  # the command that made it, also after the resume
     assert info["epochs"] == 2 and "started_from" not in origin_info
     assert info["total_epochs"] == 2 + origin_info["epochs"] == trained_epochs(info)
     assert info["total_training_seconds"] > origin_info["training_seconds"]
