@@ -85,8 +85,7 @@ def epoch_batches(
     for start in range(start_batch * batch_size, len(order_t), batch_size):
         index = order_t[start : start + batch_size]  # (b,)
         batch = images[index]  # (b, C, H, W) uint8
-        if shift > 0 or hflip:
-            batch = shift_and_flip(
-                batch, offsets[start : start + batch_size], flips[start : start + batch_size] if hflip else None, shift
-            )
+        if shift > 0 or flips is not None:
+            batch_flips = None if flips is None else flips[start : start + batch_size]
+            batch = shift_and_flip(batch, offsets[start : start + batch_size], batch_flips, shift)
         yield v2.functional.to_dtype(batch, torch.float32, scale=True), labels[index]  # floats in [0, 1]
