@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import socket
@@ -245,6 +246,32 @@ def full_page_screenshot(page: Any, path: Path, max_height: int = 6000) -> Path:
 
 def sidebar(page: Any) -> Any:
     return page.get_by_test_id("stSidebar")
+
+
+def choose_option(page: Any, combobox: Any, name: str | re.Pattern[str], timeout_ms: int = RERUN_MS) -> list[str]:
+    """Pick the option `name` in a Streamlit select box; returns the texts of all the options it listed.
+
+    A rerun that lands between the click that opens the list and the click on the option (a
+    fragment's tick, the end of the page's script) closes the list: it is opened again until the
+    option is picked or `timeout_ms` has passed (an option that only a later rerun lists, too).
+    """
+    from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
+
+    options = page.get_by_role("option")
+    wanted = page.get_by_role("option", name=name).first
+    deadline = time.monotonic() + timeout_ms / 1000
+    while True:
+        try:
+            if not wanted.is_visible():
+                combobox.click(timeout=10_000)
+            wanted.wait_for(state="visible", timeout=3_000)
+            listed = options.all_inner_texts()
+            wanted.click(timeout=3_000)
+            return listed
+        except PlaywrightTimeoutError:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no option {name!r} to pick; the list shows {options.all_inner_texts()}") from None
+            page.keyboard.press("Escape")  # close whatever is open, then try again
 
 
 def go_to(page: Any, title: str) -> None:
