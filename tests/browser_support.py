@@ -270,7 +270,9 @@ def choose_option(page: Any, combobox: Any, name: str | re.Pattern[str], timeout
             return listed
         except PlaywrightTimeoutError:
             if time.monotonic() > deadline:
-                raise AssertionError(f"no option {name!r} to pick; the list shows {options.all_inner_texts()}") from None
+                raise AssertionError(
+                    f"no option {name!r} to pick; the list shows {options.all_inner_texts()}"
+                ) from None
             page.keyboard.press("Escape")  # close whatever is open, then try again
 
 
