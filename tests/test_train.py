@@ -196,12 +196,13 @@ def test_sigterm_stops_at_a_batch_and_resume_finishes(data_dir: Path, tmp_path: 
     assert read_json(out / "progress.json")["status"] == "finished"
 
 
-def test_torchrun_with_one_process(data_dir: Path, tmp_path: Path) -> None:
+def test_torchrun_with_two_processes(data_dir: Path, tmp_path: Path) -> None:
+    """Two CPU processes (gloo): each trains on its half of the data; the numbers are summed over both."""
     out = tmp_path / "ddp"
     run(
         "-m",
         "torch.distributed.run",
-        "--nproc_per_node=1",
+        "--nproc_per_node=2",
         "--standalone",
         "-m",
         "capsnet.train",
@@ -212,11 +213,19 @@ def test_torchrun_with_one_process(data_dir: Path, tmp_path: Path) -> None:
         "400",
         "--test-size",
         "100",
+        "--batch-size",
+        "50",
         "--out",
         str(out),
     )
-    assert [r["epoch"] for r in read_jsonl(out / "metrics.jsonl")] == [1]
+    records = read_jsonl(out / "metrics.jsonl")
+    assert [r["epoch"] for r in records] == [1]
+    assert records[0]["train_images"] == 400  # both halves counted, each once
+    assert read_json(out / "progress.json")["batches"] == 4  # 200 images per process, in batches of 50
     assert load_checkpoint(out / "best.safetensors").info["epochs"] == 1
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        ["args.json", "best.safetensors", "last.safetensors", "metrics.jsonl", "progress.json", "train_state.pt"]
+    )  # written once, by rank 0
 
 
 def test_export_stores_float16_and_the_accuracy_of_the_exported_file(tiny_checkpoint: Path, tmp_path: Path) -> None:
