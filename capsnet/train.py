@@ -272,6 +272,8 @@ class ProgressFile:
 
 # ---------------------------------------------------------------- the loop
 
+REPORT_EVERY_S = 0.5  # seconds between progress reports (each one reads the running sums back from the device)
+
 
 def train_one_epoch(
     model: torch.nn.Module,
@@ -285,10 +287,25 @@ def train_one_epoch(
     on_batch: Callable[[int, float, float, float], None] | None,
     bar: tqdm | None,
 ) -> dict[str, float]:
-    """One pass over `loader`'s (images, labels) batches, already on `device`; returns sums and the batch count."""
+    """One pass over `loader`'s (images, labels) batches, already on `device`; returns sums and the batch count.
+
+    The running loss and accuracy stay on the device; they are read back (a host sync, which would
+    stall a GPU's queue on every batch) only to report progress, at most every REPORT_EVERY_S.
+    """
     model.train()
-    loss_sum = correct = seen = batches = 0.0
-    start = time.perf_counter()
+    loss_sum = torch.zeros((), device=device)
+    correct = torch.zeros((), dtype=torch.long, device=device)
+    seen = batches = reported = 0
+    start = last_report = time.perf_counter()
+
+    def report() -> None:
+        mean_loss, accuracy = loss_sum.item() / seen, correct.item() / seen
+        speed = seen * env.world / (time.perf_counter() - start)
+        if on_batch is not None:
+            on_batch(batches, mean_loss, accuracy, speed)
+        if bar is not None:
+            bar.set_postfix(loss=f"{mean_loss:.4f}", acc=f"{100 * accuracy:.2f}%", img_s=f"{speed:.0f}")
+
     for images, labels in loader:
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
             out = model(images, labels)
@@ -297,21 +314,22 @@ def train_one_epoch(
         loss.total.backward()
         optimizer.step()
         batches += 1
-        loss_sum += loss.total.item() * len(images)
-        correct += (out.prediction == labels).sum().item()
+        loss_sum += loss.total.detach().float() * len(images)
+        correct += (out.prediction == labels).sum()
         seen += len(images)
-        speed = seen * env.world / (time.perf_counter() - start)
-        if on_batch is not None:
-            on_batch(int(batches), loss_sum / seen, correct / seen, speed)
         if bar is not None:
-            bar.set_postfix(loss=f"{loss_sum / seen:.4f}", acc=f"{100 * correct / seen:.2f}%", img_s=f"{speed:.0f}")
             bar.update(1)
+        if (on_batch is not None or bar is not None) and time.perf_counter() - last_report >= REPORT_EVERY_S:
+            report()
+            last_report, reported = time.perf_counter(), batches
         stop_now = stop.stop
         if env.enabled:
             stop_now = reduce_sum([float(stop.stop)], env, device)[0] > 0
         if stop_now:
             break
-    loss_sum, correct, seen = reduce_sum([loss_sum, correct, seen], env, device)
+    if (on_batch is not None or bar is not None) and batches > reported:
+        report()  # where the epoch (or its part before a stop) ended
+    loss_sum, correct, seen = reduce_sum([loss_sum.item(), float(correct.item()), float(seen)], env, device)
     return {
         "loss": loss_sum / max(seen, 1),
         "accuracy": correct / max(seen, 1),

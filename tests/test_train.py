@@ -103,6 +103,38 @@ def test_train_resume_and_evaluate_clis(data_dir: Path, tmp_path: Path) -> None:
     assert sum(c["total"] for c in summary["per_class"]) == 300
 
 
+@pytest.mark.parametrize("every_s, count", [(0.0, 6), (3600.0, 1)])
+def test_progress_reports_end_with_the_epochs_numbers(
+    monkeypatch: pytest.MonkeyPatch, every_s: float, count: int
+) -> None:
+    """Each batch reports while reports are due; else only the last one does, with the epoch's own numbers."""
+    from capsnet import train as training
+    from capsnet.config import CapsNetConfig
+    from capsnet.model import CapsNet
+
+    torch.manual_seed(0)
+    config = CapsNetConfig.preset("tiny")
+    model = CapsNet(config)
+    batches = [(torch.rand(8, 1, 28, 28), torch.randint(0, 10, (8,))) for _ in range(6)]
+    reports: list[tuple[int, float, float, float]] = []
+    monkeypatch.setattr(training, "REPORT_EVERY_S", every_s)
+    stats = training.train_one_epoch(
+        model,
+        batches,
+        torch.optim.Adam(model.parameters()),
+        config,
+        torch.device("cpu"),
+        False,
+        training.StopFlag(),
+        training.Distributed(),
+        lambda *report: reports.append(report),
+        None,
+    )
+    assert stats["batches"] == 6 and stats["seen"] == 48
+    assert [r[0] for r in reports] == list(range(7 - count, 7))
+    assert reports[-1][1:3] == (pytest.approx(stats["loss"]), pytest.approx(stats["accuracy"]))
+
+
 def test_progress_bar_on_stderr(data_dir: Path, tmp_path: Path) -> None:
     result = run(
         "-m",
