@@ -19,15 +19,20 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+LOW_PRECISION = (torch.float16, torch.bfloat16)  # squash and routing run in float32 for these
+
 
 def squash(s: Tensor, dim: int = -1, eps: float = 1e-8) -> Tensor:
     """Equation 1: v = |s|^2 / (1 + |s|^2) * s / |s|.
 
     The epsilon under the square root maps a zero vector to zero with a finite
     (zero) gradient instead of the 0/0 = NaN of the formula taken literally.
+    Half-precision input is squashed in float32 and returned in its own dtype:
+    float16 can hold neither the epsilon nor |s|^2 of a long vector (past 65504).
     """
-    squared_norm = (s * s).sum(dim=dim, keepdim=True)
-    return s * (squared_norm / (1.0 + squared_norm)) / torch.sqrt(squared_norm + eps)
+    x = s.float() if s.dtype in LOW_PRECISION else s
+    squared_norm = (x * x).sum(dim=dim, keepdim=True)
+    return (x * (squared_norm / (1.0 + squared_norm)) / torch.sqrt(squared_norm + eps)).to(s.dtype)
 
 
 @dataclass
@@ -203,11 +208,14 @@ class RoutingCapsules(nn.Module):
                 f"expected child capsules of shape (B, {self.children_count}, {self.child_dim}), got {tuple(u.shape)}"
             )
         u_hat = self.predictions(u)  # (B, K, N, D)
-        if torch.is_autocast_enabled(u_hat.device.type):
-            # routing (softmax, squash) in float32 even under bf16 autocast
-            with torch.autocast(u_hat.device.type, enabled=False):
-                return dynamic_routing(u_hat.float(), iterations, trace)
-        return dynamic_routing(u_hat, iterations, trace)
+        autocast = torch.is_autocast_enabled(u_hat.device.type)
+        if not autocast and u_hat.dtype not in LOW_PRECISION:
+            return dynamic_routing(u_hat, iterations, trace)
+        # routing (softmax, squash) in float32 under autocast and in a half-precision model; the latter
+        # gets its poses back in its own dtype (autocast takes float32 poses on to the decoder)
+        with torch.autocast(u_hat.device.type, enabled=False):
+            poses, routed = dynamic_routing(u_hat.float(), iterations, trace)
+        return (poses if autocast else poses.to(u_hat.dtype)), routed
 
 
 def capsule_lengths(poses: Tensor) -> Tensor:

@@ -58,6 +58,15 @@ class TestSquash:
         v.sum().backward()
         assert torch.isfinite(s.grad).all()
 
+    @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+    def test_half_precision_is_squashed_in_float32(self, dtype: torch.dtype) -> None:
+        s = torch.tensor([[0.0] * 8, [1e-3] * 8, [0.5] * 8, [300.0] * 8], dtype=dtype, requires_grad=True)
+        v = squash(s)  # float16 alone: 0/0 at zero (eps underflows) and inf/inf at |s|^2 > 65504
+        assert v.dtype == dtype
+        assert torch.allclose(v.float(), squash(s.detach().float()), rtol=1e-2, atol=1e-6)
+        v.float().sum().backward()
+        assert torch.isfinite(s.grad.float()).all()
+
 
 class TestRouting:
     def test_matches_loop_by_loop_reference(self) -> None:

@@ -130,3 +130,17 @@ def test_bf16_autocast_keeps_routing_in_float32() -> None:
     (out.lengths.sum() + out.reconstruction.float().sum()).backward()
     grads = [p.grad for p in model.parameters()]
     assert all(g is not None and torch.isfinite(g).all() for g in grads)
+
+
+def test_half_precision_model_routes_in_float32() -> None:
+    """model.half() (float16 inference, as on a GPU) agrees with float32 and has no NaN, even on a blank image."""
+    torch.manual_seed(0)
+    model = CapsNet(CapsNetConfig.preset("tiny")).eval()
+    images = torch.cat([torch.zeros(1, 1, 28, 28), torch.rand(3, 1, 28, 28)])  # (4, 1, 28, 28)
+    with torch.no_grad():
+        reference = model(images, return_trace=True)
+        out = model.half()(images.half(), return_trace=True)
+    assert out.poses.dtype == torch.float16 and out.trace.coupling.dtype == torch.float32
+    assert torch.isfinite(out.lengths).all() and torch.isfinite(out.reconstruction).all()
+    assert torch.allclose(out.lengths.float(), reference.lengths, atol=2e-3)
+    assert torch.equal(out.prediction, reference.prediction)
