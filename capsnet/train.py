@@ -296,6 +296,7 @@ def train_one_epoch(
     loss_sum = torch.zeros((), device=device)
     correct = torch.zeros((), dtype=torch.long, device=device)
     seen = batches = reported = 0
+    reporting = on_batch is not None or bar is not None
     start = last_report = time.perf_counter()
 
     def report() -> None:
@@ -319,7 +320,7 @@ def train_one_epoch(
         seen += len(images)
         if bar is not None:
             bar.update(1)
-        if (on_batch is not None or bar is not None) and time.perf_counter() - last_report >= REPORT_EVERY_S:
+        if reporting and time.perf_counter() - last_report >= REPORT_EVERY_S:
             report()
             last_report, reported = time.perf_counter(), batches
         stop_now = stop.stop
@@ -327,7 +328,7 @@ def train_one_epoch(
             stop_now = reduce_sum([float(stop.stop)], env, device)[0] > 0
         if stop_now:
             break
-    if (on_batch is not None or bar is not None) and batches > reported:
+    if reporting and batches > reported:
         report()  # where the epoch (or its part before a stop) ended
     loss_sum, correct, seen = reduce_sum([loss_sum.item(), float(correct.item()), float(seen)], env, device)
     return {

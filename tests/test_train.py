@@ -257,7 +257,7 @@ def test_torchrun_with_two_processes(data_dir: Path, tmp_path: Path) -> None:
     assert load_checkpoint(out / "best.safetensors").info["epochs"] == 1
     assert sorted(p.name for p in out.iterdir()) == sorted(
         ["args.json", "best.safetensors", "last.safetensors", "metrics.jsonl", "progress.json", "train_state.pt"]
-    )  # written once, by rank 0
+    )  # the run's files and nothing else: no copy per process
 
 
 def test_export_stores_float16_and_the_accuracy_of_the_exported_file(tiny_checkpoint: Path, tmp_path: Path) -> None:
