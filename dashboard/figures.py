@@ -532,6 +532,9 @@ def dimension_profile_figure(
     return _layout(fig, height, legend=dict(orientation="h", y=1.12), barmode="overlay")
 
 
+MARKED_EPOCHS = 40  # runs up to this long get a marker on every epoch
+
+
 def training_curves(runs: Mapping[str, Sequence[Mapping[str, Any]]], height: int = 400) -> go.Figure:
     """Loss and accuracy per epoch for several runs side by side (test solid, train dotted).
 
@@ -539,6 +542,8 @@ def training_curves(runs: Mapping[str, Sequence[Mapping[str, Any]]], height: int
     (dotted) entry: clicking an entry shows or hides the whole run.
     """
     fig = make_subplots(rows=1, cols=2, subplot_titles=("Loss", "Accuracy"), horizontal_spacing=0.1)
+    longest = max((len(records) for records in runs.values()), default=1)
+    mode = "lines+markers" if longest <= MARKED_EPOCHS else "lines"  # a hundred markers hide the line
     for n, (name, records) in enumerate(runs.items()):
         colour = RUN_COLOURS[n % len(RUN_COLOURS)]
         epochs = [r.get("epoch") for r in records]
@@ -553,7 +558,7 @@ def training_curves(runs: Mapping[str, Sequence[Mapping[str, Any]]], height: int
                 go.Scatter(
                     x=epochs,
                     y=values,
-                    mode="lines+markers",
+                    mode=mode,
                     name=label,
                     legendgroup=name,
                     legendgrouptitle=dict(text=name),
@@ -565,8 +570,8 @@ def training_curves(runs: Mapping[str, Sequence[Mapping[str, Any]]], height: int
                 row=1,
                 col=col,
             )
-    longest = max((len(records) for records in runs.values()), default=1)
-    fig.update_xaxes(title="epoch", tick0=1, dtick=max(1, round(longest / 10)))
+    # a tick on every epoch of a short run; plotly's round numbers (20, 40, ...) for a long one
+    fig.update_xaxes(title="epoch", **(dict(tick0=1, dtick=1) if longest <= 20 else {}))
     fig.update_yaxes(title="loss", rangemode="tozero", row=1, col=1)
     fig.update_yaxes(title="accuracy", tickformat=".1%", row=1, col=2)
     return _layout(fig, height, legend=dict(orientation="h", y=-0.2), margin=dict(l=10, r=10, t=40, b=40))
