@@ -1,6 +1,7 @@
 """Render the dashboard's training-curves figure for runs' metrics.jsonl files to a PNG (for the model card).
 
     python docs/render_training_plot.py checkpoints/mnist.training.png checkpoints/mnist.metrics.jsonl [more.jsonl ...]
+    python docs/render_training_plot.py checkpoints/mnist.training.png checkpoints/mnist.metrics.jsonl --min-accuracy 0.98
 
 Uses the dashboard's own figure builder and draws it in headless Chromium through
 Playwright (plotly.js is embedded in the page, so nothing is fetched).
@@ -8,6 +9,7 @@ Playwright (plotly.js is embedded in the page, so nothing is fetched).
 
 from __future__ import annotations
 
+import argparse
 import sys
 import tempfile
 from pathlib import Path
@@ -21,9 +23,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from browser_support import CHROMIUM_ARGS, find_chromium  # noqa: E402  (the same Chromium set-up as the browser tests)
 
 
-def render(target: Path, metrics: list[Path], width: int = 1100, height: int = 420) -> None:
+def render(
+    target: Path, metrics: list[Path], min_accuracy: float | None = None, width: int = 1100, height: int = 420
+) -> None:
     runs = {path.name.split(".")[0]: read_jsonl(path) for path in metrics}
     fig = training_curves(runs, height=height)
+    if min_accuracy is not None:  # zoom in on the last epochs, where the first ones would flatten the curve
+        fig.update_yaxes(range=[min_accuracy, 1.0], row=1, col=2)
     fig.update_layout(template="plotly_white", width=width, margin=dict(l=50, r=20, t=60, b=40))
     with tempfile.TemporaryDirectory() as tmp:
         page_path = Path(tmp) / "plot.html"
@@ -41,6 +47,9 @@ def render(target: Path, metrics: list[Path], width: int = 1100, height: int = 4
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 3:
-        sys.exit(__doc__)
-    render(Path(sys.argv[1]), [Path(p) for p in sys.argv[2:]])
+    parser = argparse.ArgumentParser(description="Render training curves to a PNG for the model card.")
+    parser.add_argument("target", type=Path, help="the PNG to write")
+    parser.add_argument("metrics", type=Path, nargs="+", help="metrics.jsonl files, one line per run")
+    parser.add_argument("--min-accuracy", type=float, default=None, help="lower end of the accuracy axis, e.g. 0.98")
+    args = parser.parse_args()
+    render(args.target, args.metrics, args.min_accuracy)
