@@ -160,7 +160,6 @@ def test_training_curves_draw_each_run_side_by_side() -> None:
         assert ("train" in trace.hovertemplate) == (trace.name == "train")
 
 
-
 def test_training_curves_mark_short_runs_and_draw_long_ones_as_lines() -> None:
     record = {"train_loss": 0.3, "test_loss": 0.2, "train_accuracy": 0.9, "test_accuracy": 0.95}
     short = figures.training_curves({"short": [{"epoch": e, **record} for e in range(1, 6)]})
@@ -169,6 +168,7 @@ def test_training_curves_mark_short_runs_and_draw_long_ones_as_lines() -> None:
     long = figures.training_curves({"long": [{"epoch": e, **record} for e in range(1, 151)]})
     assert {t.mode for t in long.data} == {"lines"}
     assert long.layout.xaxis.dtick is None  # plotly's own round-number ticks
+
 
 def test_confusion_figure() -> None:
     confusion = np.diag(np.full(10, 90)) + 1
