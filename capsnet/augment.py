@@ -9,9 +9,9 @@ The training set is held as one uint8 tensor on the device, and each batch is ga
 and flipped there in one indexing operation: no per-image PIL transforms and no loader processes.
 On a 2-core CPU the per-image pipeline managed about 3,000 images/s (20 s of each 60,000-image
 epoch), which in 4 loader processes would cap a GPU near 12,700 images/s; this one is about 100
-times faster on that CPU and 87 times on an H100 (`benchmarks/README.md`). The offsets and flips of a whole epoch are drawn up front
-from a generator seeded by (seed, epoch, rank), so a run resumed in the middle of an epoch sees
-exactly the batches that an uninterrupted run would have seen.
+times faster on that CPU and 87 times on an H100 (`benchmarks/README.md`). The offsets and flips
+of a whole epoch are drawn up front from a generator seeded by (seed, epoch, rank), so a run
+resumed in the middle of an epoch sees exactly the batches that an uninterrupted run would have seen.
 """
 
 from __future__ import annotations

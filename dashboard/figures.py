@@ -533,6 +533,7 @@ def dimension_profile_figure(
 
 
 MARKED_EPOCHS = 40  # runs up to this long get a marker on every epoch
+TICKED_EPOCHS = 20  # runs up to this long get a tick on every epoch; longer ones plotly's round numbers
 
 
 def training_curves(runs: Mapping[str, Sequence[Mapping[str, Any]]], height: int = 400) -> go.Figure:
@@ -570,8 +571,7 @@ def training_curves(runs: Mapping[str, Sequence[Mapping[str, Any]]], height: int
                 row=1,
                 col=col,
             )
-    # a tick on every epoch of a short run; plotly's round numbers (20, 40, ...) for a long one
-    fig.update_xaxes(title="epoch", **(dict(tick0=1, dtick=1) if longest <= 20 else {}))
+    fig.update_xaxes(title="epoch", **(dict(tick0=1, dtick=1) if longest <= TICKED_EPOCHS else {}))
     fig.update_yaxes(title="loss", rangemode="tozero", row=1, col=1)
     fig.update_yaxes(title="accuracy", tickformat=".1%", row=1, col=2)
     return _layout(fig, height, legend=dict(orientation="h", y=-0.2), margin=dict(l=10, r=10, t=40, b=40))

@@ -15,11 +15,7 @@ from typing import Any
 
 from capsnet.checkpoint import read_checkpoint_info, trained_epochs
 from capsnet.files import read_jsonl
-
-
-def duration(seconds: float) -> str:
-    """`9.8 min` under an hour, else `3.8 h`."""
-    return f"{seconds / 60:.1f} min" if seconds < 3600 else f"{seconds / 3600:.1f} h"
+from dashboard.texts import format_duration
 
 
 def headline(info: dict[str, Any]) -> str:
@@ -27,7 +23,7 @@ def headline(info: dict[str, Any]) -> str:
     before = info.get("test_accuracy_before_export")
     lines = [
         f"- Epochs behind the model: {trained_epochs(info)}; training time "
-        f"{duration(info.get('total_training_seconds', info.get('training_seconds', 0)))} on {info.get('hardware')}.",
+        f"{format_duration(info.get('total_training_seconds', info.get('training_seconds', 0)))} on {info.get('hardware')}.",
         f"- Test accuracy of the shipped file ({info.get('weights_dtype')} weights, evaluated in float32): "
         f"**{100 * info['test_accuracy']:.2f}%** ({correct}/{total})"
         + (f"; before export (float32): {100 * before:.2f}%." if before is not None else "."),
