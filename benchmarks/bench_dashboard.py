@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
             model, path, what = checkpoint.model, args.checkpoint, str(args.checkpoint)
         else:
             torch.manual_seed(0)
-            model = CapsNet(CapsNetConfig.preset("mnist")).eval()
+            model = CapsNet(CapsNetConfig.preset("paper")).eval()
             path = Path(tmp) / "random-paper.safetensors"
             save_checkpoint(path, model, {"dataset": "mnist"})
             what = "the paper's CapsNet, random weights"

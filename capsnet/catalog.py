@@ -1,7 +1,8 @@
 """The checkpoints a user can open: the shipped models and the best model of each training run.
 
 Each is described from its safetensors header alone (dataset, accuracy, epochs), so
-listing them reads no weights; a file that cannot be read is listed with its error,
+listing them reads no weights, and runs are found from their folders alone, so listing
+checks no process; a file that cannot be read is listed with its error,
 so the dashboard's picker can name it instead of hiding it. The shipped folder is an
 argument, else $CAPSNET_CHECKPOINTS_DIR, else checkpoints/ beside the package.
 """
@@ -12,8 +13,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from capsnet.checkpoint import CheckpointError, read_checkpoint_info, trained_epochs
-from capsnet.runs import list_runs
+from capsnet.checkpoint import CheckpointError, read_checkpoint_info
+from capsnet.run_folder import run_folders
 
 CHECKPOINTS_ENV = "CAPSNET_CHECKPOINTS_DIR"
 SHIPPED = ("mnist.safetensors", "fashion-mnist.safetensors")  # the shipped models, in picker order
@@ -56,14 +57,13 @@ def _describe(path: Path, source: str, run: str = "") -> CheckpointEntry:
         _, info = read_checkpoint_info(path)
     except CheckpointError as error:
         return CheckpointEntry(path=path, source=source, run=run, error=str(error))
-    accuracy = info.get("test_accuracy")
     return CheckpointEntry(
         path=path,
         source=source,
-        dataset=str(info.get("dataset") or ""),
-        dataset_title=str(info.get("dataset_title") or info.get("dataset") or ""),
-        test_accuracy=float(accuracy) if isinstance(accuracy, (int, float)) else None,
-        epochs=trained_epochs(info),
+        dataset=info.dataset,
+        dataset_title=info.title,
+        test_accuracy=info.test_accuracy,
+        epochs=info.trained_epochs,
         run=run,
     )
 
@@ -82,9 +82,10 @@ def list_checkpoints(
         order = {name: k for k, name in enumerate(SHIPPED)}
         shipped = sorted(files, key=lambda p: (order.get(p.name, len(order)), p.name))
     entries = [_describe(path, "shipped") for path in shipped]
-    for run in list_runs(root):
-        if run.checkpoint is not None:
-            entries.append(_describe(run.checkpoint, "run", run.name))
+    for folder in run_folders(root):
+        checkpoint = folder.checkpoint()
+        if checkpoint is not None:
+            entries.append(_describe(checkpoint, "run", folder.name))
     return entries
 
 

@@ -2,14 +2,15 @@
 
 Loading never runs code (safetensors holds only tensors and strings). The header's
 metadata holds "format" = "capsnet", the `CapsNetConfig` as JSON and an "info"
-JSON object: dataset, class names, epochs, accuracies, training time, hardware,
-versions and per-class DigitCaps dimension statistics.
+JSON object (`CheckpointInfo`): dataset, class names, epochs, accuracies, training
+time, hardware, versions and per-class DigitCaps dimension statistics.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
+from capsnet.checkpoint_info import CheckpointInfo
 from capsnet.config import CapsNetConfig
 from capsnet.errors import CapsNetError
 from capsnet.files import atomic_path
@@ -38,15 +40,22 @@ class Checkpoint:
     path: Path
     model: CapsNet
     config: CapsNetConfig
-    info: dict[str, Any] = field(default_factory=dict)
+    info: CheckpointInfo = field(default_factory=CheckpointInfo)
 
     @property
     def class_names(self) -> list[str]:
-        return list(self.info.get("class_names") or [str(k) for k in range(self.config.num_classes)])
+        """The header's class names, or the class numbers when it has none that fit."""
+        names = self.info.class_names
+        if len(names) == self.config.num_classes and all(isinstance(n, str) for n in names):
+            return list(names)
+        return [str(k) for k in range(self.config.num_classes)]
 
 
 def save_checkpoint(
-    path: str | os.PathLike, model: CapsNet, info: dict[str, Any], dtype: torch.dtype | None = None
+    path: str | os.PathLike,
+    model: CapsNet,
+    info: CheckpointInfo | Mapping[str, Any],
+    dtype: torch.dtype | None = None,
 ) -> Path:
     """Write `model`'s weights and `info` to `path` atomically (temporary file, then rename).
 
@@ -64,20 +73,14 @@ def save_checkpoint(
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "config": json.dumps(model.config.to_dict()),
-        "info": json.dumps(info),
+        "info": json.dumps(info.to_dict() if isinstance(info, CheckpointInfo) else dict(info)),
     }
     with atomic_path(path) as tmp:
         save_file(tensors, str(tmp), metadata=metadata)
     return path
 
 
-def trained_epochs(info: dict[str, Any]) -> int | None:
-    """All the epochs behind a checkpoint: its run's, plus those of the checkpoint an --init run started from."""
-    epochs = info.get("total_epochs", info.get("epochs"))
-    return epochs if isinstance(epochs, int) and not isinstance(epochs, bool) else None
-
-
-def _read_header(path: Path) -> tuple[CapsNetConfig, dict[str, Any]]:
+def _read_header(path: Path) -> tuple[CapsNetConfig, CheckpointInfo]:
     if not path.is_file():
         raise CheckpointError(f"{path}: no such checkpoint file")
     try:
@@ -101,7 +104,7 @@ def _read_header(path: Path) -> tuple[CapsNetConfig, dict[str, Any]]:
         raise CheckpointError(
             f"{path}: invalid info in the header (a JSON object is needed, not {type(info).__name__})"
         )
-    return config, info
+    return config, CheckpointInfo.from_dict(info)
 
 
 def _expected_shapes(config: CapsNetConfig) -> dict[str, tuple[int, ...]]:
@@ -119,7 +122,7 @@ def _stored_shapes(path: Path) -> dict[str, tuple[int, ...]]:
         raise CheckpointError(f"{path}: damaged weights ({error})") from None
 
 
-def read_checkpoint_info(path: str | os.PathLike) -> tuple[CapsNetConfig, dict[str, Any]]:
+def read_checkpoint_info(path: str | os.PathLike) -> tuple[CapsNetConfig, CheckpointInfo]:
     """The config and info of a checkpoint, from its header alone (cheap: no weights read)."""
     return _read_header(Path(path))
 

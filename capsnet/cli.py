@@ -1,4 +1,8 @@
-"""Command-line plumbing: argument errors and user errors as one line, exit code 2."""
+"""Command-line plumbing: argument errors and user errors as one line, with a non-zero exit code.
+
+Only a `CapsNetError` (bad input: a file, an option, a missing dataset) becomes one line; any
+other exception is a bug and keeps its traceback.
+"""
 
 from __future__ import annotations
 
@@ -16,11 +20,15 @@ class ArgumentParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
     @staticmethod
-    def positive_int(text: str) -> int:
+    def whole_number(text: str) -> int:
         try:
-            value = int(text)
+            return int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+
+    @staticmethod
+    def positive_int(text: str) -> int:
+        value = ArgumentParser.whole_number(text)
         if value < 1:
             raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
         return value
@@ -37,12 +45,11 @@ class ArgumentParser(argparse.ArgumentParser):
 
 
 def run_cli(body: Callable[[], int], prog: str | None = None) -> int:
-    """Run `body`; a CapsNetError or ValueError from user input, or an OSError from a file the user named
-    (unwritable, a folder, missing), becomes one line on stderr and exit code 2."""
+    """Run `body`; a CapsNetError becomes one line on stderr and its exit code (2, or the error's own)."""
     try:
         return body()
-    except (CapsNetError, ValueError, OSError) as error:
+    except CapsNetError as error:
         name = prog or argparse.ArgumentParser().prog
         message = " ".join(str(error).split())  # one line, whatever the error's text
         print(f"{name}: error: {message}", file=sys.stderr)
-        return 2
+        return error.exit_code

@@ -12,6 +12,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from capsnet.errors import InvalidArgumentError
+
 
 @dataclass(frozen=True)
 class CapsNetConfig:
@@ -94,7 +96,7 @@ class CapsNetConfig:
     def preset(cls, name: str, **overrides: Any) -> CapsNetConfig:
         """A named preset (see `PRESETS`), with optional field overrides."""
         if name not in PRESETS:
-            raise ValueError(f"unknown preset {name!r}; choose from {', '.join(PRESETS)}")
+            raise InvalidArgumentError(f"unknown preset {name!r}; choose from {', '.join(PRESETS)}")
         return dataclasses.replace(PRESETS[name], **overrides)
 
 
@@ -103,10 +105,8 @@ def _is_int(value: Any) -> bool:
 
 
 PRESETS: dict[str, CapsNetConfig] = {
-    # the paper's MNIST model: 8,215,568 parameters, 6,804,224 without the decoder
-    "mnist": CapsNetConfig(),
-    # the same architecture on Fashion-MNIST (same 28x28x1 input, 10 classes)
-    "fashion-mnist": CapsNetConfig(),
+    # the paper's model: 8,215,568 parameters on 28x28 inputs, 6,804,224 without the decoder
+    "paper": CapsNetConfig(),
     # a small network for tests and quick demos: same structure, narrower layers
     "tiny": CapsNetConfig(conv1_channels=32, primary_types=8, primary_dim=8, digit_dim=16, decoder_hidden=(64, 128)),
 }

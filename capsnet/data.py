@@ -16,11 +16,15 @@ from torch.utils.data import Dataset, Subset
 from torchvision import datasets
 from torchvision.transforms import v2
 
-from capsnet.errors import CapsNetError
+from capsnet.errors import CapsNetError, InvalidArgumentError
 
 
 class DatasetNotFoundError(CapsNetError):
     """The dataset is not on disk and could not be downloaded."""
+
+
+class DatasetDamagedError(CapsNetError):
+    """The dataset's files are on disk but cannot be read (truncated, or not the dataset)."""
 
 
 @dataclass(frozen=True)
@@ -68,7 +72,7 @@ DATASETS: dict[str, DatasetInfo] = {
 def dataset_info(name: str) -> DatasetInfo:
     """The `DatasetInfo` of `name`, or a ValueError that lists the known ones."""
     if name not in DATASETS:
-        raise ValueError(f"unknown dataset {name!r}; choose from {', '.join(DATASETS)}")
+        raise InvalidArgumentError(f"unknown dataset {name!r}; choose from {', '.join(DATASETS)}")
     return DATASETS[name]
 
 
@@ -91,14 +95,24 @@ def load_dataset(
     """A torchvision dataset whose items are (1, 28, 28) float tensors in [0, 1] and integer labels.
 
     Raises DatasetNotFoundError, with the folder searched and how to fix it, if the
-    files are absent and cannot be downloaded.
+    files are absent and cannot be downloaded, and DatasetDamagedError if they are there
+    but cannot be read.
     """
     info = dataset_info(name)
     root = resolve_data_dir(data_dir)
+    raw = root / info.folder / "raw"
+    files = [raw / f for f in _raw_files(info)]  # torchvision wants all four, whichever split it loads
     try:
         return info.tv_class(root=str(root), train=train, transform=TO_TENSOR, download=False)
-    except RuntimeError:
-        pass  # not on disk
+    except (RuntimeError, AssertionError, ValueError, OSError) as error:
+        if all(f.is_file() for f in files):  # torchvision found its files but could not read them
+            prefix = "train" if train else "t10k"
+            names = " or ".join(f.name for f in files if f.name.startswith(prefix))
+            raise DatasetDamagedError(
+                f"{info.title} in {raw.resolve()} is damaged: {names} cannot be read "
+                f"({type(error).__name__}{': ' + str(error) if str(error) else ''}); "
+                "replace the files with intact copies"
+            ) from None
     if download:
         try:
             return info.tv_class(root=str(root), train=train, transform=TO_TENSOR, download=True)
@@ -110,6 +124,11 @@ def load_dataset(
         f"{info.title} not found in {(root / info.folder / 'raw').resolve()} ({reason}); "
         f"pass --data-dir or set CAPSNET_DATA_DIR to a folder that holds {info.folder}/raw"
     )
+
+
+def _raw_files(info: DatasetInfo) -> list[str]:
+    """The uncompressed files torchvision looks for, e.g. t10k-images-idx3-ubyte."""
+    return [Path(url).name.removesuffix(".gz") for url, _ in info.tv_class.resources]
 
 
 def subset(dataset: Dataset, size: int | None, seed: int = 0) -> Dataset:

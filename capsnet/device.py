@@ -9,6 +9,8 @@ import random
 import numpy as np
 import torch
 
+from capsnet.errors import InvalidArgumentError
+
 DEVICE_CHOICES = ("auto", "cpu", "cuda", "mps")
 THREADS_ENV = "CAPSNET_DASHBOARD_THREADS"
 
@@ -27,17 +29,17 @@ def inference_threads() -> int:
 
 
 def pick_device(name: str = "auto") -> torch.device:
-    """`auto`: CUDA if present, else Apple MPS, else CPU. A named device that is absent is a ValueError."""
+    """`auto`: CUDA if present, else Apple MPS, else CPU. A named device that is absent is an InvalidArgumentError (a ValueError)."""
     if name not in DEVICE_CHOICES and not name.startswith("cuda:"):
-        raise ValueError(f"unknown device {name!r}; choose from {', '.join(DEVICE_CHOICES)}")
+        raise InvalidArgumentError(f"unknown device {name!r}; choose from {', '.join(DEVICE_CHOICES)}")
     mps = getattr(torch.backends, "mps", None)
     mps_ok = bool(mps and mps.is_available())
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "mps" if mps_ok else "cpu")
     if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError("device 'cuda' asked for, but no CUDA GPU is available")
+        raise InvalidArgumentError("device 'cuda' asked for, but no CUDA GPU is available")
     if name == "mps" and not mps_ok:
-        raise ValueError("device 'mps' asked for, but Apple MPS is not available")
+        raise InvalidArgumentError("device 'mps' asked for, but Apple MPS is not available")
     return torch.device(name)
 
 

@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     def run() -> int:
         device = pick_device(args.device)
         checkpoint = load_checkpoint(args.checkpoint, device=device)
-        name = args.dataset or checkpoint.info.get("dataset") or "mnist"
+        name = args.dataset or checkpoint.info.dataset or "mnist"
         info = dataset_info(name)
         images, labels = as_tensors(load_dataset(name, train=False, data_dir=args.data_dir))
         if args.limit:

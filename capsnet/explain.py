@@ -12,19 +12,19 @@ capsules and |v_j| their lengths (the probability that digit j is present).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 import torch
 
+from capsnet.checkpoint_info import CheckpointInfo
 from capsnet.model import CapsNet
 from capsnet.preprocess import as_model_input
 
 # Figure 4 of the paper: each dimension moved by -0.25 ... +0.25 in steps of 0.05 (11 steps)
 PERTURBATION_STEPS: np.ndarray = np.round(np.linspace(-0.25, 0.25, 11), 2).astype(np.float32)
-MAX_ROUTING_ITERATIONS = 5
+DEFAULT_DIMENSION_STD = 0.25  # the slider half-range is 2 x this when a checkpoint has no statistics: +/- 0.5
 
 Weighting = Literal["length", "mean"]
 
@@ -66,15 +66,15 @@ def explain(
 ) -> Explanation:
     """Read one 28x28 image: lengths, prediction, reconstruction, routing trace and primary capsules.
 
-    `routing_iterations` (1..5) overrides the model's own r for this reading only;
+    `routing_iterations` (any r >= 1) overrides the model's own r for this reading only;
     `decode_class` reconstructs from another class's capsule than the predicted one.
     The model must be in eval mode (a loaded checkpoint is).
     """
     if model.training:
         raise ValueError("explain needs the model in eval mode (call model.eval())")
     iterations = model.config.routing_iterations if routing_iterations is None else int(routing_iterations)
-    if not 1 <= iterations <= MAX_ROUTING_ITERATIONS:
-        raise ValueError(f"routing iterations must lie in [1, {MAX_ROUTING_ITERATIONS}], got {iterations}")
+    if iterations < 1:
+        raise ValueError(f"routing needs at least 1 iteration, got {iterations}")
     if isinstance(image, torch.Tensor):
         image = image.detach().cpu().numpy()
     image = np.asarray(image, dtype=np.float32).reshape(-1)
@@ -148,34 +148,6 @@ def primary_maps(primary_lengths: np.ndarray, types: int, grid: int) -> np.ndarr
     return np.asarray(primary_lengths, dtype=np.float32).reshape(types, grid, grid)  # (32, 6, 6)
 
 
-def tile_columns(count: int, aspect: float = 2.0) -> int:
-    """How many columns of square maps make a grid about `aspect` times as wide as it is tall.
-
-    32 types -> 8 columns (4 rows of 8, as in the paper's figures); 8 types -> 4 (2 rows of 4).
-    """
-    count = max(1, int(count))
-    columns = min(count, max(1, math.ceil(math.sqrt(aspect * count))))
-    rows = -(-count // columns)
-    return -(-count // rows)  # as few empty cells as that many rows allows
-
-
-def tile_maps(maps: np.ndarray, columns: int = 8, gap: int = 1) -> np.ndarray:
-    """Lay (..., M, h, w) maps out as one (..., rows*(h+gap)-gap, columns*(w+gap)-gap) image, NaN in the gaps.
-
-    Used to show all 32 types of 6x6 capsules at once (4 rows of 8).
-    """
-    maps = np.asarray(maps, dtype=np.float32)
-    *lead, count, h, w = maps.shape
-    columns = max(1, min(columns, count))
-    rows = -(-count // columns)
-    padded = np.full((*lead, rows * columns, h + gap, w + gap), np.nan, dtype=np.float32)
-    padded[..., :count, :h, :w] = maps
-    grid = padded.reshape(*lead, rows, columns, h + gap, w + gap)  # (..., rows, cols, h+gap, w+gap)
-    grid = np.moveaxis(grid, -3, -2)  # (..., rows, h+gap, cols, w+gap)
-    image = grid.reshape(*lead, rows * (h + gap), columns * (w + gap))
-    return image[..., : rows * (h + gap) - gap, : columns * (w + gap) - gap]
-
-
 def decode_vector(model: CapsNet, vector: np.ndarray | torch.Tensor, class_index: int) -> np.ndarray:
     """Decode one 16-D capsule vector placed in `class_index`'s row: (D,) -> (28, 28)."""
     class_index = _check_class(model, class_index)
@@ -215,25 +187,31 @@ def perturbation_grid(
     return images.float().cpu().numpy().reshape(d, s, side, side)
 
 
+@dataclass
+class DimensionRanges:
+    """Slider bounds for the dimensions of one class's capsule, and where they come from."""
+
+    low: np.ndarray  # (D,)
+    high: np.ndarray  # (D,)
+    from_statistics: bool  # True: mean +/- 2 std of the class on the test set; False: +/- 0.5 around 0
+
+
 def dimension_ranges(
-    info: dict[str, Any], class_index: int, current: np.ndarray | None = None, digit_dim: int = 16, spread: float = 2.0
-) -> tuple[np.ndarray, np.ndarray]:
+    info: CheckpointInfo, class_index: int, current: np.ndarray | None = None, digit_dim: int = 16, spread: float = 2.0
+) -> DimensionRanges:
     """Slider bounds for each dimension of a class's capsule: mean +/- 2 std from the checkpoint.
 
     The statistics are those of correctly classified test examples of the class
-    (`info["dimension_mean"]`, `info["dimension_std"]`). Without them the range is
-    -0.5..0.5. The range is widened when needed so that it always holds `current`
-    (a drawn digit can lie outside the test set's spread).
+    (`info.dimension_mean`, `info.dimension_std`). Without usable ones the range is
+    -0.5..0.5 and `from_statistics` says so. The range is widened when needed so that it
+    always holds `current` (a drawn digit can lie outside the test set's spread).
     """
-    mean = np.zeros(digit_dim, dtype=np.float32)
-    std = np.full(digit_dim, 0.25, dtype=np.float32)
-    try:
-        m = np.asarray(info["dimension_mean"], dtype=np.float32)[class_index]
-        sd = np.asarray(info["dimension_std"], dtype=np.float32)[class_index]
-        if m.shape == (digit_dim,) and sd.shape == (digit_dim,) and np.isfinite(m).all() and np.isfinite(sd).all():
-            mean, std = m, sd
-    except (KeyError, IndexError, TypeError, ValueError):
-        pass
+    stats = info.dimension_stats(class_index, digit_dim)
+    if stats is None:
+        mean = np.zeros(digit_dim, dtype=np.float32)
+        std = np.full(digit_dim, DEFAULT_DIMENSION_STD, dtype=np.float32)
+    else:
+        mean, std = stats
     std = np.maximum(std, 0.02)  # a dimension that never varied still gets a usable slider
     low, high = mean - spread * std, mean + spread * std
     if current is not None:
@@ -241,7 +219,7 @@ def dimension_ranges(
         pad = 0.1 * (high - low)
         low = np.minimum(low, cur - pad)
         high = np.maximum(high, cur + pad)
-    return low.astype(np.float32), high.astype(np.float32)
+    return DimensionRanges(low.astype(np.float32), high.astype(np.float32), from_statistics=stats is not None)
 
 
 @dataclass

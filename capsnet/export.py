@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Mapping
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from capsnet.checkpoint import load_checkpoint, save_checkpoint, trained_epochs
+from capsnet.checkpoint import load_checkpoint, save_checkpoint
+from capsnet.checkpoint_info import CheckpointInfo, trained_epochs
 from capsnet.cli import ArgumentParser, run_cli
 from capsnet.data import as_tensors, dataset_info, load_dataset
 from capsnet.device import pick_device
@@ -31,12 +33,12 @@ from capsnet.files import atomic_path, read_jsonl
 
 def export_checkpoint(
     source: str | Path, target: str | Path, half: bool = True, data_dir: str | None = None, device: str = "auto"
-) -> dict[str, Any]:
+) -> CheckpointInfo:
     """Export `source` to `target`; returns the exported file's info (header)."""
     source, target = Path(source), Path(target)
     dtype = torch.float16 if half else None
     run = load_checkpoint(source, device=pick_device(device))
-    name = run.info.get("dataset", "mnist")
+    name = run.info.dataset or "mnist"
     images, labels = as_tensors(load_dataset(name, train=False, data_dir=data_dir))
     before = evaluate(run.model, images, labels)
     # the stored weights are measured in a staging file; `target` is written once, with the final header
@@ -45,8 +47,7 @@ def export_checkpoint(
         staged = save_checkpoint(Path(staging) / target.name, run.model, run.info, dtype=dtype)
         exported = load_checkpoint(staged, device=pick_device(device))
     after = evaluate(exported.model, images, labels)
-    info = dict(run.info)
-    info.update(
+    info = run.info.replace(
         test_accuracy=after.accuracy,
         test_loss=after.loss,
         test_examples=after.total,
@@ -74,7 +75,7 @@ def _epoch_span(facts: dict[str, Any]) -> tuple[int, int]:
     return own, (trained_epochs(facts) or own) - own
 
 
-def lineage_metrics(checkpoint: Path, info: dict[str, Any]) -> list[dict[str, Any]]:
+def lineage_metrics(checkpoint: Path, info: CheckpointInfo | Mapping[str, Any]) -> list[dict[str, Any]]:
     """The per-epoch records behind `checkpoint` (with header `info`), oldest first, each naming its run.
 
     A run started with --init records the checkpoint it started from in
@@ -83,8 +84,9 @@ def lineage_metrics(checkpoint: Path, info: dict[str, Any]) -> list[dict[str, An
     shipped model's log (`name.metrics.jsonl`) already spans its own lineage.
     A log that cannot be found is left out; the numbering still counts its epochs.
     """
-    chain = [(checkpoint, info)]
-    origin = info.get("started_from")
+    facts = info.to_dict() if isinstance(info, CheckpointInfo) else dict(info)
+    chain: list[tuple[Path, dict[str, Any]]] = [(checkpoint, facts)]
+    origin = facts.get("started_from")
     while isinstance(origin, dict) and origin.get("checkpoint"):
         chain.append((Path(origin["checkpoint"]), origin))
         origin = origin.get("started_from")
@@ -114,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     def body() -> int:
         info = export_checkpoint(args.source, args.target, not args.float32, args.data_dir, args.device)
         keys = ("dataset", "epochs", "best_epoch", "test_accuracy", "test_accuracy_before_export", "weights_dtype")
-        print(json.dumps({k: info.get(k) for k in keys}))
+        facts = info.to_dict()
+        print(json.dumps({k: facts.get(k) for k in keys}))
         return 0
 
     return run_cli(body, prog="python -m capsnet.export")

@@ -1,46 +1,37 @@
-"""Training runs for the dashboard: start, watch, cancel, resume and list them.
+"""Training runs as background processes, for the dashboard: start, watch, cancel and resume them.
 
-A run is `python -m capsnet.train ... --out runs/<timestamp>-<dataset>` started as a
-detached background process (its own session, output to `<run>/train.log`), so a
-page switch or a closed browser tab never stops it. One run at a time per machine:
-`<runs root>/.active.json` holds the pid and folder of the run the dashboard
-started; it is created atomically (O_CREAT | O_EXCL), and a lock whose process has
-died is cleared by the next reader. A run started from the command line into the
-same root also counts as running (its progress.json names a live pid).
+A run is `python -m capsnet.train ... --out <runs root>/<timestamp>-<dataset>` started as a
+detached process (its own session, output to the run folder's train.log), so a page switch or a
+closed browser tab never stops it. One run at a time per machine: `<runs root>/.active.json`
+holds the pid and folder of the run the dashboard started; it is created atomically (O_CREAT |
+O_EXCL), and a lock whose process has died is cleared by the next reader. A run started from the
+command line into the same root also counts as running (its progress.json names a live pid).
 
-The runs root is an argument, else $CAPSNET_RUNS_DIR, else ./runs. Run folders are
-always named here from the clock and the dataset, never from user text.
+What a run folder holds, and how it is read, is `capsnet.run_folder`; this module only adds
+what needs the processes: whether a run is alive, and so what its status really is.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import math
 import os
 import signal
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
-from datetime import datetime
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from capsnet.device import pick_device
 from capsnet.errors import CapsNetError
-from capsnet.files import read_json, read_jsonl, write_json
+from capsnet.files import write_json
+from capsnet.options import TrainOptions
+from capsnet.run_folder import EpochRecord, Progress, RunFolder, new_run_dir, run_folders, runs_root
 
-RUNS_ENV = "CAPSNET_RUNS_DIR"
 LOCK_NAME = ".active.json"
-LOG_NAME = "train.log"
 STARTUP_GRACE_S = 15.0  # a lock being written is not stale for this long
-
-# bounds of the dashboard's training form
-EPOCHS = (1, 200)
-BATCH_SIZE = (1, 1024)
-ROUTING_ITERATIONS = (1, 5)
-TRAIN_SIZE = (1, 60000)
-TEST_SIZE = (1, 10000)
-PRESETS = ("paper", "tiny")  # the paper's model, or the small one for quick demos
 
 _CHILDREN: dict[int, subprocess.Popen] = {}  # processes this interpreter started, to read their exit code
 
@@ -51,14 +42,6 @@ class RunError(CapsNetError):
 
 class RunInProgressError(RunError):
     """Another training run is already going on this machine."""
-
-
-# ---------------------------------------------------------------- places
-
-
-def runs_root(root: str | os.PathLike | None = None) -> Path:
-    """The runs folder: `root`, else $CAPSNET_RUNS_DIR, else ./runs."""
-    return Path(root or os.environ.get(RUNS_ENV) or "runs")
 
 
 # ---------------------------------------------------------------- processes
@@ -109,85 +92,6 @@ def is_trainer(pid: int) -> bool:
 
 def _trainer_alive(pid: int | None) -> bool:
     return bool(pid) and pid_alive(pid) and is_trainer(int(pid))  # type: ignore[arg-type]
-
-
-# ---------------------------------------------------------------- the form
-
-
-@dataclass(frozen=True)
-class TrainRequest:
-    """What the dashboard's "Train a model" form asks for, validated and bounded."""
-
-    dataset: str = "mnist"
-    epochs: int = 5
-    batch_size: int = 128
-    lr: float = 1e-3
-    routing_iterations: int = 3
-    device: str = "auto"
-    train_size: int = 60000
-    test_size: int = 10000
-    preset: str = "paper"
-
-    def validate(self) -> TrainRequest:
-        """Raise ValueError with a message a user can act on; return self when fine."""
-        from capsnet.data import DATASETS
-        from capsnet.device import DEVICE_CHOICES, pick_device
-
-        if self.dataset not in DATASETS:
-            raise ValueError(f"unknown dataset {self.dataset!r}; choose from {', '.join(DATASETS)}")
-        for name, (low, high) in (
-            ("epochs", EPOCHS),
-            ("batch_size", BATCH_SIZE),
-            ("routing_iterations", ROUTING_ITERATIONS),
-            ("train_size", TRAIN_SIZE),
-            ("test_size", TEST_SIZE),
-        ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-                raise ValueError(f"{name.replace('_', ' ')} must be a whole number from {low} to {high}, got {value!r}")
-        if (
-            isinstance(self.lr, bool)
-            or not isinstance(self.lr, (int, float))
-            or not 0 < self.lr <= 1
-            or math.isnan(self.lr)
-        ):
-            raise ValueError(f"learning rate must be greater than 0 and at most 1, got {self.lr!r}")
-        if self.preset not in PRESETS:
-            raise ValueError(f"model must be one of {', '.join(PRESETS)}, got {self.preset!r}")
-        if self.device not in DEVICE_CHOICES:
-            raise ValueError(f"unknown device {self.device!r}; choose from {', '.join(DEVICE_CHOICES)}")
-        pick_device(self.device)  # a named device that is absent is a ValueError
-        return self
-
-    def command(self, run_dir: Path, python: str | None = None) -> list[str]:
-        """The trainer's command line for this request, writing to `run_dir`."""
-        args = [
-            python or sys.executable,
-            "-m",
-            "capsnet.train",
-            "--dataset",
-            self.dataset,
-            "--epochs",
-            str(self.epochs),
-            "--batch-size",
-            str(self.batch_size),
-            "--lr",
-            repr(float(self.lr)),
-            "--routing-iterations",
-            str(self.routing_iterations),
-            "--device",
-            self.device,
-            "--train-size",
-            str(self.train_size),
-            "--test-size",
-            str(self.test_size),
-            "--out",
-            str(run_dir),
-            "--no-progress",
-        ]
-        if self.preset == "tiny":
-            args += ["--preset", "tiny"]
-        return args
 
 
 # ---------------------------------------------------------------- the lock
@@ -254,14 +158,14 @@ def active_run(root: str | os.PathLike | None = None, include_external: bool = T
                 )
             _remove_stale(lock, data)
     if include_external:
-        for run_dir in _run_dirs(root):
-            progress = _read_progress(run_dir)
-            if progress.get("status") == "running" and _trainer_alive(int(progress.get("pid") or 0)):
+        for folder in run_folders(root):
+            progress = folder.read_progress()
+            if progress is not None and progress.status == "running" and _trainer_alive(progress.pid):
                 return ActiveRun(
-                    pid=int(progress["pid"]),
-                    run_dir=run_dir,
-                    dataset=str(progress.get("dataset", "")),
-                    started=float(progress.get("started") or 0.0),
+                    pid=progress.pid,
+                    run_dir=folder.path,
+                    dataset=progress.dataset,
+                    started=progress.started,
                     from_dashboard=False,
                 )
     return None
@@ -304,20 +208,12 @@ def _busy_message(run: ActiveRun) -> str:
 # ---------------------------------------------------------------- start, cancel, resume
 
 
-def new_run_dir(root: Path, dataset: str) -> Path:
-    """Create and return `root/<timestamp>-<dataset>`, with a suffix if a run took that name this second."""
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    for suffix in [""] + [f"-{n}" for n in range(2, 100)]:
-        run_dir = root / f"{stamp}-{dataset}{suffix}"
-        try:
-            run_dir.mkdir(parents=True)
-            return run_dir
-        except FileExistsError:
-            continue
-    raise RunError(f"could not create a new run folder in {root}")
+def trainer_command(options: TrainOptions, python: str | None = None) -> list[str]:
+    """The command line that trains with `options`."""
+    return [python or sys.executable, "-m", "capsnet.train", *options.to_argv()]
 
 
-def _spawn(command: list[str], run_dir: Path, root: Path, lock: Path, dataset: str, log_mode: str) -> ActiveRun:
+def _spawn(command: list[str], folder: RunFolder, lock: Path, dataset: str, log_mode: str) -> ActiveRun:
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     kwargs: dict[str, Any] = {}
     if os.name == "posix":
@@ -325,7 +221,7 @@ def _spawn(command: list[str], run_dir: Path, root: Path, lock: Path, dataset: s
     else:
         kwargs["creationflags"] = getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0)
     try:
-        with open(run_dir / LOG_NAME, log_mode, encoding="utf-8") as log:
+        with open(folder.log_path, log_mode, encoding="utf-8") as log:
             log.write(f"$ {' '.join(command)}\n")
             log.flush()
             process = subprocess.Popen(
@@ -342,17 +238,18 @@ def _spawn(command: list[str], run_dir: Path, root: Path, lock: Path, dataset: s
         raise RunError(f"could not start the trainer: {error}") from None
     _CHILDREN[process.pid] = process
     started = time.time()
-    write_json(lock, {"pid": process.pid, "run": run_dir.name, "dataset": dataset, "started": started})
-    return ActiveRun(pid=process.pid, run_dir=run_dir, dataset=dataset, started=started)
+    write_json(lock, {"pid": process.pid, "run": folder.name, "dataset": dataset, "started": started})
+    return ActiveRun(pid=process.pid, run_dir=folder.path, dataset=dataset, started=started)
 
 
-def start_run(request: TrainRequest, root: str | os.PathLike | None = None, python: str | None = None) -> ActiveRun:
-    """Validate `request` and start the trainer in the background, in a new run folder.
+def start_run(options: TrainOptions, root: str | os.PathLike | None = None, python: str | None = None) -> ActiveRun:
+    """Start the trainer in the background with `options`, in a new run folder of the runs root.
 
-    Raises ValueError for a bad request and RunInProgressError (naming the running
-    one) if a run is already going on.
+    Raises ValueError for bad options (or a named device that is absent) and RunInProgressError
+    (naming the running one) if a run is already going on.
     """
-    request.validate()
+    options = dataclasses.replace(options, out=None, resume=False).validate()
+    pick_device(options.device)
     root = runs_root(root)
     root.mkdir(parents=True, exist_ok=True)
     external = active_run(root)
@@ -360,12 +257,13 @@ def start_run(request: TrainRequest, root: str | os.PathLike | None = None, pyth
         raise RunInProgressError(_busy_message(external))
     lock = _take_lock(root, {"pid": os.getpid(), "starting": True, "run": "", "started": time.time()})
     try:
-        run_dir = new_run_dir(root, request.dataset)
-        write_json(run_dir / "request.json", asdict(request))
+        folder = RunFolder(new_run_dir(root, options.dataset))
+        options = dataclasses.replace(options, out=str(folder.path), progress=False)
+        folder.write_args(options.to_dict())  # readable at once; the trainer writes it again as it starts
     except BaseException:
         lock.unlink(missing_ok=True)
         raise
-    return _spawn(request.command(run_dir, python), run_dir, root, lock, request.dataset, "w")
+    return _spawn(trainer_command(options, python), folder, lock, options.dataset, "w")
 
 
 def cancel_run(root: str | os.PathLike | None = None) -> ActiveRun | None:
@@ -397,39 +295,36 @@ def resume_run(name: str, root: str | os.PathLike | None = None, python: str | N
     if busy is not None:
         raise RunInProgressError(_busy_message(busy))
     lock = _take_lock(root, {"pid": os.getpid(), "starting": True, "run": name, "started": time.time()})
-    args = run.args
-    command = [
-        python or sys.executable,
-        "-m",
-        "capsnet.train",
-        "--out",
-        str(run.path),
-        "--resume",
-        "--epochs",
-        str(int(run.epochs_total or args.get("epochs") or 1)),  # progress.json holds the latest --epochs
-        "--device",
-        str(args.get("device") or "auto"),
-        "--no-progress",
-    ]
-    return _spawn(command, run.path, root, lock, run.dataset, "a")
+    stored = TrainOptions.from_dict(run.args)
+    options = TrainOptions(
+        out=str(run.path), resume=True, epochs=run.epochs_total or stored.epochs, device=stored.device, progress=False
+    )
+    return _spawn(trainer_command(options, python), run.folder, lock, run.dataset, "a")
 
 
-# ---------------------------------------------------------------- reading runs
+# ---------------------------------------------------------------- runs and their status
 
 
 @dataclass
 class RunSummary:
-    """What a run folder says about the run."""
+    """What a run folder says about the run, with its status checked against the live processes."""
 
-    name: str
-    path: Path
+    folder: RunFolder
     status: str  # starting | running | finished | stopped | failed
     dataset: str = ""
     epochs_total: int = 0
-    metrics: list[dict[str, Any]] = field(default_factory=list)
-    progress: dict[str, Any] = field(default_factory=dict)
+    metrics: list[EpochRecord] = field(default_factory=list)
+    progress: Progress | None = None
     args: dict[str, Any] = field(default_factory=dict)
     reason: str = ""  # why a failed run failed, when known
+
+    @property
+    def name(self) -> str:
+        return self.folder.name
+
+    @property
+    def path(self) -> Path:
+        return self.folder.path
 
     @property
     def epochs_done(self) -> int:
@@ -442,81 +337,56 @@ class RunSummary:
 
     @property
     def checkpoint(self) -> Path | None:
-        """The run's best model (or its latest), if an epoch has finished."""
-        for name in ("best.safetensors", "last.safetensors"):
-            if (self.path / name).is_file():
-                return self.path / name
-        return None
+        return self.folder.checkpoint()
 
     @property
     def resumable(self) -> bool:
         return (
             self.status in ("stopped", "failed")
-            and (self.path / "train_state.pt").is_file()
+            and self.folder.has_state()
             and self.epochs_done < max(self.epochs_total, 1)
         )
 
 
-def _read_progress(run_dir: Path) -> dict[str, Any]:
-    try:
-        data = read_json(run_dir / "progress.json")
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
+def read_run(
+    run_dir: str | os.PathLike, root: str | os.PathLike | None = None, active: ActiveRun | None | bool = True
+) -> RunSummary:
+    """Summarise one run folder: status, metrics per epoch, live progress, options.
 
-
-def _run_dirs(root: Path) -> list[Path]:
-    try:
-        entries = [p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")]
-    except OSError:
-        return []
-    markers = ("args.json", "progress.json", "metrics.jsonl", LOG_NAME, "request.json")
-    return [p for p in entries if any((p / m).exists() for m in markers)]
-
-
-def read_run(run_dir: str | os.PathLike, root: str | os.PathLike | None = None) -> RunSummary:
-    """Summarise one run folder: status, metrics per epoch, live progress, options."""
-    run_dir = Path(run_dir)
-    root = runs_root(root) if root is not None else run_dir.parent
-    progress = _read_progress(run_dir)
-    metrics = read_jsonl(run_dir / "metrics.jsonl")
-    args: dict[str, Any] = {}
-    for name in ("args.json", "request.json"):
-        try:
-            loaded = read_json(run_dir / name)
-        except (OSError, ValueError):
-            continue
-        if isinstance(loaded, dict):
-            args = {**loaded, **args}
-    active = active_run(root, include_external=False)
-    holds_lock = active is not None and active.run_dir.name == run_dir.name
-    pid = int(progress.get("pid") or 0)
-    state = progress.get("status")
+    `active`: the root's dashboard run if the caller has it already (None: there is none);
+    True, the default, looks it up.
+    """
+    folder = RunFolder(Path(run_dir))
+    root = runs_root(root) if root is not None else folder.path.parent
+    if active is True:
+        active = active_run(root, include_external=False)
+    progress = folder.read_progress()
+    args = folder.read_args()
+    holder = active if isinstance(active, ActiveRun) and active.run_dir.name == folder.name else None
+    holder_alive = holder is not None and _trainer_alive(holder.pid)
     reason = ""
-    if state == "running":
-        if _trainer_alive(pid) or (holds_lock and active is not None and _trainer_alive(active.pid)):
+    if progress is None:
+        status = "starting" if holder is not None else "failed"
+        reason = "" if holder is not None else "the trainer exited before training started"
+    elif progress.status == "running":
+        if _trainer_alive(progress.pid) or holder_alive:
             status = "running"
         else:
             status, reason = "failed", "the trainer stopped without finishing (killed, or out of memory?)"
-    elif state in ("finished", "stopped", "failed"):
-        status = state
-        if holds_lock and active is not None and _trainer_alive(active.pid):
-            status = "running"  # resumed: the new process has not rewritten progress.json yet
-        elif state == "failed":
-            reason = "the trainer reported an error"
-    elif holds_lock:
-        status = "starting"
+    elif holder_alive:
+        status = "running"  # resumed: the new process has not rewritten progress.json yet
     else:
-        status, reason = "failed", "the trainer exited before training started"
-    if status == "failed" and not (run_dir / LOG_NAME).is_file():
+        status = progress.status
+        if status == "failed":
+            reason = progress.reason or "the trainer reported an error"
+    if status == "failed" and not folder.log_path.is_file():
         reason = reason or "no log"
     return RunSummary(
-        name=run_dir.name,
-        path=run_dir,
+        folder=folder,
         status=status,
-        dataset=str(args.get("dataset") or progress.get("dataset") or ""),
-        epochs_total=int(progress.get("epochs") or args.get("epochs") or 0),
-        metrics=metrics,
+        dataset=str(args.get("dataset") or (progress.dataset if progress else "")),
+        epochs_total=(progress.epochs if progress and progress.epochs else 0) or int(args.get("epochs") or 0),
+        metrics=folder.read_metrics(),
         progress=progress,
         args=args,
         reason=reason,
@@ -526,20 +396,5 @@ def read_run(run_dir: str | os.PathLike, root: str | os.PathLike | None = None) 
 def list_runs(root: str | os.PathLike | None = None) -> list[RunSummary]:
     """Every run in the runs root, newest first."""
     root = runs_root(root)
-    dirs = _run_dirs(root)
-    dirs.sort(key=lambda p: (p.stat().st_mtime if p.exists() else 0.0, p.name), reverse=True)
-    return [read_run(p, root) for p in dirs]
-
-
-def log_tail(run_dir: str | os.PathLike, lines: int = 40, max_bytes: int = 64_000) -> str:
-    """The last `lines` lines of a run's train.log ('' if it has none)."""
-    path = Path(run_dir) / LOG_NAME
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            size = handle.tell()
-            handle.seek(max(0, size - max_bytes))
-            text = handle.read().decode("utf-8", errors="replace")
-    except OSError:
-        return ""
-    return "\n".join(text.splitlines()[-lines:])
+    active = active_run(root, include_external=False)
+    return [read_run(folder.path, root, active) for folder in run_folders(root)]

@@ -5,15 +5,11 @@ from __future__ import annotations
 import streamlit as st
 
 from capsnet import catalog, runs
-from capsnet.checkpoint import trained_epochs
 from capsnet.data import DATASETS
 from capsnet.device import DEVICE_CHOICES
-from dashboard import state, texts
-
-PRESET_LABELS = {
-    "paper": "Paper's CapsNet (8.2 M parameters)",
-    "tiny": "Tiny CapsNet (quick demo)",
-}
+from capsnet.options import TrainOptions
+from dashboard import models, state, texts
+from dashboard import train_form as form
 
 
 def render() -> None:
@@ -33,7 +29,7 @@ def _pick(key: str) -> None:
 
 def model_picker() -> None:
     """Shipped checkpoints and finished runs; broken files are named, the others stay usable."""
-    entries = state.checkpoint_entries(str(state.checkpoints_dir()), str(state.runs_root()))
+    entries = models.checkpoint_entries(str(state.checkpoints_dir()), str(state.runs_root()))
     usable = [e for e in entries if not e.error]
     broken = [e for e in entries if e.error]
     st.subheader("Model", anchor=False)
@@ -61,19 +57,18 @@ def model_picker() -> None:
         # the widget may have been reset by a changed list: the session value is the truth
         if st.session_state.get("checkpoint_picker") != chosen:
             st.session_state[state.MODEL_PATH] = chosen
-        model = state.current_model(show_errors=True)
+        model = models.current_model(show_errors=True)
         if model is not None:
             info = model.info
-            acc = info.get("test_accuracy")
-            parts = [info.get("dataset_title") or model.dataset]
-            if isinstance(acc, (int, float)):
-                parts.append(f"test accuracy {100 * acc:.2f}%")
-            epochs = trained_epochs(info)
+            parts = [info.title or model.dataset]
+            if info.test_accuracy is not None:
+                parts.append(f"test accuracy {100 * info.test_accuracy:.2f}%")
+            epochs = info.trained_epochs
             if epochs:
                 parts.append(f"{epochs} epoch{'s' if epochs != 1 else ''}")
-            if info.get("hardware"):
-                parts.append(str(info["hardware"]))
-            st.caption(" · ".join(str(p) for p in parts))
+            if info.hardware:
+                parts.append(info.hardware)
+            st.caption(" · ".join(parts))
     for entry in broken:
         st.error(f"Cannot read {entry.path.name}: {entry.error}", icon=":material/broken_image:")
 
@@ -82,62 +77,64 @@ def model_picker() -> None:
 
 
 def train_form() -> None:
-    """The "Train a model" form: bounded inputs; Start launches a background run."""
+    """The "Train a model" form: bounded inputs, defaults from TrainOptions; Start launches a background run."""
     no_model = not st.session_state.get(state.MODEL_PATH)
+    d = form.DEFAULTS
     with st.expander("Train a model", expanded=no_model, icon=":material/model_training:"):
         with st.form("train_form", border=False):
             dataset = st.selectbox(
-                "Dataset", list(DATASETS), format_func=lambda d: DATASETS[d].title, key="train_dataset"
-            )
+                "Dataset", list(DATASETS), index=list(DATASETS).index(d.dataset),
+                format_func=lambda name: DATASETS[name].title, key="train_dataset",
+            )  # fmt: skip
             preset = st.selectbox(
-                "Model", list(PRESET_LABELS), format_func=PRESET_LABELS.get, key="train_preset",
+                "Model", list(form.PRESET_LABELS), index=list(form.PRESET_LABELS).index(d.preset),
+                format_func=form.PRESET_LABELS.get, key="train_preset",
                 help="The tiny model has the same structure with narrower layers: it trains in minutes on a CPU.",
             )  # fmt: skip
             c1, c2 = st.columns(2)
-            epochs = c1.number_input("Epochs", *runs.EPOCHS, value=3, step=1, key="train_epochs")
-            batch = c2.number_input("Batch size", *runs.BATCH_SIZE, value=128, step=16, key="train_batch")
+            epochs = c1.number_input("Epochs", *form.EPOCHS, value=d.epochs, step=1, key="train_epochs")
+            batch = c2.number_input("Batch size", *form.BATCH_SIZE, value=d.batch_size, step=16, key="train_batch")
             lr = c1.number_input(
-                "Learning rate", min_value=1e-6, max_value=1.0, value=1e-3, step=1e-4, format="%.4f", key="train_lr"
+                "Learning rate", *form.LEARNING_RATE, value=d.lr, step=1e-4, format="%.4f", key="train_lr"
             )
             iterations = c2.number_input(
-                "Routing iterations", *runs.ROUTING_ITERATIONS, value=3, step=1, key="train_iterations"
-            )
+                "Routing iterations", *form.ROUTING_ITERATIONS, value=d.routing_iterations, step=1,
+                key="train_iterations",
+            )  # fmt: skip
             train_size = c1.number_input(
-                "Training examples", *runs.TRAIN_SIZE, value=60000, step=1000, key="train_size",
-                help="Train on a random subset for a quick run (60,000 = the whole training set).",
+                "Training examples", *form.TRAIN_SIZE, value=form.TRAIN_SIZE[1], step=1000, key="train_size",
+                help=f"Train on a random subset for a quick run ({form.TRAIN_SIZE[1]:,} = the whole training set).",
             )  # fmt: skip
             test_size = c2.number_input(
-                "Test examples", *runs.TEST_SIZE, value=10000, step=1000, key="test_size",
-                help="Evaluate after each epoch on a random subset (10,000 = the whole test set).",
+                "Test examples", *form.TEST_SIZE, value=form.TEST_SIZE[1], step=1000, key="test_size",
+                help=f"Evaluate after each epoch on a random subset ({form.TEST_SIZE[1]:,} = the whole test set).",
             )  # fmt: skip
             device = st.selectbox(
-                "Device", list(DEVICE_CHOICES), key="train_device", help="auto: a GPU if there is one"
-            )
+                "Device", list(DEVICE_CHOICES), index=list(DEVICE_CHOICES).index(d.device), key="train_device",
+                help="auto: a GPU if there is one",
+            )  # fmt: skip
             submitted = st.form_submit_button("Start training", type="primary", icon=":material/play_arrow:")
         # one slot, present on every run, for the start message: the caption below keeps its place, so no stale
         # copy of it lingers while the next run of the app goes on
         notice = st.empty()
         if submitted:
             with notice.container():
-                start_training(
-                    runs.TrainRequest(
-                        dataset=dataset,
-                        epochs=int(epochs),
-                        batch_size=int(batch),
-                        lr=float(lr),
-                        routing_iterations=int(iterations),
+                try:
+                    options = form.form_options(
+                        dataset=dataset, preset=preset, epochs=int(epochs), batch_size=int(batch), lr=float(lr),
+                        routing_iterations=int(iterations), train_size=int(train_size), test_size=int(test_size),
                         device=device,
-                        train_size=int(train_size),
-                        test_size=int(test_size),
-                        preset=preset,
-                    )
-                )
+                    )  # fmt: skip
+                except ValueError as error:
+                    st.error(str(error), icon=":material/block:")
+                else:
+                    start_training(options)
         st.caption(f"Runs are saved in `{state.runs_root()}/<time>-<dataset>/`. One run at a time on this machine.")
 
 
-def start_training(request: runs.TrainRequest) -> None:
+def start_training(options: TrainOptions) -> None:
     try:
-        run = runs.start_run(request, state.runs_root())
+        run = runs.start_run(options, state.runs_root())
     except (ValueError, runs.RunError) as error:
         st.error(str(error), icon=":material/block:")
         return
@@ -183,7 +180,7 @@ def _progress_body() -> None:
             # the run just ended: show it now, refresh the whole page (and the picker) on the next tick
             st.session_state[state.WATCHED_RUN] = None
             st.session_state[state.FINISHED_RUN] = watched
-            state.checkpoint_entries.clear()
+            models.checkpoint_entries.clear()
             st.session_state[APP_RERUN] = True
         _finished_panel()
         return
@@ -192,25 +189,21 @@ def _progress_body() -> None:
         if not watched:
             st.rerun()  # faster refresh from now on
     st.subheader("Training", anchor=False)
-    run = runs.read_run(active.run_dir, root) if active.pid else None
-    progress = run.progress if run else {}
-    epochs, epoch = int(progress.get("epochs") or 0), int(progress.get("epoch") or 0)
-    batches, batch = int(progress.get("batches") or 0), int(progress.get("batch") or 0)
+    run = runs.read_run(active.run_dir, root, active) if active.pid else None
+    progress = run.progress if run else None
     st.markdown(f"**{active.name}**" + ("" if active.from_dashboard else " (started from the command line)"))
-    if not progress:
+    if progress is None:
         st.caption("Starting: loading the data...")
         st.progress(0.0)
     else:
-        done = ((epoch - 1) * batches + batch) / max(epochs * batches, 1)
-        st.progress(min(max(done, 0.0), 1.0), text=f"Epoch {epoch}/{epochs} · batch {batch}/{batches}")
+        p = progress
+        st.progress(p.fraction_done, text=f"Epoch {p.epoch}/{p.epochs} · batch {p.batch}/{p.batches}")
         c1, c2 = st.columns(2)
-        loss, acc = progress.get("loss"), progress.get("accuracy")
-        c1.metric("Loss", f"{loss:.4f}" if isinstance(loss, (int, float)) else "—")
-        c2.metric("Accuracy", f"{100 * acc:.1f}%" if isinstance(acc, (int, float)) else "—")
-        speed = progress.get("images_per_s")
+        c1.metric("Loss", f"{p.loss:.4f}" if p.loss is not None else "—")
+        c2.metric("Accuracy", f"{100 * p.accuracy:.1f}%" if p.accuracy is not None else "—")
         st.caption(
-            f"ETA {texts.format_duration(progress.get('eta_s'))}"
-            + (f" · {speed:.0f} images/s" if isinstance(speed, (int, float)) else "")
+            f"ETA {texts.format_duration(p.eta_s)}"
+            + (f" · {p.images_per_s:.0f} images/s" if p.images_per_s is not None else "")
             + (f" · best test accuracy so far {100 * run.best_accuracy:.2f}%" if run and run.best_accuracy else "")
         )
     if active.from_dashboard:
@@ -241,7 +234,7 @@ def _finished_panel() -> None:
         st.info(f"{name} was stopped after {run.epochs_done} epoch(s); resume it on the Training runs page.")
     elif run.status == "failed":
         st.error(f"{name} failed: {run.reason}. The end of its log:", icon=":material/error:")
-        st.code(runs.log_tail(run.path, 15) or "(empty log)", language=None)
+        st.code(run.folder.log_tail(15) or "(empty log)", language=None)
     if st.button("Dismiss", key="dismiss_finished"):
         st.session_state[state.FINISHED_RUN] = None
         st.rerun()

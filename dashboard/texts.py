@@ -1,20 +1,28 @@
 """The words the pages show.
 
 Short explanations written for a student meeting capsules for the first time, the notice
-that says what to do when there is no model, and how durations are written.
+that says what to do when there is no model, and how durations are written. A text that
+states a number the model's config holds (a margin, a count of capsules) is a function of
+the config, so it says what the model in use really has.
 """
 
 from __future__ import annotations
 
 import math
 
-CAPSULE = """
+from capsnet.augment import SHIFT
+from capsnet.config import CapsNetConfig
+
+
+def capsule(config: CapsNetConfig) -> str:
+    return f"""
 **What is a capsule?** An ordinary neuron outputs one number: *how much* a feature is present.
 A capsule outputs a **vector**. Its **length** (between 0 and 1) is the probability that an
 entity is present; its **direction** encodes *how* it looks: position, thickness, slant,
-width... CapsNet ends with one 16-dimensional capsule per class (the *digit capsules*), and
-the class whose capsule is **longest** wins.
+width... CapsNet ends with one {config.digit_dim}-dimensional capsule per class (the *digit
+capsules*), and the class whose capsule is **longest** wins.
 """
+
 
 SQUASH = r"""
 **Squash.** A capsule's raw vector $s_j$ can have any length, so it is *squashed* to a length
@@ -23,12 +31,21 @@ just under 1.
 """
 SQUASH_LATEX = r"v_j = \frac{\lVert s_j \rVert^2}{1 + \lVert s_j \rVert^2}\,\frac{s_j}{\lVert s_j \rVert}"
 
-MARGINS = """
-**The margins 0.9 and 0.1.** Training uses a *margin loss*: the capsule of the true class is
-pushed to a length of at least **m⁺ = 0.9**, every other capsule below **m⁻ = 0.1**. So on a
-well-trained network one bar clears the green line and all the others stay under the orange
-one. Several long capsules mean the network sees several possible digits.
+
+def margins_title(config: CapsNetConfig) -> str:
+    return f"What do the lines at {config.m_plus:g} and {config.m_minus:g} mean?"
+
+
+def margins(config: CapsNetConfig) -> str:
+    return f"""
+**The margins {config.m_plus:g} and {config.m_minus:g}.** Training uses a *margin loss*: the capsule
+of the true class is pushed to a length of at least **m⁺ = {config.m_plus:g}**, every other capsule
+below **m⁻ = {config.m_minus:g}** (the other classes' shortfalls weigh λ = {config.down_weight:g} times
+as much). So on a well-trained network one bar clears the green line and all the others stay under
+the orange one. Several long capsules mean the network sees several possible classes.
 """
+
+
 MARGIN_LATEX = (
     r"L_k = T_k \max(0,\, m^+ - \lVert v_k \rVert)^2"
     r" + \lambda\,(1 - T_k) \max(0,\, \lVert v_k \rVert - m^-)^2"
@@ -49,50 +66,85 @@ centre of mass sits in the middle. Your drawing or upload goes through the same 
 network sees it the way it saw its training data.
 """
 
-PROCEDURE = """
-**Routing by agreement (Procedure 1 of the paper).** Each of the primary capsules $i$ (32 types
-on a 6x6 grid: 1,152 in the paper's model) *predicts* every digit capsule $j$ through a learned
-matrix: $\\hat u_{j|i} = W_{ij} u_i$. Routing decides how much of each prediction goes to each
-digit capsule with **coupling coefficients** $c_{ij}$ that sum to 1 over $j$. They start equal
-($b_{ij} = 0$, so $c_{ij} = 1/10$); each iteration then raises $b_{ij}$ where the prediction
-**agrees** with the digit capsule's current output ($\\hat u_{j|i} \\cdot v_j$ is large), so
-primary capsules send more of their vote to the parent they agree with.
+
+def procedure(config: CapsNetConfig) -> str:
+    g, k = config.primary_grid, config.num_classes
+    return f"""
+**Routing by agreement (Procedure 1 of the paper).** Each of the primary capsules $i$
+({config.primary_types} types on a {g}x{g} grid: {config.num_primary:,} in this model) *predicts*
+every digit capsule $j$ through a learned matrix: $\\hat u_{{j|i}} = W_{{ij}} u_i$. Routing decides how
+much of each prediction goes to each digit capsule with **coupling coefficients** $c_{{ij}}$ that
+sum to 1 over $j$. They start equal ($b_{{ij}} = 0$, so $c_{{ij}} = 1/{k}$); each iteration then
+raises $b_{{ij}}$ where the prediction **agrees** with the digit capsule's current output
+($\\hat u_{{j|i}} \\cdot v_j$ is large), so primary capsules send more of their vote to the parent
+they agree with.
 """
+
+
 PROCEDURE_LATEX = [
     r"c_{ij} = \frac{\exp b_{ij}}{\sum_k \exp b_{ik}}",
     r"s_j = \sum_i c_{ij}\, \hat u_{j|i}, \qquad v_j = \operatorname{squash}(s_j)",
     r"b_{ij} \leftarrow b_{ij} + \hat u_{j|i} \cdot v_j",
 ]
 
-AGGREGATION = """
-**How the 1,152 couplings are summarised.** For each of the primary-capsule *types* (rows) the
-heatmap shows the mean of $c_{ij}$ over its 6x6 positions. With *length-weighted* (the default)
-each position counts in proportion to its capsule's length $\\lVert u_i \\rVert$: a capsule that
-detected nothing predicts nothing and keeps the uniform $1/10$, so weighting shows where the
-evidence that is really there is sent. Every row still sums to 1 over the digit capsules.
+
+def aggregation(config: CapsNetConfig) -> str:
+    g = config.primary_grid
+    return f"""
+**How the {config.num_primary:,} couplings are summarised.** For each of the primary-capsule *types*
+(rows) the heatmap shows the mean of $c_{{ij}}$ over its {g}x{g} positions. With *length-weighted*
+(the default) each position counts in proportion to its capsule's length $\\lVert u_i \\rVert$: a
+capsule that detected nothing predicts nothing and keeps the uniform $1/{config.num_classes}$, so
+weighting shows where the evidence that is really there is sent. Every row still sums to 1 over
+the digit capsules.
 """
 
-DIMENSIONS = """
-**What do the 16 dimensions encode?** Nobody told the network what to store in each dimension
-of a digit capsule; it learned whatever helps the decoder redraw the digit. Move a slider and
-watch the reconstruction: some dimensions change the stroke thickness, others the slant, the
-width or local parts such as the tail of a 9. The slider ranges are the mean ± 2 standard
-deviations of that dimension over correctly classified test images of the class.
+
+def dimensions(config: CapsNetConfig) -> str:
+    return f"""
+**What do the {config.digit_dim} dimensions encode?** Nobody told the network what to store in
+each dimension of a digit capsule; it learned whatever helps the decoder redraw the input. Move a
+slider and watch the reconstruction: some dimensions change the stroke thickness, others the
+slant, the width or local parts such as the tail of a 9.
 """
 
-FIGURE4 = """
-**Figure 4 of the paper.** Each row perturbs one dimension of the capsule by -0.25 ... +0.25 in
-steps of 0.05 and decodes all 176 variants at once; the middle column (+0.00) is the
-reconstruction itself. A row that changes the drawing smoothly is a dimension that encodes a
-meaningful property.
+
+def dimension_ranges(from_statistics: bool, class_name: str) -> str:
+    """Where the sliders' ranges come from: the checkpoint's statistics, or the fallback."""
+    if from_statistics:
+        return f"Ranges: mean ± 2 std of each dimension over correctly classified test images of class {class_name}."
+    return (
+        "Ranges: ±0.5 around 0. This checkpoint has no usable statistics of its capsules on the test set "
+        "(re-export it with `python -m capsnet.export` to add them)."
+    )
+
+
+def figure4(config: CapsNetConfig, steps: list[float]) -> str:
+    step = steps[1] - steps[0] if len(steps) > 1 else 0.0
+    return f"""
+**Figure 4 of the paper.** Each row perturbs one dimension of the capsule by {steps[0]:+.2f} ...
+{steps[-1]:+.2f} in steps of {step:.2f} and decodes all {config.digit_dim * len(steps)} variants at once;
+the middle column (+0.00) is the reconstruction itself. A row that changes the drawing smoothly is
+a dimension that encodes a meaningful property.
 """
 
-TRAINING = """
+
+def decoding_spinner(config: CapsNetConfig, steps: int) -> str:
+    return f"Decoding {config.digit_dim * steps} variants..."
+
+
+def training(config: CapsNetConfig) -> str:
+    return f"""
 **How CapsNet is trained.** Every batch, the loss adds the *margin loss* of the capsule lengths
-and a small *reconstruction loss* (the sum of squared pixel errors times 0.0005, so that it
-does not dominate). Adam with a learning rate that decays every epoch minimises it. The
-training images are shifted by up to 2 pixels, as in the paper.
+and a small *reconstruction loss* (the sum of squared pixel errors times {config.reconstruction_weight:g},
+so that it does not dominate). Adam with a learning rate that decays every epoch minimises it.
+The training images are shifted by up to {SHIFT} pixels, as in the paper.
 """
+
+
+def loss_help(config: CapsNetConfig) -> str:
+    return f"Margin loss + {config.reconstruction_weight:g} x reconstruction loss"
+
 
 EVALUATE = """
 **Reading the evaluation.** The confusion matrix counts, for each true class (row), what the

@@ -4,13 +4,15 @@
     python docs/render_training_plot.py checkpoints/mnist.training.png checkpoints/mnist.metrics.jsonl --min-accuracy 0.98
 
 Uses the dashboard's own figure builder and draws it in headless Chromium through
-Playwright (plotly.js is embedded in the page, so nothing is fetched).
+Playwright (plotly.js is embedded in the page, so nothing is fetched). The browser is
+$CHROMIUM, else `chromium` on the PATH (Debian: apt-get install -y chromium).
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
+import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -19,8 +21,12 @@ from playwright.sync_api import sync_playwright
 from capsnet.files import read_jsonl
 from dashboard.figures import training_curves
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from browser_support import CHROMIUM_ARGS, find_chromium  # noqa: E402  (the same Chromium set-up as the browser tests)
+# headless, and no calls home: this machine may have no network
+CHROMIUM_ARGS = "--headless --no-sandbox --disable-gpu --no-first-run --disable-background-networking --disable-sync"
+
+
+def find_chromium() -> str | None:
+    return os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 def render(
@@ -38,7 +44,7 @@ def render(
         if chromium is None:
             raise SystemExit("no Chromium found: apt-get install -y chromium")
         with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+            browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS.split())
             page = browser.new_page(viewport={"width": width, "height": height})
             page.goto(page_path.as_uri())
             page.wait_for_selector(".main-svg")

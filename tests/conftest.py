@@ -39,7 +39,8 @@ def _seed() -> None:
 @pytest.fixture(scope="session")
 def tiny_run(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A run folder trained for real: tiny preset, 5,000 MNIST images, 2 epochs (about 20 s on 2 cores)."""
-    from capsnet.train import TrainOptions, train
+    from capsnet.options import TrainOptions
+    from capsnet.train import train
 
     out = tmp_path_factory.mktemp("tiny-run")
     train(

@@ -20,7 +20,8 @@ def app_run(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     Smaller than conftest's `tiny_run` (a few seconds on a CPU): the app tests need a trained model, not a good one.
     """
-    from capsnet.train import TrainOptions, train
+    from capsnet.options import TrainOptions
+    from capsnet.train import train
 
     root = tmp_path_factory.mktemp("runs")
     run_dir = root / RUN_NAME

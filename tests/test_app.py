@@ -13,6 +13,8 @@ from dashboard_fixtures import APP, app_dirs, app_run, app_with_run, clear_strea
 from PIL import Image
 from streamlit.testing.v1 import AppTest
 
+from capsnet.options import TrainOptions
+
 PAGES = [
     "app_pages/draw.py",
     "app_pages/routing.py",
@@ -270,7 +272,7 @@ def test_the_training_page_lists_runs_and_a_second_start_is_refused(app_with_run
     from capsnet import runs
 
     runs_root, _ = app_with_run
-    running = runs.start_run(runs.TrainRequest(epochs=1), runs_root, python=fake_trainer(tmp_path, seconds=60))
+    running = runs.start_run(TrainOptions(epochs=1), runs_root, python=fake_trainer(tmp_path, seconds=60))
     try:
         at = new_app().run()
         no_exception(at)
@@ -310,7 +312,7 @@ def test_a_finished_run_replaces_the_progress_in_the_sidebar(app_with_run, tmp_p
     from capsnet import runs
 
     runs_root, _ = app_with_run
-    running = runs.start_run(runs.TrainRequest(epochs=1), runs_root, python=fake_trainer(tmp_path, seconds=4))
+    running = runs.start_run(TrainOptions(epochs=1), runs_root, python=fake_trainer(tmp_path, seconds=4))
     at = new_app().run()
     no_exception(at)
     assert any(running.run_dir.name in m.value for m in at.sidebar.markdown)

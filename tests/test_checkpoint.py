@@ -11,6 +11,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from capsnet.checkpoint import CheckpointError, load_checkpoint, read_checkpoint_info, save_checkpoint
+from capsnet.checkpoint_info import CheckpointInfo
 from capsnet.config import CapsNetConfig
 from capsnet.model import CapsNet
 
@@ -26,11 +27,11 @@ def saved(tmp_path: Path) -> tuple[CapsNet, Path]:
 def test_round_trip_gives_identical_outputs(saved: tuple[CapsNet, Path]) -> None:
     model, path = saved
     loaded = load_checkpoint(path)
-    assert loaded.config == model.config and loaded.info == INFO and not loaded.model.training
+    assert loaded.config == model.config and loaded.info.to_dict() == INFO and not loaded.model.training
     images = torch.rand(3, 1, 28, 28)
     a, b = model(images), loaded.model(images)
     assert torch.equal(a.poses, b.poses) and torch.equal(a.reconstruction, b.reconstruction)
-    assert read_checkpoint_info(path) == (model.config, INFO)
+    assert read_checkpoint_info(path) == (model.config, CheckpointInfo.from_dict(INFO))
     assert not list(path.parent.glob(".*.tmp")), "temporary file left behind"
 
 

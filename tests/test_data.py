@@ -56,3 +56,29 @@ def test_data_dir_resolution(monkeypatch: pytest.MonkeyPatch) -> None:
     assert resolve_data_dir() == Path("/somewhere")
     monkeypatch.delenv("CAPSNET_DATA_DIR")
     assert resolve_data_dir() == Path("data")
+
+
+def test_a_damaged_dataset_is_called_damaged_not_missing(data_dir: Path, tmp_path: Path) -> None:
+    import shutil
+
+    from capsnet.data import DatasetDamagedError
+
+    raw = tmp_path / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    for name in (
+        "t10k-images-idx3-ubyte",
+        "t10k-labels-idx1-ubyte",
+        "train-images-idx3-ubyte",
+        "train-labels-idx1-ubyte",
+    ):
+        shutil.copy(data_dir / "MNIST" / "raw" / name, raw / name)
+    images = raw / "t10k-images-idx3-ubyte"
+    images.write_bytes(images.read_bytes()[:100_000])  # truncated
+    with pytest.raises(DatasetDamagedError) as error:
+        load_dataset("mnist", train=False, data_dir=tmp_path, download=False)
+    message = str(error.value)
+    assert "is damaged: t10k-images-idx3-ubyte or t10k-labels-idx1-ubyte cannot be read" in message
+    assert str(raw) in message and "\n" not in message
+    images.unlink()  # one file of the two missing: that is missing, not damaged
+    with pytest.raises(DatasetNotFoundError):
+        load_dataset("mnist", train=False, data_dir=tmp_path, download=False)

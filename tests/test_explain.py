@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from capsnet.checkpoint_info import CheckpointInfo
 from capsnet.config import CapsNetConfig
 from capsnet.explain import (
     PERTURBATION_STEPS,
@@ -18,8 +19,6 @@ from capsnet.explain import (
     perturbation_grid,
     primary_maps,
     reconstruct,
-    tile_columns,
-    tile_maps,
 )
 from capsnet.model import CapsNet
 
@@ -57,6 +56,14 @@ def test_explain_returns_every_view(model: CapsNet, image: np.ndarray) -> None:
     np.testing.assert_allclose(e.reconstruction, out.reconstruction[0, 0].numpy(), atol=1e-6)
 
 
+def test_explain_follows_any_number_of_iterations(image: np.ndarray) -> None:
+    """Training allows any r >= 1, so a model trained with 6 (or 8) iterations must be explainable as it is."""
+    model = CapsNet(CapsNetConfig.preset("tiny", routing_iterations=6)).eval()
+    e = explain(model, image)
+    assert e.iterations == 6 and e.coupling.shape[0] == 6 and e.iteration_lengths.shape == (6, 10)
+    assert explain(model, image, routing_iterations=8).coupling.shape[0] == 8
+
+
 def test_explain_decodes_another_class(model: CapsNet, image: np.ndarray) -> None:
     e = explain(model, image)
     other = (e.prediction + 1) % 10
@@ -67,8 +74,8 @@ def test_explain_decodes_another_class(model: CapsNet, image: np.ndarray) -> Non
 
 
 def test_explain_checks_its_inputs(model: CapsNet, image: np.ndarray) -> None:
-    with pytest.raises(ValueError, match="iterations"):
-        explain(model, image, routing_iterations=6)
+    with pytest.raises(ValueError, match="iteration"):
+        explain(model, image, routing_iterations=0)
     with pytest.raises(ValueError, match="class index"):
         explain(model, image, decode_class=10)
     with pytest.raises(ValueError, match="28x28"):
@@ -114,28 +121,6 @@ def test_coupling_maps_follow_the_capsule_order(model: CapsNet, image: np.ndarra
         coupling_maps(e.coupling, 10, types, g)
 
 
-def test_tile_columns_lays_blocks_out_about_twice_as_wide_as_tall() -> None:
-    assert tile_columns(32) == 8  # the paper's 32 types: 4 rows of 8
-    assert tile_columns(8) == 4  # the tiny model's 8: 2 rows of 4, not a thin strip of 8
-    assert tile_columns(1) == 1 and tile_columns(3) == 3
-    for count in range(1, 65):
-        columns = tile_columns(count)
-        rows = -(-count // columns)
-        assert 1 <= columns <= count and rows * columns - count < rows  # no empty row or column of blocks
-        assert columns >= rows
-
-
-def test_tile_maps_lays_out_blocks_with_gaps() -> None:
-    maps = np.arange(32 * 36, dtype=np.float32).reshape(32, 6, 6)
-    tiled = tile_maps(maps, columns=8)
-    assert tiled.shape == (4 * 7 - 1, 8 * 7 - 1)
-    np.testing.assert_array_equal(tiled[:6, :6], maps[0])
-    np.testing.assert_array_equal(tiled[7:13, 14:20], maps[10])  # row 1, column 2
-    assert np.isnan(tiled[6]).all() and np.isnan(tiled[:, 6]).all()
-    framed = tile_maps(np.zeros((3, 5, 6, 6)), columns=8)  # leading axes are kept; 5 maps fit one row
-    assert framed.shape == (3, 6, 5 * 7 - 1)
-
-
 def test_perturbation_grid_is_one_batched_decode(
     model: CapsNet, image: np.ndarray, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -168,17 +153,30 @@ def test_decode_vector_checks_its_input(model: CapsNet) -> None:
 def test_dimension_ranges_from_checkpoint_statistics() -> None:
     mean = np.arange(160, dtype=np.float32).reshape(10, 16) / 1000
     std = np.full((10, 16), 0.05, np.float32)
-    info = {"dimension_mean": mean.tolist(), "dimension_std": std.tolist()}
-    low, high = dimension_ranges(info, 3, digit_dim=16)
-    np.testing.assert_allclose(low, mean[3] - 0.1, atol=1e-6)
-    np.testing.assert_allclose(high, mean[3] + 0.1, atol=1e-6)
+    info = CheckpointInfo.from_dict({"dimension_mean": mean.tolist(), "dimension_std": std.tolist()})
+    ranges = dimension_ranges(info, 3, digit_dim=16)
+    assert ranges.from_statistics
+    np.testing.assert_allclose(ranges.low, mean[3] - 0.1, atol=1e-6)
+    np.testing.assert_allclose(ranges.high, mean[3] + 0.1, atol=1e-6)
     current = mean[3].copy()
     current[0] = 5.0  # far outside: the range widens to hold it
-    low, high = dimension_ranges(info, 3, current, 16)
+    low, high = (r := dimension_ranges(info, 3, current, 16)).low, r.high
     assert low[0] <= 5.0 <= high[0] and np.all(low <= current) and np.all(current <= high)
-    low, high = dimension_ranges({}, 3, digit_dim=16)  # no statistics: -0.5 .. 0.5
-    np.testing.assert_allclose(low, -0.5)
-    np.testing.assert_allclose(high, 0.5)
+    ranges = dimension_ranges(CheckpointInfo(), 3, digit_dim=16)  # no statistics: -0.5 .. 0.5, and it says so
+    np.testing.assert_allclose(ranges.low, -0.5)
+    np.testing.assert_allclose(ranges.high, 0.5)
+    assert not ranges.from_statistics
+
+
+def test_dimension_ranges_say_when_the_statistics_are_unusable() -> None:
+    """Statistics of the wrong shape (or not numbers) fall back to -0.5 .. 0.5: the page must be told."""
+    wrong = CheckpointInfo.from_dict({"dimension_mean": [[0.0] * 8] * 10, "dimension_std": [[0.1] * 8] * 10})
+    assert wrong.dimension_mean is not None  # present in the header...
+    ranges = dimension_ranges(wrong, 3, digit_dim=16)
+    assert not ranges.from_statistics  # ...but not usable for 16-D capsules
+    np.testing.assert_allclose(ranges.low, -0.5)
+    garbage = CheckpointInfo.from_dict({"dimension_mean": "lots", "dimension_std": None})
+    assert garbage.dimension_mean is None and not dimension_ranges(garbage, 0).from_statistics
 
 
 def test_reconstruct_and_misclassified(model: CapsNet, image: np.ndarray) -> None:

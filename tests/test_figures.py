@@ -201,3 +201,25 @@ def test_figures_module_does_not_use_streamlit() -> None:
     import inspect
 
     assert "streamlit" not in inspect.getsource(figures)
+
+
+def test_tile_columns_lays_blocks_out_about_twice_as_wide_as_tall() -> None:
+    assert figures.tile_columns(32) == 8  # the paper's 32 types: 4 rows of 8
+    assert figures.tile_columns(8) == 4  # the tiny model's 8: 2 rows of 4, not a thin strip of 8
+    assert figures.tile_columns(1) == 1 and figures.tile_columns(3) == 3
+    for count in range(1, 65):
+        columns = figures.tile_columns(count)
+        rows = -(-count // columns)
+        assert 1 <= columns <= count and rows * columns - count < rows  # no empty row or column of blocks
+        assert columns >= rows
+
+
+def test_tile_maps_lays_out_blocks_with_gaps() -> None:
+    maps = np.arange(32 * 36, dtype=np.float32).reshape(32, 6, 6)
+    tiled = figures.tile_maps(maps, columns=8)
+    assert tiled.shape == (4 * 7 - 1, 8 * 7 - 1)
+    np.testing.assert_array_equal(tiled[:6, :6], maps[0])
+    np.testing.assert_array_equal(tiled[7:13, 14:20], maps[10])  # row 1, column 2
+    assert np.isnan(tiled[6]).all() and np.isnan(tiled[:, 6]).all()
+    framed = figures.tile_maps(np.zeros((3, 5, 6, 6)), columns=8)  # leading axes are kept; 5 maps fit one row
+    assert framed.shape == (3, 6, 5 * 7 - 1)

@@ -16,7 +16,7 @@ def tiny() -> CapsNet:
 
 
 def test_paper_parameter_count() -> None:
-    model = CapsNet(CapsNetConfig.preset("mnist"))
+    model = CapsNet(CapsNetConfig.preset("paper"))
     assert model.num_parameters() == 8_215_568
     assert model.num_parameters(decoder=False) == 6_804_224
     assert model.config.num_primary == 1152 and model.config.primary_grid == 6
@@ -94,7 +94,7 @@ def test_bad_image_shape(tiny: CapsNet) -> None:
 def test_config_round_trip_and_presets() -> None:
     for name, config in PRESETS.items():
         assert CapsNetConfig.from_dict(config.to_dict()) == config, name
-    assert CapsNetConfig.preset("mnist", routing_iterations=5).routing_iterations == 5
+    assert CapsNetConfig.preset("paper", routing_iterations=5).routing_iterations == 5
     with pytest.raises(ValueError, match="unknown preset"):
         CapsNetConfig.preset("cifar")
     with pytest.raises(ValueError, match="unknown config keys"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -11,9 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from capsnet import catalog, runs
+from capsnet import catalog, run_folder, runs
 from capsnet.files import write_json
-from capsnet.runs import RunInProgressError, TrainRequest
+from capsnet.options import TrainOptions
+from capsnet.run_folder import RunFolder
+from capsnet.runs import RunInProgressError
+from dashboard.train_form import form_options
 
 
 def wait_for(condition, timeout: float = 30.0, step: float = 0.1) -> bool:
@@ -59,12 +63,12 @@ def root(tmp_path: Path) -> Path:
 )
 def test_requests_are_validated_and_bounded(changes: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        TrainRequest(**changes).validate()
+        form_options(**changes)
 
 
 def test_request_command_line() -> None:
-    request = TrainRequest(dataset="fashion-mnist", epochs=2, lr=0.01, preset="tiny", train_size=500).validate()
-    command = request.command(Path("runs/x"), python="py")
+    options = form_options(dataset="fashion-mnist", epochs=2, lr=0.01, preset="tiny", train_size=500)
+    command = runs.trainer_command(dataclasses.replace(options, out="runs/x", progress=False), python="py")
     assert command[:3] == ["py", "-m", "capsnet.train"]
     joined = " ".join(command)
     for part in (
@@ -77,19 +81,19 @@ def test_request_command_line() -> None:
         "--no-progress",
     ):
         assert part in joined
-    assert "--preset" not in TrainRequest().command(Path("r"))
+    assert "--preset" not in runs.trainer_command(form_options())
 
 
 def test_runs_root_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv(runs.RUNS_ENV, str(tmp_path))
-    assert runs.runs_root() == tmp_path
-    assert runs.runs_root("elsewhere") == Path("elsewhere")
-    monkeypatch.delenv(runs.RUNS_ENV)
-    assert runs.runs_root() == Path("runs")
+    monkeypatch.setenv(run_folder.RUNS_ENV, str(tmp_path))
+    assert run_folder.runs_root() == tmp_path
+    assert run_folder.runs_root("elsewhere") == Path("elsewhere")
+    monkeypatch.delenv(run_folder.RUNS_ENV)
+    assert run_folder.runs_root() == Path("runs")
 
 
 def test_one_run_at_a_time_and_cancel(root: Path, fake_python: str) -> None:
-    run = runs.start_run(TrainRequest(epochs=1), root, python=fake_python)
+    run = runs.start_run(TrainOptions(epochs=1), root, python=fake_python)
     try:
         assert run.run_dir.parent == root and run.run_dir.name.endswith("-mnist")
         assert (run.run_dir / "train.log").read_text().startswith("$ ")
@@ -99,7 +103,7 @@ def test_one_run_at_a_time_and_cancel(root: Path, fake_python: str) -> None:
         assert active is not None and active.pid == run.pid and active.from_dashboard
         assert runs.read_run(run.run_dir, root).status == "starting"
         with pytest.raises(RunInProgressError, match=run.run_dir.name):
-            runs.start_run(TrainRequest(epochs=1), root, python=fake_python)
+            runs.start_run(TrainOptions(epochs=1), root, python=fake_python)
         assert sorted(p.name for p in root.iterdir() if p.is_dir()) == [run.run_dir.name]  # no second folder
     finally:
         stopped = runs.cancel_run(root)
@@ -116,7 +120,7 @@ def test_a_stale_lock_is_cleared(root: Path, fake_python: str) -> None:
     write_json(root / runs.LOCK_NAME, {"pid": dead.pid, "run": "old", "dataset": "mnist", "started": 0})
     assert runs.active_run(root) is None
     assert not (root / runs.LOCK_NAME).exists()
-    run = runs.start_run(TrainRequest(epochs=1), root, python=fake_python)
+    run = runs.start_run(TrainOptions(epochs=1), root, python=fake_python)
     runs.cancel_run(root)
     assert wait_for(lambda: runs.active_run(root) is None, 10), run
 
@@ -158,8 +162,8 @@ def test_run_status_from_the_folder(root: Path) -> None:
     assert by_name["b-stopped"].status == "stopped" and by_name["b-stopped"].resumable
     assert by_name["c-killed"].status == "failed" and "without finishing" in by_name["c-killed"].reason
     assert by_name["d-never-started"].status == "failed"
-    assert runs.log_tail(root / "d-never-started", 1) == "DatasetNotFoundError: MNIST not found"
-    assert runs.log_tail(root / "a-finished") == ""
+    assert RunFolder(root / "d-never-started").log_tail(1) == "DatasetNotFoundError: MNIST not found"
+    assert RunFolder(root / "a-finished").log_tail() == ""
 
 
 def test_resume_refuses_what_cannot_be_resumed(root: Path) -> None:
@@ -173,11 +177,11 @@ def test_resume_refuses_what_cannot_be_resumed(root: Path) -> None:
 @pytest.mark.slow
 def test_a_real_tiny_run_trains_in_the_background(root: Path, data_dir: Path) -> None:
     # data_dir puts the datasets' folder in CAPSNET_DATA_DIR, which the trainer's process inherits
-    request = TrainRequest(epochs=1, batch_size=32, preset="tiny", train_size=64, test_size=64, device="cpu")
-    run = runs.start_run(request, root)
-    assert wait_for(lambda: runs.active_run(root) is None, 240, 0.5), runs.log_tail(run.run_dir)
+    options = TrainOptions(epochs=1, batch_size=32, preset="tiny", train_size=64, test_size=64, device="cpu")
+    run = runs.start_run(options, root)
+    assert wait_for(lambda: runs.active_run(root) is None, 240, 0.5), RunFolder(run.run_dir).log_tail()
     summary = runs.read_run(run.run_dir, root)
-    assert summary.status == "finished", runs.log_tail(run.run_dir)
+    assert summary.status == "finished", RunFolder(run.run_dir).log_tail()
     assert summary.epochs_done == 1 and summary.checkpoint is not None
     entries = catalog.list_checkpoints(root / "none", root)
     assert [e.run for e in entries] == [run.run_dir.name] and not entries[0].error

@@ -26,14 +26,14 @@ def test_shipped_checkpoint_accuracy(name: str, data_dir: Path) -> None:
     assert path.is_file(), f"checkpoints/{path.name} is missing: the project ships it"
     checkpoint = load_checkpoint(path)
     info = checkpoint.info
-    assert info["dataset"] == name
-    assert checkpoint.config == CapsNetConfig.preset(name)  # the paper's architecture, 3 routing iterations
+    assert info.dataset == name
+    assert checkpoint.config == CapsNetConfig.preset("paper")  # the paper's architecture, 3 routing iterations
     assert checkpoint.model.num_parameters() == 8_215_568
     images, labels = as_tensors(load_dataset(name, train=False))
     result = evaluate(checkpoint.model, images, labels, batch_size=250)
     assert result.total == 10_000
     assert result.accuracy >= FLOORS[name], f"{name}: {result.accuracy:.4f} below the floor {FLOORS[name]}"
-    assert result.accuracy == pytest.approx(info["test_accuracy"], abs=0.0005)
+    assert result.accuracy == pytest.approx(info.test_accuracy, abs=0.0005)
     # float16 storage is allowed if it keeps the float32 model's accuracy to 0.02%
-    assert abs(info["test_accuracy"] - info["test_accuracy_before_export"]) <= 0.0002 + 1e-9
-    assert len(info["per_class_accuracy"]) == 10 and len(info["dimension_std"]) == 10
+    assert abs(info.test_accuracy - info.test_accuracy_before_export) <= 0.0002 + 1e-9
+    assert len(info.per_class_accuracy) == 10 and len(info.dimension_std) == 10

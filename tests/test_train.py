@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from capsnet.checkpoint import load_checkpoint, read_checkpoint_info, trained_epochs
+from capsnet.checkpoint import load_checkpoint, read_checkpoint_info
+from capsnet.checkpoint_info import trained_epochs
 from capsnet.data import as_tensors, load_dataset
 from capsnet.evaluate import evaluate
 from capsnet.files import read_json, read_jsonl
@@ -50,13 +51,9 @@ def test_short_real_training_run_reaches_90_percent(tiny_run: Path, tiny_checkpo
     assert records[-1]["test_accuracy"] >= 0.90, records
     checkpoint = load_checkpoint(tiny_checkpoint)
     info = checkpoint.info
-    assert info["dataset"] == "mnist" and info["epochs"] == info["best_epoch"] == 2
-    assert (
-        len(info["per_class_accuracy"]) == 10
-        and len(info["dimension_mean"]) == 10
-        and len(info["dimension_std"][0]) == 16
-    )
-    assert info["test_accuracy"] == pytest.approx(records[-1]["test_accuracy"])
+    assert info.dataset == "mnist" and info.epochs == info.best_epoch == 2
+    assert len(info.per_class_accuracy) == 10 and len(info.dimension_mean) == 10 and len(info.dimension_std[0]) == 16
+    assert info.test_accuracy == pytest.approx(records[-1]["test_accuracy"])
     # the stored accuracy is reproducible from the file on 1,000 real test images
     images, labels = as_tensors(load_dataset("mnist", train=False))
     result = evaluate(checkpoint.model, images[:1000], labels[:1000])
@@ -81,7 +78,7 @@ def test_train_resume_and_evaluate_clis(data_dir: Path, tmp_path: Path) -> None:
     run("-m", "capsnet.train", "--epochs", "2", "--out", str(out), "--resume", "--no-progress")
     records = read_jsonl(out / "metrics.jsonl")
     assert [r["epoch"] for r in records] == [1, 2] and records[1]["lr"] < records[0]["lr"]
-    assert load_checkpoint(out / "last.safetensors").info["epochs"] == 2
+    assert load_checkpoint(out / "last.safetensors").info.epochs == 2
     assert read_json(out / "args.json")["epochs"] == 2  # a later resume (the dashboard's) continues to 2
 
     (out / "train_state.pt").write_bytes(b"not a training state")
@@ -110,6 +107,7 @@ def test_progress_reports_end_with_the_epochs_numbers(
     """Each batch reports while reports are due; else only the last one does, with the epoch's own numbers."""
     from capsnet import train as training
     from capsnet.config import CapsNetConfig
+    from capsnet.distributed import Distributed
     from capsnet.model import CapsNet
 
     torch.manual_seed(0)
@@ -126,13 +124,13 @@ def test_progress_reports_end_with_the_epochs_numbers(
         torch.device("cpu"),
         False,
         training.StopFlag(),
-        training.Distributed(),
+        Distributed(),
         lambda *report: reports.append(report),
         None,
     )
-    assert stats["batches"] == 6 and stats["seen"] == 48
+    assert stats.batches == 6 and stats.seen == 48
     assert [r[0] for r in reports] == list(range(7 - count, 7))
-    assert reports[-1][1:3] == (pytest.approx(stats["loss"]), pytest.approx(stats["accuracy"]))
+    assert reports[-1][1:3] == (pytest.approx(stats.loss), pytest.approx(stats.accuracy))
 
 
 def test_progress_bar_on_stderr(data_dir: Path, tmp_path: Path) -> None:
@@ -254,7 +252,7 @@ def test_torchrun_with_two_processes(data_dir: Path, tmp_path: Path) -> None:
     assert [r["epoch"] for r in records] == [1]
     assert records[0]["train_images"] == 400  # both halves counted, each once
     assert read_json(out / "progress.json")["batches"] == 4  # 200 images per process, in batches of 50
-    assert load_checkpoint(out / "best.safetensors").info["epochs"] == 1
+    assert load_checkpoint(out / "best.safetensors").info.epochs == 1
     assert sorted(p.name for p in out.iterdir()) == sorted(
         ["args.json", "best.safetensors", "last.safetensors", "metrics.jsonl", "progress.json", "train_state.pt"]
     )  # the run's files and nothing else: no copy per process
@@ -271,17 +269,18 @@ def test_export_stores_float16_and_the_accuracy_of_the_exported_file(tiny_checkp
         r | {"run": tiny_checkpoint.parent.name} for r in run_log
     ]
     loaded = load_checkpoint(target)
-    assert loaded.info == info and info["weights_dtype"] == "float16" and info["test_examples"] == 10_000
-    assert abs(info["test_accuracy"] - info["test_accuracy_before_export"]) <= 0.002
+    assert loaded.info == info and info.weights_dtype == "float16" and info.test_examples == 10_000
+    assert abs(info.test_accuracy - info.test_accuracy_before_export) <= 0.002
     images, labels = as_tensors(load_dataset("mnist", train=False))
-    assert evaluate(loaded.model, images, labels).accuracy == pytest.approx(info["test_accuracy"], abs=1e-9)
+    assert evaluate(loaded.model, images, labels).accuracy == pytest.approx(info.test_accuracy, abs=1e-9)
     assert oct(target.stat().st_mode & 0o777) == "0o644"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mnist.metrics.jsonl", "mnist.safetensors"]  # no staging
 
 
 def test_init_starts_from_a_checkpoints_weights(tiny_checkpoint: Path, tmp_path: Path) -> None:
     from capsnet.data import subset
-    from capsnet.train import TrainOptions, train
+    from capsnet.options import TrainOptions
+    from capsnet.train import train
 
     options = dict(dataset="mnist", preset="tiny", epochs=1, train_size=64, test_size=300, progress=False)
     records = train(TrainOptions(**options, init=str(tiny_checkpoint), lr=1e-12, out=str(tmp_path / "a")))
@@ -295,13 +294,143 @@ def test_init_starts_from_a_checkpoints_weights(tiny_checkpoint: Path, tmp_path:
     train(TrainOptions(**(options | {"epochs": 2}), resume=True, out=str(tmp_path / "a")))
     for epoch in (1, 2):
         _, info = read_checkpoint_info(tmp_path / "a" / f"{'best' if epoch == 1 else 'last'}.safetensors")
-        origin = info["started_from"]
-        assert origin["checkpoint"] == tiny_checkpoint.as_posix() and origin["epochs"] == origin_info["epochs"]
-        assert origin["test_accuracy"] == origin_info["test_accuracy"] and origin["recipe"] == origin_info["recipe"]
-    assert info["recipe"]["init"] == tiny_checkpoint.as_posix()  # the command that made it, also after the resume
-    assert info["epochs"] == 2 and "started_from" not in origin_info
-    assert info["total_epochs"] == 2 + origin_info["epochs"] == trained_epochs(info)
-    assert info["total_training_seconds"] > origin_info["training_seconds"]
+        origin = info.started_from
+        assert origin["checkpoint"] == tiny_checkpoint.as_posix() and origin["epochs"] == origin_info.epochs
+        assert origin["test_accuracy"] == origin_info.test_accuracy and origin["recipe"] == origin_info.recipe
+    assert info.recipe["init"] == tiny_checkpoint.as_posix()  # the command that made it, also after the resume
+    assert info.epochs == 2 and origin_info.started_from is None and "started_from" not in origin_info.to_dict()
+    assert info.total_epochs == 2 + origin_info.epochs == trained_epochs(info)
+    assert info.total_training_seconds > origin_info.training_seconds
 
     result = run("-m", "capsnet.train", "--init", str(tiny_checkpoint), "--out", str(tmp_path / "b"), check=False)
     assert result.returncode == 2 and "config differs" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_torchrun_without_out_makes_one_run_folder(data_dir: Path, tmp_path: Path) -> None:
+    """Rank 0 names the run folder and tells the others: one folder, not one per process."""
+    root = tmp_path / "runs"
+    env = dict(os.environ, CAPSNET_RUNS_DIR=str(root))
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node=2",
+        "--standalone",
+        "-m",
+        "capsnet.train",
+    ]
+    args = [*TINY, "--epochs", "1", "--train-size", "200", "--test-size", "50", "--batch-size", "50"]
+    result = subprocess.run([*command, *args], capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    (run_dir,) = [p for p in root.iterdir() if p.is_dir()]
+    assert run_dir.name.endswith("-mnist") and [r["epoch"] for r in read_jsonl(run_dir / "metrics.jsonl")] == [1]
+
+
+def _batches(count: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    return [(torch.rand(2, 1, 28, 28), torch.randint(0, 10, (2,))) for _ in range(count)]
+
+
+@pytest.mark.parametrize("world", [1, 2])
+def test_processes_sync_only_every_few_dozen_batches(monkeypatch: pytest.MonkeyPatch, world: int) -> None:
+    """The stop flag (and the collapse watch) are checked across processes every SYNC_EVERY batches, not per batch."""
+    from capsnet import train as training
+    from capsnet.config import CapsNetConfig
+    from capsnet.distributed import Distributed
+    from capsnet.model import CapsNet
+
+    calls: list[list[float]] = []
+    monkeypatch.setattr(training, "reduce_sum", lambda values, env, device: calls.append(values) or values)
+    monkeypatch.setattr(training, "REPORT_EVERY_S", 0.0)
+    config = CapsNetConfig.preset("tiny")
+    model = CapsNet(config)
+    stop = training.StopFlag()
+
+    def on_batch(done: int, *_: float) -> None:
+        stop.stop = done >= 10  # Ctrl-C during batch 10
+
+    stats = training.train_one_epoch(
+        model, _batches(120), torch.optim.Adam(model.parameters()), config, torch.device("cpu"), False, stop,
+        Distributed(world=world), on_batch,
+    )  # fmt: skip
+    if world == 1:
+        assert stats.batches == 10  # one process stops at once
+    else:
+        assert stats.batches == training.SYNC_EVERY  # several stop together, at the next sync point
+    assert len(calls) <= stats.batches // training.SYNC_EVERY + 1  # the sync points and the epoch's totals
+
+
+def _single_process_group(monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    for name, value in dict(
+        RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)
+    ).items():
+        monkeypatch.setenv(name, value)
+
+
+def test_the_process_group_is_left_on_early_return_and_on_error(
+    tiny_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil
+
+    import torch.distributed as dist
+
+    from capsnet.data import DatasetNotFoundError
+    from capsnet.options import TrainOptions
+    from capsnet.train import train
+
+    _single_process_group(monkeypatch)
+    done = tmp_path / "done"
+    shutil.copytree(tiny_run, done)
+    assert train(TrainOptions(out=str(done), resume=True, epochs=2, progress=False, device="cpu")) == []  # nothing left
+    assert not dist.is_initialized()
+    with pytest.raises(DatasetNotFoundError):
+        train(
+            TrainOptions(preset="tiny", data_dir=str(tmp_path), download=False, out=str(tmp_path / "r"), device="cpu")
+        )
+    assert not dist.is_initialized()
+
+
+@pytest.mark.parametrize("error", [ValueError("a bug"), KeyError("a bug")])
+def test_a_programming_error_keeps_its_traceback(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, error) -> None:
+    """Only user errors (CapsNetError) become one line with exit code 2; a bug is raised as it is."""
+    from capsnet import train as training
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise error
+
+    monkeypatch.setattr(training, "fit", broken)
+    with pytest.raises(type(error), match="a bug"):
+        training.main([*TINY, "--out", str(tmp_path / "r")])
+
+
+@pytest.mark.parametrize(
+    ("lr", "reason"),
+    [("1.0", "training collapsed: after 20 batches"), ("1e37", "the loss became NaN or infinite")],
+)
+def test_a_collapsed_run_stops_with_its_reason(
+    data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, lr: str, reason: str
+) -> None:
+    """At lr 1 the tiny model's capsules all saturate at chance accuracy; at 1e37 the loss overflows.
+
+    The thresholds are lowered so that a CPU sees it within seconds (the defaults wait for 100 batches)."""
+    from capsnet import collapse, runs
+    from capsnet import train as training
+    from capsnet.run_folder import RunFolder
+
+    monkeypatch.setattr(collapse, "AFTER_BATCHES", 20)
+    monkeypatch.setattr(collapse, "AFTER_IMAGES", 640)
+    monkeypatch.setattr(training, "SYNC_EVERY", 10)
+    out = tmp_path / "run"
+    args = [*TINY, "--epochs", "3", "--train-size", "2000", "--test-size", "100", "--batch-size", "32", "--lr", lr]
+    assert training.main([*args, "--out", str(out)]) == 3
+    error = capsys.readouterr().err.strip()
+    assert error.count("\n") == 0 and reason in error and "--lr" in error
+    progress = RunFolder(out).read_progress()
+    assert progress.status == "failed" and reason in progress.reason
+    summary = runs.read_run(out)  # what the dashboard shows: failed, with the reason
+    assert summary.status == "failed" and reason in summary.reason
+    assert read_jsonl(out / "metrics.jsonl") == []  # stopped in its first epoch, long before its end

@@ -6,7 +6,8 @@ import numpy as np
 import streamlit as st
 
 from capsnet import explain as ex
-from dashboard import figures, state, texts, widgets
+from capsnet.config import CapsNetConfig
+from dashboard import figures, models, state, texts, widgets
 
 PER_ROW = 4
 
@@ -21,15 +22,15 @@ def _set_sliders(values: np.ndarray) -> None:
 
 
 st.title("Capsule dimensions", anchor=False)
-st.markdown(texts.DIMENSIONS)
 
-model = state.require_model()
+model = models.require_model()
+st.markdown(texts.dimensions(model.config if model is not None else CapsNetConfig()))
 image = state.require_input() if model is not None else None
 if model is None or image is None:
     st.stop()
 
 names = model.class_names
-result = state.explanation(model.key, image, None, None, model.net)
+result = model.explain(image)
 prediction = result.prediction
 choice = widgets.capsule_selectbox(
     "Capsule to edit",
@@ -41,7 +42,8 @@ choice = widgets.capsule_selectbox(
 klass = prediction if choice is None else choice
 base = result.poses[klass]  # (D,) the capsule as read from the input
 digit_dim = base.shape[0]
-low, high = ex.dimension_ranges(model.info, klass, base, digit_dim)
+ranges = ex.dimension_ranges(model.info, klass, base, digit_dim)
+low, high = ranges.low, ranges.high
 
 # new input, model or capsule: the sliders start from the capsule as read
 origin = (model.key, state.input_digest(image), klass)
@@ -55,9 +57,7 @@ st.caption(
     f"Input: **{st.session_state.get(state.INPUT_LABEL) or 'current input'}** · capsule **{names[klass]}**"
     + (" (the winner)" if choice is None else "")
     + ", "
-    f"length |v| = {np.linalg.norm(base):.2f}. Ranges: mean ± 2 std of class {names[klass]} on the test set"
-    + ("" if model.info.get("dimension_mean") else " (this checkpoint has no statistics: ±0.5 around 0)")
-    + "."
+    f"length |v| = {np.linalg.norm(base):.2f}. " + texts.dimension_ranges(ranges.from_statistics, names[klass])
 )
 
 sliders_col, images_col = st.columns([2.2, 1], gap="large")
@@ -80,9 +80,9 @@ with sliders_col:
     )  # fmt: skip
 
 edited = np.array([st.session_state[_slider_key(d)] for d in range(digit_dim)], dtype=np.float32)
-reconstruction = state.decoded(model.key, tuple(float(v) for v in edited), klass, model.net)
+reconstruction = model.decode(edited, klass)
 with images_col:
-    original = state.decoded(model.key, tuple(float(v) for v in base), klass, model.net)
+    original = model.decode(base, klass)
     st.image(
         [figures.pixel_image(image, 4), figures.pixel_image(original, 4)],
         caption=["input", f"from capsule {names[klass]}"],
@@ -100,10 +100,12 @@ st.plotly_chart(
 )
 
 st.subheader("Each dimension, perturbed (Figure 4 of the paper)", anchor=False)
-st.markdown(texts.FIGURE4)
-grid = state.perturbations(model.key, tuple(float(v) for v in base), klass, model.net)  # (D, 11, 28, 28)
+steps = ex.PERTURBATION_STEPS.tolist()
+st.markdown(texts.figure4(model.config, steps))
+with st.spinner(texts.decoding_spinner(model.config, len(steps)), show_time=False):
+    grid = model.perturbations(base, klass)  # (D, 11, 28, 28)
 st.plotly_chart(
-    figures.perturbation_figure(grid, ex.PERTURBATION_STEPS.tolist()),
+    figures.perturbation_figure(grid, steps),
     key="perturbation_grid",
     config={"displayModeBar": False},
 )

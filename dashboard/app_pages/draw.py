@@ -8,8 +8,9 @@ import numpy as np
 import streamlit as st
 from streamlit_drawable_canvas import st_canvas
 
+from capsnet.config import CapsNetConfig
 from capsnet.preprocess import PreprocessError, preprocess_canvas, preprocess_upload
-from dashboard import figures, state, texts, widgets
+from dashboard import figures, models, state, texts, widgets
 
 SOURCES = ["Draw", "Test image", "Upload"]
 SOURCE_ICONS = {"Draw": ":material/draw:", "Test image": ":material/image:", "Upload": ":material/upload:"}
@@ -67,7 +68,7 @@ def _random_index(count: int) -> None:
 
 def test_image_input(dataset: str, class_names: list[str]) -> tuple[np.ndarray | None, str, int | None]:
     """Pick a test image by index or at random."""
-    data = state.try_test_set(dataset)
+    data = models.try_test_set(dataset)
     if data is None:
         return None, "", None
     images, labels = data
@@ -104,14 +105,14 @@ st.markdown(
     "Draw a digit, pick one from the test set or upload a picture, and see how a **Capsule Network** reads it: "
     "which digit capsule grows longest, and what it redraws from that capsule alone."
 )
+model = models.current_model()
+names = models.class_names(model)
+dataset = model.dataset if model is not None else "mnist"
+config = model.config if model is not None else CapsNetConfig()
 with st.expander("What is a capsule?", icon=":material/help:"):
-    st.markdown(texts.CAPSULE)
+    st.markdown(texts.capsule(config))
     st.markdown(texts.SQUASH)
     st.latex(texts.SQUASH_LATEX)
-
-model = state.current_model()
-names = state.class_names(model)
-dataset = model.dataset if model is not None else "mnist"
 
 left, right = st.columns([1.2, 1], gap="large")
 with left:
@@ -156,25 +157,24 @@ if digit is None:
     st.stop()
 
 if model is None:
-    state.require_model()
+    models.require_model()
     st.stop()
 
 st.divider()
 decode_choice = widgets.capsule_choice(st.session_state.get("reconstruct_as"))
-result = state.explanation(model.key, digit, None, decode_choice, model.net)
+result = model.explain(digit, decode_class=decode_choice)
 prediction = result.prediction
 lengths = result.lengths
 
 chart_col, side_col = st.columns([1.5, 1], gap="large")
 with chart_col:
-    config = model.checkpoint.config
     st.plotly_chart(
         figures.lengths_bar(lengths, names, prediction, config.m_plus, config.m_minus),
         key="lengths_chart",
         config={"displayModeBar": False},
     )
-    with st.expander("What do the lines at 0.9 and 0.1 mean?", icon=":material/straighten:"):
-        st.markdown(texts.MARGINS)
+    with st.expander(texts.margins_title(config), icon=":material/straighten:"):
+        st.markdown(texts.margins(config))
         st.latex(texts.MARGIN_LATEX)
 with side_col:
     confidence = float(lengths[prediction])

@@ -6,7 +6,7 @@ import numpy as np
 import streamlit as st
 
 from capsnet import explain as ex
-from dashboard import figures, state, texts
+from dashboard import figures, models, texts
 
 QUICK = 1000  # the default: a few seconds with the paper's model on a CPU
 SIZES = {QUICK: "first", 0: "all"}
@@ -17,10 +17,10 @@ GALLERY_COLUMNS = 4
 st.title("Evaluate", anchor=False)
 st.markdown(texts.EVALUATE)
 
-model = state.require_model()
+model = models.require_model()
 if model is None:
     st.stop()
-data = state.try_test_set(model.dataset)
+data = models.try_test_set(model.dataset)
 if data is None:
     st.info("The other pages still work: draw a digit or upload one on the Draw page.")
     st.stop()
@@ -46,16 +46,16 @@ size = st.segmented_control(
 limit = len(images) if not size else min(int(size), len(images))
 slow = " This takes a while on a CPU." if limit > QUICK else ""
 with st.spinner(f"Evaluating on {limit:,} test images (once per model).{slow}"):
-    result = state.evaluation(model.key, model.dataset, limit, model.net)
+    result = model.evaluation(limit)
 
-stored = model.info.get("test_accuracy")
+stored = model.info.test_accuracy
 c1, c2, c3, c4 = st.columns(4)
-c1.metric("Test accuracy", f"{100 * result['accuracy']:.2f}%", border=True)
-c2.metric(f"Mistakes (of {result['total']:,})", f"{result['total'] - result['correct']:,}", border=True)
-c3.metric("Test loss", f"{result['loss']:.4f}", border=True, help="Margin loss + 0.0005 x reconstruction loss")
+c1.metric("Test accuracy", f"{100 * result.accuracy:.2f}%", border=True)
+c2.metric(f"Mistakes (of {result.total:,})", f"{result.total - result.correct:,}", border=True)
+c3.metric("Test loss", f"{result.loss:.4f}", border=True, help=texts.loss_help(model.config))
 c4.metric(
     "Accuracy recorded at training",
-    f"{100 * stored:.2f}%" if isinstance(stored, (int, float)) else "—",
+    f"{100 * stored:.2f}%" if stored is not None else "—",
     border=True,
     help="From the checkpoint's header: the test set (or the subset) the run evaluated on; "
     "for a shipped model, the full test set, measured on the exported file.",
@@ -68,9 +68,7 @@ with table_col:
     st.dataframe(
         [
             {"class": k, **({"name": names[k]} if named else {}), "accuracy": acc, "correct": f"{c}/{t}"}
-            for k, (acc, c, t) in enumerate(
-                zip(result["class_accuracy"], result["class_correct"], result["class_total"])
-            )
+            for k, (acc, c, t) in enumerate(zip(result.class_accuracy, result.class_correct, result.class_total))
         ],
         hide_index=True,
         key="per_class_table",
@@ -78,20 +76,20 @@ with table_col:
     )
 with chart_col:
     st.plotly_chart(
-        figures.per_class_accuracy_figure(result["class_accuracy"], names),
+        figures.per_class_accuracy_figure(result.class_accuracy, names),
         key="per_class_chart",
         config={"displayModeBar": False},
     )
 
 st.subheader("Confusion matrix", anchor=False)
-st.plotly_chart(figures.confusion_figure(result["confusion"], names), key="confusion", config={"displayModeBar": False})
+st.plotly_chart(figures.confusion_figure(result.confusion, names), key="confusion", config={"displayModeBar": False})
 
 st.subheader("Originals over their reconstructions", anchor=False)
 seed = st.session_state.setdefault("eval_sample_seed", 0)
 if st.button("Other examples", key="eval_shuffle", icon=":material/shuffle:"):
     seed = st.session_state["eval_sample_seed"] = seed + 1
 sample = tuple(int(i) for i in np.random.default_rng(seed).choice(limit, size=min(GRID_COUNT, limit), replace=False))
-recon = state.reconstructions(model.key, model.dataset, sample, model.net)
+recon = model.reconstructions(sample)
 originals = images[list(sample), 0].numpy()
 st.plotly_chart(
     figures.image_rows_figure([originals, recon.reconstructions], ["original", "reconstruction"]),
@@ -104,7 +102,7 @@ st.caption(
 )
 
 st.subheader("The most confident mistakes", anchor=False)
-wrong = ex.misclassified(result["predictions"], result["labels"], result["lengths"], GALLERY_COUNT)
+wrong = ex.misclassified(result.predictions, result.labels, result.lengths, GALLERY_COUNT)
 if len(wrong) == 0:
     st.success("No mistakes on these test images.")
 else:
@@ -112,7 +110,7 @@ else:
     cols = st.columns(GALLERY_COLUMNS)
     for n, index in enumerate(wrong.tolist()):
         with cols[n % GALLERY_COLUMNS]:
-            true_class, predicted = int(result["labels"][index]), int(result["predictions"][index])
+            true_class, predicted = int(result.labels[index]), int(result.predictions[index])
             st.image(
                 figures.pixel_image(images[index, 0].numpy(), 3),
                 caption=f"#{index}: true {names[true_class]}, predicted {names[predicted]}",
@@ -120,7 +118,7 @@ else:
                 output_format="PNG",
             )
             st.plotly_chart(
-                figures.lengths_bar(result["lengths"][index], names, predicted, height=150, compact=True),
+                figures.lengths_bar(result.lengths[index], names, predicted, height=150, compact=True),
                 key=f"mistake_{index}",
                 config={"displayModeBar": False, "staticPlot": True},
             )

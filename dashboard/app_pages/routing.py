@@ -6,8 +6,10 @@ import numpy as np
 import streamlit as st
 
 from capsnet import explain as ex
-from dashboard import figures, state, texts, widgets
+from capsnet.config import CapsNetConfig
+from dashboard import figures, models, state, texts, widgets
 
+MAX_ITERATIONS = 5  # the slider's end (or the model's own r, if more)
 WEIGHTINGS = {"length": "weighted by primary-capsule length", "mean": "plain mean"}
 
 st.title("Routing by agreement", anchor=False)
@@ -16,27 +18,27 @@ st.markdown(
     "**routing** decides it anew for every input, in a few iterations. Press **▶ Play** under a chart to watch it."
 )
 
+model = models.require_model()
+config = model.config if model is not None else CapsNetConfig()
 explain_col, formula_col = st.columns([1.4, 1], gap="large")
 with explain_col:
-    st.markdown(texts.PROCEDURE)
+    st.markdown(texts.procedure(config))
 with formula_col:
     for line in texts.PROCEDURE_LATEX:
         st.latex(line)
     st.caption("Repeated r times (3 in the paper). The squash keeps each |v_j| below 1.")
 
-model = state.require_model()
 image = state.require_input() if model is not None else None
 if model is None or image is None:
     st.stop()
 
 names = model.class_names
-config = model.checkpoint.config
 c1, c2, c3 = st.columns([1.2, 1, 1])
 iterations = c1.slider(
     "Routing iterations",
     min_value=1,
-    max_value=ex.MAX_ROUTING_ITERATIONS,
-    value=min(config.routing_iterations, ex.MAX_ROUTING_ITERATIONS),
+    max_value=max(MAX_ITERATIONS, config.routing_iterations),
+    value=config.routing_iterations,
     key="routing_iterations",
     help=f"How many times to run the loop for this input. The model was trained with {config.routing_iterations}.",
 )
@@ -45,9 +47,9 @@ weighting = c2.radio(
     list(WEIGHTINGS),
     format_func=WEIGHTINGS.get,
     key="coupling_weighting",
-    help="How the 36 couplings of one primary-capsule type are summarised into one number.",
+    help=f"How the {config.primary_grid**2} couplings of one primary-capsule type are summarised into one number.",
 )
-result = state.explanation(model.key, image, int(iterations), None, model.net)
+result = model.explain(image, int(iterations))
 prediction = result.prediction
 choice = widgets.capsule_selectbox(
     "Digit capsule for the spatial maps",
@@ -80,7 +82,7 @@ st.plotly_chart(
     config={"displayModeBar": False},
 )
 with st.expander("How is the heatmap computed?", icon=":material/functions:"):
-    st.markdown(texts.AGGREGATION)
+    st.markdown(texts.aggregation(config))
 
 maps_col, lines_col = st.columns([1.5, 1], gap="large")
 with maps_col:

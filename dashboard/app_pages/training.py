@@ -1,13 +1,20 @@
-"""Training runs: loss and accuracy curves of the running and past runs, side by side."""
+"""Training runs: the runs of this machine, their curves side by side, live while one goes on."""
 
 from __future__ import annotations
 
 import streamlit as st
 
 from capsnet import runs
+from capsnet.config import CapsNetConfig
 from dashboard import figures, state, texts
 
 STATUS_ICONS = {"running": "🟢", "starting": "🟡", "finished": "✅", "stopped": "⏸️", "failed": "❌"}
+LIVE_S = 2.0  # refresh while a run is going on
+IDLE_S = 4.0  # refresh otherwise: a run started elsewhere (the sidebar, a terminal) shows up within this
+COMPARED = "compare_runs"  # the multiselect's key: the runs whose curves are drawn
+SEEN = "compare_seen"  # the runs the page has already listed (a new one joins the comparison by itself)
+LIVE_STATUSES = ("running", "starting")
+LIVE = "training_page_live"  # whether a run was going on at the fragment's last refresh
 
 
 def _resume(name: str) -> None:
@@ -25,13 +32,18 @@ def _table(all_runs: list[runs.RunSummary]) -> list[dict[str, object]]:
     for run in all_runs:
         last = run.metrics[-1] if run.metrics else {}
         seconds = sum(float(m.get("seconds") or 0.0) for m in run.metrics)
+        progress = ""
+        if run.status == "running" and run.progress is not None:
+            p = run.progress
+            progress = f"epoch {p.epoch}/{p.epochs} · batch {p.batch}/{p.batches}"
         rows.append(
             {
                 "run": run.name,
                 "status": f"{STATUS_ICONS.get(run.status, '')} {run.status}",
                 "dataset": run.dataset,
-                "model": run.args.get("preset") or run.dataset,
+                "model": run.args.get("preset") or "paper",
                 "epochs": f"{run.epochs_done}/{run.epochs_total or '?'}",
+                "now": progress,
                 "best test accuracy": run.best_accuracy,
                 "last train loss": last.get("train_loss"),
                 "training time": texts.format_duration(seconds) if run.metrics else "—",
@@ -41,74 +53,76 @@ def _table(all_runs: list[runs.RunSummary]) -> list[dict[str, object]]:
     return rows
 
 
-st.title("Training runs", anchor=False)
-st.markdown(texts.TRAINING)
+def _follow_new_runs(all_runs: list[runs.RunSummary]) -> None:
+    """The comparison's selection: the newest runs at first; later, every run that starts joins it."""
+    names = [r.name for r in all_runs]
+    seen = st.session_state.get(SEEN)
+    if seen is None or COMPARED not in st.session_state:
+        live = [r.name for r in all_runs if r.status in LIVE_STATUSES]
+        finished = [r.name for r in all_runs if r.metrics]
+        st.session_state[COMPARED] = list(dict.fromkeys(live + finished[:3]))[:4]
+    else:
+        new = [r.name for r in all_runs if r.name not in seen]
+        st.session_state[COMPARED] = [n for n in st.session_state[COMPARED] if n in names] + new
+    st.session_state[SEEN] = set(names)
 
-all_runs = runs.list_runs(state.runs_root())
-message = st.session_state.pop("resume_message", None)
-if message:
-    (st.error if message[0] == "error" else st.success)(message[1])
 
-if not all_runs:
-    st.info(
-        "No training runs yet. Start one in the sidebar (**Train a model**): with the tiny model and a few thousand "
-        "examples an epoch takes a minute or two on a CPU. Its curves appear here epoch by epoch.",
-        icon=":material/model_training:",
+def _live_page() -> None:
+    """Table, selection and curves, redrawn every few seconds so that runs are followed as they go."""
+    all_runs = runs.list_runs(state.runs_root())
+    live = any(r.status in LIVE_STATUSES for r in all_runs)
+    was_live = st.session_state.get(LIVE)
+    st.session_state[LIVE] = live
+    if was_live is not None and live != was_live:
+        st.rerun()  # a run started or ended: the whole page again, so that the refresh rate follows
+    if not all_runs:
+        st.info(
+            "No training runs yet. Start one in the sidebar (**Train a model**): with the tiny model and a few "
+            "thousand examples an epoch takes a minute or two on a CPU. It appears here at once, and its curves "
+            "epoch by epoch.",
+            icon=":material/model_training:",
+        )
+        return
+    st.dataframe(
+        _table(all_runs),
+        hide_index=True,
+        key="runs_table",
+        column_config={
+            "best test accuracy": st.column_config.NumberColumn(format="percent"),
+            "last train loss": st.column_config.NumberColumn(format="%.4f"),
+        },
     )
-    st.stop()
-
-st.dataframe(
-    _table(all_runs),
-    hide_index=True,
-    key="runs_table",
-    column_config={
-        "best test accuracy": st.column_config.NumberColumn(format="percent"),
-        "last train loss": st.column_config.NumberColumn(format="%.4f"),
-    },
-)
-
-with_metrics = [r.name for r in all_runs if r.metrics]
-default = [r.name for r in all_runs if r.status in ("running", "starting")] + with_metrics[:3]
-chosen = st.multiselect(
-    "Runs to compare",
-    [r.name for r in all_runs],
-    default=list(dict.fromkeys(default))[:4],
-    key="compare_runs",
-    help="Pick the runs whose curves to draw side by side.",
-)
-
-
-@st.fragment(run_every=3.0 if any(r.status in ("running", "starting") for r in all_runs) else None)
-def curves() -> None:
-    """The curves, refreshed every few seconds while a run is going on."""
-    by_name = {r.name: r for r in runs.list_runs(state.runs_root())}
+    _follow_new_runs(all_runs)
+    chosen = st.multiselect(
+        "Runs to compare",
+        [r.name for r in all_runs],
+        key=COMPARED,
+        help="The runs whose curves are drawn side by side. A run that starts while this page is open joins them.",
+    )
+    by_name = {r.name: r for r in all_runs}
     selected = {name: by_name[name].metrics for name in chosen if name in by_name}
     if not selected:
         st.info("Pick one or more runs above.")
-        return
-    if not any(selected.values()):
+    elif not any(selected.values()):
         st.info("No epoch has finished yet in the chosen runs: the curves appear after the first one.")
-        return
-    st.plotly_chart(figures.training_curves(selected), key="training_curves", config={"displayModeBar": False})
-    for name in chosen:
-        run = by_name.get(name)
-        if run is not None and run.status == "running" and run.progress:
-            p = run.progress
-            st.caption(
-                f"{name}: epoch {p.get('epoch')}/{p.get('epochs')}, batch {p.get('batch')}/{p.get('batches')}, "
-                f"ETA {texts.format_duration(p.get('eta_s'))}"
-            )
+    else:
+        st.plotly_chart(figures.training_curves(selected), key="training_curves", config={"displayModeBar": False})
+    for run in all_runs:
+        if run.status == "failed":
+            with st.expander(f"❌ {run.name} failed: {run.reason}", icon=":material/error:"):
+                st.code(run.folder.log_tail(40) or "(no log)", language=None)
+                if run.resumable:
+                    st.button("Resume", key=f"resume_{run.name}", on_click=_resume, args=(run.name,))
+        elif run.status == "stopped" and run.resumable:
+            with st.expander(f"⏸️ {run.name} stopped after {run.epochs_done} epoch(s)", icon=":material/pause_circle:"):
+                st.markdown("It was cancelled; its training state was saved, so it can go on where it stopped.")
+                st.button("Resume", key=f"resume_{run.name}", on_click=_resume, args=(run.name,), type="primary")
 
 
-curves()
-
-for run in all_runs:
-    if run.status == "failed":
-        with st.expander(f"❌ {run.name} failed: {run.reason}", icon=":material/error:"):
-            st.code(runs.log_tail(run.path, 40) or "(no log)", language=None)
-            if run.resumable:
-                st.button("Resume", key=f"resume_{run.name}", on_click=_resume, args=(run.name,))
-    elif run.status == "stopped" and run.resumable:
-        with st.expander(f"⏸️ {run.name} stopped after {run.epochs_done} epoch(s)", icon=":material/pause_circle:"):
-            st.markdown("It was cancelled; its training state was saved, so it can go on where it stopped.")
-            st.button("Resume", key=f"resume_{run.name}", on_click=_resume, args=(run.name,), type="primary")
+st.title("Training runs", anchor=False)
+st.markdown(texts.training(CapsNetConfig()))
+message = st.session_state.pop("resume_message", None)
+if message:
+    (st.error if message[0] == "error" else st.success)(message[1])
+st.session_state[LIVE] = None
+st.fragment(run_every=LIVE_S if runs.active_run(state.runs_root()) else IDLE_S)(_live_page)()

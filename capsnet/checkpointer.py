@@ -1,0 +1,147 @@
+"""What a training run saves as it goes (in the manner of timm's CheckpointSaver).
+
+After every epoch: `last.safetensors`, `best.safetensors` when the test accuracy is the best so
+far, and `train_state.pt` (optimizer, schedule, position) for --resume; on a stop part-way
+through an epoch, the state with the sums of the part already trained. Only the main process
+of a distributed run writes. Every file is written atomically.
+"""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+
+import torch
+
+import capsnet
+from capsnet.checkpoint import save_checkpoint
+from capsnet.checkpoint_info import CheckpointInfo
+from capsnet.data import dataset_info
+from capsnet.device import describe_device
+from capsnet.errors import CapsNetError
+from capsnet.evaluate import Evaluation
+from capsnet.files import atomic_path
+from capsnet.model import CapsNet
+from capsnet.options import TrainOptions
+from capsnet.run_folder import RunFolder
+
+
+@dataclass
+class TrainState:
+    """Where a run is: what train_state.pt holds besides the model, optimizer and scheduler."""
+
+    epoch: int = 0  # epochs finished
+    batch: int = 0  # batches of epoch `epoch + 1` already trained (a stop part-way)
+    best_accuracy: float = -1.0
+    best_epoch: int = 0
+    elapsed: float = 0.0  # seconds of training so far
+    partial: dict[str, float] = field(default_factory=dict)  # the interrupted epoch's sums (`EpochSums`)
+
+
+class Checkpointer:
+    """Saves and restores one run's model, optimizer and scheduler in its folder."""
+
+    def __init__(
+        self,
+        folder: RunFolder,
+        model: CapsNet,
+        optimizer: torch.optim.Optimizer,
+        scheduler: torch.optim.lr_scheduler.LRScheduler,
+        enabled: bool = True,
+    ) -> None:
+        self.folder, self.model, self.optimizer, self.scheduler = folder, model, optimizer, scheduler
+        self.enabled = enabled  # False on the other processes of a distributed run
+        self.state = TrainState()
+
+    def restore(self) -> TrainState:
+        """Load train_state.pt into the model, optimizer and scheduler (for --resume); never runs code."""
+        path = self.folder.state_path
+        if not path.is_file():
+            raise CapsNetError(f"--resume: no {path.name} in {self.folder.path}; start a new run without --resume")
+        try:
+            saved = torch.load(path, map_location="cpu", weights_only=True)
+        except (OSError, RuntimeError, ValueError, EOFError, pickle.UnpicklingError) as error:
+            raise CapsNetError(
+                f"--resume: {path} is damaged or not a training state ({type(error).__name__})"
+            ) from None
+        try:
+            self.model.load_state_dict(saved["model"])
+            self.optimizer.load_state_dict(saved["optimizer"])
+            self.scheduler.load_state_dict(saved["scheduler"])
+            self.state = TrainState(
+                epoch=int(saved["epoch"]),
+                batch=int(saved["batch"]),
+                best_accuracy=float(saved["best_accuracy"]),
+                best_epoch=int(saved["best_epoch"]),
+                elapsed=float(saved["elapsed"]),
+                partial={k: float(v) for k, v in dict(saved.get("partial") or {}).items()},
+            )
+        except (KeyError, RuntimeError, TypeError, ValueError, AttributeError) as error:
+            raise CapsNetError(
+                f"--resume: the saved state in {self.folder.path} does not fit this model ({type(error).__name__})"
+            ) from None
+        return self.state
+
+    def save_state(self, epoch: int, batch: int = 0, partial: dict[str, float] | None = None) -> None:
+        """train_state.pt: `epoch` epochs done and `batch` batches of the next (with their sums in `partial`)."""
+        self.state.epoch, self.state.batch, self.state.partial = epoch, batch, dict(partial or {})
+        if not self.enabled:
+            return
+        payload = {
+            **asdict(self.state),
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+        }
+        with atomic_path(self.folder.state_path) as tmp:
+            torch.save(payload, tmp)
+
+    def save_models(self, epoch: int, accuracy: float, info: CheckpointInfo) -> bool:
+        """last.safetensors, and best.safetensors if `accuracy` is the best so far; returns whether it is."""
+        best = accuracy > self.state.best_accuracy
+        if best:
+            self.state.best_accuracy, self.state.best_epoch = accuracy, epoch
+        info = info.replace(best_epoch=self.state.best_epoch)
+        if self.enabled:
+            save_checkpoint(self.folder.file(RunFolder.LAST), self.model, info)
+            if best:
+                save_checkpoint(self.folder.file(RunFolder.BEST), self.model, info)
+        return best
+
+
+def epoch_info(
+    options: TrainOptions,
+    epoch: int,
+    result: Evaluation,
+    seconds: float,
+    device: torch.device,
+    origin: dict | None = None,
+) -> CheckpointInfo:
+    """The facts a checkpoint saved after `epoch` records; `origin`: the checkpoint an --init run started from."""
+    data = dataset_info(options.dataset)
+    before = CheckpointInfo.from_dict(origin or {})
+    recipe = options.recipe()
+    if origin is not None:
+        recipe["init"] = origin["checkpoint"]  # also after a --resume, which leaves options.init unset
+    return CheckpointInfo(
+        dataset=options.dataset,
+        dataset_title=data.title,
+        class_names=list(data.classes),
+        epochs=epoch,
+        total_epochs=epoch + (before.trained_epochs or 0),
+        test_accuracy=result.accuracy,
+        test_loss=result.loss,
+        test_examples=result.total,
+        per_class_accuracy=result.class_accuracy(),
+        dimension_mean=result.dimension_mean.tolist(),
+        dimension_std=result.dimension_std.tolist(),
+        training_seconds=round(seconds, 1),
+        total_training_seconds=round(seconds + (before.all_training_seconds or 0.0), 1),
+        hardware=describe_device(device),
+        recipe=recipe,
+        started_from=origin,
+        capsnet_version=capsnet.__version__,
+        torch_version=torch.__version__,
+        saved=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    )

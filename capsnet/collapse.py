@@ -1,0 +1,89 @@
+"""Early warning for a training run that has collapsed or diverged, so it stops with a reason.
+
+A CapsNet whose capsules all die (too high a learning rate for the batch size: `--batch-size
+1024 --lr 3e-3` on MNIST, say) stays at chance accuracy with every digit capsule shorter than
+m- for as long as it is left to run, and says nothing; with a far too high rate they can also
+all saturate, every one longer than m+. The signs are cheap to watch: the running train
+accuracy, the longest and shortest capsule lengths, and whether the loss is finite. They are
+summed on the device and read back only at the trainer's sync points (every few dozen
+batches), so the watch adds no host sync per batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from capsnet.errors import CapsNetError
+
+AFTER_BATCHES = 100  # judge a collapse only after this many batches...
+AFTER_IMAGES = 25_600  # ...and this many images (200 batches of 128): early batches may sit at chance
+CHANCE_MARGIN = 0.05  # "near chance": train accuracy within this of 1/K
+
+
+class TrainingCollapsedError(CapsNetError):
+    """The run's loss is not finite, or its capsules died: training cannot recover on its own."""
+
+    exit_code = 3
+
+
+@dataclass
+class CollapseWatch:
+    """Running signs of collapse on the device, checked at the trainer's sync points."""
+
+    num_classes: int
+    m_plus: float
+    m_minus: float
+    lr: float
+    device: torch.device
+
+    def __post_init__(self) -> None:
+        self.batches = self.images = 0
+        self._reset()
+        self.nonfinite = torch.zeros((), dtype=torch.bool, device=self.device)
+
+    def _reset(self) -> None:
+        self.correct = torch.zeros((), dtype=torch.long, device=self.device)
+        self.seen = 0
+        self.longest = torch.zeros((), device=self.device)
+        self.shortest = torch.ones((), device=self.device)
+
+    def observe(self, loss: Tensor, lengths: Tensor, correct: Tensor) -> None:
+        """After a batch: its loss (scalar), capsule lengths (B, K) and number right (scalar); no host sync."""
+        self.batches += 1
+        self.images += lengths.shape[0]
+        self.seen += lengths.shape[0]
+        self.nonfinite |= ~torch.isfinite(loss.detach())
+        self.correct += correct
+        self.longest = torch.maximum(self.longest, lengths.detach().float().max())
+        self.shortest = torch.minimum(self.shortest, lengths.detach().float().min())
+
+    def verdict(self) -> str | None:
+        """Why the run has failed, or None. Reads three numbers back from the device (a host sync)."""
+        if bool(self.nonfinite):
+            return (
+                f"the loss became NaN or infinite within the first {self.batches} batches: "
+                f"training diverged (try a lower --lr than {self.lr:g})"
+            )
+        if self.batches < AFTER_BATCHES or self.images < AFTER_IMAGES or self.seen == 0:
+            self._reset()
+            return None
+        accuracy, longest, shortest = int(self.correct) / self.seen, float(self.longest), float(self.shortest)
+        self._reset()
+        chance = 1.0 / self.num_classes
+        if accuracy > chance + CHANCE_MARGIN:
+            return None
+        if longest < self.m_minus:
+            state = f"every capsule is shorter than m- = {self.m_minus:g} (the longest {longest:.3f}): they have died"
+        elif shortest > self.m_plus:
+            state = (
+                f"every capsule is longer than m+ = {self.m_plus:g} (the shortest {shortest:.3f}): they have saturated"
+            )
+        else:
+            return None
+        return (
+            f"training collapsed: after {self.batches} batches the train accuracy is {100 * accuracy:.1f}% "
+            f"(chance is {100 * chance:.0f}%) and {state}; try a lower --lr than {self.lr:g} or a smaller --batch-size"
+        )

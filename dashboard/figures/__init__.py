@@ -1,0 +1,42 @@
+"""Plotly figure builders for the dashboard: pure functions of arrays, no Streamlit calls.
+
+Each builder takes NumPy arrays (as returned by `capsnet.explain`) and returns a
+`plotly.graph_objects.Figure`, so tests can check them without a browser. One module per
+subject; the pages use them as `figures.<builder>`.
+"""
+
+from dashboard.figures.capsules import dimension_profile_figure, lengths_bar
+from dashboard.figures.evaluation import confusion_figure, per_class_accuracy_figure
+from dashboard.figures.images import image_rows_figure, perturbation_figure, pixel_image, tile_columns, tile_maps
+from dashboard.figures.routing import (
+    TILE_SIDES,
+    coupling_maps_figure,
+    iteration_lengths_figure,
+    primary_lengths_figure,
+    routing_animation,
+)
+from dashboard.figures.style import MARGIN_LABEL_SPACE, OTHER, WINNER
+from dashboard.figures.training import MARKED_EPOCHS, TICKED_EPOCHS, training_curves
+
+__all__ = [
+    "MARGIN_LABEL_SPACE",
+    "MARKED_EPOCHS",
+    "OTHER",
+    "TICKED_EPOCHS",
+    "TILE_SIDES",
+    "WINNER",
+    "confusion_figure",
+    "coupling_maps_figure",
+    "dimension_profile_figure",
+    "image_rows_figure",
+    "iteration_lengths_figure",
+    "lengths_bar",
+    "per_class_accuracy_figure",
+    "perturbation_figure",
+    "pixel_image",
+    "primary_lengths_figure",
+    "routing_animation",
+    "tile_columns",
+    "tile_maps",
+    "training_curves",
+]

@@ -1,0 +1,112 @@
+"""Images: tiles of small maps, enlarged pixels for st.image, and figures made of images (Figure 4, image rows)."""
+
+from __future__ import annotations
+
+import base64
+import io
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+from PIL import Image
+
+from dashboard.figures.style import layout
+
+
+def tile_columns(count: int, aspect: float = 2.0) -> int:
+    """How many columns of square maps make a grid about `aspect` times as wide as it is tall.
+
+    32 types -> 8 columns (4 rows of 8, as in the paper's figures); 8 types -> 4 (2 rows of 4).
+    """
+    count = max(1, int(count))
+    columns = min(count, max(1, math.ceil(math.sqrt(aspect * count))))
+    rows = -(-count // columns)
+    return -(-count // rows)  # as few empty cells as that many rows allows
+
+
+def tile_maps(maps: np.ndarray, columns: int = 8, gap: int = 1) -> np.ndarray:
+    """Lay (..., M, h, w) maps out as one (..., rows*(h+gap)-gap, columns*(w+gap)-gap) image, NaN in the gaps.
+
+    Used to show all 32 types of 6x6 capsules at once (4 rows of 8).
+    """
+    maps = np.asarray(maps, dtype=np.float32)
+    *lead, count, h, w = maps.shape
+    columns = max(1, min(columns, count))
+    rows = -(-count // columns)
+    padded = np.full((*lead, rows * columns, h + gap, w + gap), np.nan, dtype=np.float32)
+    padded[..., :count, :h, :w] = maps
+    grid = padded.reshape(*lead, rows, columns, h + gap, w + gap)  # (..., rows, cols, h+gap, w+gap)
+    grid = np.moveaxis(grid, -3, -2)  # (..., rows, h+gap, cols, w+gap)
+    image = grid.reshape(*lead, rows * (h + gap), columns * (w + gap))
+    return image[..., : rows * (h + gap) - gap, : columns * (w + gap) - gap]
+
+
+def _to_uint8(image: np.ndarray) -> np.ndarray:
+    return (
+        (np.clip(np.nan_to_num(np.asarray(image, dtype=np.float32), nan=0.35), 0.0, 1.0) * 255).round().astype(np.uint8)
+    )
+
+
+def pixel_image(image: np.ndarray, scale: int = 6) -> np.ndarray:
+    """A small grey image in [0, 1] -> uint8, enlarged `scale` times with sharp pixels (for st.image)."""
+    image = _to_uint8(image)
+    return np.repeat(np.repeat(image, scale, axis=0), scale, axis=1)
+
+
+def _png_data_url(image: np.ndarray) -> str:
+    buffer = io.BytesIO()
+    Image.fromarray(_to_uint8(image)).save(buffer, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def _image_figure(image: np.ndarray, height: int) -> go.Figure:
+    """A grey image as one PNG-encoded trace (light to send, unlike a heatmap of every pixel)."""
+    fig = go.Figure(go.Image(source=_png_data_url(image), hoverinfo="skip"))
+    fig.update_yaxes(autorange="reversed")
+    return layout(fig, height)
+
+
+def perturbation_figure(grid: np.ndarray, steps: Sequence[float], height: int = 760) -> go.Figure:
+    """The paper's Figure 4: row d shows the reconstruction with dimension d moved by each step."""
+    grid = np.asarray(grid, dtype=np.float32)
+    dims, count, h, w = grid.shape
+    if len(steps) != count:
+        raise ValueError(f"{count} columns but {len(steps)} steps")
+    gap = 2
+    tiles = tile_maps(grid.reshape(dims * count, h, w), columns=count, gap=gap)  # (dims*(h+gap)-gap, count*(w+gap)-gap)
+    fig = _image_figure(tiles, height)
+    fig.update_xaxes(
+        tickmode="array",
+        tickvals=[c * (w + gap) + (w - 1) / 2 for c in range(count)],
+        ticktext=[f"{s:+.2f}" for s in steps],
+        side="top",
+        showgrid=False,
+        title="change added to the dimension",
+    )
+    fig.update_yaxes(
+        tickmode="array",
+        tickvals=[d * (h + gap) + (h - 1) / 2 for d in range(dims)],
+        ticktext=[f"dim {d + 1}" for d in range(dims)],
+        showgrid=False,
+    )
+    return fig
+
+
+def image_rows_figure(rows: Sequence[np.ndarray], labels: Sequence[str], height: int | None = None) -> go.Figure:
+    """Rows of 28x28 images (e.g. originals over their reconstructions), one labelled row each."""
+    if len(rows) != len(labels) or not rows:
+        raise ValueError("need one label per row and at least one row")
+    stack = np.stack([np.asarray(r, dtype=np.float32) for r in rows])  # (R, n, h, w)
+    count, n, h, w = stack.shape
+    gap = 2
+    tiles = tile_maps(stack.reshape(count * n, h, w), columns=n, gap=gap)
+    fig = _image_figure(tiles, height or 60 + count * 70)
+    fig.update_xaxes(showticklabels=False, showgrid=False)
+    fig.update_yaxes(
+        tickmode="array",
+        tickvals=[i * (h + gap) + (h - 1) / 2 for i in range(count)],
+        ticktext=list(labels),
+        showgrid=False,
+    )
+    return fig

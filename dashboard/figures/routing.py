@@ -1,0 +1,263 @@
+"""Routing by agreement: coupling per type and per capsule, lengths per iteration, primary capsules."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+
+from dashboard.figures.images import tile_columns, tile_maps
+from dashboard.figures.style import MARGIN_LABEL_SPACE, OTHER, WINNER, layout, margin_lines, margin_marks, play_controls
+
+
+def routing_animation(
+    by_type: np.ndarray,
+    iteration_lengths: np.ndarray,
+    class_names: Sequence[str],
+    m_plus: float = 0.9,
+    m_minus: float = 0.1,
+    height: int = 620,
+) -> go.Figure:
+    """Routing by agreement, one frame per iteration.
+
+    Left: coupling c_ij aggregated per primary-capsule type (types x K heatmap);
+    right: the digit-capsule lengths after that iteration. Play/pause buttons and
+    a slider run in the browser; the figure opens on the last iteration.
+    """
+    by_type = np.asarray(by_type, dtype=float)
+    iteration_lengths = np.asarray(iteration_lengths, dtype=float)
+    r, types, k = by_type.shape
+    if iteration_lengths.shape != (r, k) or len(class_names) != k:
+        raise ValueError(
+            f"shapes do not match: coupling {by_type.shape}, lengths {iteration_lengths.shape}, {len(class_names)} names"
+        )
+    names = [str(t + 1) for t in range(r)]
+    x = list(class_names)
+    y = [f"type {t + 1}" for t in range(types)]
+    zmax = max(float(by_type.max()), 1.0 / k + 0.05)
+
+    def heatmap(t: int) -> go.Heatmap:
+        return go.Heatmap(
+            z=by_type[t],
+            x=x,
+            y=y,
+            zmin=0.0,
+            zmax=zmax,
+            colorscale="Viridis",
+            colorbar=dict(title="c", x=0.51, len=0.9, thickness=12),
+            hovertemplate="%{y} → capsule %{x}<br>c = %{z:.3f}<extra></extra>",
+        )
+
+    def bars(t: int) -> go.Bar:
+        lengths = iteration_lengths[t]
+        winner = int(np.argmax(lengths))
+        return go.Bar(
+            x=x,
+            y=lengths,
+            marker_color=[WINNER if j == winner else OTHER for j in range(k)],
+            text=[f"{v:.2f}" for v in lengths],
+            textposition="outside",
+            hovertemplate="capsule %{x}<br>|v| = %{y:.3f}<extra></extra>",
+        )
+
+    last = r - 1
+
+    def frame(t: int) -> go.Frame:
+        # a frame carries only what changes; plotly.js merges it into the traces
+        lengths = iteration_lengths[t]
+        winner = int(np.argmax(lengths))
+        return go.Frame(
+            data=[
+                go.Heatmap(z=by_type[t]),
+                go.Bar(
+                    y=lengths,
+                    marker_color=[WINNER if j == winner else OTHER for j in range(k)],
+                    text=[f"{v:.2f}" for v in lengths],
+                ),
+            ],
+            traces=[0, 1],
+            name=names[t],
+        )
+
+    # the whole layout in one go: each later update_layout would re-validate all of it (tens of ms)
+    margin_shapes, margin_notes = margin_marks(m_plus, m_minus, axis="2")
+    return go.Figure(
+        data=[heatmap(last), bars(last).update(xaxis="x2", yaxis="y2")],
+        frames=[frame(t) for t in range(r)],
+        layout=dict(
+            height=height,
+            margin=dict(l=10, r=MARGIN_LABEL_SPACE, t=40, b=130),
+            showlegend=False,
+            shapes=margin_shapes,
+            **play_controls(names, last, "iteration"),
+            xaxis=dict(domain=[0.0, 0.5], type="category", title="digit capsule"),
+            yaxis=dict(autorange="reversed"),
+            xaxis2=dict(domain=[0.64, 1.0], type="category", title="digit capsule", anchor="y2"),
+            yaxis2=dict(range=[0, 1.1], anchor="x2"),
+            annotations=[
+                *(
+                    dict(
+                        text=text,
+                        x=x,
+                        y=1.0,
+                        xref="paper",
+                        yref="paper",
+                        showarrow=False,
+                        yanchor="bottom",
+                        font=dict(size=14),
+                    )
+                    for text, x in (("Coupling c per primary-capsule type", 0.25), ("Digit-capsule lengths |v|", 0.82))
+                ),
+                *margin_notes,
+            ],
+        ),
+    )
+
+
+def _tile_hover(types: int, grid: int, columns: int) -> np.ndarray:
+    """Type number (1-based) of each cell of a tiled map, NaN in the gaps."""
+    ids = np.broadcast_to(np.arange(1, types + 1, dtype=np.float32)[:, None, None], (types, grid, grid))
+    return tile_maps(ids, columns)
+
+
+TILE_TOP, TILE_BOTTOM, TILE_SIDES = 40, 10, 100  # px around tiled maps: title, nothing, margins + colour bar
+CONTROLS_HEIGHT = 142  # px under an animated figure for its slider and, under that, its play buttons
+SLIDER_BELOW, BUTTONS_BELOW = 6, 106  # px from the plot area's bottom to the slider's and the buttons' tops
+
+
+def _tiled_height(tiles: np.ndarray, width: int, bottom: int) -> tuple[int, int]:
+    """(figure height, plot-area height) that show tiled maps (..., H, W) with square cells in a `width` px figure."""
+    rows, cols = tiles.shape[-2:]
+    plot = int(np.clip(round((width - TILE_SIDES) * rows / cols), 80, 900))
+    return TILE_TOP + plot + bottom, plot
+
+
+def _square_cells(fig: go.Figure) -> None:
+    """Square cells, the blocks top to bottom, no ticks; a narrower container trims the sides, not the height."""
+    fig.update_yaxes(
+        autorange="reversed", showticklabels=False, scaleanchor="x", constrain="domain", showgrid=False, zeroline=False
+    )
+    fig.update_xaxes(showticklabels=False, constrain="domain", showgrid=False, zeroline=False)
+
+
+def coupling_maps_figure(
+    maps: np.ndarray, digit_name: str, columns: int | None = None, width: int = 560, height: int | None = None
+) -> go.Figure:
+    """Coupling of every primary capsule to one digit capsule, as a grid of types x (6x6 positions), one frame per iteration.
+
+    The blocks are laid out about twice as wide as tall (`tile_columns`) and, unless `height` is
+    given, the figure is as tall as they need in a figure about `width` px wide: no empty band.
+    """
+    maps = np.asarray(maps, dtype=np.float32)
+    r, types, grid, _ = maps.shape
+    columns = columns or tile_columns(types)
+    tiles = tile_maps(maps, columns)  # (r, H, W)
+    type_ids = _tile_hover(types, grid, columns)  # (H, W)
+    names = [str(t + 1) for t in range(r)]
+    finite = maps[np.isfinite(maps)]
+    zmax = max(float(finite.max()) if finite.size else 1.0, 0.15)
+    customdata = np.stack([type_ids, *np.indices(type_ids.shape) % (grid + 1)], axis=-1)  # (H, W, 3): type, y, x
+
+    def heatmap(t: int) -> go.Heatmap:
+        return go.Heatmap(
+            z=tiles[t],
+            zmin=0.0,
+            zmax=zmax,
+            colorscale="Viridis",
+            customdata=customdata,
+            colorbar=dict(title="c"),
+            hoverongaps=False,
+            xgap=0,
+            ygap=0,
+            hovertemplate=f"type %{{customdata[0]}}, position (%{{customdata[1]}}, %{{customdata[2]}})<br>c to {digit_name} = %{{z:.3f}}<extra></extra>",
+        )
+
+    auto_height, plot = _tiled_height(tiles, width, CONTROLS_HEIGHT)
+    if height is not None:
+        plot = max(height - TILE_TOP - CONTROLS_HEIGHT, 1)
+    frames = [go.Frame(data=[go.Heatmap(z=tiles[t])], traces=[0], name=names[t]) for t in range(r)]  # only z changes
+    fig = go.Figure(heatmap(r - 1), frames=frames)
+    _square_cells(fig)
+    fig.update_layout(
+        # the slider across the whole width, the buttons under it: side by side they would overlap in a narrow column
+        **play_controls(
+            names, r - 1, "iteration", slider_y=-SLIDER_BELOW / plot, buttons_y=-BUTTONS_BELOW / plot, slider_x=0.0
+        ),
+        title=f"Coupling to capsule {digit_name}: one {grid}x{grid} block per type",
+    )
+    return layout(fig, height or auto_height, margin=dict(l=10, r=10, t=TILE_TOP, b=CONTROLS_HEIGHT))
+
+
+def iteration_lengths_figure(
+    iteration_lengths: np.ndarray,
+    class_names: Sequence[str],
+    m_plus: float = 0.9,
+    m_minus: float = 0.1,
+    height: int = 320,
+) -> go.Figure:
+    """Each digit capsule's length after each routing iteration (lines), the final winner drawn thick."""
+    lengths = np.asarray(iteration_lengths, dtype=float)
+    r, k = lengths.shape
+    if len(class_names) != k:
+        raise ValueError(f"{k} capsules but {len(class_names)} class names")
+    winner = int(np.argmax(lengths[-1]))
+    fig = go.Figure()
+    iterations = list(range(1, r + 1))
+    for j in range(k):
+        fig.add_trace(
+            go.Scatter(
+                x=iterations,
+                y=lengths[:, j],
+                mode="lines+markers",
+                name=str(class_names[j]),
+                line=dict(width=4 if j == winner else 1.5, color=WINNER if j == winner else None),
+                opacity=1.0 if j == winner else 0.6,
+                hovertemplate=f"capsule {class_names[j]}<br>iteration %{{x}}: |v| = %{{y:.3f}}<extra></extra>",
+            )
+        )
+    margin_lines(fig, m_plus, m_minus)
+    fig.update_xaxes(title="routing iteration", tickmode="array", tickvals=iterations)
+    fig.update_yaxes(title="|v|", range=[0, 1.05])
+    # the legend at the figure's right edge, past the margin labels at the ends of the dashed lines
+    return layout(
+        fig,
+        height,
+        title="Lengths after each iteration",
+        legend=dict(title="capsule", xref="container", x=1.0, xanchor="right"),
+        margin=dict(l=10, r=MARGIN_LABEL_SPACE + 70, t=40, b=10),
+    )
+
+
+def primary_lengths_figure(
+    maps: np.ndarray, columns: int | None = None, width: int = 900, height: int | None = None
+) -> go.Figure:
+    """Lengths of all primary capsules (types x 6x6 grid), tiled: which parts of the image each type detected.
+
+    Laid out and sized like `coupling_maps_figure` (for a figure about `width` px wide).
+    """
+    maps = np.asarray(maps, dtype=np.float32)
+    types, grid, _ = maps.shape
+    columns = columns or tile_columns(types)
+    tiles = tile_maps(maps, columns)
+    type_ids = _tile_hover(types, grid, columns)
+    customdata = np.stack([type_ids, *np.indices(type_ids.shape) % (grid + 1)], axis=-1)
+    fig = go.Figure(
+        go.Heatmap(
+            z=tiles,
+            zmin=0.0,
+            zmax=1.0,
+            colorscale="Magma",
+            customdata=customdata,
+            hoverongaps=False,
+            colorbar=dict(title="|u|"),
+            hovertemplate="type %{customdata[0]}, position (%{customdata[1]}, %{customdata[2]})<br>|u| = %{z:.3f}<extra></extra>",
+        )
+    )
+    _square_cells(fig)
+    return layout(
+        fig,
+        height or _tiled_height(tiles, width, TILE_BOTTOM)[0],
+        title=f"Primary capsules: length of each of the {types * grid * grid} (one block per type)",
+        margin=dict(l=10, r=10, t=TILE_TOP, b=TILE_BOTTOM),
+    )

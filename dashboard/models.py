@@ -1,0 +1,214 @@
+"""The chosen model, and everything the pages read from it, cached.
+
+The model is loaded once per checkpoint file (path + modification time) with
+`st.cache_resource` and never mutated. A page holds a `Model` and asks it for what it shows
+(`model.explain(image)`, `model.evaluation(1000)`, ...): each reading goes through a bounded
+`st.cache_data` function keyed by the model's key and the reading's arguments, so a rerun (a
+slider move, a page switch) recomputes only what changed. Cached functions hold no widgets,
+and cached results are typed.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import streamlit as st
+import torch
+
+from capsnet import catalog
+from capsnet import explain as ex
+from capsnet.checkpoint import Checkpoint, CheckpointError, load_checkpoint
+from capsnet.checkpoint_info import CheckpointInfo
+from capsnet.config import CapsNetConfig
+from capsnet.data import DatasetDamagedError, DatasetNotFoundError, as_tensors, dataset_info, load_dataset
+from capsnet.evaluate import evaluate
+from dashboard import state, texts
+
+MNIST_DIGITS = [str(d) for d in range(10)]
+
+
+@dataclass(frozen=True)
+class TestResults:
+    """A model's reading of the first `total` test images: what the Evaluate page shows."""
+
+    accuracy: float
+    loss: float
+    correct: int
+    total: int
+    class_accuracy: list[float]
+    class_correct: list[int]
+    class_total: list[int]
+    confusion: np.ndarray  # (K, K) int, rows = true class
+    predictions: np.ndarray  # (N,)
+    lengths: np.ndarray  # (N, K)
+    labels: np.ndarray  # (N,)
+
+
+@dataclass(frozen=True)
+class Model:
+    """The chosen checkpoint, a cache key that changes when its file does, and its cached readings."""
+
+    checkpoint: Checkpoint
+    key: str
+
+    @property
+    def net(self) -> Any:
+        return self.checkpoint.model
+
+    @property
+    def config(self) -> CapsNetConfig:
+        return self.checkpoint.config
+
+    @property
+    def info(self) -> CheckpointInfo:
+        return self.checkpoint.info
+
+    @property
+    def class_names(self) -> list[str]:
+        return self.checkpoint.class_names
+
+    @property
+    def dataset(self) -> str:
+        return self.info.dataset or "mnist"
+
+    def explain(
+        self, image: np.ndarray, iterations: int | None = None, decode_class: int | None = None
+    ) -> ex.Explanation:
+        """`capsnet.explain.explain` of one 28x28 input."""
+        return _explanation(self.key, image, iterations, decode_class, self.net)
+
+    def decode(self, vector: np.ndarray, class_index: int) -> np.ndarray:
+        """One decode of a 16-D vector placed in `class_index`'s capsule (a slider move)."""
+        return _decoded(self.key, tuple(float(v) for v in vector), class_index, self.net)
+
+    def perturbations(self, vector: np.ndarray, class_index: int) -> np.ndarray:
+        """Figure 4's grid (D, 11, 28, 28) around one capsule vector."""
+        return _perturbations(self.key, tuple(float(v) for v in vector), class_index, self.net)
+
+    def evaluation(self, limit: int) -> TestResults:
+        """The model on the first `limit` images of its test set (the set must be available: `try_test_set`)."""
+        return _evaluation(self.key, self.dataset, limit, self.net)
+
+    def reconstructions(self, indices: tuple[int, ...]) -> ex.Reconstructions:
+        """Predictions and reconstructions (from the predicted capsule) of some test images."""
+        return _reconstructions(self.key, self.dataset, indices, self.net)
+
+
+# ---------------------------------------------------------------- choosing and loading
+
+
+@st.cache_data(ttl=3, max_entries=4, show_spinner=False)
+def checkpoint_entries(checkpoints: str, root: str) -> list[catalog.CheckpointEntry]:
+    """The picker's list (headers only), refreshed at most every 3 seconds."""
+    return catalog.list_checkpoints(checkpoints, root)
+
+
+@st.cache_resource(max_entries=4, show_spinner="Loading the model...")
+def load_model(path: str, mtime: float) -> Checkpoint:
+    """The checkpoint at `path` as it was at `mtime`, loaded once and shared by every session (read-only)."""
+    return load_checkpoint(path, device="cpu")
+
+
+def current_model(show_errors: bool = True) -> Model | None:
+    """The model chosen in the sidebar, or None (no trained model, or it cannot be read)."""
+    path = st.session_state.get(state.MODEL_PATH)
+    if not path:
+        return None
+    try:
+        mtime = os.path.getmtime(path)
+        checkpoint = load_model(path, mtime)
+    except (OSError, CheckpointError) as error:
+        if show_errors:
+            st.error(f"Cannot open the model: {error}")
+        return None
+    return Model(checkpoint=checkpoint, key=f"{path}@{mtime}")
+
+
+def class_names(model: Model | None) -> list[str]:
+    return model.class_names if model is not None else MNIST_DIGITS
+
+
+def require_model() -> Model | None:
+    """The model, or a notice saying how to get one (and None)."""
+    model = current_model()
+    if model is None and not st.session_state.get(state.MODEL_PATH):
+        st.warning(texts.no_model_notice(str(_display_path(state.checkpoints_dir()))), icon=":material/model_training:")
+    return model
+
+
+def _display_path(path: Path) -> Path:
+    try:
+        return path.resolve().relative_to(Path.cwd())
+    except ValueError:
+        return path
+
+
+# ---------------------------------------------------------------- the test set
+
+
+@st.cache_resource(max_entries=2, show_spinner="Loading the test set...")
+def test_set(name: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The test images (N, 1, 28, 28) and labels of a dataset, shared read-only by all sessions.
+
+    Raises DatasetNotFoundError or DatasetDamagedError (not cached) when it cannot be read.
+    """
+    return as_tensors(load_dataset(name, train=False))
+
+
+def try_test_set(name: str) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The test set, or an error message on the page (and None)."""
+    try:
+        return test_set(name)
+    except (DatasetNotFoundError, DatasetDamagedError) as error:
+        st.error(f"The {dataset_info(name).title} test set is not available: {error}", icon=":material/folder_off:")
+        return None
+
+
+# ---------------------------------------------------------------- cached readings (arguments after `_` are not hashed)
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def _explanation(
+    model_key: str, image: np.ndarray, iterations: int | None, decode_class: int | None, _model: Any
+) -> ex.Explanation:
+    return ex.explain(_model, image, iterations, decode_class)
+
+
+@st.cache_data(max_entries=256, show_spinner=False)
+def _decoded(model_key: str, vector: tuple[float, ...], class_index: int, _model: Any) -> np.ndarray:
+    return ex.decode_vector(_model, np.asarray(vector, dtype=np.float32), class_index)
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def _perturbations(model_key: str, vector: tuple[float, ...], class_index: int, _model: Any) -> np.ndarray:
+    return ex.perturbation_grid(_model, np.asarray(vector, dtype=np.float32), class_index)
+
+
+@st.cache_data(max_entries=6, show_spinner=False)
+def _evaluation(model_key: str, dataset: str, limit: int, _model: Any) -> TestResults:
+    images, labels = test_set(dataset)
+    images, labels = images[:limit], labels[:limit]
+    result = evaluate(_model, images, labels, batch_size=250)
+    return TestResults(
+        accuracy=result.accuracy,
+        loss=result.loss,
+        correct=result.correct,
+        total=result.total,
+        class_accuracy=result.class_accuracy(),
+        class_correct=result.class_correct,
+        class_total=result.class_total,
+        confusion=result.confusion.numpy(),
+        predictions=result.predictions.numpy(),
+        lengths=result.lengths.numpy(),
+        labels=labels.numpy(),
+    )
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def _reconstructions(model_key: str, dataset: str, indices: tuple[int, ...], _model: Any) -> ex.Reconstructions:
+    images, _ = test_set(dataset)
+    return ex.reconstruct(_model, images[list(indices)])

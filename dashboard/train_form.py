@@ -1,0 +1,68 @@
+"""The sidebar's "Train a model" form: its bounds, its labels, and the options it starts a run with.
+
+The options themselves, and their defaults, are `capsnet.options.TrainOptions` (the same as
+`python -m capsnet.train --help`). The form offers a bounded subset of them, since anyone with
+the page open can start a run on the machine that serves it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from capsnet.config import PRESETS
+from capsnet.options import TrainOptions
+
+DEFAULTS = TrainOptions()
+EPOCHS = (1, 200)
+BATCH_SIZE = (1, 1024)
+ROUTING_ITERATIONS = (1, 5)
+TRAIN_SIZE = (1, 60_000)  # the largest is the whole training set: no subset
+TEST_SIZE = (1, 10_000)
+LEARNING_RATE = (1e-6, 1.0)
+PRESET_LABELS = {
+    "paper": "Paper's CapsNet (8.2 M parameters)",
+    "tiny": "Tiny CapsNet (quick demo)",
+}
+assert set(PRESET_LABELS) == set(PRESETS), "every model preset needs a label in the form"
+
+
+def form_options(
+    *,
+    dataset: str = DEFAULTS.dataset,
+    preset: str = DEFAULTS.preset,
+    epochs: int = DEFAULTS.epochs,
+    batch_size: int = DEFAULTS.batch_size,
+    lr: float = DEFAULTS.lr,
+    routing_iterations: int = DEFAULTS.routing_iterations,
+    train_size: int = TRAIN_SIZE[1],
+    test_size: int = TEST_SIZE[1],
+    device: str = DEFAULTS.device,
+) -> TrainOptions:
+    """The run the form asks for, checked against the form's bounds: ValueError with a message a user can act on."""
+    for label, value, (low, high) in (
+        ("epochs", epochs, EPOCHS),
+        ("batch size", batch_size, BATCH_SIZE),
+        ("routing iterations", routing_iterations, ROUTING_ITERATIONS),
+        ("train size", train_size, TRAIN_SIZE),
+        ("test size", test_size, TEST_SIZE),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise ValueError(f"{label} must be a whole number from {low} to {high}, got {value!r}")
+    low, high = LEARNING_RATE
+    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or math.isnan(lr) or not low <= lr <= high:
+        raise ValueError(f"learning rate must lie between {low:g} and {high:g}, got {lr!r}")
+    if preset not in PRESET_LABELS:
+        raise ValueError(f"model must be one of {', '.join(PRESET_LABELS)}, got {preset!r}")
+    return dataclasses.replace(
+        DEFAULTS,
+        dataset=dataset,
+        preset=preset,
+        epochs=epochs,
+        batch_size=batch_size,
+        lr=float(lr),
+        routing_iterations=routing_iterations,
+        train_size=None if train_size >= TRAIN_SIZE[1] else train_size,
+        test_size=None if test_size >= TEST_SIZE[1] else test_size,
+        device=device,
+    ).validate()

@@ -1,0 +1,47 @@
+"""The code's shape, as the README's layout table describes it: what imports what, and how long a module may grow."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+MAX_LINES = 450
+
+
+def imports(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def modules(*folders: str) -> list[Path]:
+    return sorted(p for folder in folders for p in (REPO / folder).rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", modules("capsnet", "dashboard"), ids=lambda p: str(p.relative_to(REPO)))
+def test_no_module_is_too_long(path: Path) -> None:
+    lines = len(path.read_text(encoding="utf-8").splitlines())
+    assert lines <= MAX_LINES, f"{path.relative_to(REPO)} has {lines} lines: split it by concept"
+
+
+def test_the_core_does_not_know_the_dashboard() -> None:
+    for path in modules("capsnet"):
+        assert not any(name.startswith("dashboard") for name in imports(path)), path
+
+
+def test_the_trainer_and_the_catalogue_do_not_touch_processes() -> None:
+    for name in ("train", "catalog", "checkpointer", "run_folder", "options"):
+        assert "capsnet.runs" not in imports(REPO / "capsnet" / f"{name}.py"), name
+
+
+def test_docs_scripts_do_not_borrow_from_the_tests() -> None:
+    for path in modules("docs", "benchmarks"):
+        assert not any(n.split(".")[0] in ("tests", "browser_support", "conftest") for n in imports(path)), path

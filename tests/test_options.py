@@ -1,0 +1,94 @@
+"""The run options: one definition for the CLI, the dashboard's form and resume."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from capsnet.config import PRESETS
+from capsnet.errors import CapsNetError
+from capsnet.options import TrainOptions
+from dashboard import train_form
+
+
+def test_the_command_line_is_generated_from_the_fields_with_their_defaults() -> None:
+    parser = TrainOptions.parser()
+    flags = {a.dest: a for a in parser._actions if a.dest != "help"}
+    fields = {f.name: f for f in dataclasses.fields(TrainOptions)}
+    assert set(flags) == set(fields)  # every option on the command line, and nothing else
+    for name, action in flags.items():
+        assert action.default == fields[name].default, name
+        assert action.option_strings[0] == "--" + name.replace("_", "-")
+    assert TrainOptions.parse_args([]) == TrainOptions()
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        TrainOptions(),
+        TrainOptions(dataset="fashion-mnist", preset="tiny", epochs=3, lr=0.0125, lr_decay=0.9, train_size=500),
+        TrainOptions(hflip=False, amp=True, compile=False, progress=False, download=False, seed=-3, out="runs/x"),
+        TrainOptions(out="runs/y", resume=True, epochs=7, device="cpu"),
+    ],
+)
+def test_to_argv_gives_back_the_same_options(options: TrainOptions) -> None:
+    argv = options.to_argv()
+    assert TrainOptions.parse_args(argv) == options
+    assert len(argv) < 2 * len(dataclasses.fields(options))  # defaults are left out
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"epochs": 0}, "--epochs must be at least 1"),
+        ({"batch_size": -2}, "--batch-size must be at least 1"),
+        ({"lr": 0.0}, "--lr must be greater than 0"),
+        ({"lr": float("inf")}, "--lr must be finite"),
+        ({"lr": float("nan")}, "--lr must be a number"),
+        ({"lr_decay": 1.5}, "--lr-decay must lie in"),
+        ({"routing_iterations": 0}, "--routing-iterations must be at least 1"),
+        ({"train_size": 0}, "--train-size must be at least 1"),
+        ({"dataset": "cifar"}, "unknown --dataset 'cifar'"),
+        ({"preset": "mnist"}, "unknown --preset 'mnist'"),
+        ({"device": "tpu"}, "unknown --device"),
+        ({"epochs": 2.5}, "--epochs must be a whole number"),
+        ({"hflip": "yes"}, "--hflip must be true or false"),
+        ({"resume": True}, "--resume needs --out"),
+        ({"resume": True, "out": "x", "init": "y"}, "choose one"),
+    ],
+)
+def test_validation_names_the_option(changes: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message) as error:
+        TrainOptions(**changes).validate()
+    assert isinstance(error.value, CapsNetError)  # a user error: the CLI prints it as one line
+
+
+def test_resume_keeps_the_fields_that_define_the_run() -> None:
+    assert set(TrainOptions.run_fields()) == {
+        "dataset", "preset", "batch_size", "lr", "lr_decay", "routing_iterations", "seed", "train_size", "test_size",
+        "hflip",
+    }  # fmt: skip
+    stored = TrainOptions(dataset="fashion-mnist", preset="tiny", lr=0.02, batch_size=64, seed=5, epochs=3)
+    given = TrainOptions(out="runs/x", resume=True, epochs=9, device="cpu", lr=0.5)
+    resumed = given.resumed_from(stored)
+    assert (resumed.dataset, resumed.preset, resumed.lr, resumed.batch_size, resumed.seed) == (
+        "fashion-mnist", "tiny", 0.02, 64, 5,
+    )  # fmt: skip
+    assert (resumed.epochs, resumed.device, resumed.out, resumed.resume) == (9, "cpu", "runs/x", True)
+
+
+def test_stored_options_are_read_tolerantly() -> None:
+    old = {"dataset": "mnist", "preset": "mnist", "epochs": 4, "workers": 2, "started_from": {"checkpoint": "x"}}
+    options = TrainOptions.from_dict(old)  # a run begun by an older version: unknown keys, old preset names
+    assert options.preset == "paper" and options.epochs == 4
+    assert TrainOptions.from_dict({"preset": None}).preset == "paper"
+    assert TrainOptions.from_dict(TrainOptions(lr=0.5).to_dict()) == TrainOptions(lr=0.5)
+    assert "out" not in TrainOptions(out="x").recipe() and TrainOptions(lr=0.5).recipe()["lr"] == 0.5
+
+
+def test_the_dashboards_form_starts_from_the_same_defaults() -> None:
+    assert train_form.DEFAULTS == TrainOptions()
+    assert train_form.form_options() == TrainOptions()  # the form left alone trains exactly the CLI's default run
+    assert train_form.form_options(train_size=500, test_size=200).train_size == 500
+    assert set(train_form.PRESET_LABELS) == set(PRESETS)  # a label for every model the CLI can train
