@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Mapping
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 

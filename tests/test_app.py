@@ -334,3 +334,68 @@ def test_a_finished_run_replaces_the_progress_in_the_sidebar(app_with_run, tmp_p
     assert any(running.run_dir.name in e.value for e in at.sidebar.error)  # still shown until dismissed
     captions = [c.value for c in at.sidebar.caption if c.value.startswith("Runs are saved in")]
     assert len(captions) == 1
+
+
+def _reconfigured(run_dir: Path, target: Path, info: dict | None = None, **config: object) -> Path:
+    """The tiny run's model saved with another config field (its weights still fit) and, if given, another info."""
+    import dataclasses
+
+    from capsnet.checkpoint import load_checkpoint, save_checkpoint
+
+    checkpoint = load_checkpoint(run_dir / "best.safetensors")
+    checkpoint.model.config = dataclasses.replace(checkpoint.config, **config)
+    return save_checkpoint(target, checkpoint.model, checkpoint.info.to_dict() if info is None else info)
+
+
+@pytest.mark.parametrize("page", PAGES[:3])
+def test_a_model_trained_with_six_routing_iterations_opens_everywhere(app_dirs, app_run, page: str) -> None:  # noqa: F811
+    """Training allows any r >= 1: the pages must not refuse the model's own r (they did above 5)."""
+    _, checkpoints = app_dirs
+    _reconfigured(app_run, checkpoints / "mnist.safetensors", routing_iterations=6)
+    at = pick_test_image(new_app().run(), 0)
+    assert prediction(at) is not None
+    at.switch_page(page).run()
+    no_exception(at)
+    assert not at.error, [e.value for e in at.error]
+    if page.endswith("routing.py"):
+        slider = at.slider(key="routing_iterations")
+        assert slider.value == 6 and slider.max >= 6
+        assert len(chart(at, "routing_animation")["frames"]) == 6
+
+
+def test_the_dimensions_page_says_where_its_ranges_come_from(app_dirs, app_run) -> None:  # noqa: F811
+    _, checkpoints = app_dirs
+    _reconfigured(app_run, checkpoints / "mnist.safetensors", info={"dataset": "mnist", "dimension_mean": [[0.0] * 8]})
+    at = pick_test_image(new_app().run(), 0)
+    at.switch_page("app_pages/dimensions.py").run()
+    no_exception(at)
+    captions = " ".join(c.value for c in at.caption)
+    assert "±0.5 around 0" in captions and "no usable statistics" in captions and "mean ± 2 std" not in captions
+
+
+def test_the_sidebar_form_offers_the_command_lines_defaults(app_with_run) -> None:  # noqa: F811
+    at = new_app().run()
+    no_exception(at)
+    defaults = TrainOptions()
+    assert at.sidebar.selectbox(key="train_dataset").value == defaults.dataset
+    assert at.sidebar.selectbox(key="train_preset").value == defaults.preset
+    assert at.sidebar.number_input(key="train_epochs").value == defaults.epochs
+    assert at.sidebar.number_input(key="train_batch").value == defaults.batch_size
+    assert at.sidebar.number_input(key="train_lr").value == pytest.approx(defaults.lr)
+    assert at.sidebar.number_input(key="train_iterations").value == defaults.routing_iterations
+    assert at.sidebar.selectbox(key="train_device").value == defaults.device
+
+
+def test_the_training_page_shows_why_a_run_failed(app_with_run) -> None:  # noqa: F811
+    from capsnet.files import write_json
+
+    runs_root, _ = app_with_run
+    failed = runs_root / "20250102-000000-mnist"
+    failed.mkdir()
+    write_json(failed / "args.json", TrainOptions(epochs=5).to_dict())
+    reason = "training collapsed: after 300 batches the train accuracy is 10.1% (chance is 10%)"
+    write_json(failed / "progress.json", {"status": "failed", "pid": 0, "epochs": 5, "reason": reason})
+    at = new_app().run()
+    at.switch_page("app_pages/training.py").run()
+    no_exception(at)
+    assert any(reason in e.label for e in at.expander), [e.label for e in at.expander]

@@ -325,6 +325,54 @@ def test_train_from_the_sidebar_and_pick_the_new_model(page, app: App, screensho
     full_page_screenshot(page, screenshots / "training.png")
 
 
+FAKE_TRAINER = """
+import json, os, sys, time
+run, epochs = sys.argv[1], int(sys.argv[2])
+
+def write(name, data):
+    with open(os.path.join(run, name + ".tmp"), "w") as handle:
+        json.dump(data, handle)
+    os.replace(os.path.join(run, name + ".tmp"), os.path.join(run, name))
+
+os.makedirs(run)
+write("args.json", {"dataset": "mnist", "preset": "tiny", "epochs": epochs})
+progress = {"status": "running", "pid": os.getpid(), "dataset": "mnist", "epochs": epochs, "batches": 10,
+            "started": time.time()}
+for epoch in range(1, epochs + 1):
+    write("progress.json", dict(progress, epoch=epoch, batch=5))
+    time.sleep(4)
+    with open(os.path.join(run, "metrics.jsonl"), "a") as handle:
+        handle.write(json.dumps({"epoch": epoch, "train_loss": 1 / epoch, "train_accuracy": 0.5 + epoch / 20,
+                                 "test_loss": 1 / epoch, "test_accuracy": 0.5 + epoch / 10}) + "\\n")
+write("progress.json", dict(progress, status="finished", epoch=epochs, batch=10))
+"""
+
+
+def test_a_run_started_elsewhere_is_followed_live_on_the_training_page(page, app: App, tmp_path: Path) -> None:
+    """Opened before the run exists, the page lists it, adds it to the comparison and draws its epochs by itself."""
+    import subprocess
+    import sys
+
+    open_app(page, app, "/training")
+    wait_idle(page)
+    name = "20300101-000000-mnist"
+    script = tmp_path / "capsnet.train-stand-in.py"  # its command line names capsnet.train, as a trainer's does
+    script.write_text(FAKE_TRAINER)
+    trainer = subprocess.Popen([sys.executable, str(script), str(app.runs_dir / name), "3"])
+    try:
+        live = ':not([data-stale="true"])'
+        expect(page.locator(f".st-key-compare_runs{live}")).to_contain_text(name, timeout=30_000)
+        curves = page.locator(f".st-key-training_curves{live}")
+        expect(curves).to_contain_text(name, timeout=30_000)  # its first epoch, drawn without a click
+        assert trainer.wait(timeout=60) == 0
+        # the last epoch too: the page followed the run to its end on its own
+        epochs_drawn = f"""() => Math.max(0, ...[...document.querySelectorAll('.st-key-training_curves{live} .js-plotly-plot')]
+            .flatMap(plot => plot.data.filter(t => t.legendgroup === '{name}').map(t => t.x.length)))"""
+        page.wait_for_function(f"() => ({epochs_drawn})() === 3", timeout=30_000, polling=250)
+    finally:
+        trainer.kill()
+
+
 # ---------------------------------------------------------------- Evaluate
 
 

@@ -20,3 +20,22 @@ def test_format_duration() -> None:
 def test_no_model_notice_names_the_folder_and_the_command() -> None:
     notice = texts.no_model_notice("/some/checkpoints")
     assert "`/some/checkpoints`" in notice and "python -m capsnet.train" in notice
+
+
+def test_texts_say_what_the_model_in_use_holds() -> None:
+    """Numbers the config holds are read from it: a model with other margins or sizes is described as it is."""
+    from capsnet.config import CapsNetConfig
+    from dashboard import texts
+
+    paper = CapsNetConfig()
+    assert "m⁺ = 0.9" in texts.margins(paper) and "0.9 and 0.1" in texts.margins_title(paper)
+    assert "176 variants" in texts.figure4(paper, [-0.25, -0.2, -0.15, -0.1, -0.05, 0, 0.05, 0.1, 0.15, 0.2, 0.25])
+    assert "1,152" in texts.procedure(paper) and "1/10" in texts.procedure(paper) and "6x6" in texts.aggregation(paper)
+    other = CapsNetConfig(m_plus=0.8, m_minus=0.2, digit_dim=8, primary_types=4, num_classes=5)
+    assert "m⁺ = 0.8" in texts.margins(other) and "0.8 and 0.2" in texts.margins_title(other)
+    assert "88 variants" in texts.figure4(other, [-0.25, -0.2, -0.15, -0.1, -0.05, 0, 0.05, 0.1, 0.15, 0.2, 0.25])
+    assert "144 in this model" in texts.procedure(other) and "1/5" in texts.procedure(other)
+    assert "8-dimensional" in texts.capsule(other) and "8 dimensions" in texts.dimensions(other)
+    assert "0.0005" in texts.training(paper) and "0.0005" in texts.loss_help(paper)
+    assert "no usable statistics" in texts.dimension_ranges(False, "3")
+    assert "mean ± 2 std" in texts.dimension_ranges(True, "3")
