@@ -25,27 +25,10 @@ from capsnet.checkpoint import Checkpoint, CheckpointError, load_checkpoint
 from capsnet.checkpoint_info import CheckpointInfo
 from capsnet.config import CapsNetConfig
 from capsnet.data import DatasetDamagedError, DatasetNotFoundError, as_tensors, dataset_info, load_dataset
-from capsnet.evaluate import evaluate
+from capsnet.evaluate import Evaluation, evaluate
 from dashboard import state, texts
 
 MNIST_DIGITS = [str(d) for d in range(10)]
-
-
-@dataclass(frozen=True)
-class TestResults:
-    """A model's reading of the first `total` test images: what the Evaluate page shows."""
-
-    accuracy: float
-    loss: float
-    correct: int
-    total: int
-    class_accuracy: list[float]
-    class_correct: list[int]
-    class_total: list[int]
-    confusion: np.ndarray  # (K, K) int, rows = true class
-    predictions: np.ndarray  # (N,)
-    lengths: np.ndarray  # (N, K)
-    labels: np.ndarray  # (N,)
 
 
 @dataclass(frozen=True)
@@ -89,7 +72,7 @@ class Model:
         """Figure 4's grid (D, 11, 28, 28) around one capsule vector."""
         return _perturbations(self.key, tuple(float(v) for v in vector), class_index, self.net)
 
-    def evaluation(self, limit: int) -> TestResults:
+    def evaluation(self, limit: int) -> Evaluation:
         """The model on the first `limit` images of its test set (the set must be available: `try_test_set`)."""
         return _evaluation(self.key, self.dataset, limit, self.net)
 
@@ -189,23 +172,9 @@ def _perturbations(model_key: str, vector: tuple[float, ...], class_index: int, 
 
 
 @st.cache_data(max_entries=6, show_spinner=False)
-def _evaluation(model_key: str, dataset: str, limit: int, _model: Any) -> TestResults:
+def _evaluation(model_key: str, dataset: str, limit: int, _model: Any) -> Evaluation:
     images, labels = test_set(dataset)
-    images, labels = images[:limit], labels[:limit]
-    result = evaluate(_model, images, labels, batch_size=250)
-    return TestResults(
-        accuracy=result.accuracy,
-        loss=result.loss,
-        correct=result.correct,
-        total=result.total,
-        class_accuracy=result.class_accuracy(),
-        class_correct=result.class_correct,
-        class_total=result.class_total,
-        confusion=result.confusion.numpy(),
-        predictions=result.predictions.numpy(),
-        lengths=result.lengths.numpy(),
-        labels=labels.numpy(),
-    )
+    return evaluate(_model, images[:limit], labels[:limit], batch_size=250)
 
 
 @st.cache_data(max_entries=16, show_spinner=False)

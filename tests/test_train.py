@@ -23,9 +23,14 @@ pytestmark = pytest.mark.slow
 TINY = ["--preset", "tiny", "--device", "cpu", "--no-progress"]
 
 
-def run(*args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+TORCHRUN = ["-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone", "-m", "capsnet.train"]
+
+
+def run(
+    *args: str, check: bool = True, timeout: float = 300, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     result = subprocess.run(
-        [sys.executable, *args], capture_output=True, text=True, timeout=timeout, env=os.environ.copy()
+        [sys.executable, *args], capture_output=True, text=True, timeout=timeout, env=env or os.environ.copy()
     )
     if check:
         assert result.returncode == 0, result.stderr[-2000:]
@@ -230,12 +235,7 @@ def test_torchrun_with_two_processes(data_dir: Path, tmp_path: Path) -> None:
     """Two CPU processes (gloo): each trains on its half of the data; the numbers are summed over both."""
     out = tmp_path / "ddp"
     run(
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node=2",
-        "--standalone",
-        "-m",
-        "capsnet.train",
+        *TORCHRUN,
         *TINY,
         "--epochs",
         "1",
@@ -309,19 +309,8 @@ def test_init_starts_from_a_checkpoints_weights(tiny_checkpoint: Path, tmp_path:
 def test_torchrun_without_out_makes_one_run_folder(data_dir: Path, tmp_path: Path) -> None:
     """Rank 0 names the run folder and tells the others: one folder, not one per process."""
     root = tmp_path / "runs"
-    env = dict(os.environ, CAPSNET_RUNS_DIR=str(root))
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node=2",
-        "--standalone",
-        "-m",
-        "capsnet.train",
-    ]
     args = [*TINY, "--epochs", "1", "--train-size", "200", "--test-size", "50", "--batch-size", "50"]
-    result = subprocess.run([*command, *args], capture_output=True, text=True, timeout=300, env=env)
-    assert result.returncode == 0, result.stderr[-2000:]
+    run(*TORCHRUN, *args, env=dict(os.environ, CAPSNET_RUNS_DIR=str(root)))
     (run_dir,) = [p for p in root.iterdir() if p.is_dir()]
     assert run_dir.name.endswith("-mnist") and [r["epoch"] for r in read_jsonl(run_dir / "metrics.jsonl")] == [1]
 

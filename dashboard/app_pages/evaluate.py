@@ -68,7 +68,7 @@ with table_col:
     st.dataframe(
         [
             {"class": k, **({"name": names[k]} if named else {}), "accuracy": acc, "correct": f"{c}/{t}"}
-            for k, (acc, c, t) in enumerate(zip(result.class_accuracy, result.class_correct, result.class_total))
+            for k, (acc, c, t) in enumerate(zip(result.class_accuracy(), result.class_correct, result.class_total))
         ],
         hide_index=True,
         key="per_class_table",
@@ -76,13 +76,15 @@ with table_col:
     )
 with chart_col:
     st.plotly_chart(
-        figures.per_class_accuracy_figure(result.class_accuracy, names),
+        figures.per_class_accuracy_figure(result.class_accuracy(), names),
         key="per_class_chart",
         config={"displayModeBar": False},
     )
 
 st.subheader("Confusion matrix", anchor=False)
-st.plotly_chart(figures.confusion_figure(result.confusion, names), key="confusion", config={"displayModeBar": False})
+st.plotly_chart(
+    figures.confusion_figure(result.confusion.numpy(), names), key="confusion", config={"displayModeBar": False}
+)
 
 st.subheader("Originals over their reconstructions", anchor=False)
 seed = st.session_state.setdefault("eval_sample_seed", 0)
@@ -102,7 +104,8 @@ st.caption(
 )
 
 st.subheader("The most confident mistakes", anchor=False)
-wrong = ex.misclassified(result.predictions, result.labels, result.lengths, GALLERY_COUNT)
+predictions, lengths, truth = result.predictions.numpy(), result.lengths.numpy(), labels[:limit].numpy()
+wrong = ex.misclassified(predictions, truth, lengths, GALLERY_COUNT)
 if len(wrong) == 0:
     st.success("No mistakes on these test images.")
 else:
@@ -110,7 +113,7 @@ else:
     cols = st.columns(GALLERY_COLUMNS)
     for n, index in enumerate(wrong.tolist()):
         with cols[n % GALLERY_COLUMNS]:
-            true_class, predicted = int(result.labels[index]), int(result.predictions[index])
+            true_class, predicted = int(truth[index]), int(predictions[index])
             st.image(
                 figures.pixel_image(images[index, 0].numpy(), 3),
                 caption=f"#{index}: true {names[true_class]}, predicted {names[predicted]}",
@@ -118,7 +121,7 @@ else:
                 output_format="PNG",
             )
             st.plotly_chart(
-                figures.lengths_bar(result.lengths[index], names, predicted, height=150, compact=True),
+                figures.lengths_bar(lengths[index], names, predicted, height=150, compact=True),
                 key=f"mistake_{index}",
                 config={"displayModeBar": False, "staticPlot": True},
             )
