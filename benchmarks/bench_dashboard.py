@@ -47,7 +47,7 @@ start = time.perf_counter()
 import streamlit, plotly.graph_objects, torch
 from capsnet.checkpoint import load_checkpoint
 from capsnet import explain, preprocess
-from dashboard import figures, state, sidebar
+from dashboard import figures, models, sidebar, state
 imported = time.perf_counter()
 load_checkpoint({path!r})
 print(imported - start, time.perf_counter() - start)
