@@ -56,6 +56,7 @@ class CheckpointInfo:
     hardware: str = ""
     recipe: dict[str, Any] | None = None  # the options the run was started with
     started_from: dict[str, Any] | None = None  # the checkpoint an --init run began from (ORIGIN_KEYS)
+    novelty: dict[str, float] | None = None  # `capsnet.novelty.NoveltyThresholds`, calibrated on the test set
     weights_dtype: str = ""
     test_accuracy_before_export: float | None = None
     capsnet_version: str = ""

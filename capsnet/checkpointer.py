@@ -23,6 +23,7 @@ from capsnet.errors import CapsNetError
 from capsnet.evaluate import Evaluation
 from capsnet.files import atomic_path
 from capsnet.model import CapsNet
+from capsnet.novelty import NoveltyThresholds
 from capsnet.options import TrainOptions
 from capsnet.run_folder import RunFolder
 
@@ -136,6 +137,7 @@ def epoch_info(
         per_class_accuracy=result.class_accuracy(),
         dimension_mean=result.dimension_mean.tolist(),
         dimension_std=result.dimension_std.tolist(),
+        novelty=thresholds.to_dict() if (thresholds := NoveltyThresholds.from_evaluation(result)) else None,
         training_seconds=round(seconds, 1),
         total_training_seconds=round(seconds + (before.all_training_seconds or 0.0), 1),
         hardware=describe_device(device),

@@ -37,6 +37,7 @@ class DatasetInfo:
     classes: tuple[str, ...]
     hflip: bool  # horizontal flips are label-preserving for this dataset
     tv_class: type
+    noun: str = "item"  # what one example is called: "Draw a digit", "the predicted item"
 
     @property
     def num_classes(self) -> int:
@@ -45,7 +46,7 @@ class DatasetInfo:
 
 DATASETS: dict[str, DatasetInfo] = {
     "mnist": DatasetInfo(
-        "mnist", "MNIST", "MNIST", tuple(str(d) for d in range(10)), hflip=False, tv_class=datasets.MNIST
+        "mnist", "MNIST", "MNIST", tuple(str(d) for d in range(10)), hflip=False, tv_class=datasets.MNIST, noun="digit"
     ),
     "fashion-mnist": DatasetInfo(
         "fashion-mnist",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,10 +30,27 @@ class Evaluation:
     correct: int
     total: int
     confusion: Tensor  # (K, K) int64, rows = true class, columns = prediction
+    labels: Tensor  # (N,)
     predictions: Tensor  # (N,)
     lengths: Tensor  # (N, K)
     dimension_mean: Tensor  # (K, D) over correctly classified examples of each class
     dimension_std: Tensor  # (K, D)
+    reconstruction_errors: Tensor  # (N,) sum of squared pixel errors, decoded from the true class's capsule
+
+    @property
+    def winner_lengths(self) -> Tensor:
+        """(N,) the length of each example's longest capsule."""
+        return self.lengths.max(dim=1).values
+
+    @property
+    def right(self) -> Tensor:
+        """(N,) bool: correctly classified (for these the true class's reconstruction is the winner's)."""
+        return self.predictions == self.labels
+
+    def class_precision(self) -> list[float]:
+        """Of the examples predicted as each class, the share that are that class."""
+        predicted = self.confusion.sum(dim=0).tolist()
+        return [c / p if p else 0.0 for c, p in zip(self.class_correct, predicted)]
 
     @property
     def accuracy(self) -> float:
@@ -47,6 +65,7 @@ class Evaluation:
         return self.confusion.sum(dim=1).tolist()
 
     def class_accuracy(self) -> list[float]:
+        """Of the examples of each class, the share predicted right (its recall)."""
         return [c / t if t else 0.0 for c, t in zip(self.class_correct, self.class_total)]
 
     def to_dict(self, class_names: list[str] | None = None) -> dict[str, Any]:
@@ -75,11 +94,13 @@ def evaluate(
     batch_size: int = 500,
     device: torch.device | str | None = None,
     routing_iterations: int | None = None,
+    on_batch: Callable[[int, int], None] | None = None,
 ) -> Evaluation:
     """Run `model` over images (N, C, H, W) in [0, 1] with labels (N,), in batches, in eval mode.
 
     The loss masks the decoder by the true label, as in training; predictions are
-    the longest capsules. Model mode is restored afterwards.
+    the longest capsules. Model mode is restored afterwards. `on_batch(done, total)` is
+    called after each batch with the number of images done (for a progress bar).
     """
     if len(images) != len(labels) or len(images) == 0:
         raise ValueError(f"need as many labels as images, and at least one: {len(images)} vs {len(labels)}")
@@ -89,7 +110,7 @@ def evaluate(
     model.eval()
     k, d = config.num_classes, config.digit_dim
     sums = torch.zeros(3, dtype=torch.float64)
-    predictions, lengths = [], []
+    predictions, lengths, errors = [], [], []
     pose_sum = torch.zeros(k, d, dtype=torch.float64)
     pose_sq = torch.zeros(k, d, dtype=torch.float64)
     for start in range(0, len(images), batch_size):
@@ -100,11 +121,14 @@ def evaluate(
         sums += torch.tensor([loss.total.item(), loss.margin.item(), loss.reconstruction.item()]) * len(x)
         predictions.append(out.prediction.cpu())
         lengths.append(out.lengths.float().cpu())
+        errors.append((out.reconstruction.float() - x.float()).square().flatten(1).sum(dim=1).cpu())  # (b,)
         right = out.prediction == y
         poses = out.poses.double()[right, y[right]].cpu()  # (n_right, D): each example's true-class capsule
         classes = y[right].cpu()
         pose_sum.index_add_(0, classes, poses)
         pose_sq.index_add_(0, classes, poses * poses)
+        if on_batch is not None:
+            on_batch(min(start + batch_size, len(images)), len(images))
     model.train(was_training)
     prediction = torch.cat(predictions)
     truth = labels.cpu().long()
@@ -120,10 +144,12 @@ def evaluate(
         correct=int(confusion.diagonal().sum()),
         total=len(images),
         confusion=confusion,
+        labels=truth,
         predictions=prediction,
         lengths=torch.cat(lengths),
         dimension_mean=mean.float(),
         dimension_std=std.float(),
+        reconstruction_errors=torch.cat(errors),
     )
 
 

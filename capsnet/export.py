@@ -29,6 +29,7 @@ from capsnet.data import as_tensors, dataset_info, load_dataset
 from capsnet.device import pick_device
 from capsnet.evaluate import evaluate
 from capsnet.files import atomic_path, read_jsonl
+from capsnet.novelty import NoveltyThresholds
 
 
 def export_checkpoint(
@@ -57,6 +58,7 @@ def export_checkpoint(
         confusion=after.confusion.tolist(),
         dimension_mean=after.dimension_mean.tolist(),
         dimension_std=after.dimension_std.tolist(),
+        novelty=thresholds.to_dict() if (thresholds := NoveltyThresholds.from_evaluation(after)) else None,
         weights_dtype="float16" if half else "float32",
         test_accuracy_before_export=before.accuracy,
         class_names=list(dataset_info(name).classes),
@@ -66,6 +68,22 @@ def export_checkpoint(
     if records:
         with atomic_path(target.with_suffix(".metrics.jsonl")) as tmp:
             tmp.write_text("".join(json.dumps(record) + "\n" for record in records), encoding="utf-8")
+    return info
+
+
+def calibrate_checkpoint(path: str | Path, data_dir: str | None = None, device: str = "auto") -> CheckpointInfo:
+    """Add the not-like-any-class thresholds (`capsnet.novelty`) to a checkpoint's header; the weights are kept.
+
+    For checkpoints made before the thresholds were stored. The file is rewritten atomically
+    with the same tensors (float16 weights stay float16, bit for bit).
+    """
+    path = Path(path)
+    checkpoint = load_checkpoint(path, device=pick_device(device))
+    images, labels = as_tensors(load_dataset(checkpoint.info.dataset or "mnist", train=False, data_dir=data_dir))
+    thresholds = NoveltyThresholds.from_evaluation(evaluate(checkpoint.model, images, labels))
+    info = checkpoint.info.replace(novelty=thresholds.to_dict() if thresholds else None)
+    dtype = torch.float16 if checkpoint.info.weights_dtype == "float16" else None
+    save_checkpoint(path, checkpoint.model, info, dtype=dtype)
     return info
 
 
@@ -107,13 +125,22 @@ def lineage_metrics(checkpoint: Path, info: CheckpointInfo | Mapping[str, Any]) 
 def main(argv: list[str] | None = None) -> int:
     parser = ArgumentParser(prog="python -m capsnet.export", description="Export a run's checkpoint for shipping.")
     parser.add_argument("source", help="a run's checkpoint, e.g. runs/x/best.safetensors")
-    parser.add_argument("target", help="where to write, e.g. checkpoints/mnist.safetensors")
+    parser.add_argument("target", nargs="?", help="where to write, e.g. checkpoints/mnist.safetensors")
+    parser.add_argument(
+        "--calibrate", action="store_true", help="only add the not-like-any-class thresholds to SOURCE's header"
+    )
     parser.add_argument("--float32", action="store_true", help="keep float32 weights (default: float16)")
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--device", default="auto")
     args = parser.parse_args(argv)
 
     def body() -> int:
+        if args.calibrate:
+            info = calibrate_checkpoint(args.source, args.data_dir, args.device)
+            print(json.dumps({"checkpoint": args.source, "novelty": info.novelty}))
+            return 0
+        if not args.target:
+            parser.error("the target checkpoint is needed (or --calibrate)")
         info = export_checkpoint(args.source, args.target, not args.float32, args.data_dir, args.device)
         keys = ("dataset", "epochs", "best_epoch", "test_accuracy", "test_accuracy_before_export", "weights_dtype")
         facts = info.to_dict()

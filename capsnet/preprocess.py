@@ -13,6 +13,11 @@ its centre of mass lies at the centre. `to_mnist` does the same to any ink map:
 Inputs are turned into an ink map first: a canvas (RGBA, white stroke on black or
 on a transparent background), or an upload (PNG/JPEG, dark ink on light paper is
 inverted automatically).
+
+On the canvas the physical size is known, so a drawing narrower than a quarter of the canvas
+(MIN_CANVAS_SPAN) is not blown up to 20 px: MNIST's digits were written at a size that the
+normalisation only tidied, and a click on the canvas is a dot, not a 20-px disc that the
+network would read as a confident, fat zero.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ BOX_SIZE = 20
 CENTRE = (MNIST_SIZE - 1) / 2  # 13.5: the middle of a 28-pixel row, in pixel-centre coordinates
 INK_THRESHOLD = 0.15  # fraction of full ink that counts as ink for the bounding box
 MAX_UPLOAD_PIXELS = 4096 * 4096  # refuse decompression bombs long before Pillow's own limit
+MIN_CANVAS_SPAN = 0.25  # a canvas drawing narrower than this share of the canvas is not enlarged to fill 20 px
 
 
 class PreprocessError(CapsNetError):
@@ -111,13 +117,14 @@ def open_image(data: bytes, name: str = "the upload") -> Image.Image:
     return image
 
 
-def to_mnist(ink: np.ndarray, threshold: float = INK_THRESHOLD) -> np.ndarray:
+def to_mnist(ink: np.ndarray, threshold: float = INK_THRESHOLD, max_scale: float | None = None) -> np.ndarray:
     """An ink map (H, W) in [0, 1] -> a 28x28 float32 digit the way MNIST was made.
 
     Crop to the ink's bounding box, scale so the longer side is 20 px keeping the
     aspect ratio (anti-aliased), and centre by centre of mass in 28x28. The result
     is scaled so that its brightest pixel is 1, like MNIST's saturated strokes.
-    Raises EmptyImageError if there is no ink.
+    `max_scale` caps the enlargement (output pixels per input pixel), so that a speck
+    stays small. Raises EmptyImageError if there is no ink.
     """
     ink = np.asarray(ink, dtype=np.float32)
     if ink.ndim != 2:
@@ -130,6 +137,8 @@ def to_mnist(ink: np.ndarray, threshold: float = INK_THRESHOLD) -> np.ndarray:
     crop = ink[rows[0] : rows[-1] + 1, cols[0] : cols[-1] + 1]  # (h, w): the ink's bounding box
     height, width = crop.shape
     scale = BOX_SIZE / max(height, width)
+    if max_scale is not None:
+        scale = min(scale, max_scale)
     new_w, new_h = max(1, round(width * scale)), max(1, round(height * scale))
     # area averaging when shrinking is true anti-aliasing; bilinear when a tiny drawing grows
     resample = Image.Resampling.BOX if scale < 1 else Image.Resampling.BILINEAR
@@ -173,7 +182,8 @@ def preprocess_canvas(rgba: np.ndarray | None) -> np.ndarray:
     """Canvas pixels (H, W, 4) -> 28x28 MNIST-style digit. None (nothing drawn yet) is empty."""
     if rgba is None:
         raise EmptyImageError("Nothing to read: the drawing is empty. Draw a digit first.")
-    return to_mnist(ink_from_canvas(rgba))
+    ink = ink_from_canvas(rgba)
+    return to_mnist(ink, max_scale=BOX_SIZE / (MIN_CANVAS_SPAN * max(ink.shape)))
 
 
 def preprocess_image(image: Image.Image) -> np.ndarray:

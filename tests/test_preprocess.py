@@ -63,9 +63,18 @@ def test_aspect_ratio_is_kept() -> None:
 
 
 def test_small_drawing_is_scaled_up_to_20_px() -> None:
-    digit = preprocess_canvas(canvas(lambda d: d.line([(140, 130), (140, 150)], fill="white", width=3)))
+    digit = preprocess_canvas(canvas(lambda d: d.line([(140, 105), (140, 175)], fill="white", width=3)))  # 71 px
     height, _ = ink_box(digit)
     assert height == 20
+
+
+def test_a_dot_on_the_canvas_stays_a_dot() -> None:
+    """A click (18 px on the 280-px canvas) is not blown up into a 20-px disc: at most a quarter of the canvas fills 20 px."""
+    digit = preprocess_canvas(canvas(lambda d: d.ellipse([131, 131, 149, 149], fill="white")))
+    height, width = ink_box(digit)
+    assert 4 <= height <= 6 and 4 <= width <= 6  # 19 px x 20/70
+    centre = centre_of_mass(digit)
+    assert abs(centre[0] - 13.5) <= 0.5 and abs(centre[1] - 13.5) <= 0.5
 
 
 def test_transparent_canvas_background_is_background() -> None:

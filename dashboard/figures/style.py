@@ -13,6 +13,7 @@ OTHER = "#7f8ea3"
 MARGIN_PLUS = "#21c354"
 MARGIN_MINUS = "#ffa421"
 RUN_COLOURS = qualitative.Plotly
+CLASS_COLOURS = qualitative.Plotly  # one colour per class where classes are told apart by colour
 
 
 def layout(fig: go.Figure, height: int, **extra: Any) -> go.Figure:

@@ -1,0 +1,179 @@
+"""Routing by agreement made visible: the votes, where they point, and which part of the input cast them.
+
+Sabour, Frosst & Hinton (2017), section 2: each primary capsule i casts a vote
+u_hat_{j|i} = W_ij u_i for every digit capsule j; routing gives more weight (c_ij) to the
+votes that agree with the consensus v_j. For one input this module returns every vote and
+coupling (`read_votes`), a 2-D view of one capsule's 1,152 votes in a basis fixed across the
+iterations (`vote_view`), the share of all vote mass each digit capsule receives (`vote_mass`),
+and the receptive field of every primary capsule on the input, to colour the strokes by the
+digit capsule they vote for (`pixel_votes`). Everything is vectorised: no loop over capsules.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from capsnet.config import CapsNetConfig
+from capsnet.layers import squash
+from capsnet.model import CapsNet
+from capsnet.preprocess import as_model_input
+
+MOVED = 0.01  # a coupling "moved" when it is this far from uniform (1/K)
+
+
+@dataclass
+class Votes:
+    """Every vote and coupling of one input, iteration by iteration."""
+
+    votes: np.ndarray  # (K, N, D) u_hat_{j|i}
+    coupling: np.ndarray  # (r, N, K) c_ij used in iteration t; sums to 1 over K
+    sums: np.ndarray  # (r, K, D) s_j = sum_i c_ij u_hat_{j|i} in iteration t
+    poses: np.ndarray  # (r, K, D) v_j = squash(s_j) after iteration t
+    agreement: np.ndarray  # (r, N, K) u_hat_{j|i} . v_j after iteration t (what iteration t + 1 adds to b_ij)
+    primary_lengths: np.ndarray  # (N,) |u_i|
+
+    @property
+    def iterations(self) -> int:
+        return self.coupling.shape[0]
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """(r, K) |v_j| after each iteration."""
+        return np.linalg.norm(self.poses, axis=-1)
+
+
+def read_votes(model: CapsNet, image: np.ndarray, iterations: int | None = None) -> Votes:
+    """One forward pass of a 28x28 image (model in eval mode) that keeps the votes and the routing trace."""
+    if model.training:
+        raise ValueError("read_votes needs the model in eval mode (call model.eval())")
+    r = model.config.routing_iterations if iterations is None else int(iterations)
+    if r < 1:
+        raise ValueError(f"routing needs at least 1 iteration, got {r}")
+    x = as_model_input(np.asarray(image, dtype=np.float32)).to(next(model.parameters()).device)
+    with torch.inference_mode():
+        primary, _, trace = model.encode(x, r, trace=True)  # (1, N, P)
+        u_hat = model.digits.predictions(primary).float()  # (1, K, N, D)
+        assert trace is not None
+        coupling = trace.coupling[0].float()  # (r, N, K)
+        sums = torch.einsum("tnk,knd->tkd", coupling, u_hat[0])  # (r, K, D)
+        poses = squash(sums)  # (r, K, D)
+        agreement = torch.einsum("knd,tkd->tnk", u_hat[0], poses)  # (r, N, K)
+    return Votes(
+        votes=u_hat[0].cpu().numpy(),
+        coupling=coupling.cpu().numpy(),
+        sums=sums.cpu().numpy(),
+        poses=poses.cpu().numpy(),
+        agreement=agreement.cpu().numpy(),
+        primary_lengths=primary[0].norm(dim=-1).float().cpu().numpy(),
+    )
+
+
+# ---------------------------------------------------------------- one capsule's votes in 2-D
+
+
+def vote_basis(votes: np.ndarray, pose: np.ndarray) -> np.ndarray:
+    """An orthonormal (2, D) basis for one capsule's votes (N, D): the consensus's direction, then the votes' spread.
+
+    Axis 1 is v_j / |v_j| (the final pose), so a vote's first coordinate is its agreement with
+    the consensus divided by |v_j|; axis 2 is the main direction in which the votes differ
+    across it (their first principal component, orthogonal to axis 1). The basis depends on
+    the votes and the final pose only, so it is the same for every iteration: what moves
+    between frames is the weight of each vote, not the picture.
+    """
+    votes, pose = np.asarray(votes, dtype=np.float64), np.asarray(pose, dtype=np.float64)
+    norm = np.linalg.norm(pose)
+    if norm < 1e-9:  # no consensus at all: the votes' own two main directions
+        _, _, vt = np.linalg.svd(votes - votes.mean(axis=0), full_matrices=False)
+        first = vt[0]
+    else:
+        first = pose / norm
+    residual = votes - np.outer(votes @ first, first)  # (N, D): what is left across axis 1
+    _, _, vt = np.linalg.svd(residual - residual.mean(axis=0), full_matrices=False)
+    second = vt[0] - (vt[0] @ first) * first  # (D,), orthogonal to the first up to rounding
+    second /= max(np.linalg.norm(second), 1e-12)
+    second *= np.sign(second[np.argmax(np.abs(second))])  # a fixed sign, so the picture is reproducible
+    return np.stack([first, second]).astype(np.float32)
+
+
+@dataclass
+class VoteView:
+    """One digit capsule's votes, projected to 2-D, with the weight routing gives each in every iteration."""
+
+    digit: int
+    basis: np.ndarray  # (2, D)
+    points: np.ndarray  # (N, 2) the votes u_hat_{j|i}, projected (the same in every iteration)
+    coupling: np.ndarray  # (r, N) c_ij to this capsule
+    change: np.ndarray  # (r, N) c_ij - 1/K
+    agreement: np.ndarray  # (r, N) u_hat_{j|i} . v_j after iteration t
+    sums: np.ndarray  # (r, 2) s_j projected
+    poses: np.ndarray  # (r, 2) v_j projected
+    moved_share: float  # share of the couplings to this capsule more than MOVED from 1/K at the last iteration
+    largest: int  # the primary capsule whose coupling to this capsule grew the most
+
+
+def vote_view(votes: Votes, digit: int) -> VoteView:
+    """The 2-D view of digit capsule `digit`'s votes (see `vote_basis`)."""
+    k = votes.votes.shape[0]
+    if not 0 <= digit < k:
+        raise ValueError(f"digit capsule must lie in [0, {k}), got {digit}")
+    mine = votes.votes[digit]  # (N, D)
+    basis = vote_basis(mine, votes.poses[-1, digit])
+    coupling = votes.coupling[:, :, digit]  # (r, N)
+    change = coupling - 1.0 / k
+    return VoteView(
+        digit=digit,
+        basis=basis,
+        points=mine @ basis.T,  # (N, 2)
+        coupling=coupling,
+        change=change,
+        agreement=votes.agreement[:, :, digit],
+        sums=votes.sums[:, digit] @ basis.T,  # (r, 2)
+        poses=votes.poses[:, digit] @ basis.T,  # (r, 2)
+        moved_share=float(np.mean(np.abs(change[-1]) > MOVED)),
+        largest=int(np.argmax(change[-1])),
+    )
+
+
+def vote_mass(coupling: np.ndarray) -> np.ndarray:
+    """How much of all the vote mass each digit capsule receives in each iteration: (r, N, K) -> (r, K).
+
+    Each child's couplings sum to 1 over the parents, so each row sums to N (1,152 in the
+    paper's model); divide by N for shares. Uniform routing gives every capsule N/K.
+    """
+    return np.asarray(coupling, dtype=np.float64).sum(axis=1)
+
+
+# ---------------------------------------------------------------- back to the input
+
+
+def receptive_fields(config: CapsNetConfig) -> np.ndarray:
+    """Which input pixels each position of the primary-capsule grid sees: (G, G, H, W) bool.
+
+    Conv1 (k1 x k1, stride 1) then PrimaryCaps (k2 x k2, stride s): position (y, x) sees rows
+    s*y ... s*y + k1 + k2 - 2 and the same columns, a 17x17 square in the paper's model.
+    Every capsule type at that position shares it.
+    """
+    g, side = config.primary_grid, config.image_size
+    size = config.conv1_kernel + config.primary_kernel - 1
+    start = np.arange(g) * config.primary_stride  # (G,)
+    pixels = np.arange(side)  # (H,)
+    inside = (pixels[None, :] >= start[:, None]) & (pixels[None, :] < start[:, None] + size)  # (G, H)
+    return inside[:, None, :, None] & inside[None, :, None, :]  # (G, G, H, W)
+
+
+def pixel_votes(coupling: np.ndarray, primary_lengths: np.ndarray, config: CapsNetConfig) -> np.ndarray:
+    """The vote mass each digit capsule receives through each input pixel: (N, K), (N,) -> (H, W, K).
+
+    Each primary capsule spreads its coupling c_ij, weighted by its length |u_i| (how sure it is
+    that its feature is there), over its receptive field. A pixel's strongest class is the
+    digit capsule its stroke votes for.
+    """
+    g, types, k = config.primary_grid, config.primary_types, config.num_classes
+    weighted = np.asarray(coupling, np.float32) * np.asarray(primary_lengths, np.float32)[:, None]  # (N, K)
+    per_position = weighted.reshape(types, g * g, k).sum(axis=0)  # (G*G, K): capsule i = type * G^2 + y * G + x
+    fields = receptive_fields(config).reshape(g * g, -1).astype(np.float32)  # (G*G, H*W)
+    side = config.image_size
+    return (fields.T @ per_position).reshape(side, side, k)  # (H, W, K)
