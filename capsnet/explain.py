@@ -39,6 +39,7 @@ class Explanation:
     poses: np.ndarray  # (K, D) the digit capsules v_j
     reconstruction: np.ndarray  # (28, 28) decoded from the capsule of `decode_class`
     decode_class: int  # the class whose capsule was decoded (the prediction unless asked otherwise)
+    reconstruction_error: float  # sum of squared pixel errors of the winner's reconstruction (`capsnet.novelty`)
     iterations: int  # routing iterations r
     coupling: np.ndarray  # (r, N, K) c_ij used in each iteration; sums to 1 over K
     iteration_lengths: np.ndarray  # (r, K) |v_j| after each iteration
@@ -87,6 +88,7 @@ def explain(
         prediction = int(out.prediction[0])
         chosen = prediction if decode_class is None else _check_class(model, decode_class)
         reconstruction = out.reconstruction if chosen == prediction else model.decode(out.poses, chosen)
+        error = float((out.reconstruction.float() - x.float()).square().sum())  # out.reconstruction: the winner's
     assert out.trace is not None and out.primary is not None
     c = model.config
     return Explanation(
@@ -96,6 +98,7 @@ def explain(
         poses=out.poses[0].float().cpu().numpy(),
         reconstruction=reconstruction[0, 0].float().cpu().numpy(),
         decode_class=chosen,
+        reconstruction_error=error,
         iterations=iterations,
         coupling=out.trace.coupling[0].float().cpu().numpy(),  # (r, N, K)
         iteration_lengths=out.trace.lengths[0].float().cpu().numpy(),  # (r, K)

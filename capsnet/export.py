@@ -28,7 +28,7 @@ from capsnet.cli import ArgumentParser, run_cli
 from capsnet.data import as_tensors, dataset_info, load_dataset
 from capsnet.device import pick_device
 from capsnet.evaluate import evaluate
-from capsnet.files import atomic_path, read_jsonl
+from capsnet.files import atomic_path, read_jsonl, writable
 from capsnet.novelty import NoveltyThresholds
 
 
@@ -38,6 +38,7 @@ def export_checkpoint(
     """Export `source` to `target`; returns the exported file's info (header)."""
     source, target = Path(source), Path(target)
     dtype = torch.float16 if half else None
+    writable(target)  # before the minutes of evaluation, not after
     run = load_checkpoint(source, device=pick_device(device))
     name = run.info.dataset or "mnist"
     images, labels = as_tensors(load_dataset(name, train=False, data_dir=data_dir))
@@ -78,6 +79,7 @@ def calibrate_checkpoint(path: str | Path, data_dir: str | None = None, device: 
     with the same tensors (float16 weights stay float16, bit for bit).
     """
     path = Path(path)
+    writable(path)
     checkpoint = load_checkpoint(path, device=pick_device(device))
     images, labels = as_tensors(load_dataset(checkpoint.info.dataset or "mnist", train=False, data_dir=data_dir))
     thresholds = NoveltyThresholds.from_evaluation(evaluate(checkpoint.model, images, labels))

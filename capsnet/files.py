@@ -1,4 +1,8 @@
-"""Atomic file writes and JSON-lines logs, so a reader never sees half a file."""
+"""Atomic file writes and JSON-lines logs, so a reader never sees half a file.
+
+A write that fails (a missing or read-only folder, a full disk) raises FileWriteError, a
+user-facing error naming the file, so the CLIs print it as one line.
+"""
 
 from __future__ import annotations
 
@@ -10,13 +14,37 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from capsnet.errors import CapsNetError
+
+
+class FileWriteError(CapsNetError):
+    """A file could not be written."""
+
+
+def _cannot_write(path: Path, error: OSError) -> FileWriteError:
+    return FileWriteError(f"cannot write {path}: {error.strerror or error}")
+
+
+def writable(path: str | os.PathLike) -> None:
+    """Raise FileWriteError now if `path` could not be written (its folder cannot be made or written to)."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise _cannot_write(path, error) from None
+    if not os.access(path.parent, os.W_OK) or path.is_dir():
+        raise FileWriteError(f"cannot write {path}: {'it is a folder' if path.is_dir() else 'permission denied'}")
+
 
 @contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside `path`; on success fsync it and rename it over `path`."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as error:
+        raise _cannot_write(path, error) from None
     os.close(fd)
     tmp_path = Path(tmp)
     try:
@@ -26,6 +54,8 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         with open(tmp_path, "rb") as handle:
             os.fsync(handle.fileno())
         os.replace(tmp_path, path)
+    except OSError as error:
+        raise _cannot_write(path, error) from None
     finally:
         tmp_path.unlink(missing_ok=True)
 
@@ -48,10 +78,13 @@ def read_json(path: str | os.PathLike) -> Any:
 
 def append_jsonl(path: str | os.PathLike, record: dict[str, Any]) -> None:
     """Append one JSON object as one line (a single write, flushed)."""
-    with open(path, "a", encoding="utf-8") as handle:
-        handle.write(json.dumps(record) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
+    try:
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(record) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+    except OSError as error:
+        raise _cannot_write(Path(path), error) from None
 
 
 def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:

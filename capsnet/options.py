@@ -149,9 +149,10 @@ class TrainOptions:
             values["preset"] = LEGACY_PRESETS[values["preset"]]
         return cls(**values)
 
-    def resumed_from(self, stored: TrainOptions) -> TrainOptions:
-        """These options with the run-defining fields of `stored` (the run being resumed)."""
-        return dataclasses.replace(self, **{name: getattr(stored, name) for name in self.run_fields()})
+    def resumed_from(self, stored: dict[str, Any]) -> TrainOptions:
+        """These options with the run-defining fields that `stored` (a resumed run's args.json) holds."""
+        known = TrainOptions.from_dict(stored)
+        return dataclasses.replace(self, **{name: getattr(known, name) for name in self.run_fields() if name in stored})
 
     # ------------------------------------------------------------ the command line
 

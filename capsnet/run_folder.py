@@ -132,9 +132,8 @@ class RunFolder:
 
     def looks_like_a_run(self) -> bool:
         """Whether the folder holds any of a run's files."""
-        return self.path.is_dir() and any(
-            (self.path / m).exists() for m in (self.ARGS, self.PROGRESS, self.METRICS, self.LOG)
-        )
+        markers = (self.ARGS, self.PROGRESS, self.METRICS, self.LOG, "request.json")
+        return self.path.is_dir() and any((self.path / m).exists() for m in markers)
 
     # ------------------------------------------------------------ reading
 
@@ -148,12 +147,19 @@ class RunFolder:
         return [r for r in read_jsonl(self.path / self.METRICS) if isinstance(r, dict)]  # type: ignore[misc]
 
     def read_args(self) -> dict[str, Any]:
-        """args.json as stored ({} if absent or unreadable); `TrainOptions.from_dict` makes options of it."""
-        try:
-            data = read_json(self.path / self.ARGS)
-        except (OSError, ValueError):
-            return {}
-        return data if isinstance(data, dict) else {}
+        """args.json as stored ({} if absent or unreadable); `TrainOptions.from_dict` makes options of it.
+
+        A run started by an older dashboard that failed before its trainer wrote args.json has
+        the dashboard's request.json instead.
+        """
+        for name in (self.ARGS, "request.json"):
+            try:
+                data = read_json(self.path / name)
+            except (OSError, ValueError):
+                continue
+            if isinstance(data, dict):
+                return data
+        return {}
 
     def checkpoint(self) -> Path | None:
         """The run's best model (or its latest), if an epoch has finished."""

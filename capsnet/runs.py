@@ -365,7 +365,7 @@ def read_run(
     holder = active if isinstance(active, ActiveRun) and active.run_dir.name == folder.name else None
     holder_alive = holder is not None and _trainer_alive(holder.pid)
     reason = ""
-    if progress is None:
+    if progress is None or progress.status == "starting":  # none yet, or none that says anything
         status = "starting" if holder is not None else "failed"
         reason = "" if holder is not None else "the trainer exited before training started"
     elif progress.status == "running":

@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +82,7 @@ class EpochSums:
     seen: float = 0.0
     seconds: float = 0.0
     batches: int = 0  # this process's batches
+    stopped: bool = False  # every process stopped part-way (Ctrl-C, SIGTERM): decided together
 
     @property
     def loss(self) -> float:
@@ -92,10 +93,18 @@ class EpochSums:
         return self.correct / max(self.seen, 1)
 
     def __add__(self, other: EpochSums) -> EpochSums:
-        return EpochSums(*(a + b for a, b in zip(asdict(self).values(), asdict(other).values())))
+        """The sums of both parts of an epoch (this one's batch count and stop)."""
+        return EpochSums(
+            self.loss_sum + other.loss_sum,
+            self.correct + other.correct,
+            self.seen + other.seen,
+            self.seconds + other.seconds,
+            self.batches,
+            self.stopped,
+        )
 
     def to_state(self) -> dict[str, float]:
-        return {k: float(v) for k, v in asdict(self).items() if k != "batches"}
+        return {k: float(getattr(self, k)) for k in ("loss_sum", "correct", "seen", "seconds")}
 
     @classmethod
     def from_state(cls, state: dict[str, float]) -> EpochSums:
@@ -122,7 +131,8 @@ def train_one_epoch(
 
     Nothing is read back from the device per batch: the running loss and accuracy are read only
     to report progress (at most every REPORT_EVERY_S), and the stop flag of a distributed run and
-    the collapse watch only every SYNC_EVERY batches, when all processes check them together.
+    the collapse watch only every SYNC_EVERY batches and at the end, when all processes check them
+    together (so they all stop at the same batch, and agree whether the epoch was stopped).
     Raises TrainingCollapsedError when the watch says so.
     """
     model.train()
@@ -160,18 +170,24 @@ def train_one_epoch(
             report()
             last_report, reported = time.perf_counter(), batches
         if batches % SYNC_EVERY == 0:
-            reason = watch.verdict() if watch is not None else None
-            failed, stopping = reduce_sum([float(reason is not None), float(stop.stop)], env, device)
-            if failed:
-                raise TrainingCollapsedError(reason or "training collapsed on another process")
-            if stopping:
+            if _agreed_stop(stop, watch, env, device):
                 break
         elif stop.stop and not env.enabled:  # one process: stop at once; several stop together at a sync point
             break
     if reporting and batches > reported:
         report()  # where the epoch (or its part before a stop) ended
+    stopped = _agreed_stop(stop, watch, env, device)  # also for an epoch shorter than SYNC_EVERY batches
     totals = reduce_sum([loss_sum.item(), float(correct.item()), float(seen)], env, device)
-    return EpochSums(*totals, seconds=time.perf_counter() - start, batches=batches)
+    return EpochSums(*totals, seconds=time.perf_counter() - start, batches=batches, stopped=stopped)
+
+
+def _agreed_stop(stop: StopFlag, watch: CollapseWatch | None, env: Distributed, device: torch.device) -> bool:
+    """Whether any process was asked to stop; raises TrainingCollapsedError if any process's watch says so."""
+    reason = watch.verdict() if watch is not None else None
+    failed, stopping = reduce_sum([float(reason is not None), float(stop.stop)], env, device)
+    if failed:
+        raise TrainingCollapsedError(reason or "training collapsed on another process")
+    return stopping > 0
 
 
 # ---------------------------------------------------------------- the steps of a run
@@ -184,6 +200,7 @@ class Prepared:
     options: TrainOptions
     folder: RunFolder
     origin: dict[str, Any] | None  # the checkpoint an --init run started from
+    args: dict[str, Any]  # what args.json is to hold, written once the run's state has loaded
 
 
 def prepare(options: TrainOptions, env: Distributed) -> Prepared:
@@ -203,17 +220,18 @@ def prepare(options: TrainOptions, env: Distributed) -> Prepared:
         stored = folder.read_args()
         if not stored:
             raise CapsNetError(f"--resume: cannot read the run's {RunFolder.ARGS} in {folder.path}")
-        options = options.resumed_from(TrainOptions.from_dict(stored)).validate()
+        options = options.resumed_from(stored).validate()
         origin = stored.get("started_from")
         if origin is None and stored.get("init") and Path(stored["init"]).is_file():  # begun before origins were kept
             origin = read_checkpoint_info(stored["init"])[1].as_origin(stored["init"])
-        if env.is_main and stored.get("epochs") != options.epochs:
-            folder.write_args(stored | {"epochs": options.epochs})  # what a later resume continues to
-    elif options.init:
-        origin = read_checkpoint_info(options.init)[1].as_origin(options.init)
-    if env.is_main and not options.resume:
-        folder.write_args(options.to_dict() | ({"started_from": origin} if origin else {}))
-    return Prepared(options, folder, origin)
+        args = stored | {"epochs": options.epochs}  # what a later resume continues to
+    else:
+        if options.init:
+            origin = read_checkpoint_info(options.init)[1].as_origin(options.init)
+        args = options.to_dict() | ({"started_from": origin} if origin else {})
+        if env.is_main:
+            folder.write_args(args)
+    return Prepared(options, folder, origin, args)
 
 
 def build(
@@ -284,6 +302,8 @@ def fit(
     model, optimizer, scheduler = build(options, device)
     saver = Checkpointer(folder, model, optimizer, scheduler, enabled=env.is_main)
     state = saver.restore() if options.resume else saver.state
+    if options.resume and env.is_main and folder.read_args() != prepared.args:
+        folder.write_args(prepared.args)  # only once the saved state has proved sound
     data = load_data(options, device, env)
     net: torch.nn.Module = model
     use_cuda = device.type == "cuda"
@@ -341,7 +361,7 @@ def fit(
                 state.elapsed += time.perf_counter() - epoch_start
                 before = EpochSums.from_state(state.partial) if done_before else EpochSums()
                 sums = sums + before  # with the part of this epoch run before a resume
-                if stop.stop:
+                if sums.stopped:
                     status = "stopped"
                     saver.save_state(epoch, done_before + sums.batches, sums.to_state())
                     break

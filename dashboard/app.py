@@ -1,20 +1,22 @@
 """CapsNet Explorer: `streamlit run dashboard/app.py`.
 
-The entry point only sets up the page, the shared session state and the sidebar,
-then hands over to the page chosen in `st.navigation`. Pages live in
-dashboard/app_pages/ (not pages/, which would switch on Streamlit's legacy
-automatic page discovery).
+The entry point only sets up the page, the shared session state, the state a link carries
+(`dashboard.links`) and the sidebar, then hands over to the page chosen in `st.navigation`.
+Pages live in dashboard/app_pages/ (not pages/, which would switch on Streamlit's legacy
+automatic page discovery). Everything is local: the icon is a file here, so the app works offline.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import streamlit as st
 
-from dashboard import sidebar, state
+from dashboard import links, models, sidebar, state
 
 st.set_page_config(
     page_title="CapsNet Explorer",
-    page_icon=":material/blur_on:",
+    page_icon=str(Path(__file__).with_name("icon.png")),
     layout="wide",
     initial_sidebar_state="expanded",
     menu_items={
@@ -27,12 +29,18 @@ PAGES = [
     st.Page("app_pages/draw.py", title="Draw", icon=":material/draw:", default=True),
     st.Page("app_pages/routing.py", title="Routing", icon=":material/hub:", url_path="routing"),
     st.Page("app_pages/dimensions.py", title="Capsule dimensions", icon=":material/tune:", url_path="dimensions"),
+    st.Page("app_pages/transform.py", title="Transform lens", icon=":material/rotate_right:", url_path="transform"),
     st.Page("app_pages/training.py", title="Training runs", icon=":material/monitoring:", url_path="training"),
     st.Page("app_pages/evaluate.py", title="Evaluate", icon=":material/fact_check:", url_path="evaluate"),
 ]
 
+entries = models.checkpoint_entries(str(state.checkpoints_dir()), str(state.runs_root()))
+links.read_link(entries)
 page = st.navigation(PAGES)
 state.note_page(page.url_path)
 st.sidebar.caption("CapsNet Explorer · [Sabour, Frosst & Hinton 2017](https://arxiv.org/abs/1710.09829)")
 sidebar.render()
+chosen = next((e for e in entries if str(e.path) == st.session_state.get(state.MODEL_PATH)), None)
+links.write_link(chosen, page.url_path)
+links.show_notices()
 page.run()

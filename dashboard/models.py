@@ -10,6 +10,7 @@ and cached results are typed.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,12 +21,16 @@ import streamlit as st
 import torch
 
 from capsnet import catalog
+from capsnet import equivariance as eq
 from capsnet import explain as ex
+from capsnet.agreement import Votes, read_votes
 from capsnet.checkpoint import Checkpoint, CheckpointError, load_checkpoint
 from capsnet.checkpoint_info import CheckpointInfo
 from capsnet.config import CapsNetConfig
-from capsnet.data import DatasetDamagedError, DatasetNotFoundError, as_tensors, dataset_info, load_dataset
+from capsnet.data import DATASETS, DatasetDamagedError, DatasetNotFoundError, as_tensors, dataset_info, load_dataset
+from capsnet.equivariance import Transform, TransformedReading
 from capsnet.evaluate import Evaluation, evaluate
+from capsnet.novelty import NoveltyThresholds, thresholds_for
 from dashboard import state, texts
 
 MNIST_DIGITS = [str(d) for d in range(10)]
@@ -64,6 +69,24 @@ class Model:
         """`capsnet.explain.explain` of one 28x28 input."""
         return _explanation(self.key, image, iterations, decode_class, self.net)
 
+    def votes(self, image: np.ndarray, iterations: int | None = None) -> Votes:
+        """Every vote u_hat_{j|i} and coupling of one input (`capsnet.agreement.read_votes`)."""
+        return _votes(self.key, image, iterations, self.net)
+
+    def transformed(
+        self, image: np.ndarray, transforms: tuple[Transform, ...], capsule: int | None
+    ) -> TransformedReading:
+        """The input under each transform, read in one batch, following `capsule` (default: the first's winner)."""
+        return _transformed(self.key, image, transforms, capsule, self.net)
+
+    def rotation_sweep(self, image: np.ndarray, base: Transform, capsule: int) -> TransformedReading:
+        """`base` at each of the 37 sweep angles, in one batch."""
+        return _rotation_sweep(self.key, image, dataclasses.replace(base, rotation=0.0), capsule, self.net)
+
+    def sensitivity(self, image: np.ndarray, base: Transform, capsule: int) -> dict[str, np.ndarray]:
+        """How much each pose dimension moves per kind of transform, around `base`."""
+        return _sensitivity(self.key, image, base, capsule, self.net)
+
     def decode(self, vector: np.ndarray, class_index: int) -> np.ndarray:
         """One decode of a 16-D vector placed in `class_index`'s capsule (a slider move)."""
         return _decoded(self.key, tuple(float(v) for v in vector), class_index, self.net)
@@ -75,6 +98,20 @@ class Model:
     def evaluation(self, limit: int) -> Evaluation:
         """The model on the first `limit` images of its test set (the set must be available: `try_test_set`)."""
         return _evaluation(self.key, self.dataset, limit, self.net)
+
+    @property
+    def noun(self) -> str:
+        """What one example is: "digit" (MNIST), "item" (Fashion-MNIST)."""
+        return dataset_info(self.dataset).noun if self.dataset in DATASETS else "item"
+
+    def novelty(self) -> NoveltyThresholds | None:
+        """The not-like-any-class thresholds: the header's, else computed once on the test set (None without it)."""
+        stored = NoveltyThresholds.from_dict(self.info.novelty)
+        if stored is not None:
+            return stored
+        if try_test_set(self.dataset) is None:
+            return None
+        return _novelty(self.key, self.checkpoint)
 
     def reconstructions(self, indices: tuple[int, ...]) -> ex.Reconstructions:
         """Predictions and reconstructions (from the predicted capsule) of some test images."""
@@ -161,6 +198,32 @@ def _explanation(
     return ex.explain(_model, image, iterations, decode_class)
 
 
+@st.cache_data(max_entries=16, show_spinner=False)
+def _votes(model_key: str, image: np.ndarray, iterations: int | None, _model: Any) -> Votes:
+    return read_votes(_model, image, iterations)
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def _transformed(
+    model_key: str, image: np.ndarray, transforms: tuple[Transform, ...], capsule: int | None, _model: Any
+) -> TransformedReading:
+    return eq.read_transforms(_model, image, list(transforms), capsule)
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def _rotation_sweep(
+    model_key: str, image: np.ndarray, base: Transform, capsule: int, _model: Any
+) -> TransformedReading:
+    return eq.rotation_sweep(_model, image, base, capsule)
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def _sensitivity(
+    model_key: str, image: np.ndarray, base: Transform, capsule: int, _model: Any
+) -> dict[str, np.ndarray]:
+    return eq.sensitivity(_model, image, base, capsule)
+
+
 @st.cache_data(max_entries=256, show_spinner=False)
 def _decoded(model_key: str, vector: tuple[float, ...], class_index: int, _model: Any) -> np.ndarray:
     return ex.decode_vector(_model, np.asarray(vector, dtype=np.float32), class_index)
@@ -175,6 +238,11 @@ def _perturbations(model_key: str, vector: tuple[float, ...], class_index: int, 
 def _evaluation(model_key: str, dataset: str, limit: int, _model: Any) -> Evaluation:
     images, labels = test_set(dataset)
     return evaluate(_model, images[:limit], labels[:limit], batch_size=250)
+
+
+@st.cache_data(max_entries=4, show_spinner="Calibrating on the test set, once for this model...")
+def _novelty(model_key: str, _checkpoint: Checkpoint) -> NoveltyThresholds:
+    return thresholds_for(_checkpoint)
 
 
 @st.cache_data(max_entries=16, show_spinner=False)

@@ -7,6 +7,7 @@ import streamlit as st
 from capsnet import catalog, runs
 from capsnet.data import DATASETS
 from capsnet.device import DEVICE_CHOICES
+from capsnet.errors import CapsNetError
 from capsnet.options import TrainOptions
 from dashboard import models, state, texts
 from dashboard import train_form as form
@@ -135,7 +136,7 @@ def train_form() -> None:
 def start_training(options: TrainOptions) -> None:
     try:
         run = runs.start_run(options, state.runs_root())
-    except (ValueError, runs.RunError) as error:
+    except (ValueError, CapsNetError) as error:
         st.error(str(error), icon=":material/block:")
         return
     st.session_state[state.WATCHED_RUN] = run.name

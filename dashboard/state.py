@@ -50,6 +50,8 @@ def init() -> None:
         "canvas_json": None,
         "canvas_seed": None,
         "canvas_digit": None,
+        "input_source": "Draw",  # the Draw page's input; a link or a click on a test image may set it
+        "test_index": 0,
     }
     for key, value in defaults.items():
         if key not in st.session_state:

@@ -12,6 +12,7 @@ import math
 
 from capsnet.augment import SHIFT
 from capsnet.config import CapsNetConfig
+from capsnet.explain import DEFAULT_DIMENSION_STD
 
 
 def capsule(config: CapsNetConfig) -> str:
@@ -46,18 +47,22 @@ the orange one. Several long capsules mean the network sees several possible cla
 """
 
 
-MARGIN_LATEX = (
-    r"L_k = T_k \max(0,\, m^+ - \lVert v_k \rVert)^2"
-    r" + \lambda\,(1 - T_k) \max(0,\, \lVert v_k \rVert - m^-)^2"
+MARGIN_LATEX = (  # on two lines: one line does not fit the Draw page's narrow column
+    r"\begin{aligned} L_k = {} & T_k \max(0,\, m^+ - \lVert v_k \rVert)^2 \\"
+    r" & + \lambda\,(1 - T_k) \max(0,\, \lVert v_k \rVert - m^-)^2 \end{aligned}"
 )
 
-RECONSTRUCTION = """
-**Reconstruction.** A small decoder (three fully connected layers) redraws the image from the
+
+def reconstruction(config: CapsNetConfig, noun: str = "digit") -> str:
+    layers = len(config.decoder_hidden) + 1
+    return f"""
+**Reconstruction.** A small decoder ({layers} fully connected layers) redraws the image from the
 winning capsule alone: the other capsules are masked to zero. If the redrawing looks like your
-input, the 16 numbers in that capsule really describe the digit. Reconstructing *as another
-class* feeds that class's capsule instead: the network shows what it would draw if it believed
-it were that digit.
+input, the {config.digit_dim} numbers in that capsule really describe the {noun}. Reconstructing
+*as another class* feeds that class's capsule instead: the network shows what it would draw if it
+believed it were that {noun}.
 """
+
 
 PREPROCESS = """
 **From your input to MNIST.** MNIST digits were made by cropping the ink, scaling it to fit
@@ -100,6 +105,68 @@ the digit capsules.
 """
 
 
+def votes_reading(name: str, moved_share: float, children: int, k: int, iterations: int) -> str:
+    """How to read the votes figures, with how much routing moved the couplings for this input."""
+    if iterations == 1:
+        return (
+            f"**Reading the votes.** Each point is one primary capsule's vote for capsule {name}, on two axes that "
+            f"stay fixed: to the right, along the consensus v_j. With one iteration every vote has the same weight, "
+            f"1/{k}: v_j is the plain average. Add iterations to watch agreement reweigh them."
+        )
+    return (
+        f"**Reading the votes.** Each point is one primary capsule's vote for capsule {name}, on two axes that stay "
+        f"fixed across iterations: to the right, along the consensus v_j (further right: more agreement); "
+        f"upwards, the main way the votes differ. Size and colour are the weight c_ij routing gives the vote "
+        f"(red: more than the uniform 1/{k}, blue: less); ✕ is their weighted sum s_j, ◆ the capsule v_j. "
+        f"Press **Play**: votes that agree with the consensus gain weight, outliers lose it. Be aware that in a "
+        f"trained network **most couplings move little**: here {moved_share:.0%} of the {children:,} couplings "
+        f"to capsule {name} moved more than 0.01 from 1/{k}. The network has learned votes that mostly agree "
+        "already; routing tidies up the few that do not, and those are the large red and blue points."
+    )
+
+
+def overlay(config: CapsNetConfig) -> str:
+    side = config.conv1_kernel + config.primary_kernel - 1
+    return (
+        f"Each primary capsule sees a {side}x{side} patch of the input (its receptive field). A stroke takes the "
+        "colour of the class capsule that most of the votes cast from it go to, each vote weighted by its coupling "
+        "and by how sure its capsule is (its length), in the iteration shown."
+    )
+
+
+def equivariance(config: CapsNetConfig) -> str:
+    return f"""
+A capsule's **length** should stay put when the input is turned, scaled or moved a little (the class
+is the same: *invariance*), while its **direction**, the {config.digit_dim} pose dimensions, should
+follow the change (*equivariance*): that is what capsules were designed for. Move the sliders and
+watch the pose bars; the sweep below reads all angles from -45° to +45° at once.
+"""
+
+
+TRANSFORM_NAMES = {
+    "rotation": "rotation",
+    "scale": "scale",
+    "shear": "shear",
+    "dx": "a move to the side",
+    "dy": "a move up or down",
+    "thickness": "stroke thickness",
+}
+
+
+def sensitivity(moves: dict, name: str, top: int = 3) -> str:
+    """Which pose dimensions move most with which kind of transform (`capsnet.equivariance.sensitivity`)."""
+    lines = [f"**Which dimensions of capsule {name} follow which transform** (around the current setting):"]
+    for kind, change in moves.items():
+        order = sorted(range(len(change)), key=lambda d: -float(change[d]))[:top]
+        dims = ", ".join(f"{d + 1} ({float(change[d]):.2f})" for d in order)
+        lines.append(f"- {TRANSFORM_NAMES.get(kind, kind)}: dimensions {dims}")
+    lines.append(
+        "The numbers are how far each dimension moves over one step of that transform. A dimension that answers "
+        "to one transform only is one the network has given a meaning to."
+    )
+    return "\n".join(lines)
+
+
 def dimensions(config: CapsNetConfig) -> str:
     return f"""
 **What do the {config.digit_dim} dimensions encode?** Nobody told the network what to store in
@@ -109,13 +176,16 @@ slant, the width or local parts such as the tail of a 9.
 """
 
 
-def dimension_ranges(from_statistics: bool, class_name: str) -> str:
+def dimension_ranges(from_statistics: bool, class_name: str, spread: float = 2.0) -> str:
     """Where the sliders' ranges come from: the checkpoint's statistics, or the fallback."""
     if from_statistics:
-        return f"Ranges: mean ± 2 std of each dimension over correctly classified test images of class {class_name}."
+        return (
+            f"Ranges: mean ± {spread:g} std of each dimension over correctly classified test images "
+            f"of class {class_name}."
+        )
     return (
-        "Ranges: ±0.5 around 0. This checkpoint has no usable statistics of its capsules on the test set "
-        "(re-export it with `python -m capsnet.export` to add them)."
+        f"Ranges: ±{spread * DEFAULT_DIMENSION_STD:g} around 0. This checkpoint has no usable statistics of "
+        "its capsules on the test set (re-export it with `python -m capsnet.export` to add them)."
     )
 
 
@@ -152,6 +222,34 @@ network predicted (column): the diagonal is right, everything else is a mistake.
 shows the mistakes the network was most sure about, with the lengths of all its capsules:
 often two capsules are long at once, because the digit really is ambiguous.
 """
+
+
+def not_like_any_class(noun: str, score: float, error: float, length: float, names: str) -> str:
+    """The Draw page's warning for an input that resembles no class."""
+    return (
+        f"**Not like any {noun} the network knows** (score {score:.2f}; above 1 means unlike). "
+        f"It still names a class, since one capsule is always longest, but its reconstruction is far from "
+        f"the input (error {error:.1f}) or its winning capsule is short (|v| = {length:.2f}): "
+        f"{names} test images almost never look like this."
+    )
+
+
+NOVELTY = """
+**How "not like any class" is decided.** A capsule network redraws the input from its winning
+capsule. On the test images it classifies right, the redrawing is close to the input and the
+winner is long; the thresholds are set so that only 1 in 200 of them is above the first or below
+the second. An input past either threshold is one the network has no good description for: a dot,
+a scribble, noise, a letter. The score is the larger of the two ratios to their threshold.
+"""
+
+
+def fashion_drawing(noun: str) -> str:
+    return (
+        "**This model knows clothes, shoes and bags**, photographed in grey on black (Fashion-MNIST). "
+        f"A drawing can only be an outline, which no training {noun} looks like: it will still be read as "
+        "something (often a sandal or a bag) and is likely to be flagged as not like any class. "
+        "The page opens on the test images instead; switch to *Draw* to try anyway."
+    )
 
 
 def no_model_notice(checkpoints_dir: str) -> str:

@@ -10,7 +10,10 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import torch
+
 from capsnet.config import PRESETS
+from capsnet.model import CapsNet
 from capsnet.options import TrainOptions
 
 DEFAULTS = TrainOptions()
@@ -20,9 +23,18 @@ ROUTING_ITERATIONS = (1, 5)
 TRAIN_SIZE = (1, 60_000)  # the largest is the whole training set: no subset
 TEST_SIZE = (1, 10_000)
 LEARNING_RATE = (1e-6, 1.0)
+
+
+def _parameters(preset: str) -> str:
+    """'8.2 M' for the paper's model: counted on the meta device, nothing allocated."""
+    with torch.device("meta"):
+        count = CapsNet(PRESETS[preset]).num_parameters()
+    return f"{count / 1e6:.1f} M" if count >= 1e6 else f"{count / 1e3:.0f} k"
+
+
 PRESET_LABELS = {
-    "paper": "Paper's CapsNet (8.2 M parameters)",
-    "tiny": "Tiny CapsNet (quick demo)",
+    "paper": f"Paper's CapsNet ({_parameters('paper')} parameters)",
+    "tiny": f"Tiny CapsNet ({_parameters('tiny')} parameters, a quick demo)",
 }
 assert set(PRESET_LABELS) == set(PRESETS), "every model preset needs a label in the form"
 

@@ -22,7 +22,10 @@ from capsnet.files import read_jsonl
 from dashboard.figures import training_curves
 
 # headless, and no calls home: this machine may have no network
-CHROMIUM_ARGS = "--headless --no-sandbox --disable-gpu --no-first-run --disable-background-networking --disable-sync"
+CHROMIUM_ARGS = (
+    "--headless --no-sandbox --disable-gpu --disable-quic --no-first-run --disable-background-networking "
+    "--disable-component-update --disable-sync"
+)
 
 
 def find_chromium() -> str | None:

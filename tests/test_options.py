@@ -71,11 +71,13 @@ def test_resume_keeps_the_fields_that_define_the_run() -> None:
     }  # fmt: skip
     stored = TrainOptions(dataset="fashion-mnist", preset="tiny", lr=0.02, batch_size=64, seed=5, epochs=3)
     given = TrainOptions(out="runs/x", resume=True, epochs=9, device="cpu", lr=0.5)
-    resumed = given.resumed_from(stored)
+    resumed = given.resumed_from(stored.to_dict())
     assert (resumed.dataset, resumed.preset, resumed.lr, resumed.batch_size, resumed.seed) == (
         "fashion-mnist", "tiny", 0.02, 64, 5,
     )  # fmt: skip
     assert (resumed.epochs, resumed.device, resumed.out, resumed.resume) == (9, "cpu", "runs/x", True)
+    # a key the stored file lacks (an older version's) keeps the value given, not the class default
+    assert TrainOptions(lr=0.5, seed=3).resumed_from({"dataset": "mnist", "preset": "mnist"}).lr == 0.5
 
 
 def test_stored_options_are_read_tolerantly() -> None:

@@ -345,7 +345,8 @@ def test_processes_sync_only_every_few_dozen_batches(monkeypatch: pytest.MonkeyP
         assert stats.batches == 10  # one process stops at once
     else:
         assert stats.batches == training.SYNC_EVERY  # several stop together, at the next sync point
-    assert len(calls) <= stats.batches // training.SYNC_EVERY + 1  # the sync points and the epoch's totals
+    assert stats.stopped  # and every process knows the epoch was stopped
+    assert len(calls) <= stats.batches // training.SYNC_EVERY + 2  # the sync points, the end's agreement and totals
 
 
 def _single_process_group(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -394,6 +395,29 @@ def test_a_programming_error_keeps_its_traceback(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(training, "fit", broken)
     with pytest.raises(type(error), match="a bug"):
         training.main([*TINY, "--out", str(tmp_path / "r")])
+
+
+def test_an_epoch_shorter_than_the_sync_interval_is_still_watched(data_dir: Path, tmp_path: Path) -> None:
+    """With 5,000 images at batch 128 (40 batches, under SYNC_EVERY) a diverged run is still stopped."""
+    result = run(
+        "-m", "capsnet.train", *TINY, "--epochs", "2", "--train-size", "640", "--test-size", "100",
+        "--batch-size", "32", "--lr", "1e37", "--out", str(tmp_path / "r"), check=False,
+    )  # fmt: skip
+    assert result.returncode == 3 and "the loss became NaN or infinite" in result.stderr, result.stderr[-2000:]
+    assert read_jsonl(tmp_path / "r" / "metrics.jsonl") == []  # stopped at the end of its first epoch
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["-m", "capsnet.train", *TINY, "--epochs", "1", "--out", "/proc/self"], "cannot write /proc/self/args.json"),
+        (["-m", "capsnet.export", "/nonexistent.safetensors", "/proc/self/x.safetensors"], "cannot write /proc/self"),
+    ],
+)
+def test_an_unwritable_place_is_one_line(data_dir: Path, args: list[str], message: str) -> None:
+    result = run(*args, check=False, timeout=120)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert len(result.stderr.strip().splitlines()) == 1 and message in result.stderr, result.stderr
 
 
 @pytest.mark.parametrize(

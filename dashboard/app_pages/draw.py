@@ -26,7 +26,7 @@ def clear_canvas() -> None:
     st.session_state["canvas_digit"] = None
 
 
-def draw_input() -> tuple[np.ndarray | None, str, int | None]:
+def draw_input(noun: str) -> tuple[np.ndarray | None, str, int | None]:
     """The canvas: white stroke on black, about 280x280, with a clear button."""
     if st.session_state.get(state.PAGE_CHANGED):
         # coming back to this page: redraw what was on the canvas before
@@ -45,7 +45,7 @@ def draw_input() -> tuple[np.ndarray | None, str, int | None]:
         return_image_data=True,
         key=f"canvas_{st.session_state['canvas_nonce']}",
     )
-    st.caption("Draw one digit, large, with the mouse or a finger. Release to see what the network reads.")
+    st.caption(f"Draw one {noun}, large, with the mouse or a finger. Release to see what the network reads.")
     objects = (result.json_data or {}).get("objects") or []
     rgba = result.image_data
     if rgba is None:
@@ -74,41 +74,53 @@ def test_image_input(dataset: str, class_names: list[str]) -> tuple[np.ndarray |
     images, labels = data
     count = len(images)
     c1, c2 = st.columns([3, 1], vertical_alignment="bottom")
-    index = c1.number_input("Test image index", min_value=0, max_value=count - 1, value=0, step=1, key="test_index")
+    if int(st.session_state.get("test_index") or 0) >= count:
+        st.session_state["test_index"] = count - 1
+    index = c1.number_input("Test image index", min_value=0, max_value=count - 1, step=1, key="test_index")
     c2.button("Random", key="random_test_image", icon=":material/casino:", on_click=_random_index, args=(count,))
     true_class = int(labels[int(index)])
-    st.caption(f"Test image {int(index)} of {count:,} · true class: **{class_names[true_class]}**")
+    st.caption(f"Test image #{int(index)} (indices 0 to {count - 1:,}) · true class: **{class_names[true_class]}**")
     return images[int(index), 0].numpy(), f"test image #{int(index)}", true_class
 
 
-def upload_input() -> tuple[np.ndarray | None, str, int | None]:
-    """A PNG or JPEG of a digit: dark on light or light on dark, any size."""
+def upload_input(noun: str) -> tuple[np.ndarray | None, str, int | None]:
+    """A PNG or JPEG of one example: dark on light or light on dark, any size."""
     upload = st.file_uploader(
-        "Upload an image of a digit (PNG or JPEG)",
+        f"Upload an image of a {noun} (PNG or JPEG)",
         type=["png", "jpg", "jpeg"],
         key="upload",
         max_upload_size=2,
         help="A photo or scan works: it is inverted if the ink is darker than the paper, cropped and centred.",
     )
+    # one slot for the upload's error, filled or emptied on every run: a new upload never shows an older one's error
+    message = st.empty()
     if upload is None:
         return None, "", None
     try:
         digit = preprocess_upload(upload.getvalue(), upload.name)
     except PreprocessError as error:
-        st.error(str(error), icon=":material/broken_image:")
+        message.error(str(error), icon=":material/broken_image:")
         return None, "", None
     return digit, f"upload {upload.name}", None
 
 
-st.title("Draw a digit", anchor=False)
-st.markdown(
-    "Draw a digit, pick one from the test set or upload a picture, and see how a **Capsule Network** reads it: "
-    "which digit capsule grows longest, and what it redraws from that capsule alone."
-)
 model = models.current_model()
 names = models.class_names(model)
 dataset = model.dataset if model is not None else "mnist"
+noun = model.noun if model is not None else "digit"
 config = model.config if model is not None else CapsNetConfig()
+if st.session_state.get("draw_dataset") != dataset:  # a model of another dataset: its own default input
+    st.session_state["draw_dataset"] = dataset
+    if noun != "digit":
+        st.session_state["input_source"] = "Test image"
+
+st.title(f"Draw a {noun}", anchor=False)
+st.markdown(
+    f"Draw a {noun}, pick one from the test set or upload a picture, and see how a **Capsule Network** reads it: "
+    "which class capsule grows longest, and what it redraws from that capsule alone."
+)
+if noun != "digit":
+    st.info(texts.fashion_drawing(noun), icon=":material/checkroom:")
 with st.expander("What is a capsule?", icon=":material/help:"):
     st.markdown(texts.capsule(config))
     st.markdown(texts.SQUASH)
@@ -116,10 +128,9 @@ with st.expander("What is a capsule?", icon=":material/help:"):
 
 left, right = st.columns([1.2, 1], gap="large")
 with left:
-    source = st.segmented_control(
+    source = st.segmented_control(  # its value starts in the session state (a link or a model may choose it)
         "Input",
         SOURCES,
-        default="Draw",
         required=True,
         key="input_source",
         format_func=lambda s: s,
@@ -128,9 +139,9 @@ with left:
     if source == "Test image":
         digit, label, true_class = test_image_input(dataset, names)
     elif source == "Upload":
-        digit, label, true_class = upload_input()
+        digit, label, true_class = upload_input(noun)
     else:
-        digit, label, true_class = draw_input()
+        digit, label, true_class = draw_input(noun)
 state.set_input(digit, label, true_class)
 
 with right:
@@ -139,8 +150,8 @@ with right:
         st.info(
             {
                 "Test image": "Pick a test image.",
-                "Upload": "Upload a PNG or JPEG image of a digit.",
-            }.get(source or "Draw", "Draw a digit on the canvas: the prediction appears here."),
+                "Upload": f"Upload a PNG or JPEG image of a {noun}.",
+            }.get(source or "Draw", f"Draw a {noun} on the canvas: the prediction appears here."),
             icon=":material/gesture:",
         )
     else:
@@ -185,7 +196,7 @@ with side_col:
         delta=f"|v| = {confidence:.2f}",
         delta_color="off",
         delta_arrow="off",
-        help="The class whose digit capsule is longest.",
+        help="The class whose capsule is longest.",
         border=True,
     )
     if true_class is not None:
@@ -198,6 +209,19 @@ with side_col:
         )
     elif lengths[runner_up] > 0.5:
         st.info(f"Capsule {names[runner_up]} is long too (|v| = {lengths[runner_up]:.2f}): an ambiguous input.")
+    thresholds = model.novelty()
+    if thresholds is not None:
+        score = float(thresholds.score(result.reconstruction_error, confidence))
+        if score > 1.0:
+            title = model.info.title or dataset
+            st.warning(
+                texts.not_like_any_class(noun, score, result.reconstruction_error, confidence, title),
+                icon=":material/report:",
+            )
+        else:
+            st.caption(f"Looks like a {noun} the network knows (novelty score {score:.2f}; above 1 would mean unlike).")
+        with st.expander('What is "not like any class"?', icon=":material/report:"):
+            st.markdown(texts.NOVELTY)
     widgets.capsule_selectbox(  # read back from session state above, before the result is computed
         "Reconstruct as",
         names,
@@ -217,7 +241,9 @@ with side_col:
         output_format="PNG",
     )
     with st.expander("What is the reconstruction?", icon=":material/brush:"):
-        st.markdown(texts.RECONSTRUCTION)
+        st.markdown(texts.reconstruction(config, noun))
 
 st.page_link("app_pages/routing.py", label="See how routing reached this answer", icon=":material/hub:")
-st.page_link("app_pages/dimensions.py", label="Tweak the 16 dimensions of this capsule", icon=":material/tune:")
+st.page_link(
+    "app_pages/dimensions.py", label=f"Tweak the {config.digit_dim} dimensions of this capsule", icon=":material/tune:"
+)

@@ -109,7 +109,7 @@ wrong = ex.misclassified(predictions, truth, lengths, GALLERY_COUNT)
 if len(wrong) == 0:
     st.success("No mistakes on these test images.")
 else:
-    st.caption("Each with the lengths of its ten digit capsules: the red bar is the (wrong) winner.")
+    st.caption(f"Each with the lengths of its {len(names)} capsules: the red bar is the (wrong) winner.")
     cols = st.columns(GALLERY_COLUMNS)
     for n, index in enumerate(wrong.tolist()):
         with cols[n % GALLERY_COLUMNS]:

@@ -1,23 +1,30 @@
-"""Routing: dynamic routing by agreement on the current input, animated one iteration per frame."""
+"""Routing: dynamic routing by agreement on the current input, shown through the votes it weighs."""
 
 from __future__ import annotations
 
 import numpy as np
 import streamlit as st
 
+from capsnet import agreement as ag
 from capsnet import explain as ex
 from capsnet.config import CapsNetConfig
 from dashboard import figures, models, state, texts, widgets
 
 MAX_ITERATIONS = 5  # the slider's end (or the model's own r, if more)
-WEIGHTINGS = {"length": "weighted by primary-capsule length", "mean": "plain mean"}
+STEP = "routing_step"  # the iteration shown, from 1
+OVERLAYS = {"votes": "the capsule each stroke votes for", "coupling": "how strongly it votes for the chosen capsule"}
+
+
+def _move(delta: int, iterations: int) -> None:
+    st.session_state[STEP] = int(np.clip(st.session_state.get(STEP, iterations) + delta, 1, iterations))
+
 
 st.title("Routing by agreement", anchor=False)
 st.markdown(
-    "Between the primary capsules and the digit capsules there are no fixed weights deciding *who talks to whom*: "
-    "**routing** decides it anew for every input, in a few iterations. Press **▶ Play** under a chart to watch it."
+    "Between the primary capsules and the class capsules there are no fixed weights deciding *who talks to whom*: "
+    "**routing** decides it anew for every input. Every primary capsule casts a **vote** for every class capsule; "
+    "votes that **agree** with the consensus get more weight, in a few iterations."
 )
-
 model = models.require_model()
 config = model.config if model is not None else CapsNetConfig()
 explain_col, formula_col = st.columns([1.4, 1], gap="large")
@@ -32,87 +39,132 @@ image = state.require_input() if model is not None else None
 if model is None or image is None:
     st.stop()
 
-names = model.class_names
-c1, c2, c3 = st.columns([1.2, 1, 1])
+names, k = model.class_names, config.num_classes
+c1, c2, c3 = st.columns([1.2, 1, 1.2])
 iterations = c1.slider(
     "Routing iterations",
     min_value=1,
     max_value=max(MAX_ITERATIONS, config.routing_iterations),
-    value=config.routing_iterations,
     key="routing_iterations",
     help=f"How many times to run the loop for this input. The model was trained with {config.routing_iterations}.",
-)
-weighting = c2.radio(
-    "Aggregate couplings per type",
-    list(WEIGHTINGS),
-    format_func=WEIGHTINGS.get,
-    key="coupling_weighting",
-    help=f"How the {config.primary_grid**2} couplings of one primary-capsule type are summarised into one number.",
+    **({} if "routing_iterations" in st.session_state else {"value": config.routing_iterations}),
 )
 result = model.explain(image, int(iterations))
+votes = model.votes(image, int(iterations))
 prediction = result.prediction
+order = np.argsort(result.lengths)[::-1]
 choice = widgets.capsule_selectbox(
-    "Digit capsule for the spatial maps",
+    "Capsule to look at",
     names,
     key="routing_digit",
     predicted_label="the prediction",
-    help=f"Whose couplings the maps show: the predicted capsule (now {names[prediction]}) or any other.",
-    container=c3,
+    help=f"Whose votes to show: the winning capsule (now {names[prediction]}) or any other.",
+    container=c2,
 )
 digit = prediction if choice is None else choice
+other = int(order[1]) if digit == prediction else prediction  # beside it: the runner-up, or the winner
+r = result.iterations
+step = int(np.clip(st.session_state.get(STEP, r), 1, r))
+st.session_state[STEP] = step
+if r > 1:
+    with c3:
+        st.markdown(f"**Iteration {step} of {r}**")
+        b1, b2 = st.columns(2)
+        b1.button("◀ Previous", key="routing_prev", on_click=_move, args=(-1, r), disabled=step == 1,
+                  use_container_width=True)  # fmt: skip
+        b2.button("Next ▶", key="routing_next", on_click=_move, args=(1, r), disabled=step == r,
+                  use_container_width=True)  # fmt: skip
 
 first, last = result.iteration_lengths[0], result.iteration_lengths[-1]
-st.markdown(
-    f"Input: **{st.session_state.get(state.INPUT_LABEL) or 'current input'}**. With **{result.iterations}** "
-    f"iteration{'s' if result.iterations != 1 else ''} the network predicts **{names[prediction]}** "
-    f"(|v| = {last[prediction]:.2f}; after the first iteration, with uniform couplings, it was {first[prediction]:.2f})."
+summary = (
+    f"Input: **{st.session_state.get(state.INPUT_LABEL) or 'current input'}**. With **{r}** "
+    f"iteration{'s' if r != 1 else ''} the network predicts **{names[prediction]}** (|v| = {last[prediction]:.2f}"
 )
-if int(np.argmax(first)) != prediction:
+if r > 1:
+    summary += f"; after the first iteration, with uniform couplings, it was {first[prediction]:.2f})."
+else:
+    summary += "). With one iteration every coupling stays uniform: routing has not begun."
+st.markdown(summary)
+if r > 1 and int(np.argmax(first)) != prediction:
     st.info(
         f"Routing changed the answer: with uniform couplings capsule {names[int(np.argmax(first))]} was longest.",
         icon=":material/alt_route:",
     )
 
+# ---------------------------------------------------------------- the votes
+st.subheader("The votes", anchor=False)
+views = [ag.vote_view(votes, j) for j in (digit, other)]
+for column, view in zip(st.columns(2, gap="medium"), views):
+    with column:
+        st.plotly_chart(
+            figures.votes_figure(
+                view.points, view.coupling, view.agreement, view.sums, view.poses, names[view.digit], k,
+                config.primary_grid, step - 1,
+            ),
+            key=f"votes_{'chosen' if view.digit == digit else 'other'}",
+            config={"displayModeBar": False},
+        )  # fmt: skip
+main = views[0]
+st.markdown(texts.votes_reading(names[digit], main.moved_share, config.num_primary, k, r))
+if r > 1:
+    t, y, x = (
+        main.largest // config.primary_grid**2 + 1,
+        *divmod(main.largest % config.primary_grid**2, config.primary_grid),
+    )
+    st.caption(
+        f"The coupling that moved most: type {t} at position ({y}, {x}), from 1/{k} to {main.coupling[-1, main.largest]:.2f}. "
+        "Hover a point for its coupling and its agreement û·v in the iteration shown."
+    )
+
+# ---------------------------------------------------------------- where they come from, where they go
+overlay_col, share_col = st.columns([1, 1.3], gap="large")
+with overlay_col:
+    mode = st.radio(
+        "Colour the strokes by", list(OVERLAYS), format_func=OVERLAYS.get, key="overlay_mode", horizontal=True
+    )
+    pixels = ag.pixel_votes(votes.coupling[step - 1], votes.primary_lengths, config)  # (H, W, K)
+    st.plotly_chart(
+        figures.vote_overlay_figure(image, pixels, names, digit if mode == "coupling" else None),
+        key="vote_overlay",
+        config={"displayModeBar": False},
+    )
+    st.caption(texts.overlay(config))
+with share_col:
+    st.plotly_chart(
+        figures.vote_share_figure(ag.vote_mass(votes.coupling), names), key="vote_share",
+        config={"displayModeBar": False},
+    )  # fmt: skip
+    st.plotly_chart(
+        figures.coupling_distribution_figure(main.coupling, names[digit], k),
+        key="coupling_distribution",
+        config={"displayModeBar": False},
+    )
+
+# ---------------------------------------------------------------- per type, and every capsule
+st.subheader("Couplings per primary-capsule type", anchor=False)
 by_type = ex.coupling_by_type(
-    result.coupling, result.primary_lengths, result.primary_types, result.primary_grid, weighting
+    result.coupling, result.primary_lengths, result.primary_types, result.primary_grid, "length"
 )  # (r, types, K)
 st.plotly_chart(
-    figures.routing_animation(by_type, result.iteration_lengths, names, config.m_plus, config.m_minus),
+    figures.routing_animation(by_type, result.iteration_lengths, names, config.m_plus, config.m_minus, step=step - 1),
     key="routing_animation",
     config={"displayModeBar": False},
 )
 with st.expander("How is the heatmap computed?", icon=":material/functions:"):
     st.markdown(texts.aggregation(config))
 
-maps_col, lines_col = st.columns([1.5, 1], gap="large")
-with maps_col:
-    maps = ex.coupling_maps(result.coupling, digit, result.primary_types, result.primary_grid)  # (r, types, 6, 6)
-    st.plotly_chart(
-        figures.coupling_maps_figure(maps, names[digit]),
-        key="coupling_maps",
-        config={"displayModeBar": False},
-    )
-    st.caption(
-        f"Every one of the {result.primary_types * result.primary_grid**2:,} primary capsules: its coupling to capsule "
-        f"{names[digit]}{' (the prediction)' if choice is None else ''}. Bright cells send most of their vote there; "
-        f"at iteration 1 every cell is 1/{len(names)}."
-    )
-with lines_col:
-    st.plotly_chart(
-        figures.iteration_lengths_figure(result.iteration_lengths, names, config.m_plus, config.m_minus),
-        key="iteration_lengths",
-        config={"displayModeBar": False},
-    )
-
-with st.expander("Which primary capsules are active?", icon=":material/grid_on:"):
-    st.markdown(
-        "A primary capsule's length says how sure it is that *its* feature (a stroke, an edge, a curve) is present "
-        "at its place. Only active capsules have a say in routing."
-    )
-    st.plotly_chart(
-        figures.primary_lengths_figure(
-            ex.primary_maps(result.primary_lengths, result.primary_types, result.primary_grid)
-        ),
-        key="primary_lengths",
-        config={"displayModeBar": False},
-    )
+with st.expander(f"Every primary capsule's coupling to capsule {names[digit]}", icon=":material/grid_on:"):
+    maps_col, lines_col = st.columns([1.5, 1], gap="large")
+    with maps_col:
+        maps = ex.coupling_maps(result.coupling, digit, result.primary_types, result.primary_grid)  # (r, types, G, G)
+        st.plotly_chart(
+            figures.coupling_maps_figure(maps, names[digit], num_classes=k, step=step - 1),
+            key="coupling_maps",
+            config={"displayModeBar": False},
+        )
+    with lines_col:
+        st.plotly_chart(
+            figures.iteration_lengths_figure(result.iteration_lengths, names, config.m_plus, config.m_minus),
+            key="iteration_lengths",
+            config={"displayModeBar": False},
+        )

@@ -6,6 +6,8 @@ import streamlit as st
 
 from capsnet import runs
 from capsnet.config import CapsNetConfig
+from capsnet.errors import CapsNetError
+from capsnet.options import TrainOptions
 from dashboard import figures, state, texts
 
 STATUS_ICONS = {"running": "🟢", "starting": "🟡", "finished": "✅", "stopped": "⏸️", "failed": "❌"}
@@ -20,7 +22,7 @@ LIVE = "training_page_live"  # whether a run was going on at the fragment's last
 def _resume(name: str) -> None:
     try:
         run = runs.resume_run(name, state.runs_root())
-    except (ValueError, runs.RunError) as error:
+    except (ValueError, CapsNetError) as error:
         st.session_state["resume_message"] = ("error", str(error))
         return
     st.session_state[state.WATCHED_RUN] = run.name
@@ -35,13 +37,15 @@ def _table(all_runs: list[runs.RunSummary]) -> list[dict[str, object]]:
         progress = ""
         if run.status == "running" and run.progress is not None:
             p = run.progress
-            progress = f"epoch {p.epoch}/{p.epochs} · batch {p.batch}/{p.batches}"
+            progress = (
+                f"epoch {p.epoch}/{p.epochs} · batch {p.batch}/{p.batches} · ETA {texts.format_duration(p.eta_s)}"
+            )
         rows.append(
             {
                 "run": run.name,
                 "status": f"{STATUS_ICONS.get(run.status, '')} {run.status}",
                 "dataset": run.dataset,
-                "model": run.args.get("preset") or "paper",
+                "model": TrainOptions.from_dict(run.args).preset,
                 "epochs": f"{run.epochs_done}/{run.epochs_total or '?'}",
                 "now": progress,
                 "best test accuracy": run.best_accuracy,
@@ -69,6 +73,9 @@ def _follow_new_runs(all_runs: list[runs.RunSummary]) -> None:
 
 def _live_page() -> None:
     """Table, selection and curves, redrawn every few seconds so that runs are followed as they go."""
+    message = st.session_state.pop("resume_message", None)  # from a Resume button: this fragment's own rerun
+    if message:
+        (st.error if message[0] == "error" else st.success)(message[1])
     all_runs = runs.list_runs(state.runs_root())
     live = any(r.status in LIVE_STATUSES for r in all_runs)
     was_live = st.session_state.get(LIVE)
@@ -120,9 +127,6 @@ def _live_page() -> None:
 
 
 st.title("Training runs", anchor=False)
-st.markdown(texts.training(CapsNetConfig()))
-message = st.session_state.pop("resume_message", None)
-if message:
-    (st.error if message[0] == "error" else st.success)(message[1])
+st.markdown(texts.training(CapsNetConfig.preset(TrainOptions().preset)))
 st.session_state[LIVE] = None
 st.fragment(run_every=LIVE_S if runs.active_run(state.runs_root()) else IDLE_S)(_live_page)()

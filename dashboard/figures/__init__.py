@@ -5,7 +5,14 @@ Each builder takes NumPy arrays (as returned by `capsnet.explain`) and returns a
 subject; the pages use them as `figures.<builder>`.
 """
 
+from dashboard.figures.agreement import (
+    coupling_distribution_figure,
+    vote_overlay_figure,
+    vote_share_figure,
+    votes_figure,
+)
 from dashboard.figures.capsules import dimension_profile_figure, lengths_bar
+from dashboard.figures.equivariance import pose_figure, rotation_sweep_figure
 from dashboard.figures.evaluation import confusion_figure, per_class_accuracy_figure
 from dashboard.figures.images import image_rows_figure, perturbation_figure, pixel_image, tile_columns, tile_maps
 from dashboard.figures.routing import (
@@ -26,6 +33,7 @@ __all__ = [
     "TILE_SIDES",
     "WINNER",
     "confusion_figure",
+    "coupling_distribution_figure",
     "coupling_maps_figure",
     "dimension_profile_figure",
     "image_rows_figure",
@@ -34,9 +42,14 @@ __all__ = [
     "per_class_accuracy_figure",
     "perturbation_figure",
     "pixel_image",
+    "pose_figure",
     "primary_lengths_figure",
+    "rotation_sweep_figure",
     "routing_animation",
     "tile_columns",
     "tile_maps",
     "training_curves",
+    "vote_overlay_figure",
+    "vote_share_figure",
+    "votes_figure",
 ]

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
+from dashboard.figures.agreement import DIVERGING
 from dashboard.figures.images import tile_columns, tile_maps
 from dashboard.figures.style import MARGIN_LABEL_SPACE, OTHER, WINNER, layout, margin_lines, margin_marks, play_controls
 
@@ -18,12 +19,15 @@ def routing_animation(
     m_plus: float = 0.9,
     m_minus: float = 0.1,
     height: int = 620,
+    step: int | None = None,
 ) -> go.Figure:
     """Routing by agreement, one frame per iteration.
 
-    Left: coupling c_ij aggregated per primary-capsule type (types x K heatmap);
-    right: the digit-capsule lengths after that iteration. Play/pause buttons and
-    a slider run in the browser; the figure opens on the last iteration.
+    Left: coupling c_ij aggregated per primary-capsule type (types x K heatmap), as its change
+    from uniform, c - 1/K, on a diverging scale centred at 0 (one scale for every frame); right:
+    the digit-capsule lengths after that iteration. With more than one iteration, play/pause
+    buttons and a slider run in the browser; the figure opens on iteration `step` (from 0;
+    default the last).
     """
     by_type = np.asarray(by_type, dtype=float)
     iteration_lengths = np.asarray(iteration_lengths, dtype=float)
@@ -35,18 +39,21 @@ def routing_animation(
     names = [str(t + 1) for t in range(r)]
     x = list(class_names)
     y = [f"type {t + 1}" for t in range(types)]
-    zmax = max(float(by_type.max()), 1.0 / k + 0.05)
+    change = by_type - 1.0 / k
+    reach = max(float(np.abs(change).max()), 1e-3)
 
     def heatmap(t: int) -> go.Heatmap:
         return go.Heatmap(
-            z=by_type[t],
+            z=change[t],
             x=x,
             y=y,
-            zmin=0.0,
-            zmax=zmax,
-            colorscale="Viridis",
-            colorbar=dict(title="c", x=0.51, len=0.9, thickness=12),
-            hovertemplate="%{y} → capsule %{x}<br>c = %{z:.3f}<extra></extra>",
+            zmin=-reach,
+            zmax=reach,
+            zmid=0.0,
+            colorscale=DIVERGING,
+            customdata=by_type[t],
+            colorbar=dict(title="c − 1/K", x=0.51, len=0.9, thickness=12),
+            hovertemplate="%{y} → capsule %{x}<br>c = %{customdata:.3f} (%{z:+.3f} from uniform)<extra></extra>",
         )
 
     def bars(t: int) -> go.Bar:
@@ -61,7 +68,7 @@ def routing_animation(
             hovertemplate="capsule %{x}<br>|v| = %{y:.3f}<extra></extra>",
         )
 
-    last = r - 1
+    last = r - 1 if step is None else int(np.clip(step, 0, r - 1))
 
     def frame(t: int) -> go.Frame:
         # a frame carries only what changes; plotly.js merges it into the traces
@@ -69,7 +76,7 @@ def routing_animation(
         winner = int(np.argmax(lengths))
         return go.Frame(
             data=[
-                go.Heatmap(z=by_type[t]),
+                go.Heatmap(z=change[t], customdata=by_type[t]),
                 go.Bar(
                     y=lengths,
                     marker_color=[WINNER if j == winner else OTHER for j in range(k)],
@@ -84,13 +91,13 @@ def routing_animation(
     margin_shapes, margin_notes = margin_marks(m_plus, m_minus, axis="2")
     return go.Figure(
         data=[heatmap(last), bars(last).update(xaxis="x2", yaxis="y2")],
-        frames=[frame(t) for t in range(r)],
+        frames=[frame(t) for t in range(r)] if r > 1 else None,
         layout=dict(
             height=height,
-            margin=dict(l=10, r=MARGIN_LABEL_SPACE, t=40, b=130),
+            margin=dict(l=10, r=MARGIN_LABEL_SPACE, t=40, b=130 if r > 1 else 40),
             showlegend=False,
             shapes=margin_shapes,
-            **play_controls(names, last, "iteration"),
+            **(play_controls(names, last, "iteration") if r > 1 else {}),
             xaxis=dict(domain=[0.0, 0.5], type="category", title="digit capsule"),
             yaxis=dict(autorange="reversed"),
             xaxis2=dict(domain=[0.64, 1.0], type="category", title="digit capsule", anchor="y2"),
@@ -107,7 +114,7 @@ def routing_animation(
                         yanchor="bottom",
                         font=dict(size=14),
                     )
-                    for text, x in (("Coupling c per primary-capsule type", 0.25), ("Digit-capsule lengths |v|", 0.82))
+                    for text, x in (("Coupling per primary-capsule type, c − 1/K", 0.25), ("Capsule lengths |v|", 0.82))
                 ),
                 *margin_notes,
             ],
@@ -142,51 +149,61 @@ def _square_cells(fig: go.Figure) -> None:
 
 
 def coupling_maps_figure(
-    maps: np.ndarray, digit_name: str, columns: int | None = None, width: int = 560, height: int | None = None
+    maps: np.ndarray,
+    digit_name: str,
+    columns: int | None = None,
+    width: int = 560,
+    height: int | None = None,
+    num_classes: int = 10,
+    step: int | None = None,
 ) -> go.Figure:
     """Coupling of every primary capsule to one digit capsule, as a grid of types x (6x6 positions), one frame per iteration.
 
-    The blocks are laid out about twice as wide as tall (`tile_columns`) and, unless `height` is
-    given, the figure is as tall as they need in a figure about `width` px wide: no empty band.
+    Shown as the change from uniform, c - 1/K, on a diverging scale centred at 0. The blocks are
+    laid out about twice as wide as tall (`tile_columns`) and, unless `height` is given, the
+    figure is as tall as they need in a figure about `width` px wide: no empty band.
     """
-    maps = np.asarray(maps, dtype=np.float32)
+    maps = np.asarray(maps, dtype=np.float32) - 1.0 / num_classes
     r, types, grid, _ = maps.shape
     columns = columns or tile_columns(types)
     tiles = tile_maps(maps, columns)  # (r, H, W)
     type_ids = _tile_hover(types, grid, columns)  # (H, W)
     names = [str(t + 1) for t in range(r)]
     finite = maps[np.isfinite(maps)]
-    zmax = max(float(finite.max()) if finite.size else 1.0, 0.15)
+    reach = max(float(np.abs(finite).max()) if finite.size else 0.0, 1e-3)
     customdata = np.stack([type_ids, *np.indices(type_ids.shape) % (grid + 1)], axis=-1)  # (H, W, 3): type, y, x
 
     def heatmap(t: int) -> go.Heatmap:
         return go.Heatmap(
             z=tiles[t],
-            zmin=0.0,
-            zmax=zmax,
-            colorscale="Viridis",
+            zmin=-reach,
+            zmax=reach,
+            zmid=0.0,
+            colorscale=DIVERGING,
             customdata=customdata,
-            colorbar=dict(title="c"),
+            colorbar=dict(title="c − 1/K"),
             hoverongaps=False,
             xgap=0,
             ygap=0,
-            hovertemplate=f"type %{{customdata[0]}}, position (%{{customdata[1]}}, %{{customdata[2]}})<br>c to {digit_name} = %{{z:.3f}}<extra></extra>",
+            hovertemplate=f"type %{{customdata[0]}}, position (%{{customdata[1]}}, %{{customdata[2]}})<br>c to {digit_name}: %{{z:+.3f}} from uniform<extra></extra>",
         )
 
     auto_height, plot = _tiled_height(tiles, width, CONTROLS_HEIGHT)
     if height is not None:
         plot = max(height - TILE_TOP - CONTROLS_HEIGHT, 1)
+    shown = r - 1 if step is None else int(np.clip(step, 0, r - 1))
     frames = [go.Frame(data=[go.Heatmap(z=tiles[t])], traces=[0], name=names[t]) for t in range(r)]  # only z changes
-    fig = go.Figure(heatmap(r - 1), frames=frames)
+    fig = go.Figure(heatmap(shown), frames=frames if r > 1 else None)
     _square_cells(fig)
-    fig.update_layout(
-        # the slider across the whole width, the buttons under it: side by side they would overlap in a narrow column
-        **play_controls(
-            names, r - 1, "iteration", slider_y=-SLIDER_BELOW / plot, buttons_y=-BUTTONS_BELOW / plot, slider_x=0.0
-        ),
-        title=f"Coupling to capsule {digit_name}: one {grid}x{grid} block per type",
-    )
-    return layout(fig, height or auto_height, margin=dict(l=10, r=10, t=TILE_TOP, b=CONTROLS_HEIGHT))
+    if r > 1:  # the slider across the whole width, the buttons under it: side by side they would overlap
+        fig.update_layout(
+            **play_controls(
+                names, shown, "iteration", slider_y=-SLIDER_BELOW / plot, buttons_y=-BUTTONS_BELOW / plot, slider_x=0.0
+            )
+        )
+    fig.update_layout(title=f"Coupling to capsule {digit_name}, c − 1/K: one {grid}x{grid} block per type")
+    bottom = CONTROLS_HEIGHT if r > 1 else TILE_BOTTOM
+    return layout(fig, height or auto_height - CONTROLS_HEIGHT + bottom, margin=dict(l=10, r=10, t=TILE_TOP, b=bottom))
 
 
 def iteration_lengths_figure(

@@ -87,6 +87,7 @@ def play_controls(
     the slider spans from `slider_x` (a fraction of the plot area's width) to the right edge.
     """
     step_args = dict(mode="immediate", frame=dict(duration=0, redraw=True), transition=dict(duration=0))
+    # frames that redraw (heatmaps) get no transition: a transition over a redraw shows an empty plot in between
     return dict(
         updatemenus=[
             dict(
@@ -106,7 +107,7 @@ def play_controls(
                             list(names),
                             dict(
                                 frame=dict(duration=duration, redraw=True),
-                                transition=dict(duration=250),
+                                transition=dict(duration=0),
                                 mode="immediate",
                             ),
                         ],

@@ -1,0 +1,108 @@
+"""Transform lens: turn, scale, shear, move or thicken the input and watch a capsule's pose follow it."""
+
+from __future__ import annotations
+
+import numpy as np
+import streamlit as st
+
+from capsnet import equivariance as eq
+from capsnet.config import CapsNetConfig
+from dashboard import figures, models, state, texts, widgets
+
+SLIDERS = {  # field: (label, step, format)
+    "rotation": ("Rotation (degrees)", 1.0, "%+.0f°"),
+    "scale": ("Scale", 0.05, "%.2f×"),
+    "shear": ("Shear (degrees)", 1.0, "%+.0f°"),
+    "dx": ("Move right (pixels)", 0.5, "%+.1f"),
+    "dy": ("Move down (pixels)", 0.5, "%+.1f"),
+    "thickness": ("Stroke thickness (pixels)", 0.25, "%+.2f"),
+}
+STRIP = [-45.0, -30.0, -15.0, 0.0, 15.0, 30.0, 45.0]  # the angles whose reconstructions are shown under the sweep
+
+
+def _key(name: str) -> str:
+    return f"lens_{name}"
+
+
+def _reset() -> None:
+    for name in SLIDERS:
+        st.session_state[_key(name)] = float(getattr(eq.Transform(), name))
+
+
+st.title("Transform lens", anchor=False)
+model = models.require_model()
+config = model.config if model is not None else CapsNetConfig()
+st.markdown(texts.equivariance(config))
+image = state.require_input() if model is not None else None
+if model is None or image is None:
+    st.stop()
+
+names = model.class_names
+for name in SLIDERS:
+    st.session_state.setdefault(_key(name), float(getattr(eq.Transform(), name)))
+controls, view = st.columns([1, 2.2], gap="large")
+with controls:
+    for name, (label, step, fmt) in SLIDERS.items():
+        low, high = eq.LIMITS[name]
+        st.slider(label, min_value=low, max_value=high, step=step, format=fmt, key=_key(name))
+    st.button("Reset", key="lens_reset", icon=":material/restart_alt:", on_click=_reset)
+transform = eq.Transform(**{name: float(st.session_state[_key(name)]) for name in SLIDERS})
+
+start = model.explain(image)
+choice = widgets.capsule_selectbox(
+    "Capsule to follow", names, key="lens_capsule", predicted_label="the winner on the original input",
+    help=f"Whose pose to follow: the capsule that wins on the untransformed input (now {names[start.prediction]}).",
+    container=controls,
+)  # fmt: skip
+capsule = start.prediction if choice is None else choice
+reading = model.transformed(image, (eq.Transform(), transform), capsule)  # the original and the transformed input
+lengths, predicted = reading.lengths[1], int(reading.predictions[1])
+
+with view:
+    pictures, verdict = st.columns([1.6, 1])
+    with pictures:
+        st.image(
+            [figures.pixel_image(reading.images[0], 4), figures.pixel_image(reading.images[1], 4),
+             figures.pixel_image(reading.reconstructions[1], 4)],
+            caption=["original", "transformed", f"from capsule {names[capsule]}"], width=28 * 4, output_format="PNG",
+        )  # fmt: skip
+    with verdict:
+        st.metric(
+            "Prediction", names[predicted], delta=f"|v| = {lengths[predicted]:.2f}", delta_color="off",
+            delta_arrow="off", border=True, help="The longest capsule for the transformed input.",
+        )  # fmt: skip
+        st.caption(
+            f"Capsule {names[capsule]}: |v| = {reading.lengths[0, capsule]:.2f} on the original, "
+            f"{lengths[capsule]:.2f} transformed."
+        )
+    st.plotly_chart(
+        figures.pose_figure(reading.poses[0], reading.poses[1], names[capsule]), key="lens_pose",
+        config={"displayModeBar": False},
+    )  # fmt: skip
+    st.plotly_chart(
+        figures.lengths_bar(lengths, names, predicted, config.m_plus, config.m_minus, height=260),
+        key="lens_lengths",
+        config={"displayModeBar": False},
+    )
+
+st.subheader("Every angle at once", anchor=False)
+sweep = model.rotation_sweep(image, transform, capsule)  # 37 angles, one batched forward pass
+moves = model.sensitivity(image, transform, capsule)
+strongest = [int(d) for d in np.argsort(moves["rotation"])[::-1][:3]]
+st.plotly_chart(
+    figures.rotation_sweep_figure(eq.SWEEP_ANGLES.tolist(), sweep.poses, transform.rotation, names[capsule], strongest),
+    key="lens_sweep",
+    config={"displayModeBar": False},
+)
+shown = [int(np.argmin(np.abs(eq.SWEEP_ANGLES - a))) for a in STRIP]
+st.plotly_chart(
+    figures.image_rows_figure(
+        [sweep.images[shown], sweep.reconstructions[shown]],
+        ["input", f"capsule {names[capsule]}"],
+        height=190,
+    ),
+    key="lens_strip",
+    config={"displayModeBar": False},
+)
+st.caption("Inputs at " + ", ".join(f"{a:+.0f}°" for a in STRIP) + ", and what the capsule redraws for each.")
+st.markdown(texts.sensitivity(moves, names[capsule]))

@@ -1,0 +1,116 @@
+"""Linked and shareable state: the URL says what is shown, and a click on a test image makes it the input.
+
+The state that matters lives in the URL's query parameters, so a link opens exactly a view:
+
+    /routing?checkpoint=mnist&test=1234&iterations=3&capsule=7
+
+checkpoint: a shipped model's file name without `.safetensors`, or a run's folder name; test: a
+test-image index (the input); iterations: routing iterations (Routing); capsule: a class index
+(the capsule the Routing and Capsule dimensions pages show). The page is the URL's path. A link is
+read on a session's first run; afterwards the URL follows the session's state on every run. A
+value that cannot be used is dropped with a notice, never an exception.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import streamlit as st
+
+from capsnet.catalog import CheckpointEntry
+from capsnet.data import dataset_info
+from dashboard import models, state, widgets
+
+APPLIED = "url_applied"  # the session's first run has read its link
+NOTICES = "url_notices"  # what could not be used, said once
+TEST_SOURCE = "Test image"  # the Draw page's input source for test images
+
+
+def checkpoint_name(entry: CheckpointEntry) -> str:
+    """How a link names a checkpoint: `mnist` for checkpoints/mnist.safetensors, the folder name for a run."""
+    return entry.run if entry.source == "run" else entry.path.stem
+
+
+def read_link(entries: list[CheckpointEntry]) -> None:
+    """On a session's first run: set the session's state from the URL's query parameters."""
+    if st.session_state.get(APPLIED):
+        return
+    st.session_state[APPLIED] = True
+    params = st.query_params
+    notices: list[str] = []
+    usable = [e for e in entries if not e.error]
+    chosen = next((e for e in usable if str(e.path) == st.session_state.get(state.MODEL_PATH)), None)
+    if "checkpoint" in params:
+        wanted = params["checkpoint"]
+        match = next((e for e in usable if checkpoint_name(e) == wanted), None)
+        if match is None:
+            notices.append(f"The link's checkpoint {wanted!r} is not on this server: the default model is shown.")
+        else:
+            chosen = match
+            st.session_state[state.MODEL_PATH] = str(match.path)
+    if "iterations" in params:
+        value = _whole(params["iterations"], 1, 20)
+        if value is None:
+            notices.append(f"The link's iterations {params['iterations']!r} is not a number from 1 to 20: ignored.")
+        else:
+            st.session_state["routing_iterations"] = value
+    classes = len(dataset_info(chosen.dataset).classes) if chosen is not None and chosen.dataset else 10
+    if "capsule" in params:
+        value = _whole(params["capsule"], 0, classes - 1)
+        if value is None:
+            notices.append(f"The link's capsule {params['capsule']!r} is not a class from 0 to {classes - 1}: ignored.")
+        else:
+            st.session_state["routing_digit"] = st.session_state["dims_class"] = value
+    if "test" in params:
+        dataset = chosen.dataset if chosen is not None and chosen.dataset else "mnist"
+        data = models.try_test_set(dataset)
+        count = len(data[0]) if data is not None else 0
+        value = _whole(params["test"], 0, count - 1)
+        if value is None:
+            if data is not None:
+                notices.append(f"The link's test image {params['test']!r} is not an index from 0 to {count - 1:,}.")
+        else:
+            open_test_image(value, dataset)
+    st.session_state[NOTICES] = notices
+
+
+def show_notices() -> None:
+    for notice in st.session_state.pop(NOTICES, None) or []:
+        st.warning(notice, icon=":material/link_off:")
+
+
+def write_link(entry: CheckpointEntry | None, page: str) -> None:
+    """Mirror the state that matters on `page` (a url_path) in the URL, so that it can be shared."""
+    params: dict[str, str] = {}
+    if entry is not None:
+        params["checkpoint"] = checkpoint_name(entry)
+    if st.session_state.get("input_source") == TEST_SOURCE and st.session_state.get("test_index") is not None:
+        params["test"] = str(int(st.session_state["test_index"]))
+    if page == "routing" and st.session_state.get("routing_iterations") is not None:
+        params["iterations"] = str(int(st.session_state["routing_iterations"]))
+    capsule = {"routing": "routing_digit", "dimensions": "dims_class"}.get(page)
+    if capsule is not None:
+        chosen = widgets.capsule_choice(st.session_state.get(capsule))
+        if chosen is not None:
+            params["capsule"] = str(chosen)
+    if dict(st.query_params) != params:
+        st.query_params.from_dict(params)
+
+
+def open_test_image(index: int, dataset: str) -> None:
+    """Make test image `index` of `dataset` the current input of every page (and the Draw page's choice)."""
+    data = models.try_test_set(dataset)
+    if data is None:
+        return
+    images, labels = data
+    index = int(np.clip(index, 0, len(images) - 1))
+    st.session_state["input_source"] = TEST_SOURCE
+    st.session_state["test_index"] = index
+    state.set_input(images[index, 0].numpy(), f"test image #{index}", int(labels[index]))
+
+
+def _whole(text: str, low: int, high: int) -> int | None:
+    try:
+        value = int(text)
+    except (TypeError, ValueError):
+        return None
+    return value if low <= value <= high else None
