@@ -153,6 +153,41 @@ def evaluate(
     )
 
 
+def merge_evaluations(parts: list[Evaluation]) -> Evaluation:
+    """One evaluation of the concatenated sets of `parts` (in order), exactly as `evaluate` over all of them gives it.
+
+    Lets a caller evaluate a large set a chunk at a time (to show progress, or to reuse the
+    chunks already done) and still get the whole set's figures, statistics included.
+    """
+    if not parts:
+        raise ValueError("nothing to merge")
+    totals = torch.tensor([p.total for p in parts], dtype=torch.float64)  # (P,)
+    total = int(totals.sum())
+    losses = torch.tensor([[p.loss, p.margin_loss, p.reconstruction_loss] for p in parts], dtype=torch.float64)
+    loss, margin, recon = ((losses * totals[:, None]).sum(0) / total).tolist()
+    confusion = torch.stack([p.confusion for p in parts]).sum(0)  # (K, K)
+    counts = torch.stack([p.confusion.diagonal() for p in parts]).double()[:, :, None]  # (P, K, 1): correct per class
+    means = torch.stack([p.dimension_mean for p in parts]).double()  # (P, K, D)
+    squares = torch.stack([p.dimension_std for p in parts]).double() ** 2 + means**2  # E[x^2] of each part
+    n = counts.sum(0).clamp(min=1)  # (K, 1)
+    mean = (counts * means).sum(0) / n
+    std = ((counts * squares).sum(0) / n - mean**2).clamp(min=0).sqrt()
+    return Evaluation(
+        loss=loss,
+        margin_loss=margin,
+        reconstruction_loss=recon,
+        correct=int(confusion.diagonal().sum()),
+        total=total,
+        confusion=confusion,
+        labels=torch.cat([p.labels for p in parts]),
+        predictions=torch.cat([p.predictions for p in parts]),
+        lengths=torch.cat([p.lengths for p in parts]),
+        dimension_mean=mean.float(),
+        dimension_std=std.float(),
+        reconstruction_errors=torch.cat([p.reconstruction_errors for p in parts]),
+    )
+
+
 def format_report(result: Evaluation, class_names: list[str], title: str = "") -> str:
     """The human report: loss, accuracy, `Class 3: 99.31% (1003/1010)` lines, confusion matrix."""
     lines = [title] if title else []

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,11 +30,12 @@ from capsnet.checkpoint_info import CheckpointInfo
 from capsnet.config import CapsNetConfig
 from capsnet.data import DATASETS, DatasetDamagedError, DatasetNotFoundError, as_tensors, dataset_info, load_dataset
 from capsnet.equivariance import Transform, TransformedReading
-from capsnet.evaluate import Evaluation, evaluate
+from capsnet.evaluate import Evaluation, evaluate, merge_evaluations
 from capsnet.novelty import NoveltyThresholds, thresholds_for
 from dashboard import state, texts
 
 MNIST_DIGITS = [str(d) for d in range(10)]
+EVALUATION_CHUNK = 1000
 
 
 @dataclass(frozen=True)
@@ -95,9 +97,18 @@ class Model:
         """Figure 4's grid (D, 11, 28, 28) around one capsule vector."""
         return _perturbations(self.key, tuple(float(v) for v in vector), class_index, self.net)
 
-    def evaluation(self, limit: int) -> Evaluation:
-        """The model on the first `limit` images of its test set (the set must be available: `try_test_set`)."""
-        return _evaluation(self.key, self.dataset, limit, self.net)
+    def evaluation(self, limit: int, on_chunk: Callable[[int, int], None] | None = None) -> Evaluation:
+        """The model on the first `limit` images of its test set (the set must be available: `try_test_set`).
+
+        Evaluated EVALUATION_CHUNK images at a time, each chunk cached (the first 1,000 serve the
+        quick view and the start of the full one); `on_chunk(done, limit)` after each, for a progress bar.
+        """
+        parts = []
+        for start in range(0, limit, EVALUATION_CHUNK):
+            parts.append(_evaluation(self.key, self.dataset, start, min(start + EVALUATION_CHUNK, limit), self.net))
+            if on_chunk is not None:
+                on_chunk(min(start + EVALUATION_CHUNK, limit), limit)
+        return merge_evaluations(parts)
 
     @property
     def noun(self) -> str:
@@ -234,10 +245,10 @@ def _perturbations(model_key: str, vector: tuple[float, ...], class_index: int, 
     return ex.perturbation_grid(_model, np.asarray(vector, dtype=np.float32), class_index)
 
 
-@st.cache_data(max_entries=6, show_spinner=False)
-def _evaluation(model_key: str, dataset: str, limit: int, _model: Any) -> Evaluation:
+@st.cache_data(max_entries=40, show_spinner=False)
+def _evaluation(model_key: str, dataset: str, start: int, stop: int, _model: Any) -> Evaluation:
     images, labels = test_set(dataset)
-    return evaluate(_model, images[:limit], labels[:limit], batch_size=250)
+    return evaluate(_model, images[start:stop], labels[start:stop], batch_size=250)
 
 
 @st.cache_data(max_entries=4, show_spinner="Calibrating on the test set, once for this model...")

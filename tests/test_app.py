@@ -306,7 +306,8 @@ def test_evaluate_starts_on_the_first_1000_test_images(app_with_run) -> None:  #
     assert any(m.label == "Mistakes (of 1,000)" for m in at.metric)
     # MNIST's class names are its class numbers: no "name" column repeating the "class" column
     (table,) = [d.value for d in at.dataframe]  # the per-class table
-    assert list(table.columns) == ["class", "accuracy", "correct"] and list(table["class"]) == list(range(10))
+    assert list(table.columns) == ["class", "accuracy", "correct", "precision"]  # accuracy per class is its recall
+    assert list(table["class"]) == list(range(10)) and ((0 <= table["precision"]) & (table["precision"] <= 1)).all()
 
 
 def test_a_finished_run_replaces_the_progress_in_the_sidebar(app_with_run, tmp_path: Path) -> None:  # noqa: F811

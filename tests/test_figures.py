@@ -187,10 +187,14 @@ def test_training_curves_mark_short_runs_and_draw_long_ones_as_lines() -> None:
 
 def test_confusion_figure() -> None:
     confusion = np.diag(np.full(10, 90)) + 1
+    confusion[3, 5] = 0  # one empty cell among the mistakes
     fig = figures.confusion_figure(confusion, NAMES)
-    z = np.asarray(fig.data[0].z)
-    assert z.shape == (10, 10) and z[0, 0] == pytest.approx(91 / 100)
-    assert np.asarray(fig.data[0].text)[0, 0] == 91
+    right, wrong = (np.asarray(trace.z, dtype=float) for trace in fig.data)
+    assert right.shape == (10, 10) and right[0, 0] == pytest.approx(91 / 100)
+    assert np.asarray(fig.data[0].text)[0, 0] == "91" and np.asarray(fig.data[1].text)[0, 1] == "1"
+    assert np.isnan(right[0, 1]) and np.isnan(wrong[0, 0])  # each cell on one scale only
+    assert wrong[0, 1] >= fig.data[1].zmin  # a single mistake gets a visible colour...
+    assert np.isnan(wrong[3, 5])  # ...an empty cell none, so the two never look alike
     with pytest.raises(ValueError):
         figures.confusion_figure(confusion[:5], NAMES)
 
@@ -200,6 +204,7 @@ def test_per_class_accuracy_figure() -> None:
     acc[4] = 0.8
     fig = figures.per_class_accuracy_figure(acc, NAMES)
     assert fig.data[0].marker.color[4] == figures.WINNER
+    assert fig.layout.yaxis.range[1] == 1.0  # no 102% on the axis
     with pytest.raises(ValueError):
         figures.per_class_accuracy_figure(acc[:3], NAMES)
 

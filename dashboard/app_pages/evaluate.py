@@ -6,13 +6,39 @@ import numpy as np
 import streamlit as st
 
 from capsnet import explain as ex
-from dashboard import figures, models, texts
+from dashboard import figures, links, models, texts
 
 QUICK = 1000  # the default: a few seconds with the paper's model on a CPU
 SIZES = {QUICK: "first", 0: "all"}
 GRID_COUNT = 12
 GALLERY_COUNT = 12
 GALLERY_COLUMNS = 4
+OPENED = "eval_opened"  # the test image a click last made the input (said once, with links to the pages)
+HANDLED = "eval_grid_handled"  # the grid selection already acted on
+
+
+def _open(index: int, dataset: str) -> None:
+    links.open_test_image(index, dataset)
+    st.session_state[OPENED] = index
+
+
+def _opened_notice() -> None:
+    index = st.session_state.pop(OPENED, None)
+    if index is None:
+        return
+    with st.container(border=True):
+        st.markdown(f"**Test image #{index} is now the input** of every page:")
+        for column, (path, label, icon) in zip(
+            st.columns(4),
+            [
+                ("app_pages/draw.py", "Draw", ":material/draw:"),
+                ("app_pages/routing.py", "Routing", ":material/hub:"),
+                ("app_pages/dimensions.py", "Capsule dimensions", ":material/tune:"),
+                ("app_pages/transform.py", "Transform lens", ":material/rotate_right:"),
+            ],
+        ):
+            column.page_link(path, label=label, icon=icon)
+
 
 st.title("Evaluate", anchor=False)
 st.markdown(texts.EVALUATE)
@@ -44,9 +70,18 @@ size = st.segmented_control(
     "paper's model); each result is kept for this model.",
 )
 limit = len(images) if not size else min(int(size), len(images))
-slow = " This takes a while on a CPU." if limit > QUICK else ""
-with st.spinner(f"Evaluating on {limit:,} test images (once per model).{slow}"):
-    result = model.evaluation(limit)
+bar = st.empty()
+
+
+def _progress(done: int, total: int) -> None:
+    if done < total:
+        bar.progress(done / total, text=f"Evaluated {done:,} of {total:,} test images (once per model)...")
+
+
+bar.progress(0.0, text=f"Evaluating {limit:,} test images (once per model)...")
+result = model.evaluation(limit, on_chunk=_progress)
+bar.empty()
+_opened_notice()
 
 stored = model.info.test_accuracy
 c1, c2, c3, c4 = st.columns(4)
@@ -67,12 +102,34 @@ with table_col:
     named = any(name != str(k) for k, name in enumerate(names))  # MNIST's names are the class numbers
     st.dataframe(
         [
-            {"class": k, **({"name": names[k]} if named else {}), "accuracy": acc, "correct": f"{c}/{t}"}
-            for k, (acc, c, t) in enumerate(zip(result.class_accuracy(), result.class_correct, result.class_total))
+            {
+                "class": k,
+                **({"name": names[k]} if named else {}),
+                "accuracy": acc,
+                "correct": f"{c}/{t}",
+                "precision": pr,
+            }
+            for k, (acc, c, t, pr) in enumerate(
+                zip(result.class_accuracy(), result.class_correct, result.class_total, result.class_precision())
+            )
         ],
         hide_index=True,
         key="per_class_table",
-        column_config={"accuracy": st.column_config.ProgressColumn(format="percent", min_value=0.0, max_value=1.0)},
+        column_config={
+            "accuracy": st.column_config.ProgressColumn(
+                "recall (accuracy)",
+                format="percent",
+                min_value=0.0,
+                max_value=1.0,
+                help="Of the test images of this class, the share read as this class.",
+            ),
+            "precision": st.column_config.ProgressColumn(
+                format="percent",
+                min_value=0.0,
+                max_value=1.0,
+                help="Of the test images read as this class, the share that are this class.",
+            ),
+        },  # fmt: skip
     )
 with chart_col:
     st.plotly_chart(
@@ -93,14 +150,22 @@ if st.button("Other examples", key="eval_shuffle", icon=":material/shuffle:"):
 sample = tuple(int(i) for i in np.random.default_rng(seed).choice(limit, size=min(GRID_COUNT, limit), replace=False))
 recon = model.reconstructions(sample)
 originals = images[list(sample), 0].numpy()
-st.plotly_chart(
-    figures.image_rows_figure([originals, recon.reconstructions], ["original", "reconstruction"]),
+event = st.plotly_chart(
+    figures.image_rows_figure([originals, recon.reconstructions], ["original", "reconstruction"], ids=sample),
     key="reconstruction_grid",
     config={"displayModeBar": False},
+    on_select="rerun",
+    selection_mode="points",
 )
+picked = [int(point["customdata"]) for point in (event.selection.points if event else []) if "customdata" in point]
+if picked and picked != st.session_state.get(HANDLED):
+    st.session_state[HANDLED] = picked
+    _open(picked[0], model.dataset)
+    st.rerun()
 st.caption(
     "Predicted: "
     + ", ".join(f"{names[p]}" + ("" if p == labels[i] else " ✗") for i, p in zip(sample, recon.predictions))
+    + ". Click an image to make it the input of the other pages."
 )
 
 st.subheader("The most confident mistakes", anchor=False)
@@ -125,3 +190,8 @@ else:
                 key=f"mistake_{index}",
                 config={"displayModeBar": False, "staticPlot": True},
             )
+            st.button(
+                f"Explore #{index}", key=f"explore_{index}", icon=":material/open_in_new:", on_click=_open,
+                args=(index, model.dataset), help="Make this test image the input of Draw, Routing, Dimensions and the "
+                "transform lens.",
+            )  # fmt: skip

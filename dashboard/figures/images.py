@@ -93,8 +93,17 @@ def perturbation_figure(grid: np.ndarray, steps: Sequence[float], height: int = 
     return fig
 
 
-def image_rows_figure(rows: Sequence[np.ndarray], labels: Sequence[str], height: int | None = None) -> go.Figure:
-    """Rows of 28x28 images (e.g. originals over their reconstructions), one labelled row each."""
+def image_rows_figure(
+    rows: Sequence[np.ndarray],
+    labels: Sequence[str],
+    height: int | None = None,
+    ids: Sequence[int] | None = None,
+) -> go.Figure:
+    """Rows of 28x28 images (e.g. originals over their reconstructions), one labelled row each.
+
+    With `ids` (one per column), each column gets an invisible point that selection events can
+    pick: clicking a column selects its id (the dashboard opens that test image).
+    """
     if len(rows) != len(labels) or not rows:
         raise ValueError("need one label per row and at least one row")
     stack = np.stack([np.asarray(r, dtype=np.float32) for r in rows])  # (R, n, h, w)
@@ -109,4 +118,17 @@ def image_rows_figure(rows: Sequence[np.ndarray], labels: Sequence[str], height:
         ticktext=list(labels),
         showgrid=False,
     )
+    if ids is not None:
+        if len(ids) != n:
+            raise ValueError(f"{n} columns but {len(ids)} ids")
+        x = np.repeat([c * (w + gap) + (w - 1) / 2 for c in range(n)], count)
+        y = np.tile([i * (h + gap) + (h - 1) / 2 for i in range(count)], n)
+        fig.add_trace(
+            go.Scatter(
+                x=x, y=y, mode="markers", customdata=np.repeat(list(ids), count), showlegend=False,
+                marker=dict(size=max(h, w) * 1.5, color="rgba(0,0,0,0)", symbol="square"),
+                hovertemplate="test image #%{customdata}: click to explore it<extra></extra>",
+            )
+        )  # fmt: skip
+        fig.update_layout(clickmode="event+select", dragmode=False)
     return fig
