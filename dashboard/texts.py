@@ -15,6 +15,11 @@ from capsnet.config import CapsNetConfig
 from capsnet.explain import DEFAULT_DIMENSION_STD
 
 
+def a(noun: str) -> str:
+    """The noun with its article: "a digit", "an item"."""
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
+
+
 def capsule(config: CapsNetConfig) -> str:
     return f"""
 **What is a capsule?** An ordinary neuron outputs one number: *how much* a feature is present.
@@ -130,7 +135,12 @@ def overlay(config: CapsNetConfig) -> str:
     return (
         f"Each primary capsule sees a {side}x{side} patch of the input (its receptive field). A stroke takes the "
         "colour of the class capsule that most of the votes cast from it go to, each vote weighted by its coupling "
-        "and by how sure its capsule is (its length), in the iteration shown."
+        "and by how sure its capsule is (its length), in the iteration shown. "
+        + (
+            "The last row and column of pixels reach no capsule at all: the strides of this architecture skip them."
+            if (config.image_size - config.conv1_kernel + 1 - config.primary_kernel) % config.primary_stride
+            else ""
+        )
     )
 
 

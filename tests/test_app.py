@@ -19,6 +19,7 @@ PAGES = [
     "app_pages/draw.py",
     "app_pages/routing.py",
     "app_pages/dimensions.py",
+    "app_pages/transform.py",
     "app_pages/training.py",
     "app_pages/evaluate.py",
 ]
@@ -55,6 +56,15 @@ def pick_test_image(at: AppTest, index: int) -> AppTest:
     at.number_input(key="test_index").set_value(index).run()
     no_exception(at)
     return at
+
+
+def plotly_values(array: list | dict) -> np.ndarray:
+    """A data array of a plotly JSON spec: a list, or numbers packed as base64 ("bdata" with its "dtype")."""
+    if isinstance(array, dict):
+        import base64
+
+        return np.frombuffer(base64.b64decode(array["bdata"]), dtype=array["dtype"])
+    return np.asarray(array)
 
 
 def chart(at: AppTest, key: str) -> dict:
@@ -263,6 +273,9 @@ def test_every_page_runs_on_the_shipped_fashion_mnist_model(app_dirs, data_dir: 
     at = new_app().run()
     no_exception(at)
     assert Path(at.sidebar.selectbox(key="checkpoint_picker").value).name == "fashion-mnist.safetensors"
+    assert at.title[0].value == "Draw an item"  # the checkpoint's own word for an example
+    assert at.segmented_control(key="input_source").value == "Test image"  # it opens on test images...
+    assert any("A drawing can only be an outline" in i.value for i in at.info)  # ...and says why
     pick_test_image(at, 0)  # the first Fashion-MNIST test image is an ankle boot
     assert prediction(at) == "Ankle boot"
     for page in PAGES[1:]:
@@ -405,3 +418,115 @@ def test_the_training_page_shows_why_a_run_failed(app_with_run) -> None:  # noqa
     at.switch_page("app_pages/training.py").run()
     no_exception(at)
     assert any(reason in e.label for e in at.expander), [e.label for e in at.expander]
+
+
+def test_the_routing_page_steps_through_the_votes(app_with_run) -> None:  # noqa: F811
+    at = pick_test_image(new_app().run(), 2)
+    at.switch_page("app_pages/routing.py").run()
+    no_exception(at)
+    assert any("Iteration 3 of 3" in m.value for m in at.markdown)
+    chosen, other = chart(at, "votes_chosen"), chart(at, "votes_other")
+    assert len(chosen["frames"]) == 3 and len(plotly_values(chosen["data"][0]["x"])) == 8 * 36  # every capsule votes
+    assert chosen["layout"]["title"]["text"] != other["layout"]["title"]["text"]  # the winner beside the runner-up
+    sizes_last = chosen["data"][0]["marker"]["size"]
+    at.button(key="routing_prev").click().run()
+    no_exception(at)
+    assert any("Iteration 2 of 3" in m.value for m in at.markdown)
+    assert chart(at, "votes_chosen")["data"][0]["marker"]["size"] != sizes_last  # the weights of iteration 2
+    assert chart(at, "routing_animation")["layout"]["sliders"][0]["active"] == 1
+    at.button(key="routing_prev").click().run()
+    assert at.button(key="routing_prev").disabled and not at.button(key="routing_next").disabled
+    share = chart(at, "vote_share")
+    assert len(share["data"]) == 10 and all(len(trace["x"]) == 3 for trace in share["data"])
+    overlay = chart(at, "vote_overlay")
+    at.radio(key="overlay_mode").set_value("coupling").run()
+    no_exception(at)
+    assert chart(at, "vote_overlay")["layout"]["title"]["text"] != overlay["layout"]["title"]["text"]
+    at.slider(key="routing_iterations").set_value(1).run()  # one iteration: nothing to step or play
+    no_exception(at)
+    assert not [b for b in at.button if b.key in ("routing_prev", "routing_next")]
+    assert not chart(at, "votes_chosen").get("frames")
+    assert sum("after the first iteration, with uniform couplings" in m.value for m in at.markdown) == 0
+
+
+def test_the_transform_lens_follows_the_sliders(app_with_run) -> None:  # noqa: F811
+    at = pick_test_image(new_app().run(), 1)
+    at.switch_page("app_pages/transform.py").run()
+    no_exception(at)
+
+    def transformed() -> str:
+        (images,) = [im for im in at.get("image") if "transformed" in im.captions]
+        return images.value[1]
+
+    before, pose = transformed(), chart(at, "lens_pose")["data"][0]["y"]
+    sweep = chart(at, "lens_sweep")
+    assert len(sweep["data"]) == 16 and all(len(t["x"]) == 37 for t in sweep["data"])  # 16 dimensions, 37 angles
+    at.slider(key="lens_rotation").set_value(30.0).run()
+    no_exception(at)
+    assert transformed() != before and chart(at, "lens_pose")["data"][0]["y"] != pose
+    assert any("Which dimensions of capsule" in m.value for m in at.markdown)
+    at.button(key="lens_reset").click().run()
+    assert at.slider(key="lens_rotation").value == 0.0 and transformed() == before
+
+
+@pytest.mark.slow
+def test_an_input_like_no_digit_is_flagged(app_dirs, data_dir: Path) -> None:  # noqa: F811
+    """On the shipped model: a test digit looks like one, noise does not (though a class is still named)."""
+    _, checkpoints = app_dirs
+    shutil.copy(Path(APP).parents[1] / "checkpoints" / "mnist.safetensors", checkpoints)
+    at = pick_test_image(new_app().run(), 0)
+    assert any("Looks like a digit the network knows" in c.value for c in at.caption)
+    noise = (np.random.default_rng(0).random((60, 60)) * 255).astype(np.uint8)
+    at.segmented_control(key="input_source").set_value("Upload").run()
+    at.file_uploader(key="upload").set_value(("noise.png", png(noise), "image/png")).run()
+    no_exception(at)
+    assert prediction(at) is not None  # it still names a class...
+    assert any("Not like any digit the network knows" in w.value for w in at.warning)  # ...and says it is no digit
+
+
+def test_a_shared_link_opens_that_view(app_with_run) -> None:  # noqa: F811
+    runs_root, _ = app_with_run
+    at = new_app()
+    at.query_params.update(checkpoint="20250101-000000-mnist", test="12", iterations="2", capsule="4")
+    at.run()
+    no_exception(at)
+    assert at.session_state["input_label"] == "test image #12" and at.session_state["test_index"] == 12
+    at.switch_page("app_pages/routing.py").run()
+    no_exception(at)
+    assert at.slider(key="routing_iterations").value == 2 and at.selectbox(key="routing_digit").value == 4
+    assert "test image #12" in " ".join(m.value for m in at.markdown)
+    assert dict(at.query_params) == {
+        "checkpoint": "20250101-000000-mnist",
+        "test": "12",
+        "iterations": "2",
+        "capsule": "4",
+    }  # fmt: skip  (the URL follows the state, to be shared)
+
+
+def test_a_link_with_bad_values_falls_back_with_a_notice(app_with_run) -> None:  # noqa: F811
+    at = new_app()
+    at.query_params.update(checkpoint="nope", test="99999", iterations="many", capsule="12")
+    at.run()
+    no_exception(at)
+    notices = " ".join(w.value for w in at.warning)
+    for part in ("checkpoint 'nope' is not on this server", "test image '99999'", "iterations 'many'", "capsule '12'"):
+        assert part in notices, notices
+    assert "run 20250101-000000-mnist" in at.sidebar.selectbox(key="checkpoint_picker").format_func(
+        at.sidebar.selectbox(key="checkpoint_picker").value
+    )  # the default model instead
+
+
+def test_a_mistake_opens_as_the_input_of_every_page(app_with_run) -> None:  # noqa: F811
+    at = new_app().run()
+    at.switch_page("app_pages/evaluate.py").run()
+    no_exception(at)
+    explore = [b for b in at.button if b.key and b.key.startswith("explore_")]
+    assert explore, "the tiny model makes mistakes on 1,000 test images"
+    index = int(explore[0].key.removeprefix("explore_"))
+    explore[0].click().run()
+    no_exception(at)
+    assert at.session_state["input_label"] == f"test image #{index}"
+    assert any(f"Test image #{index} is now the input" in m.value for m in at.markdown)
+    at.switch_page("app_pages/dimensions.py").run()
+    no_exception(at)
+    assert any(f"test image #{index}" in c.value for c in at.caption)

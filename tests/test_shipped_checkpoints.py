@@ -11,6 +11,7 @@ from capsnet.checkpoint import load_checkpoint
 from capsnet.config import CapsNetConfig
 from capsnet.data import as_tensors, load_dataset
 from capsnet.evaluate import evaluate
+from capsnet.novelty import NoveltyThresholds
 
 CHECKPOINTS = Path(__file__).resolve().parents[1] / "checkpoints"
 # The lowest accuracy a shipped model may have: issue 4's floors (its targets, 99.70% and
@@ -37,3 +38,10 @@ def test_shipped_checkpoint_accuracy(name: str, data_dir: Path) -> None:
     # float16 storage is allowed if it keeps the float32 model's accuracy to 0.02%
     assert abs(info.test_accuracy - info.test_accuracy_before_export) <= 0.0002 + 1e-9
     assert len(info.per_class_accuracy) == 10 and len(info.dimension_std) == 10
+    # the not-like-any-class thresholds are in the header and almost never flag a test image read right
+    thresholds = NoveltyThresholds.from_dict(info.novelty)
+    assert thresholds is not None and thresholds.examples == result.correct
+    flagged = thresholds.flagged(result.reconstruction_errors.numpy(), result.winner_lengths.numpy())
+    assert flagged[result.right.numpy()].mean() <= 0.01 and flagged[result.right.numpy()].mean() == pytest.approx(
+        thresholds.flagged_right, abs=0.002
+    )

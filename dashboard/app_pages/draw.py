@@ -86,7 +86,7 @@ def test_image_input(dataset: str, class_names: list[str]) -> tuple[np.ndarray |
 def upload_input(noun: str) -> tuple[np.ndarray | None, str, int | None]:
     """A PNG or JPEG of one example: dark on light or light on dark, any size."""
     upload = st.file_uploader(
-        f"Upload an image of a {noun} (PNG or JPEG)",
+        f"Upload an image of {texts.a(noun)} (PNG or JPEG)",
         type=["png", "jpg", "jpeg"],
         key="upload",
         max_upload_size=2,
@@ -114,9 +114,9 @@ if st.session_state.get("draw_dataset") != dataset:  # a model of another datase
     if noun != "digit":
         st.session_state["input_source"] = "Test image"
 
-st.title(f"Draw a {noun}", anchor=False)
+st.title(f"Draw {texts.a(noun)}", anchor=False)
 st.markdown(
-    f"Draw a {noun}, pick one from the test set or upload a picture, and see how a **Capsule Network** reads it: "
+    f"Draw {texts.a(noun)}, pick one from the test set or upload a picture, and see how a **Capsule Network** reads it: "
     "which class capsule grows longest, and what it redraws from that capsule alone."
 )
 if noun != "digit":
@@ -150,8 +150,8 @@ with right:
         st.info(
             {
                 "Test image": "Pick a test image.",
-                "Upload": f"Upload a PNG or JPEG image of a {noun}.",
-            }.get(source or "Draw", f"Draw a {noun} on the canvas: the prediction appears here."),
+                "Upload": f"Upload a PNG or JPEG image of {texts.a(noun)}.",
+            }.get(source or "Draw", f"Draw {texts.a(noun)} on the canvas: the prediction appears here."),
             icon=":material/gesture:",
         )
     else:
@@ -219,7 +219,9 @@ with side_col:
                 icon=":material/report:",
             )
         else:
-            st.caption(f"Looks like a {noun} the network knows (novelty score {score:.2f}; above 1 would mean unlike).")
+            st.caption(
+                f"Looks like {texts.a(noun)} the network knows (novelty score {score:.2f}; above 1 would mean unlike)."
+            )
         with st.expander('What is "not like any class"?', icon=":material/report:"):
             st.markdown(texts.NOVELTY)
     widgets.capsule_selectbox(  # read back from session state above, before the result is computed

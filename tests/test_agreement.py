@@ -1,0 +1,100 @@
+"""The votes behind routing: read in one pass, projected in a fixed basis, traced back to the input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from capsnet import agreement as ag
+from capsnet.config import CapsNetConfig
+from capsnet.model import CapsNet
+
+
+@pytest.fixture(scope="module")
+def model() -> CapsNet:
+    torch.manual_seed(0)
+    return CapsNet(CapsNetConfig.preset("tiny")).eval()
+
+
+@pytest.fixture(scope="module")
+def image() -> np.ndarray:
+    digit = np.zeros((28, 28), np.float32)
+    digit[6:22, 12:16] = 1.0
+    digit[6:9, 9:19] = 0.8
+    return digit
+
+
+def test_votes_match_the_models_routing_and_a_loop(model: CapsNet, image: np.ndarray) -> None:
+    votes = ag.read_votes(model, image, iterations=3)
+    k, n, d = votes.votes.shape
+    assert (k, d) == (10, 16) and n == model.config.num_primary and votes.coupling.shape == (3, n, k)
+    with torch.no_grad():
+        out = model(torch.from_numpy(image).view(1, 1, 28, 28), routing_iterations=3, return_trace=True)
+    np.testing.assert_allclose(votes.poses, out.trace.poses[0].numpy(), atol=1e-5)  # v_j of every iteration
+    np.testing.assert_allclose(votes.lengths[-1], out.lengths[0].numpy(), atol=1e-5)
+    for t in range(3):  # the slow way: every child, every parent
+        for j in (0, 7):
+            s = sum(votes.coupling[t, i, j] * votes.votes[j, i] for i in range(n))
+            np.testing.assert_allclose(votes.sums[t, j], s, atol=1e-4)
+            np.testing.assert_allclose(votes.agreement[t, 5, j], votes.votes[j, 5] @ votes.poses[t, j], atol=1e-5)
+
+
+def test_the_basis_is_orthonormal_fixed_and_faithful(model: CapsNet, image: np.ndarray) -> None:
+    votes = ag.read_votes(model, image, iterations=4)
+    view = ag.vote_view(votes, 3)
+    basis = view.basis.astype(np.float64)
+    np.testing.assert_allclose(basis @ basis.T, np.eye(2), atol=1e-5)
+    np.testing.assert_allclose(basis[0], votes.poses[-1, 3] / np.linalg.norm(votes.poses[-1, 3]), atol=1e-5)
+    # one basis for every iteration: each iteration's s_j is the coupling-weighted sum of the same 2-D points
+    for t in range(4):
+        np.testing.assert_allclose(view.sums[t], view.coupling[t] @ view.points, rtol=1e-4, atol=1e-4)
+    assert view.points.shape == (votes.votes.shape[1], 2) and view.change.shape == view.coupling.shape
+    # the first coordinate is the agreement with the final consensus, divided by its length
+    np.testing.assert_allclose(
+        view.points[:, 0], view.agreement[-1] / np.linalg.norm(votes.poses[-1, 3]), rtol=1e-4, atol=1e-5
+    )
+    with pytest.raises(ValueError, match="digit capsule"):
+        ag.vote_view(votes, 10)
+
+
+def test_vote_mass_sums_to_the_number_of_children(model: CapsNet, image: np.ndarray) -> None:
+    votes = ag.read_votes(model, image, iterations=3)
+    mass = ag.vote_mass(votes.coupling)
+    assert mass.shape == (3, 10)
+    np.testing.assert_allclose(mass.sum(axis=1), votes.coupling.shape[1], rtol=1e-6)
+    np.testing.assert_allclose(mass[0], votes.coupling.shape[1] / 10, rtol=1e-5)  # uniform in the first iteration
+
+
+@pytest.mark.parametrize("preset", ["paper", "tiny"])
+def test_receptive_fields_match_the_gradient_and_cover_the_input(preset: str) -> None:
+    config = CapsNetConfig.preset(preset)
+    fields = ag.receptive_fields(config)
+    g = config.primary_grid
+    seen = fields.any(axis=(0, 1))
+    assert fields.shape == (g, g, 28, 28) and fields[0, 0].sum() == 17 * 17 and fields[0, 0, :17, :17].all()
+    # together they cover the input, but for its last row and column: Conv1 gives 20 rows, and the 9x9
+    # stride-2 PrimaryCaps reads rows 0-18 of them, so input row 27 (and column 27) reaches no capsule
+    assert seen[:27, :27].all() and not seen[27].any() and not seen[:, 27].any()
+    # the slow reference: which input pixels the primary convolution's output at (y, x) depends on
+    conv1 = torch.nn.Conv2d(1, 2, config.conv1_kernel)
+    primary = torch.nn.Conv2d(2, 2, config.primary_kernel, stride=config.primary_stride)
+    for layer in (conv1, primary):
+        torch.nn.init.constant_(layer.weight, 1.0)
+    for y, x in [(0, 0), (2, 3), (g - 1, g - 1)]:
+        inputs = torch.ones(1, 1, 28, 28, requires_grad=True)
+        primary(conv1(inputs))[0, 0, y, x].backward()
+        np.testing.assert_array_equal(inputs.grad[0, 0].numpy() != 0, fields[y, x])
+
+
+def test_pixel_votes_against_a_loop(model: CapsNet, image: np.ndarray) -> None:
+    votes = ag.read_votes(model, image)
+    config = model.config
+    pixels = ag.pixel_votes(votes.coupling[-1], votes.primary_lengths, config)  # (28, 28, K)
+    fields = ag.receptive_fields(config)
+    g = config.primary_grid
+    slow = np.zeros((28, 28, 10))
+    for i in range(config.num_primary):
+        y, x = divmod(i % (g * g), g)
+        slow[fields[y, x]] += votes.primary_lengths[i] * votes.coupling[-1, i]
+    np.testing.assert_allclose(pixels, slow, rtol=1e-4, atol=1e-5)

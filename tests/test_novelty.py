@@ -1,0 +1,65 @@
+"""Not like any class: thresholds from the right test images, tolerant reading, a cache for older checkpoints."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from capsnet import novelty
+from capsnet.checkpoint import load_checkpoint, save_checkpoint
+from capsnet.config import CapsNetConfig
+from capsnet.evaluate import evaluate
+from capsnet.model import CapsNet
+from capsnet.novelty import NoveltyThresholds
+
+
+def test_thresholds_are_the_quantiles_of_the_right_examples() -> None:
+    torch.manual_seed(0)
+    model = CapsNet(CapsNetConfig.preset("tiny")).eval()
+    images = torch.rand(300, 1, 28, 28)
+    with torch.no_grad():
+        labels = model(images).prediction.clone()
+    labels[:40] = (labels[:40] + 1) % 10  # 40 wrong, 260 right
+    result = evaluate(model, images, labels)
+    made = NoveltyThresholds.from_evaluation(result, quantile=0.9)
+    right = result.right.numpy()
+    errors, lengths = result.reconstruction_errors.numpy(), result.winner_lengths.numpy()
+    assert made.examples == 260
+    assert made.reconstruction_error == pytest.approx(np.quantile(errors[right], 0.9))
+    assert made.length == pytest.approx(np.quantile(lengths[right], 0.1))
+    flagged = made.flagged(errors, lengths)
+    assert made.flagged_right == pytest.approx(flagged[right].mean()) and 0.1 <= made.flagged_right <= 0.2
+    assert made.flagged_wrong == pytest.approx(flagged[~right].mean())
+    assert made.score(made.reconstruction_error * 2, 1.0) == pytest.approx(2.0)
+    assert made.score(0.0, made.length / 3) == pytest.approx(3.0)
+    assert NoveltyThresholds.from_evaluation(evaluate(model, images[:10], labels[:10])) is None  # too few to tell
+
+
+def test_thresholds_are_read_tolerantly() -> None:
+    good = NoveltyThresholds(reconstruction_error=20.0, length=0.6, examples=9000)
+    assert NoveltyThresholds.from_dict(good.to_dict()) == good
+    for bad in (None, [], {"length": 0.5}, {"reconstruction_error": "x", "length": 0.5},
+                {"reconstruction_error": -1.0, "length": 0.5}, {"reconstruction_error": float("nan"), "length": 1}):  # fmt: skip
+        assert NoveltyThresholds.from_dict(bad) is None
+
+
+def test_an_older_checkpoint_is_calibrated_once_then_cached(
+    tiny_checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(novelty.CACHE_ENV, str(tmp_path / "cache"))
+    loaded = load_checkpoint(tiny_checkpoint)
+    assert NoveltyThresholds.from_dict(loaded.info.novelty) is not None  # the trainer stored them
+    assert novelty.thresholds_for(loaded) == NoveltyThresholds.from_dict(loaded.info.novelty)
+    older = save_checkpoint(tmp_path / "old.safetensors", loaded.model, loaded.info.replace(novelty=None))
+    made = novelty.thresholds_for(load_checkpoint(older))  # computed on the real test set
+    assert 0 < made.flagged_right <= 2 * (1 - made.quantile) + 0.001 and made.examples > 8000  # two thresholds
+    assert len(list((tmp_path / "cache").glob("novelty-*.json"))) == 1
+
+    def no_evaluation(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the cached thresholds should have been used")
+
+    monkeypatch.setattr("capsnet.evaluate.evaluate", no_evaluation)
+    assert novelty.thresholds_for(load_checkpoint(older)) == made

@@ -1,0 +1,65 @@
+"""The prediction CLI on the shipped MNIST model: real test digits, things that are no digit, files that are no image."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image, ImageDraw
+
+from capsnet.data import load_dataset
+
+CHECKPOINT = Path(__file__).resolve().parents[1] / "checkpoints" / "mnist.safetensors"
+
+
+def predict(*args: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "capsnet.predict", *args, "--checkpoint", str(CHECKPOINT)]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, env=os.environ.copy())
+
+
+@pytest.fixture
+def files(data_dir: Path, tmp_path: Path) -> dict[str, Path]:
+    test = load_dataset("mnist", train=False)
+    made = {}
+    for index in (0, 1):  # a 7 and a 2
+        made[f"digit{index}"] = tmp_path / f"test-{index}.png"
+        Image.fromarray(test.data[index].numpy()).save(made[f"digit{index}"])
+    made["noise"] = tmp_path / "noise.png"
+    Image.fromarray((np.random.default_rng(0).random((100, 100)) * 255).astype(np.uint8)).save(made["noise"])
+    made["x"] = tmp_path / "letter-x.jpg"
+    letter = Image.new("L", (200, 200), 255)  # dark ink on white paper, as a photo of a letter would be
+    ImageDraw.Draw(letter).line([(30, 30), (170, 170)], fill=0, width=14)
+    ImageDraw.Draw(letter).line([(170, 30), (30, 170)], fill=0, width=14)
+    letter.save(made["x"])
+    made["text"] = tmp_path / "notes.png"
+    made["text"].write_text("not an image")
+    made["missing"] = tmp_path / "missing.png"
+    return made
+
+
+def test_predictions_with_the_not_like_any_class_flag(files: dict[str, Path]) -> None:
+    result = predict(str(files["digit0"]), str(files["noise"]), str(files["digit1"]), str(files["x"]), "--json")
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [r["file"] for r in rows] == [str(files[k]) for k in ("digit0", "noise", "digit1", "x")]
+    seven, noise, two, letter = rows
+    assert (seven["class_name"], two["class_name"]) == ("7", "2")
+    assert len(seven["lengths"]) == 10 and max(seven["lengths"]) == seven["lengths"][7]
+    assert not seven["not_like_any_class"] and not two["not_like_any_class"] and seven["novelty_score"] < 1
+    assert noise["not_like_any_class"] and noise["novelty_score"] > 1  # noise looks like no digit
+    assert letter["not_like_any_class"]  # nor does a letter X
+
+
+def test_bad_files_get_one_line_each_and_the_rest_go_on(files: dict[str, Path]) -> None:
+    result = predict(str(files["text"]), str(files["digit0"]), str(files["missing"]))
+    assert result.returncode == 2
+    errors = result.stderr.strip().splitlines()
+    assert len(errors) == 2 and "Traceback" not in result.stderr
+    assert "notes.png is not a readable image" in errors[0] and "missing.png: No such file or directory" in errors[1]
+    (line,) = result.stdout.strip().splitlines()  # the readable one is still read
+    assert line.startswith(f"{files['digit0']}: 7 (|v| ") and "like its class" in line
