@@ -276,6 +276,78 @@ def test_routing_animation_plays_one_frame_per_iteration(page, app: App, screens
     assert int(iterations_slider.input_value()) == 5
 
 
+_RECORD_VOTES = """
+(root) => {
+  const plot = root.querySelector('.js-plotly-plot');
+  window.__e2eFrames = [];
+  window.__e2eEmpty = 0;
+  window.__e2eDone = false;
+  plot.on('plotly_animatingframe', (event) => window.__e2eFrames.push(event.name));
+  plot.on('plotly_animated', () => { window.__e2eDone = true; });
+  window.__e2eTimer = setInterval(() => {  // a blank frame would show no vote at all
+    if (plot.querySelectorAll('.scatterlayer .trace:first-child .point').length === 0) window.__e2eEmpty += 1;
+  }, 15);
+}
+"""
+
+
+def test_a_shared_link_opens_the_view_and_the_votes_step_and_play(page, app: App, screenshots: Path) -> None:
+    open_app(page, app, "/routing?checkpoint=mnist&test=3&iterations=2")
+    expect(page.get_by_text("Iteration 2 of 2")).to_be_visible(timeout=PAGE_LOAD_MS)
+    expect(page.get_by_text(re.compile(r"Input: test image #3"))).to_be_visible()
+    assert int(page.locator(".st-key-routing_iterations").get_by_role("slider").input_value()) == 2
+    wait_rendered(page)
+    assert "test=3" in page.url and "iterations=2" in page.url and "checkpoint=mnist" in page.url  # still shareable
+
+    votes = page.locator(".st-key-votes_chosen")
+    points = votes.locator(".scatterlayer .trace").first.locator(".point")
+    expect(points).to_have_count(8 * 36)  # every primary capsule of the tiny model casts a vote
+    sizes = points.evaluate_all("ps => ps.map(p => p.getAttribute('d'))")
+    page.get_by_role("button", name="◀ Previous").click()
+    expect(page.get_by_text("Iteration 1 of 2")).to_be_visible(timeout=RERUN_MS)
+    wait_rendered(page)
+    assert points.evaluate_all("ps => ps.map(p => p.getAttribute('d'))") != sizes  # the weights of iteration 1
+    expect(page.get_by_role("button", name="◀ Previous")).to_be_disabled()
+
+    votes.evaluate(_RECORD_VOTES)
+    votes.locator(".updatemenu-button").filter(has_text="Play").click()
+    page.wait_for_function("() => window.__e2eDone === true", timeout=60_000, polling=100)
+    frames, empty = page.evaluate(
+        "() => { clearInterval(window.__e2eTimer); return [window.__e2eFrames, window.__e2eEmpty]; }"
+    )
+    assert frames == ["1", "2"], frames  # both iterations, in order
+    assert empty == 0  # and never a blank plot between them
+    full_page_screenshot(page, screenshots / "routing.png")
+
+
+# ---------------------------------------------------------------- Transform lens
+
+
+def test_turning_the_input_in_the_transform_lens(page, app: App, screenshots: Path) -> None:
+    open_app(page, app, "/transform?test=1")
+    transformed = (
+        page.get_by_test_id("stMain")
+        .locator("[data-testid=stImage]")
+        .filter(has_text="transformed")
+        .locator("img")
+        .nth(1)
+    )  # original, transformed, redrawn
+    expect(transformed).to_be_visible(timeout=PAGE_LOAD_MS)
+    wait_rendered(page)
+    before = page.request.get(transformed.get_attribute("src")).body()
+    slider = page.locator(".st-key-lens_rotation").get_by_role("slider")
+    slider.focus()
+    for _ in range(20):
+        page.keyboard.press("ArrowRight")
+    expect(page.locator(".st-key-lens_rotation")).to_contain_text("+20°", timeout=RERUN_MS)
+    wait_rendered(page)
+    after = page.request.get(transformed.get_attribute("src")).body()
+    assert after[:8] == b"\x89PNG\r\n\x1a\n" and after != before  # the input turned
+    sweep = page.locator(".st-key-lens_sweep .js-plotly-plot")
+    assert sweep.evaluate("p => p.layout.shapes[0].x0") == 20  # the sweep marks the current angle
+    full_page_screenshot(page, screenshots / "transform.png")
+
+
 # ---------------------------------------------------------------- Training from the sidebar
 
 

@@ -64,6 +64,8 @@ choice = widgets.capsule_selectbox(
 digit = prediction if choice is None else choice
 other = int(order[1]) if digit == prediction else prediction  # beside it: the runner-up, or the winner
 r = result.iterations
+if st.session_state.get("routing_step_of") != r:  # a new number of iterations: show its last one
+    st.session_state["routing_step_of"], st.session_state[STEP] = r, r
 step = int(np.clip(st.session_state.get(STEP, r), 1, r))
 st.session_state[STEP] = step
 if r > 1:
