@@ -35,7 +35,7 @@ class Evaluation:
     lengths: Tensor  # (N, K)
     dimension_mean: Tensor  # (K, D) over correctly classified examples of each class
     dimension_std: Tensor  # (K, D)
-    reconstruction_errors: Tensor  # (N,) sum of squared pixel errors, decoded from the true class's capsule
+    reconstruction_errors: Tensor  # (N,) sum of squared pixel errors, decoded from the winning capsule
 
     @property
     def winner_lengths(self) -> Tensor:
@@ -44,7 +44,7 @@ class Evaluation:
 
     @property
     def right(self) -> Tensor:
-        """(N,) bool: correctly classified (for these the true class's reconstruction is the winner's)."""
+        """(N,) bool: correctly classified."""
         return self.predictions == self.labels
 
     def class_precision(self) -> list[float]:
@@ -121,7 +121,9 @@ def evaluate(
         sums += torch.tensor([loss.total.item(), loss.margin.item(), loss.reconstruction.item()]) * len(x)
         predictions.append(out.prediction.cpu())
         lengths.append(out.lengths.float().cpu())
-        errors.append((out.reconstruction.float() - x.float()).square().flatten(1).sum(dim=1).cpu())  # (b,)
+        # what a reader sees: the input redrawn from the winning capsule (the loss above used the true class's)
+        winners = out.reconstruction if bool((out.prediction == y).all()) else model.decode(out.poses, out.prediction)
+        errors.append((winners.float() - x.float()).square().flatten(1).sum(dim=1).cpu())  # (b,)
         right = out.prediction == y
         poses = out.poses.double()[right, y[right]].cpu()  # (n_right, D): each example's true-class capsule
         classes = y[right].cpu()

@@ -29,7 +29,7 @@ from capsnet.errors import CapsNetError
 from capsnet.evaluate import Evaluation
 from capsnet.files import write_json
 
-QUANTILE = 0.995  # the share of correctly classified test images each threshold lets through
+QUANTILE = 0.995  # the share of correctly classified test images each threshold lets through (together ~99%)
 CACHE_ENV = "CAPSNET_CACHE_DIR"
 
 

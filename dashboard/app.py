@@ -24,6 +24,7 @@ st.set_page_config(
     },
 )
 state.init()
+state.keep_widget_values()
 
 PAGES = [
     st.Page("app_pages/draw.py", title="Draw", icon=":material/draw:", default=True),

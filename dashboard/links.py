@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from capsnet.catalog import CheckpointEntry
+from capsnet.catalog import CheckpointEntry, default_checkpoint
 from capsnet.data import dataset_info
 from dashboard import models, state, widgets
 
@@ -39,6 +39,7 @@ def read_link(entries: list[CheckpointEntry]) -> None:
     notices: list[str] = []
     usable = [e for e in entries if not e.error]
     chosen = next((e for e in usable if str(e.path) == st.session_state.get(state.MODEL_PATH)), None)
+    chosen = chosen or default_checkpoint(usable)  # the model the sidebar will open
     if "checkpoint" in params:
         wanted = params["checkpoint"]
         match = next((e for e in usable if checkpoint_name(e) == wanted), None)

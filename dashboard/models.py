@@ -30,6 +30,7 @@ from capsnet.checkpoint_info import CheckpointInfo
 from capsnet.config import CapsNetConfig
 from capsnet.data import DATASETS, DatasetDamagedError, DatasetNotFoundError, as_tensors, dataset_info, load_dataset
 from capsnet.equivariance import Transform, TransformedReading
+from capsnet.errors import CapsNetError
 from capsnet.evaluate import Evaluation, evaluate, merge_evaluations
 from capsnet.novelty import NoveltyThresholds, thresholds_for
 from dashboard import state, texts
@@ -122,7 +123,11 @@ class Model:
             return stored
         if try_test_set(self.dataset) is None:
             return None
-        return _novelty(self.key, self.checkpoint)
+        try:
+            return _novelty(self.key, self.checkpoint)
+        except CapsNetError as error:
+            st.caption(f"Cannot tell whether the input is like a class: {error}")
+            return None
 
     def reconstructions(self, indices: tuple[int, ...]) -> ex.Reconstructions:
         """Predictions and reconstructions (from the predicted capsule) of some test images."""

@@ -58,6 +58,17 @@ def init() -> None:
             st.session_state[key] = value
 
 
+# widget values that must outlive their page: Streamlit drops a widget's value from the session at the end of a
+# run in which the widget is not drawn; assigning each to itself at the start of every run keeps it
+KEPT_WIDGETS = ("input_source", "test_index", "routing_iterations", "routing_digit", "dims_class", "reconstruct_as")
+
+
+def keep_widget_values() -> None:
+    for key in KEPT_WIDGETS:
+        if key in st.session_state:
+            st.session_state[key] = st.session_state[key]
+
+
 def note_page(url_path: str) -> None:
     """Remember which page runs, and whether it was just entered (to restore the canvas)."""
     st.session_state[PAGE_CHANGED] = st.session_state.get(PAGE) != url_path

@@ -82,10 +82,10 @@ def procedure(config: CapsNetConfig) -> str:
     return f"""
 **Routing by agreement (Procedure 1 of the paper).** Each of the primary capsules $i$
 ({config.primary_types} types on a {g}x{g} grid: {config.num_primary:,} in this model) *predicts*
-every digit capsule $j$ through a learned matrix: $\\hat u_{{j|i}} = W_{{ij}} u_i$. Routing decides how
-much of each prediction goes to each digit capsule with **coupling coefficients** $c_{{ij}}$ that
+every class capsule $j$ (the paper's DigitCaps) through a learned matrix: $\\hat u_{{j|i}} = W_{{ij}} u_i$. Routing decides how
+much of each prediction goes to each class capsule with **coupling coefficients** $c_{{ij}}$ that
 sum to 1 over $j$. They start equal ($b_{{ij}} = 0$, so $c_{{ij}} = 1/{k}$); each iteration then
-raises $b_{{ij}}$ where the prediction **agrees** with the digit capsule's current output
+raises $b_{{ij}}$ where the prediction **agrees** with the class capsule's current output
 ($\\hat u_{{j|i}} \\cdot v_j$ is large), so primary capsules send more of their vote to the parent
 they agree with.
 """
@@ -106,7 +106,7 @@ def aggregation(config: CapsNetConfig) -> str:
 (the default) each position counts in proportion to its capsule's length $\\lVert u_i \\rVert$: a
 capsule that detected nothing predicts nothing and keeps the uniform $1/{config.num_classes}$, so
 weighting shows where the evidence that is really there is sent. Every row still sums to 1 over
-the digit capsules.
+the class capsules.
 """
 
 
@@ -171,7 +171,8 @@ def sensitivity(moves: dict, name: str, top: int = 3) -> str:
         dims = ", ".join(f"{d + 1} ({float(change[d]):.2f})" for d in order)
         lines.append(f"- {TRANSFORM_NAMES.get(kind, kind)}: dimensions {dims}")
     lines.append(
-        "The numbers are how far each dimension moves over one step of that transform. A dimension that answers "
+        "\nThe numbers are how far each dimension moves between one step below and one step above the current "
+        "setting of that transform. A dimension that answers "
         "to one transform only is one the network has given a meaning to."
     )
     return "\n".join(lines)
@@ -180,9 +181,9 @@ def sensitivity(moves: dict, name: str, top: int = 3) -> str:
 def dimensions(config: CapsNetConfig) -> str:
     return f"""
 **What do the {config.digit_dim} dimensions encode?** Nobody told the network what to store in
-each dimension of a digit capsule; it learned whatever helps the decoder redraw the input. Move a
+each dimension of a class capsule; it learned whatever helps the decoder redraw the input. Move a
 slider and watch the reconstruction: some dimensions change the stroke thickness, others the
-slant, the width or local parts such as the tail of a 9.
+slant, the width or local parts of the shape.
 """
 
 
@@ -226,11 +227,12 @@ def loss_help(config: CapsNetConfig) -> str:
     return f"Margin loss + {config.reconstruction_weight:g} x reconstruction loss"
 
 
-EVALUATE = """
+def evaluate(noun: str) -> str:
+    return f"""
 **Reading the evaluation.** The confusion matrix counts, for each true class (row), what the
 network predicted (column): the diagonal is right, everything else is a mistake. The gallery
 shows the mistakes the network was most sure about, with the lengths of all its capsules:
-often two capsules are long at once, because the digit really is ambiguous.
+often two capsules are long at once, because the {noun} really is ambiguous.
 """
 
 
@@ -247,8 +249,8 @@ def not_like_any_class(noun: str, score: float, error: float, length: float, nam
 NOVELTY = """
 **How "not like any class" is decided.** A capsule network redraws the input from its winning
 capsule. On the test images it classifies right, the redrawing is close to the input and the
-winner is long; the thresholds are set so that only 1 in 200 of them is above the first or below
-the second. An input past either threshold is one the network has no good description for: a dot,
+winner is long; each threshold lets through all but 1 in 200 of them (together about 1 in 110 is
+flagged). An input past either threshold is one the network has no good description for: a dot,
 a scribble, noise, a letter. The score is the larger of the two ratios to their threshold.
 """
 

@@ -98,3 +98,39 @@ def test_pixel_votes_against_a_loop(model: CapsNet, image: np.ndarray) -> None:
         y, x = divmod(i % (g * g), g)
         slow[fields[y, x]] += votes.primary_lengths[i] * votes.coupling[-1, i]
     np.testing.assert_allclose(pixels, slow, rtol=1e-4, atol=1e-5)
+
+
+def test_the_capsule_order_is_the_models_own(model: CapsNet) -> None:
+    """A pixel seen only by grid position (5, 0) changes only the capsules i = type * G^2 + 5 * G + 0, and pixel_votes
+    spreads exactly those capsules' votes over that pixel."""
+    config = model.config
+    g = config.primary_grid
+    base = np.zeros((28, 28), np.float32)
+    base[10:18, 10:18] = 0.5
+    lit = base.copy()
+    lit[26, 0] = 1.0  # rows 10-26 and columns 0-16 are position (5, 0)'s alone in the bottom-left corner
+    changed = np.abs(ag.read_votes(model, lit).primary_lengths - ag.read_votes(model, base).primary_lengths) > 1e-7
+    expected = np.zeros(config.num_primary, bool)
+    expected[np.arange(config.primary_types) * g * g + 5 * g + 0] = True
+    assert (changed == expected).all(), np.flatnonzero(changed)
+    coupling = np.zeros((config.num_primary, 10), np.float32)
+    coupling[expected, 3] = 1.0
+    pixels = ag.pixel_votes(coupling, np.ones(config.num_primary, np.float32), config)
+    assert pixels[26, 0, 3] == config.primary_types and pixels[26, 0].sum() == config.primary_types
+    assert pixels[9, 0].sum() == 0 and pixels[26, 17].sum() == 0  # just outside that field
+
+
+def test_the_overlay_leaves_ink_blank_where_routing_has_not_chosen() -> None:
+    from dashboard import figures
+
+    image = np.zeros((28, 28), np.float32)
+    image[8:20, 12:16] = 1.0
+    uniform = np.ones((28, 28, 10))  # every capsule gets the same mass: iteration 1
+    z = np.asarray(figures.vote_overlay_figure(image, uniform, [str(k) for k in range(10)]).data[1].z, dtype=float)
+    assert np.isnan(z).all()  # no stroke is painted as capsule 0 for a tie
+    leaning = uniform.copy()
+    leaning[..., 7] += 0.5
+    fig = figures.vote_overlay_figure(image, leaning, [f"c{k}" for k in range(10)])
+    z = np.asarray(fig.data[1].z, dtype=float)
+    assert (z[8:20, 12:16] == 7).all() and np.isnan(z[0, 0])  # ink only
+    assert np.asarray(fig.data[1].customdata)[10, 13, 1] == "c7"  # the hover names the class

@@ -530,3 +530,21 @@ def test_a_mistake_opens_as_the_input_of_every_page(app_with_run) -> None:  # no
     at.switch_page("app_pages/dimensions.py").run()
     no_exception(at)
     assert any(f"test image #{index}" in c.value for c in at.caption)
+
+
+def test_a_link_beyond_the_slider_and_a_walk_across_pages(app_with_run) -> None:  # noqa: F811
+    """iterations=10 opens at the slider's end; the linked test image stays the input, and in the URL, on every page."""
+    at = new_app()
+    at.query_params.update(test="7", iterations="10")
+    at.run()
+    no_exception(at)
+    at.switch_page("app_pages/routing.py").run()
+    no_exception(at)
+    assert at.slider(key="routing_iterations").value == at.slider(key="routing_iterations").max == 5
+    for page in ("app_pages/dimensions.py", "app_pages/transform.py", "app_pages/draw.py"):
+        at.switch_page(page).run()
+        no_exception(at)
+        assert at.session_state["input_label"] == "test image #7" and at.query_params["test"] == "7", page
+    assert (
+        at.segmented_control(key="input_source").value == "Test image" and at.number_input(key="test_index").value == 7
+    )

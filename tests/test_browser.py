@@ -37,6 +37,8 @@ from browser_support import (
     wait_rendered,
 )
 
+from capsnet.checkpoint import read_checkpoint_info
+
 try:
     from playwright.sync_api import expect, sync_playwright
 except ImportError:  # pragma: no cover - the dev extra installs it
@@ -348,7 +350,8 @@ def test_a_shared_link_opens_the_view_and_the_votes_step_and_play(page, app: App
 
     votes = page.locator(".st-key-votes_chosen")
     points = votes.locator(".scatterlayer .trace").first.locator(".point")
-    expect(points).to_have_count(8 * 36)  # every primary capsule of the tiny model casts a vote
+    config, _ = read_checkpoint_info(app.checkpoints_dir / "mnist.safetensors")
+    expect(points).to_have_count(config.num_primary)  # every primary capsule casts a vote
     sizes = points.evaluate_all("ps => ps.map(p => p.getAttribute('d'))")
     page.get_by_role("button", name="◀ Previous").click()
     expect(page.get_by_text("Iteration 1 of 2")).to_be_visible(timeout=RERUN_MS)

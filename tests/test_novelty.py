@@ -63,3 +63,17 @@ def test_an_older_checkpoint_is_calibrated_once_then_cached(
 
     monkeypatch.setattr("capsnet.evaluate.evaluate", no_evaluation)
     assert novelty.thresholds_for(load_checkpoint(older)) == made
+
+
+def test_errors_are_those_of_the_winners_reconstruction() -> None:
+    """What the Draw page and the CLI score: the input redrawn from the winning capsule, also for a misclassified one."""
+    torch.manual_seed(2)
+    model = CapsNet(CapsNetConfig.preset("tiny")).eval()
+    images = torch.rand(40, 1, 28, 28)
+    with torch.no_grad():
+        out = model(images)
+        labels = out.prediction.clone()
+        labels[:15] = (labels[:15] + 3) % 10  # 15 wrong
+        winners = model.decode(out.poses, out.prediction)
+    expected = (winners - images).square().flatten(1).sum(dim=1)
+    torch.testing.assert_close(evaluate(model, images, labels, batch_size=16).reconstruction_errors, expected)

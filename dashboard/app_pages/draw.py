@@ -145,7 +145,8 @@ with left:
 state.set_input(digit, label, true_class)
 
 with right:
-    st.markdown("**What the network sees** (28x28, MNIST-style)")
+    side = config.image_size
+    st.markdown(f"**What the network sees** ({side}x{side}, {model.info.title if model else 'MNIST'}-style)")
     if digit is None:
         st.info(
             {

@@ -41,14 +41,13 @@ def _opened_notice() -> None:
 
 
 st.title("Evaluate", anchor=False)
-st.markdown(texts.EVALUATE)
-
 model = models.require_model()
+st.markdown(texts.evaluate(model.noun if model is not None else "digit"))
 if model is None:
     st.stop()
 data = models.try_test_set(model.dataset)
 if data is None:
-    st.info("The other pages still work: draw a digit or upload one on the Draw page.")
+    st.info(f"The other pages still work: draw {texts.a(model.noun)} or upload one on the Draw page.")
     st.stop()
 images, labels = data
 names = model.class_names
@@ -158,7 +157,9 @@ event = st.plotly_chart(
     selection_mode="points",
 )
 picked = [int(point["customdata"]) for point in (event.selection.points if event else []) if "customdata" in point]
-if picked and picked != st.session_state.get(HANDLED):
+if not picked:
+    st.session_state.pop(HANDLED, None)  # nothing selected now: the same image can be opened again
+elif picked != st.session_state.get(HANDLED):
     st.session_state[HANDLED] = picked
     _open(picked[0], model.dataset)
     st.rerun()

@@ -41,10 +41,13 @@ if model is None or image is None:
 
 names, k = model.class_names, config.num_classes
 c1, c2, c3 = st.columns([1.2, 1, 1.2])
+most = max(MAX_ITERATIONS, config.routing_iterations)
+if st.session_state.get("routing_iterations", 1) > most:  # from a link, or from a model with more iterations
+    st.session_state["routing_iterations"] = most
 iterations = c1.slider(
     "Routing iterations",
     min_value=1,
-    max_value=max(MAX_ITERATIONS, config.routing_iterations),
+    max_value=most,
     key="routing_iterations",
     help=f"How many times to run the loop for this input. The model was trained with {config.routing_iterations}.",
     **({} if "routing_iterations" in st.session_state else {"value": config.routing_iterations}),

@@ -92,7 +92,7 @@ def votes_figure(
         play = dict(frame=dict(duration=1000, redraw=False), transition=dict(duration=600, easing="cubic-in-out"))
         extra["updatemenus"] = [
             dict(
-                type="buttons", direction="left", showactive=False, x=0.0, y=1.12, xanchor="left", yanchor="bottom",
+                type="buttons", direction="left", showactive=False, x=1.0, y=1.02, xanchor="right", yanchor="bottom",
                 buttons=[
                     dict(label="▶ Play", method="animate", args=[frames_names, dict(play, mode="immediate", fromcurrent=False)]),
                     dict(label="❚❚ Pause", method="animate", args=[[None], dict(mode="immediate", frame=dict(duration=0, redraw=False))]),
@@ -104,7 +104,7 @@ def votes_figure(
     return layout(
         fig,
         height,
-        title=dict(text=f"Votes for capsule {name}", x=0.5 if r == 1 else 0.35),
+        title=dict(text=f"Votes for capsule {name}", x=0.0, xanchor="left"),
         legend=dict(orientation="h", y=-0.2),
         margin=dict(l=10, r=10, t=70, b=10),
         **extra,
@@ -160,7 +160,7 @@ def vote_overlay_figure(
     """The input, its strokes coloured by the digit capsule they vote for (or, with `digit`, by their coupling to it).
 
     pixel_votes (H, W, K): the vote mass reaching each capsule through each pixel (`capsnet.agreement.pixel_votes`).
-    Only ink is coloured: a pixel's colour is the class with the most mass, its strength how far that class leads.
+    Only ink is coloured, by the class with the most mass; ink where no class leads (uniform routing) stays grey.
     """
     image = np.asarray(image, dtype=np.float32)
     votes = np.asarray(pixel_votes, dtype=np.float64)
@@ -170,14 +170,15 @@ def vote_overlay_figure(
     base = go.Heatmap(z=image, colorscale="gray", showscale=False, hoverinfo="skip", zmin=0, zmax=1)
     if digit is None:
         best = share.argmax(axis=-1)  # (H, W)
-        z = np.where(ink, best, np.nan)
+        lead = share.max(axis=-1) - 1.0 / k  # how far the top class is above uniform
+        z = np.where(ink & (lead > 1e-4), best, np.nan)  # a tie (uniform routing) leans to no capsule: left blank
         colours = [CLASS_COLOURS[j % len(CLASS_COLOURS)] for j in range(k)]
         top = go.Heatmap(
             z=z, zmin=-0.5, zmax=k - 0.5, colorscale=_discrete(colours), opacity=0.9, hoverongaps=False,
-            customdata=np.stack([share.max(axis=-1), best], axis=-1),
+            customdata=np.stack([share.max(axis=-1), np.asarray(class_names, dtype=object)[best]], axis=-1),
             colorbar=dict(title="votes for", tickvals=list(range(k)), ticktext=list(class_names), thickness=10),
-            hovertemplate="pixel (%{y}, %{x})<br>most of its votes go to capsule %{z}"
-                          " (%{customdata[0]:.0%})<extra></extra>",
+            hovertemplate="pixel (%{y}, %{x})<br>most of its votes go to capsule %{customdata[1]}"
+                          " (%{customdata[0]:.1%})<extra></extra>",
         )  # fmt: skip
         title = "Which capsule each stroke votes for"
     else:

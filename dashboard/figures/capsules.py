@@ -39,12 +39,12 @@ def lengths_bar(
     if not compact:
         margin_lines(fig, m_plus, m_minus)
     fig.update_yaxes(range=[0, 1.08], title=None if compact else "capsule length |v|")
-    fig.update_xaxes(type="category", title=None if compact else "digit capsule")
+    fig.update_xaxes(type="category", title=None if compact else "class capsule")
     return layout(
         fig,
         height,
         showlegend=False,
-        title=None if compact else "Digit-capsule lengths: the probability that each class is present",
+        title=None if compact else "Capsule lengths: the probability that each class is present",
         margin=dict(l=10, r=10 if compact else MARGIN_LABEL_SPACE, t=10 if compact else 40, b=10),
     )
 

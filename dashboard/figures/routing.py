@@ -98,9 +98,9 @@ def routing_animation(
             showlegend=False,
             shapes=margin_shapes,
             **(play_controls(names, last, "iteration") if r > 1 else {}),
-            xaxis=dict(domain=[0.0, 0.5], type="category", title="digit capsule"),
+            xaxis=dict(domain=[0.0, 0.5], type="category", title="class capsule"),
             yaxis=dict(autorange="reversed"),
-            xaxis2=dict(domain=[0.64, 1.0], type="category", title="digit capsule", anchor="y2"),
+            xaxis2=dict(domain=[0.64, 1.0], type="category", title="class capsule", anchor="y2"),
             yaxis2=dict(range=[0, 1.1], anchor="x2"),
             annotations=[
                 *(
