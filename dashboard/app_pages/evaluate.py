@@ -95,7 +95,7 @@ c4.metric(
     "for a shipped model, the full test set, measured on the exported file.",
 )
 
-table_col, chart_col = st.columns([1, 1.6], gap="large")
+table_col, chart_col = st.columns([1.35, 1.4], gap="large")
 with table_col:
     st.subheader("Per class", anchor=False)
     named = any(name != str(k) for k, name in enumerate(names))  # MNIST's names are the class numbers
