@@ -20,7 +20,7 @@ from capsnet.checkpoint_info import CheckpointInfo
 from capsnet.data import dataset_info
 from capsnet.device import describe_device
 from capsnet.errors import CapsNetError
-from capsnet.evaluate import Evaluation
+from capsnet.evaluate import Evaluation, PairEvaluation
 from capsnet.files import atomic_path
 from capsnet.model import CapsNet
 from capsnet.novelty import NoveltyThresholds
@@ -114,7 +114,7 @@ class Checkpointer:
 def epoch_info(
     options: TrainOptions,
     epoch: int,
-    result: Evaluation,
+    result: Evaluation | PairEvaluation,
     seconds: float,
     device: torch.device,
     origin: dict | None = None,
@@ -134,10 +134,7 @@ def epoch_info(
         test_accuracy=result.accuracy,
         test_loss=result.loss,
         test_examples=result.total,
-        per_class_accuracy=result.class_accuracy(),
-        dimension_mean=result.dimension_mean.tolist(),
-        dimension_std=result.dimension_std.tolist(),
-        novelty=thresholds.to_dict() if (thresholds := NoveltyThresholds.from_evaluation(result)) else None,
+        **(_class_statistics(result) if isinstance(result, Evaluation) else {}),
         training_seconds=round(seconds, 1),
         total_training_seconds=round(seconds + (before.all_training_seconds or 0.0), 1),
         hardware=describe_device(device),
@@ -146,4 +143,15 @@ def epoch_info(
         capsnet_version=capsnet.__version__,
         torch_version=torch.__version__,
         saved=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    )
+
+
+def _class_statistics(result: Evaluation) -> dict:
+    """What a single-label evaluation adds to the header: per class, the poses' spread, the novelty thresholds."""
+    thresholds = NoveltyThresholds.from_evaluation(result)
+    return dict(
+        per_class_accuracy=result.class_accuracy(),
+        dimension_mean=result.dimension_mean.tolist(),
+        dimension_std=result.dimension_std.tolist(),
+        novelty=thresholds.to_dict() if thresholds else None,
     )

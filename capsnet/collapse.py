@@ -11,6 +11,7 @@ batches), so the watch adds no host sync per batch.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -38,6 +39,7 @@ class CollapseWatch:
     m_minus: float
     lr: float
     device: torch.device
+    present: int = 1  # classes per example (MultiMNIST: 2): chance is one in comb(K, present)
 
     def __post_init__(self) -> None:
         self.batches = self.images = 0
@@ -72,7 +74,7 @@ class CollapseWatch:
             return None
         accuracy, longest, shortest = int(self.correct) / self.seen, float(self.longest), float(self.shortest)
         self._reset()
-        chance = 1.0 / self.num_classes
+        chance = 1.0 / math.comb(self.num_classes, self.present)
         if accuracy > chance + CHANCE_MARGIN:
             return None
         if longest < self.m_minus:
@@ -85,5 +87,5 @@ class CollapseWatch:
             return None
         return (
             f"training collapsed: after {self.batches} batches the train accuracy is {100 * accuracy:.1f}% "
-            f"(chance is {100 * chance:.0f}%) and {state}; try a lower --lr than {self.lr:g} or a smaller --batch-size"
+            f"(chance is {100 * chance:.1f}%) and {state}; try a lower --lr than {self.lr:g} or a smaller --batch-size"
         )

@@ -107,6 +107,8 @@ def _is_int(value: Any) -> bool:
 PRESETS: dict[str, CapsNetConfig] = {
     # the paper's model: 8,215,568 parameters on 28x28 inputs, 6,804,224 without the decoder
     "paper": CapsNetConfig(),
+    # the same network on MultiMNIST's 36x36 pairs: a 10x10 primary grid, 3,200 primary capsules, 11,361,808 parameters
+    "multimnist": CapsNetConfig(image_size=36),
     # a small network for tests and quick demos: same structure, narrower layers
     "tiny": CapsNetConfig(conv1_channels=32, primary_types=8, primary_dim=8, digit_dim=16, decoder_hidden=(64, 128)),
 }

@@ -38,16 +38,17 @@ class DatasetInfo:
     hflip: bool  # horizontal flips are label-preserving for this dataset
     tv_class: type
     noun: str = "item"  # what one example is called: "Draw a digit", "the predicted item"
+    image_size: int = 28  # the side of the network's input
+    pairs: bool = False  # MultiMNIST: each example overlays two digits of different classes (capsnet.multimnist)
 
     @property
     def num_classes(self) -> int:
         return len(self.classes)
 
 
+DIGITS = tuple(str(d) for d in range(10))
 DATASETS: dict[str, DatasetInfo] = {
-    "mnist": DatasetInfo(
-        "mnist", "MNIST", "MNIST", tuple(str(d) for d in range(10)), hflip=False, tv_class=datasets.MNIST, noun="digit"
-    ),
+    "mnist": DatasetInfo("mnist", "MNIST", "MNIST", DIGITS, hflip=False, tv_class=datasets.MNIST, noun="digit"),
     "fashion-mnist": DatasetInfo(
         "fashion-mnist",
         "Fashion-MNIST",
@@ -67,6 +68,18 @@ DATASETS: dict[str, DatasetInfo] = {
         hflip=True,
         tv_class=datasets.FashionMNIST,
     ),
+    # two MNIST digits of different classes overlaid on 36x36, made from MNIST's own files
+    "multimnist": DatasetInfo(
+        "multimnist",
+        "MultiMNIST",
+        "MNIST",
+        DIGITS,
+        hflip=False,
+        tv_class=datasets.MNIST,
+        noun="pair of digits",
+        image_size=36,
+        pairs=True,
+    ),  # fmt: skip
 }
 
 

@@ -16,18 +16,28 @@ from torch import Tensor
 from capsnet.config import CapsNetConfig
 
 
+def targets_of(labels: Tensor, classes: int) -> Tensor:
+    """T_k for each example: (B,) one class or (B, L) several (MultiMNIST's two) -> (B, K) of 0 and 1."""
+    hot = F.one_hot(labels, classes)  # (B, K) or (B, L, K)
+    return (hot.sum(dim=1).clamp(max=1) if labels.dim() == 2 else hot).float()
+
+
 def margin_loss(
     lengths: Tensor, labels: Tensor, m_plus: float = 0.9, m_minus: float = 0.1, down_weight: float = 0.5
 ) -> Tensor:
-    """Equation 4 on capsule lengths (B, K) and integer labels (B,); mean over the batch."""
-    targets = F.one_hot(labels, lengths.shape[1]).to(lengths.dtype)  # (B, K)
+    """Equation 4 on capsule lengths (B, K) and integer labels (B,), or (B, L) for several present; mean over the batch."""
+    targets = targets_of(labels, lengths.shape[1]).to(lengths.dtype)  # (B, K)
     present = targets * F.relu(m_plus - lengths) ** 2
     absent = down_weight * (1.0 - targets) * F.relu(lengths - m_minus) ** 2
     return (present + absent).sum(dim=1).mean()
 
 
 def reconstruction_loss(reconstruction: Tensor, images: Tensor, weight: float = 0.0005) -> Tensor:
-    """weight * sum of squared pixel errors per image, mean over the batch."""
+    """weight * sum of squared pixel errors per example, mean over the batch.
+
+    For MultiMNIST, reconstruction and images are (B, 2, C, H, W): each digit redrawn from its own
+    capsule against that digit alone, the two errors summed (section 6 of the paper).
+    """
     if reconstruction.shape != images.shape:
         raise ValueError(f"reconstruction {tuple(reconstruction.shape)} and images {tuple(images.shape)} differ")
     return weight * ((reconstruction - images) ** 2).flatten(1).sum(dim=1).mean()

@@ -144,7 +144,8 @@ class CapsNet(nn.Module):
 
         The decoder sees the true label's capsule when `labels` are given (always
         in training), else the class named by `decode_class`, else the longest
-        capsule (the prediction).
+        capsule (the prediction). Labels (B, L) (MultiMNIST's two digits) give L
+        reconstructions, each from its own capsule: (B, L, C, H, W).
         """
         if self.training and labels is None:
             raise ValueError("training mode needs labels: the decoder is masked by the true class")
@@ -161,10 +162,14 @@ class CapsNet(nn.Module):
         if return_primary:
             c = self.config
             primary_out = PrimaryCapsuleOutput(primary, capsule_lengths(primary), c.primary_types, c.primary_grid)
+        if isinstance(mask_class, Tensor) and mask_class.dim() == 2:  # several classes present: one redrawing each
+            reconstruction = torch.stack([self.decode(poses, mask_class[:, k]) for k in range(mask_class.shape[1])], 1)
+        else:
+            reconstruction = self.decode(poses, mask_class)  # (B, C, H, W)
         return CapsNetOutput(
             poses=poses,
             lengths=lengths,
-            reconstruction=self.decode(poses, mask_class),
+            reconstruction=reconstruction,
             prediction=prediction,
             trace=trace,
             primary=primary_out,

@@ -40,9 +40,10 @@ from capsnet.data import as_tensors, dataset_info, load_dataset, stored_tensors,
 from capsnet.device import pick_device, seed_everything
 from capsnet.distributed import Distributed, barrier, distributed_session, from_main, reduce_sum
 from capsnet.errors import CapsNetError
-from capsnet.evaluate import evaluate
+from capsnet.evaluate import evaluate, evaluate_pairs, right_answers
 from capsnet.losses import capsule_loss
 from capsnet.model import CapsNet
+from capsnet.multimnist import MultiBatch, Pairs, epoch_pairs, test_pairs
 from capsnet.options import TrainOptions
 from capsnet.run_folder import EpochRecord, Progress, ProgressWriter, RunFolder, RunFolderError, new_run_dir, runs_root
 
@@ -116,7 +117,7 @@ class EpochSums:
 
 def train_one_epoch(
     model: torch.nn.Module,
-    loader: Iterable[tuple[torch.Tensor, torch.Tensor]],
+    loader: Iterable[tuple[torch.Tensor, torch.Tensor] | MultiBatch],
     optimizer: torch.optim.Optimizer,
     config: CapsNetConfig,
     device: torch.device,
@@ -150,15 +151,20 @@ def train_one_epoch(
         if bar is not None:
             bar.set_postfix(loss=f"{mean_loss:.4f}", acc=f"{100 * accuracy:.2f}%", img_s=f"{speed:.0f}")
 
-    for images, labels in loader:
+    for batch in loader:
+        if isinstance(batch, MultiBatch):  # two digits: each is redrawn from its own capsule, against itself alone
+            images, labels, targets = batch.images, batch.labels, batch.parts
+        else:
+            images, labels = batch
+            targets = images
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
             out = model(images, labels)
-            loss = capsule_loss(out.lengths, out.reconstruction, images, labels, config)
+            loss = capsule_loss(out.lengths, out.reconstruction, targets, labels, config)
         optimizer.zero_grad(set_to_none=True)
         loss.total.backward()
         optimizer.step()
         batches += 1
-        right = (out.prediction == labels).sum()
+        right = right_answers(out.lengths, labels).sum()
         loss_sum += loss.total.detach().float() * len(images)
         correct += right
         seen += len(images)
@@ -239,7 +245,9 @@ def build(
 ) -> tuple[CapsNet, torch.optim.Adam, torch.optim.lr_scheduler.LRScheduler]:
     """The model (with an --init checkpoint's weights), Adam, and the per-epoch exponential decay."""
     info = dataset_info(options.dataset)
-    config = CapsNetConfig.preset(options.preset, routing_iterations=options.routing_iterations)
+    config = CapsNetConfig.preset(
+        options.preset, routing_iterations=options.routing_iterations, image_size=info.image_size
+    )
     if config.num_classes != info.num_classes:
         raise CapsNetError(
             f"preset {options.preset} has {config.num_classes} classes, {info.title} has {info.num_classes}"
@@ -262,9 +270,16 @@ class Data:
     train_images: torch.Tensor  # (N, 1, 28, 28) uint8
     train_labels: torch.Tensor  # (N,)
     sampler: DistributedSampler
-    test_images: torch.Tensor  # (M, 1, 28, 28) float in [0, 1], on the CPU
+    test_images: torch.Tensor  # (M, 1, 28, 28) float in [0, 1] on the CPU; for MultiMNIST the uint8 test digits
     test_labels: torch.Tensor  # (M,)
     hflip: bool
+    test_pairs: Pairs | None = None  # MultiMNIST: the fixed test pairs (a seeded subset of them with --test-size)
+
+    def evaluate(self, model: CapsNet, device: torch.device) -> Any:
+        """The test set's `Evaluation` (or, for MultiMNIST, its `PairEvaluation`)."""
+        if self.test_pairs is not None:
+            return evaluate_pairs(model, self.test_images, self.test_labels, self.test_pairs, device=device)
+        return evaluate(model, self.test_images, self.test_labels, device=device)
 
 
 def load_data(options: TrainOptions, device: torch.device, env: Distributed) -> Data:
@@ -274,13 +289,19 @@ def load_data(options: TrainOptions, device: torch.device, env: Distributed) -> 
         options.train_size,
         options.seed,
     )
-    test_set = subset(
-        load_dataset(options.dataset, train=False, data_dir=options.data_dir, download=options.download),
-        options.test_size,
-        options.seed,
-    )
+    test_set = load_dataset(options.dataset, train=False, data_dir=options.data_dir, download=options.download)
     train_images, train_labels = (t.to(device) for t in stored_tensors(train_set))
     sampler = DistributedSampler(train_set, num_replicas=env.world, rank=env.rank, shuffle=True, seed=options.seed)
+    if info.pairs:
+        digits, labels = stored_tensors(test_set)  # (N, 1, 28, 28) uint8: the pairs are made as they are evaluated
+        pairs = test_pairs(labels)
+        if options.test_size is not None and options.test_size < len(pairs):
+            keep = torch.randperm(len(pairs), generator=torch.Generator().manual_seed(options.seed))[
+                : options.test_size
+            ]
+            pairs = Pairs(pairs.first[keep], pairs.second[keep], pairs.offsets[keep])
+        return Data(train_images, train_labels, sampler, digits, labels, False, pairs)
+    test_set = subset(test_set, options.test_size, options.seed)
     return Data(
         train_images,
         train_labels,
@@ -327,18 +348,22 @@ def fit(
             print(f"{folder.path}: already trained {start_epoch} epochs; raise --epochs to continue", file=sys.stderr)
         return records
     c = model.config
-    watch = CollapseWatch(c.num_classes, c.m_plus, c.m_minus, options.lr, device)
+    watch = CollapseWatch(c.num_classes, c.m_plus, c.m_minus, options.lr, device, present=2 if data.test_pairs else 1)
     status, reason = "finished", ""
     with StopFlag() as stop:
         try:
             for epoch in range(start_epoch, options.epochs):
                 data.sampler.set_epoch(epoch)
                 done_before = start_batch if epoch == start_epoch else 0
-                loader = epoch_batches(
-                    data.train_images, data.train_labels, list(data.sampler), options.batch_size,
-                    seed=augment_seed(options.seed, epoch, env.rank), shift=SHIFT, hflip=data.hflip,
-                    start_batch=done_before,
-                )  # fmt: skip
+                seed = augment_seed(options.seed, epoch, env.rank)
+                if data.test_pairs is not None:  # MultiMNIST: new partners and shifts for every digit, every epoch
+                    loader = epoch_pairs(data.train_images, data.train_labels, list(data.sampler), options.batch_size,
+                                         seed=seed, start_batch=done_before)  # fmt: skip
+                else:
+                    loader = epoch_batches(
+                        data.train_images, data.train_labels, list(data.sampler), options.batch_size, seed=seed,
+                        shift=SHIFT, hflip=data.hflip, start_batch=done_before,
+                    )  # fmt: skip
                 bar = None
                 if options.progress and env.is_main:
                     bar = tqdm(total=batches, initial=done_before, desc=f"epoch {epoch + 1}/{options.epochs}",
@@ -366,7 +391,7 @@ def fit(
                     saver.save_state(epoch, done_before + sums.batches, sums.to_state())
                     break
                 if env.is_main:
-                    result = evaluate(model, data.test_images, data.test_labels, device=device)
+                    result = data.evaluate(model, device)
                     info = epoch_info(options, epoch + 1, result, state.elapsed, device, prepared.origin)
                     saver.save_models(epoch + 1, result.accuracy, info)
                     record: EpochRecord = {

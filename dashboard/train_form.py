@@ -35,6 +35,7 @@ def _parameters(preset: str) -> str:
 PRESET_LABELS = {
     "paper": f"Paper's CapsNet ({_parameters('paper')} parameters)",
     "tiny": f"Tiny CapsNet ({_parameters('tiny')} parameters, a quick demo)",
+    "multimnist": f"Paper's CapsNet for 36x36 MultiMNIST ({_parameters('multimnist')} parameters)",
 }
 assert set(PRESET_LABELS) == set(PRESETS), "every model preset needs a label in the form"
 

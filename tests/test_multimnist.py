@@ -1,0 +1,137 @@
+"""MultiMNIST (section 6 of the paper): pairs made as the official code does, two-label loss, the paper's evaluation."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from capsnet import multimnist as mm
+from capsnet.config import CapsNetConfig
+from capsnet.data import load_dataset, stored_tensors
+from capsnet.evaluate import evaluate_pairs, right_answers
+from capsnet.losses import margin_loss, reconstruction_loss
+from capsnet.model import CapsNet
+
+
+def test_the_paper_network_on_36x36_has_the_papers_parameter_count() -> None:
+    model = CapsNet(CapsNetConfig.preset("multimnist"))
+    assert model.config.primary_grid == 10 and model.config.num_primary == 3200
+    assert model.num_parameters() == 11_361_808  # "11.36M parameters" (section 6)
+
+
+def test_a_digit_is_padded_and_shifted_like_the_official_code() -> None:
+    digit = torch.zeros(1, 1, 28, 28, dtype=torch.uint8)
+    digit[0, 0, 0, 0] = 255
+    for dy, dx in [(0, 0), (-4, 4), (3, -2)]:
+        placed = mm.place(digit, torch.tensor([[dy, dx]]))
+        assert placed.shape == (1, 1, 36, 36)
+        ys, xs = torch.nonzero(placed[0, 0], as_tuple=True)
+        assert (ys.item(), xs.item()) == (4 + dy, 4 + dx)  # padded by 4, then moved by (dy, dx)
+    a = torch.full((1, 1, 2, 2), 200, dtype=torch.uint8)
+    assert mm.merge(a, a).max() == 255 and mm.merge(a, torch.zeros_like(a)).max() == 200  # min(a + b, 255)
+
+
+def test_the_fixed_test_set(data_dir: Path) -> None:
+    digits, labels = stored_tensors(load_dataset("mnist", train=False))
+    pairs = mm.test_pairs(labels)
+    assert len(pairs) == 100_000 and (pairs.first.view(-1, 10) == torch.arange(10_000)[:, None]).all()
+    assert (labels[pairs.first] != labels[pairs.second]).all()  # always two different classes
+    assert pairs.offsets.abs().max() == 4 and len(torch.unique(pairs.offsets)) == 9
+    again = mm.test_pairs(labels)
+    assert torch.equal(again.second, pairs.second) and torch.equal(again.offsets, pairs.offsets)  # fixed by its seed
+    share = torch.bincount(labels[pairs.second], minlength=10).float() / len(pairs)
+    assert (share - 0.1).abs().max() < 0.01  # partners spread over the classes
+    batch = pairs.take(digits, labels, 0, 6)
+    assert batch.images.shape == (6, 1, 36, 36) and batch.parts.shape == (6, 2, 1, 36, 36)
+    np.testing.assert_allclose(batch.images, (batch.parts[:, 0] + batch.parts[:, 1]).clamp(max=1), atol=1 / 255)
+    assert batch.labels[:, 0].tolist() == [int(labels[0])] * 6
+
+
+def test_training_pairs_are_new_every_epoch_and_reproducible(data_dir: Path) -> None:
+    digits, labels = stored_tensors(load_dataset("mnist", train=False))
+    order = list(range(200))
+    first = [b.labels.clone() for b in mm.epoch_pairs(digits, labels, order, 64, seed=1)]
+    again = [b.labels.clone() for b in mm.epoch_pairs(digits, labels, order, 64, seed=1)]
+    other = [b.labels.clone() for b in mm.epoch_pairs(digits, labels, order, 64, seed=2)]
+    assert all(torch.equal(a, b) for a, b in zip(first, again)) and not torch.equal(first[0], other[0])
+    resumed = next(mm.epoch_pairs(digits, labels, order, 64, seed=1, start_batch=2))
+    assert torch.equal(resumed.labels, first[2])  # a resumed epoch sees the batches an unbroken one would
+
+
+def test_two_label_margin_and_reconstruction_losses() -> None:
+    lengths = torch.tensor([[0.95, 0.0, 0.92, 0.05], [0.5, 0.5, 0.5, 0.5]])
+    labels = torch.tensor([[0, 2], [1, 3]])
+    expected_second = 2 * 0.4**2 + 0.5 * 2 * 0.4**2  # two present short by 0.4, two absent long by 0.4
+    assert margin_loss(lengths, labels).item() == pytest.approx((0.0 + expected_second) / 2)
+    assert margin_loss(lengths[:1], labels[:1, :1]).item() == pytest.approx(0.5 * 0.82**2, abs=1e-6)  # 2 absent now
+    parts = torch.rand(3, 2, 1, 36, 36)
+    recon = parts.clone()
+    recon[:, 1] += 0.1  # the second digit's redrawing is off by 0.1 on every pixel
+    assert reconstruction_loss(recon, parts).item() == pytest.approx(0.0005 * 36 * 36 * 0.01, rel=1e-4)
+
+
+def test_a_pair_is_right_when_its_two_longest_capsules_are_its_classes() -> None:
+    lengths = torch.tensor([[0.9, 0.1, 0.8, 0.0], [0.9, 0.85, 0.1, 0.0], [0.2, 0.3, 0.9, 0.95]])
+    assert right_answers(lengths, torch.tensor([[2, 0], [0, 2], [3, 2]])).tolist() == [True, False, True]
+    assert right_answers(lengths, torch.tensor([0, 1, 3])).tolist() == [True, False, True]
+
+
+def test_each_digit_is_redrawn_from_its_own_capsule() -> None:
+    torch.manual_seed(0)
+    model = CapsNet(CapsNetConfig.preset("tiny", image_size=36)).eval()
+    images, labels = torch.rand(4, 1, 36, 36), torch.tensor([[1, 7], [0, 3], [5, 2], [9, 4]])
+    with torch.no_grad():
+        out = model(images, labels)
+        assert out.reconstruction.shape == (4, 2, 1, 36, 36)
+        for k in (0, 1):
+            torch.testing.assert_close(out.reconstruction[:, k], model.decode(out.poses, labels[:, k]))
+
+
+def test_pair_evaluation_against_a_loop(data_dir: Path) -> None:
+    torch.manual_seed(0)
+    model = CapsNet(CapsNetConfig.preset("tiny", image_size=36)).eval()
+    digits, labels = stored_tensors(load_dataset("mnist", train=False))
+    pairs = mm.test_pairs(labels)
+    pairs = mm.Pairs(pairs.first[:90], pairs.second[:90], pairs.offsets[:90])
+    result = evaluate_pairs(model, digits, labels, pairs, batch_size=32)
+    right = 0
+    for i in range(90):  # one pair at a time: the two longest capsules against the two classes
+        one = pairs.take(digits, labels, i, i + 1)
+        with torch.no_grad():
+            top = set(model(one.images).lengths[0].topk(2).indices.tolist())
+        right += top == set(one.labels[0].tolist())
+    assert result.total == 90 and result.correct == right and result.error == pytest.approx(1 - right / 90)
+
+
+@pytest.mark.slow
+def test_train_and_evaluate_multimnist_from_the_cli(data_dir: Path, tmp_path: Path) -> None:
+    run = tmp_path / "mm"
+    args = ["--dataset", "multimnist", "--preset", "tiny", "--epochs", "1", "--train-size", "2000"]
+    train = subprocess.run(
+        [sys.executable, "-m", "capsnet.train", *args, "--test-size", "300", "--out", str(run), "--no-progress",
+         "--device", "cpu"], capture_output=True, text=True, timeout=300, env=os.environ.copy(),
+    )  # fmt: skip
+    assert train.returncode == 0, train.stderr[-2000:]
+    record = json.loads(train.stdout.strip().splitlines()[-1])
+    assert record["train_images"] == 2000 and 0 <= record["test_accuracy"] <= 1
+    from capsnet.checkpoint import load_checkpoint
+
+    checkpoint = load_checkpoint(run / "best.safetensors")
+    assert checkpoint.config.image_size == 36 and checkpoint.info.dataset == "multimnist"
+    assert (
+        checkpoint.info.test_accuracy == pytest.approx(record["test_accuracy"]) and checkpoint.info.test_examples == 300
+    )
+    report = subprocess.run(
+        [sys.executable, "-m", "capsnet.evaluate", str(run / "best.safetensors"), "--limit", "400", "--json"],
+        capture_output=True, text=True, timeout=300, env=os.environ.copy(),
+    )  # fmt: skip
+    assert report.returncode == 0, report.stderr[-2000:]
+    summary = json.loads(report.stdout)
+    assert summary["dataset"] == "multimnist" and summary["total"] == 400 and 0 <= summary["error"] <= 1
