@@ -17,7 +17,7 @@ from capsnet.checkpoint import CheckpointError, read_checkpoint_info
 from capsnet.run_folder import run_folders
 
 CHECKPOINTS_ENV = "CAPSNET_CHECKPOINTS_DIR"
-SHIPPED = ("mnist.safetensors", "fashion-mnist.safetensors")  # the shipped models, in picker order
+SHIPPED = ("mnist.safetensors", "fashion-mnist.safetensors", "multimnist.safetensors")  # in picker order
 
 
 def checkpoints_dir(path: str | os.PathLike | None = None) -> Path:

@@ -263,3 +263,36 @@ def misclassified(predictions: np.ndarray, labels: np.ndarray, lengths: np.ndarr
     wrong = np.flatnonzero(predictions != labels)
     confidence = np.asarray(lengths)[wrong, predictions[wrong]]
     return wrong[np.argsort(-confidence, kind="stable")][:limit]
+
+
+@dataclass
+class PairExplanation:
+    """Two overlapping digits read by a MultiMNIST model: the paper's Figure 5, for one input."""
+
+    image: np.ndarray  # (H, W) the overlay, in [0, 1]
+    lengths: np.ndarray  # (K,)
+    top: tuple[int, int]  # the two longest capsules, longest first
+    reconstructions: np.ndarray  # (2, H, W): each of the two redrawn from its own capsule
+    coupling: np.ndarray  # (r, N, K) the last reading's couplings (for the routing overlay)
+    primary_lengths: np.ndarray  # (N,)
+
+
+def explain_pair(model: CapsNet, image: np.ndarray | torch.Tensor) -> PairExplanation:
+    """Read an overlay of two digits (H, W): the two longest capsules, and each redrawn from its own capsule alone."""
+    if model.training:
+        raise ValueError("explain_pair needs the model in eval mode (call model.eval())")
+    side = model.config.image_size
+    x = torch.as_tensor(np.asarray(image, dtype=np.float32)).reshape(1, 1, side, side)
+    with torch.inference_mode():
+        out = model(x.to(_model_device(model)), return_trace=True, return_primary=True)
+        top = out.lengths[0].topk(2).indices  # (2,)
+        redrawn = model.decode(out.poses.expand(2, -1, -1), top)  # (2, 1, H, W): one capsule each
+    assert out.trace is not None and out.primary is not None
+    return PairExplanation(
+        image=x[0, 0].numpy(),
+        lengths=out.lengths[0].float().cpu().numpy(),
+        top=(int(top[0]), int(top[1])),
+        reconstructions=redrawn[:, 0].float().cpu().numpy(),
+        coupling=out.trace.coupling[0, -1:].float().cpu().numpy(),  # (1, N, K): the last iteration's
+        primary_lengths=out.primary.lengths[0].float().cpu().numpy(),
+    )

@@ -31,6 +31,7 @@ PAGES = [
     st.Page("app_pages/routing.py", title="Routing", icon=":material/hub:", url_path="routing"),
     st.Page("app_pages/dimensions.py", title="Capsule dimensions", icon=":material/tune:", url_path="dimensions"),
     st.Page("app_pages/transform.py", title="Transform lens", icon=":material/rotate_right:", url_path="transform"),
+    st.Page("app_pages/overlap.py", title="Overlapping digits", icon=":material/layers:", url_path="overlap"),
     st.Page("app_pages/training.py", title="Training runs", icon=":material/monitoring:", url_path="training"),
     st.Page("app_pages/evaluate.py", title="Evaluate", icon=":material/fact_check:", url_path="evaluate"),
 ]

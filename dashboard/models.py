@@ -28,7 +28,15 @@ from capsnet.agreement import Votes, read_votes
 from capsnet.checkpoint import Checkpoint, CheckpointError, load_checkpoint
 from capsnet.checkpoint_info import CheckpointInfo
 from capsnet.config import CapsNetConfig
-from capsnet.data import DATASETS, DatasetDamagedError, DatasetNotFoundError, as_tensors, dataset_info, load_dataset
+from capsnet.data import (
+    DATASETS,
+    DatasetDamagedError,
+    DatasetNotFoundError,
+    as_tensors,
+    dataset_info,
+    load_dataset,
+    stored_tensors,
+)
 from capsnet.equivariance import Transform, TransformedReading
 from capsnet.errors import CapsNetError
 from capsnet.evaluate import Evaluation, evaluate, merge_evaluations
@@ -112,6 +120,15 @@ class Model:
         return merge_evaluations(parts)
 
     @property
+    def reads_pairs(self) -> bool:
+        """A MultiMNIST model: it reads two overlapping digits on 36x36, on the Overlapping digits page only."""
+        return self.dataset in DATASETS and dataset_info(self.dataset).pairs
+
+    def explain_pair(self, image: np.ndarray) -> ex.PairExplanation:
+        """The two longest capsules of an overlay, and each digit redrawn from its own capsule."""
+        return _pair(self.key, image, self.net)
+
+    @property
     def noun(self) -> str:
         """What one example is: "digit" (MNIST), "item" (Fashion-MNIST)."""
         return dataset_info(self.dataset).noun if self.dataset in DATASETS else "item"
@@ -168,11 +185,16 @@ def class_names(model: Model | None) -> list[str]:
     return model.class_names if model is not None else MNIST_DIGITS
 
 
-def require_model() -> Model | None:
-    """The model, or a notice saying how to get one (and None)."""
+def require_model(pairs: bool = False) -> Model | None:
+    """The model, or a notice saying how to get one (and None). `pairs`: the page reads MultiMNIST overlays."""
     model = current_model()
     if model is None and not st.session_state.get(state.MODEL_PATH):
         st.warning(texts.no_model_notice(str(_display_path(state.checkpoints_dir()))), icon=":material/model_training:")
+    if model is not None and model.reads_pairs != pairs:
+        st.info(texts.wrong_kind_of_model(model.reads_pairs), icon=":material/swap_horiz:")
+        if model.reads_pairs:
+            st.page_link("app_pages/overlap.py", label="Go to the Overlapping digits page", icon=":material/layers:")
+        return None
     return model
 
 
@@ -184,6 +206,12 @@ def _display_path(path: Path) -> Path:
 
 
 # ---------------------------------------------------------------- the test set
+
+
+@st.cache_resource(max_entries=2, show_spinner="Loading the test digits...")
+def test_digits(name: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The test digits as stored, uint8 (N, 1, 28, 28), and their labels: what MultiMNIST overlays are made of."""
+    return stored_tensors(load_dataset(name, train=False))
 
 
 @st.cache_resource(max_entries=2, show_spinner="Loading the test set...")
@@ -205,6 +233,11 @@ def try_test_set(name: str) -> tuple[torch.Tensor, torch.Tensor] | None:
 
 
 # ---------------------------------------------------------------- cached readings (arguments after `_` are not hashed)
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def _pair(model_key: str, image: np.ndarray, _model: Any) -> ex.PairExplanation:
+    return ex.explain_pair(_model, image)
 
 
 @st.cache_data(max_entries=64, show_spinner=False)

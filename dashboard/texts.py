@@ -264,6 +264,29 @@ def fashion_drawing(noun: str) -> str:
     )
 
 
+def wrong_kind_of_model(reads_pairs: bool) -> str:
+    if reads_pairs:
+        return (
+            "The model chosen in the sidebar is a **MultiMNIST** model: it reads two overlapping digits on 36x36, "
+            "not one on 28x28. Explore it on the **Overlapping digits** page, or pick another model in the sidebar."
+        )
+    return (
+        "This page reads **two overlapping digits** (MultiMNIST, 36x36), and the model chosen in the sidebar reads "
+        "one. Pick a MultiMNIST model in the sidebar, or train one: "
+        "`python -m capsnet.train --dataset multimnist --epochs 30`."
+    )
+
+
+OVERLAP = """
+**Two digits at once (section 6 of the paper).** CapsNet was trained here on pairs of MNIST digits of
+different classes, each shifted by up to 4 pixels and overlaid on 36x36. It has no idea where one digit
+ends: it reports the **two longest capsules**, and a pair counts as right only when they are exactly the
+two digits (the paper: 5.2% error, against 8.1% for a CNN). Then it redraws **each digit from its own
+capsule alone**: the paper's Figure 5, red for the longer capsule and green for the other over the input.
+Where the colours separate the strokes, the capsules have segmented the overlap.
+"""
+
+
 def no_model_notice(checkpoints_dir: str) -> str:
     """What to do when there is no trained model yet."""
     return f"""

@@ -20,6 +20,7 @@ PAGES = [
     "app_pages/routing.py",
     "app_pages/dimensions.py",
     "app_pages/transform.py",
+    "app_pages/overlap.py",
     "app_pages/training.py",
     "app_pages/evaluate.py",
 ]
@@ -548,3 +549,42 @@ def test_a_link_beyond_the_slider_and_a_walk_across_pages(app_with_run) -> None:
     assert (
         at.segmented_control(key="input_source").value == "Test image" and at.number_input(key="test_index").value == 7
     )
+
+
+@pytest.fixture(scope="module")
+def multimnist_run(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny MultiMNIST model trained for one epoch on 1,000 pairs (a few seconds)."""
+    from capsnet.options import TrainOptions
+    from capsnet.train import train
+
+    out = tmp_path_factory.mktemp("mm-run")
+    train(TrainOptions(dataset="multimnist", preset="tiny", epochs=1, train_size=1000, test_size=200, out=str(out),
+                       progress=False, device="cpu"))  # fmt: skip
+    return out
+
+
+def test_the_overlapping_digits_page(app_dirs, multimnist_run) -> None:  # noqa: F811
+    _, checkpoints = app_dirs
+    shutil.copy(multimnist_run / "best.safetensors", checkpoints / "multimnist.safetensors")
+    at = new_app().run()
+    no_exception(at)
+    assert Path(at.sidebar.selectbox(key="checkpoint_picker").value).name == "multimnist.safetensors"
+    assert any("MultiMNIST" in i.value for i in at.info)  # the Draw page says where this model belongs
+    at.switch_page("app_pages/overlap.py").run()
+    no_exception(at)
+    assert not at.error, [e.value for e in at.error]
+    metric = next(m for m in at.metric if m.label == "The two longest capsules")
+    lengths = chart(at, "overlap_lengths")
+    assert len(plotly_values(lengths["data"][0]["y"])) == 10
+    (segmented,) = [im for im in at.get("image") if any("red: from capsule" in c for c in im.captions)]
+    assert chart(at, "overlap_votes")["data"][1]["type"] == "heatmap"
+    at.button(key="overlap_random").click().run()
+    no_exception(at)
+    first, second = at.number_input(key="overlap_first").value, at.number_input(key="overlap_second").value
+    assert first != 0 or second != 1
+    assert any("True digits" in c.value for c in at.caption)
+    for page in ("app_pages/routing.py", "app_pages/evaluate.py", "app_pages/transform.py"):
+        at.switch_page(page).run()
+        no_exception(at)
+        assert any("MultiMNIST" in i.value for i in at.info), page  # not a crash on a 36x36 model
+    assert metric.value and segmented.value

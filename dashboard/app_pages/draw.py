@@ -105,6 +105,10 @@ def upload_input(noun: str) -> tuple[np.ndarray | None, str, int | None]:
 
 
 model = models.current_model()
+if model is not None and model.reads_pairs:  # a MultiMNIST model reads overlays of two digits, on its own page
+    st.title("Draw a digit", anchor=False)
+    models.require_model()
+    st.stop()
 names = models.class_names(model)
 dataset = model.dataset if model is not None else "mnist"
 noun = model.noun if model is not None else "digit"

@@ -14,7 +14,14 @@ from dashboard.figures.agreement import (
 from dashboard.figures.capsules import dimension_profile_figure, lengths_bar
 from dashboard.figures.equivariance import pose_figure, rotation_sweep_figure
 from dashboard.figures.evaluation import confusion_figure, per_class_accuracy_figure
-from dashboard.figures.images import image_rows_figure, perturbation_figure, pixel_image, tile_columns, tile_maps
+from dashboard.figures.images import (
+    image_rows_figure,
+    perturbation_figure,
+    pixel_image,
+    segmentation_image,
+    tile_columns,
+    tile_maps,
+)
 from dashboard.figures.routing import (
     TILE_SIDES,
     coupling_maps_figure,
@@ -46,6 +53,7 @@ __all__ = [
     "primary_lengths_figure",
     "rotation_sweep_figure",
     "routing_animation",
+    "segmentation_image",
     "tile_columns",
     "tile_maps",
     "training_curves",

@@ -132,3 +132,15 @@ def image_rows_figure(
         )  # fmt: skip
         fig.update_layout(clickmode="event+select", dragmode=False)
     return fig
+
+
+def segmentation_image(image: np.ndarray, first: np.ndarray, second: np.ndarray, scale: int = 6) -> np.ndarray:
+    """The paper's Figure 5: the input in grey, one digit's reconstruction in red over it, the other's in green.
+
+    All (H, W) in [0, 1] -> (H*scale, W*scale, 3) uint8 with sharp pixels, for st.image.
+    """
+    grey = np.clip(np.asarray(image, dtype=np.float32), 0, 1) * 0.45
+    red, green = (np.clip(np.asarray(a, dtype=np.float32), 0, 1) for a in (first, second))
+    rgb = np.stack([np.maximum(grey, red), np.maximum(grey, green), grey], axis=-1)  # (H, W, 3)
+    rgb = (rgb * 255).round().astype(np.uint8)
+    return np.repeat(np.repeat(rgb, scale, axis=0), scale, axis=1)
