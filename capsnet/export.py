@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,51 +25,77 @@ import torch
 from capsnet.checkpoint import load_checkpoint, save_checkpoint
 from capsnet.checkpoint_info import CheckpointInfo, trained_epochs
 from capsnet.cli import ArgumentParser, run_cli
-from capsnet.data import as_tensors, dataset_info, load_dataset
+from capsnet.data import as_tensors, dataset_info, load_dataset, stored_tensors
 from capsnet.device import pick_device
-from capsnet.evaluate import evaluate
+from capsnet.evaluate import Evaluation, PairEvaluation, evaluate, evaluate_pairs
 from capsnet.files import atomic_path, read_jsonl, writable
+from capsnet.model import CapsNet
+from capsnet.multimnist import Pairs, test_pairs
 from capsnet.novelty import NoveltyThresholds
 
 
 def export_checkpoint(
-    source: str | Path, target: str | Path, half: bool = True, data_dir: str | None = None, device: str = "auto"
+    source: str | Path,
+    target: str | Path,
+    half: bool = True,
+    data_dir: str | None = None,
+    device: str = "auto",
+    test_pairs: int | None = None,
 ) -> CheckpointInfo:
-    """Export `source` to `target`; returns the exported file's info (header)."""
+    """Export `source` to `target`; returns the exported file's info (header).
+
+    A MultiMNIST model is measured on its fixed test pairs: all 100,000, or the first `test_pairs`.
+    """
     source, target = Path(source), Path(target)
     dtype = torch.float16 if half else None
     writable(target)  # before the minutes of evaluation, not after
     run = load_checkpoint(source, device=pick_device(device))
     name = run.info.dataset or "mnist"
-    images, labels = as_tensors(load_dataset(name, train=False, data_dir=data_dir))
-    before = evaluate(run.model, images, labels)
+    measure = _pair_measure(name, data_dir, test_pairs) if dataset_info(name).pairs else _measure(name, data_dir)
+    before = measure(run.model)
     # the stored weights are measured in a staging file; `target` is written once, with the final header
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f".{target.name}.", dir=target.parent) as staging:
         staged = save_checkpoint(Path(staging) / target.name, run.model, run.info, dtype=dtype)
         exported = load_checkpoint(staged, device=pick_device(device))
-    after = evaluate(exported.model, images, labels)
+    after = measure(exported.model)
     info = run.info.replace(
         test_accuracy=after.accuracy,
         test_loss=after.loss,
         test_examples=after.total,
-        per_class_accuracy=after.class_accuracy(),
-        per_class_correct=after.class_correct,
-        per_class_total=after.class_total,
-        confusion=after.confusion.tolist(),
-        dimension_mean=after.dimension_mean.tolist(),
-        dimension_std=after.dimension_std.tolist(),
-        novelty=thresholds.to_dict() if (thresholds := NoveltyThresholds.from_evaluation(after)) else None,
         weights_dtype="float16" if half else "float32",
         test_accuracy_before_export=before.accuracy,
         class_names=list(dataset_info(name).classes),
     )
+    if isinstance(after, Evaluation):
+        info = info.replace(
+            per_class_accuracy=after.class_accuracy(),
+            per_class_correct=after.class_correct,
+            per_class_total=after.class_total,
+            confusion=after.confusion.tolist(),
+            dimension_mean=after.dimension_mean.tolist(),
+            dimension_std=after.dimension_std.tolist(),
+            novelty=thresholds.to_dict() if (thresholds := NoveltyThresholds.from_evaluation(after)) else None,
+        )
     save_checkpoint(target, exported.model, info, dtype=dtype)
     records = lineage_metrics(source, info)
     if records:
         with atomic_path(target.with_suffix(".metrics.jsonl")) as tmp:
             tmp.write_text("".join(json.dumps(record) + "\n" for record in records), encoding="utf-8")
     return info
+
+
+def _measure(name: str, data_dir: str | None) -> Callable[[CapsNet], Evaluation]:
+    images, labels = as_tensors(load_dataset(name, train=False, data_dir=data_dir))
+    return lambda model: evaluate(model, images, labels)
+
+
+def _pair_measure(name: str, data_dir: str | None, count: int | None) -> Callable[[CapsNet], PairEvaluation]:
+    digits, labels = stored_tensors(load_dataset(name, train=False, data_dir=data_dir))
+    pairs = test_pairs(labels)
+    if count is not None:
+        pairs = Pairs(pairs.first[:count], pairs.second[:count], pairs.offsets[:count])
+    return lambda model: evaluate_pairs(model, digits, labels, pairs)
 
 
 def calibrate_checkpoint(path: str | Path, data_dir: str | None = None, device: str = "auto") -> CheckpointInfo:
@@ -134,6 +160,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--float32", action="store_true", help="keep float32 weights (default: float16)")
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--device", default="auto")
+    parser.add_argument(
+        "--test-pairs", type=parser.positive_int, default=None, help="MultiMNIST: measure on the first N test pairs"
+    )
     args = parser.parse_args(argv)
 
     def body() -> int:
@@ -143,7 +172,9 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if not args.target:
             parser.error("the target checkpoint is needed (or --calibrate)")
-        info = export_checkpoint(args.source, args.target, not args.float32, args.data_dir, args.device)
+        info = export_checkpoint(
+            args.source, args.target, not args.float32, args.data_dir, args.device, args.test_pairs
+        )
         keys = ("dataset", "epochs", "best_epoch", "test_accuracy", "test_accuracy_before_export", "weights_dtype")
         facts = info.to_dict()
         print(json.dumps({k: facts.get(k) for k in keys}))

@@ -77,16 +77,21 @@ def _log_tail(path: Path, lines: int = 40) -> str:
 
 
 @contextmanager
-def streamlit_app(workdir: Path, checkpoint: Path, startup_s: float = 120.0) -> Iterator[App]:
+def streamlit_app(
+    workdir: Path, checkpoint: Path, startup_s: float = 120.0, multimnist: Path | None = None
+) -> Iterator[App]:
     """`streamlit run dashboard/app.py` on a free port, its runs and checkpoints in `workdir`.
 
-    The checkpoint is copied in as the shipped `mnist.safetensors`. The server runs in its
-    own process group, killed on exit; a training run it started is stopped too.
+    The checkpoint is copied in as the shipped `mnist.safetensors` (and `multimnist`, if given, as
+    `multimnist.safetensors`). The server runs in its own process group, killed on exit; a
+    training run it started is stopped too.
     """
     runs_dir, checkpoints_dir = workdir / "runs", workdir / "checkpoints"
     runs_dir.mkdir(parents=True, exist_ok=True)
     checkpoints_dir.mkdir(parents=True, exist_ok=True)
     shutil.copy(checkpoint, checkpoints_dir / "mnist.safetensors")
+    if multimnist is not None:
+        shutil.copy(multimnist, checkpoints_dir / "multimnist.safetensors")
     port = free_port()
     env = dict(
         os.environ,

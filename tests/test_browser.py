@@ -75,8 +75,22 @@ def app(chromium: str, request: pytest.FixtureRequest, tmp_path_factory: pytest.
     """
     chosen = os.environ.get("CAPSNET_SCREENSHOTS_CHECKPOINT")
     checkpoint = Path(chosen).resolve() if chosen else request.getfixturevalue("tiny_checkpoint")
-    with streamlit_app(tmp_path_factory.mktemp("browser-app"), checkpoint) as running:
+    shipped = Path(__file__).resolve().parents[1] / "checkpoints" / "multimnist.safetensors"
+    pairs = shipped if chosen and shipped.is_file() else request.getfixturevalue("tiny_multimnist")
+    with streamlit_app(tmp_path_factory.mktemp("browser-app"), checkpoint, multimnist=pairs) as running:
         yield running
+
+
+@pytest.fixture(scope="module")
+def tiny_multimnist(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny MultiMNIST model trained for one epoch on 1,000 pairs (a few seconds)."""
+    from capsnet.options import TrainOptions
+    from capsnet.train import train
+
+    out = tmp_path_factory.mktemp("browser-mm")
+    train(TrainOptions(dataset="multimnist", preset="tiny", epochs=1, train_size=1000, test_size=200, out=str(out),
+                       progress=False, device="cpu"))  # fmt: skip
+    return out / "best.safetensors"
 
 
 @pytest.fixture(scope="module")
@@ -396,6 +410,26 @@ def test_turning_the_input_in_the_transform_lens(page, app: App, screenshots: Pa
     sweep = page.locator(".st-key-lens_sweep .js-plotly-plot")
     assert sweep.evaluate("p => p.layout.shapes[0].x0") == 20  # the sweep marks the current angle
     full_page_screenshot(page, screenshots / "transform.png")
+
+
+# ---------------------------------------------------------------- Overlapping digits
+
+
+def test_overlapping_digits_from_a_link(page, app: App, screenshots: Path) -> None:
+    open_app(page, app, "/overlap?checkpoint=multimnist")
+    answer = page.get_by_test_id("stMetric").filter(has_text="The two longest capsules")
+    expect(answer).to_be_visible(timeout=PAGE_LOAD_MS)
+    expect(page.get_by_text("True digits:")).to_be_visible()
+    segmented = page.get_by_test_id("stMain").locator("[data-testid=stImage]").filter(has_text="red: from capsule")
+    expect(segmented.locator("img")).to_be_visible()
+    wait_rendered(page)
+    before = page.request.get(segmented.locator("img").get_attribute("src")).body()
+    page.get_by_role("button", name="Random pair").click()
+    wait_idle(page)
+    wait_rendered(page)
+    after = page.request.get(segmented.locator("img").get_attribute("src")).body()
+    assert after[:8] == b"\x89PNG\r\n\x1a\n" and after != before  # another pair, redrawn in red and green
+    full_page_screenshot(page, screenshots / "overlap.png")
 
 
 # ---------------------------------------------------------------- Training from the sidebar
