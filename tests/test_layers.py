@@ -9,15 +9,18 @@ from capsnet.layers import RoutingCapsules, _DynamicRouting, _route, dynamic_rou
 
 
 def reference_routing(u_hat: torch.Tensor, iterations: int) -> torch.Tensor:
-    """Procedure 1 written loop by loop, for one example at a time. u_hat: (B, N, K, D)."""
+    """Procedure 1 written loop by loop, for one example at a time. u_hat: (B, N, K, D).
+
+    Every quantity stays a tensor, so that autograd through these loops is a reference for the gradients too.
+    """
     batch, children, parents, _ = u_hat.shape
     out = []
     for b in range(batch):
-        logits = [[0.0] * parents for _ in range(children)]
+        logits = [[u_hat.new_zeros(()) for _ in range(parents)] for _ in range(children)]
         for _ in range(iterations):
             coupling = []
             for i in range(children):
-                exps = [torch.exp(torch.tensor(logits[i][j], dtype=u_hat.dtype)) for j in range(parents)]
+                exps = [torch.exp(logits[i][j]) for j in range(parents)]
                 total = sum(exps)
                 coupling.append([e / total for e in exps])  # softmax over the parents j
             v = []
@@ -27,7 +30,7 @@ def reference_routing(u_hat: torch.Tensor, iterations: int) -> torch.Tensor:
                 v.append(norm2 / (1 + norm2) * s / torch.sqrt(norm2))
             for i in range(children):
                 for j in range(parents):
-                    logits[i][j] = logits[i][j] + float((u_hat[b, i, j] * v[j]).sum())
+                    logits[i][j] = logits[i][j] + (u_hat[b, i, j] * v[j]).sum()
         out.append(torch.stack(v))
     return torch.stack(out)  # (B, K, D)
 
@@ -123,6 +126,24 @@ class TestRouting:
     def test_rejects_zero_iterations(self) -> None:
         with pytest.raises(ValueError, match="at least 1"):
             dynamic_routing(torch.randn(1, 2, 3, 4), 0)
+        with pytest.raises(ValueError, match="backward"):
+            dynamic_routing(torch.randn(1, 2, 3, 4), 1, backward="fast")
+
+    @pytest.mark.parametrize("iterations", [1, 3])
+    def test_both_backwards_match_the_loop_reference(self, iterations: int) -> None:
+        """The compiler-friendly path (plain ops, for CUDA) and the hand-written one (the CPU's) agree with Procedure 1."""
+        torch.manual_seed(3)
+        u_hat = (torch.randn(2, 6, 4, 5, dtype=torch.float64) * 0.5).requires_grad_()  # (B, N, K, D), the loop's layout
+        reference = reference_routing(u_hat, iterations)
+        (expected,) = torch.autograd.grad(reference.square().sum(), u_hat)
+        layout = u_hat.transpose(1, 2)  # (B, K, N, D), routing's layout
+        for backward in ("manual", "autograd", "auto"):
+            v, _ = dynamic_routing(layout, iterations, backward=backward)
+            torch.testing.assert_close(v, reference)
+            (grad,) = torch.autograd.grad(v.square().sum(), u_hat)
+            torch.testing.assert_close(grad, expected)
+        assert dynamic_routing(layout, iterations, backward="manual")[0].grad_fn.name().startswith("_DynamicRouting")
+        assert not dynamic_routing(layout, iterations, backward="autograd")[0].grad_fn.name().startswith("_Dynamic")
 
 
 class TestRoutingCapsules:
