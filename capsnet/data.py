@@ -163,8 +163,10 @@ def stored_tensors(dataset: Dataset) -> tuple[torch.Tensor, torch.Tensor]:
     Reads the dataset's arrays instead of going through PIL one image at a time.
     """
     indices = None
-    if isinstance(dataset, Subset):
-        dataset, indices = dataset.dataset, torch.as_tensor(dataset.indices)
+    while isinstance(dataset, Subset):  # a subset of a subset (a validation split, then --train-size): compose
+        inner = torch.as_tensor(dataset.indices)
+        indices = inner if indices is None else inner[indices]
+        dataset = dataset.dataset
     images = dataset.data  # type: ignore[attr-defined]  # (N, 28, 28) uint8
     labels = torch.as_tensor(dataset.targets)  # type: ignore[attr-defined]
     if indices is not None:

@@ -66,6 +66,13 @@ class TrainOptions:
     train_size: int | None = field(
         default=None, metadata=option("train on a random subset of N images", positive=True, defines_run=True)
     )
+    val_size: int | None = field(
+        default=None,
+        metadata=option(
+            "hold out N training images as a validation set: the best epoch is chosen on it, not on the test set",
+            positive=True, defines_run=True,
+        ),
+    )  # fmt: skip
     test_size: int | None = field(
         default=None, metadata=option("evaluate on a random subset of N images", positive=True, defines_run=True)
     )

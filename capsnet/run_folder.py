@@ -50,6 +50,8 @@ class EpochRecord(TypedDict, total=False):
     lr: float
     seconds: float
     images_per_s: float
+    val_loss: float  # with --val-size: on the training images held out
+    val_accuracy: float
 
 
 @dataclass

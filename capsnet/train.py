@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils.data.distributed import DistributedSampler
 from tqdm import tqdm
 
 from capsnet.augment import SHIFT, augment_seed, epoch_batches
@@ -36,16 +35,17 @@ from capsnet.checkpointer import Checkpointer, epoch_info
 from capsnet.cli import run_cli
 from capsnet.collapse import CollapseWatch, TrainingCollapsedError
 from capsnet.config import CapsNetConfig
-from capsnet.data import as_tensors, dataset_info, load_dataset, stored_tensors, subset
+from capsnet.data import dataset_info
 from capsnet.device import pick_device, seed_everything
 from capsnet.distributed import Distributed, barrier, distributed_session, from_main, reduce_sum
 from capsnet.errors import CapsNetError
-from capsnet.evaluate import evaluate, evaluate_pairs, right_answers
+from capsnet.evaluate import evaluate, right_answers
 from capsnet.losses import capsule_loss
 from capsnet.model import CapsNet
-from capsnet.multimnist import MultiBatch, Pairs, epoch_pairs, test_pairs
+from capsnet.multimnist import MultiBatch, epoch_pairs
 from capsnet.options import TrainOptions
 from capsnet.run_folder import EpochRecord, Progress, ProgressWriter, RunFolder, RunFolderError, new_run_dir, runs_root
+from capsnet.train_data import load_data
 
 REPORT_EVERY_S = 0.5  # seconds between progress reports (each one reads the running sums back from the device)
 SYNC_EVERY = 50  # batches between the checks that need the device or every process: stop flag, collapse
@@ -263,54 +263,6 @@ def build(
     return model, optimizer, torch.optim.lr_scheduler.ExponentialLR(optimizer, gamma=options.lr_decay)
 
 
-@dataclass
-class Data:
-    """The training set on the device as uint8 (batches are gathered and augmented there) and the test set."""
-
-    train_images: torch.Tensor  # (N, 1, 28, 28) uint8
-    train_labels: torch.Tensor  # (N,)
-    sampler: DistributedSampler
-    test_images: torch.Tensor  # (M, 1, 28, 28) float in [0, 1] on the CPU; for MultiMNIST the uint8 test digits
-    test_labels: torch.Tensor  # (M,)
-    hflip: bool
-    test_pairs: Pairs | None = None  # MultiMNIST: the fixed test pairs (a seeded subset of them with --test-size)
-
-    def evaluate(self, model: CapsNet, device: torch.device) -> Any:
-        """The test set's `Evaluation` (or, for MultiMNIST, its `PairEvaluation`)."""
-        if self.test_pairs is not None:
-            return evaluate_pairs(model, self.test_images, self.test_labels, self.test_pairs, device=device)
-        return evaluate(model, self.test_images, self.test_labels, device=device)
-
-
-def load_data(options: TrainOptions, device: torch.device, env: Distributed) -> Data:
-    info = dataset_info(options.dataset)
-    train_set = subset(
-        load_dataset(options.dataset, train=True, data_dir=options.data_dir, download=options.download),
-        options.train_size,
-        options.seed,
-    )
-    test_set = load_dataset(options.dataset, train=False, data_dir=options.data_dir, download=options.download)
-    train_images, train_labels = (t.to(device) for t in stored_tensors(train_set))
-    sampler = DistributedSampler(train_set, num_replicas=env.world, rank=env.rank, shuffle=True, seed=options.seed)
-    if info.pairs:
-        digits, labels = stored_tensors(test_set)  # (N, 1, 28, 28) uint8: the pairs are made as they are evaluated
-        pairs = test_pairs(labels)
-        if options.test_size is not None and options.test_size < len(pairs):
-            keep = torch.randperm(len(pairs), generator=torch.Generator().manual_seed(options.seed))[
-                : options.test_size
-            ]
-            pairs = Pairs(pairs.first[keep], pairs.second[keep], pairs.offsets[keep])
-        return Data(train_images, train_labels, sampler, digits, labels, False, pairs)
-    test_set = subset(test_set, options.test_size, options.seed)
-    return Data(
-        train_images,
-        train_labels,
-        sampler,
-        *as_tensors(test_set),
-        info.hflip if options.hflip is None else options.hflip,
-    )
-
-
 # ---------------------------------------------------------------- the loop
 
 
@@ -393,7 +345,13 @@ def fit(
                 if env.is_main:
                     result = data.evaluate(model, device)
                     info = epoch_info(options, epoch + 1, result, state.elapsed, device, prepared.origin)
-                    saver.save_models(epoch + 1, result.accuracy, info)
+                    val = None
+                    if data.val_images is not None:  # the best epoch is chosen on held-out training images
+                        val = evaluate(model, data.val_images, data.val_labels, device=device)
+                        info = info.replace(
+                            extra={**info.extra, "val_accuracy": val.accuracy, "val_examples": val.total}
+                        )
+                    saver.save_models(epoch + 1, (val or result).accuracy, info)
                     record: EpochRecord = {
                         "epoch": epoch + 1,
                         "train_loss": sums.loss,
@@ -404,6 +362,7 @@ def fit(
                         "lr": optimizer.param_groups[0]["lr"],
                         "seconds": round(time.perf_counter() - epoch_start + before.seconds, 2),  # with evaluation
                         "images_per_s": round(sums.seen / max(sums.seconds, 1e-9), 1),
+                        **({"val_loss": val.loss, "val_accuracy": val.accuracy} if val is not None else {}),
                     }
                     folder.append_metrics(record)
                     print(json.dumps(record), flush=True)

@@ -447,3 +447,39 @@ def test_a_collapsed_run_stops_with_its_reason(
     summary = runs.read_run(out)  # what the dashboard shows: failed, with the reason
     assert summary.status == "failed" and reason in summary.reason
     assert read_jsonl(out / "metrics.jsonl") == []  # stopped in its first epoch, long before its end
+
+
+def test_the_best_epoch_is_chosen_on_a_validation_split(data_dir: Path, tmp_path: Path) -> None:
+    """--val-size holds training images out (never trained on) and picks the best epoch on them, not on the test set."""
+    import torch as th
+
+    from capsnet.data import stored_tensors
+    from capsnet.distributed import Distributed
+    from capsnet.options import TrainOptions
+    from capsnet.train import train
+    from capsnet.train_data import load_data
+
+    options = TrainOptions(preset="tiny", epochs=3, train_size=600, val_size=400, test_size=200, lr=3e-3,
+                           out=str(tmp_path / "r"), progress=False, device="cpu")  # fmt: skip
+    data = load_data(options, th.device("cpu"), Distributed())
+    assert len(data.val_labels) == 400 and len(data.train_labels) == 600
+    held_out = {bytes(image.numpy()) for image in (data.val_images * 255).round().to(th.uint8)}
+    assert not held_out & {bytes(image.numpy()) for image in data.train_images}  # disjoint
+    records = train(options)
+    assert all({"val_loss", "val_accuracy"} <= set(r) for r in records)
+    info = load_checkpoint(tmp_path / "r" / "best.safetensors").info
+    best = max(records, key=lambda r: r["val_accuracy"])["epoch"]
+    assert info.best_epoch == best and info.extra["val_examples"] == 400
+    assert stored_tensors(load_dataset("mnist", train=False))[0].shape[0] == 10_000
+
+
+def test_nested_subsets_are_read_as_their_examples(data_dir: Path) -> None:
+    from torch.utils.data import Subset
+
+    from capsnet.data import stored_tensors
+
+    dataset = load_dataset("mnist", train=False)
+    nested = Subset(Subset(dataset, list(range(100, 200))), [5, 0, 42])
+    images, labels = stored_tensors(nested)
+    assert labels.tolist() == [dataset.targets[i].item() for i in (105, 100, 142)]
+    assert torch.equal(images[2, 0], dataset.data[142])

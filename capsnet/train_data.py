@@ -1,0 +1,71 @@
+"""The data a training run reads: the training set on the device, a held-out validation split, the test set."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.utils.data import Subset
+from torch.utils.data.distributed import DistributedSampler
+
+from capsnet.data import as_tensors, dataset_info, load_dataset, stored_tensors, subset
+from capsnet.distributed import Distributed
+from capsnet.errors import CapsNetError
+from capsnet.evaluate import evaluate, evaluate_pairs
+from capsnet.model import CapsNet
+from capsnet.multimnist import Pairs, test_pairs
+from capsnet.options import TrainOptions
+
+
+@dataclass
+class Data:
+    """The training set on the device as uint8 (batches are gathered and augmented there) and the test set."""
+
+    train_images: torch.Tensor  # (N, 1, 28, 28) uint8
+    train_labels: torch.Tensor  # (N,)
+    sampler: DistributedSampler
+    test_images: torch.Tensor  # (M, 1, 28, 28) float in [0, 1] on the CPU; for MultiMNIST the uint8 test digits
+    test_labels: torch.Tensor  # (M,)
+    hflip: bool
+    test_pairs: Pairs | None = None  # MultiMNIST: the fixed test pairs (a seeded subset of them with --test-size)
+    val_images: torch.Tensor | None = None  # --val-size: training images held out, float in [0, 1] on the CPU
+    val_labels: torch.Tensor | None = None
+
+    def evaluate(self, model: CapsNet, device: torch.device) -> Any:
+        """The test set's `Evaluation` (or, for MultiMNIST, its `PairEvaluation`)."""
+        if self.test_pairs is not None:
+            return evaluate_pairs(model, self.test_images, self.test_labels, self.test_pairs, device=device)
+        return evaluate(model, self.test_images, self.test_labels, device=device)
+
+
+def load_data(options: TrainOptions, device: torch.device, env: Distributed) -> Data:
+    info = dataset_info(options.dataset)
+    full = load_dataset(options.dataset, train=True, data_dir=options.data_dir, download=options.download)
+    val_images = val_labels = None
+    if options.val_size:  # a seeded split of the training set, before any subset of it is taken
+        if info.pairs:
+            raise CapsNetError("--val-size is not available for MultiMNIST yet: its model is chosen on test pairs")
+        if options.val_size >= len(full):  # type: ignore[arg-type]
+            raise CapsNetError(f"--val-size {options.val_size} leaves no training images (the set has {len(full)})")
+        order = torch.randperm(len(full), generator=torch.Generator().manual_seed(options.seed + 7919))  # type: ignore[arg-type]
+        val_images, val_labels = as_tensors(Subset(full, order[: options.val_size].tolist()))
+        full = Subset(full, order[options.val_size :].tolist())
+    train_set = subset(full, options.train_size, options.seed)
+    test_set = load_dataset(options.dataset, train=False, data_dir=options.data_dir, download=options.download)
+    train_images, train_labels = (t.to(device) for t in stored_tensors(train_set))
+    sampler = DistributedSampler(train_set, num_replicas=env.world, rank=env.rank, shuffle=True, seed=options.seed)
+    if info.pairs:
+        digits, labels = stored_tensors(test_set)  # (N, 1, 28, 28) uint8: the pairs are made as they are evaluated
+        pairs = test_pairs(labels)
+        if options.test_size is not None and options.test_size < len(pairs):
+            keep = torch.randperm(len(pairs), generator=torch.Generator().manual_seed(options.seed))[
+                : options.test_size
+            ]
+            pairs = Pairs(pairs.first[keep], pairs.second[keep], pairs.offsets[keep])
+        return Data(train_images, train_labels, sampler, digits, labels, False, pairs)
+    test_set = subset(test_set, options.test_size, options.seed)
+    hflip = info.hflip if options.hflip is None else options.hflip
+    return Data(
+        train_images, train_labels, sampler, *as_tensors(test_set), hflip, val_images=val_images, val_labels=val_labels
+    )
