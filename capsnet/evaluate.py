@@ -16,6 +16,7 @@ from torch import Tensor
 
 from capsnet.cli import ArgumentParser, run_cli
 from capsnet.device import pick_device
+from capsnet.errors import CapsNetError
 from capsnet.losses import capsule_loss
 from capsnet.model import CapsNet
 
@@ -194,8 +195,11 @@ def right_answers(lengths: Tensor, labels: Tensor) -> Tensor:
     """(B,) bool: the longest capsule is the label (B,); or, for L labels (B, L), the L longest are exactly those."""
     if labels.dim() == 1:
         return lengths.argmax(dim=1) == labels
-    top = lengths.topk(labels.shape[1], dim=1).indices.sort(dim=1).values  # (B, L)
-    return (top == labels.sort(dim=1).values).all(dim=1)
+    present = labels.shape[1]
+    values, indices = lengths.topk(min(present + 1, lengths.shape[1]), dim=1)  # (B, L + 1)
+    top = indices[:, :present].sort(dim=1).values  # (B, L)
+    decided = values[:, present - 1] > values[:, present] if values.shape[1] > present else True  # no tie at the cut
+    return (top == labels.sort(dim=1).values).all(dim=1) & decided
 
 
 @dataclass
@@ -224,6 +228,7 @@ def evaluate_pairs(
     batch_size: int = 250,
     device: torch.device | str | None = None,
     on_batch: Callable[[int, int], None] | None = None,
+    routing_iterations: int | None = None,
 ) -> PairEvaluation:
     """Evaluate on MultiMNIST `pairs` (`capsnet.multimnist.Pairs`) of uint8 `digits` (N, 1, 28, 28) and `labels`.
 
@@ -236,7 +241,7 @@ def evaluate_pairs(
     loss_sum, correct = 0.0, 0
     for start in range(0, len(pairs), batch_size):
         batch = pairs.take(digits, labels, start, start + batch_size)
-        out = model(batch.images, batch.labels)
+        out = model(batch.images, batch.labels, routing_iterations=routing_iterations)
         loss = capsule_loss(out.lengths, out.reconstruction, batch.parts, batch.labels, model.config)
         loss_sum += loss.total.item() * len(batch)
         correct += int(right_answers(out.lengths, batch.labels).sum())
@@ -291,6 +296,11 @@ def main(argv: list[str] | None = None) -> int:
         checkpoint = load_checkpoint(args.checkpoint, device=device)
         name = args.dataset or checkpoint.info.dataset or "mnist"
         info = dataset_info(name)
+        if checkpoint.config.image_size != info.image_size:
+            raise CapsNetError(
+                f"{checkpoint.path} reads {checkpoint.config.image_size}x{checkpoint.config.image_size} images and "
+                f"{info.title} is {info.image_size}x{info.image_size}: evaluate it on its own dataset"
+            )
         if info.pairs:  # MultiMNIST: the fixed test pairs, judged as the paper does
             from capsnet.data import stored_tensors
             from capsnet.multimnist import Pairs, test_pairs
@@ -299,7 +309,10 @@ def main(argv: list[str] | None = None) -> int:
             pairs = test_pairs(digit_labels)
             if args.limit:
                 pairs = Pairs(pairs.first[: args.limit], pairs.second[: args.limit], pairs.offsets[: args.limit])
-            result = evaluate_pairs(checkpoint.model, digits, digit_labels, pairs, args.batch_size, device)
+            result = evaluate_pairs(
+                checkpoint.model, digits, digit_labels, pairs, args.batch_size, device,
+                routing_iterations=args.routing_iterations,
+            )  # fmt: skip
             facts = {"loss": result.loss, "accuracy": result.accuracy, "error": result.error}
             if args.json:
                 print(json.dumps({**facts, "correct": result.correct, "total": result.total, "dataset": name,

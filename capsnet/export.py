@@ -25,8 +25,9 @@ import torch
 from capsnet.checkpoint import load_checkpoint, save_checkpoint
 from capsnet.checkpoint_info import CheckpointInfo, trained_epochs
 from capsnet.cli import ArgumentParser, run_cli
-from capsnet.data import as_tensors, dataset_info, load_dataset, stored_tensors
+from capsnet.data import DATASETS, as_tensors, dataset_info, load_dataset, stored_tensors
 from capsnet.device import pick_device
+from capsnet.errors import CapsNetError
 from capsnet.evaluate import Evaluation, PairEvaluation, evaluate, evaluate_pairs
 from capsnet.files import atomic_path, read_jsonl, writable
 from capsnet.model import CapsNet
@@ -107,6 +108,8 @@ def calibrate_checkpoint(path: str | Path, data_dir: str | None = None, device: 
     path = Path(path)
     writable(path)
     checkpoint = load_checkpoint(path, device=pick_device(device))
+    if checkpoint.info.dataset in DATASETS and dataset_info(checkpoint.info.dataset).pairs:
+        raise CapsNetError(f"{path}: a MultiMNIST model has no not-like-any-class thresholds to calibrate")
     images, labels = as_tensors(load_dataset(checkpoint.info.dataset or "mnist", train=False, data_dir=data_dir))
     thresholds = NoveltyThresholds.from_evaluation(evaluate(checkpoint.model, images, labels))
     info = checkpoint.info.replace(novelty=thresholds.to_dict() if thresholds else None)

@@ -105,6 +105,9 @@ def main(argv: list[str] | None = None) -> int:
                 raise CapsNetError("no checkpoint: pass --checkpoint, or train one (python -m capsnet.train)")
             path = chosen.path
         checkpoint = load_checkpoint(path, device=pick_device(args.device))
+        if checkpoint.config.image_size != 28:
+            raise CapsNetError(f"{path} reads {checkpoint.config.image_size}x{checkpoint.config.image_size} pairs of "
+                               "digits (MultiMNIST); predict reads one digit or item per file")  # fmt: skip
         results = predict_files(checkpoint, thresholds_for(checkpoint, args.data_dir), args.images)
         failed = 0
         for result in results:

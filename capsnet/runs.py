@@ -332,8 +332,14 @@ class RunSummary:
 
     @property
     def best_accuracy(self) -> float | None:
-        values = [m["test_accuracy"] for m in self.metrics if isinstance(m.get("test_accuracy"), (int, float))]
-        return max(values) if values else None
+        """The test accuracy of the run's best epoch: the best on test, or, with --val-size, the one best on validation."""
+        scored = [m for m in self.metrics if isinstance(m.get("test_accuracy"), (int, float))]
+        if not scored:
+            return None
+        key = (
+            "val_accuracy" if all(isinstance(m.get("val_accuracy"), (int, float)) for m in scored) else "test_accuracy"
+        )
+        return max(scored, key=lambda m: m[key])["test_accuracy"]
 
     @property
     def checkpoint(self) -> Path | None:

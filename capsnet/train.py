@@ -300,7 +300,9 @@ def fit(
             print(f"{folder.path}: already trained {start_epoch} epochs; raise --epochs to continue", file=sys.stderr)
         return records
     c = model.config
-    watch = CollapseWatch(c.num_classes, c.m_plus, c.m_minus, options.lr, device, present=2 if data.test_pairs else 1)
+    watch = CollapseWatch(
+        c.num_classes, c.m_plus, c.m_minus, options.lr, device, present=2 if data.test_pairs is not None else 1
+    )
     status, reason = "finished", ""
     with StopFlag() as stop:
         try:
@@ -349,7 +351,12 @@ def fit(
                     if data.val_images is not None:  # the best epoch is chosen on held-out training images
                         val = evaluate(model, data.val_images, data.val_labels, device=device)
                         info = info.replace(
-                            extra={**info.extra, "val_accuracy": val.accuracy, "val_examples": val.total}
+                            extra={
+                                **info.extra,
+                                "val_accuracy": val.accuracy,
+                                "val_loss": val.loss,
+                                "val_examples": val.total,
+                            }
                         )
                     saver.save_models(epoch + 1, (val or result).accuracy, info)
                     record: EpochRecord = {

@@ -44,8 +44,6 @@ def load_data(options: TrainOptions, device: torch.device, env: Distributed) -> 
     full = load_dataset(options.dataset, train=True, data_dir=options.data_dir, download=options.download)
     val_images = val_labels = None
     if options.val_size:  # a seeded split of the training set, before any subset of it is taken
-        if info.pairs:
-            raise CapsNetError("--val-size is not available for MultiMNIST yet: its model is chosen on test pairs")
         if options.val_size >= len(full):  # type: ignore[arg-type]
             raise CapsNetError(f"--val-size {options.val_size} leaves no training images (the set has {len(full)})")
         order = torch.randperm(len(full), generator=torch.Generator().manual_seed(options.seed + 7919))  # type: ignore[arg-type]

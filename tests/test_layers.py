@@ -144,6 +144,9 @@ class TestRouting:
             torch.testing.assert_close(grad, expected)
         assert dynamic_routing(layout, iterations, backward="manual")[0].grad_fn.name().startswith("_DynamicRouting")
         assert not dynamic_routing(layout, iterations, backward="autograd")[0].grad_fn.name().startswith("_Dynamic")
+        assert dynamic_routing(layout, iterations)[0].grad_fn.name().startswith("_DynamicRouting")  # auto, CPU
+        elsewhere = torch.randn(2, 4, 6, 5, device="meta", requires_grad=True)  # any other device: plain ops
+        assert not dynamic_routing(elsewhere, iterations)[0].grad_fn.name().startswith("_Dynamic")
 
 
 class TestRoutingCapsules:

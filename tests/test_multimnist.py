@@ -52,6 +52,10 @@ def test_the_fixed_test_set(data_dir: Path) -> None:
     assert batch.images.shape == (6, 1, 36, 36) and batch.parts.shape == (6, 2, 1, 36, 36)
     np.testing.assert_allclose(batch.images, (batch.parts[:, 0] + batch.parts[:, 1]).clamp(max=1), atol=1 / 255)
     assert batch.labels[:, 0].tolist() == [int(labels[0])] * 6
+    first = mm.place(digits[pairs.first[:6]], pairs.offsets[:6, 0]).float() / 255  # each part is its own digit,
+    second = mm.place(digits[pairs.second[:6]], pairs.offsets[:6, 1]).float() / 255  # in its own place and order
+    torch.testing.assert_close(batch.parts[:, 0], first) and torch.testing.assert_close(batch.parts[:, 1], second)
+    assert batch.labels[:, 1].tolist() == labels[pairs.second[:6]].tolist()
 
 
 def test_training_pairs_are_new_every_epoch_and_reproducible(data_dir: Path) -> None:
@@ -62,7 +66,8 @@ def test_training_pairs_are_new_every_epoch_and_reproducible(data_dir: Path) -> 
     other = [b.labels.clone() for b in mm.epoch_pairs(digits, labels, order, 64, seed=2)]
     assert all(torch.equal(a, b) for a, b in zip(first, again)) and not torch.equal(first[0], other[0])
     resumed = next(mm.epoch_pairs(digits, labels, order, 64, seed=1, start_batch=2))
-    assert torch.equal(resumed.labels, first[2])  # a resumed epoch sees the batches an unbroken one would
+    unbroken = list(mm.epoch_pairs(digits, labels, order, 64, seed=1))[2]
+    assert torch.equal(resumed.labels, first[2]) and torch.equal(resumed.images, unbroken.images)  # same pairs, shifts
 
 
 def test_two_label_margin_and_reconstruction_losses() -> None:
@@ -81,6 +86,9 @@ def test_a_pair_is_right_when_its_two_longest_capsules_are_its_classes() -> None
     lengths = torch.tensor([[0.9, 0.1, 0.8, 0.0], [0.9, 0.85, 0.1, 0.0], [0.2, 0.3, 0.9, 0.95]])
     assert right_answers(lengths, torch.tensor([[2, 0], [0, 2], [3, 2]])).tolist() == [True, False, True]
     assert right_answers(lengths, torch.tensor([0, 1, 3])).tolist() == [True, False, True]
+    tied = torch.tensor([[0.9, 0.5, 0.5, 0.0]])  # the second place is a tie: neither pair can be called right
+    assert right_answers(tied, torch.tensor([[0, 1]])).tolist() == [False]
+    assert right_answers(tied, torch.tensor([[0, 2]])).tolist() == [False]
 
 
 def test_each_digit_is_redrawn_from_its_own_capsule() -> None:
@@ -135,6 +143,13 @@ def test_train_and_evaluate_multimnist_from_the_cli(data_dir: Path, tmp_path: Pa
     assert report.returncode == 0, report.stderr[-2000:]
     summary = json.loads(report.stdout)
     assert summary["dataset"] == "multimnist" and summary["total"] == 400 and 0 <= summary["error"] <= 1
+    assert summary["accuracy"] > 0.05  # a trained model, far above the 1 in 45 of chance
+    for command in (["-m", "capsnet.evaluate", str(run / "best.safetensors"), "--dataset", "mnist"],
+                    ["-m", "capsnet.predict", str(run / "best.safetensors"), "--checkpoint", str(run / "best.safetensors")],
+                    ["-m", "capsnet.export", str(run / "best.safetensors"), "--calibrate"]):  # fmt: skip
+        wrong = subprocess.run([sys.executable, *command], capture_output=True, text=True, timeout=120,
+                               env=os.environ.copy())  # fmt: skip
+        assert wrong.returncode == 2 and len(wrong.stderr.strip().splitlines()) == 1, wrong.stderr  # one line
     from capsnet.export import export_checkpoint
 
     info = export_checkpoint(run / "best.safetensors", tmp_path / "out" / "multimnist.safetensors", device="cpu",
