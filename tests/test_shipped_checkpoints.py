@@ -45,3 +45,26 @@ def test_shipped_checkpoint_accuracy(name: str, data_dir: Path) -> None:
     assert flagged[result.right.numpy()].mean() <= 0.01 and flagged[result.right.numpy()].mean() == pytest.approx(
         thresholds.flagged_right, abs=0.002
     )
+
+
+def test_shipped_multimnist_checkpoint(data_dir: Path) -> None:
+    """The paper's network on MultiMNIST: its header's figure holds on the first 2,000 of the test pairs it was measured on."""
+    from capsnet.data import stored_tensors
+    from capsnet.evaluate import evaluate_pairs
+    from capsnet.multimnist import Pairs, test_pairs
+
+    path = CHECKPOINTS / "multimnist.safetensors"
+    assert path.is_file(), "checkpoints/multimnist.safetensors is missing: the project ships it"
+    checkpoint = load_checkpoint(path)
+    info = checkpoint.info
+    assert info.dataset == "multimnist" and checkpoint.config == CapsNetConfig.preset("multimnist")
+    assert checkpoint.model.num_parameters() == 11_361_808
+    assert info.test_examples >= 10_000 and info.weights_dtype == "float16"
+    assert abs(info.test_accuracy - info.test_accuracy_before_export) <= 0.002
+    digits, labels = stored_tensors(load_dataset("mnist", train=False))
+    pairs = test_pairs(labels)
+    first = Pairs(pairs.first[:2000], pairs.second[:2000], pairs.offsets[:2000])  # 200 test digits, 10 partners each
+    result = evaluate_pairs(checkpoint.model, digits, labels, first)
+    # 2,000 pairs: within 4 standard errors of the header's figure on 10,000 or more
+    spread = 4 * (info.test_accuracy * (1 - info.test_accuracy) / 2000) ** 0.5
+    assert abs(result.accuracy - info.test_accuracy) <= spread, (result.accuracy, info.test_accuracy)
