@@ -27,8 +27,8 @@ import torch.nn.functional as F
 from capsnet.config import CapsNetConfig
 from capsnet.device import describe_device
 from capsnet.layers import squash
-from capsnet.losses import capsule_loss
 from capsnet.model import CapsNet
+from capsnet.train import training_step
 
 
 def seeds_einsum_routing(u: torch.Tensor, weight: torch.Tensor, iterations: int) -> torch.Tensor:
@@ -76,12 +76,7 @@ def step_time(model: torch.nn.Module, batch: int, device: torch.device, warmup: 
     amp = device.type == "cuda"
 
     def step() -> None:
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
-            out = model(images, labels)
-            loss = capsule_loss(out.lengths, out.reconstruction, images, labels, config)
-        optimizer.zero_grad(set_to_none=True)
-        loss.total.backward()
-        optimizer.step()
+        training_step(model, optimizer, images, labels, images, config, amp)  # the trainer's own step
 
     for _ in range(warmup):
         step()

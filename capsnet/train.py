@@ -115,6 +115,29 @@ class EpochSums:
 # ---------------------------------------------------------------- one epoch
 
 
+def training_step(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    targets: torch.Tensor,
+    config: CapsNetConfig,
+    amp: bool,
+) -> tuple[Any, Any]:
+    """One optimisation step: forward (bf16 autocast if `amp`), margin + reconstruction loss, backward, update.
+
+    `targets` are what the reconstructions are compared with: the images, or MultiMNIST's digits alone.
+    Returns the model's output and the `CapsuleLoss`, still on the device.
+    """
+    with torch.autocast(images.device.type, dtype=torch.bfloat16, enabled=amp):
+        out = model(images, labels)
+        loss = capsule_loss(out.lengths, out.reconstruction, targets, labels, config)
+    optimizer.zero_grad(set_to_none=True)
+    loss.total.backward()
+    optimizer.step()
+    return out, loss
+
+
 def train_one_epoch(
     model: torch.nn.Module,
     loader: Iterable[tuple[torch.Tensor, torch.Tensor] | MultiBatch],
@@ -157,12 +180,7 @@ def train_one_epoch(
         else:
             images, labels = batch
             targets = images
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
-            out = model(images, labels)
-            loss = capsule_loss(out.lengths, out.reconstruction, targets, labels, config)
-        optimizer.zero_grad(set_to_none=True)
-        loss.total.backward()
-        optimizer.step()
+        out, loss = training_step(model, optimizer, images, labels, targets, config, amp)
         batches += 1
         right = right_answers(out.lengths, labels).sum()
         loss_sum += loss.total.detach().float() * len(images)

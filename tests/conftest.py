@@ -36,6 +36,16 @@ def _seed() -> None:
     torch.manual_seed(0)
 
 
+@pytest.fixture(scope="module")
+def model():
+    """An untrained tiny CapsNet in eval mode, seeded: for tests of what is read from a network, not how well."""
+    from capsnet.config import CapsNetConfig
+    from capsnet.model import CapsNet
+
+    torch.manual_seed(0)
+    return CapsNet(CapsNetConfig.preset("tiny")).eval()
+
+
 @pytest.fixture(scope="session")
 def tiny_run(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A run folder trained for real: tiny preset, 5,000 MNIST images, 2 epochs (about 20 s on 2 cores)."""

@@ -12,12 +12,6 @@ from capsnet.model import CapsNet
 
 
 @pytest.fixture(scope="module")
-def model() -> CapsNet:
-    torch.manual_seed(0)
-    return CapsNet(CapsNetConfig.preset("tiny")).eval()
-
-
-@pytest.fixture(scope="module")
 def image() -> np.ndarray:
     digit = np.zeros((28, 28), np.float32)
     digit[6:22, 12:16] = 1.0

@@ -24,12 +24,6 @@ from capsnet.model import CapsNet
 
 
 @pytest.fixture(scope="module")
-def model() -> CapsNet:
-    torch.manual_seed(0)
-    return CapsNet(CapsNetConfig.preset("tiny")).eval()
-
-
-@pytest.fixture(scope="module")
 def image() -> np.ndarray:
     img = np.zeros((28, 28), np.float32)
     img[4:24, 12:16] = 1.0  # a '1'
