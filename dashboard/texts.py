@@ -102,8 +102,8 @@ def aggregation(config: CapsNetConfig) -> str:
     g = config.primary_grid
     return f"""
 **How the {config.num_primary:,} couplings are summarised.** For each of the primary-capsule *types*
-(rows) the heatmap shows the mean of $c_{{ij}}$ over its {g}x{g} positions. With *length-weighted*
-(the default) each position counts in proportion to its capsule's length $\\lVert u_i \\rVert$: a
+(rows) the heatmap shows the mean of $c_{{ij}}$ over its {g}x{g} positions, each position counting in
+proportion to its capsule's length $\\lVert u_i \\rVert$: a
 capsule that detected nothing predicts nothing and keeps the uniform $1/{config.num_classes}$, so
 weighting shows where the evidence that is really there is sent. Every row still sums to 1 over
 the class capsules.
