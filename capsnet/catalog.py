@@ -4,7 +4,9 @@ Each is described from its safetensors header alone (dataset, accuracy, epochs),
 listing them reads no weights, and runs are found from their folders alone, so listing
 checks no process; a file that cannot be read is listed with its error,
 so the dashboard's picker can name it instead of hiding it. The shipped folder is an
-argument, else $CAPSNET_CHECKPOINTS_DIR, else checkpoints/ beside the package.
+argument, else $CAPSNET_CHECKPOINTS_DIR, else checkpoints/ beside the package; the CNN
+baselines (`capsnet.baseline`) are shipped in its baselines/ folder and listed apart, since
+only Capsule Networks can be explained and the CNNs are there to be compared with.
 """
 
 from __future__ import annotations
@@ -14,10 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from capsnet.checkpoint import CheckpointError, read_checkpoint_info
+from capsnet.networks import architecture_of
 from capsnet.run_folder import run_folders
 
 CHECKPOINTS_ENV = "CAPSNET_CHECKPOINTS_DIR"
 SHIPPED = ("mnist.safetensors", "fashion-mnist.safetensors", "multimnist.safetensors")  # in picker order
+BASELINES = "baselines"  # the shipped CNNs: <dataset>-cnn.safetensors in this subfolder
 
 
 def checkpoints_dir(path: str | os.PathLike | None = None) -> Path:
@@ -41,6 +45,7 @@ class CheckpointEntry:
     epochs: int | None = None
     run: str = ""
     error: str = ""  # set when the file cannot be read; the entry is then not selectable
+    architecture: str = "capsnet"  # or "cnn"
 
     @property
     def label(self) -> str:
@@ -54,10 +59,11 @@ class CheckpointEntry:
 
 def _describe(path: Path, source: str, run: str = "") -> CheckpointEntry:
     try:
-        _, info = read_checkpoint_info(path)
+        config, info = read_checkpoint_info(path)
     except CheckpointError as error:
         return CheckpointEntry(path=path, source=source, run=run, error=str(error))
     return CheckpointEntry(
+        architecture=architecture_of(config),
         path=path,
         source=source,
         dataset=info.dataset,
@@ -69,13 +75,15 @@ def _describe(path: Path, source: str, run: str = "") -> CheckpointEntry:
 
 
 def list_checkpoints(
-    checkpoints: str | os.PathLike | None = None, root: str | os.PathLike | None = None
+    checkpoints: str | os.PathLike | None = None, root: str | os.PathLike | None = None, architecture: str = "capsnet"
 ) -> list[CheckpointEntry]:
     """The shipped checkpoints (mnist, fashion-mnist, then any other) and each run's best model, newest run first.
 
-    Broken files are listed with `error` set, so the picker can name them.
+    Only those of `architecture`: the Capsule Networks, or with "cnn" the baselines (shipped in
+    baselines/). Broken files are listed with `error` set (with the Capsule Networks), so the
+    picker can name them.
     """
-    folder = checkpoints_dir(checkpoints)
+    folder = checkpoints_dir(checkpoints) / (BASELINES if architecture == "cnn" else "")
     shipped: list[Path] = []
     if folder.is_dir():
         files = sorted(folder.glob("*.safetensors"))
@@ -86,7 +94,14 @@ def list_checkpoints(
         checkpoint = folder.checkpoint()
         if checkpoint is not None:
             entries.append(_describe(checkpoint, "run", folder.name))
-    return entries
+    return [e for e in entries if e.architecture == architecture]
+
+
+def baseline_for(dataset: str, baselines: list[CheckpointEntry]) -> CheckpointEntry | None:
+    """The CNN to compare a `dataset` model with: the shipped one, else the newest run's."""
+    usable = [e for e in baselines if not e.error and e.architecture == "cnn" and e.dataset == dataset]
+    shipped = [e for e in usable if e.source == "shipped"]
+    return (shipped or usable or [None])[0]
 
 
 def default_checkpoint(entries: list[CheckpointEntry]) -> CheckpointEntry | None:

@@ -1,7 +1,8 @@
 """Self-describing checkpoints: safetensors weights with the config and facts in the header.
 
 Loading never runs code (safetensors holds only tensors and strings). The header's
-metadata holds "format" = "capsnet", the `CapsNetConfig` as JSON and an "info"
+metadata holds "format" = "capsnet", the "architecture" ("capsnet", or "cnn" for the
+baseline; absent in files written before there were two), its config as JSON and an "info"
 JSON object (`CheckpointInfo`): dataset, class names, epochs, accuracies, training
 time, hardware, versions and per-class DigitCaps dimension statistics.
 """
@@ -20,10 +21,9 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from capsnet.checkpoint_info import CheckpointInfo
-from capsnet.config import CapsNetConfig
 from capsnet.errors import CapsNetError
 from capsnet.files import atomic_path
-from capsnet.model import CapsNet
+from capsnet.networks import AnyConfig, AnyModel, architecture_of, build_model, config_from_dict
 
 FORMAT = "capsnet"
 FORMAT_VERSION = "1"
@@ -38,9 +38,14 @@ class Checkpoint:
     """A loaded checkpoint: the model (in eval mode) and what its header says."""
 
     path: Path
-    model: CapsNet
-    config: CapsNetConfig
+    model: AnyModel  # a CapsNet unless the loader was asked for the CNN baseline too
+    config: AnyConfig
     info: CheckpointInfo = field(default_factory=CheckpointInfo)
+
+    @property
+    def architecture(self) -> str:
+        """"capsnet" or "cnn"."""
+        return architecture_of(self.config)
 
     @property
     def class_names(self) -> list[str]:
@@ -53,7 +58,7 @@ class Checkpoint:
 
 def save_checkpoint(
     path: str | os.PathLike,
-    model: CapsNet,
+    model: AnyModel,
     info: CheckpointInfo | Mapping[str, Any],
     dtype: torch.dtype | None = None,
 ) -> Path:
@@ -72,6 +77,7 @@ def save_checkpoint(
     metadata = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
+        "architecture": architecture_of(model.config),
         "config": json.dumps(model.config.to_dict()),
         "info": json.dumps(info.to_dict() if isinstance(info, CheckpointInfo) else dict(info)),
     }
@@ -80,7 +86,7 @@ def save_checkpoint(
     return path
 
 
-def _read_header(path: Path) -> tuple[CapsNetConfig, CheckpointInfo]:
+def _read_header(path: Path) -> tuple[AnyConfig, CheckpointInfo]:
     if not path.is_file():
         raise CheckpointError(f"{path}: no such checkpoint file")
     try:
@@ -96,7 +102,7 @@ def _read_header(path: Path) -> tuple[CapsNetConfig, CheckpointInfo]:
             f"this capsnet reads {FORMAT_VERSION!r}"
         )
     try:
-        config = CapsNetConfig.from_dict(json.loads(metadata["config"]))
+        config = config_from_dict(metadata.get("architecture", "capsnet"), json.loads(metadata["config"]))
         info = json.loads(metadata.get("info") or "{}")
     except (KeyError, TypeError, ValueError) as error:
         raise CheckpointError(f"{path}: invalid config or info in the header ({error})") from None
@@ -107,10 +113,10 @@ def _read_header(path: Path) -> tuple[CapsNetConfig, CheckpointInfo]:
     return config, CheckpointInfo.from_dict(info)
 
 
-def _expected_shapes(config: CapsNetConfig) -> dict[str, tuple[int, ...]]:
+def _expected_shapes(config: AnyConfig) -> dict[str, tuple[int, ...]]:
     """The state dict's shapes for `config`, from a model on the meta device (no memory allocated)."""
     with torch.device("meta"):
-        model = CapsNet(config)
+        model = build_model(config)
     return {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}
 
 
@@ -122,19 +128,28 @@ def _stored_shapes(path: Path) -> dict[str, tuple[int, ...]]:
         raise CheckpointError(f"{path}: damaged weights ({error})") from None
 
 
-def read_checkpoint_info(path: str | os.PathLike) -> tuple[CapsNetConfig, CheckpointInfo]:
+def read_checkpoint_info(path: str | os.PathLike) -> tuple[AnyConfig, CheckpointInfo]:
     """The config and info of a checkpoint, from its header alone (cheap: no weights read)."""
     return _read_header(Path(path))
 
 
-def load_checkpoint(path: str | os.PathLike, device: str | torch.device = "cpu") -> Checkpoint:
+def load_checkpoint(
+    path: str | os.PathLike, device: str | torch.device = "cpu", architectures: tuple[str, ...] = ("capsnet",)
+) -> Checkpoint:
     """Rebuild the model from the stored config and load its weights (as float32, eval mode).
 
-    Raises CheckpointError naming the file and what is wrong if it is missing,
-    truncated, corrupted or does not fit the stored config.
+    Only the `architectures` asked for are accepted: a Capsule Network unless the caller can
+    also use the CNN baseline (`("capsnet", "cnn")`). Raises CheckpointError naming the file
+    and what is wrong if it is missing, truncated, corrupted, of another architecture, or
+    does not fit the stored config.
     """
     path = Path(path)
     config, info = _read_header(path)
+    if architecture_of(config) not in architectures:
+        kinds = {"capsnet": "a Capsule Network", "cnn": "a CNN baseline"}
+        raise CheckpointError(
+            f"{path}: {kinds[architecture_of(config)]}, where {' or '.join(kinds[a] for a in architectures)} is needed"
+        )
     # compare the shapes in the file's header with the config's before reading or allocating anything
     expected, stored = _expected_shapes(config), _stored_shapes(path)
     missing = sorted(set(expected) - set(stored))
@@ -155,7 +170,7 @@ def load_checkpoint(path: str | os.PathLike, device: str | torch.device = "cpu")
         tensors = load_file(str(path), device="cpu")
     except (SafetensorError, OSError, ValueError) as error:
         raise CheckpointError(f"{path}: damaged weights ({error})") from None
-    model = CapsNet(config)
+    model = build_model(config)
     tensors = {k: v.float() if v.is_floating_point() else v for k, v in tensors.items()}
     if not all(torch.isfinite(v).all() for v in tensors.values() if v.is_floating_point()):
         raise CheckpointError(f"{path}: weights hold NaN or infinite values")

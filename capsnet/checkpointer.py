@@ -22,7 +22,7 @@ from capsnet.device import describe_device
 from capsnet.errors import CapsNetError
 from capsnet.evaluate import Evaluation, PairEvaluation
 from capsnet.files import atomic_path
-from capsnet.model import CapsNet
+from capsnet.networks import AnyModel
 from capsnet.novelty import NoveltyThresholds
 from capsnet.options import TrainOptions
 from capsnet.run_folder import RunFolder
@@ -46,7 +46,7 @@ class Checkpointer:
     def __init__(
         self,
         folder: RunFolder,
-        model: CapsNet,
+        model: AnyModel,
         optimizer: torch.optim.Optimizer,
         scheduler: torch.optim.lr_scheduler.LRScheduler,
         enabled: bool = True,
@@ -148,6 +148,8 @@ def epoch_info(
 
 def _class_statistics(result: Evaluation) -> dict:
     """What a single-label evaluation adds to the header: per class, the poses' spread, the novelty thresholds."""
+    if result.dimension_mean.shape[1] == 0:  # the CNN baseline: no poses, no reconstructions
+        return dict(per_class_accuracy=result.class_accuracy())
     thresholds = NoveltyThresholds.from_evaluation(result)
     return dict(
         per_class_accuracy=result.class_accuracy(),

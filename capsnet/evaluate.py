@@ -1,6 +1,10 @@
 """Evaluation: test loss, accuracy per class, confusion matrix, DigitCaps statistics.
 
-python -m capsnet.evaluate checkpoints/mnist.safetensors [--json]
+    python -m capsnet.evaluate checkpoints/mnist.safetensors [--json]
+    python -m capsnet.evaluate checkpoints/baselines/mnist-cnn.safetensors
+
+The CNN baseline (`capsnet.baseline`) is evaluated by the same functions: its class scores
+take the place of the capsule lengths, and it has no poses to summarise and nothing to redraw.
 """
 
 from __future__ import annotations
@@ -17,8 +21,8 @@ from torch import Tensor
 from capsnet.cli import ArgumentParser, run_cli
 from capsnet.device import pick_device
 from capsnet.errors import CapsNetError
-from capsnet.losses import capsule_loss
 from capsnet.model import CapsNet
+from capsnet.networks import AnyModel, model_loss
 
 
 @dataclass
@@ -33,10 +37,10 @@ class Evaluation:
     confusion: Tensor  # (K, K) int64, rows = true class, columns = prediction
     labels: Tensor  # (N,)
     predictions: Tensor  # (N,)
-    lengths: Tensor  # (N, K)
-    dimension_mean: Tensor  # (K, D) over correctly classified examples of each class
+    lengths: Tensor  # (N, K) capsule lengths (a CNN's class scores)
+    dimension_mean: Tensor  # (K, D) over correctly classified examples of each class ((K, 0) for a CNN)
     dimension_std: Tensor  # (K, D)
-    reconstruction_errors: Tensor  # (N,) sum of squared pixel errors, decoded from the winning capsule
+    reconstruction_errors: Tensor  # (N,) sum of squared pixel errors, decoded from the winning capsule (NaN: a CNN)
 
     @property
     def winner_lengths(self) -> Tensor:
@@ -89,7 +93,7 @@ class Evaluation:
 
 @torch.no_grad()
 def evaluate(
-    model: CapsNet,
+    model: AnyModel,
     images: Tensor,
     labels: Tensor,
     batch_size: int = 500,
@@ -107,9 +111,11 @@ def evaluate(
         raise ValueError(f"need as many labels as images, and at least one: {len(images)} vs {len(labels)}")
     device = torch.device(device) if device is not None else next(model.parameters()).device
     config = model.config
+    capsules = isinstance(model, CapsNet)
     was_training = model.training
     model.eval()
-    k, d = config.num_classes, config.digit_dim
+    k, d = config.num_classes, config.digit_dim if capsules else 0
+    options = {"routing_iterations": routing_iterations} if capsules else {}
     sums = torch.zeros(3, dtype=torch.float64)
     predictions, lengths, errors = [], [], []
     pose_sum = torch.zeros(k, d, dtype=torch.float64)
@@ -117,11 +123,16 @@ def evaluate(
     for start in range(0, len(images), batch_size):
         x = images[start : start + batch_size].to(device, non_blocking=True)
         y = labels[start : start + batch_size].to(device, non_blocking=True)
-        out = model(x, y, routing_iterations=routing_iterations)
-        loss = capsule_loss(out.lengths, out.reconstruction, x, y, config)
+        out = model(x, y, **options)
+        loss = model_loss(out, x, y, config)
         sums += torch.tensor([loss.total.item(), loss.margin.item(), loss.reconstruction.item()]) * len(x)
         predictions.append(out.prediction.cpu())
-        lengths.append(out.lengths.float().cpu())
+        lengths.append(out.scores.float().cpu())
+        if not capsules:  # no poses, no decoder
+            errors.append(torch.full((len(x),), float("nan")))
+            if on_batch is not None:
+                on_batch(min(start + batch_size, len(images)), len(images))
+            continue
         # what a reader sees: the input redrawn from the winning capsule (the loss above used the true class's)
         winners = out.reconstruction if bool((out.prediction == y).all()) else model.decode(out.poses, out.prediction)
         errors.append((winners.float() - x.float()).square().flatten(1).sum(dim=1).cpu())  # (b,)
@@ -192,7 +203,8 @@ def merge_evaluations(parts: list[Evaluation]) -> Evaluation:
 
 
 def right_answers(lengths: Tensor, labels: Tensor) -> Tensor:
-    """(B,) bool: the longest capsule is the label (B,); or, for L labels (B, L), the L longest are exactly those."""
+    """(B,) bool: the longest capsule (highest score) is the label (B,); or, for L labels (B, L), the L longest
+    are exactly those."""
     if labels.dim() == 1:
         return lengths.argmax(dim=1) == labels
     present = labels.shape[1]
@@ -221,7 +233,7 @@ class PairEvaluation:
 
 @torch.no_grad()
 def evaluate_pairs(
-    model: CapsNet,
+    model: AnyModel,
     digits: Tensor,
     labels: Tensor,
     pairs: Any,
@@ -238,13 +250,14 @@ def evaluate_pairs(
     was_training = model.training
     model.eval()
     digits, labels = digits.to(device), labels.to(device)
+    options = {"routing_iterations": routing_iterations} if isinstance(model, CapsNet) else {}
     loss_sum, correct = 0.0, 0
     for start in range(0, len(pairs), batch_size):
         batch = pairs.take(digits, labels, start, start + batch_size)
-        out = model(batch.images, batch.labels, routing_iterations=routing_iterations)
-        loss = capsule_loss(out.lengths, out.reconstruction, batch.parts, batch.labels, model.config)
+        out = model(batch.images, batch.labels, **options)
+        loss = model_loss(out, batch.parts, batch.labels, model.config)
         loss_sum += loss.total.item() * len(batch)
-        correct += int(right_answers(out.lengths, batch.labels).sum())
+        correct += int(right_answers(out.scores, batch.labels).sum())
         if on_batch is not None:
             on_batch(min(start + batch_size, len(pairs)), len(pairs))
     model.train(was_training)
@@ -254,9 +267,13 @@ def evaluate_pairs(
 def format_report(result: Evaluation, class_names: list[str], title: str = "") -> str:
     """The human report: loss, accuracy, `Class 3: 99.31% (1003/1010)` lines, confusion matrix."""
     lines = [title] if title else []
-    lines.append(
-        f"Test loss: {result.loss:.5f} (margin {result.margin_loss:.5f}, reconstruction {result.reconstruction_loss:.5f})"
-    )
+    if result.dimension_mean.shape[1] == 0:  # the CNN baseline: no capsules, no reconstruction
+        lines.append(f"Test loss: {result.loss:.5f} (cross-entropy)")
+    else:
+        lines.append(
+            f"Test loss: {result.loss:.5f} (margin {result.margin_loss:.5f}, "
+            f"reconstruction {result.reconstruction_loss:.5f})"
+        )
     lines.append(f"Accuracy: {100 * result.accuracy:.2f}% ({result.correct}/{result.total})")
     numeric = all(name == str(k) for k, name in enumerate(class_names))
     for k, (acc, c, t) in enumerate(zip(result.class_accuracy(), result.class_correct, result.class_total)):
@@ -293,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def run() -> int:
         device = pick_device(args.device)
-        checkpoint = load_checkpoint(args.checkpoint, device=device)
+        checkpoint = load_checkpoint(args.checkpoint, device=device, architectures=("capsnet", "cnn"))
         name = args.dataset or checkpoint.info.dataset or "mnist"
         info = dataset_info(name)
         if checkpoint.config.image_size != info.image_size:
@@ -319,8 +336,9 @@ def main(argv: list[str] | None = None) -> int:
                                   "checkpoint": str(checkpoint.path)}))  # fmt: skip
             else:
                 print(f"{checkpoint.path} on the {info.title} test pairs")
+                top = "highest scores" if checkpoint.architecture == "cnn" else "longest capsules"
                 print(f"Error: {100 * result.error:.2f}% ({result.total - result.correct}/{result.total} pairs wrong: "
-                      "the two longest capsules are not the two digits)")  # fmt: skip
+                      f"the two {top} are not the two digits)")  # fmt: skip
                 print(f"Test loss: {result.loss:.5f}")
             return 0
         images, labels = as_tensors(load_dataset(name, train=False, data_dir=args.data_dir))

@@ -30,7 +30,7 @@ from capsnet.device import pick_device
 from capsnet.errors import CapsNetError
 from capsnet.evaluate import Evaluation, PairEvaluation, evaluate, evaluate_pairs
 from capsnet.files import atomic_path, read_jsonl, writable
-from capsnet.model import CapsNet
+from capsnet.networks import AnyModel
 from capsnet.multimnist import Pairs, test_pairs
 from capsnet.novelty import NoveltyThresholds
 
@@ -50,7 +50,7 @@ def export_checkpoint(
     source, target = Path(source), Path(target)
     dtype = torch.float16 if half else None
     writable(target)  # before the minutes of evaluation, not after
-    run = load_checkpoint(source, device=pick_device(device))
+    run = load_checkpoint(source, device=pick_device(device), architectures=("capsnet", "cnn"))
     name = run.info.dataset or "mnist"
     measure = _pair_measure(name, data_dir, test_pairs) if dataset_info(name).pairs else _measure(name, data_dir)
     before = measure(run.model)
@@ -58,7 +58,7 @@ def export_checkpoint(
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f".{target.name}.", dir=target.parent) as staging:
         staged = save_checkpoint(Path(staging) / target.name, run.model, run.info, dtype=dtype)
-        exported = load_checkpoint(staged, device=pick_device(device))
+        exported = load_checkpoint(staged, device=pick_device(device), architectures=("capsnet", "cnn"))
     after = measure(exported.model)
     info = run.info.replace(
         test_accuracy=after.accuracy,
@@ -69,14 +69,16 @@ def export_checkpoint(
         class_names=list(dataset_info(name).classes),
     )
     if isinstance(after, Evaluation):
+        capsules = run.architecture == "capsnet"
+        thresholds = NoveltyThresholds.from_evaluation(after) if capsules else None
         info = info.replace(
             per_class_accuracy=after.class_accuracy(),
             per_class_correct=after.class_correct,
             per_class_total=after.class_total,
             confusion=after.confusion.tolist(),
-            dimension_mean=after.dimension_mean.tolist(),
-            dimension_std=after.dimension_std.tolist(),
-            novelty=thresholds.to_dict() if (thresholds := NoveltyThresholds.from_evaluation(after)) else None,
+            dimension_mean=after.dimension_mean.tolist() if capsules else None,
+            dimension_std=after.dimension_std.tolist() if capsules else None,
+            novelty=thresholds.to_dict() if thresholds else None,
         )
     save_checkpoint(target, exported.model, info, dtype=dtype)
     records = lineage_metrics(source, info)
@@ -86,12 +88,12 @@ def export_checkpoint(
     return info
 
 
-def _measure(name: str, data_dir: str | None) -> Callable[[CapsNet], Evaluation]:
+def _measure(name: str, data_dir: str | None) -> Callable[[AnyModel], Evaluation]:
     images, labels = as_tensors(load_dataset(name, train=False, data_dir=data_dir))
     return lambda model: evaluate(model, images, labels)
 
 
-def _pair_measure(name: str, data_dir: str | None, count: int | None) -> Callable[[CapsNet], PairEvaluation]:
+def _pair_measure(name: str, data_dir: str | None, count: int | None) -> Callable[[AnyModel], PairEvaluation]:
     digits, labels = stored_tensors(load_dataset(name, train=False, data_dir=data_dir))
     pairs = test_pairs(labels)
     if count is not None:

@@ -55,6 +55,11 @@ class CapsNetOutput:
     trace: RoutingTrace | None = None
     primary: PrimaryCapsuleOutput | None = None
 
+    @property
+    def scores(self) -> Tensor:
+        """The class scores every classifier here gives (the baseline CNN's are probabilities): the lengths."""
+        return self.lengths
+
 
 class Decoder(nn.Module):
     """Three fully connected layers that redraw the image from the masked DigitCaps (figure 2)."""

@@ -22,6 +22,7 @@ from capsnet.config import PRESETS
 from capsnet.data import DATASETS
 from capsnet.device import DEVICE_CHOICES
 from capsnet.errors import InvalidArgumentError
+from capsnet.networks import ARCHITECTURES
 
 # the model presets of runs begun before the presets were named after the network rather than the dataset
 LEGACY_PRESETS = {"mnist": "paper", "fashion-mnist": "paper", None: "paper"}
@@ -48,9 +49,14 @@ class TrainOptions:
     """Everything a training run needs. Defaults are the paper's recipe (section 4 and the official code)."""
 
     dataset: str = field(default="mnist", metadata=option("dataset", choices=tuple(DATASETS), defines_run=True))
+    model: str = field(
+        default="capsnet",
+        metadata=option("network: the paper's Capsule Network, or its CNN baseline (capsnet.baseline)",
+                        choices=ARCHITECTURES, defines_run=True),
+    )  # fmt: skip
     preset: str = field(
         default="paper",
-        metadata=option("model preset: the paper's network, or a tiny one for tests and demos",
+        metadata=option("model preset: the paper's network (on MultiMNIST's pairs), or a tiny one for tests and demos",
                         choices=tuple(PRESETS), defines_run=True),
     )  # fmt: skip
     epochs: int = field(default=10, metadata=option("total epochs (also when resuming)", positive=True))

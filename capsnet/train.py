@@ -34,15 +34,13 @@ from capsnet.checkpoint import load_checkpoint, read_checkpoint_info
 from capsnet.checkpointer import Checkpointer, epoch_info
 from capsnet.cli import run_cli
 from capsnet.collapse import CollapseWatch, TrainingCollapsedError
-from capsnet.config import CapsNetConfig
 from capsnet.data import dataset_info
 from capsnet.device import pick_device, seed_everything
 from capsnet.distributed import Distributed, barrier, distributed_session, from_main, reduce_sum
 from capsnet.errors import CapsNetError
 from capsnet.evaluate import evaluate, right_answers
-from capsnet.losses import capsule_loss
-from capsnet.model import CapsNet
 from capsnet.multimnist import MultiBatch, epoch_pairs
+from capsnet.networks import AnyConfig, AnyModel, build_model, model_loss, preset_config
 from capsnet.options import TrainOptions
 from capsnet.run_folder import EpochRecord, Progress, ProgressWriter, RunFolder, RunFolderError, new_run_dir, runs_root
 from capsnet.train_data import load_data
@@ -121,17 +119,17 @@ def training_step(
     images: torch.Tensor,
     labels: torch.Tensor,
     targets: torch.Tensor,
-    config: CapsNetConfig,
+    config: AnyConfig,
     amp: bool,
 ) -> tuple[Any, Any]:
-    """One optimisation step: forward (bf16 autocast if `amp`), margin + reconstruction loss, backward, update.
+    """One optimisation step: forward (bf16 autocast if `amp`), the network's loss, backward, update.
 
     `targets` are what the reconstructions are compared with: the images, or MultiMNIST's digits alone.
     Returns the model's output and the `CapsuleLoss`, still on the device.
     """
     with torch.autocast(images.device.type, dtype=torch.bfloat16, enabled=amp):
         out = model(images, labels)
-        loss = capsule_loss(out.lengths, out.reconstruction, targets, labels, config)
+        loss = model_loss(out, targets, labels, config)
     optimizer.zero_grad(set_to_none=True)
     loss.total.backward()
     optimizer.step()
@@ -142,7 +140,7 @@ def train_one_epoch(
     model: torch.nn.Module,
     loader: Iterable[tuple[torch.Tensor, torch.Tensor] | MultiBatch],
     optimizer: torch.optim.Optimizer,
-    config: CapsNetConfig,
+    config: AnyConfig,
     device: torch.device,
     amp: bool,
     stop: StopFlag,
@@ -182,12 +180,12 @@ def train_one_epoch(
             targets = images
         out, loss = training_step(model, optimizer, images, labels, targets, config, amp)
         batches += 1
-        right = right_answers(out.lengths, labels).sum()
+        right = right_answers(out.scores, labels).sum()
         loss_sum += loss.total.detach().float() * len(images)
         correct += right
         seen += len(images)
         if watch is not None:
-            watch.observe(loss.total, out.lengths, right)
+            watch.observe(loss.total, out.scores, right)
         if bar is not None:
             bar.update(1)
         if reporting and time.perf_counter() - last_report >= REPORT_EVERY_S:
@@ -260,19 +258,22 @@ def prepare(options: TrainOptions, env: Distributed) -> Prepared:
 
 def build(
     options: TrainOptions, device: torch.device
-) -> tuple[CapsNet, torch.optim.Adam, torch.optim.lr_scheduler.LRScheduler]:
+) -> tuple[AnyModel, torch.optim.Adam, torch.optim.lr_scheduler.LRScheduler]:
     """The model (with an --init checkpoint's weights), Adam, and the per-epoch exponential decay."""
     info = dataset_info(options.dataset)
-    config = CapsNetConfig.preset(
-        options.preset, routing_iterations=options.routing_iterations, image_size=info.image_size
-    )
+    if options.model == "cnn":  # a sigmoid per class where several digits are present
+        config: AnyConfig = preset_config("cnn", options.preset, image_size=info.image_size, multi_label=info.pairs)
+    else:
+        config = preset_config(
+            "capsnet", options.preset, routing_iterations=options.routing_iterations, image_size=info.image_size
+        )
     if config.num_classes != info.num_classes:
         raise CapsNetError(
             f"preset {options.preset} has {config.num_classes} classes, {info.title} has {info.num_classes}"
         )
-    model = CapsNet(config)
+    model = build_model(config)
     if options.init:
-        start = load_checkpoint(options.init)
+        start = load_checkpoint(options.init, architectures=(options.model,))
         if start.config != config:
             raise CapsNetError(f"{options.init}: its model config differs from this run's ({options.preset} preset)")
         model.load_state_dict(start.model.state_dict())
@@ -318,8 +319,9 @@ def fit(
             print(f"{folder.path}: already trained {start_epoch} epochs; raise --epochs to continue", file=sys.stderr)
         return records
     c = model.config
+    margins = (c.m_plus, c.m_minus) if options.model == "capsnet" else (math.inf, -math.inf)  # a CNN: divergence only
     watch = CollapseWatch(
-        c.num_classes, c.m_plus, c.m_minus, options.lr, device, present=2 if data.test_pairs is not None else 1
+        c.num_classes, *margins, options.lr, device, present=2 if data.test_pairs is not None else 1
     )
     status, reason = "finished", ""
     with StopFlag() as stop:

@@ -13,7 +13,7 @@ from capsnet.data import as_tensors, dataset_info, load_dataset, stored_tensors,
 from capsnet.distributed import Distributed
 from capsnet.errors import CapsNetError
 from capsnet.evaluate import evaluate, evaluate_pairs
-from capsnet.model import CapsNet
+from capsnet.networks import AnyModel
 from capsnet.multimnist import Pairs, test_pairs
 from capsnet.options import TrainOptions
 
@@ -32,7 +32,7 @@ class Data:
     val_images: torch.Tensor | None = None  # --val-size: training images held out, float in [0, 1] on the CPU
     val_labels: torch.Tensor | None = None
 
-    def evaluate(self, model: CapsNet, device: torch.device) -> Any:
+    def evaluate(self, model: AnyModel, device: torch.device) -> Any:
         """The test set's `Evaluation` (or, for MultiMNIST, its `PairEvaluation`)."""
         if self.test_pairs is not None:
             return evaluate_pairs(model, self.test_images, self.test_labels, self.test_pairs, device=device)

@@ -66,7 +66,7 @@ def test_validation_names_the_option(changes: dict, message: str) -> None:
 
 def test_resume_keeps_the_fields_that_define_the_run() -> None:
     assert set(TrainOptions.run_fields()) == {
-        "dataset", "preset", "batch_size", "lr", "lr_decay", "routing_iterations", "seed", "train_size", "test_size",
+        "dataset", "model", "preset", "batch_size", "lr", "lr_decay", "routing_iterations", "seed", "train_size", "test_size",
         "hflip", "val_size",
     }  # fmt: skip
     stored = TrainOptions(dataset="fashion-mnist", preset="tiny", lr=0.02, batch_size=64, seed=5, epochs=3)

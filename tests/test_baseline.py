@@ -1,0 +1,178 @@
+"""The CNN baseline: the paper's design, its size, its loss, its checkpoints, and the same CLIs as the CapsNet."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from capsnet import catalog
+from capsnet.baseline import CNN_PRESETS, BaselineCNN, CNNConfig, cnn_loss
+from capsnet.checkpoint import CheckpointError, load_checkpoint, read_checkpoint_info, save_checkpoint
+from capsnet.config import CapsNetConfig
+from capsnet.evaluate import evaluate, right_answers
+from capsnet.model import CapsNet
+from capsnet.networks import config_from_dict
+from capsnet.options import TrainOptions
+
+
+def test_the_paper_baseline_and_ours_to_the_parameter() -> None:
+    # section 5: three 5x5 convolutions (256, 256, 128), FC 328 and 192, 10-way softmax: "35.4M parameters"
+    paper = BaselineCNN(CNNConfig(pool_after=()))
+    assert paper.num_parameters() == 35_445_522 and round(paper.num_parameters() / 1e6, 1) == 35.4
+    shipped = BaselineCNN(CNN_PRESETS["paper"])
+    assert shipped.num_parameters() == 4_587_282
+    pairs = BaselineCNN(CNN_PRESETS["multimnist"])
+    assert pairs.num_parameters() == 5_930_770
+    for model in (shipped, pairs):  # each shipped file stays under 17 MB in float16
+        assert 2 * model.num_parameters() < 17e6
+    widths = [m.out_channels for m in shipped.features if isinstance(m, torch.nn.Conv2d)]
+    assert widths == [256, 256, 128] and [m.out_features for m in shipped.classifier if hasattr(m, "out_features")] == [
+        328,
+        192,
+        10,
+    ]
+
+
+def test_forward_gives_probabilities_and_checks_its_input() -> None:
+    model = BaselineCNN(CNN_PRESETS["tiny"]).eval()
+    out = model(torch.rand(5, 1, 28, 28))
+    assert out.logits.shape == out.scores.shape == (5, 10) and out.prediction.shape == (5,)
+    torch.testing.assert_close(out.scores.sum(dim=1), torch.ones(5))
+    assert torch.equal(out.prediction, out.scores.argmax(dim=1))
+    multi = BaselineCNN(CNNConfig.preset("tiny", image_size=36, multi_label=True)).eval()
+    scores = multi(torch.rand(3, 1, 36, 36)).scores
+    assert ((scores > 0) & (scores < 1)).all() and not torch.allclose(scores.sum(dim=1), torch.ones(3))
+    with pytest.raises(ValueError, match=r"expected images of shape \(B, 1, 28, 28\)"):
+        model(torch.rand(2, 1, 36, 36))
+    with pytest.raises(ValueError, match="pool_after"):
+        CNNConfig(pool_after=(4,))
+    with pytest.raises(ValueError, match="dropout"):
+        CNNConfig(dropout=1.0)
+
+
+def test_dropout_only_in_training() -> None:
+    model = BaselineCNN(CNN_PRESETS["tiny"])
+    x = torch.rand(4, 1, 28, 28)
+    model.eval()
+    torch.testing.assert_close(model(x).logits, model(x).logits)
+    model.train()
+    assert not torch.allclose(model(x).logits, model(x).logits)
+
+
+def test_losses_are_cross_entropy_and_two_hot_binary_cross_entropy() -> None:
+    logits = torch.randn(6, 10)
+    labels = torch.tensor([0, 1, 2, 3, 4, 5])
+    torch.testing.assert_close(cnn_loss(logits, labels, CNNConfig()).total, F.cross_entropy(logits, labels))
+    pairs = torch.tensor([[0, 1], [2, 7], [9, 3], [4, 5], [6, 8], [1, 2]])
+    loss = cnn_loss(logits, pairs, CNNConfig(multi_label=True)).total
+    slow = 0.0
+    for b in range(6):  # per example and class, summed over classes, averaged over examples
+        for k in range(10):
+            target = float(k in pairs[b].tolist())
+            p = torch.sigmoid(logits[b, k])
+            slow += -(target * torch.log(p) + (1 - target) * torch.log(1 - p))
+    torch.testing.assert_close(loss, slow / 6)
+    with pytest.raises(ValueError, match="one label per image"):
+        cnn_loss(logits, pairs, CNNConfig())
+
+
+def test_checkpoints_name_their_architecture(tmp_path: Path) -> None:
+    cnn = BaselineCNN(CNN_PRESETS["tiny"]).eval()
+    path = save_checkpoint(tmp_path / "cnn.safetensors", cnn, {"dataset": "mnist"}, dtype=torch.float16)
+    config, info = read_checkpoint_info(path)
+    assert config == CNN_PRESETS["tiny"] and info.dataset == "mnist"
+    with pytest.raises(CheckpointError, match="a CNN baseline, where a Capsule Network is needed"):
+        load_checkpoint(path)  # the explaining code needs capsules: refused in one line, not a crash later
+    loaded = load_checkpoint(path, architectures=("capsnet", "cnn"))
+    assert loaded.architecture == "cnn" and isinstance(loaded.model, BaselineCNN)
+    x = torch.rand(3, 1, 28, 28)
+    torch.testing.assert_close(loaded.model(x).scores, cnn.half().float()(x).scores)
+    capsnet = save_checkpoint(tmp_path / "caps.safetensors", CapsNet(CapsNetConfig.preset("tiny")), {})
+    with pytest.raises(CheckpointError, match="a Capsule Network, where a CNN baseline is needed"):
+        load_checkpoint(capsnet, architectures=("cnn",))
+    with pytest.raises(ValueError, match="unknown architecture 'rnn'"):
+        config_from_dict("rnn", {})
+
+
+def test_evaluation_of_a_cnn_against_a_loop() -> None:
+    model = BaselineCNN(CNN_PRESETS["tiny"]).eval()
+    images, labels = torch.rand(37, 1, 28, 28), torch.randint(0, 10, (37,))
+    result = evaluate(model, images, labels, batch_size=8)
+    with torch.no_grad():
+        logits = torch.cat([model(images[i : i + 1]).logits for i in range(37)])
+    assert result.correct == int((logits.argmax(1) == labels).sum()) and result.total == 37
+    assert result.loss == pytest.approx(F.cross_entropy(logits, labels).item(), rel=1e-5)
+    assert result.dimension_mean.shape == (10, 0) and result.reconstruction_errors.isnan().all()
+    assert right_answers(result.lengths, labels).sum() == result.correct
+
+
+def test_the_trainer_and_form_offer_the_cnn() -> None:
+    assert "--model" in TrainOptions.parser().format_help()
+    options = TrainOptions.parse_args(["--model", "cnn", "--preset", "tiny"])
+    assert options.model == "cnn" and options.to_argv() == ["--model", "cnn", "--preset", "tiny"]
+    assert "model" in TrainOptions.run_fields()  # a resumed run keeps its network
+
+
+def test_the_catalogue_lists_the_baselines_apart(tmp_path: Path) -> None:
+    shipped = tmp_path / "checkpoints"
+    (shipped / "baselines").mkdir(parents=True)
+    save_checkpoint(shipped / "mnist.safetensors", CapsNet(CapsNetConfig.preset("tiny")), {"dataset": "mnist"})
+    cnn = BaselineCNN(CNN_PRESETS["tiny"])
+    save_checkpoint(shipped / "baselines" / "mnist-cnn.safetensors", cnn, {"dataset": "mnist"})
+    run = tmp_path / "runs" / "20260101-000000-mnist"
+    run.mkdir(parents=True)
+    (run / "args.json").write_text(json.dumps({"dataset": "multimnist", "model": "cnn"}))
+    save_checkpoint(run / "best.safetensors", BaselineCNN(CNNConfig.preset("tiny", image_size=36)),
+                    {"dataset": "multimnist"})  # fmt: skip
+    capsnets = catalog.list_checkpoints(shipped, tmp_path / "runs")
+    assert [e.path.name for e in capsnets] == ["mnist.safetensors"]
+    baselines = catalog.list_checkpoints(shipped, tmp_path / "runs", architecture="cnn")
+    assert [(e.source, e.dataset) for e in baselines] == [("shipped", "mnist"), ("run", "multimnist")]
+    assert catalog.baseline_for("mnist", baselines).path.name == "mnist-cnn.safetensors"
+    assert catalog.baseline_for("multimnist", baselines).source == "run"
+    assert catalog.baseline_for("fashion-mnist", baselines) is None
+
+
+@pytest.mark.parametrize("dataset", ["mnist", "multimnist"])
+def test_train_evaluate_and_export_a_cnn_from_the_cli(data_dir: Path, tmp_path: Path, dataset: str) -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "2"}
+    run = tmp_path / "cnn"
+    train = subprocess.run(
+        [sys.executable, "-m", "capsnet.train", "--model", "cnn", "--preset", "tiny", "--dataset", dataset,
+         "--epochs", "1", "--train-size", "3000", "--test-size", "300", "--batch-size", "64", "--out", str(run),
+         "--no-progress", "--device", "cpu"], capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    assert train.returncode == 0, train.stderr[-2000:]
+    record = json.loads(train.stdout.strip().splitlines()[-1])
+    checkpoint = load_checkpoint(run / "best.safetensors", architectures=("cnn",))
+    assert checkpoint.info.recipe["model"] == "cnn" and checkpoint.config.multi_label == (dataset == "multimnist")
+    assert checkpoint.config.image_size == (36 if dataset == "multimnist" else 28)
+    if dataset == "mnist":
+        assert record["test_accuracy"] > 0.2  # twice chance: it learns (3,000 pairs teach a tiny CNN too little)
+    assert record["train_loss"] < (2.3 if dataset == "mnist" else 10 * 0.6932)  # below a guess's loss
+    report = subprocess.run(
+        [sys.executable, "-m", "capsnet.evaluate", str(run / "best.safetensors"), "--limit", "300", "--json"],
+        capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    assert report.returncode == 0, report.stderr[-2000:]
+    assert json.loads(report.stdout)["total"] == 300
+    explain = subprocess.run(  # the capsule-only CLIs refuse it in one line
+        [sys.executable, "-m", "capsnet.predict", str(run / "best.safetensors"), "--checkpoint", str(run / "best.safetensors")],
+        capture_output=True, text=True, timeout=120, env=env,
+    )  # fmt: skip
+    assert explain.returncode == 2 and "a CNN baseline" in explain.stderr
+    assert len(explain.stderr.strip().splitlines()) == 1
+    if dataset == "mnist":
+        from capsnet.export import export_checkpoint
+
+        info = export_checkpoint(run / "best.safetensors", tmp_path / "out" / "mnist-cnn.safetensors", device="cpu")
+        assert info.weights_dtype == "float16" and info.novelty is None and info.dimension_mean is None
+        assert abs(info.test_accuracy - checkpoint.info.test_accuracy) < 0.05  # 10,000 images against 300
+        assert len(info.per_class_accuracy) == 10
