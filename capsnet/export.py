@@ -30,8 +30,8 @@ from capsnet.device import pick_device
 from capsnet.errors import CapsNetError
 from capsnet.evaluate import Evaluation, PairEvaluation, evaluate, evaluate_pairs
 from capsnet.files import atomic_path, read_jsonl, writable
-from capsnet.networks import AnyModel
 from capsnet.multimnist import Pairs, test_pairs
+from capsnet.networks import AnyModel
 from capsnet.novelty import NoveltyThresholds
 
 

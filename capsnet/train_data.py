@@ -13,8 +13,8 @@ from capsnet.data import as_tensors, dataset_info, load_dataset, stored_tensors,
 from capsnet.distributed import Distributed
 from capsnet.errors import CapsNetError
 from capsnet.evaluate import evaluate, evaluate_pairs
-from capsnet.networks import AnyModel
 from capsnet.multimnist import Pairs, test_pairs
+from capsnet.networks import AnyModel
 from capsnet.options import TrainOptions
 
 
