@@ -44,7 +44,7 @@ class Checkpoint:
 
     @property
     def architecture(self) -> str:
-        """"capsnet" or "cnn"."""
+        """The network: "capsnet" or "cnn"."""
         return architecture_of(self.config)
 
     @property

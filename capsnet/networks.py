@@ -22,7 +22,7 @@ AnyModel = CapsNet | BaselineCNN
 
 
 def architecture_of(config: AnyConfig) -> str:
-    """ "capsnet" or "cnn"."""
+    """The network of `config`: "capsnet" or "cnn"."""
     return "cnn" if isinstance(config, CNNConfig) else "capsnet"
 
 
