@@ -320,9 +320,7 @@ def fit(
         return records
     c = model.config
     margins = (c.m_plus, c.m_minus) if options.model == "capsnet" else (math.inf, -math.inf)  # a CNN: divergence only
-    watch = CollapseWatch(
-        c.num_classes, *margins, options.lr, device, present=2 if data.test_pairs is not None else 1
-    )
+    watch = CollapseWatch(c.num_classes, *margins, options.lr, device, present=2 if data.test_pairs is not None else 1)
     status, reason = "finished", ""
     with StopFlag() as stop:
         try:
