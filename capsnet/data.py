@@ -1,8 +1,10 @@
-"""Datasets: MNIST and Fashion-MNIST through `torchvision.datasets`.
+"""Datasets: MNIST and Fashion-MNIST through `torchvision.datasets`, and the sets made from MNIST.
 
 The data root is `--data-dir`, else the environment variable CAPSNET_DATA_DIR,
 else `./data`. Pixels are floats in [0, 1]. Training takes the stored uint8 arrays
 whole (`stored_tensors`) and augments them a batch at a time (`capsnet.augment`).
+MultiMNIST overlays two digits on 36x36 (`capsnet.multimnist`); "mnist-40" is the paper's
+setting for affNIST (section 5.2): each digit anywhere on a 40x40 canvas (`placed`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from torch.utils.data import Dataset, Subset
 from torchvision import datasets
 from torchvision.transforms import v2
 
+from capsnet.augment import shift_and_flip
 from capsnet.errors import CapsNetError, InvalidArgumentError
 
 
@@ -40,6 +43,7 @@ class DatasetInfo:
     noun: str = "item"  # what one example is called: "Draw a digit", "the predicted item"
     image_size: int = 28  # the side of the network's input
     pairs: bool = False  # MultiMNIST: each example overlays two digits of different classes (capsnet.multimnist)
+    shift: int = 2  # training shifts in pixels per axis: the paper's 2, or anywhere on a larger canvas
 
     @property
     def num_classes(self) -> int:
@@ -79,6 +83,11 @@ DATASETS: dict[str, DatasetInfo] = {
         noun="pair of digits",
         image_size=36,
         pairs=True,
+    ),  # fmt: skip
+    # section 5.2: MNIST padded to 40x40 and moved anywhere on it, to be tested on affNIST (capsnet.affnist)
+    "mnist-40": DatasetInfo(
+        "mnist-40", "MNIST on 40x40", "MNIST", DIGITS, hflip=False, tv_class=datasets.MNIST, noun="digit",
+        image_size=40, shift=6,
     ),  # fmt: skip
 }
 
@@ -174,7 +183,27 @@ def stored_tensors(dataset: Dataset) -> tuple[torch.Tensor, torch.Tensor]:
     return images.unsqueeze(1), labels.long()  # (N, 1, 28, 28), (N,)
 
 
-def as_tensors(dataset: Dataset) -> tuple[torch.Tensor, torch.Tensor]:
-    """All images (N, 1, 28, 28) as floats in [0, 1], as TO_TENSOR makes them, and labels (N,)."""
+def as_tensors(dataset: Dataset, image_size: int = 28, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """All images (N, 1, 28, 28) as floats in [0, 1], as TO_TENSOR makes them, and labels (N,).
+
+    With a larger `image_size` (a dataset's `DatasetInfo.image_size`), each image lies at its own
+    random position on that canvas, seeded by `seed`: the test set of "mnist-40".
+    """
     images, labels = stored_tensors(dataset)
+    if image_size != images.shape[-1]:
+        images = placed(images, image_size, seed)
     return v2.functional.to_dtype(images, torch.float32, scale=True), labels
+
+
+def placed(digits: torch.Tensor, size: int, seed: int | None = None) -> torch.Tensor:
+    """Images (N, C, h, w) on a size x size canvas of zeros: centred, or each anywhere it fits (seeded by `seed`)."""
+    n, _, h, w = digits.shape
+    if size < max(h, w):
+        raise ValueError(f"cannot place {h}x{w} images on a {size}x{size} canvas")
+    top, left = (size - h) // 2, (size - w) // 2
+    canvas = torch.nn.functional.pad(digits, (left, size - w - left, top, size - h - top))  # (N, C, size, size)
+    if seed is None:
+        return canvas
+    room = min(top, left)  # the move that keeps a centred image on the canvas
+    offsets = torch.randint(-room, room + 1, (n, 2), generator=torch.Generator().manual_seed(seed))
+    return shift_and_flip(canvas, offsets, shift=room)

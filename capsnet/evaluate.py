@@ -341,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"the two {top} are not the two digits)")  # fmt: skip
                 print(f"Test loss: {result.loss:.5f}")
             return 0
-        images, labels = as_tensors(load_dataset(name, train=False, data_dir=args.data_dir))
+        images, labels = as_tensors(load_dataset(name, train=False, data_dir=args.data_dir), info.image_size)
         if args.limit:
             images, labels = images[: args.limit], labels[: args.limit]
         result = evaluate(checkpoint.model, images, labels, args.batch_size, device, args.routing_iterations)

@@ -89,7 +89,7 @@ def export_checkpoint(
 
 
 def _measure(name: str, data_dir: str | None) -> Callable[[AnyModel], Evaluation]:
-    images, labels = as_tensors(load_dataset(name, train=False, data_dir=data_dir))
+    images, labels = as_tensors(load_dataset(name, train=False, data_dir=data_dir), dataset_info(name).image_size)
     return lambda model: evaluate(model, images, labels)
 
 
@@ -112,7 +112,8 @@ def calibrate_checkpoint(path: str | Path, data_dir: str | None = None, device: 
     checkpoint = load_checkpoint(path, device=pick_device(device))
     if checkpoint.info.dataset in DATASETS and dataset_info(checkpoint.info.dataset).pairs:
         raise CapsNetError(f"{path}: a MultiMNIST model has no not-like-any-class thresholds to calibrate")
-    images, labels = as_tensors(load_dataset(checkpoint.info.dataset or "mnist", train=False, data_dir=data_dir))
+    name = checkpoint.info.dataset or "mnist"
+    images, labels = as_tensors(load_dataset(name, train=False, data_dir=data_dir), dataset_info(name).image_size)
     thresholds = NoveltyThresholds.from_evaluation(evaluate(checkpoint.model, images, labels))
     info = checkpoint.info.replace(novelty=thresholds.to_dict() if thresholds else None)
     dtype = torch.float16 if checkpoint.info.weights_dtype == "float16" else None

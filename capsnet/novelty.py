@@ -105,7 +105,7 @@ def thresholds_for(checkpoint: Any, data_dir: str | None = None) -> NoveltyThres
     `checkpoint` is a loaded `capsnet.checkpoint.Checkpoint`. Raises the dataset's errors
     (missing, damaged) when they must be computed and the test set cannot be read.
     """
-    from capsnet.data import as_tensors, load_dataset
+    from capsnet.data import as_tensors, dataset_info, load_dataset
     from capsnet.evaluate import evaluate
 
     stored = NoveltyThresholds.from_dict(checkpoint.info.novelty)
@@ -119,7 +119,8 @@ def thresholds_for(checkpoint: Any, data_dir: str | None = None) -> NoveltyThres
         found = None
     if found is not None:
         return found
-    images, labels = as_tensors(load_dataset(checkpoint.info.dataset or "mnist", train=False, data_dir=data_dir))
+    name = checkpoint.info.dataset or "mnist"
+    images, labels = as_tensors(load_dataset(name, train=False, data_dir=data_dir), dataset_info(name).image_size)
     made = NoveltyThresholds.from_evaluation(evaluate(checkpoint.model, images, labels))
     if made is None:
         raise CapsNetError(f"{checkpoint.path}: too few test images are classified right to calibrate on")

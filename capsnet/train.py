@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from capsnet.augment import SHIFT, augment_seed, epoch_batches
+from capsnet.augment import augment_seed, epoch_batches
 from capsnet.checkpoint import load_checkpoint, read_checkpoint_info
 from capsnet.checkpointer import Checkpointer, epoch_info
 from capsnet.cli import run_cli
@@ -334,7 +334,7 @@ def fit(
                 else:
                     loader = epoch_batches(
                         data.train_images, data.train_labels, list(data.sampler), options.batch_size, seed=seed,
-                        shift=SHIFT, hflip=data.hflip, start_batch=done_before,
+                        shift=data.shift, hflip=data.hflip, start_batch=done_before,
                     )  # fmt: skip
                 bar = None
                 if options.progress and env.is_main:

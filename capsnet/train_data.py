@@ -9,7 +9,7 @@ import torch
 from torch.utils.data import Subset
 from torch.utils.data.distributed import DistributedSampler
 
-from capsnet.data import as_tensors, dataset_info, load_dataset, stored_tensors, subset
+from capsnet.data import as_tensors, dataset_info, load_dataset, placed, stored_tensors, subset
 from capsnet.distributed import Distributed
 from capsnet.errors import CapsNetError
 from capsnet.evaluate import evaluate, evaluate_pairs
@@ -22,7 +22,7 @@ from capsnet.options import TrainOptions
 class Data:
     """The training set on the device as uint8 (batches are gathered and augmented there) and the test set."""
 
-    train_images: torch.Tensor  # (N, 1, 28, 28) uint8
+    train_images: torch.Tensor  # (N, 1, 28, 28) uint8 (centred on the larger canvas of "mnist-40")
     train_labels: torch.Tensor  # (N,)
     sampler: DistributedSampler
     test_images: torch.Tensor  # (M, 1, 28, 28) float in [0, 1] on the CPU; for MultiMNIST the uint8 test digits
@@ -31,6 +31,7 @@ class Data:
     test_pairs: Pairs | None = None  # MultiMNIST: the fixed test pairs (a seeded subset of them with --test-size)
     val_images: torch.Tensor | None = None  # --val-size: training images held out, float in [0, 1] on the CPU
     val_labels: torch.Tensor | None = None
+    shift: int = 2  # the training shifts, pixels per axis
 
     def evaluate(self, model: AnyModel, device: torch.device) -> Any:
         """The test set's `Evaluation` (or, for MultiMNIST, its `PairEvaluation`)."""
@@ -47,11 +48,14 @@ def load_data(options: TrainOptions, device: torch.device, env: Distributed) -> 
         if options.val_size >= len(full):  # type: ignore[arg-type]
             raise CapsNetError(f"--val-size {options.val_size} leaves no training images (the set has {len(full)})")
         order = torch.randperm(len(full), generator=torch.Generator().manual_seed(options.seed + 7919))  # type: ignore[arg-type]
-        val_images, val_labels = as_tensors(Subset(full, order[: options.val_size].tolist()))
+        val_images, val_labels = as_tensors(Subset(full, order[: options.val_size].tolist()), info.image_size)
         full = Subset(full, order[options.val_size :].tolist())
     train_set = subset(full, options.train_size, options.seed)
     test_set = load_dataset(options.dataset, train=False, data_dir=options.data_dir, download=options.download)
-    train_images, train_labels = (t.to(device) for t in stored_tensors(train_set))
+    train_images, train_labels = stored_tensors(train_set)
+    if not info.pairs and info.image_size != train_images.shape[-1]:
+        train_images = placed(train_images, info.image_size)  # centred: the shifts move them anywhere on it
+    train_images, train_labels = train_images.to(device), train_labels.to(device)
     sampler = DistributedSampler(train_set, num_replicas=env.world, rank=env.rank, shuffle=True, seed=options.seed)
     if info.pairs:
         digits, labels = stored_tensors(test_set)  # (N, 1, 28, 28) uint8: the pairs are made as they are evaluated
@@ -65,5 +69,6 @@ def load_data(options: TrainOptions, device: torch.device, env: Distributed) -> 
     test_set = subset(test_set, options.test_size, options.seed)
     hflip = info.hflip if options.hflip is None else options.hflip
     return Data(
-        train_images, train_labels, sampler, *as_tensors(test_set), hflip, val_images=val_images, val_labels=val_labels
-    )
+        train_images, train_labels, sampler, *as_tensors(test_set, info.image_size), hflip,
+        val_images=val_images, val_labels=val_labels, shift=info.shift,
+    )  # fmt: skip

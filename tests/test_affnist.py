@@ -1,0 +1,132 @@
+"""affNIST-style robustness: digits moved on 40x40 for training, the seeded affNIST-like test set, the sweeps."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from capsnet import affnist
+from capsnet.baseline import BaselineCNN, CNNConfig
+from capsnet.config import CapsNetConfig
+from capsnet.data import as_tensors, load_dataset, placed, stored_tensors
+from capsnet.equivariance import Transform, transform
+from capsnet.model import CapsNet
+
+
+def _centre_of_mass(images: torch.Tensor) -> torch.Tensor:
+    """(N, 2) (y, x) of each image's ink."""
+    n, _, h, w = images.shape
+    ys, xs = torch.meshgrid(torch.arange(h, dtype=torch.float64), torch.arange(w, dtype=torch.float64), indexing="ij")
+    mass = images[:, 0].double()
+    total = mass.sum(dim=(1, 2))
+    return torch.stack([(mass * ys).sum(dim=(1, 2)) / total, (mass * xs).sum(dim=(1, 2)) / total], dim=1)
+
+
+def test_digits_are_placed_whole_on_the_larger_canvas() -> None:
+    digits = torch.randint(0, 256, (50, 1, 28, 28), dtype=torch.uint8)
+    centred = placed(digits, 40)
+    assert centred.shape == (50, 1, 40, 40) and torch.equal(centred[:, :, 6:34, 6:34], digits)
+    moved = placed(digits, 40, seed=3)
+    assert torch.equal(moved.sum(dim=(1, 2, 3)), centred.sum(dim=(1, 2, 3)))  # nothing falls off
+    assert torch.equal(moved, placed(digits, 40, seed=3)) and not torch.equal(moved, placed(digits, 40, seed=4))
+    shifts = _centre_of_mass(moved.float()) - _centre_of_mass(centred.float())
+    assert shifts.abs().max() <= 6 + 1e-9 and shifts.abs().max() > 3  # anywhere the digit fits, and used
+    with pytest.raises(ValueError, match="cannot place 28x28 images on a 20x20 canvas"):
+        placed(digits, 20)
+
+
+def test_the_affnist_like_set_is_seeded_and_in_its_ranges() -> None:
+    transforms = affnist.random_transforms(2000)
+    assert transforms == affnist.random_transforms(2000) and transforms != affnist.random_transforms(2000, seed=1)
+    rotation = torch.tensor([t.rotation for t in transforms])
+    shear = torch.tan(torch.deg2rad(torch.tensor([t.shear for t in transforms])))
+    scale = torch.tensor([t.scale for t in transforms])
+    assert rotation.abs().max() <= 20 and rotation.abs().max() > 19 and rotation.mean().abs() < 1
+    assert shear.abs().max() <= 0.2 + 1e-9 and shear.abs().max() > 0.19
+    assert scale.min() >= 0.8 and scale.max() <= 1.2 and scale.min() < 0.81 and scale.max() > 1.19
+    assert all(t.dx == t.dy == 0 and t.thickness == 0 for t in transforms)
+
+
+def test_affine_digits_stay_where_the_transform_leaves_them(data_dir: Path) -> None:
+    digits, _ = stored_tensors(load_dataset("mnist", train=False))
+    images, transforms = affnist.affnist_like(digits[:200])
+    assert images.shape == (200, 1, 40, 40) and images.min() >= 0 and images.max() <= 1
+    again, _ = affnist.affnist_like(digits[:200])
+    assert torch.equal(images, again)
+    canvas = placed(digits[:200], 40).float() / 255
+    # the same as transforming one digit at a time (the batch is not mixed up)
+    for i in (0, 57, 199):
+        torch.testing.assert_close(images[i : i + 1], transform(canvas[i : i + 1], [transforms[i]]))
+    # no re-centring: each centre of mass is the original's, moved by the linear map about the canvas centre
+    centre = torch.tensor([19.5, 19.5], dtype=torch.float64)
+    before, after = _centre_of_mass(canvas) - centre, _centre_of_mass(images) - centre
+    for i in range(0, 200, 20):
+        t = transforms[i]
+        expected_ink = t.scale**2 * canvas[i].sum()
+        assert abs(images[i].sum() - expected_ink) < 0.1 * expected_ink  # area grows as scale^2
+        angle, lean = torch.deg2rad(torch.tensor(t.rotation)), -torch.tan(torch.deg2rad(torch.tensor(t.shear)))
+        rotate = torch.tensor([[torch.cos(angle), -torch.sin(angle)], [torch.sin(angle), torch.cos(angle)]])
+        shear = torch.tensor([[1.0, 0.0], [lean, 1.0]])  # (y, x) order
+        moved = (t.scale * rotate @ shear).double() @ before[i]
+        assert torch.dist(moved, after[i]) < 0.6, (i, moved, after[i])
+
+
+def test_a_sweep_is_the_accuracy_under_each_transform(data_dir: Path) -> None:
+    model = CapsNet(CapsNetConfig.preset("tiny")).eval()
+    images, labels = as_tensors(load_dataset("mnist", train=False))
+    images, labels = images[:60], labels[:60]
+    steps = []
+    sweep = affnist.accuracy_sweep(
+        model, images, labels, "rotation", [-30, 0, 30], on_step=lambda k, n: steps.append(k)
+    )
+    assert sweep.values == (-30.0, 0.0, 30.0) and sweep.examples == 60 and steps == [1, 2, 3]
+    for value, acc in zip(sweep.values, sweep.accuracy):
+        moved = transform(images, [Transform(rotation=value)] * 60)
+        with torch.no_grad():
+            right = (model(moved).lengths.argmax(1) == labels).float().mean().item()
+        assert acc == pytest.approx(right)
+    assert sweep.accuracy[1] == pytest.approx(affnist.accuracy(model, images, labels))
+    cnn = BaselineCNN(CNNConfig.preset("tiny")).eval()
+    scales = affnist.accuracy_sweep(cnn, images, labels, "scale")
+    assert scales.values == tuple(float(v) for v in affnist.SCALES) and len(scales.accuracy) == len(affnist.SCALES)
+    with pytest.raises(ValueError, match="kind must be"):
+        affnist.accuracy_sweep(cnn, images, labels, "shear")
+
+
+@pytest.mark.slow
+def test_train_on_mnist_40_and_measure_on_the_affnist_like_set(data_dir: Path, tmp_path: Path) -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "2"}
+    runs = {}
+    for model in ("capsnet", "cnn"):
+        runs[model] = tmp_path / model
+        train = subprocess.run(
+            [sys.executable, "-m", "capsnet.train", "--dataset", "mnist-40", "--model", model, "--preset", "tiny",
+             "--epochs", "1", "--train-size", "4000", "--batch-size", "64", "--lr", "0.003", "--test-size", "200", "--out", str(runs[model]),
+             "--no-progress", "--device", "cpu"], capture_output=True, text=True, timeout=300, env=env,
+        )  # fmt: skip
+        assert train.returncode == 0, train.stderr[-2000:]
+    report = subprocess.run(
+        [sys.executable, "-m", "capsnet.affnist", *(str(r / "best.safetensors") for r in runs.values()),
+         "--limit", "200", "--json"], capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    assert report.returncode == 0, report.stderr[-2000:]
+    lines = [json.loads(line) for line in report.stdout.strip().splitlines()]
+    assert [line["network"] for line in lines] == ["capsnet", "cnn"]
+    for line in lines:
+        assert line["examples"] == 200 and 0 <= line["affnist_like_accuracy"] <= 1
+        assert line["moved_mnist_accuracy"] > 0.2, lines  # twice chance: both learned from digits anywhere on 40x40
+    wrong = subprocess.run(
+        [sys.executable, "-m", "capsnet.affnist", str(REPO / "checkpoints" / "mnist.safetensors")],
+        capture_output=True, text=True, timeout=120, env=env,
+    )  # fmt: skip
+    assert wrong.returncode == 2 and "train on --dataset mnist-40" in wrong.stderr
+    assert len(wrong.stderr.strip().splitlines()) == 1
+
+
+REPO = Path(__file__).resolve().parents[1]
