@@ -86,8 +86,15 @@ DATASETS: dict[str, DatasetInfo] = {
     ),  # fmt: skip
     # section 5.2: MNIST padded to 40x40 and moved anywhere on it, to be tested on affNIST (capsnet.affnist)
     "mnist-40": DatasetInfo(
-        "mnist-40", "MNIST on 40x40", "MNIST", DIGITS, hflip=False, tv_class=datasets.MNIST, noun="digit",
-        image_size=40, shift=6,
+        "mnist-40",
+        "MNIST on 40x40",
+        "MNIST",
+        DIGITS,
+        hflip=False,
+        tv_class=datasets.MNIST,
+        noun="digit",
+        image_size=40,
+        shift=6,
     ),  # fmt: skip
 }
 
