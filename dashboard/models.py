@@ -195,6 +195,9 @@ def require_model(pairs: bool = False) -> Model | None:
         if model.reads_pairs:
             st.page_link("app_pages/overlap.py", label="Go to the Overlapping digits page", icon=":material/layers:")
         return None
+    if model is not None and not pairs and model.config.image_size != 28:  # mnist-40: the affNIST experiment
+        st.info(texts.larger_canvas(model.config.image_size), icon=":material/swap_horiz:")
+        return None
     return model
 
 
@@ -216,11 +219,11 @@ def test_digits(name: str) -> tuple[torch.Tensor, torch.Tensor]:
 
 @st.cache_resource(max_entries=2, show_spinner="Loading the test set...")
 def test_set(name: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """The test images (N, 1, 28, 28) and labels of a dataset, shared read-only by all sessions.
+    """The test images (N, 1, H, W) and labels of a dataset as its networks read them, shared read-only.
 
     Raises DatasetNotFoundError or DatasetDamagedError (not cached) when it cannot be read.
     """
-    return as_tensors(load_dataset(name, train=False))
+    return as_tensors(load_dataset(name, train=False), dataset_info(name).image_size)
 
 
 def try_test_set(name: str) -> tuple[torch.Tensor, torch.Tensor] | None:

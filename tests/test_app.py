@@ -470,6 +470,28 @@ def test_the_transform_lens_follows_the_sliders(app_with_run) -> None:  # noqa: 
     assert at.slider(key="lens_rotation").value == 0.0 and transformed() == before
 
 
+def test_the_transform_lens_sets_the_capsnet_beside_a_cnn(app_with_run, cnn_runs) -> None:  # noqa: F811
+    _, checkpoints = app_with_run
+    at = pick_test_image(new_app().run(), 1)
+    at.switch_page("app_pages/transform.py").run()
+    no_exception(at)
+    assert any("No CNN baseline for this dataset yet" in c.value for c in at.caption)  # none shipped yet
+    ship_baseline(checkpoints, cnn_runs["mnist"], "mnist")
+    at = pick_test_image(new_app().run(), 1)
+    at.switch_page("app_pages/transform.py").run()
+    no_exception(at)
+    cnn = next(m for m in at.metric if m.label == "CNN baseline on the transformed input")
+    assert cnn.value in [str(d) for d in range(10)]
+    at.selectbox(key="lens_robustness_size").set_value(100)
+    at.toggle(key="lens_robustness").set_value(True).run()
+    no_exception(at)
+    rotation, scale = chart(at, "lens_robustness_rotation"), chart(at, "lens_robustness_scale")
+    assert [t["name"] for t in rotation["data"]] == ["CapsNet", "CNN"]
+    assert len(plotly_values(rotation["data"][0]["x"])) == 13 and len(plotly_values(scale["data"][1]["y"])) == 9
+    upright = plotly_values(rotation["data"][0]["y"])[6]  # 0 degrees: the plain accuracy on those 100 images
+    assert 0 <= upright <= 100
+
+
 @pytest.mark.slow
 def test_an_input_like_no_digit_is_flagged(app_dirs, data_dir: Path) -> None:  # noqa: F811
     """On the shipped model: a test digit looks like one, noise does not (though a class is still named)."""
@@ -563,9 +585,30 @@ def multimnist_run(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     return out
 
 
-def test_the_overlapping_digits_page(app_dirs, multimnist_run) -> None:  # noqa: F811
+@pytest.fixture(scope="module")
+def cnn_runs(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Tiny CNN baselines, one epoch on 1,000 images (or pairs) of MNIST and of MultiMNIST: their best checkpoints."""
+    from capsnet.options import TrainOptions
+    from capsnet.train import train
+
+    found = {}
+    for dataset in ("mnist", "multimnist"):
+        out = tmp_path_factory.mktemp(f"cnn-{dataset}")
+        train(TrainOptions(dataset=dataset, model="cnn", preset="tiny", epochs=1, train_size=1000, test_size=200,
+                           out=str(out), progress=False, device="cpu"))  # fmt: skip
+        found[dataset] = out / "best.safetensors"
+    return found
+
+
+def ship_baseline(checkpoints: Path, source: Path, dataset: str) -> None:
+    (checkpoints / "baselines").mkdir(exist_ok=True)
+    shutil.copy(source, checkpoints / "baselines" / f"{dataset}-cnn.safetensors")
+
+
+def test_the_overlapping_digits_page(app_dirs, multimnist_run, cnn_runs) -> None:  # noqa: F811
     _, checkpoints = app_dirs
     shutil.copy(multimnist_run / "best.safetensors", checkpoints / "multimnist.safetensors")
+    ship_baseline(checkpoints, cnn_runs["multimnist"], "multimnist")
     at = new_app().run()
     no_exception(at)
     assert Path(at.sidebar.selectbox(key="checkpoint_picker").value).name == "multimnist.safetensors"
@@ -573,9 +616,12 @@ def test_the_overlapping_digits_page(app_dirs, multimnist_run) -> None:  # noqa:
     at.switch_page("app_pages/overlap.py").run()
     no_exception(at)
     assert not at.error, [e.value for e in at.error]
-    metric = next(m for m in at.metric if m.label == "The two longest capsules")
-    lengths = chart(at, "overlap_lengths")
-    assert len(plotly_values(lengths["data"][0]["y"])) == 10
+    metric = next(m for m in at.metric if m.label == "CapsNet: the two longest capsules")
+    cnn = next(m for m in at.metric if m.label == "CNN baseline: the two highest scores")  # the CNN's answer beside
+    assert " and " in cnn.value and cnn.delta in ("right", "wrong")
+    lengths = chart(at, "overlap_lengths")  # per class, the capsule length and the CNN's score
+    assert [len(plotly_values(trace["y"])) for trace in lengths["data"]] == [10, 10]
+    assert any("CNN baseline" in c.value and "error" in c.value for c in at.caption)
     (segmented,) = [im for im in at.get("image") if any("red: from capsule" in c for c in im.captions)]
     assert chart(at, "overlap_votes")["data"][1]["type"] == "heatmap"
     at.button(key="overlap_random").click().run()

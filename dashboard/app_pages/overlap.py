@@ -10,7 +10,7 @@ import torch
 
 from capsnet import agreement as ag
 from capsnet.multimnist import PAD, make_batch
-from dashboard import figures, models, texts
+from dashboard import baselines, figures, models, texts
 
 SHIFTS = ("first_dy", "first_dx", "second_dy", "second_dx")
 
@@ -57,8 +57,19 @@ with controls:
     if truth[0] == truth[1]:
         st.warning("Both digits are of one class: the model was trained on pairs of different classes.")
     verdict = "right" if set(top) == set(truth) else "wrong"
-    st.metric("The two longest capsules", f"{names[top[0]]} and {names[top[1]]}", border=True,
+    st.metric("CapsNet: the two longest capsules", f"{names[top[0]]} and {names[top[1]]}", border=True,
               delta=f"{verdict}", delta_color="normal" if verdict == "right" else "inverse", delta_arrow="off")  # fmt: skip
+    cnn = baselines.baseline_for(model.dataset)
+    if cnn is None:
+        st.caption(texts.no_baseline(model.dataset))
+    else:
+        scores = cnn.scores(image)
+        cnn_top = [int(k) for k in np.argsort(-scores, kind="stable")[:2]]
+        right = set(cnn_top) == set(truth)
+        st.metric("CNN baseline: the two highest scores", f"{names[cnn_top[0]]} and {names[cnn_top[1]]}", border=True,
+                  delta="right" if right else "wrong", delta_color="normal" if right else "inverse",
+                  delta_arrow="off")  # fmt: skip
+        st.caption(texts.baseline_result("MultiMNIST", model.info.test_accuracy, cnn.accuracy, pairs=True))
 
 with view:
     pictures = st.columns(3)
@@ -72,11 +83,13 @@ with view:
         [figures.pixel_image(reading.reconstructions[k], 3) for k in (0, 1)],
         caption=[f"capsule {names[top[k]]} alone" for k in (0, 1)], width=36 * 3, output_format="PNG",
     )  # fmt: skip
-    st.plotly_chart(
-        figures.lengths_bar(reading.lengths, names, top[0], model.config.m_plus, model.config.m_minus, height=280),
-        key="overlap_lengths",
-        config={"displayModeBar": False},
-    )
+    if cnn is None:
+        chart = figures.lengths_bar(
+            reading.lengths, names, top[0], model.config.m_plus, model.config.m_minus, height=280
+        )
+    else:  # the CNN's answer beside the CapsNet's
+        chart = figures.comparison_figure(reading.lengths, scores, names, marked=truth, height=280)
+    st.plotly_chart(chart, key="overlap_lengths", config={"displayModeBar": False})
 
 st.subheader("Which strokes vote for which digit", anchor=False)
 pixels = ag.pixel_votes(reading.coupling[-1], reading.primary_lengths, model.config)  # (36, 36, K)

@@ -7,7 +7,7 @@ import streamlit as st
 
 from capsnet import equivariance as eq
 from capsnet.config import CapsNetConfig
-from dashboard import figures, models, state, texts, widgets
+from dashboard import baselines, figures, models, state, texts, widgets
 
 SLIDERS = {  # field: (label, step, format)
     "rotation": ("Rotation (degrees)", 1.0, "%+.0f°"),
@@ -18,6 +18,7 @@ SLIDERS = {  # field: (label, step, format)
     "thickness": ("Stroke thickness (pixels)", 0.25, "%+.2f"),
 }
 STRIP = [-45.0, -30.0, -15.0, 0.0, 15.0, 30.0, 45.0]  # the angles whose reconstructions are shown under the sweep
+ROBUSTNESS_SIZES = (100, 500, 2000)  # test images per point of the robustness curves
 
 
 def _key(name: str) -> str:
@@ -106,3 +107,34 @@ st.plotly_chart(
 )
 st.caption("Inputs at " + ", ".join(f"{a:+.0f}°" for a in STRIP) + ", and what the capsule redraws for each.")
 st.markdown(texts.sensitivity(moves, names[capsule]))
+
+st.subheader("Beside a CNN", anchor=False)
+cnn = baselines.baseline_for(model.dataset)
+if cnn is None:
+    st.caption(texts.no_baseline(model.dataset))
+else:
+    scores = cnn.scores(reading.images[1])  # the transformed input, as the CapsNet read it above
+    cnn_predicted = int(np.argmax(scores))
+    left, right = st.columns(2)
+    left.metric("CapsNet on the transformed input", names[predicted], delta=f"|v| = {lengths[predicted]:.2f}",
+                delta_color="off", delta_arrow="off", border=True)  # fmt: skip
+    right.metric("CNN baseline on the transformed input", names[cnn_predicted],
+                 delta=f"score {scores[cnn_predicted]:.2f}", delta_color="off", delta_arrow="off", border=True)  # fmt: skip
+    st.caption(texts.baseline_result(model.info.title, model.info.test_accuracy, cnn.accuracy, pairs=False))
+st.markdown(texts.ROBUSTNESS)
+measure, size = st.columns([2, 1])
+limit = size.selectbox("Test images per point", ROBUSTNESS_SIZES, index=1, key="lens_robustness_size")
+if measure.toggle("Measure accuracy as the test set turns and scales", key="lens_robustness"):
+    if models.try_test_set(model.dataset) is None:
+        st.stop()
+    networks = {"CapsNet": (model.key, model.net), **({"CNN": (cnn.key, cnn.net)} if cnn is not None else {})}
+    bar = st.progress(0.0, text="Measuring (once per model: kept on disk)...")
+    curves = baselines.robustness_curves(networks, model.dataset, int(limit), lambda f, text: bar.progress(f, text))
+    bar.empty()
+    for column, kind, current in zip(st.columns(2), ("rotation", "scale"), (transform.rotation, transform.scale)):
+        sweeps = curves[kind]
+        values = next(iter(sweeps.values())).values
+        column.plotly_chart(
+            figures.robustness_figure(values, {n: s.accuracy for n, s in sweeps.items()}, kind, current),
+            key=f"lens_robustness_{kind}", config={"displayModeBar": False},
+        )  # fmt: skip

@@ -11,6 +11,7 @@ from dashboard.figures.agreement import (
     vote_share_figure,
     votes_figure,
 )
+from dashboard.figures.baseline import comparison_figure, robustness_figure
 from dashboard.figures.capsules import dimension_profile_figure, lengths_bar
 from dashboard.figures.equivariance import pose_figure, rotation_sweep_figure
 from dashboard.figures.evaluation import confusion_figure, per_class_accuracy_figure
@@ -39,6 +40,7 @@ __all__ = [
     "TICKED_EPOCHS",
     "TILE_SIDES",
     "WINNER",
+    "comparison_figure",
     "confusion_figure",
     "coupling_distribution_figure",
     "coupling_maps_figure",
@@ -51,6 +53,7 @@ __all__ = [
     "pixel_image",
     "pose_figure",
     "primary_lengths_figure",
+    "robustness_figure",
     "rotation_sweep_figure",
     "routing_animation",
     "segmentation_image",

@@ -1,0 +1,122 @@
+"""The CNN beside the CapsNet: the baseline for the open model's dataset, and robustness curves of both.
+
+The baseline is the shipped `checkpoints/baselines/<dataset>-cnn.safetensors`, else the newest
+CNN run on that dataset (`capsnet.catalog.baseline_for`), loaded once per file with
+`st.cache_resource`. Robustness is the test accuracy with every test image turned (or scaled)
+alike, one cached point per (model, setting) and persisted on disk, so each model's curves are
+measured once, a point at a time under a progress bar, and then read back at once.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import streamlit as st
+import torch
+
+from capsnet import affnist, catalog
+from capsnet.checkpoint import Checkpoint, CheckpointError, load_checkpoint
+from capsnet.equivariance import Transform, transform
+from dashboard import models, state
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """A loaded CNN baseline and its cache key (path and modification time)."""
+
+    checkpoint: Checkpoint
+    key: str
+
+    @property
+    def net(self) -> Any:
+        return self.checkpoint.model
+
+    @property
+    def accuracy(self) -> float | None:
+        return self.checkpoint.info.test_accuracy
+
+    def scores(self, image: np.ndarray) -> np.ndarray:
+        """The class scores (K,) of one input (H, W) in [0, 1]: softmax probabilities, or a sigmoid per class."""
+        return _scores(self.key, image, self.net)
+
+
+@st.cache_data(ttl=3, max_entries=4, show_spinner=False)
+def baseline_entries(checkpoints: str, root: str) -> list[catalog.CheckpointEntry]:
+    """The CNN baselines (headers only), refreshed at most every 3 seconds."""
+    return catalog.list_checkpoints(checkpoints, root, architecture="cnn")
+
+
+@st.cache_resource(max_entries=4, show_spinner="Loading the CNN baseline...")
+def _load(path: str, mtime: float) -> Checkpoint:
+    return load_checkpoint(path, device="cpu", architectures=("cnn",))
+
+
+def baseline_for(dataset: str) -> Baseline | None:
+    """The CNN to compare with on `dataset`, or None when there is none (or it cannot be read)."""
+    entries = baseline_entries(str(state.checkpoints_dir()), str(state.runs_root()))
+    entry = catalog.baseline_for(dataset, entries)
+    if entry is None:
+        return None
+    try:
+        mtime = os.path.getmtime(entry.path)
+        return Baseline(_load(str(entry.path), mtime), key=f"{entry.path}@{mtime}")
+    except (OSError, CheckpointError) as error:
+        st.caption(f"The CNN baseline cannot be opened: {error}")
+        return None
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def _scores(key: str, image: np.ndarray, _net: Any) -> np.ndarray:
+    size = _net.config.image_size
+    x = torch.as_tensor(np.asarray(image, dtype=np.float32)).view(1, 1, size, size)  # (1, 1, H, W)
+    with torch.no_grad():
+        return _net.eval()(x).scores[0].numpy()
+
+
+# ---------------------------------------------------------------- robustness
+
+
+def robustness(
+    key: str,
+    net: Any,
+    dataset: str,
+    kind: str,
+    limit: int,
+    on_step: Callable[[int, int], None] | None = None,
+) -> affnist.Sweep:
+    """Accuracy on the first `limit` test images, all turned (kind "rotation") or scaled alike, per sweep setting."""
+    values = affnist.ANGLES if kind == "rotation" else affnist.SCALES
+    points = []
+    for k, value in enumerate(values):
+        points.append(_point(key, dataset, kind, float(value), limit, net))
+        if on_step is not None:
+            on_step(k + 1, len(values))
+    return affnist.Sweep(kind, tuple(float(v) for v in values), tuple(points), limit)
+
+
+def robustness_curves(
+    networks: dict[str, tuple[str, Any]], dataset: str, limit: int, on_progress: Callable[[float, str], None]
+) -> dict[str, dict[str, affnist.Sweep]]:
+    """{"rotation": {name: Sweep}, "scale": {...}} for each named (key, net); `on_progress(fraction, what)`."""
+    jobs = [(kind, name) for kind in ("rotation", "scale") for name in networks]
+    curves: dict[str, dict[str, affnist.Sweep]] = {"rotation": {}, "scale": {}}
+    for k, (kind, name) in enumerate(jobs):
+        key, net = networks[name]
+
+        def step(done: int, total: int, k: int = k, what: str = f"{name}, {kind}") -> None:
+            on_progress((k + done / total) / len(jobs), what)
+
+        curves[kind][name] = robustness(key, net, dataset, kind, limit, step)
+    return curves
+
+
+@st.cache_data(max_entries=512, show_spinner=False, persist="disk")
+def _point(key: str, dataset: str, kind: str, value: float, limit: int, _net: Any) -> float:
+    images, labels = models.test_set(dataset)
+    images, labels = images[:limit], labels[:limit]
+    moved = transform(images, [Transform(**{kind: value})] * len(images))
+    return affnist.accuracy(_net, moved, labels)

@@ -1,0 +1,60 @@
+"""The CapsNet beside its CNN baseline: both answers to one input, and accuracy as the test set turns or grows."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+
+from dashboard.figures.style import OTHER, WINNER, layout
+
+CNN = "#1c83e1"  # the baseline's colour throughout
+
+
+def comparison_figure(
+    lengths: np.ndarray, scores: np.ndarray, class_names: Sequence[str], marked: Sequence[int] = (), height: int = 260
+) -> go.Figure:
+    """Per class, the CapsNet's capsule length and the CNN's score side by side; `marked` classes named on the axis."""
+    lengths, scores = np.asarray(lengths, dtype=float), np.asarray(scores, dtype=float)
+    if lengths.shape != scores.shape or len(lengths) != len(class_names):
+        raise ValueError(f"{len(lengths)} lengths, {len(scores)} scores, {len(class_names)} class names")
+    labels = [f"<b>{n}</b>" if k in marked else str(n) for k, n in enumerate(class_names)]
+    fig = go.Figure(
+        [
+            go.Bar(x=labels, y=lengths, name="CapsNet: capsule length |v|", marker_color=WINNER,
+                   hovertemplate="class %{x}: |v| = %{y:.3f}<extra>CapsNet</extra>"),
+            go.Bar(x=labels, y=scores, name="CNN: class score", marker_color=CNN,
+                   hovertemplate="class %{x}: %{y:.3f}<extra>CNN</extra>"),
+        ]
+    )  # fmt: skip
+    fig.update_xaxes(type="category")
+    fig.update_yaxes(range=[0, 1.05], title="score")
+    return layout(fig, height, barmode="group", legend=dict(orientation="h", y=1.18), title=None)
+
+
+def robustness_figure(
+    values: Sequence[float],
+    curves: dict[str, Sequence[float]],
+    kind: str,
+    current: float | None = None,
+    height: int = 300,
+) -> go.Figure:
+    """Test accuracy (%) of each network against the rotation angle (degrees) or the scale, `current` marked."""
+    colours = {"CapsNet": WINNER, "CNN": CNN}
+    fig = go.Figure()
+    for name, accuracy in curves.items():
+        fig.add_trace(
+            go.Scatter(
+                x=list(values), y=100 * np.asarray(accuracy, dtype=float), mode="lines+markers", name=name,
+                line=dict(color=colours.get(name, OTHER), width=2.5),
+                hovertemplate=f"{name}<br>%{{x}}: %{{y:.1f}}%<extra></extra>",
+            )
+        )  # fmt: skip
+    if current is not None:
+        fig.add_vline(x=current, line=dict(color=OTHER, dash="dash", width=1.5))
+    title = "rotation (degrees, counter-clockwise)" if kind == "rotation" else "scale"
+    fig.update_xaxes(title=title, zeroline=False)
+    fig.update_yaxes(title="test accuracy (%)", range=[0, 101])
+    what = "turned" if kind == "rotation" else "scaled"
+    return layout(fig, height, title=f"Every test image {what} alike", legend=dict(orientation="h", y=-0.3))
