@@ -87,11 +87,13 @@ def train_form() -> None:
                 "Dataset", list(DATASETS), index=list(DATASETS).index(d.dataset),
                 format_func=lambda name: DATASETS[name].title, key="train_dataset",
             )  # fmt: skip
-            preset = st.selectbox(
-                "Model", list(form.PRESET_LABELS), index=list(form.PRESET_LABELS).index(d.preset),
-                format_func=form.PRESET_LABELS.get, key="train_preset",
-                help="The tiny model has the same structure with narrower layers: it trains in minutes on a CPU.",
+            choice = st.selectbox(
+                "Model", list(form.MODEL_LABELS), index=list(form.MODEL_LABELS).index(f"{d.model}/{d.preset}"),
+                format_func=form.MODEL_LABELS.get, key="train_preset",
+                help="The tiny models have the same structure with narrower layers: they train in minutes on a CPU. "
+                "The CNN baseline is the paper's comparison: its answers appear beside the CapsNet's.",
             )  # fmt: skip
+            network, preset = choice.split("/")
             c1, c2 = st.columns(2)
             epochs = c1.number_input("Epochs", *form.EPOCHS, value=d.epochs, step=1, key="train_epochs")
             batch = c2.number_input("Batch size", *form.BATCH_SIZE, value=d.batch_size, step=16, key="train_batch")
@@ -122,7 +124,7 @@ def train_form() -> None:
             with notice.container():
                 try:
                     options = form.form_options(
-                        dataset=dataset, preset=preset, epochs=int(epochs), batch_size=int(batch), lr=float(lr),
+                        dataset=dataset, model=network, preset=preset, epochs=int(epochs), batch_size=int(batch), lr=float(lr),
                         routing_iterations=int(iterations), train_size=int(train_size), test_size=int(test_size),
                         device=device,
                     )  # fmt: skip

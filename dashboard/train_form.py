@@ -12,8 +12,9 @@ import math
 
 import torch
 
+from capsnet.baseline import CNN_PRESETS
 from capsnet.config import PRESETS
-from capsnet.model import CapsNet
+from capsnet.networks import build_model, preset_config
 from capsnet.options import TrainOptions
 
 DEFAULTS = TrainOptions()
@@ -25,24 +26,31 @@ TEST_SIZE = (1, 10_000)
 LEARNING_RATE = (1e-6, 1.0)
 
 
-def _parameters(preset: str) -> str:
+def _parameters(network: str, preset: str) -> str:
     """'8.2 M' for the paper's model: counted on the meta device, nothing allocated."""
     with torch.device("meta"):
-        count = CapsNet(PRESETS[preset]).num_parameters()
+        count = build_model(preset_config(network, preset)).num_parameters()
     return f"{count / 1e6:.1f} M" if count >= 1e6 else f"{count / 1e3:.0f} k"
 
 
-PRESET_LABELS = {
-    "paper": f"Paper's CapsNet ({_parameters('paper')} parameters)",
-    "tiny": f"Tiny CapsNet ({_parameters('tiny')} parameters, a quick demo)",
-    "multimnist": f"Paper's CapsNet for 36x36 MultiMNIST ({_parameters('multimnist')} parameters)",
+# the form's "Model" choices, as "<network>/<preset>": every preset of each network the CLI can train
+MODEL_LABELS = {
+    "capsnet/paper": f"Paper's CapsNet ({_parameters('capsnet', 'paper')} parameters)",
+    "capsnet/tiny": f"Tiny CapsNet ({_parameters('capsnet', 'tiny')} parameters, a quick demo)",
+    "capsnet/multimnist": f"Paper's CapsNet for 36x36 MultiMNIST ({_parameters('capsnet', 'multimnist')} parameters)",
+    "cnn/paper": f"CNN baseline, the paper's with two pools ({_parameters('cnn', 'paper')} parameters on 28x28)",
+    "cnn/multimnist": f"CNN baseline for 36x36 MultiMNIST ({_parameters('cnn', 'multimnist')} parameters)",
+    "cnn/tiny": f"Tiny CNN baseline ({_parameters('cnn', 'tiny')} parameters, a quick demo)",
 }
-assert set(PRESET_LABELS) == set(PRESETS), "every model preset needs a label in the form"
+assert set(MODEL_LABELS) == {f"capsnet/{p}" for p in PRESETS} | {f"cnn/{p}" for p in CNN_PRESETS}, (
+    "every model preset needs a label in the form"
+)
 
 
 def form_options(
     *,
     dataset: str = DEFAULTS.dataset,
+    model: str = DEFAULTS.model,
     preset: str = DEFAULTS.preset,
     epochs: int = DEFAULTS.epochs,
     batch_size: int = DEFAULTS.batch_size,
@@ -65,11 +73,12 @@ def form_options(
     low, high = LEARNING_RATE
     if isinstance(lr, bool) or not isinstance(lr, (int, float)) or math.isnan(lr) or not low <= lr <= high:
         raise ValueError(f"learning rate must lie between {low:g} and {high:g}, got {lr!r}")
-    if preset not in PRESET_LABELS:
-        raise ValueError(f"model must be one of {', '.join(PRESET_LABELS)}, got {preset!r}")
+    if f"{model}/{preset}" not in MODEL_LABELS:
+        raise ValueError(f"model must be one of {', '.join(MODEL_LABELS)}, got {model}/{preset}")
     return dataclasses.replace(
         DEFAULTS,
         dataset=dataset,
+        model=model,
         preset=preset,
         epochs=epochs,
         batch_size=batch_size,

@@ -93,4 +93,7 @@ def test_the_dashboards_form_starts_from_the_same_defaults() -> None:
     assert train_form.DEFAULTS == TrainOptions()
     assert train_form.form_options() == TrainOptions()  # the form left alone trains exactly the CLI's default run
     assert train_form.form_options(train_size=500, test_size=200).train_size == 500
-    assert set(train_form.PRESET_LABELS) == set(PRESETS)  # a label for every model the CLI can train
+    assert {key.split("/")[1] for key in train_form.MODEL_LABELS} == set(PRESETS)  # every model the CLI can train
+    assert train_form.form_options(model="cnn", preset="tiny").to_argv() == ["--model", "cnn", "--preset", "tiny"]
+    with pytest.raises(ValueError, match="model must be one of"):
+        train_form.form_options(model="cnn", preset="nonesuch")
