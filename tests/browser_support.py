@@ -78,12 +78,16 @@ def _log_tail(path: Path, lines: int = 40) -> str:
 
 @contextmanager
 def streamlit_app(
-    workdir: Path, checkpoint: Path, startup_s: float = 120.0, multimnist: Path | None = None
+    workdir: Path,
+    checkpoint: Path,
+    startup_s: float = 120.0,
+    multimnist: Path | None = None,
+    baselines: dict[str, Path] | None = None,
 ) -> Iterator[App]:
     """`streamlit run dashboard/app.py` on a free port, its runs and checkpoints in `workdir`.
 
     The checkpoint is copied in as the shipped `mnist.safetensors` (and `multimnist`, if given, as
-    `multimnist.safetensors`). The server runs in its own process group, killed on exit; a
+    `multimnist.safetensors`; each of `baselines` as the CNN `baselines/<dataset>-cnn.safetensors`). The server runs in its own process group, killed on exit; a
     training run it started is stopped too.
     """
     runs_dir, checkpoints_dir = workdir / "runs", workdir / "checkpoints"
@@ -92,6 +96,9 @@ def streamlit_app(
     shutil.copy(checkpoint, checkpoints_dir / "mnist.safetensors")
     if multimnist is not None:
         shutil.copy(multimnist, checkpoints_dir / "multimnist.safetensors")
+    for dataset, source in (baselines or {}).items():
+        (checkpoints_dir / "baselines").mkdir(exist_ok=True)
+        shutil.copy(source, checkpoints_dir / "baselines" / f"{dataset}-cnn.safetensors")
     port = free_port()
     env = dict(
         os.environ,

@@ -75,10 +75,29 @@ def app(chromium: str, request: pytest.FixtureRequest, tmp_path_factory: pytest.
     """
     chosen = os.environ.get("CAPSNET_SCREENSHOTS_CHECKPOINT")
     checkpoint = Path(chosen).resolve() if chosen else request.getfixturevalue("tiny_checkpoint")
-    shipped = Path(__file__).resolve().parents[1] / "checkpoints" / "multimnist.safetensors"
+    folder = Path(__file__).resolve().parents[1] / "checkpoints"
+    shipped = folder / "multimnist.safetensors"
     pairs = shipped if chosen and shipped.is_file() else request.getfixturevalue("tiny_multimnist")
-    with streamlit_app(tmp_path_factory.mktemp("browser-app"), checkpoint, multimnist=pairs) as running:
+    cnns = {d: folder / "baselines" / f"{d}-cnn.safetensors" for d in ("mnist", "multimnist")}
+    if not (chosen and all(p.is_file() for p in cnns.values())):
+        cnns = request.getfixturevalue("tiny_baselines")
+    with streamlit_app(tmp_path_factory.mktemp("browser-app"), checkpoint, multimnist=pairs, baselines=cnns) as running:
         yield running
+
+
+@pytest.fixture(scope="module")
+def tiny_baselines(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Tiny CNN baselines for MNIST and MultiMNIST, one epoch on 1,000 images or pairs (a few seconds)."""
+    from capsnet.options import TrainOptions
+    from capsnet.train import train
+
+    found = {}
+    for dataset in ("mnist", "multimnist"):
+        out = tmp_path_factory.mktemp(f"browser-cnn-{dataset}")
+        train(TrainOptions(dataset=dataset, model="cnn", preset="tiny", epochs=1, train_size=1000, test_size=200,
+                           out=str(out), progress=False, device="cpu"))  # fmt: skip
+        found[dataset] = out / "best.safetensors"
+    return found
 
 
 @pytest.fixture(scope="module")
@@ -409,6 +428,14 @@ def test_turning_the_input_in_the_transform_lens(page, app: App, screenshots: Pa
     assert after[:8] == b"\x89PNG\r\n\x1a\n" and after != before  # the input turned
     sweep = page.locator(".st-key-lens_sweep .js-plotly-plot")
     assert sweep.evaluate("p => p.layout.shapes[0].x0") == 20  # the sweep marks the current angle
+    cnn = page.get_by_test_id("stMetric").filter(has_text="CNN baseline on the transformed input")
+    expect(cnn.get_by_test_id("stMetricValue")).to_have_text(re.compile(r"^\s*\d\s*$"))  # the CNN's answer beside
+    page.locator(".st-key-lens_robustness label").click()  # measure both networks as the test set turns and scales
+    rotation = page.locator(".st-key-lens_robustness_rotation .js-plotly-plot")
+    expect(rotation).to_be_visible(timeout=300_000)
+    assert rotation.evaluate("p => p.data.map(t => t.name)") == ["CapsNet", "CNN"]
+    assert rotation.evaluate("p => p.layout.shapes[0].x0") == 20  # the current angle, marked
+    wait_rendered(page)
     full_page_screenshot(page, screenshots / "transform.png")
 
 
@@ -417,8 +444,10 @@ def test_turning_the_input_in_the_transform_lens(page, app: App, screenshots: Pa
 
 def test_overlapping_digits_from_a_link(page, app: App, screenshots: Path) -> None:
     open_app(page, app, "/overlap?checkpoint=multimnist")
-    answer = page.get_by_test_id("stMetric").filter(has_text="The two longest capsules")
+    answer = page.get_by_test_id("stMetric").filter(has_text="CapsNet: the two longest capsules")
     expect(answer).to_be_visible(timeout=PAGE_LOAD_MS)
+    cnn = page.get_by_test_id("stMetric").filter(has_text="CNN baseline: the two highest scores")
+    expect(cnn.get_by_test_id("stMetricValue")).to_have_text(re.compile(r"^\s*\d and \d\s*$"))
     expect(page.get_by_text("True digits:")).to_be_visible()
     segmented = page.get_by_test_id("stMain").locator("[data-testid=stImage]").filter(has_text="red: from capsule")
     expect(segmented.locator("img")).to_be_visible()
@@ -430,6 +459,25 @@ def test_overlapping_digits_from_a_link(page, app: App, screenshots: Path) -> No
     after = page.request.get(segmented.locator("img").get_attribute("src")).body()
     assert after[:8] == b"\x89PNG\r\n\x1a\n" and after != before  # another pair, redrawn in red and green
     full_page_screenshot(page, screenshots / "overlap.png")
+
+    # or draw the two digits on the canvas in turn
+    page.locator(".st-key-overlap_source").get_by_text("Draw two", exact=True).click()
+    use_first = page.get_by_role("button", name="Use as the first digit")
+    expect(use_first).to_be_disabled(timeout=RERUN_MS)
+    draw_one(page)
+    expect(use_first).to_be_enabled(timeout=RERUN_MS)
+    use_first.click()
+    expect(page.get_by_text("the first digit", exact=True)).to_be_visible(timeout=RERUN_MS)
+    wait_idle(page)
+    draw_zero(page)
+    use_second = page.get_by_role("button", name="Use as the second digit")
+    expect(use_second).to_be_enabled(timeout=RERUN_MS)
+    use_second.click()
+    answer = page.get_by_test_id("stMetric").filter(has_text="CapsNet: the two longest capsules")
+    expect(answer.get_by_test_id("stMetricValue")).to_have_text(re.compile(r"^\s*\d and \d\s*$"), timeout=RERUN_MS)
+    expect(page.get_by_text("True digits:")).to_have_count(0)  # drawings have no known classes
+    drawn = page.get_by_test_id("stMain").locator("[data-testid=stImage]").filter(has_text="red: from capsule")
+    expect(drawn.locator("img")).to_be_visible()
 
 
 # ---------------------------------------------------------------- Training from the sidebar

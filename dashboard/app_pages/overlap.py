@@ -1,4 +1,7 @@
-"""Overlapping digits: a MultiMNIST model reads two digits at once and redraws each from its own capsule."""
+"""Overlapping digits: a MultiMNIST model reads two digits at once and redraws each from its own capsule.
+
+The two digits are test digits (chosen, or a random pair) or two drawings made on the canvas in turn.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +10,17 @@ import random
 import numpy as np
 import streamlit as st
 import torch
+from streamlit_drawable_canvas import st_canvas
 
 from capsnet import agreement as ag
 from capsnet.multimnist import PAD, make_batch
+from capsnet.preprocess import PreprocessError, preprocess_canvas
 from dashboard import baselines, figures, models, texts
 
 SHIFTS = ("first_dy", "first_dx", "second_dy", "second_dx")
+SOURCES = ("Test digits", "Draw two")
+SLOTS = ("first", "second")
+CANVAS_SIZE = 280  # as on the Draw page
 
 
 def _random_pair(count: int, labels: np.ndarray) -> None:
@@ -21,6 +29,39 @@ def _random_pair(count: int, labels: np.ndarray) -> None:
     st.session_state["overlap_first"], st.session_state["overlap_second"] = first, int(random.choice(others))
     for key in SHIFTS:
         st.session_state[f"overlap_{key}"] = random.randint(-PAD, PAD)
+
+
+def _keep_drawing(slot: str) -> None:
+    """Keep the canvas's digit as the `slot` digit, and give the canvas back empty for the next one."""
+    st.session_state[f"overlap_drawn_{slot}"] = st.session_state.get("overlap_canvas_digit")
+    st.session_state["overlap_canvas_digit"] = None
+    st.session_state["overlap_canvas_nonce"] = st.session_state.get("overlap_canvas_nonce", 0) + 1
+
+
+def _drawn_pair() -> tuple[np.ndarray, np.ndarray] | None:
+    """A canvas and the two drawings kept from it, in turn; both drawings once there are two."""
+    result = st_canvas(
+        stroke_width=18, stroke_color="#FFFFFF", background_color="#000000", height=CANVAS_SIZE, width=CANVAS_SIZE,
+        drawing_mode="freedraw", return_image_data=True,
+        key=f"overlap_canvas_{st.session_state.get('overlap_canvas_nonce', 0)}",
+    )  # fmt: skip
+    if result.image_data is not None:
+        try:
+            st.session_state["overlap_canvas_digit"] = preprocess_canvas(result.image_data)
+        except PreprocessError:
+            st.session_state["overlap_canvas_digit"] = None
+    ready = st.session_state.get("overlap_canvas_digit") is not None
+    for column, slot in zip(st.columns(2), SLOTS):
+        column.button(f"Use as the {slot} digit", key=f"overlap_use_{slot}", disabled=not ready,
+                      on_click=_keep_drawing, args=(slot,), icon=":material/check:")  # fmt: skip
+        kept = st.session_state.get(f"overlap_drawn_{slot}")
+        if kept is not None:
+            column.image(figures.pixel_image(kept, 2), caption=f"the {slot} digit", width=56, output_format="PNG")
+    drawn = [st.session_state.get(f"overlap_drawn_{slot}") for slot in SLOTS]
+    if any(d is None for d in drawn):
+        st.caption("Draw a digit, keep it as the first, then draw another and keep it as the second.")
+        return None
+    return drawn[0], drawn[1]
 
 
 st.title("Overlapping digits", anchor=False)
@@ -36,39 +77,58 @@ names, count = model.class_names, len(digits)
 for key, value in (("overlap_first", 0), ("overlap_second", 1), *((f"overlap_{k}", 0) for k in SHIFTS)):
     st.session_state.setdefault(key, value)
 
+
+def _verdict(label: str, chosen: list[int], truth: tuple[int, int] | None) -> None:
+    """A metric naming two classes; right or wrong when the true digits are known (not for drawings)."""
+    value = f"{names[chosen[0]]} and {names[chosen[1]]}"
+    if truth is None:
+        st.metric(label, value, border=True)
+        return
+    right = set(chosen) == set(truth)
+    st.metric(label, value, border=True, delta="right" if right else "wrong",
+              delta_color="normal" if right else "inverse", delta_arrow="off")  # fmt: skip
+
+
 controls, view = st.columns([1, 2], gap="large")
 with controls:
+    source = st.segmented_control("Digits", SOURCES, default=SOURCES[0], key="overlap_source") or SOURCES[0]
+    drawn = _drawn_pair() if source == SOURCES[1] else None
+    if source == SOURCES[1] and drawn is None:
+        st.stop()
     c1, c2 = st.columns(2)
-    first = c1.number_input("First test digit", 0, count - 1, step=1, key="overlap_first")
-    second = c2.number_input("Second test digit", 0, count - 1, step=1, key="overlap_second")
+    if drawn is None:
+        first = c1.number_input("First test digit", 0, count - 1, step=1, key="overlap_first")
+        second = c2.number_input("Second test digit", 0, count - 1, step=1, key="overlap_second")
     for column, name in ((c1, "first"), (c2, "second")):
         column.slider("Shift down", -PAD, PAD, key=f"overlap_{name}_dy")
         column.slider("Shift right", -PAD, PAD, key=f"overlap_{name}_dx")
-    st.button("Random pair", key="overlap_random", icon=":material/casino:", on_click=_random_pair,
-              args=(count, labels.numpy()))  # fmt: skip
-truth = (int(labels[int(first)]), int(labels[int(second)]))
-offsets = torch.tensor([[[st.session_state[f"overlap_{n}_{a}"] for a in ("dy", "dx")] for n in ("first", "second")]])
-batch = make_batch(digits, labels, torch.tensor([int(first)]), torch.tensor([int(second)]), offsets)  # (1, ...)
+    if drawn is None:
+        st.button("Random pair", key="overlap_random", icon=":material/casino:", on_click=_random_pair,
+                  args=(count, labels.numpy()))  # fmt: skip
+offsets = torch.tensor([[[st.session_state[f"overlap_{n}_{a}"] for a in ("dy", "dx")] for n in SLOTS]])
+if drawn is None:
+    truth: tuple[int, int] | None = (int(labels[int(first)]), int(labels[int(second)]))
+    batch = make_batch(digits, labels, torch.tensor([int(first)]), torch.tensor([int(second)]), offsets)  # (1, ...)
+else:  # the two drawings, as uint8 digits like the test set's
+    pair = torch.from_numpy(np.stack(drawn)).mul(255).round().to(torch.uint8).unsqueeze(1)  # (2, 1, 28, 28)
+    truth = None
+    batch = make_batch(pair, torch.tensor([0, 1]), torch.tensor([0]), torch.tensor([1]), offsets)
 image = batch.images[0, 0].numpy()
 reading = model.explain_pair(image)
 top = reading.top
 with controls:
-    st.caption(f"True digits: **{names[truth[0]]}** and **{names[truth[1]]}**.")
-    if truth[0] == truth[1]:
-        st.warning("Both digits are of one class: the model was trained on pairs of different classes.")
-    verdict = "right" if set(top) == set(truth) else "wrong"
-    st.metric("CapsNet: the two longest capsules", f"{names[top[0]]} and {names[top[1]]}", border=True,
-              delta=f"{verdict}", delta_color="normal" if verdict == "right" else "inverse", delta_arrow="off")  # fmt: skip
+    if truth is not None:
+        st.caption(f"True digits: **{names[truth[0]]}** and **{names[truth[1]]}**.")
+        if truth[0] == truth[1]:
+            st.warning("Both digits are of one class: the model was trained on pairs of different classes.")
+    _verdict("CapsNet: the two longest capsules", list(top), truth)
     cnn = baselines.baseline_for(model.dataset)
     if cnn is None:
         st.caption(texts.no_baseline(model.dataset))
     else:
         scores = cnn.scores(image)
-        cnn_top = [int(k) for k in np.argsort(-scores, kind="stable")[:2]]
-        right = set(cnn_top) == set(truth)
-        st.metric("CNN baseline: the two highest scores", f"{names[cnn_top[0]]} and {names[cnn_top[1]]}", border=True,
-                  delta="right" if right else "wrong", delta_color="normal" if right else "inverse",
-                  delta_arrow="off")  # fmt: skip
+        _verdict("CNN baseline: the two highest scores", [int(k) for k in np.argsort(-scores, kind="stable")[:2]],
+                 truth)  # fmt: skip
         st.caption(texts.baseline_result("MultiMNIST", model.info.test_accuracy, cnn.accuracy, pairs=True))
 
 with view:
