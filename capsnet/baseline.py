@@ -60,6 +60,8 @@ class CNNConfig:
                 raise ValueError(f"{name} must be a sequence of whole numbers >= 1, got {value!r}")
         if not self.channels:
             raise ValueError("channels must name at least one convolution")
+        if list(self.pool_after) != sorted(set(self.pool_after)):
+            raise ValueError(f"pool_after must name each convolution once, in order, got {self.pool_after}")
         if any(k > len(self.channels) for k in self.pool_after):
             raise ValueError(f"pool_after {self.pool_after} names a convolution past the last ({len(self.channels)})")
         if self.feature_size < 1:
@@ -146,7 +148,7 @@ class BaselineCNN(nn.Module):
             )
         features = self.features(images)  # (B, 128, 7, 7)
         logits = self.classifier(features.flatten(1))  # (B, 128*7*7) -> (B, K)
-        scores = torch.sigmoid(logits) if c.multi_label else logits.softmax(dim=1)  # (B, K)
+        scores = torch.sigmoid(logits.float()) if c.multi_label else logits.float().softmax(dim=1)  # (B, K) float32
         return CNNOutput(logits=logits, scores=scores, prediction=logits.argmax(dim=1))
 
 

@@ -109,7 +109,9 @@ def calibrate_checkpoint(path: str | Path, data_dir: str | None = None, device: 
     """
     path = Path(path)
     writable(path)
-    checkpoint = load_checkpoint(path, device=pick_device(device))
+    checkpoint = load_checkpoint(path, device=pick_device(device), architectures=("capsnet", "cnn"))
+    if checkpoint.architecture == "cnn":
+        raise CapsNetError(f"{path}: a CNN baseline redraws nothing, so it has no not-like-any-class thresholds")
     if checkpoint.info.dataset in DATASETS and dataset_info(checkpoint.info.dataset).pairs:
         raise CapsNetError(f"{path}: a MultiMNIST model has no not-like-any-class thresholds to calibrate")
     name = checkpoint.info.dataset or "mnist"

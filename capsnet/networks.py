@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from torch import Tensor, nn
+from torch import Tensor
 
 from capsnet.baseline import BaselineCNN, CNNConfig, CNNOutput, cnn_loss
 from capsnet.config import CapsNetConfig
@@ -45,12 +45,6 @@ def preset_config(architecture: str, preset: str, **overrides: Any) -> AnyConfig
 def build_model(config: AnyConfig) -> AnyModel:
     """A freshly initialised network for `config`."""
     return BaselineCNN(config) if isinstance(config, CNNConfig) else CapsNet(config)
-
-
-def unwrapped(model: nn.Module) -> nn.Module:
-    """The network inside DistributedDataParallel and torch.compile wrappers."""
-    model = getattr(model, "module", model)
-    return getattr(model, "_orig_mod", model)
 
 
 def model_loss(out: CapsNetOutput | CNNOutput, targets: Tensor, labels: Tensor, config: AnyConfig) -> CapsuleLoss:

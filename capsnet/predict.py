@@ -106,8 +106,10 @@ def main(argv: list[str] | None = None) -> int:
             path = chosen.path
         checkpoint = load_checkpoint(path, device=pick_device(args.device))
         if checkpoint.config.image_size != 28:
-            raise CapsNetError(f"{path} reads {checkpoint.config.image_size}x{checkpoint.config.image_size} pairs of "
-                               "digits (MultiMNIST); predict reads one digit or item per file")  # fmt: skip
+            pairs = checkpoint.info.dataset == "multimnist"
+            what = "pairs of digits (MultiMNIST)" if pairs else "digits placed anywhere on it (mnist-40)"
+            raise CapsNetError(f"{path} reads {checkpoint.config.image_size}x{checkpoint.config.image_size} {what}; "
+                               "predict reads one 28x28 digit or item per file")  # fmt: skip
         results = predict_files(checkpoint, thresholds_for(checkpoint, args.data_dir), args.images)
         failed = 0
         for result in results:

@@ -17,7 +17,7 @@ import numpy as np
 import streamlit as st
 
 from capsnet.catalog import CheckpointEntry, default_checkpoint
-from capsnet.data import dataset_info
+from capsnet.data import DATASETS, dataset_info
 from dashboard import models, state, widgets
 
 APPLIED = "url_applied"  # the session's first run has read its link
@@ -99,6 +99,8 @@ def write_link(entry: CheckpointEntry | None, page: str) -> None:
 
 def open_test_image(index: int, dataset: str) -> None:
     """Make test image `index` of `dataset` the current input of every page (and the Draw page's choice)."""
+    if dataset in DATASETS and dataset_info(dataset).image_size != 28:  # 36x36 pairs or 40x40 digits: not an input
+        return
     data = models.try_test_set(dataset)
     if data is None:
         return

@@ -91,7 +91,8 @@ def train_form() -> None:
                 "Model", list(form.MODEL_LABELS), index=list(form.MODEL_LABELS).index(f"{d.model}/{d.preset}"),
                 format_func=form.MODEL_LABELS.get, key="train_preset",
                 help="The tiny models have the same structure with narrower layers: they train in minutes on a CPU. "
-                "The CNN baseline is the paper's comparison: its answers appear beside the CapsNet's.",
+                "The CNN baseline is the paper's comparison: the pages set the shipped one (or, without it, the newest "
+                "CNN run) beside the CapsNet.",
             )  # fmt: skip
             network, preset = choice.split("/")
             c1, c2 = st.columns(2)
@@ -232,7 +233,12 @@ def _finished_panel() -> None:
     run = runs.read_run(run_dir, state.runs_root())
     if run.status == "finished":
         acc = f" Test accuracy {100 * run.best_accuracy:.2f}%." if run.best_accuracy is not None else ""
-        st.success(f"{name} finished.{acc} Its model is in the picker above.", icon=":material/check_circle:")
+        where = (
+            "It is a CNN baseline: evaluate it with `python -m capsnet.evaluate`."
+            if run.args.get("model") == "cnn"
+            else "Its model is in the picker above."
+        )
+        st.success(f"{name} finished.{acc} {where}", icon=":material/check_circle:")
     elif run.status == "stopped":
         st.info(f"{name} was stopped after {run.epochs_done} epoch(s); resume it on the Training runs page.")
     elif run.status == "failed":

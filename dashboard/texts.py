@@ -304,7 +304,7 @@ def baseline_result(name: str, capsnet_accuracy: float | None, cnn_accuracy: flo
 
 
 ROBUSTNESS = """
-**Turned or scaled test sets.** Both networks were trained on upright images moved by up to 2 pixels. Here every
+**Turned or scaled test sets.** Both networks were trained on upright images moved by up to 2 pixels (and mirrored, for Fashion-MNIST). Here every
 test image is turned (or scaled) alike and each network's accuracy measured: the paper's claim is that capsules
 generalise better to poses they were not trained on (section 5.2: 79% on affNIST against 66% for a CNN).
 Measured once per model on the first test images, then kept on disk.

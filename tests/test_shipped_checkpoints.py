@@ -68,3 +68,34 @@ def test_shipped_multimnist_checkpoint(data_dir: Path) -> None:
     # 2,000 pairs: within 4 standard errors of the header's figure on 10,000 or more
     spread = 4 * (info.test_accuracy * (1 - info.test_accuracy) / 2000) ** 0.5
     assert abs(result.accuracy - info.test_accuracy) <= spread, (result.accuracy, info.test_accuracy)
+
+
+@pytest.mark.parametrize("name", ["mnist", "multimnist"])
+def test_shipped_cnn_baselines(name: str, data_dir: Path) -> None:
+    """The CNN baselines the dashboard compares with: the paper's design with two pools, under 17 MB, as stated."""
+    from capsnet.baseline import CNNConfig
+    from capsnet.data import stored_tensors
+    from capsnet.evaluate import evaluate_pairs
+    from capsnet.multimnist import Pairs, test_pairs
+
+    path = CHECKPOINTS / "baselines" / f"{name}-cnn.safetensors"
+    assert path.is_file(), f"checkpoints/baselines/{path.name} is missing: the project ships it"
+    assert path.stat().st_size < 17e6
+    checkpoint = load_checkpoint(path, architectures=("cnn",))
+    info = checkpoint.info
+    pairs = name == "multimnist"
+    assert info.dataset == name and info.weights_dtype == "float16" and info.recipe["model"] == "cnn"
+    assert checkpoint.config == CNNConfig.preset("multimnist" if pairs else "paper")
+    assert checkpoint.model.num_parameters() == (5_930_770 if pairs else 4_587_282)
+    if pairs:
+        digits, labels = stored_tensors(load_dataset("mnist", train=False))
+        every = test_pairs(labels)
+        result = evaluate_pairs(checkpoint.model, digits, labels, Pairs(every.first[:2000], every.second[:2000],
+                                                                        every.offsets[:2000]))  # fmt: skip
+        spread = 4 * (info.test_accuracy * (1 - info.test_accuracy) / 2000) ** 0.5
+        assert abs(result.accuracy - info.test_accuracy) <= spread, (result.accuracy, info.test_accuracy)
+        return
+    images, labels = as_tensors(load_dataset(name, train=False))
+    result = evaluate(checkpoint.model, images, labels, batch_size=500)
+    assert result.total == 10_000 and result.accuracy == pytest.approx(info.test_accuracy, abs=0.0005)
+    assert result.accuracy >= 0.98  # a working baseline, whatever its epochs

@@ -105,7 +105,7 @@ def upload_input(noun: str) -> tuple[np.ndarray | None, str, int | None]:
 
 
 model = models.current_model()
-if model is not None and model.reads_pairs:  # a MultiMNIST model reads overlays of two digits, on its own page
+if model is not None and (model.reads_pairs or model.config.image_size != 28):  # a MultiMNIST or mnist-40 model
     st.title("Draw a digit", anchor=False)
     models.require_model()
     st.stop()

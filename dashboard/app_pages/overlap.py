@@ -148,7 +148,7 @@ with view:
             reading.lengths, names, top[0], model.config.m_plus, model.config.m_minus, height=280
         )
     else:  # the CNN's answer beside the CapsNet's
-        chart = figures.comparison_figure(reading.lengths, scores, names, marked=truth, height=280)
+        chart = figures.comparison_figure(reading.lengths, scores, names, marked=truth or (), height=280)
     st.plotly_chart(chart, key="overlap_lengths", config={"displayModeBar": False})
 
 st.subheader("Which strokes vote for which digit", anchor=False)

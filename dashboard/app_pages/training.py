@@ -29,6 +29,11 @@ def _resume(name: str) -> None:
     st.session_state["resume_message"] = ("success", f"Resumed {run.name} (pid {run.pid}).")
 
 
+def _model_label(options: TrainOptions) -> str:
+    """The network and its preset: "paper", "tiny", or "CNN paper" for the baseline."""
+    return f"CNN {options.preset}" if options.model == "cnn" else options.preset
+
+
 def _table(all_runs: list[runs.RunSummary]) -> list[dict[str, object]]:
     rows = []
     for run in all_runs:
@@ -45,7 +50,7 @@ def _table(all_runs: list[runs.RunSummary]) -> list[dict[str, object]]:
                 "run": run.name,
                 "status": f"{STATUS_ICONS.get(run.status, '')} {run.status}",
                 "dataset": run.dataset,
-                "model": TrainOptions.from_dict(run.args).preset,
+                "model": _model_label(TrainOptions.from_dict(run.args)),
                 "epochs": f"{run.epochs_done}/{run.epochs_total or '?'}",
                 "now": progress,
                 "best test accuracy": run.best_accuracy,
