@@ -14,6 +14,7 @@ moves already cover translation).
 rotation (or scale), for the curves the dashboard draws beside the transform lens.
 
     python -m capsnet.affnist runs/mnist-40/best.safetensors runs/mnist-40-cnn/best.safetensors
+    python -m capsnet.affnist --sweep checkpoints/mnist.safetensors checkpoints/baselines/mnist-cnn.safetensors
 """
 
 from __future__ import annotations
@@ -117,6 +118,10 @@ def main(argv: list[str] | None = None) -> int:
         description="Accuracy of mnist-40 models on the MNIST test set moved on 40x40 and on the affNIST-like set.",
     )
     parser.add_argument("checkpoints", nargs="+", help="CapsNet or CNN checkpoints trained on mnist-40")
+    parser.add_argument(
+        "--sweep", action="store_true",
+        help="instead: each checkpoint's accuracy on its own test set with every image turned alike, then scaled alike",
+    )  # fmt: skip
     parser.add_argument("--limit", type=parser.positive_int, default=None, help="the first N test digits")
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--device", default="auto")
@@ -129,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
 
         device = pick_device(args.device)
         models = [load_checkpoint(p, device=device, architectures=("capsnet", "cnn")) for p in args.checkpoints]
+        if args.sweep:
+            return _sweeps(models, args.limit, args.data_dir, args.json)
         for checkpoint in models:
             if checkpoint.config.image_size != SIZE:
                 raise CapsNetError(
@@ -158,6 +165,31 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     return run_cli(body, prog="python -m capsnet.affnist")
+
+
+def _sweeps(models: list, limit: int | None, data_dir: str | None, as_json: bool) -> int:
+    """Print each checkpoint's rotation and scale sweeps on the first `limit` images of its own test set."""
+    from capsnet.data import as_tensors, dataset_info, load_dataset
+
+    for checkpoint in models:
+        name = checkpoint.info.dataset or "mnist"
+        info = dataset_info(name)
+        if info.pairs:
+            raise CapsNetError(f"{checkpoint.path}: a sweep reads one {info.noun} per image, not MultiMNIST's pairs")
+        images, labels = as_tensors(load_dataset(name, train=False, data_dir=data_dir), info.image_size)
+        images, labels = images[:limit], labels[:limit]
+        sweeps = [accuracy_sweep(checkpoint.model, images, labels, kind) for kind in ("rotation", "scale")]
+        if as_json:
+            print(json.dumps({"checkpoint": str(checkpoint.path), "network": checkpoint.architecture,
+                              **{s.kind: s.to_dict() for s in sweeps}}))  # fmt: skip
+            continue
+        print(f"{checkpoint.path} ({checkpoint.architecture}), {len(labels)} {info.title} test images:")
+        for sweep in sweeps:
+            unit = "°" if sweep.kind == "rotation" else "x"
+            cells = "  ".join(f"{v:+g}{unit} {100 * a:.1f}%" if unit == "°" else f"{v:g}{unit} {100 * a:.1f}%"
+                              for v, a in zip(sweep.values, sweep.accuracy))  # fmt: skip
+            print(f"  {sweep.kind}: {cells}")
+    return 0
 
 
 if __name__ == "__main__":

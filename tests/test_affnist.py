@@ -130,3 +130,22 @@ def test_train_on_mnist_40_and_measure_on_the_affnist_like_set(data_dir: Path, t
 
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def test_the_sweep_cli_reads_each_checkpoints_own_test_set(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from capsnet.checkpoint import save_checkpoint
+
+    paths = [
+        save_checkpoint(tmp_path / "caps.safetensors", CapsNet(CapsNetConfig.preset("tiny")), {"dataset": "mnist"}),
+        save_checkpoint(tmp_path / "cnn.safetensors", BaselineCNN(CNNConfig.preset("tiny")), {"dataset": "mnist"}),
+    ]
+    assert affnist.main(["--sweep", *map(str, paths), "--limit", "30", "--json", "--device", "cpu"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.strip().splitlines()]
+    assert [line["network"] for line in lines] == ["capsnet", "cnn"]
+    for line in lines:
+        assert line["rotation"]["values"] == [float(v) for v in affnist.ANGLES] and line["scale"]["examples"] == 30
+        assert all(0 <= a <= 1 for a in line["rotation"]["accuracy"])
+    assert affnist.main(["--sweep", str(paths[1]), "--limit", "30", "--device", "cpu"]) == 0
+    assert "rotation: -60° " in capsys.readouterr().out
