@@ -54,7 +54,8 @@ def describe_device(device: torch.device) -> str:
         cpu = names[0] if names else cpu
     except OSError:
         pass
-    return f"{device.type.upper()}: {cpu}, {torch.get_num_threads()} threads"
+    threads = torch.get_num_threads()
+    return f"{device.type.upper()}: {cpu}, {threads} thread{'s' if threads != 1 else ''}"
 
 
 def seed_everything(seed: int) -> None:

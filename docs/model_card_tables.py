@@ -13,7 +13,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from capsnet.checkpoint import read_checkpoint_info, trained_epochs
+from capsnet.checkpoint import read_checkpoint_info
+from capsnet.checkpoint_info import trained_epochs
 from capsnet.files import read_jsonl
 from dashboard.texts import format_duration
 
@@ -63,7 +64,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.every < 1:
         parser.error(f"--every must be at least 1, got {args.every}")
-    _, info = read_checkpoint_info(args.checkpoint)
+    info = read_checkpoint_info(args.checkpoint)[1].to_dict()
     records = read_jsonl(args.checkpoint.with_suffix(".metrics.jsonl"))
     print(headline(info), per_class(info), per_epoch(records, args.every), sep="\n\n")
 
