@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from capsnet.errors import InvalidArgumentError
+from capsnet.config import config_from_fields, preset_of
 from capsnet.losses import CapsuleLoss, targets_of
 
 
@@ -80,19 +80,12 @@ class CNNConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CNNConfig:
         """Rebuild a config from `to_dict` output; unknown keys are an error."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown config keys: {', '.join(unknown)}")
-        data = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
-        return cls(**data)
+        return config_from_fields(cls, data)
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> CNNConfig:
         """The CNN of a named preset (the same names as the CapsNet's), with optional field overrides."""
-        if name not in CNN_PRESETS:
-            raise InvalidArgumentError(f"unknown preset {name!r}; choose from {', '.join(CNN_PRESETS)}")
-        return dataclasses.replace(CNN_PRESETS[name], **overrides)
+        return preset_of(CNN_PRESETS, name, overrides)
 
 
 CNN_PRESETS: dict[str, CNNConfig] = {

@@ -82,22 +82,28 @@ class CapsNetConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CapsNetConfig:
         """Rebuild a config from `to_dict` output; unknown keys are an error."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown config keys: {', '.join(unknown)}")
-        data = dict(data)
-        if "decoder_hidden" in data:
-            hidden = data["decoder_hidden"]
-            data["decoder_hidden"] = tuple(hidden) if isinstance(hidden, list) else hidden
-        return cls(**data)
+        return config_from_fields(cls, data)
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> CapsNetConfig:
         """A named preset (see `PRESETS`), with optional field overrides."""
-        if name not in PRESETS:
-            raise InvalidArgumentError(f"unknown preset {name!r}; choose from {', '.join(PRESETS)}")
-        return dataclasses.replace(PRESETS[name], **overrides)
+        return preset_of(PRESETS, name, overrides)
+
+
+def config_from_fields(cls: Any, data: dict[str, Any]) -> Any:
+    """A config dataclass `cls` from its `to_dict` output (JSON lists back to tuples); unknown keys are an error."""
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ValueError(f"unknown config keys: {', '.join(unknown)}")
+    return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+
+
+def preset_of(presets: dict[str, Any], name: str, overrides: dict[str, Any]) -> Any:
+    """The config named `name` in `presets`, with field overrides; InvalidArgumentError for an unknown name."""
+    if name not in presets:
+        raise InvalidArgumentError(f"unknown preset {name!r}; choose from {', '.join(presets)}")
+    return dataclasses.replace(presets[name], **overrides)
 
 
 def _is_int(value: Any) -> bool:

@@ -20,24 +20,16 @@ import torch
 
 from capsnet import affnist, catalog
 from capsnet.checkpoint import Checkpoint, CheckpointError, load_checkpoint
-from capsnet.equivariance import Transform, transform
 from dashboard import models, state
 
 
 @dataclass(frozen=True)
-class Baseline:
-    """A loaded CNN baseline and its cache key (path and modification time)."""
-
-    checkpoint: Checkpoint
-    key: str
-
-    @property
-    def net(self) -> Any:
-        return self.checkpoint.model
+class Baseline(models.Model):
+    """A loaded CNN baseline: a `models.Model` handle (checkpoint, cache key) whose readings are class scores."""
 
     @property
     def accuracy(self) -> float | None:
-        return self.checkpoint.info.test_accuracy
+        return self.info.test_accuracy
 
     def scores(self, image: np.ndarray) -> np.ndarray:
         """The class scores (K,) of one input (H, W) in [0, 1]: softmax probabilities, or a sigmoid per class."""
@@ -117,6 +109,4 @@ def robustness_curves(
 @st.cache_data(max_entries=512, show_spinner=False, persist="disk")
 def _point(key: str, dataset: str, kind: str, value: float, limit: int, _net: Any) -> float:
     images, labels = models.test_set(dataset)
-    images, labels = images[:limit], labels[:limit]
-    moved = transform(images, [Transform(**{kind: value})] * len(images))
-    return affnist.accuracy(_net, moved, labels)
+    return affnist.accuracy_sweep(_net, images[:limit], labels[:limit], kind, [value]).accuracy[0]

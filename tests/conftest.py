@@ -71,3 +71,25 @@ def tiny_run(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tiny_run: Path) -> Path:
     return tiny_run / "best.safetensors"
+
+
+def _train_tiny(out: Path, dataset: str, model: str = "capsnet") -> Path:
+    """One epoch of a tiny network on 1,000 images (or pairs) of `dataset`: its best checkpoint (a few seconds)."""
+    from capsnet.options import TrainOptions
+    from capsnet.train import train
+
+    train(TrainOptions(dataset=dataset, model=model, preset="tiny", epochs=1, train_size=1000, test_size=200,
+                       out=str(out), progress=False, device="cpu"))  # fmt: skip
+    return out / "best.safetensors"
+
+
+@pytest.fixture(scope="session")
+def tiny_multimnist(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny MultiMNIST CapsNet, trained for one epoch on 1,000 pairs."""
+    return _train_tiny(tmp_path_factory.mktemp("tiny-mm"), "multimnist")
+
+
+@pytest.fixture(scope="session")
+def tiny_baselines(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Tiny CNN baselines for MNIST and MultiMNIST, one epoch each on 1,000 images or pairs."""
+    return {d: _train_tiny(tmp_path_factory.mktemp(f"tiny-cnn-{d}"), d, "cnn") for d in ("mnist", "multimnist")}

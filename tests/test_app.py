@@ -470,13 +470,13 @@ def test_the_transform_lens_follows_the_sliders(app_with_run) -> None:  # noqa: 
     assert at.slider(key="lens_rotation").value == 0.0 and transformed() == before
 
 
-def test_the_transform_lens_sets_the_capsnet_beside_a_cnn(app_with_run, cnn_runs) -> None:  # noqa: F811
+def test_the_transform_lens_sets_the_capsnet_beside_a_cnn(app_with_run, tiny_baselines) -> None:  # noqa: F811
     _, checkpoints = app_with_run
     at = pick_test_image(new_app().run(), 1)
     at.switch_page("app_pages/transform.py").run()
     no_exception(at)
     assert any("No CNN baseline for this dataset yet" in c.value for c in at.caption)  # none shipped yet
-    ship_baseline(checkpoints, cnn_runs["mnist"], "mnist")
+    ship_baseline(checkpoints, tiny_baselines["mnist"], "mnist")
     at = pick_test_image(new_app().run(), 1)
     at.switch_page("app_pages/transform.py").run()
     no_exception(at)
@@ -573,42 +573,15 @@ def test_a_link_beyond_the_slider_and_a_walk_across_pages(app_with_run) -> None:
     )
 
 
-@pytest.fixture(scope="module")
-def multimnist_run(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny MultiMNIST model trained for one epoch on 1,000 pairs (a few seconds)."""
-    from capsnet.options import TrainOptions
-    from capsnet.train import train
-
-    out = tmp_path_factory.mktemp("mm-run")
-    train(TrainOptions(dataset="multimnist", preset="tiny", epochs=1, train_size=1000, test_size=200, out=str(out),
-                       progress=False, device="cpu"))  # fmt: skip
-    return out
-
-
-@pytest.fixture(scope="module")
-def cnn_runs(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Tiny CNN baselines, one epoch on 1,000 images (or pairs) of MNIST and of MultiMNIST: their best checkpoints."""
-    from capsnet.options import TrainOptions
-    from capsnet.train import train
-
-    found = {}
-    for dataset in ("mnist", "multimnist"):
-        out = tmp_path_factory.mktemp(f"cnn-{dataset}")
-        train(TrainOptions(dataset=dataset, model="cnn", preset="tiny", epochs=1, train_size=1000, test_size=200,
-                           out=str(out), progress=False, device="cpu"))  # fmt: skip
-        found[dataset] = out / "best.safetensors"
-    return found
-
-
 def ship_baseline(checkpoints: Path, source: Path, dataset: str) -> None:
     (checkpoints / "baselines").mkdir(exist_ok=True)
     shutil.copy(source, checkpoints / "baselines" / f"{dataset}-cnn.safetensors")
 
 
-def test_the_overlapping_digits_page(app_dirs, multimnist_run, cnn_runs) -> None:  # noqa: F811
+def test_the_overlapping_digits_page(app_dirs, tiny_multimnist, tiny_baselines) -> None:  # noqa: F811
     _, checkpoints = app_dirs
-    shutil.copy(multimnist_run / "best.safetensors", checkpoints / "multimnist.safetensors")
-    ship_baseline(checkpoints, cnn_runs["multimnist"], "multimnist")
+    shutil.copy(tiny_multimnist, checkpoints / "multimnist.safetensors")
+    ship_baseline(checkpoints, tiny_baselines["multimnist"], "multimnist")
     at = new_app().run()
     no_exception(at)
     assert Path(at.sidebar.selectbox(key="checkpoint_picker").value).name == "multimnist.safetensors"

@@ -86,33 +86,6 @@ def app(chromium: str, request: pytest.FixtureRequest, tmp_path_factory: pytest.
 
 
 @pytest.fixture(scope="module")
-def tiny_baselines(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Tiny CNN baselines for MNIST and MultiMNIST, one epoch on 1,000 images or pairs (a few seconds)."""
-    from capsnet.options import TrainOptions
-    from capsnet.train import train
-
-    found = {}
-    for dataset in ("mnist", "multimnist"):
-        out = tmp_path_factory.mktemp(f"browser-cnn-{dataset}")
-        train(TrainOptions(dataset=dataset, model="cnn", preset="tiny", epochs=1, train_size=1000, test_size=200,
-                           out=str(out), progress=False, device="cpu"))  # fmt: skip
-        found[dataset] = out / "best.safetensors"
-    return found
-
-
-@pytest.fixture(scope="module")
-def tiny_multimnist(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny MultiMNIST model trained for one epoch on 1,000 pairs (a few seconds)."""
-    from capsnet.options import TrainOptions
-    from capsnet.train import train
-
-    out = tmp_path_factory.mktemp("browser-mm")
-    train(TrainOptions(dataset="multimnist", preset="tiny", epochs=1, train_size=1000, test_size=200, out=str(out),
-                       progress=False, device="cpu"))  # fmt: skip
-    return out / "best.safetensors"
-
-
-@pytest.fixture(scope="module")
 def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = os.environ.get("CAPSNET_SCREENSHOTS_DIR")
     path = Path(folder) if folder else tmp_path_factory.mktemp("screenshots")
