@@ -26,6 +26,7 @@ from capsnet.networks import AnyModel
 from capsnet.novelty import NoveltyThresholds
 from capsnet.options import TrainOptions
 from capsnet.run_folder import RunFolder
+from capsnet.schedule import Schedule
 
 
 @dataclass
@@ -48,7 +49,7 @@ class Checkpointer:
         folder: RunFolder,
         model: AnyModel,
         optimizer: torch.optim.Optimizer,
-        scheduler: torch.optim.lr_scheduler.LRScheduler,
+        scheduler: Schedule,
         enabled: bool = True,
     ) -> None:
         self.folder, self.model, self.optimizer, self.scheduler = folder, model, optimizer, scheduler
@@ -122,7 +123,7 @@ def epoch_info(
     """The facts a checkpoint saved after `epoch` records; `origin`: the checkpoint an --init run started from."""
     data = dataset_info(options.dataset)
     before = CheckpointInfo.from_dict(origin or {})
-    recipe = options.recipe()
+    recipe = options.how_made()
     if origin is not None:
         recipe["init"] = origin["checkpoint"]  # also after a --resume, which leaves options.init unset
     return CheckpointInfo(

@@ -23,6 +23,8 @@ from capsnet.data import DATASETS
 from capsnet.device import DEVICE_CHOICES
 from capsnet.errors import InvalidArgumentError
 from capsnet.networks import ARCHITECTURES
+from capsnet.recipes import RECIPES
+from capsnet.schedule import SCHEDULES
 
 # the model presets of runs begun before the presets were named after the network rather than the dataset
 LEGACY_PRESETS = {"mnist": "paper", "fashion-mnist": "paper", None: "paper"}
@@ -49,6 +51,11 @@ class TrainOptions:
     """Everything a training run needs. Defaults are the paper's recipe (section 4 and the official code)."""
 
     dataset: str = field(default="mnist", metadata=option("dataset", choices=tuple(DATASETS), defines_run=True))
+    recipe: str = field(
+        default="paper",
+        metadata=option("a named set of defaults for the options below (capsnet.recipes): paper, or fast for a short "
+                        "CPU budget; options given explicitly still win", choices=tuple(RECIPES), defines_run=True),
+    )  # fmt: skip
     model: str = field(
         default="capsnet",
         metadata=option("network: the paper's Capsule Network, or its CNN baseline (capsnet.baseline)",
@@ -65,6 +72,16 @@ class TrainOptions:
     lr_decay: float = field(
         default=0.96, metadata=option("learning-rate factor after every epoch, in (0, 1]", positive=True,
                                       defines_run=True)
+    )  # fmt: skip
+    schedule: str = field(
+        default="exponential",
+        metadata=option("learning-rate schedule: exponential (x lr-decay after every epoch) or cosine (warm-up, "
+                        "then a cosine decay to zero by the last batch)", choices=SCHEDULES, defines_run=True),
+    )  # fmt: skip
+    warmup: float = field(
+        default=0.0,
+        metadata=option("cosine schedule: the fraction of the run's batches spent warming up, in [0, 1)",
+                        defines_run=True),
     )  # fmt: skip
     routing_iterations: int = field(default=3, metadata=option("routing iterations r", positive=True, defines_run=True))
     seed: int = field(default=0, metadata=option("seed of the weights, the order and the shifts", defines_run=True))
@@ -85,7 +102,15 @@ class TrainOptions:
     hflip: bool | None = field(
         default=None, metadata=option("random horizontal flips (default: on for Fashion-MNIST)", defines_run=True)
     )
-    amp: bool | None = field(default=None, metadata=option("bf16 autocast (default: on for CUDA; on a CPU when asked)"))
+    amp: bool | None = field(
+        default=None,
+        metadata=option(
+            "bf16 autocast (default: on CUDA, and on a CPU that computes bf16 natively: AVX512-BF16 or AMX)"
+        ),
+    )
+    fused_adam: bool | None = field(
+        default=None, metadata=option("Adam fused into one kernel (default: on a CPU, where it is faster)")
+    )
     compile: bool | None = field(default=None, metadata=option("torch.compile (default: on for CUDA)"))
     data_dir: str | None = field(
         default=None, metadata=option("dataset root (default: $CAPSNET_DATA_DIR, else ./data)", recipe=False)
@@ -130,6 +155,8 @@ class TrainOptions:
                 raise InvalidArgumentError(f"{flag} must be {least}, got {value}")
         if not math.isfinite(self.lr):
             raise InvalidArgumentError(f"--lr must be finite, got {self.lr}")
+        if not (isinstance(self.warmup, (int, float)) and 0 <= self.warmup < 1):
+            raise InvalidArgumentError(f"--warmup must lie in [0, 1), got {self.warmup}")
         if not 0 < self.lr_decay <= 1:
             raise InvalidArgumentError(f"--lr-decay must lie in (0, 1], got {self.lr_decay}")
         if self.resume and not self.out:
@@ -153,7 +180,7 @@ class TrainOptions:
         """All fields, for the run folder's args.json."""
         return dataclasses.asdict(self)
 
-    def recipe(self) -> dict[str, Any]:
+    def how_made(self) -> dict[str, Any]:
         """The fields that say how a model was made (for a checkpoint's header): no paths, no switches."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.metadata["recipe"]}
 
@@ -174,11 +201,14 @@ class TrainOptions:
     # ------------------------------------------------------------ the command line
 
     def to_argv(self) -> list[str]:
-        """The trainer's arguments that give these options: every field that differs from its default."""
+        """The trainer's arguments that give these options: every field that differs from its recipe's default."""
         argv: list[str] = []
+        recipe = RECIPES[self.recipe].values if self.recipe in RECIPES else {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if value == f.default:
+            if value == recipe.get(f.name, f.default) and f.name != "recipe":
+                continue
+            if f.name == "recipe" and value == f.default:
                 continue
             if isinstance(value, bool):
                 argv.append(_flag(f.name) if value else "--no-" + _flag(f.name)[2:])
@@ -210,9 +240,23 @@ class TrainOptions:
         return parser
 
     @classmethod
+    def from_recipe(cls, recipe: str = "paper", **values: Any) -> TrainOptions:
+        """Options with `recipe`'s defaults, then `values` (explicit choices win over the recipe)."""
+        if recipe not in RECIPES:
+            raise InvalidArgumentError(f"unknown --recipe {recipe!r}; choose from {', '.join(RECIPES)}")
+        return cls(**{**RECIPES[recipe].values, **values, "recipe": recipe})
+
+    @classmethod
     def parse_args(cls, argv: Sequence[str] | None = None) -> TrainOptions:
-        """Options from a command line (argument errors exit with one line, as argparse does)."""
-        return cls(**vars(cls.parser().parse_args(argv)))
+        """Options from a command line (argument errors exit with one line, as argparse does).
+
+        The recipe's values replace the defaults, so that a flag given explicitly still wins.
+        """
+        parser = cls.parser()
+        known, _ = parser.parse_known_args(argv)
+        if known.recipe in RECIPES:
+            parser.set_defaults(**RECIPES[known.recipe].values)
+        return cls(**vars(parser.parse_args(argv)))
 
 
 def _flag(name: str) -> str:

@@ -29,13 +29,14 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
+from capsnet.acceleration import Acceleration, choose_acceleration, make_adam
 from capsnet.augment import augment_seed, epoch_batches
 from capsnet.checkpoint import load_checkpoint, read_checkpoint_info
 from capsnet.checkpointer import Checkpointer, epoch_info
 from capsnet.cli import run_cli
 from capsnet.collapse import CollapseWatch, TrainingCollapsedError
 from capsnet.data import dataset_info
-from capsnet.device import pick_device, seed_everything
+from capsnet.device import describe_device, pick_device, seed_everything
 from capsnet.distributed import Distributed, barrier, distributed_session, from_main, reduce_sum
 from capsnet.errors import CapsNetError
 from capsnet.evaluate import evaluate, right_answers
@@ -43,6 +44,7 @@ from capsnet.multimnist import MultiBatch, epoch_pairs
 from capsnet.networks import AnyConfig, AnyModel, build_model, model_loss, preset_config
 from capsnet.options import TrainOptions
 from capsnet.run_folder import EpochRecord, Progress, ProgressWriter, RunFolder, RunFolderError, new_run_dir, runs_root
+from capsnet.schedule import Schedule
 from capsnet.train_data import load_data
 
 REPORT_EVERY_S = 0.5  # seconds between progress reports (each one reads the running sums back from the device)
@@ -148,6 +150,7 @@ def train_one_epoch(
     on_batch: Callable[[int, float, float, float], None] | None = None,
     bar: tqdm | None = None,
     watch: CollapseWatch | None = None,
+    schedule: Schedule | None = None,
 ) -> EpochSums:
     """One pass over `loader`'s (images, labels) batches, already on `device`.
 
@@ -179,6 +182,8 @@ def train_one_epoch(
             images, labels = batch
             targets = images
         out, loss = training_step(model, optimizer, images, labels, targets, config, amp)
+        if schedule is not None:
+            schedule.after_batch()
         batches += 1
         right = right_answers(out.scores, labels).sum()
         loss_sum += loss.total.detach().float() * len(images)
@@ -223,10 +228,15 @@ class Prepared:
     folder: RunFolder
     origin: dict[str, Any] | None  # the checkpoint an --init run started from
     args: dict[str, Any]  # what args.json is to hold, written once the run's state has loaded
+    acceleration: Acceleration  # bf16 or float32, fused Adam, compile: chosen for this machine
 
 
-def prepare(options: TrainOptions, env: Distributed) -> Prepared:
-    """The run folder (rank 0 names a new one for every process), and a resumed run's stored options."""
+def prepare(options: TrainOptions, env: Distributed, acceleration: Acceleration) -> Prepared:
+    """The run folder (rank 0 names a new one for every process), and a resumed run's stored options.
+
+    args.json records `acceleration`, the choices made for this machine (a resume on another one
+    chooses again, and records that).
+    """
     if options.out:
         path = Path(options.out)
         if env.is_main:
@@ -246,20 +256,21 @@ def prepare(options: TrainOptions, env: Distributed) -> Prepared:
         origin = stored.get("started_from")
         if origin is None and stored.get("init") and Path(stored["init"]).is_file():  # begun before origins were kept
             origin = read_checkpoint_info(stored["init"])[1].as_origin(stored["init"])
-        args = stored | {"epochs": options.epochs}  # what a later resume continues to
+        args = stored | {"epochs": options.epochs, "acceleration": acceleration.to_dict()}  # a later resume reads these
     else:
         if options.init:
             origin = read_checkpoint_info(options.init)[1].as_origin(options.init)
         args = options.to_dict() | ({"started_from": origin} if origin else {})
+        args["acceleration"] = acceleration.to_dict()
         if env.is_main:
             folder.write_args(args)
-    return Prepared(options, folder, origin, args)
+    return Prepared(options, folder, origin, args, acceleration)
 
 
 def build(
-    options: TrainOptions, device: torch.device
-) -> tuple[AnyModel, torch.optim.Adam, torch.optim.lr_scheduler.LRScheduler]:
-    """The model (with an --init checkpoint's weights), Adam, and the per-epoch exponential decay."""
+    options: TrainOptions, device: torch.device, acceleration: Acceleration, batches: int
+) -> tuple[AnyModel, torch.optim.Adam, Schedule]:
+    """The model (with an --init checkpoint's weights), Adam (fused if chosen), and the schedule over `batches` an epoch."""
     info = dataset_info(options.dataset)
     if options.model == "cnn":  # a sigmoid per class where several digits are present
         config: AnyConfig = preset_config("cnn", options.preset, image_size=info.image_size, multi_label=info.pairs)
@@ -278,8 +289,10 @@ def build(
             raise CapsNetError(f"{options.init}: its model config differs from this run's ({options.preset} preset)")
         model.load_state_dict(start.model.state_dict())
     model.to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=options.lr)
-    return model, optimizer, torch.optim.lr_scheduler.ExponentialLR(optimizer, gamma=options.lr_decay)
+    optimizer = make_adam(model.parameters(), options.lr, acceleration.fused_adam)
+    schedule = Schedule(optimizer, options.schedule, lr_decay=options.lr_decay, epochs=options.epochs,
+                        batches=batches, warmup=options.warmup)  # fmt: skip
+    return model, optimizer, schedule
 
 
 # ---------------------------------------------------------------- the loop
@@ -291,21 +304,25 @@ def fit(
     """Build, load the data, and train epoch by epoch from where the run is, saving after each."""
     options, folder = prepared.options, prepared.folder
     seed_everything(options.seed + env.rank)
-    model, optimizer, scheduler = build(options, device)
+    data = load_data(options, device, env)
+    per_process = len(data.sampler)
+    batches = math.ceil(per_process / options.batch_size)
+    accel = prepared.acceleration
+    seed_everything(options.seed + env.rank)  # the weights do not depend on what loading the data drew
+    model, optimizer, scheduler = build(options, device, accel, batches)
     saver = Checkpointer(folder, model, optimizer, scheduler, enabled=env.is_main)
     state = saver.restore() if options.resume else saver.state
     if options.resume and env.is_main and folder.read_args() != prepared.args:
         folder.write_args(prepared.args)  # only once the saved state has proved sound
-    data = load_data(options, device, env)
+    if env.is_main:
+        print(f"training on {describe_device(device)}: {accel.describe()}", file=sys.stderr, flush=True)
     net: torch.nn.Module = model
     use_cuda = device.type == "cuda"
-    if options.compile if options.compile is not None else use_cuda:
+    if accel.compile:
         net = torch.compile(net)
     if env.enabled:
         net = torch.nn.parallel.DistributedDataParallel(net, device_ids=[env.local_rank] if use_cuda else None)
-    amp = use_cuda if options.amp is None else options.amp  # on a CPU only when asked (slower without AVX512-BF16)
-    per_process = len(data.sampler)
-    batches = math.ceil(per_process / options.batch_size)
+    amp = accel.amp
     start_epoch, start_batch = state.epoch, state.batch
     progress = ProgressWriter(
         folder,
@@ -351,7 +368,7 @@ def fit(
                 )
                 sums = train_one_epoch(
                     net, loader, optimizer, model.config, device, amp, stop, env,
-                    on_batch if env.is_main else None, bar, watch,
+                    on_batch if env.is_main else None, bar, watch, scheduler,
                 )  # fmt: skip
                 if bar is not None:
                     bar.close()
@@ -394,7 +411,7 @@ def fit(
                     records.append(record)
                     if on_epoch is not None:
                         on_epoch(record)
-                scheduler.step()
+                scheduler.after_epoch()
                 saver.save_state(epoch + 1)
                 barrier(env)
         except TrainingCollapsedError as error:
@@ -416,7 +433,8 @@ def train(options: TrainOptions, on_epoch: Callable[[EpochRecord], None] | None 
         device = pick_device(options.device)
         if env.enabled and device.type == "cuda":
             device = torch.device("cuda", env.local_rank)  # one GPU per torchrun process
-        prepared = prepare(options, env)
+        acceleration = choose_acceleration(device, options.amp, options.fused_adam, options.compile)
+        prepared = prepare(options, env, acceleration)
         return fit(prepared, env, device, on_epoch)
 
 

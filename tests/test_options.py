@@ -30,6 +30,9 @@ def test_the_command_line_is_generated_from_the_fields_with_their_defaults() -> 
         TrainOptions(dataset="fashion-mnist", preset="tiny", epochs=3, lr=0.0125, lr_decay=0.9, train_size=500),
         TrainOptions(hflip=False, amp=True, compile=False, progress=False, download=False, seed=-3, out="runs/x"),
         TrainOptions(out="runs/y", resume=True, epochs=7, device="cpu"),
+        TrainOptions.from_recipe("fast"),
+        TrainOptions.from_recipe("fast", batch_size=128, lr=1e-3, fused_adam=False),  # the paper's values, explicitly
+        TrainOptions(schedule="cosine", warmup=0.1),
     ],
 )
 def test_to_argv_gives_back_the_same_options(options: TrainOptions) -> None:
@@ -56,6 +59,11 @@ def test_to_argv_gives_back_the_same_options(options: TrainOptions) -> None:
         ({"hflip": "yes"}, "--hflip must be true or false"),
         ({"resume": True}, "--resume needs --out"),
         ({"resume": True, "out": "x", "init": "y"}, "choose one"),
+        ({"recipe": "slow"}, "unknown --recipe 'slow'"),
+        ({"schedule": "step"}, "unknown --schedule 'step'"),
+        ({"warmup": 1.0}, "--warmup must lie in"),
+        ({"warmup": -0.1}, "--warmup must lie in"),
+        ({"fused_adam": "yes"}, "--fused-adam must be true or false"),
     ],
 )
 def test_validation_names_the_option(changes: dict, message: str) -> None:
@@ -67,7 +75,7 @@ def test_validation_names_the_option(changes: dict, message: str) -> None:
 def test_resume_keeps_the_fields_that_define_the_run() -> None:
     assert set(TrainOptions.run_fields()) == {
         "dataset", "model", "preset", "batch_size", "lr", "lr_decay", "routing_iterations", "seed", "train_size", "test_size",
-        "hflip", "val_size",
+        "hflip", "val_size", "recipe", "schedule", "warmup",
     }  # fmt: skip
     stored = TrainOptions(dataset="fashion-mnist", preset="tiny", lr=0.02, batch_size=64, seed=5, epochs=3)
     given = TrainOptions(out="runs/x", resume=True, epochs=9, device="cpu", lr=0.5)
@@ -86,7 +94,7 @@ def test_stored_options_are_read_tolerantly() -> None:
     assert options.preset == "paper" and options.epochs == 4
     assert TrainOptions.from_dict({"preset": None}).preset == "paper"
     assert TrainOptions.from_dict(TrainOptions(lr=0.5).to_dict()) == TrainOptions(lr=0.5)
-    assert "out" not in TrainOptions(out="x").recipe() and TrainOptions(lr=0.5).recipe()["lr"] == 0.5
+    assert "out" not in TrainOptions(out="x").how_made() and TrainOptions(lr=0.5).how_made()["lr"] == 0.5
 
 
 def test_the_dashboards_form_starts_from_the_same_defaults() -> None:
@@ -97,3 +105,16 @@ def test_the_dashboards_form_starts_from_the_same_defaults() -> None:
     assert train_form.form_options(model="cnn", preset="tiny").to_argv() == ["--model", "cnn", "--preset", "tiny"]
     with pytest.raises(ValueError, match="model must be one of"):
         train_form.form_options(model="cnn", preset="nonesuch")
+
+
+def test_a_recipe_sets_defaults_and_explicit_options_win() -> None:
+    fast = TrainOptions.parse_args(["--recipe", "fast"])
+    assert fast == TrainOptions.from_recipe("fast")
+    assert (fast.schedule, fast.batch_size, fast.lr, fast.warmup) == ("cosine", 64, 2e-3, 0.03)
+    assert fast.to_argv() == ["--recipe", "fast"]
+    mine = TrainOptions.parse_args(["--lr", "5e-4", "--recipe", "fast", "--batch-size", "128"])
+    assert (mine.lr, mine.batch_size, mine.schedule) == (5e-4, 128, "cosine")
+    assert TrainOptions.parse_args(mine.to_argv()) == mine
+    assert TrainOptions.parse_args(["--recipe", "paper"]) == TrainOptions()
+    with pytest.raises(ValueError, match="unknown --recipe"):
+        TrainOptions.from_recipe("slow")

@@ -1,0 +1,124 @@
+"""The run-time choice of precision and optimizer, the schedules, and bf16 learning as float32 does."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from capsnet.acceleration import Acceleration, CpuFeatures, choose_acceleration, cpu_features, make_adam
+from capsnet.files import read_jsonl
+from capsnet.options import TrainOptions
+from capsnet.schedule import Schedule, cosine_factor
+from capsnet.train import train
+
+AVX2 = CpuFeatures(capability="AVX2", avx512_bf16=False, amx=False, onednn_bf16=False)
+AVX512 = CpuFeatures(capability="AVX512", avx512_bf16=False, amx=False, onednn_bf16=True)  # bf16 emulated
+AVX512_BF16 = CpuFeatures(capability="AVX512", avx512_bf16=True, amx=False, onednn_bf16=True)
+AMX = CpuFeatures(capability="AVX512", avx512_bf16=True, amx=True, onednn_bf16=True)
+CPU, CUDA, MPS = torch.device("cpu"), torch.device("cuda"), torch.device("mps")
+
+
+@pytest.mark.parametrize(("features", "amp"), [(AVX2, False), (AVX512, False), (AVX512_BF16, True), (AMX, True)])
+def test_bf16_autocast_only_where_the_cpu_computes_bf16_natively(features: CpuFeatures, amp: bool) -> None:
+    chosen = choose_acceleration(CPU, features=features)
+    assert (chosen.amp, chosen.fused_adam, chosen.compile) == (amp, True, False)
+    assert chosen.reason == features.describe()
+    assert ("no native bf16" in chosen.reason) == (not amp)
+
+
+def test_the_gpu_path_is_kept_and_every_choice_can_be_forced() -> None:
+    assert choose_acceleration(CUDA) == Acceleration(amp=True, fused_adam=False, compile=True, reason="CUDA")
+    assert choose_acceleration(MPS) == Acceleration(amp=False, fused_adam=False, compile=False, reason="MPS")
+    forced = choose_acceleration(CPU, amp=True, fused_adam=False, compile=True, features=AVX2)
+    assert (forced.amp, forced.fused_adam, forced.compile) == (True, False, True)
+    assert forced.reason == "AVX2, no native bf16; amp, fused Adam, compile as asked"
+    assert forced.describe().startswith("bf16 autocast, foreach Adam, torch.compile (AVX2")
+
+
+def test_this_machines_features_are_read_from_torch() -> None:
+    features = cpu_features()
+    assert features.capability == torch.backends.cpu.get_cpu_capability()
+    assert features.native_bf16 == ((features.avx512_bf16 or features.amx) and features.onednn_bf16)
+    if features.capability in ("AVX2", "DEFAULT"):  # no AVX-512, hence no AVX512-BF16
+        assert not features.native_bf16
+
+
+def test_fused_adam_takes_the_same_steps_as_the_default_one() -> None:
+    torch.manual_seed(0)
+    a = torch.nn.Linear(8, 4)
+    b = torch.nn.Linear(8, 4)
+    b.load_state_dict(a.state_dict())
+    opts = make_adam(a.parameters(), 1e-2, fused=False), make_adam(b.parameters(), 1e-2, fused=True)
+    assert opts[1].defaults["fused"] and not opts[0].defaults.get("fused")
+    for _ in range(5):
+        x = torch.randn(16, 8)
+        for net, opt in zip((a, b), opts):
+            opt.zero_grad()
+            net(x).pow(2).sum().backward()
+            opt.step()
+    torch.testing.assert_close(a.weight, b.weight, rtol=1e-5, atol=1e-6)
+
+
+def test_the_cosine_schedule_warms_up_then_decays_to_zero() -> None:
+    total, warm = 100, 10
+    factors = [cosine_factor(s, total, warm) for s in range(total + 1)]
+    assert factors[0] == pytest.approx(0.01) and factors[warm] == pytest.approx(1.0)
+    assert all(x < y for x, y in zip(factors[:warm], factors[1 : warm + 1]))  # rising
+    assert all(x >= y for x, y in zip(factors[warm:], factors[warm + 1 :]))  # then falling
+    assert factors[warm + 45] == pytest.approx(0.5 * (1 + math.cos(math.pi * 0.5)))
+    assert factors[total] == pytest.approx(0.0, abs=1e-12)
+
+    optimizer = torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))], lr=2e-3)
+    schedule = Schedule(optimizer, "cosine", lr_decay=0.5, epochs=2, batches=50, warmup=0.1)
+    lrs = []
+    for _ in range(2):
+        for _ in range(50):
+            lrs.append(optimizer.param_groups[0]["lr"])
+            schedule.after_batch()
+        schedule.after_epoch()  # a cosine schedule ignores epochs (and --lr-decay)
+    assert lrs == pytest.approx([2e-3 * f for f in factors[:100]])
+
+    optimizer = torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))], lr=1e-3)
+    schedule = Schedule(optimizer, "exponential", lr_decay=0.5, epochs=2, batches=50, warmup=0.1)
+    schedule.after_batch()
+    assert optimizer.param_groups[0]["lr"] == 1e-3
+    schedule.after_epoch()
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(5e-4)
+
+
+def _short_run(out: Path, amp: bool) -> list[dict]:
+    train(TrainOptions(preset="tiny", epochs=1, train_size=1024, test_size=512, device="cpu", amp=amp,
+                       out=str(out), progress=False, seed=3))  # fmt: skip
+    return read_jsonl(out / "metrics.jsonl")
+
+
+@pytest.mark.slow
+def test_a_bf16_run_learns_as_the_float32_one_does(data_dir: Path, tmp_path: Path) -> None:
+    """Same seed, same data, a short real run (forced bf16 even where it is emulated and slow):
+    loss within 2% and test accuracy within 2 points of float32's, and both well above chance."""
+    (bf16,) = _short_run(tmp_path / "bf16", amp=True)
+    (fp32,) = _short_run(tmp_path / "fp32", amp=False)
+    assert bf16["train_loss"] == pytest.approx(fp32["train_loss"], rel=0.02)
+    assert bf16["test_loss"] == pytest.approx(fp32["test_loss"], rel=0.02)
+    assert abs(bf16["test_accuracy"] - fp32["test_accuracy"]) <= 0.02
+    assert min(bf16["test_accuracy"], fp32["test_accuracy"]) > 0.3  # learned, not two runs stuck at chance
+    args = json.loads((tmp_path / "bf16" / "args.json").read_text())
+    assert args["acceleration"]["amp"] is True and args["acceleration"]["reason"].endswith("amp as asked")
+
+
+@pytest.mark.slow
+def test_the_fast_recipe_runs_and_records_its_choices(data_dir: Path, tmp_path: Path, capfd) -> None:
+    options = TrainOptions.from_recipe("fast", preset="tiny", epochs=2, train_size=640, test_size=256,
+                                       device="cpu", out=str(tmp_path), progress=False)  # fmt: skip
+    records = train(options)
+    # 10 batches of 64 an epoch, a cosine over 20 with 1 batch of warm-up: the rate after each epoch
+    assert [r["lr"] for r in records] == pytest.approx([2e-3 * cosine_factor(s, 20, 1) for s in (10, 20)])
+    args = json.loads((tmp_path / "args.json").read_text())
+    assert (args["recipe"], args["schedule"], args["batch_size"]) == ("fast", "cosine", 64)
+    chosen = choose_acceleration(CPU)
+    assert args["acceleration"] == chosen.to_dict()
+    assert f": {chosen.describe()}" in capfd.readouterr().err  # the run's log says what was chosen
