@@ -1,7 +1,13 @@
-"""Training-step throughput on whatever device is present: the package's routing paths, a baseline, a ceiling.
+"""Training-step throughput on whatever device is present: precision and optimizer, routing paths, a ceiling.
 
-    python benchmarks/bench_training.py                    # CUDA if present, else the CPU (smaller batches)
+    python benchmarks/bench_training.py                    # CUDA if present, else the CPU (batch 128)
     python benchmarks/bench_training.py --batches 128 1024 --compile
+    python benchmarks/bench_training.py --time-to-accuracy --seeds 0 1 2   # the fast recipe, wall time to accuracy
+
+The first table, on a CPU, compares the trainer's old default (float32, foreach Adam) with the
+new one chosen for this CPU (`capsnet.acceleration`), and each choice alone: bf16 autocast and
+the fused Adam. On a CPU without native bf16 the bf16 rows are emulated by oneDNN and very
+slow, so they take one timed step after one warm-up.
 
 One training step is forward, margin + reconstruction loss, backward and Adam, on synthetic batches
 (the input pipeline is measured by bench_model.py). Rows, each at every batch size:
@@ -24,6 +30,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
+from capsnet.acceleration import choose_acceleration, cpu_features, make_adam
 from capsnet.config import CapsNetConfig
 from capsnet.device import describe_device
 from capsnet.layers import squash
@@ -67,13 +74,21 @@ class Variant(CapsNet):
         return primary, poses, None
 
 
-def step_time(model: torch.nn.Module, batch: int, device: torch.device, warmup: int, repeats: int) -> float:
-    """Median seconds of one training step at `batch`."""
+def step_time(
+    model: torch.nn.Module,
+    batch: int,
+    device: torch.device,
+    warmup: int,
+    repeats: int,
+    amp: bool | None = None,
+    fused: bool = False,
+) -> float:
+    """Median seconds of one training step at `batch` (amp None: as the trainer chooses on CUDA, off elsewhere)."""
     images = torch.rand(batch, 1, 28, 28, device=device)
     labels = torch.randint(0, 10, (batch,), device=device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    optimizer = make_adam(model.parameters(), 1e-3, fused)
     config = model.config if hasattr(model, "config") else model._orig_mod.config  # type: ignore[attr-defined]
-    amp = device.type == "cuda"
+    amp = device.type == "cuda" if amp is None else amp
 
     def step() -> None:
         training_step(model, optimizer, images, labels, images, config, amp)  # the trainer's own step
@@ -92,15 +107,104 @@ def step_time(model: torch.nn.Module, batch: int, device: torch.device, warmup: 
     return statistics.median(times)
 
 
+def precision_table(device: torch.device, batches: list[int], warmup: int, repeats: int) -> None:
+    """Old CPU default, new default, each choice alone, and the routing-free ceiling under the new default.
+
+    The rows other than the ceiling are the package's CapsNet as the trainer runs it (routing in float32 under autocast).
+    """
+    config = CapsNetConfig.preset("paper")
+    new = choose_acceleration(device)
+    native = device.type != "cpu" or cpu_features().native_bf16
+    rows = [
+        ("old default: float32, foreach Adam", False, False, None),
+        ("bf16 autocast alone", True, False, None),
+        ("fused Adam alone (float32)", False, True, None),
+        ("bf16 autocast + fused Adam", True, True, None),
+        (f"new default: {new.precision}, {'fused' if new.fused_adam else 'foreach'} Adam", new.amp, new.fused_adam,
+         None),
+        ("new default, routing removed (ceiling)", new.amp, new.fused_adam, no_routing),
+    ]  # fmt: skip
+    print(f"\nPrecision and optimizer on {describe_device(device)}: {new.reason}")
+    print(f"new default chosen here: {new.describe()}")
+    print(f"\n| variant | {' | '.join(f'batch {b}' for b in batches)} | vs old |")
+    print(f"|---|{'---|' * len(batches)}---|")
+    old: dict[int, float] = {}
+    for name, amp, fused, routing in rows:
+        emulated = amp and not native
+        cells, ratios = [], []
+        for batch in batches:
+            torch.manual_seed(0)
+            model = (CapsNet(config) if routing is None else Variant(config, routing)).to(device).train()
+            w, r = (1, 1) if emulated else (warmup, repeats)
+            rate = batch / step_time(model, batch, device, w, r, amp=amp, fused=fused)
+            old.setdefault(batch, rate)
+            cells.append(f"{rate:,.1f} images/s")
+            ratios.append(f"{rate / old[batch]:.2f}x")
+        label = name + (" (bf16 emulated: no native bf16 here)" if emulated else "")
+        print(f"| {label} | {' | '.join(cells)} | {' / '.join(ratios)} |", flush=True)
+
+
+def time_to_accuracy(seeds: list[int], extra: list[str], targets: list[float]) -> None:
+    """The real CLI with --recipe fast, once per seed: each epoch's test accuracy and the wall time from the start."""
+    import json
+    import subprocess
+    import tempfile
+
+    print(
+        f"\nTime to accuracy, python -m capsnet.train --recipe fast {' '.join(extra)} (wall time from the command's start)"
+    )
+    print("\n| seed | epoch | test accuracy | wall time |")
+    print("|---|---|---|---|")
+    reached: dict[float, list[float]] = {t: [] for t in targets}
+    for seed in seeds:
+        with tempfile.TemporaryDirectory() as out:
+            argv = [sys.executable, "-m", "capsnet.train", "--recipe", "fast", "--seed", str(seed), "--out", out,
+                    "--no-progress", *extra]  # fmt: skip
+            start = time.perf_counter()
+            process = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+            assert process.stdout is not None
+            hit: dict[float, float] = {}
+            for line in process.stdout:
+                if not line.startswith("{"):
+                    continue
+                record, wall = json.loads(line), time.perf_counter() - start
+                print(f"| {seed} | {record['epoch']} | {100 * record['test_accuracy']:.2f}% | {wall / 60:.1f} min |",
+                      flush=True)  # fmt: skip
+                for t in targets:
+                    if record["test_accuracy"] >= t and t not in hit:
+                        hit[t] = wall
+            if process.wait() != 0:
+                raise SystemExit(f"seed {seed}: the trainer failed (exit {process.returncode})")
+            for t in targets:
+                reached[t].append(hit.get(t, float("nan")))
+    for t, walls in reached.items():
+        done = [w for w in walls if w == w]
+        shown = f"median {statistics.median(done) / 60:.1f} min" if len(done) == len(walls) else "not reached by all"
+        print(f"{100 * t:.1f}%: {len(done)}/{len(walls)} seeds, {shown}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batches", type=int, nargs="+", default=None, help="batch sizes (default: 128 1024 on CUDA)")
     parser.add_argument("--compile", action="store_true", help="also the compiled rows (long on a CPU)")
-    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--routing", action="store_true", help="also the table of routing paths")
+    parser.add_argument("--time-to-accuracy", action="store_true", help="only the fast recipe's time to accuracy")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--targets", type=float, nargs="+", default=[0.99, 0.995])
+    parser.add_argument("--train-args", default="", help="more trainer options for --time-to-accuracy, one string")
     args = parser.parse_args(argv)
+    if args.time_to_accuracy:
+        time_to_accuracy(args.seeds, args.train_args.split(), args.targets)
+        return 0
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    batches = args.batches or ([128, 1024] if device.type == "cuda" else [32])
+    batches = args.batches or ([128, 1024] if device.type == "cuda" else [128])
+    features = cpu_features()
+    print(f"CPU capability {features.capability}; {features.describe()}; oneDNN bf16 kernels: {features.onednn_bf16}")
+    precision_table(device, batches, args.warmup, args.repeats)
+    if not args.routing and not args.compile:
+        return 0
     config = CapsNetConfig.preset("paper")
     rows: list[tuple[str, Callable[[], torch.nn.Module]]] = [
         ("capsnet, hand-written backward", lambda: Variant(config, "manual")),
@@ -117,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
                 3, ("capsnet, autograd, CUDA graphs", lambda: torch.compile(Variant(config, "autograd"), **graphs))
             )
             rows.insert(6, ("seeds' einsum, CUDA graphs", lambda: torch.compile(Variant(config, seeds_einsum_routing), **graphs)))  # fmt: skip
-    print(f"Training step (forward, loss, backward, Adam) on {describe_device(device)}; median of {args.repeats}")
+    print(f"\nRouting paths (forward, loss, backward, Adam) on {describe_device(device)}; median of {args.repeats}")
     print(f"\n| variant | {' | '.join(f'batch {b}' for b in batches)} |")
     print(f"|---|{'---|' * len(batches)}")
     for name, make in rows:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import streamlit as st
 
-from capsnet import catalog, runs
+from capsnet import catalog, eta, runs
 from capsnet.data import DATASETS
 from capsnet.device import DEVICE_CHOICES
 from capsnet.errors import CapsNetError
+from capsnet.eta import Speed
 from capsnet.options import TrainOptions
+from capsnet.recipes import RECIPES
 from dashboard import models, state, texts
 from dashboard import train_form as form
 
@@ -77,11 +79,32 @@ def model_picker() -> None:
 # ---------------------------------------------------------------- train form
 
 
+ETA_MEASURED = "eta_measured"  # the user asked for a measured time estimate: keep showing it
+
+
+def _key(name: str, recipe: str) -> str:
+    """A form widget's key: one per recipe, so that choosing a recipe shows its defaults."""
+    return name if recipe == "paper" else f"{name}_{recipe}"
+
+
 def train_form() -> None:
     """The "Train a model" form: bounded inputs, defaults from TrainOptions; Start launches a background run."""
     no_model = not st.session_state.get(state.MODEL_PATH)
-    d = form.DEFAULTS
     with st.expander("Train a model", expanded=no_model, icon=":material/model_training:"):
+        recipe = st.radio(
+            "Recipe", list(RECIPES), format_func=lambda name: RECIPES[name].title, key="train_recipe",
+            horizontal=True, help="A recipe sets the epochs, batch size, learning rate and schedule below.",
+        )  # fmt: skip
+        d = TrainOptions.from_recipe(recipe)
+        recorded = _eta_text(d, measure=False)
+        st.caption(f"{RECIPES[recipe].summary} {recorded}")
+        if not recorded:
+            if st.session_state.get(ETA_MEASURED):
+                st.caption(_eta_text(d))
+            else:
+                st.button("How long on this machine?", key="eta_measure", icon=":material/timer:",
+                          on_click=st.session_state.__setitem__, args=(ETA_MEASURED, True),
+                          help="Times a few training steps of the paper's CapsNet here (a few seconds).")  # fmt: skip
         with st.form("train_form", border=False):
             dataset = st.selectbox(
                 "Dataset", list(DATASETS), index=list(DATASETS).index(d.dataset),
@@ -96,11 +119,14 @@ def train_form() -> None:
             )  # fmt: skip
             network, preset = choice.split("/")
             c1, c2 = st.columns(2)
-            epochs = c1.number_input("Epochs", *form.EPOCHS, value=d.epochs, step=1, key="train_epochs")
-            batch = c2.number_input("Batch size", *form.BATCH_SIZE, value=d.batch_size, step=16, key="train_batch")
-            lr = c1.number_input(
-                "Learning rate", *form.LEARNING_RATE, value=d.lr, step=1e-4, format="%.4f", key="train_lr"
+            epochs = c1.number_input("Epochs", *form.EPOCHS, value=d.epochs, step=1, key=_key("train_epochs", recipe))
+            batch = c2.number_input(
+                "Batch size", *form.BATCH_SIZE, value=d.batch_size, step=16, key=_key("train_batch", recipe)
             )
+            lr = c1.number_input(
+                "Learning rate" if d.schedule == "exponential" else "Peak learning rate", *form.LEARNING_RATE,
+                value=d.lr, step=1e-4, format="%.4f", key=_key("train_lr", recipe),
+            )  # fmt: skip
             iterations = c2.number_input(
                 "Routing iterations", *form.ROUTING_ITERATIONS, value=d.routing_iterations, step=1,
                 key="train_iterations",
@@ -125,7 +151,8 @@ def train_form() -> None:
             with notice.container():
                 try:
                     options = form.form_options(
-                        dataset=dataset, model=network, preset=preset, epochs=int(epochs), batch_size=int(batch), lr=float(lr),
+                        recipe=recipe, dataset=dataset, model=network, preset=preset, epochs=int(epochs),
+                        batch_size=int(batch), lr=float(lr),
                         routing_iterations=int(iterations), train_size=int(train_size), test_size=int(test_size),
                         device=device,
                     )  # fmt: skip
@@ -136,6 +163,35 @@ def train_form() -> None:
         st.caption(f"Runs are saved in `{state.runs_root()}/<time>-<dataset>/`. One run at a time on this machine.")
 
 
+@st.cache_data(max_entries=16, show_spinner="Timing a few training steps on this machine...")
+def _measured_speed(options: TrainOptions) -> Speed:
+    return eta.measure_speed(options)
+
+
+def _eta_text(
+    options: TrainOptions,
+    train_examples: int = form.TRAIN_SIZE[1],
+    test_examples: int = form.TEST_SIZE[1],
+    measure: bool = True,
+) -> str:
+    """'On this machine: about 27 min for 1 epoch of ... (37 images/s, run ...)', from the speed an earlier run
+    measured here for this network, else (`measure`) a few training steps timed now; '' when neither."""
+    try:
+        speed = eta.recorded_speed(runs.list_runs(state.runs_root()), options)
+        if speed is None and measure:
+            speed = _measured_speed(options)
+    except (ValueError, CapsNetError, RuntimeError) as error:  # no estimate is no reason to refuse a run
+        return f"(No time estimate: {error}.)"
+    if speed is None:
+        return ""
+    seconds = eta.estimate_seconds(options, train_examples, test_examples, speed)
+    epochs = f"{options.epochs} epoch{'s' if options.epochs != 1 else ''}"
+    return (
+        f"On this machine: about {texts.format_duration(seconds)} for {epochs} of the {options.model} "
+        f"{options.preset} model on {options.dataset} ({speed.images_per_s:.0f} images/s, {speed.source})."
+    )
+
+
 def start_training(options: TrainOptions) -> None:
     try:
         run = runs.start_run(options, state.runs_root())
@@ -144,7 +200,11 @@ def start_training(options: TrainOptions) -> None:
         return
     st.session_state[state.WATCHED_RUN] = run.name
     st.session_state[state.FINISHED_RUN] = None
-    st.success(f"Started {run.name} (pid {run.pid}).", icon=":material/rocket_launch:")
+    examples = options.train_size or form.TRAIN_SIZE[1]
+    tests = options.test_size or form.TEST_SIZE[1]
+    st.success(
+        f"Started {run.name} (pid {run.pid}). {_eta_text(options, examples, tests)}", icon=":material/rocket_launch:"
+    )
 
 
 # ---------------------------------------------------------------- live progress

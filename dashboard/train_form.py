@@ -7,7 +7,6 @@ the page open can start a run on the machine that serves it.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import torch
@@ -49,6 +48,7 @@ assert set(MODEL_LABELS) == {f"capsnet/{p}" for p in PRESETS} | {f"cnn/{p}" for 
 
 def form_options(
     *,
+    recipe: str = DEFAULTS.recipe,
     dataset: str = DEFAULTS.dataset,
     model: str = DEFAULTS.model,
     preset: str = DEFAULTS.preset,
@@ -75,8 +75,8 @@ def form_options(
         raise ValueError(f"learning rate must lie between {low:g} and {high:g}, got {lr!r}")
     if f"{model}/{preset}" not in MODEL_LABELS:
         raise ValueError(f"model must be one of {', '.join(MODEL_LABELS)}, got {model}/{preset}")
-    return dataclasses.replace(
-        DEFAULTS,
+    return TrainOptions.from_recipe(
+        recipe,
         dataset=dataset,
         model=model,
         preset=preset,
@@ -87,4 +87,4 @@ def form_options(
         train_size=None if train_size >= TRAIN_SIZE[1] else train_size,
         test_size=None if test_size >= TEST_SIZE[1] else test_size,
         device=device,
-    ).validate()
+    ).validate()  # the recipe's schedule and warm-up; the form's own fields win over its defaults

@@ -122,3 +122,32 @@ def test_the_fast_recipe_runs_and_records_its_choices(data_dir: Path, tmp_path: 
     chosen = choose_acceleration(CPU)
     assert args["acceleration"] == chosen.to_dict()
     assert f": {chosen.describe()}" in capfd.readouterr().err  # the run's log says what was chosen
+
+
+def test_the_time_estimate_uses_a_matching_runs_measured_speed() -> None:
+    from types import SimpleNamespace
+
+    from capsnet.eta import Speed, estimate_seconds, recorded_speed
+
+    options = TrainOptions.from_recipe("fast", device="cpu")
+    mine = choose_acceleration(CPU).to_dict()
+    other = {**mine, "amp": not mine["amp"]}
+
+    def run(name: str, speeds: list, **args) -> SimpleNamespace:
+        args = {"dataset": "mnist", "model": "capsnet", "preset": "paper", "acceleration": mine} | args
+        return SimpleNamespace(name=name, args=args, metrics=[{"images_per_s": s} for s in speeds])
+
+    runs = [
+        run("tiny", [900.0], preset="tiny"),
+        run("cnn", [500.0], model="cnn"),
+        run("pairs", [10.0], dataset="multimnist"),  # 36x36: another network size
+        run("other-precision", [80.0], acceleration=other),
+        run("old", [70.0], acceleration=None),  # from before the choice was recorded
+        run("no-metrics", []),
+        run("fashion", [40.0, 44.0, "abc", 42.0], dataset="fashion-mnist"),  # same 28x28 network
+        run("older", [30.0]),
+    ]
+    assert recorded_speed(runs, options) == Speed(42.0, "run fashion")
+    assert recorded_speed(runs[:6], options) is None
+    seconds = estimate_seconds(options, 60_000, 10_000, Speed(40.0, "x"))
+    assert seconds == pytest.approx(options.epochs * (60_000 / 40 + 10_000 / 120))

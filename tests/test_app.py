@@ -406,6 +406,24 @@ def test_the_sidebar_form_offers_the_command_lines_defaults(app_with_run) -> Non
     assert at.sidebar.selectbox(key="train_device").value == defaults.device
 
 
+def test_the_sidebar_offers_the_fast_recipe_with_a_measured_time(app_with_run) -> None:  # noqa: F811
+    at = new_app().run()
+    no_exception(at)
+    assert at.sidebar.radio(key="train_recipe").value == "paper"
+    at.sidebar.radio(key="train_recipe").set_value("fast").run()
+    no_exception(at)
+    fast = TrainOptions.from_recipe("fast")
+    assert at.sidebar.number_input(key="train_epochs_fast").value == fast.epochs
+    assert at.sidebar.number_input(key="train_batch_fast").value == fast.batch_size
+    assert at.sidebar.number_input(key="train_lr_fast").value == pytest.approx(fast.lr)
+    captions = " ".join(c.value for c in at.sidebar.caption)
+    assert "cosine decay" in captions and "On this machine" not in captions  # no run of this network measured yet
+    at.sidebar.button(key="eta_measure").click().run(timeout=120)
+    no_exception(at)
+    captions = " ".join(c.value for c in at.sidebar.caption)
+    assert "On this machine: about" in captions and "measured now" in captions, captions
+
+
 def test_the_training_page_shows_why_a_run_failed(app_with_run) -> None:  # noqa: F811
     from capsnet.files import write_json
 
