@@ -14,6 +14,8 @@ from typing import Any
 
 from capsnet.errors import InvalidArgumentError
 
+INITS = ("torch", "official")
+
 
 @dataclass(frozen=True)
 class CapsNetConfig:
@@ -31,6 +33,9 @@ class CapsNetConfig:
     primary_dim: int = 8
     primary_kernel: int = 9
     primary_stride: int = 2
+    # the official code's PrimaryCaps multiplies its convolution's output by 1/32 before the bias (softmax(0) over
+    # its 32 types: a capsule layer with one routing iteration); 1.0 in the shipped 28x28 models
+    primary_scale: float = 1.0
     # DigitCaps: one 16-D capsule per class, reached by dynamic routing
     digit_dim: int = 16
     routing_iterations: int = 3
@@ -41,6 +46,10 @@ class CapsNetConfig:
     m_minus: float = 0.1
     down_weight: float = 0.5
     reconstruction_weight: float = 0.0005
+    # how the weights start: "torch" (PyTorch's layer defaults, W_ij ~ N(0, 1/(8*10)): the shipped 28x28 models) or
+    # "official" (the official code's: truncated normals, sigma 0.05 for Conv1 and 0.1 for PrimaryCaps and W_ij,
+    # every bias 0.1); only a fresh model reads it
+    init: str = "torch"
 
     def __post_init__(self) -> None:
         # types first: a config read from a file's header may hold anything JSON can
@@ -52,6 +61,10 @@ class CapsNetConfig:
             elif f.type == "float":
                 if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                     raise ValueError(f"{f.name} must be a finite number, got {value!r}")
+        if self.init not in INITS:
+            raise ValueError(f"init must be one of {', '.join(INITS)}, got {self.init!r}")
+        if not self.primary_scale > 0:
+            raise ValueError(f"primary_scale must be greater than 0, got {self.primary_scale!r}")
         hidden = self.decoder_hidden
         if not isinstance(hidden, (tuple, list)) or not all(_is_int(n) and n >= 1 for n in hidden):
             raise ValueError(f"decoder_hidden must be a sequence of widths >= 1, got {hidden!r}")
@@ -113,8 +126,13 @@ def _is_int(value: Any) -> bool:
 PRESETS: dict[str, CapsNetConfig] = {
     # the paper's model: 8,215,568 parameters on 28x28 inputs, 6,804,224 without the decoder
     "paper": CapsNetConfig(),
-    # the same network on MultiMNIST's 36x36 pairs: a 10x10 primary grid, 3,200 primary capsules, 11,361,808 parameters
-    "multimnist": CapsNetConfig(image_size=36),
+    # the paper's network with the official code's initial scales (the 1/32 on PrimaryCaps, its initial weights): the
+    # same parameters, and on 36x36 or 40x40 inputs (3,200 or 4,608 primary capsules) it learns at lr 1e-3, where
+    # "paper" saturates every capsule within a few dozen steps (tests/test_initial_scales.py)
+    "official": CapsNetConfig(primary_scale=1 / 32, init="official"),
+    # the same on MultiMNIST's 36x36 pairs: a 10x10 primary grid, 3,200 primary capsules, 11,361,808 parameters
+    # (the shipped multimnist.safetensors predates the official scales: its header says primary_scale 1.0)
+    "multimnist": CapsNetConfig(image_size=36, primary_scale=1 / 32, init="official"),
     # a small network for tests and quick demos: same structure, narrower layers
     "tiny": CapsNetConfig(conv1_channels=32, primary_types=8, primary_dim=8, digit_dim=16, decoder_hidden=(64, 128)),
 }

@@ -177,13 +177,17 @@ class PrimaryCapsules(nn.Module):
     row-major order, so `poses.view(B, types, grid, grid, dim)` recovers the grid.
     """
 
-    def __init__(self, in_channels: int, types: int, dim: int, kernel: int, stride: int) -> None:
+    def __init__(self, in_channels: int, types: int, dim: int, kernel: int, stride: int, scale: float = 1.0) -> None:
         super().__init__()
-        self.types, self.dim = types, dim
+        self.types, self.dim, self.scale = types, dim, scale
         self.conv = nn.Conv2d(in_channels, types * dim, kernel_size=kernel, stride=stride)
 
     def forward(self, x: Tensor) -> Tensor:
-        out = self.conv(x)  # (B, types*dim, G, G)
+        if self.scale == 1.0:
+            out = self.conv(x)  # (B, types*dim, G, G)
+        else:  # the official code's 1/32 on the convolution's output, before its bias
+            out = F.conv2d(x, self.conv.weight, None, self.conv.stride) * self.scale
+            out = out + self.conv.bias.view(1, -1, 1, 1)  # (B, types*dim, G, G)
         batch, _, height, width = out.shape
         out = out.view(batch, self.types, self.dim, height, width)  # (B, 32, 8, 6, 6)
         out = out.permute(0, 1, 3, 4, 2).reshape(batch, self.types * height * width, self.dim)  # (B, 1152, 8)

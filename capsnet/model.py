@@ -93,9 +93,21 @@ class CapsNet(nn.Module):
             config.primary_dim,
             config.primary_kernel,
             config.primary_stride,
+            config.primary_scale,
         )
         self.digits = RoutingCapsules(config.num_primary, config.primary_dim, config.num_classes, config.digit_dim)
         self.decoder = Decoder(config)
+        if config.init == "official":
+            self._official_init()
+
+    @torch.no_grad()
+    def _official_init(self) -> None:
+        """The official code's initial weights (Sarasra/models, research/capsules): truncated normals (cut at
+        two sigma) with sigma 0.05 for Conv1, 0.1 for the PrimaryCaps kernel and W_ij, every bias 0.1."""
+        for weight, sigma in ((self.conv1.weight, 0.05), (self.primary.conv.weight, 0.1), (self.digits.weight, 0.1)):
+            nn.init.trunc_normal_(weight, std=sigma, a=-2 * sigma, b=2 * sigma)
+        for bias in (self.conv1.bias, self.primary.conv.bias):
+            nn.init.constant_(bias, 0.1)
 
     def num_parameters(self, decoder: bool = True) -> int:
         """Parameter count: 8,215,568 for the paper's model, 6,804,224 without the decoder."""

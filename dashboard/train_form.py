@@ -35,6 +35,8 @@ def _parameters(network: str, preset: str) -> str:
 # the form's "Model" choices, as "<network>/<preset>": every preset of each network the CLI can train
 MODEL_LABELS = {
     "capsnet/paper": f"Paper's CapsNet ({_parameters('capsnet', 'paper')} parameters)",
+    "capsnet/official": f"Paper's CapsNet, the official code's initial scales ({_parameters('capsnet', 'official')} "
+    "parameters; learns at lr 1e-3 on 40x40 too)",
     "capsnet/tiny": f"Tiny CapsNet ({_parameters('capsnet', 'tiny')} parameters, a quick demo)",
     "capsnet/multimnist": f"Paper's CapsNet for 36x36 MultiMNIST ({_parameters('capsnet', 'multimnist')} parameters)",
     "cnn/paper": f"CNN baseline, the paper's with two pools ({_parameters('cnn', 'paper')} parameters on 28x28)",
