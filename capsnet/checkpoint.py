@@ -22,7 +22,7 @@ from safetensors.torch import load_file, save_file
 
 from capsnet.checkpoint_info import CheckpointInfo
 from capsnet.errors import CapsNetError
-from capsnet.files import atomic_path
+from capsnet.files import atomic_path, write_failure
 from capsnet.networks import AnyConfig, AnyModel, architecture_of, build_model, config_from_dict
 
 FORMAT = "capsnet"
@@ -81,8 +81,11 @@ def save_checkpoint(
         "config": json.dumps(model.config.to_dict()),
         "info": json.dumps(info.to_dict() if isinstance(info, CheckpointInfo) else dict(info)),
     }
-    with atomic_path(path) as tmp:
-        save_file(tensors, str(tmp), metadata=metadata)
+    try:
+        with atomic_path(path) as tmp:
+            save_file(tensors, str(tmp), metadata=metadata)
+    except SafetensorError as error:  # a full disk, among others: one line naming the file and the cause
+        raise write_failure(path, error) from None
     return path
 
 

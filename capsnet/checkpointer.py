@@ -1,9 +1,16 @@
 """What a training run saves as it goes (in the manner of timm's CheckpointSaver).
 
-After every epoch: `last.safetensors`, `best.safetensors` when the test accuracy is the best so
-far, and `train_state.pt` (optimizer, schedule, position) for --resume; on a stop part-way
-through an epoch, the state with the sums of the part already trained. Only the main process
-of a distributed run writes. Every file is written atomically.
+After every epoch: `last.safetensors`, `best.safetensors` when the accuracy is the best so far,
+`train_state.pt` (optimizer, schedule, position) for --resume, and the epoch's metrics line; on a
+stop part-way through an epoch, the state with the sums of the part already trained. Only the
+main process of a distributed run writes. Every file is written atomically.
+
+An epoch's records commit together: its checkpoints are first staged (`last.pending.safetensors`),
+then the state is saved with the epoch's metrics record in it (the commit point), then the staged
+files take their names and the metrics line is appended. A trainer killed anywhere in between
+leaves files that `reconcile` (run on --resume) brings back to one consistent epoch: staged
+checkpoints of a committed epoch are promoted, those of an uncommitted one removed, metrics lines
+past the state dropped and a committed one that is missing appended.
 """
 
 from __future__ import annotations
@@ -15,13 +22,13 @@ from datetime import datetime, timezone
 import torch
 
 import capsnet
-from capsnet.checkpoint import save_checkpoint
+from capsnet.checkpoint import read_checkpoint_info, save_checkpoint
 from capsnet.checkpoint_info import CheckpointInfo
 from capsnet.data import dataset_info
 from capsnet.device import describe_device
 from capsnet.errors import CapsNetError
 from capsnet.evaluate import Evaluation, PairEvaluation
-from capsnet.files import atomic_path
+from capsnet.files import atomic_path, write_failure
 from capsnet.networks import AnyModel
 from capsnet.novelty import NoveltyThresholds
 from capsnet.options import TrainOptions
@@ -39,6 +46,7 @@ class TrainState:
     best_epoch: int = 0
     elapsed: float = 0.0  # seconds of training so far
     partial: dict[str, float] = field(default_factory=dict)  # the interrupted epoch's sums (`EpochSums`)
+    record: dict = field(default_factory=dict)  # the metrics line of epoch `epoch`, committed with this state
 
 
 class Checkpointer:
@@ -55,6 +63,39 @@ class Checkpointer:
         self.folder, self.model, self.optimizer, self.scheduler = folder, model, optimizer, scheduler
         self.enabled = enabled  # False on the other processes of a distributed run
         self.state = TrainState()
+        self.committed_best = -1.0  # the best accuracy of a saved state: all that may be claimed
+
+    def reconcile(self) -> list[str]:
+        """Bring the folder back to the epoch its train_state.pt records (after a kill); returns what was done."""
+        done: list[str] = []
+        committed = self.state.epoch
+        for name in (RunFolder.LAST, RunFolder.BEST):
+            staged = self.folder.file(RunFolder.pending(name))
+            if not staged.is_file():
+                continue
+            try:
+                epoch = read_checkpoint_info(staged)[1].epochs
+            except CapsNetError:
+                epoch = None
+            if epoch == committed:
+                staged.replace(self.folder.file(name))
+                done.append(f"kept the saved epoch's {name}")
+            else:
+                staged.unlink()
+                done.append(f"dropped {staged.name} of an epoch that was not saved")
+        metrics = self.folder.read_metrics()
+        kept = [r for r in metrics if isinstance(r.get("epoch"), int) and r["epoch"] <= committed]
+        if (
+            self.state.record
+            and self.state.record.get("epoch") == committed
+            and committed not in [r["epoch"] for r in kept]
+        ):
+            kept.append(self.state.record)  # type: ignore[arg-type]
+        if kept != metrics:
+            self.folder.write_metrics(kept)  # type: ignore[arg-type]
+            done.append(f"metrics.jsonl made to end at epoch {committed}")
+        done += [f"removed {p.name}" for p in self.folder.remove_stale_temporaries()]
+        return done
 
     def restore(self) -> TrainState:
         """Load train_state.pt into the model, optimizer and scheduler (for --resume); never runs code."""
@@ -78,11 +119,13 @@ class Checkpointer:
                 best_epoch=int(saved["best_epoch"]),
                 elapsed=float(saved["elapsed"]),
                 partial={k: float(v) for k, v in dict(saved.get("partial") or {}).items()},
+                record=dict(saved.get("record") or {}),
             )
         except (KeyError, RuntimeError, TypeError, ValueError, AttributeError) as error:
             raise CapsNetError(
                 f"--resume: the saved state in {self.folder.path} does not fit this model ({type(error).__name__})"
             ) from None
+        self.committed_best = self.state.best_accuracy
         return self.state
 
     def save_state(self, epoch: int, batch: int = 0, partial: dict[str, float] | None = None) -> None:
@@ -96,19 +139,38 @@ class Checkpointer:
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
         }
-        with atomic_path(self.folder.state_path) as tmp:
-            torch.save(payload, tmp)
+        try:
+            with atomic_path(self.folder.state_path) as tmp:
+                torch.save(payload, tmp)
+        except RuntimeError as error:  # torch.save's own error for a failed write (a full disk)
+            raise write_failure(self.folder.state_path, error) from None
+        self.committed_best = self.state.best_accuracy
+
+    def commit_epoch(self, epoch: int, record: dict | None) -> None:
+        """Epoch `epoch` is done: save the state with its metrics `record` (the commit), then give the staged
+        checkpoints their names and append the metrics line."""
+        self.state.record = dict(record or {})
+        self.save_state(epoch)
+        if not self.enabled:
+            return
+        for name in (RunFolder.LAST, RunFolder.BEST):
+            staged = self.folder.file(RunFolder.pending(name))
+            if staged.is_file():
+                staged.replace(self.folder.file(name))
+        if record:
+            self.folder.append_metrics(record)  # type: ignore[arg-type]
 
     def save_models(self, epoch: int, accuracy: float, info: CheckpointInfo) -> bool:
-        """last.safetensors, and best.safetensors if `accuracy` is the best so far; returns whether it is."""
+        """Stage last.safetensors, and best.safetensors if `accuracy` is the best so far (`commit_epoch` gives
+        them their names); returns whether it is."""
         best = accuracy > self.state.best_accuracy
-        if best:
-            self.state.best_accuracy, self.state.best_epoch = accuracy, epoch
-        info = info.replace(best_epoch=self.state.best_epoch)
+        info = info.replace(best_epoch=epoch if best else self.state.best_epoch)
         if self.enabled:
-            save_checkpoint(self.folder.file(RunFolder.LAST), self.model, info)
+            save_checkpoint(self.folder.file(RunFolder.pending(RunFolder.LAST)), self.model, info)
             if best:
-                save_checkpoint(self.folder.file(RunFolder.BEST), self.model, info)
+                save_checkpoint(self.folder.file(RunFolder.pending(RunFolder.BEST)), self.model, info)
+        if best:  # only once saved
+            self.state.best_accuracy, self.state.best_epoch = accuracy, epoch
         return best
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -23,6 +24,22 @@ class FileWriteError(CapsNetError):
 
 def _cannot_write(path: Path, error: OSError) -> FileWriteError:
     return FileWriteError(f"cannot write {path}: {error.strerror or error}")
+
+
+def write_failure(path: str | os.PathLike, error: BaseException) -> FileWriteError:
+    """A writer's own error (safetensors', torch.save's) as a FileWriteError that names the real cause.
+
+    A full disk is named as such, whatever words the writer used for it.
+    """
+    path = Path(path)
+    text = " ".join(str(error).split())
+    try:
+        full = shutil.disk_usage(path.parent if path.parent.exists() else ".").free < 1_000_000
+    except OSError:
+        full = False
+    if full or any(s in text for s in ("No space left", "StorageFull", "ENOSPC", "errno 28", "os error 28")):
+        return FileWriteError(f"cannot write {path}: no space left on device")
+    return FileWriteError(f"cannot write {path}: {text[:200] or type(error).__name__}")
 
 
 def writable(path: str | os.PathLike) -> None:

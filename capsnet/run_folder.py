@@ -8,6 +8,8 @@
         best.safetensors   the model with the best test accuracy so far
         train_state.pt     optimizer, schedule and position, for --resume (tensors and numbers only)
         train.log          the trainer's output, when the dashboard started it
+        .lock              held (flock) by the trainer writing the folder: one trainer per folder
+        *.pending.safetensors  an epoch's checkpoints staged until its state is saved (see capsnet.checkpointer)
 
 The trainer writes these files and everything else reads them, through this module only: the
 names and the progress schema live here. Reading is tolerant (a file being written, missing, or
@@ -18,6 +20,7 @@ $CAPSNET_RUNS_DIR, else ./runs; folders are named from the clock and the dataset
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import time
 from dataclasses import dataclass, field
@@ -26,7 +29,7 @@ from pathlib import Path
 from typing import Any, Literal, TypedDict
 
 from capsnet.errors import CapsNetError
-from capsnet.files import append_jsonl, read_json, read_jsonl, write_json
+from capsnet.files import append_jsonl, atomic_write, read_json, read_jsonl, write_json
 
 RUNS_ENV = "CAPSNET_RUNS_DIR"
 PROGRESS_EVERY_S = 1.0  # progress.json is rewritten at most this often (always on a status change)
@@ -113,6 +116,14 @@ class RunFolder:
     BEST = "best.safetensors"
     STATE = "train_state.pt"
     LOG = "train.log"
+    LOCK = ".lock"
+    RUN_FILES = (METRICS, STATE, LAST, BEST)  # what a run that has trained leaves: never overwritten but by --resume
+
+    @staticmethod
+    def pending(name: str) -> str:
+        """The staged form of a checkpoint's file name: last.pending.safetensors."""
+        stem, _, suffix = name.partition(".")
+        return f"{stem}.pending.{suffix}"
 
     def __post_init__(self) -> None:
         self.path = Path(self.path)
@@ -173,6 +184,10 @@ class RunFolder:
     def has_state(self) -> bool:
         return (self.path / self.STATE).is_file()
 
+    def holds_a_run(self) -> bool:
+        """Whether a run has trained here (metrics, a state or checkpoints): args.json alone is a run not yet begun."""
+        return any((self.path / name).exists() for name in self.RUN_FILES)
+
     def log_tail(self, lines: int = 40, max_bytes: int = 64_000) -> str:
         """The last `lines` lines of train.log ('' if it has none)."""
         try:
@@ -192,8 +207,67 @@ class RunFolder:
     def append_metrics(self, record: EpochRecord) -> None:
         append_jsonl(self.path / self.METRICS, dict(record))
 
+    def write_metrics(self, records: list[EpochRecord]) -> None:
+        """Replace metrics.jsonl with `records`, atomically (a resume reconciling it with the saved state)."""
+        text = "".join(json.dumps(dict(r)) + "\n" for r in records)
+        atomic_write(self.path / self.METRICS, lambda handle: handle.write(text.encode()))
+
+    def remove_stale_temporaries(self) -> list[Path]:
+        """Delete the temporary files of writes a killed trainer never finished (`.<name>.<random>.tmp`)."""
+        removed = []
+        for stale in self.path.glob(".*.tmp"):
+            try:
+                stale.unlink()
+                removed.append(stale)
+            except OSError:
+                pass
+        return removed
+
+    def lock(self) -> FolderLock:
+        """Take the folder's lock, held until released or the process ends (even by kill -9); RunFolderError if
+        another trainer holds it."""
+        return FolderLock.take(self.path / self.LOCK)
+
     def write_progress(self, progress: Progress) -> None:
         write_json(self.path / self.PROGRESS, dataclasses.asdict(progress))
+
+
+class FolderLock:
+    """An exclusive lock on a run folder: `flock` on its .lock file (released by the OS with the process)."""
+
+    def __init__(self, handle: Any) -> None:
+        self._handle = handle
+
+    @classmethod
+    def take(cls, path: Path) -> FolderLock:
+        try:
+            import fcntl
+        except ImportError:  # Windows: no advisory locks; one trainer per folder is then up to the user
+            return cls(None)
+        try:
+            handle = open(path, "a+", encoding="utf-8")
+        except OSError as error:
+            raise RunFolderError(f"cannot lock {path.parent}: {error.strerror or error}") from None
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.seek(0)
+            holder = handle.read().strip()[:20]
+            handle.close()
+            raise RunFolderError(
+                f"{path.parent} is in use by another training process{f' (pid {holder})' if holder else ''}: "
+                "wait for it to finish or stop it, or choose another --out"
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(str(os.getpid()))
+        handle.flush()
+        return cls(handle)
+
+    def release(self) -> None:
+        if self._handle is not None:
+            self._handle.close()  # closing the file releases the flock
+            self._handle = None
 
 
 @dataclass

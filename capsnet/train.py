@@ -43,7 +43,16 @@ from capsnet.evaluate import evaluate, right_answers
 from capsnet.multimnist import MultiBatch, epoch_pairs
 from capsnet.networks import AnyConfig, AnyModel, build_model, model_loss, preset_config
 from capsnet.options import TrainOptions
-from capsnet.run_folder import EpochRecord, Progress, ProgressWriter, RunFolder, RunFolderError, new_run_dir, runs_root
+from capsnet.run_folder import (
+    EpochRecord,
+    FolderLock,
+    Progress,
+    ProgressWriter,
+    RunFolder,
+    RunFolderError,
+    new_run_dir,
+    runs_root,
+)
 from capsnet.schedule import Schedule
 from capsnet.train_data import load_data
 
@@ -51,8 +60,11 @@ REPORT_EVERY_S = 0.5  # seconds between progress reports (each one reads the run
 SYNC_EVERY = 50  # batches between the checks that need the device or every process: stop flag, collapse
 
 
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
 class StopFlag:
-    """Set by SIGINT/SIGTERM; the loop checks it after every batch. A second Ctrl-C aborts."""
+    """Set by SIGINT, SIGTERM or SIGHUP (a closed terminal); the loop checks it after every batch. A second Ctrl-C aborts."""
 
     def __init__(self) -> None:
         self.stop = False
@@ -60,7 +72,7 @@ class StopFlag:
 
     def __enter__(self) -> StopFlag:
         if threading.current_thread() is threading.main_thread():  # signals can only be set there
-            for sig in (signal.SIGINT, signal.SIGTERM):
+            for sig in STOP_SIGNALS:
                 self._previous[sig] = signal.signal(sig, self._handle)
         return self
 
@@ -229,6 +241,7 @@ class Prepared:
     origin: dict[str, Any] | None  # the checkpoint an --init run started from
     args: dict[str, Any]  # what args.json is to hold, written once the run's state has loaded
     acceleration: Acceleration  # bf16 or float32, fused Adam, compile: chosen for this machine
+    lock: FolderLock | None = None  # the main process's hold on the folder, released by `train`
 
 
 def prepare(options: TrainOptions, env: Distributed, acceleration: Acceleration) -> Prepared:
@@ -247,6 +260,24 @@ def prepare(options: TrainOptions, env: Distributed, acceleration: Acceleration)
     else:
         path = Path(from_main(str(new_run_dir(runs_root(), options.dataset)) if env.is_main else None, env))
     folder = RunFolder(path)
+    lock = folder.lock() if env.is_main else None  # one trainer per folder, before anything in it is read or written
+    try:
+        return _prepare_locked(options, env, acceleration, folder, lock)
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+
+
+def _prepare_locked(
+    options: TrainOptions, env: Distributed, acceleration: Acceleration, folder: RunFolder, lock: FolderLock | None
+) -> Prepared:
+    if not options.resume and env.is_main and folder.holds_a_run():
+        stored = folder.read_args()
+        what = f" ({stored.get('dataset', '?')}, {len(folder.read_metrics())} epochs)" if stored else ""
+        raise RunFolderError(
+            f"{folder.path} already holds a run{what}: continue it with --resume, or choose another --out"
+        )
     origin = None
     if options.resume:
         stored = folder.read_args()
@@ -264,7 +295,7 @@ def prepare(options: TrainOptions, env: Distributed, acceleration: Acceleration)
         args["acceleration"] = acceleration.to_dict()
         if env.is_main:
             folder.write_args(args)
-    return Prepared(options, folder, origin, args, acceleration)
+    return Prepared(options, folder, origin, args, acceleration, lock)
 
 
 def build(
@@ -312,6 +343,9 @@ def fit(
     model, optimizer, scheduler = build(options, device, accel, batches)
     saver = Checkpointer(folder, model, optimizer, scheduler, enabled=env.is_main)
     state = saver.restore() if options.resume else saver.state
+    if options.resume and env.is_main:
+        for change in saver.reconcile():  # a trainer killed at an epoch's end left part of its records
+            print(f"{folder.path}: {change}", file=sys.stderr)
     if options.resume and env.is_main and folder.read_args() != prepared.args:
         folder.write_args(prepared.args)  # only once the saved state has proved sound
     if env.is_main:
@@ -379,6 +413,7 @@ def fit(
                     status = "stopped"
                     saver.save_state(epoch, done_before + sums.batches, sums.to_state())
                     break
+                record: EpochRecord | None = None
                 if env.is_main:
                     result = data.evaluate(model, device)
                     info = epoch_info(options, epoch + 1, result, state.elapsed, device, prepared.origin)
@@ -393,8 +428,8 @@ def fit(
                                 "val_examples": val.total,
                             }
                         )
-                    saver.save_models(epoch + 1, (val or result).accuracy, info)
-                    record: EpochRecord = {
+                    saver.save_models(epoch + 1, (val or result).accuracy, info)  # staged until the commit
+                    record = {
                         "epoch": epoch + 1,
                         "train_loss": sums.loss,
                         "train_accuracy": sums.accuracy,
@@ -406,13 +441,13 @@ def fit(
                         "images_per_s": round(sums.seen / max(sums.seconds, 1e-9), 1),
                         **({"val_loss": val.loss, "val_accuracy": val.accuracy} if val is not None else {}),
                     }
-                    folder.append_metrics(record)
+                scheduler.after_epoch()
+                saver.commit_epoch(epoch + 1, dict(record) if record else None)  # state, checkpoints, metrics line
+                if record is not None:
                     print(json.dumps(record), flush=True)
                     records.append(record)
                     if on_epoch is not None:
                         on_epoch(record)
-                scheduler.after_epoch()
-                saver.save_state(epoch + 1)
                 barrier(env)
         except TrainingCollapsedError as error:
             status, reason = "failed", str(error)
@@ -421,8 +456,11 @@ def fit(
             status, reason = "failed", f"{type(error).__name__}: {' '.join(str(error).split())}"[:300]
             raise
         finally:
-            best = max(saver.state.best_accuracy, 0.0)
-            progress.update(force=True, status=status, best_accuracy=best, reason=reason)
+            best = max(saver.committed_best, 0.0)  # only what a saved state holds
+            try:
+                progress.update(force=True, status=status, best_accuracy=best, reason=reason)
+            except CapsNetError as error:  # never hide the error that ended the run (a full disk fails both)
+                print(f"{folder.path}: could not record the run's end: {error}", file=sys.stderr)
     return records
 
 
@@ -435,7 +473,11 @@ def train(options: TrainOptions, on_epoch: Callable[[EpochRecord], None] | None 
             device = torch.device("cuda", env.local_rank)  # one GPU per torchrun process
         acceleration = choose_acceleration(device, options.amp, options.fused_adam, options.compile)
         prepared = prepare(options, env, acceleration)
-        return fit(prepared, env, device, on_epoch)
+        try:
+            return fit(prepared, env, device, on_epoch)
+        finally:
+            if prepared.lock is not None:
+                prepared.lock.release()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -193,7 +193,8 @@ def test_missing_dataset_is_one_line(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
 
 
-def test_sigterm_stops_at_a_batch_and_resume_finishes(data_dir: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP (a closed terminal)"])
+def test_a_stop_signal_stops_at_a_batch_and_resume_finishes(data_dir: Path, tmp_path: Path, stop) -> None:
     out = tmp_path / "run"
     args = [
         *TINY,
@@ -217,7 +218,7 @@ def test_sigterm_stops_at_a_batch_and_resume_finishes(data_dir: Path, tmp_path: 
         if progress.is_file() and read_json(progress).get("batch", 0) >= 3:
             break
         time.sleep(0.2)
-    process.send_signal(signal.SIGTERM)
+    process.send_signal(stop)
     assert process.wait(timeout=60) == 0, process.stderr.read()
     state = torch.load(out / "train_state.pt", weights_only=True)
     assert state["epoch"] == 0 and 3 <= state["batch"] < 125

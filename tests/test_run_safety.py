@@ -1,0 +1,170 @@
+"""Nothing lost: a run folder is never overwritten, one trainer per folder, an epoch's records commit
+together (a kill anywhere at its end is reconciled on --resume), and a full disk is named as such."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from capsnet import train as train_module
+from capsnet.checkpoint import read_checkpoint_info
+from capsnet.checkpointer import Checkpointer
+from capsnet.files import read_json, read_jsonl
+from capsnet.options import TrainOptions
+from capsnet.run_folder import RunFolder, RunFolderError
+from capsnet.train import main, train
+
+pytestmark = pytest.mark.slow
+T = ["--preset", "tiny", "--train-size", "512", "--test-size", "256", "--device", "cpu", "--no-progress"]
+
+
+def tiny(out: Path, **changes) -> TrainOptions:
+    values = dict(preset="tiny", train_size=512, test_size=256, device="cpu", progress=False, out=str(out), epochs=2)
+    return TrainOptions(**(values | changes))
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.name not in (".lock", "progress.json")}
+
+
+def test_a_folder_holding_a_run_is_not_overwritten(data_dir: Path, tmp_path: Path, capsys) -> None:
+    train(tiny(tmp_path))
+    before = snapshot(tmp_path)
+    capsys.readouterr()
+    assert main([*T, "--epochs", "1", "--dataset", "fashion-mnist", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "already holds a run (mnist, 2 epochs)" in err and "--resume" in err
+    assert snapshot(tmp_path) == before  # nothing of the first run touched
+    # a folder with only the options of a run that never trained (a failed start) can be used
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    (fresh / "args.json").write_text("{}")
+    assert [r["epoch"] for r in train(tiny(fresh, epochs=1))] == [1]
+
+
+def test_two_trainers_never_share_a_folder(data_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    first = subprocess.Popen(
+        [sys.executable, "-m", "capsnet.train", *T, "--train-size", "3000", "--epochs", "2", "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.time() + 120
+    while not (out / "progress.json").is_file() and time.time() < deadline:
+        time.sleep(0.2)
+    second = subprocess.run(
+        [sys.executable, "-m", "capsnet.train", *T, "--epochs", "1", "--out", str(out)], capture_output=True, text=True
+    )
+    resumed = subprocess.run(
+        [sys.executable, "-m", "capsnet.train", "--resume", "--epochs", "3", "--out", str(out), "--no-progress"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert first.wait(timeout=300) == 0, first.stderr[-2000:]
+    for refused in (second, resumed):
+        assert refused.returncode == 2
+        assert f"in use by another training process (pid {first.pid})" in refused.stderr
+        assert refused.stderr.strip().count("\n") == 0
+    assert [r["epoch"] for r in read_jsonl(out / "metrics.jsonl")] == [1, 2]
+    assert json.loads((out / "args.json").read_text())["train_size"] == 3000
+
+
+class Killed(BaseException):
+    """Stands for kill -9: nothing after it runs (it is not an Exception, so nothing catches it)."""
+
+
+@pytest.mark.parametrize(
+    "where",
+    ["after the checkpoints, before the state", "after the state, before the checkpoints' names",
+     "after the checkpoints' names, before the metrics line"],
+)  # fmt: skip
+def test_a_kill_at_an_epochs_end_is_reconciled_on_resume(
+    data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    train(tiny(tmp_path, epochs=1))
+    save_state, append = Checkpointer.save_state, RunFolder.append_metrics
+
+    def die_in_epoch_2(step):
+        def wrapped(self, *args, **kwargs):
+            epoch = args[0] if args else kwargs.get("epoch")
+            if isinstance(epoch, int) and epoch == 2 or isinstance(epoch, dict) and epoch.get("epoch") == 2:
+                if where.startswith("after the state"):
+                    step(self, *args, **kwargs)  # the state is saved; the kill comes before the rest
+                raise Killed
+            return step(self, *args, **kwargs)
+
+        return wrapped
+
+    if where.startswith("after the checkpoints,"):
+        monkeypatch.setattr(Checkpointer, "save_state", die_in_epoch_2(save_state))
+    elif where.startswith("after the state"):
+        monkeypatch.setattr(Checkpointer, "save_state", die_in_epoch_2(save_state))
+    else:
+        monkeypatch.setattr(RunFolder, "append_metrics", die_in_epoch_2(append))
+    (tmp_path / ".last.safetensors.x1y2.tmp").write_bytes(b"half a file")  # an interrupted write
+    with pytest.raises(Killed):
+        train(tiny(tmp_path, resume=True, epochs=2))
+    monkeypatch.undo()
+    assert read_json(tmp_path / "progress.json")["status"] == "failed"
+
+    records = train(tiny(tmp_path, resume=True, epochs=3))
+    epochs = [r["epoch"] for r in read_jsonl(tmp_path / "metrics.jsonl")]
+    assert epochs == [1, 2, 3], epochs  # never 1, 2, 2, 3, and never a gap
+    saved = torch.load(tmp_path / "train_state.pt", weights_only=True)
+    assert saved["epoch"] == 3 and saved["record"]["epoch"] == 3
+    assert read_checkpoint_info(tmp_path / "last.safetensors")[1].epochs == 3
+    best = read_checkpoint_info(tmp_path / "best.safetensors")[1]
+    metrics = {r["epoch"]: r for r in read_jsonl(tmp_path / "metrics.jsonl")}
+    assert best.test_accuracy == metrics[best.epochs]["test_accuracy"]  # the best file is an epoch the metrics show
+    assert not list(tmp_path.glob("*.pending.*")) and not list(tmp_path.glob(".*.tmp"))
+    assert [r["epoch"] for r in records] == ([2, 3] if where.startswith("after the checkpoints,") else [3])
+
+
+def test_a_full_disk_is_one_line_naming_the_real_failure(
+    data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """Both writers fail as they do on a full disk: safetensors with its StorageFull error, torch.save with its
+    own; the message names the file and the cause, progress says failed, and no unsaved accuracy is claimed."""
+    from safetensors import SafetensorError
+
+    import capsnet.checkpoint as checkpoint_module
+
+    def full(*args, **kwargs):
+        raise SafetensorError(
+            'Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space left on device" })'
+        )
+
+    monkeypatch.setattr(checkpoint_module, "save_file", full)
+    assert main([*T, "--epochs", "1", "--out", str(tmp_path / "a")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].endswith("last.pending.safetensors: no space left on device"), err
+    progress = read_json(tmp_path / "a" / "progress.json")
+    assert progress["status"] == "failed" and progress["best_accuracy"] == 0.0  # nothing was saved
+    monkeypatch.undo()
+
+    def torch_full(*args, **kwargs):
+        raise RuntimeError("[enforce fail at inline_container.cc:664] . unexpected pos 1024 vs 512")
+
+    monkeypatch.setattr(torch, "save", torch_full)
+    monkeypatch.setattr("capsnet.files.shutil.disk_usage", lambda path: SimpleNamespace(free=0))
+    assert main([*T, "--epochs", "1", "--out", str(tmp_path / "b")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].endswith("train_state.pt: no space left on device"), err  # not progress.json, not a traceback
+    progress = read_json(tmp_path / "b" / "progress.json")
+    assert progress["status"] == "failed" and progress["best_accuracy"] == 0.0  # best.safetensors staged, not saved
+
+
+def test_a_folder_lock_is_exclusive_and_released(tmp_path: Path) -> None:
+    folder = RunFolder(tmp_path)
+    lock = folder.lock()
+    with pytest.raises(RunFolderError, match=f"in use by another training process \\(pid {os.getpid()}\\)"):
+        folder.lock()
+    lock.release()
+    folder.lock().release()
+    assert train_module.STOP_SIGNALS  # SIGINT, SIGTERM and, where it exists, SIGHUP
