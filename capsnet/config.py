@@ -15,6 +15,7 @@ from typing import Any
 from capsnet.errors import InvalidArgumentError
 
 INITS = ("torch", "official")
+MAX_ROUTING_ITERATIONS = 20  # a header asking for more is refused (a million would hang whoever reads it)
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,10 @@ class CapsNetConfig:
             elif f.type == "float":
                 if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                     raise ValueError(f"{f.name} must be a finite number, got {value!r}")
+        if self.routing_iterations > MAX_ROUTING_ITERATIONS:
+            raise ValueError(
+                f"routing_iterations must be at most {MAX_ROUTING_ITERATIONS}, got {self.routing_iterations}"
+            )
         if self.init not in INITS:
             raise ValueError(f"init must be one of {', '.join(INITS)}, got {self.init!r}")
         if not self.primary_scale > 0:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -88,6 +89,29 @@ def write_json(path: str | os.PathLike, data: Any) -> None:
     atomic_write(path, lambda handle: handle.write(json.dumps(data, indent=2).encode()))
 
 
+class FileReadError(CapsNetError):
+    """A file that is not to be read: not a regular file, or too large."""
+
+
+def read_regular_file(path: str | os.PathLike, limit: int) -> bytes:
+    """The bytes of `path`, a regular file of at most `limit` bytes.
+
+    A FIFO, a device (/dev/zero) or a folder is refused before it is opened (so nothing blocks or
+    grows without bound), and so is a longer file; OSError for a missing or unreadable one.
+    """
+    path = Path(path)
+    info = os.stat(path)
+    if not stat.S_ISREG(info.st_mode):
+        raise FileReadError(f"{path}: not a regular file")
+    with open(path, "rb") as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit or info.st_size > limit:
+        raise FileReadError(
+            f"{path}: too large ({max(info.st_size, len(data)) / 1e6:.0f} MB; at most {limit / 1e6:.0f} MB)"
+        )
+    return data
+
+
 def read_json(path: str | os.PathLike) -> Any:
     with open(path, encoding="utf-8") as handle:
         return json.load(handle)
@@ -108,7 +132,7 @@ def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
     """All complete JSON lines of `path` (a line being written is skipped); [] if absent."""
     records = []
     try:
-        with open(path, encoding="utf-8") as handle:
+        with open(path, encoding="utf-8", errors="replace") as handle:  # damaged bytes cost their line only
             for line in handle:
                 try:
                     records.append(json.loads(line))

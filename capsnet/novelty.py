@@ -126,6 +126,6 @@ def thresholds_for(checkpoint: Any, data_dir: str | None = None) -> NoveltyThres
         raise CapsNetError(f"{checkpoint.path}: too few test images are classified right to calibrate on")
     try:
         write_json(cached, made.to_dict())
-    except OSError:
-        pass  # a read-only home: computed again next time
+    except (OSError, CapsNetError):  # a read-only or full home: computed again next time, and predict goes on
+        pass
     return made

@@ -18,13 +18,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from capsnet.cli import ArgumentParser
-from capsnet.config import PRESETS
+from capsnet.config import MAX_ROUTING_ITERATIONS, PRESETS
 from capsnet.data import DATASETS
 from capsnet.device import DEVICE_CHOICES
 from capsnet.errors import InvalidArgumentError
 from capsnet.networks import ARCHITECTURES
 from capsnet.recipes import RECIPES
 from capsnet.schedule import SCHEDULES
+
+MAX_SEED = 2**32 - 1  # NumPy's seeds
 
 # the model presets of runs begun before the presets were named after the network rather than the dataset
 LEGACY_PRESETS = {"mnist": "paper", "fashion-mnist": "paper", None: "paper"}
@@ -155,6 +157,12 @@ class TrainOptions:
                 raise InvalidArgumentError(f"{flag} must be {least}, got {value}")
         if not math.isfinite(self.lr):
             raise InvalidArgumentError(f"--lr must be finite, got {self.lr}")
+        if not 0 <= self.seed <= MAX_SEED:
+            raise InvalidArgumentError(f"--seed must lie in 0..{MAX_SEED}, got {self.seed}")
+        if self.routing_iterations > MAX_ROUTING_ITERATIONS:
+            raise InvalidArgumentError(
+                f"--routing-iterations must be at most {MAX_ROUTING_ITERATIONS}, got {self.routing_iterations}"
+            )
         if not (isinstance(self.warmup, (int, float)) and 0 <= self.warmup < 1):
             raise InvalidArgumentError(f"--warmup must lie in [0, 1), got {self.warmup}")
         if not 0 < self.lr_decay <= 1:
@@ -189,7 +197,11 @@ class TrainOptions:
         """Options from a stored args.json: unknown keys (older or newer versions) are ignored."""
         known = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in data.items() if k in known}
-        if "preset" in values and values["preset"] in LEGACY_PRESETS:
+        if (
+            "preset" in values
+            and isinstance(values["preset"], (str, type(None)))
+            and values["preset"] in LEGACY_PRESETS
+        ):
             values["preset"] = LEGACY_PRESETS[values["preset"]]
         return cls(**values)
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import torch
 
@@ -23,6 +22,7 @@ from capsnet.checkpoint import Checkpoint, load_checkpoint
 from capsnet.cli import ArgumentParser, run_cli
 from capsnet.device import pick_device
 from capsnet.errors import CapsNetError
+from capsnet.files import read_regular_file
 from capsnet.novelty import NoveltyThresholds, thresholds_for
 from capsnet.preprocess import as_model_input, preprocess_upload
 
@@ -42,13 +42,16 @@ class Prediction:
     reconstruction_error: float
 
 
+MAX_FILE_BYTES = 50_000_000  # an image file larger than this is refused before it is read
+
+
 def predict_files(checkpoint: Checkpoint, thresholds: NoveltyThresholds, paths: list[str]) -> list[Prediction | str]:
     """A `Prediction` for each readable file, else the one-line error for it; the readable ones in one batch."""
     results: list[Prediction | str] = []
     digits, where = [], []
     for path in paths:
         try:
-            digits.append(preprocess_upload(Path(path).read_bytes(), path))
+            digits.append(preprocess_upload(read_regular_file(path, MAX_FILE_BYTES), path))
             where.append(len(results))
             results.append("")
         except (OSError, CapsNetError) as error:

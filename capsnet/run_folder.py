@@ -37,6 +37,19 @@ PROGRESS_EVERY_S = 1.0  # progress.json is rewritten at most this often (always 
 Status = Literal["starting", "running", "finished", "stopped", "failed"]
 
 
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _finite(value: Any) -> bool:
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and value == value
+        and abs(value) != float("inf")
+    )
+
+
 class RunFolderError(CapsNetError):
     """A run folder could not be created."""
 
@@ -55,6 +68,9 @@ class EpochRecord(TypedDict, total=False):
     images_per_s: float
     val_loss: float  # with --val-size: on the training images held out
     val_accuracy: float
+
+
+_NUMERIC = frozenset(EpochRecord.__annotations__)  # every field of a metrics line is a number
 
 
 @dataclass
@@ -157,7 +173,15 @@ class RunFolder:
             return None
 
     def read_metrics(self) -> list[EpochRecord]:
-        return [r for r in read_jsonl(self.path / self.METRICS) if isinstance(r, dict)]  # type: ignore[misc]
+        """The epochs' records, each with a whole `epoch` >= 1; a field of the wrong type is left out of its record
+        (a hand-edited or damaged file costs those values, never its reader)."""
+        records: list[EpochRecord] = []
+        for raw in read_jsonl(self.path / self.METRICS):
+            if not isinstance(raw, dict) or not _whole(raw.get("epoch")) or raw["epoch"] < 1:
+                continue
+            record = {k: v for k, v in raw.items() if k in _NUMERIC and _finite(v)}
+            records.append(record)  # type: ignore[arg-type]
+        return records
 
     def read_args(self) -> dict[str, Any]:
         """args.json as stored ({} if absent or unreadable); `TrainOptions.from_dict` makes options of it.
@@ -247,7 +271,7 @@ class FolderLock:
         try:
             handle = open(path, "a+", encoding="utf-8")
         except OSError as error:
-            raise RunFolderError(f"cannot lock {path.parent}: {error.strerror or error}") from None
+            raise RunFolderError(f"cannot write {path}: {error.strerror or error}") from None
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:

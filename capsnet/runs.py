@@ -390,13 +390,18 @@ def read_run(
     return RunSummary(
         folder=folder,
         status=status,
-        dataset=str(args.get("dataset") or (progress.dataset if progress else "")),
-        epochs_total=(progress.epochs if progress and progress.epochs else 0) or int(args.get("epochs") or 0),
+        dataset=str(args.get("dataset") or (progress.dataset if progress else ""))[:60],
+        epochs_total=(progress.epochs if progress and progress.epochs else 0) or _count(args.get("epochs")),
         metrics=folder.read_metrics(),
         progress=progress,
         args=args,
         reason=reason,
     )
+
+
+def _count(value: Any) -> int:
+    """A stored count, or 0 when it is not a whole number (a damaged args.json)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def list_runs(root: str | os.PathLike | None = None) -> list[RunSummary]:

@@ -349,7 +349,7 @@ def fit(
     if options.resume and env.is_main and folder.read_args() != prepared.args:
         folder.write_args(prepared.args)  # only once the saved state has proved sound
     if env.is_main:
-        print(f"training on {describe_device(device)}: {accel.describe()}", file=sys.stderr, flush=True)
+        print(f"training on {describe_device(device)}: {accel.describe()}", flush=True)  # stdout: stderr is for errors
     net: torch.nn.Module = model
     use_cuda = device.type == "cuda"
     if accel.compile:

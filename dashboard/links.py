@@ -44,7 +44,8 @@ def read_link(entries: list[CheckpointEntry]) -> None:
         wanted = params["checkpoint"]
         match = next((e for e in usable if checkpoint_name(e) == wanted), None)
         if match is None:
-            notices.append(f"The link's checkpoint {wanted!r} is not on this server: the default model is shown.")
+            shown = wanted if len(wanted) <= 60 else wanted[:60] + "..."  # never echo a long value back whole
+            notices.append(f"The link's checkpoint {shown!r} is not on this server: the default model is shown.")
         else:
             chosen = match
             st.session_state[state.MODEL_PATH] = str(match.path)
@@ -54,7 +55,8 @@ def read_link(entries: list[CheckpointEntry]) -> None:
             notices.append(f"The link's iterations {params['iterations']!r} is not a number from 1 to 20: ignored.")
         else:
             st.session_state["routing_iterations"] = value
-    classes = len(dataset_info(chosen.dataset).classes) if chosen is not None and chosen.dataset else 10
+    known = chosen is not None and chosen.dataset in DATASETS  # a header may name a dataset this version lacks
+    classes = len(dataset_info(chosen.dataset).classes) if known else 10
     if "capsule" in params:
         value = _whole(params["capsule"], 0, classes - 1)
         if value is None:

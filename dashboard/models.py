@@ -228,6 +228,12 @@ def test_set(name: str) -> tuple[torch.Tensor, torch.Tensor]:
 
 def try_test_set(name: str) -> tuple[torch.Tensor, torch.Tensor] | None:
     """The test set, or an error message on the page (and None)."""
+    if name not in DATASETS:  # a header naming a dataset this version does not know
+        st.error(
+            f"This model's dataset {name[:60]!r} is unknown to this version: no test images.",
+            icon=":material/folder_off:",
+        )
+        return None
     try:
         return test_set(name)
     except (DatasetNotFoundError, DatasetDamagedError) as error:

@@ -121,7 +121,7 @@ def test_the_fast_recipe_runs_and_records_its_choices(data_dir: Path, tmp_path: 
     assert (args["recipe"], args["schedule"], args["batch_size"]) == ("fast", "cosine", 64)
     chosen = choose_acceleration(CPU)
     assert args["acceleration"] == chosen.to_dict()
-    assert f": {chosen.describe()}" in capfd.readouterr().err  # the run's log says what was chosen
+    assert f": {chosen.describe()}" in capfd.readouterr().out  # the run's log says what was chosen
 
 
 def test_the_time_estimate_uses_a_matching_runs_measured_speed() -> None:

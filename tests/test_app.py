@@ -424,6 +424,35 @@ def test_the_sidebar_offers_the_fast_recipe_with_a_measured_time(app_with_run) -
     assert "On this machine: about" in captions and "measured now" in captions, captions
 
 
+def test_one_bad_run_folder_costs_one_row_never_the_page(app_with_run) -> None:  # noqa: F811
+    """Damaged run folders, as found by probing: non-UTF-8 metrics, a metrics value of the wrong type, args with
+    wrong types, and a checkpoint header naming a dataset this version does not know."""
+    from capsnet.checkpoint import load_checkpoint, save_checkpoint
+
+    runs_root, _ = app_with_run
+    good = runs_root / "20250101-000000-mnist"
+    bad = {name: runs_root / f"20250102-00000{i}-mnist" for i, name in enumerate(("bytes", "seconds", "args", "data"))}
+    for folder in bad.values():
+        shutil.copytree(good, folder)
+    (bad["bytes"] / "metrics.jsonl").write_bytes(b'{"epoch": 1, "test_accuracy": 0.5}\n\xff\xfe\x00 broken\n')
+    (bad["seconds"] / "metrics.jsonl").write_text('{"epoch": 1, "seconds": "abc", "train_loss": [1]}\n')
+    args = json.loads((bad["args"] / "args.json").read_text())
+    (bad["args"] / "args.json").write_text(json.dumps(args | {"epochs": "abc", "preset": ["x"], "train_size": {}}))
+    checkpoint = load_checkpoint(good / "best.safetensors")
+    save_checkpoint(bad["data"] / "best.safetensors", checkpoint.model, checkpoint.info.replace(dataset="cifar-11"))
+    at = new_app().run()
+    at.switch_page("app_pages/training.py").run()
+    no_exception(at)
+    table = at.dataframe[0].value
+    assert set(table["run"]) == {good.name, *(f.name for f in bad.values())}
+    for page in ("app_pages/draw.py", "app_pages/routing.py"):
+        at = new_app()
+        at.query_params["checkpoint"] = bad["data"].name
+        at.run()
+        at.switch_page(page).run()
+        no_exception(at)
+
+
 def test_the_training_page_shows_why_a_run_failed(app_with_run) -> None:  # noqa: F811
     from capsnet.files import write_json
 

@@ -168,3 +168,76 @@ def test_a_folder_lock_is_exclusive_and_released(tmp_path: Path) -> None:
     lock.release()
     folder.lock().release()
     assert train_module.STOP_SIGNALS  # SIGINT, SIGTERM and, where it exists, SIGHUP
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--seed", "-1"], "--seed must lie in 0..4294967295"),
+        (["--seed", "4294967296"], "--seed must lie in 0..4294967295"),
+        (["--routing-iterations", "1000000"], "--routing-iterations must be at most 20"),
+    ],
+)
+def test_out_of_range_options_are_one_line_and_leave_no_folder(tmp_path: Path, capsys, args, message) -> None:
+    assert main([*T, "--epochs", "1", "--out", str(tmp_path / "r"), *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and err.count("\n") == 0
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_resume_with_damaged_options_is_one_line(data_dir: Path, tmp_path: Path, capsys) -> None:
+    train(tiny(tmp_path, epochs=1))
+    args = json.loads((tmp_path / "args.json").read_text())
+    (tmp_path / "args.json").write_text(json.dumps(args | {"preset": ["x"], "lr": "fast"}))
+    capsys.readouterr()
+    assert main(["--resume", "--out", str(tmp_path), "--epochs", "2", "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and ("--preset" in err or "--lr" in err), err
+
+
+def test_a_header_asking_for_a_million_routing_iterations_is_refused(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    from capsnet.checkpoint import CheckpointError, load_checkpoint
+
+    with safe_open(str(tiny_checkpoint), "pt") as handle:
+        metadata = handle.metadata()
+        tensors = {k: handle.get_tensor(k) for k in handle.keys()}
+    config = json.loads(metadata["config"]) | {"routing_iterations": 1_000_000}
+    save_file(tensors, str(tmp_path / "slow.safetensors"), metadata=metadata | {"config": json.dumps(config)})
+    with pytest.raises(CheckpointError, match="routing_iterations must be at most 20"):
+        load_checkpoint(tmp_path / "slow.safetensors")
+
+
+def test_predict_reads_regular_files_only_and_goes_on_without_a_cache(
+    tiny_checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    from PIL import Image
+
+    from capsnet import predict
+
+    digit = tmp_path / "digit.png"
+    drawing = Image.new("L", (28, 28))
+    drawing.paste(255, (12, 4, 16, 24))  # a bar: a one
+    drawing.save(digit)
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    big = tmp_path / "big.png"
+    with open(big, "wb") as handle:
+        handle.truncate(predict.MAX_FILE_BYTES + 1)
+    from capsnet.checkpoint import load_checkpoint, save_checkpoint
+
+    old = load_checkpoint(tiny_checkpoint)  # as a checkpoint from before thresholds were stored: computed, then cached
+    uncalibrated = save_checkpoint(tmp_path / "old.safetensors", old.model, old.info.replace(novelty=None))
+    blocked = tmp_path / "cache"
+    blocked.write_text("a file where the cache folder should be")  # the cache cannot be written
+    monkeypatch.setenv("CAPSNET_CACHE_DIR", str(blocked / "capsnet"))
+    code = predict.main([str(digit), "/dev/zero", str(fifo), str(big), "--checkpoint", str(uncalibrated)])
+    out, err = capsys.readouterr()
+    assert code == 2  # some files failed; the digit was still read
+    assert "digit.png" in out, err
+    lines = err.strip().splitlines()
+    assert any("/dev/zero: not a regular file" in line for line in lines)
+    assert any(f"{fifo}: not a regular file" in line for line in lines)
+    assert any("big.png: too large" in line for line in lines)

@@ -30,36 +30,42 @@ def _resume(name: str) -> None:
 
 
 def _model_label(options: TrainOptions) -> str:
-    """The network and its preset: "paper", "tiny", or "CNN paper" for the baseline."""
-    return f"CNN {options.preset}" if options.model == "cnn" else options.preset
+    """The network and its preset: "paper", "tiny", or "CNN paper" for the baseline ("?" for a damaged args.json)."""
+    preset = options.preset if isinstance(options.preset, str) else "?"
+    return f"CNN {preset}" if options.model == "cnn" else preset
 
 
 def _table(all_runs: list[runs.RunSummary]) -> list[dict[str, object]]:
+    """One row per run; a run folder that cannot be read costs its own row (with the reason), never the table."""
     rows = []
     for run in all_runs:
-        last = run.metrics[-1] if run.metrics else {}
-        seconds = sum(float(m.get("seconds") or 0.0) for m in run.metrics)
-        progress = ""
-        if run.status == "running" and run.progress is not None:
-            p = run.progress
-            progress = (
-                f"epoch {p.epoch}/{p.epochs} · batch {p.batch}/{p.batches} · ETA {texts.format_duration(p.eta_s)}"
-            )
-        rows.append(
-            {
-                "run": run.name,
-                "status": f"{STATUS_ICONS.get(run.status, '')} {run.status}",
-                "dataset": run.dataset,
-                "model": _model_label(TrainOptions.from_dict(run.args)),
-                "epochs": f"{run.epochs_done}/{run.epochs_total or '?'}",
-                "now": progress,
-                "best test accuracy": run.best_accuracy,
-                "last train loss": last.get("train_loss"),
-                "training time": texts.format_duration(seconds) if run.metrics else "—",
-                "examples": run.args.get("train_size") or "all",
-            }
-        )
+        try:
+            rows.append(_row(run))
+        except (TypeError, ValueError, KeyError, AttributeError) as error:
+            rows.append({"run": run.name, "status": f"{STATUS_ICONS['failed']} unreadable: {type(error).__name__}"})
     return rows
+
+
+def _row(run: runs.RunSummary) -> dict[str, object]:
+    last = run.metrics[-1] if run.metrics else {}
+    seconds = sum(float(m.get("seconds") or 0.0) for m in run.metrics)
+    progress = ""
+    if run.status == "running" and run.progress is not None:
+        p = run.progress
+        progress = f"epoch {p.epoch}/{p.epochs} · batch {p.batch}/{p.batches} · ETA {texts.format_duration(p.eta_s)}"
+    examples = run.args.get("train_size")
+    return {
+        "run": run.name,
+        "status": f"{STATUS_ICONS.get(run.status, '')} {run.status}",
+        "dataset": run.dataset,
+        "model": _model_label(TrainOptions.from_dict(run.args)),
+        "epochs": f"{run.epochs_done}/{run.epochs_total or '?'}",
+        "now": progress,
+        "best test accuracy": run.best_accuracy,
+        "last train loss": last.get("train_loss"),
+        "training time": texts.format_duration(seconds) if run.metrics else "—",
+        "examples": examples if isinstance(examples, int) and not isinstance(examples, bool) else "all",
+    }
 
 
 def _follow_new_runs(all_runs: list[runs.RunSummary]) -> None:
