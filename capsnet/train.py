@@ -55,6 +55,7 @@ from capsnet.run_folder import (
 )
 from capsnet.schedule import Schedule
 from capsnet.train_data import load_data
+from capsnet.warm_start import warm_config, warm_start
 
 REPORT_EVERY_S = 0.5  # seconds between progress reports (each one reads the running sums back from the device)
 SYNC_EVERY = 50  # batches between the checks that need the device or every process: stop flag, collapse
@@ -313,12 +314,21 @@ def build(
         raise CapsNetError(
             f"preset {options.preset} has {config.num_classes} classes, {info.title} has {info.num_classes}"
         )
-    model = build_model(config)
     if options.init:
         start = load_checkpoint(options.init, architectures=(options.model,))
-        if start.config != config:
-            raise CapsNetError(f"{options.init}: its model config differs from this run's ({options.preset} preset)")
-        model.load_state_dict(start.model.state_dict())
+        if start.config == config:
+            model = build_model(config)
+            model.load_state_dict(start.model.state_dict())
+        else:  # a warm start onto a larger canvas: the convolutions as they are, W_ij laid onto the larger grid
+            try:
+                config = warm_config(start.config, config)
+            except ValueError as error:
+                raise CapsNetError(f"{options.init}: {error}") from None
+            model = build_model(config)
+            for line in warm_start(model, start.model):
+                print(f"warm start from {options.init}: {line}", flush=True)
+    else:
+        model = build_model(config)
     model.to(device)
     optimizer = make_adam(model.parameters(), options.lr, acceleration.fused_adam)
     schedule = Schedule(optimizer, options.schedule, lr_decay=options.lr_decay, epochs=options.epochs,
