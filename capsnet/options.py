@@ -169,10 +169,6 @@ class TrainOptions:
             raise InvalidArgumentError(f"--lr-decay must lie in (0, 1], got {self.lr_decay}")
         if self.resume and not self.out:
             raise InvalidArgumentError("--resume needs --out, the run folder to continue")
-        if self.val_size is not None and DATASETS[self.dataset].pairs:
-            raise InvalidArgumentError(
-                "--val-size is not available for MultiMNIST yet: its model is chosen on test pairs"
-            )
         if self.resume and self.init:
             raise InvalidArgumentError("--init starts a new run from weights; --resume continues a run: choose one")
         return self

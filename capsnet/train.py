@@ -39,7 +39,7 @@ from capsnet.data import dataset_info
 from capsnet.device import describe_device, pick_device, seed_everything
 from capsnet.distributed import Distributed, barrier, distributed_session, from_main, reduce_sum
 from capsnet.errors import CapsNetError
-from capsnet.evaluate import evaluate, right_answers
+from capsnet.evaluate import right_answers
 from capsnet.multimnist import MultiBatch, epoch_pairs
 from capsnet.networks import AnyConfig, AnyModel, build_model, model_loss, preset_config
 from capsnet.options import TrainOptions
@@ -427,9 +427,8 @@ def fit(
                 if env.is_main:
                     result = data.evaluate(model, device)
                     info = epoch_info(options, epoch + 1, result, state.elapsed, device, prepared.origin)
-                    val = None
-                    if data.val_images is not None:  # the best epoch is chosen on held-out training images
-                        val = evaluate(model, data.val_images, data.val_labels, device=device)
+                    val = data.evaluate_validation(model, device)  # held-out training images (or pairs of them)
+                    if val is not None:  # the best epoch is chosen on them
                         info = info.replace(
                             extra={
                                 **info.extra,

@@ -17,6 +17,8 @@ from capsnet.multimnist import Pairs, test_pairs
 from capsnet.networks import AnyModel
 from capsnet.options import TrainOptions
 
+VAL_SEED = 2017  # the validation pairs' partners and shifts (the test pairs have their own seed)
+
 
 @dataclass
 class Data:
@@ -30,8 +32,9 @@ class Data:
     hflip: bool
     test_pairs: Pairs | None = None  # MultiMNIST: the fixed test pairs (a seeded subset of them with --test-size)
     val_images: torch.Tensor | None = None  # --val-size: training images held out, float in [0, 1] on the CPU
-    val_labels: torch.Tensor | None = None
+    val_labels: torch.Tensor | None = None  # (for MultiMNIST: the held-out digits, uint8, and their pairs below)
     shift: int = 2  # the training shifts, pixels per axis
+    val_pairs: Pairs | None = None  # MultiMNIST: one fixed pair per held-out digit, both digits held out
 
     def evaluate(self, model: AnyModel, device: torch.device) -> Any:
         """The test set's `Evaluation` (or, for MultiMNIST, its `PairEvaluation`)."""
@@ -39,16 +42,30 @@ class Data:
             return evaluate_pairs(model, self.test_images, self.test_labels, self.test_pairs, device=device)
         return evaluate(model, self.test_images, self.test_labels, device=device)
 
+    def evaluate_validation(self, model: AnyModel, device: torch.device) -> Any:
+        """The validation split's `Evaluation` (`PairEvaluation` for MultiMNIST), or None without --val-size."""
+        if self.val_images is None or self.val_labels is None:
+            return None
+        if self.val_pairs is not None:
+            return evaluate_pairs(model, self.val_images, self.val_labels, self.val_pairs, device=device)
+        return evaluate(model, self.val_images, self.val_labels, device=device)
+
 
 def load_data(options: TrainOptions, device: torch.device, env: Distributed) -> Data:
     info = dataset_info(options.dataset)
     full = load_dataset(options.dataset, train=True, data_dir=options.data_dir, download=options.download)
     val_images = val_labels = None
+    val_pairs = None
     if options.val_size:  # a seeded split of the training set, before any subset of it is taken
         if options.val_size >= len(full):  # type: ignore[arg-type]
             raise CapsNetError(f"--val-size {options.val_size} leaves no training images (the set has {len(full)})")
         order = torch.randperm(len(full), generator=torch.Generator().manual_seed(options.seed + 7919))  # type: ignore[arg-type]
-        val_images, val_labels = as_tensors(Subset(full, order[: options.val_size].tolist()), info.image_size)
+        held_out = Subset(full, order[: options.val_size].tolist())
+        if info.pairs:  # pairs made of held-out digits only, one per digit, fixed for the run
+            val_images, val_labels = stored_tensors(held_out)
+            val_pairs = test_pairs(val_labels, per_digit=1, seed=VAL_SEED)
+        else:
+            val_images, val_labels = as_tensors(held_out, info.image_size)
         full = Subset(full, order[options.val_size :].tolist())
     train_set = subset(full, options.train_size, options.seed)
     test_set = load_dataset(options.dataset, train=False, data_dir=options.data_dir, download=options.download)
@@ -65,7 +82,8 @@ def load_data(options: TrainOptions, device: torch.device, env: Distributed) -> 
                 : options.test_size
             ]
             pairs = Pairs(pairs.first[keep], pairs.second[keep], pairs.offsets[keep])
-        return Data(train_images, train_labels, sampler, digits, labels, False, pairs)
+        return Data(train_images, train_labels, sampler, digits, labels, False, pairs, val_images, val_labels,
+                    val_pairs=val_pairs)  # fmt: skip
     test_set = subset(test_set, options.test_size, options.seed)
     hflip = info.hflip if options.hflip is None else options.hflip
     return Data(

@@ -475,8 +475,31 @@ def test_the_best_epoch_is_chosen_on_a_validation_split(data_dir: Path, tmp_path
     from capsnet import runs
 
     assert runs.read_run(tmp_path / "r").best_accuracy == best["test_accuracy"]  # reported: that epoch's test figure
-    with pytest.raises(ValueError, match="not available for MultiMNIST"):
-        TrainOptions(dataset="multimnist", val_size=100).validate()
+
+
+def test_multimnist_validation_pairs_are_made_of_held_out_digits(data_dir: Path, tmp_path: Path) -> None:
+    """--val-size for MultiMNIST: one fixed pair per held-out training digit, both digits held out, seeded."""
+    import torch as th
+
+    from capsnet.distributed import Distributed
+    from capsnet.options import TrainOptions
+    from capsnet.train import train
+    from capsnet.train_data import load_data
+
+    options = TrainOptions(dataset="multimnist", preset="tiny", epochs=2, train_size=400, val_size=300, test_size=100,
+                           out=str(tmp_path / "r"), progress=False, device="cpu")  # fmt: skip
+    data = load_data(options, th.device("cpu"), Distributed())
+    pairs = data.val_pairs
+    assert data.val_images.dtype == th.uint8 and len(data.val_labels) == 300 and len(pairs.first) == 300
+    assert pairs.second.max() < 300 and (data.val_labels[pairs.first] != data.val_labels[pairs.second]).all()
+    held_out = {bytes(image.numpy()) for image in data.val_images}
+    assert not held_out & {bytes(image.numpy()) for image in data.train_images.cpu()}  # never trained on
+    again = load_data(options, th.device("cpu"), Distributed()).val_pairs
+    assert th.equal(again.second, pairs.second) and th.equal(again.offsets, pairs.offsets)  # fixed for the run
+    records = train(options)
+    assert all({"val_loss", "val_accuracy"} <= set(r) for r in records)
+    info = load_checkpoint(tmp_path / "r" / "best.safetensors").info
+    assert info.best_epoch == max(records, key=lambda r: r["val_accuracy"])["epoch"] and info.extra["val_examples"] == 300
 
 
 def test_nested_subsets_are_read_as_their_examples(data_dir: Path) -> None:
