@@ -18,7 +18,7 @@ import numpy as np
 import streamlit as st
 import torch
 
-from capsnet import affnist, catalog
+from capsnet import affnist, catalog, claims
 from capsnet.checkpoint import Checkpoint, CheckpointError, load_checkpoint
 from dashboard import models, state
 
@@ -58,6 +58,22 @@ def baseline_for(dataset: str) -> Baseline | None:
         return Baseline(_load(str(entry.path), mtime), key=f"{entry.path}@{mtime}")
     except (OSError, CheckpointError) as error:
         st.caption(f"The CNN baseline cannot be opened: {error}")
+        return None
+
+
+def claim_verdict(model: models.Model) -> claims.Verdict | None:
+    """The MultiMNIST claim's verdict for the open CapsNet and its CNN baseline (None without a baseline)."""
+    cnn = baseline_for(model.dataset)
+    if cnn is None:
+        return None
+    return _verdict(str(model.checkpoint.path), str(cnn.checkpoint.path), model.key, cnn.key)
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def _verdict(capsnet: str, cnn: str, capsnet_key: str, cnn_key: str) -> claims.Verdict | None:
+    try:
+        return claims.verdict("multimnist", capsnet, cnn)
+    except CheckpointError:
         return None
 
 

@@ -644,6 +644,12 @@ def test_the_overlapping_digits_page(app_dirs, tiny_multimnist, tiny_baselines) 
     assert any("CNN baseline" in c.value and "error" in c.value for c in at.caption)
     (segmented,) = [im for im in at.get("image") if any("red: from capsule" in c for c in im.captions)]
     assert chart(at, "overlap_votes")["data"][1]["type"] == "heatmap"
+    # the verdict on the paper's claim: this model against its CNN, with budgets, a curve and the dispute
+    verdict = " ".join(m.value for m in at.markdown)
+    assert "is ahead, after the same 1,000 training examples each" in verdict and "disputed" in verdict
+    assert {"CapsNet", "CNN baseline"} == set(at.dataframe[-1].value["network"])
+    claim = chart(at, "overlap_claim")
+    assert [t["name"] for t in claim["data"]] == ["CapsNet here", "CNN baseline here"]
     at.button(key="overlap_random").click().run()
     no_exception(at)
     first, second = at.number_input(key="overlap_first").value, at.number_input(key="overlap_second").value

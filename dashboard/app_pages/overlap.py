@@ -157,3 +157,17 @@ st.plotly_chart(
     figures.vote_overlay_figure(image, pixels, names), key="overlap_votes", config={"displayModeBar": False}
 )
 st.caption(texts.overlay(model.config))
+
+st.subheader("Does the paper's claim hold here?", anchor=False)
+claim = baselines.claim_verdict(model)
+if claim is None:
+    st.caption("The verdict needs a CNN baseline for this dataset beside the CapsNet: train one from the sidebar.")
+else:
+    st.markdown(claim.statement())
+    st.dataframe(texts.claim_table(claim), hide_index=True)
+    st.plotly_chart(figures.claim_figure(claim), key="overlap_claim", config={"displayModeBar": False})
+    st.caption(
+        "Test error after each epoch on the runs' own test pairs; the table's figure is the shipped file's on the "
+        "first 10,000 fixed test pairs. The dashed lines are the paper's, after 60 million pairs."
+    )
+st.markdown(texts.DISPUTE)

@@ -138,3 +138,5 @@ if measure.toggle("Measure accuracy as the test set turns and scales", key="lens
             figures.robustness_figure(values, {n: s.accuracy for n, s in sweeps.items()}, kind, current),
             key=f"lens_robustness_{kind}", config={"displayModeBar": False},
         )  # fmt: skip
+st.markdown(texts.AFFNIST_CLAIM)
+st.markdown(texts.DISPUTE)

@@ -11,7 +11,7 @@ from dashboard.figures.agreement import (
     vote_share_figure,
     votes_figure,
 )
-from dashboard.figures.baseline import comparison_figure, robustness_figure
+from dashboard.figures.baseline import claim_figure, comparison_figure, robustness_figure
 from dashboard.figures.capsules import dimension_profile_figure, lengths_bar
 from dashboard.figures.equivariance import pose_figure, rotation_sweep_figure
 from dashboard.figures.evaluation import confusion_figure, per_class_accuracy_figure
@@ -40,6 +40,7 @@ __all__ = [
     "TICKED_EPOCHS",
     "TILE_SIDES",
     "WINNER",
+    "claim_figure",
     "comparison_figure",
     "confusion_figure",
     "coupling_distribution_figure",

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
+from capsnet.claims import NETWORKS, Verdict
 from dashboard.figures.style import OTHER, WINNER, layout
 
 CNN = "#1c83e1"  # the baseline's colour throughout
@@ -58,3 +59,27 @@ def robustness_figure(
     fig.update_yaxes(title="test accuracy (%)", range=[0, 101])
     what = "turned" if kind == "rotation" else "scaled"
     return layout(fig, height, title=f"Every test image {what} alike", legend=dict(orientation="h", y=-0.3))
+
+
+def claim_figure(verdict: Verdict, height: int = 320) -> go.Figure:
+    """Test error (%) of both networks against the training examples seen, from their runs' metrics, with the
+    paper's fully trained figures as dashed lines."""
+    colours = {"capsnet": WINNER, "cnn": CNN}
+    fig = go.Figure()
+    for row in verdict.rows:
+        name = NETWORKS[row.network]
+        seen, error = zip(*row.curve) if row.curve else ((), ())
+        fig.add_trace(
+            go.Scatter(
+                x=list(seen), y=[100 * e for e in error], mode="lines+markers", name=f"{name} here",
+                line=dict(color=colours[row.network], width=2.5),
+                hovertemplate=f"{name}<br>%{{x:,}} examples: %{{y:.1f}}% error<extra></extra>",
+            )
+        )  # fmt: skip
+        fig.add_hline(
+            y=100 * row.paper_error, line=dict(color=colours[row.network], dash="dash", width=1.5),
+            annotation_text=f"{name}, paper: {100 * row.paper_error:.1f}%", annotation_position="top left",
+        )  # fmt: skip
+    fig.update_xaxes(title="training examples seen", rangemode="tozero")
+    fig.update_yaxes(title="test error (%)", rangemode="tozero")
+    return layout(fig, height, title="Test error as training goes on", legend=dict(orientation="h", y=-0.3))

@@ -1,0 +1,137 @@
+"""The paper's two claims, and what the models here measure against them, read from their files.
+
+Sabour, Frosst & Hinton (2017): on MultiMNIST a CapsNet errs on 5.2% of the pairs against 8.1% for
+a CNN (section 6); trained on MNIST digits placed on 40x40 and tested on affNIST, it reaches 79%
+against the CNN's 66% (section 5.2). A `Verdict` sets the paper's figures beside a pair of
+checkpoints (a CapsNet and its CNN baseline): each one's test error, the examples it trained on,
+its hours, how its epoch was chosen, and its test error after each epoch (from the
+`<name>.metrics.jsonl` shipped beside it, or a run's metrics.jsonl), and says plainly which network
+is ahead here and whether the budgets were equal.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from capsnet.checkpoint import read_checkpoint_info
+from capsnet.files import read_jsonl
+
+PAPER_ERROR = {  # the paper's test errors, fully trained
+    "multimnist": {"capsnet": 0.052, "cnn": 0.081},
+    "affnist": {"capsnet": 0.21, "cnn": 0.34},
+}
+NETWORKS = {"capsnet": "CapsNet", "cnn": "CNN baseline"}
+TRAINING_DIGITS = 60_000  # MNIST's training set: one pair per digit and epoch
+
+
+@dataclass(frozen=True)
+class ClaimRow:
+    """One network's standing: its checkpoint's test error and how it was reached."""
+
+    network: str  # "capsnet" or "cnn"
+    paper_error: float
+    error: float | None  # the checkpoint's stated test error
+    test_examples: int | None
+    examples_seen: int  # training examples (pairs, for MultiMNIST) over all its epochs
+    hours: float | None
+    epochs: int | None
+    lr: float | None
+    chosen_on: str  # "validation" or "test": how the shipped epoch was picked
+    curve: tuple[tuple[int, float], ...]  # (examples seen so far, test error) after each epoch
+
+
+@dataclass(frozen=True)
+class Verdict:
+    claim: str  # "multimnist" or "affnist"
+    rows: tuple[ClaimRow, ...]  # CapsNet first
+
+    @property
+    def leader(self) -> str | None:
+        """The network with the lower test error here (None if either is unknown)."""
+        caps, cnn = self.rows
+        if caps.error is None or cnn.error is None:
+            return None
+        return "capsnet" if caps.error < cnn.error else "cnn"
+
+    @property
+    def equal_budgets(self) -> bool:
+        caps, cnn = self.rows
+        return caps.examples_seen == cnn.examples_seen
+
+    def statement(self) -> str:
+        """The verdict in plain words."""
+        caps, cnn = self.rows
+        if self.leader is None:
+            return "One of the two checkpoints states no test figure: no verdict."
+        assert caps.error is not None and cnn.error is not None
+        ahead, behind = (caps, cnn) if self.leader == "capsnet" else (cnn, caps)
+        budget = (
+            f"after the same {caps.examples_seen:,} training examples each"
+            if self.equal_budgets
+            else f"after {caps.examples_seen:,} training examples (CapsNet) and {cnn.examples_seen:,} (CNN)"
+        )
+        text = (
+            f"Here the {NETWORKS[ahead.network]} is ahead, {budget}: {100 * ahead.error:.2f}% test error against "
+            f"{100 * behind.error:.2f}%. "
+        )
+        paper_ahead = "capsnet" if caps.paper_error < cnn.paper_error else "cnn"
+        if self.leader == paper_ahead:
+            text += "That is the paper's order. "
+        else:
+            text += (
+                f"The paper reports the opposite ({100 * caps.paper_error:.1f}% against {100 * cnn.paper_error:.1f}%, "
+                "fully trained): the claim is not reproduced by these models. "
+            )
+        unequal = []
+        if caps.lr is not None and cnn.lr is not None and caps.lr != cnn.lr:
+            unequal.append(f"learning rates differ ({caps.lr:g} and {cnn.lr:g})")
+        if "test" in (caps.chosen_on, cnn.chosen_on):
+            unequal.append("an epoch was chosen on test data, not on a validation split")
+        if unequal:
+            text += "Not yet equal terms: " + "; ".join(unequal) + "."
+        return text.strip()
+
+
+def _row(network: str, claim: str, path: Path) -> ClaimRow:
+    _, info = read_checkpoint_info(path)
+    recipe = info.recipe or {}
+    metrics_path = path.with_name(path.name.replace(".safetensors", ".metrics.jsonl"))
+    if not metrics_path.is_file():
+        metrics_path = path.with_name("metrics.jsonl")  # a run's folder
+    records = [r for r in read_jsonl(metrics_path) if isinstance(r, dict) and isinstance(r.get("epoch"), int)]
+    curve, seen = [], 0
+    for record in records:
+        seen += int(record.get("train_images") or 0)
+        accuracy = record.get("test_accuracy")
+        if isinstance(accuracy, (int, float)):
+            curve.append((seen, 1.0 - float(accuracy)))
+    if not curve and info.trained_epochs:  # no metrics beside it: the header's recipe says how much it saw
+        train_size, val_size = recipe.get("train_size"), recipe.get("val_size")
+        per_epoch = (
+            train_size
+            if isinstance(train_size, int)
+            else TRAINING_DIGITS - (val_size if isinstance(val_size, int) else 0)
+        )
+        seen = info.trained_epochs * per_epoch
+    lr = recipe.get("lr")
+    return ClaimRow(
+        network=network,
+        paper_error=PAPER_ERROR[claim][network],
+        error=None if info.test_accuracy is None else 1.0 - info.test_accuracy,
+        test_examples=info.test_examples,
+        examples_seen=seen,
+        hours=None if info.all_training_seconds is None else info.all_training_seconds / 3600,
+        epochs=info.trained_epochs,
+        lr=float(lr) if isinstance(lr, (int, float)) else None,
+        chosen_on="validation" if "val_accuracy" in (info.extra or {}) else "test",
+        curve=tuple(curve),
+    )
+
+
+def verdict(claim: str, capsnet: str | Path, cnn: str | Path) -> Verdict:
+    """The verdict on `claim` ("multimnist" or "affnist") from a CapsNet and a CNN checkpoint (their headers and
+    metrics); raises CheckpointError for an unreadable file."""
+    if claim not in PAPER_ERROR:
+        raise ValueError(f"unknown claim {claim!r}; choose from {', '.join(PAPER_ERROR)}")
+    return Verdict(claim, (_row("capsnet", claim, Path(capsnet)), _row("cnn", claim, Path(cnn))))

@@ -1,0 +1,42 @@
+"""The verdict on the paper's claims, read from the checkpoints' headers and metrics."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from capsnet.checkpoint import load_checkpoint, save_checkpoint
+from capsnet.claims import verdict
+from capsnet.files import read_jsonl
+
+REPO = Path(__file__).resolve().parents[1]
+SHIPPED = REPO / "checkpoints" / "multimnist.safetensors", REPO / "checkpoints" / "baselines" / "multimnist-cnn.safetensors"
+
+
+def test_the_shipped_multimnist_models_verdict_says_plainly_that_the_cnn_is_ahead() -> None:
+    v = verdict("multimnist", *SHIPPED)
+    caps, cnn = v.rows
+    assert v.leader == "cnn" and v.equal_budgets and caps.examples_seen == cnn.examples_seen == 120_000
+    assert caps.error == pytest.approx(1 - load_checkpoint(SHIPPED[0]).info.test_accuracy)
+    assert [seen for seen, _ in caps.curve] == [60_000, 120_000]  # from multimnist.metrics.jsonl, epoch by epoch
+    expected = [1 - r["test_accuracy"] for r in read_jsonl(SHIPPED[0].with_name("multimnist.metrics.jsonl"))]
+    assert [e for _, e in caps.curve] == pytest.approx(expected)
+    text = v.statement()
+    assert text.startswith("Here the CNN baseline is ahead, after the same 120,000 training examples each")
+    assert "not reproduced" in text and "learning rates differ (0.0001 and 0.001)" in text
+    assert "chosen on test data" in text
+
+
+def test_the_verdict_follows_the_figures(tmp_path: Path) -> None:
+    """A CapsNet made to lead (its header's accuracy raised) gets the paper's order; validation is recognised."""
+    checkpoint = load_checkpoint(SHIPPED[0])
+    better = checkpoint.info.replace(test_accuracy=0.95, extra={"val_accuracy": 0.95})
+    path = save_checkpoint(tmp_path / "multimnist.safetensors", checkpoint.model, better)
+    shutil.copy(SHIPPED[0].with_name("multimnist.metrics.jsonl"), tmp_path / "multimnist.metrics.jsonl")
+    v = verdict("multimnist", path, SHIPPED[1])
+    assert v.leader == "capsnet" and v.rows[0].chosen_on == "validation"
+    assert "That is the paper's order" in v.statement()
+    with pytest.raises(ValueError, match="unknown claim"):
+        verdict("cifar", path, SHIPPED[1])
