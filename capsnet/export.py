@@ -80,8 +80,8 @@ def export_checkpoint(
             dimension_std=after.dimension_std.tolist() if capsules else None,
             novelty=thresholds.to_dict() if thresholds else None,
         )
+    records = lineage_metrics(source, info)  # read before anything is written: a bad log must not leave half an export
     save_checkpoint(target, exported.model, info, dtype=dtype)
-    records = lineage_metrics(source, info)
     if records:
         with atomic_path(target.with_suffix(".metrics.jsonl")) as tmp:
             tmp.write_text("".join(json.dumps(record) + "\n" for record in records), encoding="utf-8")
@@ -150,12 +150,24 @@ def lineage_metrics(checkpoint: Path, info: CheckpointInfo | Mapping[str, Any]) 
         newest = depth == len(chain) - 1  # the exported checkpoint: its run's whole log, epochs after it included
         shipped = path.with_suffix(".metrics.jsonl")
         if not newest and shipped.is_file():
-            records = [r for r in read_jsonl(shipped) if int(r.get("epoch", 0)) <= before + own]
+            records = [r for r in _epochs(shipped) if r["epoch"] <= before + own]
             continue
-        kept = [r for r in read_jsonl(path.parent / "metrics.jsonl") if newest or int(r.get("epoch", 0)) <= own]
+        kept = [r for r in _epochs(path.parent / "metrics.jsonl") if newest or r["epoch"] <= own]
         records = [r for r in records if r["epoch"] <= before]
-        records += [{**r, "epoch": int(r.get("epoch", 0)) + before, "run": path.parent.name} for r in kept]
+        records += [{**r, "epoch": r["epoch"] + before, "run": path.parent.name} for r in kept]
     return records
+
+
+def _epochs(path: Path) -> list[dict[str, Any]]:
+    """The records of a metrics log that name a whole epoch >= 1 (a damaged line is left out, not a crash)."""
+    return [
+        r
+        for r in read_jsonl(path)
+        if isinstance(r, dict)
+        and isinstance(r.get("epoch"), int)
+        and not isinstance(r["epoch"], bool)
+        and r["epoch"] >= 1
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,7 +12,10 @@ from capsnet.claims import verdict
 from capsnet.files import read_jsonl
 
 REPO = Path(__file__).resolve().parents[1]
-SHIPPED = REPO / "checkpoints" / "multimnist.safetensors", REPO / "checkpoints" / "baselines" / "multimnist-cnn.safetensors"
+SHIPPED = (
+    REPO / "checkpoints" / "multimnist.safetensors",
+    REPO / "checkpoints" / "baselines" / "multimnist-cnn.safetensors",
+)
 
 
 def test_the_shipped_multimnist_models_verdict_says_plainly_that_the_cnn_is_ahead() -> None:

@@ -4,6 +4,7 @@ together (a kill anywhere at its end is reconciled on --resume), and a full disk
 from __future__ import annotations
 
 import json
+import shutil
 import os
 import subprocess
 import sys
@@ -241,3 +242,14 @@ def test_predict_reads_regular_files_only_and_goes_on_without_a_cache(
     assert any("/dev/zero: not a regular file" in line for line in lines)
     assert any(f"{fifo}: not a regular file" in line for line in lines)
     assert any("big.png: too large" in line for line in lines)
+
+
+def test_export_with_a_damaged_metrics_line_keeps_the_good_lines(tiny_run: Path, tmp_path: Path) -> None:
+    from capsnet.export import export_checkpoint
+
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run, run)
+    with open(run / "metrics.jsonl", "a", encoding="utf-8") as handle:
+        handle.write('{"epoch": "abc", "test_accuracy": 1}\n{"epoch": true}\n')
+    export_checkpoint(run / "best.safetensors", tmp_path / "mnist.safetensors", device="cpu")
+    assert [r["epoch"] for r in read_jsonl(tmp_path / "mnist.metrics.jsonl")] == [1, 2]

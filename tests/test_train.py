@@ -499,7 +499,9 @@ def test_multimnist_validation_pairs_are_made_of_held_out_digits(data_dir: Path,
     records = train(options)
     assert all({"val_loss", "val_accuracy"} <= set(r) for r in records)
     info = load_checkpoint(tmp_path / "r" / "best.safetensors").info
-    assert info.best_epoch == max(records, key=lambda r: r["val_accuracy"])["epoch"] and info.extra["val_examples"] == 300
+    assert (
+        info.best_epoch == max(records, key=lambda r: r["val_accuracy"])["epoch"] and info.extra["val_examples"] == 300
+    )
 
 
 def test_nested_subsets_are_read_as_their_examples(data_dir: Path) -> None:
