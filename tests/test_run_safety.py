@@ -4,8 +4,8 @@ together (a kill anywhere at its end is reconciled on --resume), and a full disk
 from __future__ import annotations
 
 import json
-import shutil
 import os
+import shutil
 import subprocess
 import sys
 import time
