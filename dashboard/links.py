@@ -17,6 +17,7 @@ import numpy as np
 import streamlit as st
 
 from capsnet.catalog import CheckpointEntry, default_checkpoint
+from capsnet.config import MAX_ROUTING_ITERATIONS
 from capsnet.data import DATASETS, dataset_info
 from dashboard import models, state, widgets
 
@@ -50,9 +51,12 @@ def read_link(entries: list[CheckpointEntry]) -> None:
             chosen = match
             st.session_state[state.MODEL_PATH] = str(match.path)
     if "iterations" in params:
-        value = _whole(params["iterations"], 1, 20)
+        value = _whole(params["iterations"], 1, MAX_ROUTING_ITERATIONS)
         if value is None:
-            notices.append(f"The link's iterations {params['iterations']!r} is not a number from 1 to 20: ignored.")
+            shown = str(params["iterations"])[:20]
+            notices.append(
+                f"The link's iterations {shown!r} is not a number from 1 to {MAX_ROUTING_ITERATIONS}: ignored."
+            )
         else:
             st.session_state["routing_iterations"] = value
     known = chosen is not None and chosen.dataset in DATASETS  # a header may name a dataset this version lacks

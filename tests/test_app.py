@@ -603,14 +603,16 @@ def test_a_mistake_opens_as_the_input_of_every_page(app_with_run) -> None:  # no
 
 
 def test_a_link_beyond_the_slider_and_a_walk_across_pages(app_with_run) -> None:  # noqa: F811
-    """iterations=10 opens at the slider's end; the linked test image stays the input, and in the URL, on every page."""
+    """iterations=10 opens at 10, the slider reaching it (never clamped silently to 5 while the URL says 10); the linked
+    test image stays the input, and in the URL, on every page."""
     at = new_app()
     at.query_params.update(test="7", iterations="10")
     at.run()
     no_exception(at)
     at.switch_page("app_pages/routing.py").run()
     no_exception(at)
-    assert at.slider(key="routing_iterations").value == at.slider(key="routing_iterations").max == 5
+    assert at.slider(key="routing_iterations").value == at.slider(key="routing_iterations").max == 10
+    assert at.query_params["iterations"] == "10"
     for page in ("app_pages/dimensions.py", "app_pages/transform.py", "app_pages/draw.py"):
         at.switch_page(page).run()
         no_exception(at)

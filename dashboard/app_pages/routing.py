@@ -7,7 +7,7 @@ import streamlit as st
 
 from capsnet import agreement as ag
 from capsnet import explain as ex
-from capsnet.config import CapsNetConfig
+from capsnet.config import MAX_ROUTING_ITERATIONS, CapsNetConfig
 from dashboard import figures, models, state, texts, widgets
 
 MAX_ITERATIONS = 5  # the slider's end (or the model's own r, if more)
@@ -41,9 +41,9 @@ if model is None or image is None:
 
 names, k = model.class_names, config.num_classes
 c1, c2, c3 = st.columns([1.2, 1, 1.2])
-most = max(MAX_ITERATIONS, config.routing_iterations)
-if st.session_state.get("routing_iterations", 1) > most:  # from a link, or from a model with more iterations
-    st.session_state["routing_iterations"] = most
+# the slider reaches 5, the model's own r, or what a link asked for (at most the config's bound): never clamped silently
+asked = min(int(st.session_state.get("routing_iterations") or 1), MAX_ROUTING_ITERATIONS)
+most = max(MAX_ITERATIONS, config.routing_iterations, asked)
 iterations = c1.slider(
     "Routing iterations",
     min_value=1,
