@@ -112,7 +112,9 @@ def open_image(data: bytes, name: str = "the upload") -> Image.Image:
         image.load()
     except NotAnImageError:
         raise
-    except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError, SyntaxError):
+    except Image.DecompressionBombError:  # Pillow's own guard: a header claiming billions of pixels
+        raise NotAnImageError(f"{name} is too large (a decompression bomb?): use an image under 4096x4096.") from None
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError):
         raise NotAnImageError(f"{name} is not a readable image: upload a PNG or JPEG image of a digit.") from None
     return image
 
@@ -187,8 +189,10 @@ def preprocess_canvas(rgba: np.ndarray | None) -> np.ndarray:
 
 
 def preprocess_image(image: Image.Image) -> np.ndarray:
-    """Any PIL image -> 28x28 MNIST-style digit."""
-    return to_mnist(ink_from_pil(image))
+    """Any PIL image -> 28x28 MNIST-style digit, by the canvas's rule: ink spanning less than a quarter of the
+    image is not blown up to 20 px (a dot stays a dot, and is then not like any class)."""
+    ink = ink_from_pil(image)
+    return to_mnist(ink, max_scale=BOX_SIZE / (MIN_CANVAS_SPAN * max(ink.shape)))
 
 
 def preprocess_upload(data: bytes, name: str = "the upload") -> np.ndarray:

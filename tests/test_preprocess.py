@@ -168,3 +168,30 @@ def test_to_mnist_and_model_input() -> None:
         as_model_input(np.zeros((10, 10)))
     with pytest.raises(ValueError, match="H, W"):
         to_mnist(np.zeros((2, 2, 2)))
+
+
+def test_an_uploaded_dot_stays_a_dot_as_on_the_canvas() -> None:
+    """The upload path follows the canvas's rule: a dot is not blown up into a 20 px blob that reads as a 0."""
+    from capsnet.preprocess import preprocess_upload
+
+    picture = Image.new("L", (280, 280))
+    picture.paste(255, (130, 130, 142, 142))  # a 12 px dot in a 280 px picture
+    buffer = io.BytesIO()
+    picture.save(buffer, format="PNG")
+    digit = preprocess_upload(buffer.getvalue(), "dot.png")
+    assert (digit > 0.5).sum() < 40  # a few pixels, not a 20x20 disc (about 300)
+
+
+def test_a_decompression_bomb_is_called_too_large() -> None:
+    import struct
+    import zlib
+
+    from capsnet.preprocess import NotAnImageError, preprocess_upload
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    header = struct.pack(">IIBBBBB", 100_000, 100_000, 8, 0, 0, 0, 0)  # claims 10 billion pixels
+    bomb = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"")) + chunk(b"IEND", b"")
+    with pytest.raises(NotAnImageError, match="too large"):
+        preprocess_upload(io.BytesIO(bomb).getvalue(), "bomb.png")
