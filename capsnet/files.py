@@ -23,7 +23,31 @@ class FileWriteError(CapsNetError):
     """A file could not be written."""
 
 
+def _file_in_the_way(path: Path) -> Path | None:
+    """The nearest ancestor of `path` that exists and is not a folder (a file where a folder should be)."""
+    for parent in path.parents:
+        if parent.exists():
+            return None if parent.is_dir() else parent
+    return None
+
+
+def _read_only(path: Path) -> bool:
+    """Whether the nearest existing folder above `path` lies on a read-only file system."""
+    for parent in path.parents:
+        if parent.is_dir():
+            try:
+                return bool(os.statvfs(parent).f_flag & os.ST_RDONLY)
+            except (OSError, AttributeError):
+                return False
+    return False
+
+
 def _cannot_write(path: Path, error: OSError) -> FileWriteError:
+    blocker = _file_in_the_way(path) if isinstance(error, (FileExistsError, NotADirectoryError)) else None
+    if blocker is not None:
+        return FileWriteError(f"cannot write {path}: {blocker} is a file, not a folder")
+    if _read_only(path):
+        return FileWriteError(f"cannot write {path}: read-only file system")
     return FileWriteError(f"cannot write {path}: {error.strerror or error}")
 
 
@@ -50,8 +74,11 @@ def writable(path: str | os.PathLike) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise _cannot_write(path, error) from None
-    if not os.access(path.parent, os.W_OK) or path.is_dir():
-        raise FileWriteError(f"cannot write {path}: {'it is a folder' if path.is_dir() else 'permission denied'}")
+    if path.is_dir():
+        raise FileWriteError(f"cannot write {path}: it is a folder")
+    if not os.access(path.parent, os.W_OK):
+        reason = "read-only file system" if _read_only(path) else "permission denied"
+        raise FileWriteError(f"cannot write {path}: {reason}")
 
 
 @contextmanager

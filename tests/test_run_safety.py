@@ -253,3 +253,45 @@ def test_export_with_a_damaged_metrics_line_keeps_the_good_lines(tiny_run: Path,
         handle.write('{"epoch": "abc", "test_accuracy": 1}\n{"epoch": true}\n')
     export_checkpoint(run / "best.safetensors", tmp_path / "mnist.safetensors", device="cpu")
     assert [r["epoch"] for r in read_jsonl(tmp_path / "mnist.metrics.jsonl")] == [1, 2]
+
+
+def test_write_errors_name_their_real_cause(tmp_path: Path) -> None:
+    from capsnet.files import FileWriteError, writable, write_json
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    for attempt in (lambda: write_json(blocker / "deeper" / "x.json", {}), lambda: writable(blocker / "deeper" / "x")):
+        with pytest.raises(FileWriteError, match=f"{blocker} is a file, not a folder"):
+            attempt()
+    with pytest.raises(FileWriteError, match="it is a folder"):
+        writable(tmp_path)
+    if os.statvfs("/proc").f_flag & os.ST_RDONLY or not os.access("/proc/self", os.W_OK):
+        with pytest.raises(FileWriteError, match="cannot write /proc/self/x.json"):
+            write_json("/proc/self/x.json", {})
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path):
+    """A real 6 MB file system (tmpfs; needs root, as CI has): the paper's model does not fit on it."""
+    where = tmp_path / "disk"
+    where.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", str(where)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({mounted.stderr.decode().strip()}); the patched test covers it")
+    yield where
+    subprocess.run(["umount", str(where)], check=False)
+
+
+def test_a_really_full_disk(data_dir: Path, small_disk: Path) -> None:
+    out = small_disk / "run"
+    result = subprocess.run(
+        [sys.executable, "-m", "capsnet.train", "--preset", "paper", "--train-size", "64", "--test-size", "64",
+         "--epochs", "1", "--device", "cpu", "--no-progress", "--out", str(out)],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip() == f"python -m capsnet.train: error: cannot write {out}/last.pending.safetensors: " + (
+        "no space left on device"
+    )
+    progress = read_json(out / "progress.json")
+    assert progress["status"] == "failed" and progress["best_accuracy"] == 0.0 and "no space" in progress["reason"]
