@@ -150,6 +150,13 @@ def load_dataset(
             reason = f"download failed: {type(error).__name__}"
     else:
         reason = "download disabled"
+    archives = [f.with_name(f.name + ".gz") for f in files]
+    if any(a.is_file() for a in archives) and not all(f.is_file() for f in files):  # there, but would not unpack
+        present = ", ".join(a.name for a in archives if a.is_file())
+        raise DatasetDamagedError(
+            f"{info.title} in {raw.resolve()} is damaged: {present} could not be unpacked (incomplete or corrupted "
+            f"archives; {reason}); replace them with intact copies"
+        )
     raise DatasetNotFoundError(
         f"{info.title} not found in {(root / info.folder / 'raw').resolve()} ({reason}); "
         f"pass --data-dir or set CAPSNET_DATA_DIR to a folder that holds {info.folder}/raw"
