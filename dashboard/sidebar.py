@@ -160,6 +160,13 @@ def train_form() -> None:
                     st.error(str(error), icon=":material/block:")
                 else:
                     start_training(options)
+        elif st.session_state.get(REFUSAL):
+            # a refusal stays in view across the reruns that follow it (the progress panel reruns the app when it
+            # first sees the run that caused it) until that run is over
+            if runs.active_run(state.runs_root()) is None:
+                st.session_state[REFUSAL] = None
+            else:
+                notice.error(st.session_state[REFUSAL], icon=":material/block:")
         st.caption(f"Runs are saved in `{state.runs_root()}/<time>-<dataset>/`. One run at a time on this machine.")
 
 
@@ -192,10 +199,16 @@ def _eta_text(
     )
 
 
+REFUSAL = "train_refusal"  # why the last Start was refused, kept in view while the run that caused it goes on
+
+
 def start_training(options: TrainOptions) -> None:
+    st.session_state[REFUSAL] = None
     try:
         run = runs.start_run(options, state.runs_root())
     except (ValueError, CapsNetError) as error:
+        if isinstance(error, runs.RunInProgressError):
+            st.session_state[REFUSAL] = str(error)
         st.error(str(error), icon=":material/block:")
         return
     st.session_state[state.WATCHED_RUN] = run.name

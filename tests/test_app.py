@@ -299,6 +299,9 @@ def test_the_training_page_lists_runs_and_a_second_start_is_refused(app_with_run
         at.sidebar.button(key="FormSubmitter:train_form-Start training").click().run()
         no_exception(at)
         assert any("already in progress" in e.value and running.run_dir.name in e.value for e in at.sidebar.error)
+        at.run()  # the rerun that follows (the progress panel reruns the app): the refusal stays in view
+        no_exception(at)
+        assert any("already in progress" in e.value for e in at.sidebar.error)
         at.switch_page("app_pages/training.py").run()
         no_exception(at)
         chart(at, "training_curves")
