@@ -105,8 +105,9 @@ def aggregation(config: CapsNetConfig) -> str:
 (rows) the heatmap shows the mean of $c_{{ij}}$ over its {g}x{g} positions, each position counting in
 proportion to its capsule's length $\\lVert u_i \\rVert$: a
 capsule that detected nothing predicts nothing and keeps the uniform $1/{config.num_classes}$, so
-weighting shows where the evidence that is really there is sent. Every row still sums to 1 over
-the class capsules.
+weighting shows where the evidence that is really there is sent. Each capsule's couplings sum to 1
+over the class capsules, so a row of the change from uniform, $c_{{ij}} - 1/{config.num_classes}$, sums to 0:
+what one class gains, the others lose.
 """
 
 
@@ -116,17 +117,24 @@ def votes_reading(name: str, moved_share: float, children: int, k: int, iteratio
         return (
             f"**Reading the votes.** Each point is one primary capsule's vote for capsule {name}, on two axes that "
             f"stay fixed: to the right, along the consensus v_j. With one iteration every vote has the same weight, "
-            f"1/{k}: v_j is the plain average. Add iterations to watch agreement reweigh them."
+            f"1/{k}: s_j is their sum weighted by 1/{k} (not a mean: with {children:,} votes it can lie far from "
+            f"every one of them), and v_j its squash. Uniform couplings prefer nothing, so nothing is coloured yet. "
+            f"Add iterations to watch agreement reweigh them."
         )
     return (
         f"**Reading the votes.** Each point is one primary capsule's vote for capsule {name}, on two axes that stay "
         f"fixed across iterations: to the right, along the consensus v_j (further right: more agreement); "
         f"upwards, the main way the votes differ. Size and colour are the weight c_ij routing gives the vote "
-        f"(red: more than the uniform 1/{k}, blue: less); ✕ is their weighted sum s_j, ◆ the capsule v_j. "
-        f"Press **Play**: votes that agree with the consensus gain weight, outliers lose it. Be aware that in a "
-        f"trained network **most couplings move little**: here {moved_share:.0%} of the {children:,} couplings "
-        f"to capsule {name} moved more than 0.01 from 1/{k}. The network has learned votes that mostly agree "
-        "already; routing tidies up the few that do not, and those are the large red and blue points."
+        f"(red: more than the uniform 1/{k}, blue: less); ✕ is their weighted sum s_j (a sum over {children:,} "
+        f"votes, not a mean, so it can lie far outside them), ◆ the capsule v_j = squash(s_j). Press **Play**: "
+        f"votes that agree with the consensus gain weight, outliers lose it. Here {moved_share:.0%} of the "
+        f"{children:,} couplings to capsule {name} moved more than 0.01 from 1/{k}"
+        + (
+            ": in this trained network most couplings move little; routing tidies up the few votes that "
+            "disagree, and those are the large red and blue points."
+            if moved_share < 0.5
+            else ": routing reweighs much of the evidence for this input; the large red and blue points moved most."
+        )
     )
 
 

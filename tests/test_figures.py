@@ -245,3 +245,28 @@ def test_tile_maps_lays_out_blocks_with_gaps() -> None:
     assert np.isnan(tiled[6]).all() and np.isnan(tiled[:, 6]).all()
     framed = figures.tile_maps(np.zeros((3, 5, 6, 6)), columns=8)  # leading axes are kept; 5 maps fit one row
     assert framed.shape == (3, 6, 5 * 7 - 1)
+
+
+def test_the_votes_axes_hold_every_iteration_and_two_plots_can_share_a_colour_scale() -> None:
+    """Next and Play must not rescale the axes (s_j grows far beyond the votes as couplings concentrate), and the
+    winner's and runner-up's plots compare on one colour scale."""
+    rng = np.random.default_rng(0)
+    n, r, k = 8 * 6 * 6, 3, 10
+    points = rng.normal(size=(n, 2)).astype(np.float32) * 0.3
+    coupling = np.full((r, n), 1 / k, dtype=np.float32)
+    coupling[1:] += rng.uniform(-0.05, 0.2, size=(r - 1, n)).astype(np.float32)
+    sums = np.array([[0.2, 0.0], [2.0, 0.1], [4.75, -0.2]], dtype=np.float32)  # s_j far outside the votes later
+    poses = np.array([[0.1, 0.0], [0.8, 0.0], [0.95, 0.0]], dtype=np.float32)
+    agreement = rng.normal(size=(r, n)).astype(np.float32)
+    for step in range(r):
+        fig = figures.votes_figure(points, coupling, agreement, sums, poses, "3", k, 6, step, reach=0.5)
+        x_range, y_range = fig.layout.xaxis.range, fig.layout.yaxis.range
+        assert x_range[0] < points[:, 0].min() and x_range[1] > 4.75  # the last s_j is inside from the first frame
+        assert y_range[0] < points[:, 1].min() and y_range[1] > points[:, 1].max()
+        assert fig.layout.xaxis.autorange is False
+        assert fig.data[0].marker.cmax == 0.5 and fig.data[0].marker.cmin == -0.5
+        if step == 0:
+            first = (x_range, y_range)
+    assert (x_range, y_range) == first  # the same axes on every iteration
+    own = figures.votes_figure(points, coupling, agreement, sums, poses, "3", k, 6, 0)
+    assert own.data[0].marker.cmax == pytest.approx(float(np.abs(coupling - 1 / k).max()))

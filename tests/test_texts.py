@@ -39,3 +39,14 @@ def test_texts_say_what_the_model_in_use_holds() -> None:
     assert "0.0005" in texts.training(paper) and "0.0005" in texts.loss_help(paper)
     assert "no usable statistics" in texts.dimension_ranges(False, "3")
     assert "mean ± 2 std" in texts.dimension_ranges(True, "3")
+
+
+def test_the_votes_reading_never_contradicts_its_own_figure() -> None:
+    from dashboard import texts
+
+    assert "move little" in texts.votes_reading("3", 0.1, 1152, 10, 3)
+    many = texts.votes_reading("3", 0.52, 1152, 10, 3)  # the probe's case: 52% moved, yet "most move little"
+    assert "move little" not in many and "52%" in many and "not a mean" in many
+    one = texts.votes_reading("3", 0.0, 1152, 10, 1)
+    assert "prefer nothing" in one and "not a mean" in one
+    assert "sums to 0" in texts.aggregation(__import__("capsnet.config").config.CapsNetConfig())

@@ -99,12 +99,13 @@ if r > 1 and int(np.argmax(first)) != prediction:
 # ---------------------------------------------------------------- the votes
 st.subheader("The votes", anchor=False)
 views = [ag.vote_view(votes, j) for j in (digit, other)]
+reach = max(float(np.abs(v.coupling - 1.0 / k).max()) for v in views)  # one colour scale for both plots
 for column, view in zip(st.columns(2, gap="medium"), views):
     with column:
         st.plotly_chart(
             figures.votes_figure(
                 view.points, view.coupling, view.agreement, view.sums, view.poses, names[view.digit], k,
-                config.primary_grid, step - 1,
+                config.primary_grid, step - 1, reach=reach,
             ),
             key=f"votes_{'chosen' if view.digit == digit else 'other'}",
             config={"displayModeBar": False},

@@ -29,18 +29,27 @@ def votes_figure(
     grid: int,
     step: int,
     height: int = 440,
+    reach: float | None = None,
 ) -> go.Figure:
     """One digit capsule's N votes in 2-D, sized and coloured by their coupling c_ij, one frame per iteration.
 
     points (N, 2): the votes in a basis fixed across iterations; coupling and agreement (r, N);
     sums and poses (r, 2): s_j and v_j, projected. `step` (from 0) is the iteration shown; with
     more than one iteration, Play animates them in the browser, the points staying in place
-    while their weights change (no redraw between frames, so no blank frame).
+    while their weights change (no redraw between frames, so no blank frame). The axes are fixed
+    to hold the votes and every iteration's s_j and v_j, so neither Next nor Play rescales them;
+    `reach` sets the colour scale's +- end (give two figures one, to compare them), else their own.
     """
     points, coupling, agreement = (np.asarray(a, dtype=np.float32) for a in (points, coupling, agreement))
     r, n = coupling.shape
     change = coupling - 1.0 / num_classes  # (r, N)
-    reach = max(float(np.abs(change).max()), 1e-3)
+    reach = max(float(np.abs(change).max()), 1e-3) if reach is None else max(float(reach), 1e-3)
+    every = np.concatenate(
+        [points, np.asarray(sums, dtype=np.float32), np.asarray(poses, dtype=np.float32)]
+    )  # (N+2r, 2)
+    low, high = every.min(axis=0), every.max(axis=0)
+    pad = 0.06 * np.maximum(high - low, 1e-3)
+    ranges = [[float(low[a] - pad[a]), float(high[a] + pad[a])] for a in (0, 1)]
     ids = _capsule_ids(n // (grid * grid), grid)  # (N, 3)
     frames_names = [str(t + 1) for t in range(r)]
 
@@ -99,8 +108,10 @@ def votes_figure(
                 ],
             )
         ]  # fmt: skip
-    fig.update_xaxes(title="along v_j: agreement / |v_j|", zeroline=True, zerolinecolor="#3a4150")
-    fig.update_yaxes(title="across: the votes' main spread", zeroline=True, zerolinecolor="#3a4150")
+    fig.update_xaxes(title="along v_j: agreement / |v_j|", zeroline=True, zerolinecolor="#3a4150", range=ranges[0],
+                     autorange=False)  # fmt: skip
+    fig.update_yaxes(title="across: the votes' main spread", zeroline=True, zerolinecolor="#3a4150", range=ranges[1],
+                     autorange=False)  # fmt: skip
     return layout(
         fig,
         height,
