@@ -42,6 +42,7 @@ def test_texts_say_what_the_model_in_use_holds() -> None:
 
 
 def test_the_votes_reading_never_contradicts_its_own_figure() -> None:
+    from capsnet.config import CapsNetConfig
     from dashboard import texts
 
     assert "move little" in texts.votes_reading("3", 0.1, 1152, 10, 3)
@@ -49,4 +50,4 @@ def test_the_votes_reading_never_contradicts_its_own_figure() -> None:
     assert "move little" not in many and "52%" in many and "not a mean" in many
     one = texts.votes_reading("3", 0.0, 1152, 10, 1)
     assert "prefer nothing" in one and "not a mean" in one
-    assert "sums to 0" in texts.aggregation(__import__("capsnet.config").config.CapsNetConfig())
+    assert "sums to 0" in texts.aggregation(CapsNetConfig())
