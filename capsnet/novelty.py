@@ -50,6 +50,15 @@ class NoveltyThresholds:
         winner = np.maximum(np.asarray(length, dtype=np.float64), 1e-6)
         return np.maximum(error / max(self.reconstruction_error, 1e-9), self.length / winner)
 
+    def tripped(self, reconstruction_error: float, length: float) -> tuple[str, ...]:
+        """Which of the two tests one input fails: "reconstruction" (redrawn too far from it), "length" (winner short)."""
+        tests = []
+        if float(reconstruction_error) > self.reconstruction_error:
+            tests.append("reconstruction")
+        if float(length) < self.length:
+            tests.append("length")
+        return tuple(tests)
+
     def flagged(self, reconstruction_error: np.ndarray | float, length: np.ndarray | float) -> np.ndarray:
         return self.score(reconstruction_error, length) > 1.0
 

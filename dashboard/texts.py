@@ -244,12 +244,20 @@ often two capsules are long at once, because the {noun} really is ambiguous.
 """
 
 
-def not_like_any_class(noun: str, score: float, error: float, length: float, names: str) -> str:
-    """The Draw page's warning for an input that resembles no class."""
+def not_like_any_class(noun: str, score: float, error: float, length: float, names: str, thresholds=None) -> str:
+    """The Draw page's warning for an input that resembles no class, naming the test (or tests) it failed."""
+    reasons = []
+    tripped = thresholds.tripped(error, length) if thresholds is not None else ("reconstruction", "length")
+    if "reconstruction" in tripped:
+        limit = f", past the threshold {thresholds.reconstruction_error:.1f}" if thresholds is not None else ""
+        reasons.append(f"its reconstruction is far from the input (error {error:.1f}{limit})")
+    if "length" in tripped:
+        limit = f", under the threshold {thresholds.length:.2f}" if thresholds is not None else ""
+        reasons.append(f"its winning capsule is short (|v| = {length:.2f}{limit})")
+    joiner = " or " if thresholds is None else " and "
     return (
         f"**Not like any {noun} the network knows** (score {score:.2f}; above 1 means unlike). "
-        f"It still names a class, since one capsule is always longest, but its reconstruction is far from "
-        f"the input (error {error:.1f}) or its winning capsule is short (|v| = {length:.2f}): "
+        f"It still names a class, since one capsule is always longest, but {joiner.join(reasons)}: "
         f"{names} test images almost never look like this."
     )
 

@@ -220,7 +220,7 @@ with side_col:
         if score > 1.0:
             title = model.info.title or dataset
             st.warning(
-                texts.not_like_any_class(noun, score, result.reconstruction_error, confidence, title),
+                texts.not_like_any_class(noun, score, result.reconstruction_error, confidence, title, thresholds),
                 icon=":material/report:",
             )
         else:
