@@ -289,7 +289,8 @@ def wrong_kind_of_model(reads_pairs: bool) -> str:
     return (
         "This page reads **two overlapping digits** (MultiMNIST, 36x36), and the model chosen in the sidebar reads "
         "one. Pick a MultiMNIST model in the sidebar, or train one: "
-        "`python -m capsnet.train --dataset multimnist --epochs 30`."
+        "`python -m capsnet.train --dataset multimnist --preset multimnist --epochs 30` (its preset has the official "
+        "code's initial scales, so it learns at the default learning rate)."
     )
 
 
