@@ -23,7 +23,6 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -31,27 +30,23 @@ from tqdm import tqdm
 
 from capsnet.acceleration import Acceleration, choose_acceleration, make_adam
 from capsnet.augment import augment_seed, epoch_batches
-from capsnet.checkpoint import load_checkpoint, read_checkpoint_info
+from capsnet.checkpoint import load_checkpoint
 from capsnet.checkpointer import Checkpointer, epoch_info
 from capsnet.cli import run_cli
 from capsnet.collapse import CollapseWatch, TrainingCollapsedError
 from capsnet.data import dataset_info
 from capsnet.device import describe_device, pick_device, seed_everything
-from capsnet.distributed import Distributed, barrier, distributed_session, from_main, reduce_sum
+from capsnet.distributed import Distributed, barrier, distributed_session, reduce_sum
 from capsnet.errors import CapsNetError
 from capsnet.evaluate import right_answers
 from capsnet.multimnist import MultiBatch, epoch_pairs
 from capsnet.networks import AnyConfig, AnyModel, build_model, model_loss, preset_config
 from capsnet.options import TrainOptions
+from capsnet.prepare import Prepared, prepare
 from capsnet.run_folder import (
     EpochRecord,
-    FolderLock,
     Progress,
     ProgressWriter,
-    RunFolder,
-    RunFolderError,
-    new_run_dir,
-    runs_root,
 )
 from capsnet.schedule import Schedule
 from capsnet.train_data import load_data
@@ -231,72 +226,6 @@ def _agreed_stop(stop: StopFlag, watch: CollapseWatch | None, env: Distributed, 
 
 
 # ---------------------------------------------------------------- the steps of a run
-
-
-@dataclass
-class Prepared:
-    """A run ready to build: its options (a resumed run's stored ones), folder and lineage."""
-
-    options: TrainOptions
-    folder: RunFolder
-    origin: dict[str, Any] | None  # the checkpoint an --init run started from
-    args: dict[str, Any]  # what args.json is to hold, written once the run's state has loaded
-    acceleration: Acceleration  # bf16 or float32, fused Adam, compile: chosen for this machine
-    lock: FolderLock | None = None  # the main process's hold on the folder, released by `train`
-
-
-def prepare(options: TrainOptions, env: Distributed, acceleration: Acceleration) -> Prepared:
-    """The run folder (rank 0 names a new one for every process), and a resumed run's stored options.
-
-    args.json records `acceleration`, the choices made for this machine (a resume on another one
-    chooses again, and records that).
-    """
-    if options.out:
-        path = Path(options.out)
-        if env.is_main:
-            try:
-                path.mkdir(parents=True, exist_ok=True)
-            except OSError as error:
-                raise RunFolderError(f"cannot use {path} as the run folder: {error.strerror or error}") from None
-    else:
-        path = Path(from_main(str(new_run_dir(runs_root(), options.dataset)) if env.is_main else None, env))
-    folder = RunFolder(path)
-    lock = folder.lock() if env.is_main else None  # one trainer per folder, before anything in it is read or written
-    try:
-        return _prepare_locked(options, env, acceleration, folder, lock)
-    except BaseException:
-        if lock is not None:
-            lock.release()
-        raise
-
-
-def _prepare_locked(
-    options: TrainOptions, env: Distributed, acceleration: Acceleration, folder: RunFolder, lock: FolderLock | None
-) -> Prepared:
-    if not options.resume and env.is_main and folder.holds_a_run():
-        stored = folder.read_args()
-        what = f" ({stored.get('dataset', '?')}, {len(folder.read_metrics())} epochs)" if stored else ""
-        raise RunFolderError(
-            f"{folder.path} already holds a run{what}: continue it with --resume, or choose another --out"
-        )
-    origin = None
-    if options.resume:
-        stored = folder.read_args()
-        if not stored:
-            raise CapsNetError(f"--resume: cannot read the run's {RunFolder.ARGS} in {folder.path}")
-        options = options.resumed_from(stored).validate()
-        origin = stored.get("started_from")
-        if origin is None and stored.get("init") and Path(stored["init"]).is_file():  # begun before origins were kept
-            origin = read_checkpoint_info(stored["init"])[1].as_origin(stored["init"])
-        args = stored | {"epochs": options.epochs, "acceleration": acceleration.to_dict()}  # a later resume reads these
-    else:
-        if options.init:
-            origin = read_checkpoint_info(options.init)[1].as_origin(options.init)
-        args = options.to_dict() | ({"started_from": origin} if origin else {})
-        args["acceleration"] = acceleration.to_dict()
-        if env.is_main:
-            folder.write_args(args)
-    return Prepared(options, folder, origin, args, acceleration, lock)
 
 
 def build(

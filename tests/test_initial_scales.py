@@ -20,7 +20,7 @@ from capsnet.multimnist import epoch_pairs
 from capsnet.networks import model_loss
 
 pytestmark = pytest.mark.slow
-STEPS, BATCH = 40, 8
+STEPS, BATCH = 30, 8
 
 
 @pytest.fixture(scope="module")

@@ -52,28 +52,37 @@ def test_a_folder_holding_a_run_is_not_overwritten(data_dir: Path, tmp_path: Pat
 
 
 def test_two_trainers_never_share_a_folder(data_dir: Path, tmp_path: Path) -> None:
+    """A second run, or a resume, into a folder a trainer holds is refused naming it (the first is paused while
+    they try, so the test does not depend on how fast it trains)."""
+    import signal
+
     out = tmp_path / "run"
     first = subprocess.Popen(
-        [sys.executable, "-m", "capsnet.train", *T, "--train-size", "3000", "--epochs", "2", "--out", str(out)],
+        [sys.executable, "-m", "capsnet.train", *T, "--train-size", "2000", "--epochs", "2", "--out", str(out)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     deadline = time.time() + 120
     while not (out / "progress.json").is_file() and time.time() < deadline:
-        time.sleep(0.2)
-    second = subprocess.run(
-        [sys.executable, "-m", "capsnet.train", *T, "--epochs", "1", "--out", str(out)], capture_output=True, text=True
-    )
-    resumed = subprocess.run(
-        [sys.executable, "-m", "capsnet.train", "--resume", "--epochs", "3", "--out", str(out), "--no-progress"],
-        capture_output=True, text=True,
-    )  # fmt: skip
+        time.sleep(0.1)
+    first.send_signal(signal.SIGSTOP)  # holding its lock
+    try:
+        second = subprocess.run(
+            [sys.executable, "-m", "capsnet.train", *T, "--epochs", "1", "--out", str(out)], capture_output=True,
+            text=True,
+        )  # fmt: skip
+        resumed = subprocess.run(
+            [sys.executable, "-m", "capsnet.train", "--resume", "--epochs", "3", "--out", str(out), "--no-progress"],
+            capture_output=True, text=True,
+        )  # fmt: skip
+    finally:
+        first.send_signal(signal.SIGCONT)
     assert first.wait(timeout=300) == 0, first.stderr[-2000:]
     for refused in (second, resumed):
-        assert refused.returncode == 2
+        assert refused.returncode == 2, refused.stderr
         assert f"in use by another training process (pid {first.pid})" in refused.stderr
         assert refused.stderr.strip().count("\n") == 0
     assert [r["epoch"] for r in read_jsonl(out / "metrics.jsonl")] == [1, 2]
-    assert json.loads((out / "args.json").read_text())["train_size"] == 3000
+    assert json.loads((out / "args.json").read_text())["train_size"] == 2000
 
 
 class Killed(BaseException):
