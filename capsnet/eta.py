@@ -20,8 +20,9 @@ import torch
 from capsnet.acceleration import choose_acceleration, make_adam
 from capsnet.data import dataset_info
 from capsnet.device import pick_device
-from capsnet.networks import build_model, model_loss, preset_config
+from capsnet.networks import build_model, preset_config
 from capsnet.options import TrainOptions
+from capsnet.train import training_step
 
 EVALUATION_SPEEDUP = 3.0  # a forward pass costs about a third of a training step
 
@@ -32,27 +33,27 @@ class Speed:
     source: str  # where the figure comes from, for the user: "run 2026-...-mnist" or "measured now"
 
 
-def _same_network(args: dict[str, Any], options: TrainOptions) -> bool:
+def _same_network(args: dict[str, Any], options: TrainOptions, amp: bool) -> bool:
     try:
         same_size = dataset_info(str(args.get("dataset"))).image_size == dataset_info(options.dataset).image_size
     except (KeyError, ValueError):
         return False
     acceleration = args.get("acceleration") if isinstance(args.get("acceleration"), dict) else {}
-    wanted = choose_acceleration(pick_device(options.device), options.amp, options.fused_adam, options.compile)
     return (
         same_size
         and args.get("model", "capsnet") == options.model
         and args.get("preset") == options.preset
-        and acceleration.get("amp") == wanted.amp  # runs from before the choice was recorded are not compared
+        and acceleration.get("amp") == amp  # runs from before the choice was recorded are not compared
     )
 
 
 def recorded_speed(runs: Iterable[Any], options: TrainOptions) -> Speed | None:
     """The speed the newest matching run measured (`runs`: `capsnet.runs.RunSummary`s, newest first)."""
+    amp = choose_acceleration(pick_device(options.device), options.amp, options.fused_adam, options.compile).amp
     for run in runs:
         speeds = [m.get("images_per_s") for m in run.metrics]
         speeds = [s for s in speeds if isinstance(s, (int, float)) and s > 0]
-        if speeds and _same_network(run.args, options):
+        if speeds and _same_network(run.args, options, amp):
             return Speed(float(statistics.median(speeds)), f"run {run.name}")
     return None
 
@@ -73,12 +74,7 @@ def measure_speed(options: TrainOptions, batch: int = 8, steps: int = 2) -> Spee
     times = []
     for step in range(steps + 1):
         start = time.perf_counter()
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=acceleration.amp):
-            out = model(images, labels)
-            loss = model_loss(out, images, labels, config)
-        optimizer.zero_grad(set_to_none=True)
-        loss.total.backward()
-        optimizer.step()
+        training_step(model, optimizer, images, labels, images, config, acceleration.amp)  # the trainer's own step
         if step:
             times.append(time.perf_counter() - start)
     threads = torch.get_num_threads()

@@ -82,3 +82,19 @@ def test_a_damaged_dataset_is_called_damaged_not_missing(data_dir: Path, tmp_pat
     images.unlink()  # one file of the two missing: that is missing, not damaged
     with pytest.raises(DatasetNotFoundError):
         load_dataset("mnist", train=False, data_dir=tmp_path, download=False)
+
+
+def test_a_damaged_gz_only_dataset_is_called_damaged_not_missing(tmp_path: Path) -> None:
+    from capsnet.data import DatasetDamagedError, load_dataset
+
+    raw = tmp_path / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    for name in (
+        "train-images-idx3-ubyte",
+        "train-labels-idx1-ubyte",
+        "t10k-images-idx3-ubyte",
+        "t10k-labels-idx1-ubyte",
+    ):
+        (raw / f"{name}.gz").write_bytes(b"\x1f\x8b this is not a whole gzip file")
+    with pytest.raises(DatasetDamagedError, match="could not be unpacked"):
+        load_dataset("mnist", train=False, data_dir=tmp_path, download=False)
