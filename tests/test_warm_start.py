@@ -17,8 +17,8 @@ from capsnet.warm_start import grid_sources, lay_on_grid, warm_config, warm_star
 def test_grid_cells_are_laid_in_image_coordinates() -> None:
     cells = grid_sources(6, 10).view(10, 10)
     assert cells[2:8, 2:8].flatten().tolist() == list(range(36))  # the 28x28 digit's cells, centred on 36x36
-    assert cells[0, 0] == 0 and cells[0, 9] == 5 and cells[9, 0] == 30 and cells[9, 9] == 35  # nearest edge cells
-    assert cells[5, 0] == cells[5, 2] == 3 * 6  # beyond the source grid: its edge, row kept
+    assert (cells[:2] == -1).all() and (cells[8:] == -1).all() and (cells[:, :2] == -1).all()  # beyond the source
+    assert (cells >= 0).sum() == 36
     assert grid_sources(6, 6).tolist() == list(range(36))
     assert grid_sources(6, 12).view(12, 12)[3:9, 3:9].flatten().tolist() == list(range(36))  # 40x40
     with pytest.raises(ValueError, match="larger one"):
@@ -32,8 +32,11 @@ def test_lay_on_grid_against_a_loop() -> None:
     for t in range(3):
         for y in range(7):
             for x in range(7):
-                sy, sx = min(max(y - offset, 0), 3), min(max(x - offset, 0), 3)
-                assert torch.equal(laid[t * 49 + y * 7 + x], weight[t * 16 + sy * 4 + sx])
+                sy, sx = y - offset, x - offset
+                if 0 <= sy < 4 and 0 <= sx < 4:
+                    assert torch.equal(laid[t * 49 + y * 7 + x], weight[t * 16 + sy * 4 + sx])
+                else:  # beyond the source grid: no votes until it learns some
+                    assert not laid[t * 49 + y * 7 + x].any()
 
 
 def test_a_capsnet_warm_started_on_36x36_votes_as_the_28x28_one_on_a_centred_digit() -> None:
@@ -55,6 +58,11 @@ def test_a_capsnet_warm_started_on_36x36_votes_as_the_28x28_one_on_a_centred_dig
     k, d = u_small.shape[1], u_small.shape[-1]
     inner = u_big.view(1, k, 8, 10, 10, d)[:, :, :, 2:8, 2:8].reshape(1, k, 8 * 36, d)
     torch.testing.assert_close(inner, u_small)  # the same votes wherever the digit's pixels are
+    outer = u_big.view(1, k, 8, 10, 10, d).clone()
+    outer[:, :, :, 2:8, 2:8] = 0
+    assert not outer.any()  # the margin casts no votes, so it cannot saturate the digit capsules
+    with torch.no_grad():
+        torch.testing.assert_close(model(big).lengths, source(digit).lengths)  # the same reading as the source
 
 
 def test_a_cnn_warm_start_lays_its_first_dense_layer() -> None:
@@ -71,6 +79,9 @@ def test_a_cnn_warm_start_lays_its_first_dense_layer() -> None:
     small = source.classifier[0].weight.view(-1, c, s, s)
     off = (t - s) // 2
     torch.testing.assert_close(big[:, :, off : off + s, off : off + s], small)
+    margin = big.clone()
+    margin[:, :, off : off + s, off : off + s] = 0
+    assert not margin.any()  # the feature map's margin starts with no say
     torch.testing.assert_close(model.classifier[-1].weight, source.classifier[-1].weight)
 
 
