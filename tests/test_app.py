@@ -660,6 +660,15 @@ def test_the_overlapping_digits_page(app_dirs, tiny_multimnist, tiny_baselines) 
     first, second = at.number_input(key="overlap_first").value, at.number_input(key="overlap_second").value
     assert first != 0 or second != 1
     assert any("True digits" in c.value for c in at.caption)
+    # the shifts survive a visit to "Draw two", where the page stops before drawing them, and the digits too
+    shifts = {k: at.slider(key=f"overlap_{k}").value for k in ("first_dy", "first_dx", "second_dy", "second_dx")}
+    at.segmented_control(key="overlap_source").set_value("Draw two").run()
+    no_exception(at)
+    assert not at.main.slider  # no drawings kept yet: the page waits for them
+    at.segmented_control(key="overlap_source").set_value("Test digits").run()
+    no_exception(at)
+    assert {k: at.slider(key=f"overlap_{k}").value for k in shifts} == shifts
+    assert (at.number_input(key="overlap_first").value, at.number_input(key="overlap_second").value) == (first, second)
     for page in ("app_pages/routing.py", "app_pages/evaluate.py", "app_pages/transform.py"):
         at.switch_page(page).run()
         no_exception(at)

@@ -432,6 +432,15 @@ def test_overlapping_digits_from_a_link(page, app: App, screenshots: Path) -> No
     after = page.request.get(segmented.locator("img").get_attribute("src")).body()
     assert after[:8] == b"\x89PNG\r\n\x1a\n" and after != before  # another pair, redrawn in red and green
     full_page_screenshot(page, screenshots / "overlap.png")
+    shift_keys = ("first_dy", "first_dx", "second_dy", "second_dx")
+
+    def shifts() -> list[int]:
+        return [int(page.locator(f".st-key-overlap_{k}").get_by_role("slider").input_value()) for k in shift_keys]
+
+    def digits() -> list[str]:
+        return [page.locator(f".st-key-overlap_{k}").locator("input").input_value() for k in ("first", "second")]
+
+    kept_shifts, kept_digits = shifts(), digits()
 
     # or draw the two digits on the canvas in turn
     page.locator(".st-key-overlap_source").get_by_text("Draw two", exact=True).click()
@@ -451,6 +460,13 @@ def test_overlapping_digits_from_a_link(page, app: App, screenshots: Path) -> No
     expect(page.get_by_text("True digits:")).to_have_count(0)  # drawings have no known classes
     drawn = page.get_by_test_id("stMain").locator("[data-testid=stImage]").filter(has_text="red: from capsule")
     expect(drawn.locator("img")).to_be_visible()
+    assert shifts() == kept_shifts  # the drawings take the shifts the test pair had
+
+    # and back to the test digits: the pair, its shifts and its reading as they were
+    page.locator(".st-key-overlap_source").get_by_text("Test digits", exact=True).click()
+    expect(page.get_by_text("True digits:")).to_be_visible(timeout=RERUN_MS)
+    wait_idle(page)
+    assert shifts() == kept_shifts and digits() == kept_digits
 
 
 # ---------------------------------------------------------------- Training from the sidebar

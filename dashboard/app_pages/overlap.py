@@ -75,7 +75,9 @@ if data is None:
 digits, labels = models.test_digits(model.dataset)
 names, count = model.class_names, len(digits)
 for key, value in (("overlap_first", 0), ("overlap_second", 1), *((f"overlap_{k}", 0) for k in SHIFTS)):
-    st.session_state.setdefault(key, value)
+    # re-set on every run, so that Streamlit keeps the value through runs that stop before drawing the widget
+    # ("Draw two" waits for its drawings; the digit inputs are hidden while drawings are used)
+    st.session_state[key] = st.session_state.get(key, value)
 
 
 def _verdict(label: str, chosen: list[int], truth: tuple[int, int] | None) -> None:
