@@ -91,6 +91,11 @@ class Sweep:
                 "examples": self.examples}  # fmt: skip
 
 
+def sweep_images(limit: int) -> int:
+    """How many images the two robustness sweeps (every angle, then every scale) read on `limit` test images."""
+    return limit * (len(ANGLES) + len(SCALES))
+
+
 def accuracy_sweep(
     model: AnyModel,
     images: Tensor,

@@ -10,6 +10,7 @@ measured once, a point at a time under a progress bar, and then read back at onc
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -120,6 +121,23 @@ def robustness_curves(
 
         curves[kind][name] = robustness(key, net, dataset, kind, limit, step)
     return curves
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def reading_rate(key: str, _net: Any) -> float:
+    """Images this network reads per second on this machine: one warm batch of 64, timed once per model."""
+    size = _net.config.image_size
+    batch = torch.rand(64, 1, size, size, generator=torch.Generator().manual_seed(0))  # (64, 1, H, W)
+    with torch.no_grad():
+        _net.eval()(batch[:8])  # the first call pays for allocation and kernel choice
+        start = time.perf_counter()
+        _net(batch)
+    return len(batch) / max(time.perf_counter() - start, 1e-6)
+
+
+def robustness_seconds(networks: dict[str, tuple[str, Any]], limit: int) -> float:
+    """How long the robustness curves of `networks` take to measure from scratch, `limit` images a point, here."""
+    return sum(affnist.sweep_images(limit) / reading_rate(key, net) for key, net in networks.values())
 
 
 @st.cache_data(max_entries=512, show_spinner=False, persist="disk")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+from capsnet import affnist
 from capsnet.augment import SHIFT
 from capsnet.config import CapsNetConfig
 from capsnet.explain import DEFAULT_DIMENSION_STD
@@ -307,6 +308,18 @@ def no_baseline(dataset: str) -> str:
         f"No CNN baseline for this dataset yet: train one with `python -m capsnet.train --model cnn --dataset {dataset}` "
         f"(or ship one as `checkpoints/baselines/{dataset}-cnn.safetensors`)."
     )
+
+
+def robustness_cost(limit: int, networks: int, seconds: float) -> str:
+    """What measuring the robustness curves costs the first time, from this machine's measured reading speed."""
+    images = affnist.sweep_images(limit)
+    who = "the network" if networks == 1 else f"each of the {networks} networks"
+    if seconds < 60:
+        when = f"about {max(5, round(seconds / 5) * 5):.0f} s"
+    else:
+        when = f"about {round(seconds / 60):.0f} min"
+    warning = " **Long:** choose fewer images for a first look." if seconds >= 120 else ""
+    return f"The first time: {when} on this machine ({who} reads {images:,} images); then kept on disk.{warning}"
 
 
 def baseline_result(name: str, capsnet_accuracy: float | None, cnn_accuracy: float | None, pairs: bool) -> str:

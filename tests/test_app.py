@@ -532,6 +532,8 @@ def test_the_transform_lens_sets_the_capsnet_beside_a_cnn(app_with_run, tiny_bas
     no_exception(at)
     cnn = next(m for m in at.metric if m.label == "CNN baseline on the transformed input")
     assert cnn.value in [str(d) for d in range(10)]
+    at.selectbox(key="lens_robustness_size").set_value(2000).run()  # the cost is said before anything is measured
+    assert any("The first time: about" in c.value and "reads 44,000 images" in c.value for c in at.caption)
     at.selectbox(key="lens_robustness_size").set_value(100)
     at.toggle(key="lens_robustness").set_value(True).run()
     no_exception(at)

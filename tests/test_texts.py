@@ -51,3 +51,11 @@ def test_the_votes_reading_never_contradicts_its_own_figure() -> None:
     one = texts.votes_reading("3", 0.0, 1152, 10, 1)
     assert "prefer nothing" in one and "not a mean" in one
     assert "sums to 0" in texts.aggregation(CapsNetConfig())
+
+
+def test_the_robustness_cost_is_said_in_the_units_it_takes() -> None:
+    quick = texts.robustness_cost(100, 2, 12.0)
+    assert quick.startswith("The first time: about 10 s") and "each of the 2 networks reads 2,200 images" in quick
+    assert "Long" not in quick
+    slow = texts.robustness_cost(2000, 1, 8 * 60.0)
+    assert "about 8 min" in slow and "the network reads 44,000 images" in slow and "**Long:**" in slow

@@ -123,11 +123,15 @@ else:
     st.caption(texts.baseline_result(model.info.title, model.info.test_accuracy, cnn.accuracy, pairs=False))
 st.markdown(texts.ROBUSTNESS)
 measure, size = st.columns([2, 1])
-limit = size.selectbox("Test images per point", ROBUSTNESS_SIZES, index=1, key="lens_robustness_size")
+limit = size.selectbox(
+    "Test images per point", ROBUSTNESS_SIZES, index=1, key="lens_robustness_size", format_func="{:,}".format,
+    help="Each network reads this many test images at each of the sweeps' points, the first time; then kept on disk.",
+)  # fmt: skip
+networks = {"CapsNet": (model.key, model.net), **({"CNN": (cnn.key, cnn.net)} if cnn is not None else {})}
+size.caption(texts.robustness_cost(int(limit), len(networks), baselines.robustness_seconds(networks, int(limit))))
 if measure.toggle("Measure accuracy as the test set turns and scales", key="lens_robustness"):
     if models.try_test_set(model.dataset) is None:
         st.stop()
-    networks = {"CapsNet": (model.key, model.net), **({"CNN": (cnn.key, cnn.net)} if cnn is not None else {})}
     bar = st.progress(0.0, text="Measuring (once per model: kept on disk)...")
     curves = baselines.robustness_curves(networks, model.dataset, int(limit), lambda f, text: bar.progress(f, text))
     bar.empty()
