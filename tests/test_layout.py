@@ -45,3 +45,14 @@ def test_the_trainer_and_the_catalogue_do_not_touch_processes() -> None:
 def test_docs_scripts_do_not_borrow_from_the_tests() -> None:
     for path in modules("docs", "benchmarks"):
         assert not any(n.split(".")[0] in ("tests", "browser_support", "conftest") for n in imports(path)), path
+
+
+# drawn as colour emoji only with an emoji font (an empty box without one): the app uses Material icons instead
+EMOJI = set("\ufe0f✅❌⭐⌛⏳⏩⏪⏸⏹⏺")
+
+
+def test_the_dashboard_draws_no_emoji() -> None:
+    for path in modules("dashboard"):
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            found = [c for c in line if ord(c) >= 0x1F000 or c in EMOJI]
+            assert not found, f"{path.relative_to(REPO)}:{number}: {found}: use a Material icon or a plain symbol"

@@ -10,7 +10,8 @@ from capsnet.errors import CapsNetError
 from capsnet.options import TrainOptions
 from dashboard import figures, state, texts
 
-STATUS_ICONS = {"running": "🟢", "starting": "🟡", "finished": "✅", "stopped": "⏸️", "failed": "❌"}
+# symbols every text font draws (an emoji needs an emoji font, and shows as an empty box without one)
+STATUS_ICONS = {"running": "▶", "starting": "…", "finished": "✓", "stopped": "‖", "failed": "✗"}
 LIVE_S = 2.0  # refresh while a run is going on
 IDLE_S = 4.0  # refresh otherwise: a run started elsewhere (the sidebar, a terminal) shows up within this
 COMPARED = "compare_runs"  # the multiselect's key: the runs whose curves are drawn
@@ -127,12 +128,12 @@ def _live_page() -> None:
         st.plotly_chart(figures.training_curves(selected), key="training_curves", config={"displayModeBar": False})
     for run in all_runs:
         if run.status == "failed":
-            with st.expander(f"❌ {run.name} failed: {run.reason}", icon=":material/error:"):
+            with st.expander(f"{run.name} failed: {run.reason}", icon=":material/error:"):
                 st.code(run.folder.log_tail(40) or "(no log)", language=None)
                 if run.resumable:
                     st.button("Resume", key=f"resume_{run.name}", on_click=_resume, args=(run.name,))
         elif run.status == "stopped" and run.resumable:
-            with st.expander(f"⏸️ {run.name} stopped after {run.epochs_done} epoch(s)", icon=":material/pause_circle:"):
+            with st.expander(f"{run.name} stopped after {run.epochs_done} epoch(s)", icon=":material/pause_circle:"):
                 st.markdown("It was cancelled; its training state was saved, so it can go on where it stopped.")
                 st.button("Resume", key=f"resume_{run.name}", on_click=_resume, args=(run.name,), type="primary")
 
