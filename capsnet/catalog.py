@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from capsnet.checkpoint import CheckpointError, read_checkpoint_info
-from capsnet.networks import architecture_of
+from capsnet.networks import network_of
 from capsnet.run_folder import run_folders
 
 CHECKPOINTS_ENV = "CAPSNET_CHECKPOINTS_DIR"
@@ -63,7 +63,7 @@ def _describe(path: Path, source: str, run: str = "") -> CheckpointEntry:
     except CheckpointError as error:
         return CheckpointEntry(path=path, source=source, run=run, error=str(error))
     return CheckpointEntry(
-        architecture=architecture_of(config),
+        architecture=network_of(config).name,
         path=path,
         source=source,
         dataset=info.dataset,

@@ -23,7 +23,7 @@ from safetensors.torch import load_file, save_file
 from capsnet.checkpoint_info import CheckpointInfo
 from capsnet.errors import CapsNetError
 from capsnet.files import atomic_path, write_failure
-from capsnet.networks import AnyConfig, AnyModel, architecture_of, build_model, config_from_dict
+from capsnet.networks import AnyConfig, AnyModel, network, network_of
 
 FORMAT = "capsnet"
 FORMAT_VERSION = "1"
@@ -45,7 +45,7 @@ class Checkpoint:
     @property
     def architecture(self) -> str:
         """The network: "capsnet" or "cnn"."""
-        return architecture_of(self.config)
+        return network_of(self.config).name
 
     @property
     def class_names(self) -> list[str]:
@@ -77,7 +77,7 @@ def save_checkpoint(
     metadata = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
-        "architecture": architecture_of(model.config),
+        "architecture": network_of(model.config).name,
         "config": json.dumps(model.config.to_dict()),
         "info": json.dumps(info.to_dict() if isinstance(info, CheckpointInfo) else dict(info)),
     }
@@ -105,7 +105,7 @@ def _read_header(path: Path) -> tuple[AnyConfig, CheckpointInfo]:
             f"this capsnet reads {FORMAT_VERSION!r}"
         )
     try:
-        config = config_from_dict(metadata.get("architecture", "capsnet"), json.loads(metadata["config"]))
+        config = network(metadata.get("architecture", "capsnet")).from_dict(json.loads(metadata["config"]))
         info = json.loads(metadata.get("info") or "{}")
     except (KeyError, TypeError, ValueError) as error:
         raise CheckpointError(f"{path}: invalid config or info in the header ({error})") from None
@@ -119,7 +119,7 @@ def _read_header(path: Path) -> tuple[AnyConfig, CheckpointInfo]:
 def _expected_shapes(config: AnyConfig) -> dict[str, tuple[int, ...]]:
     """The state dict's shapes for `config`, from a model on the meta device (no memory allocated)."""
     with torch.device("meta"):
-        model = build_model(config)
+        model = network_of(config).build(config)
     return {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}
 
 
@@ -148,11 +148,10 @@ def load_checkpoint(
     """
     path = Path(path)
     config, info = _read_header(path)
-    if architecture_of(config) not in architectures:
-        kinds = {"capsnet": "a Capsule Network", "cnn": "a CNN baseline"}
-        raise CheckpointError(
-            f"{path}: {kinds[architecture_of(config)]}, where {' or '.join(kinds[a] for a in architectures)} is needed"
-        )
+    found = network_of(config)
+    if found.name not in architectures:
+        wanted = " or ".join(network(a).described for a in architectures)
+        raise CheckpointError(f"{path}: {found.described}, where {wanted} is needed")
     # compare the shapes in the file's header with the config's before reading or allocating anything
     expected, stored = _expected_shapes(config), _stored_shapes(path)
     missing = sorted(set(expected) - set(stored))
@@ -173,7 +172,7 @@ def load_checkpoint(
         tensors = load_file(str(path), device="cpu")
     except (SafetensorError, OSError, ValueError) as error:
         raise CheckpointError(f"{path}: damaged weights ({error})") from None
-    model = build_model(config)
+    model = network_of(config).build(config)
     tensors = {k: v.float() if v.is_floating_point() else v for k, v in tensors.items()}
     if not all(torch.isfinite(v).all() for v in tensors.values() if v.is_floating_point()):
         raise CheckpointError(f"{path}: weights hold NaN or infinite values")

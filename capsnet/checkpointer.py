@@ -211,7 +211,7 @@ def epoch_info(
 
 def _class_statistics(result: Evaluation) -> dict:
     """What a single-label evaluation adds to the header: per class, the poses' spread, the novelty thresholds."""
-    if result.dimension_mean.shape[1] == 0:  # the CNN baseline: no poses, no reconstructions
+    if result.dimension_mean is None or result.dimension_std is None:  # the CNN baseline: no poses, no reconstructions
         return dict(per_class_accuracy=result.class_accuracy())
     thresholds = NoveltyThresholds.from_evaluation(result)
     return dict(

@@ -20,7 +20,7 @@ import torch
 from capsnet.acceleration import choose_acceleration, make_adam
 from capsnet.data import dataset_info
 from capsnet.device import pick_device
-from capsnet.networks import build_model, preset_config
+from capsnet.networks import network
 from capsnet.options import TrainOptions
 from capsnet.train import training_step
 
@@ -63,11 +63,8 @@ def measure_speed(options: TrainOptions, batch: int = 8, steps: int = 2) -> Spee
     device = pick_device(options.device)
     info = dataset_info(options.dataset)
     acceleration = choose_acceleration(device, options.amp, options.fused_adam, options.compile)
-    if options.model == "cnn":
-        config = preset_config("cnn", options.preset, image_size=info.image_size, multi_label=info.pairs)
-    else:
-        config = preset_config("capsnet", options.preset, image_size=info.image_size)
-    model = build_model(config).to(device).train()
+    config = options.network_config()
+    model = network(options.model).build(config).to(device).train()
     optimizer = make_adam(model.parameters(), options.lr, acceleration.fused_adam)
     images = torch.rand(batch, 1, info.image_size, info.image_size, device=device)
     labels = torch.randint(0, config.num_classes, (batch,), device=device)

@@ -21,8 +21,7 @@ from torch import Tensor
 from capsnet.cli import ArgumentParser, run_cli
 from capsnet.device import pick_device
 from capsnet.errors import CapsNetError
-from capsnet.model import CapsNet
-from capsnet.networks import AnyModel, model_loss
+from capsnet.networks import AnyModel, network_of
 
 
 @dataclass
@@ -38,9 +37,15 @@ class Evaluation:
     labels: Tensor  # (N,)
     predictions: Tensor  # (N,)
     lengths: Tensor  # (N, K) capsule lengths (a CNN's class scores)
-    dimension_mean: Tensor  # (K, D) over correctly classified examples of each class ((K, 0) for a CNN)
-    dimension_std: Tensor  # (K, D)
-    reconstruction_errors: Tensor  # (N,) sum of squared pixel errors, decoded from the winning capsule (NaN: a CNN)
+    # what only a network with capsules gives (`Network.capsules`); None for the CNN baseline
+    dimension_mean: Tensor | None = None  # (K, D) over correctly classified examples of each class
+    dimension_std: Tensor | None = None  # (K, D)
+    reconstruction_errors: Tensor | None = None  # (N,) sum of squared pixel errors, decoded from the winning capsule
+
+    @property
+    def capsules(self) -> bool:
+        """Whether the evaluated network had capsules: poses and reconstructions."""
+        return self.dimension_mean is not None
 
     @property
     def winner_lengths(self) -> Tensor:
@@ -111,7 +116,8 @@ def evaluate(
         raise ValueError(f"need as many labels as images, and at least one: {len(images)} vs {len(labels)}")
     device = torch.device(device) if device is not None else next(model.parameters()).device
     config = model.config
-    capsules = isinstance(model, CapsNet)
+    net = network_of(model)
+    capsules = net.capsules
     was_training = model.training
     model.eval()
     k, d = config.num_classes, config.digit_dim if capsules else 0
@@ -124,12 +130,11 @@ def evaluate(
         x = images[start : start + batch_size].to(device, non_blocking=True)
         y = labels[start : start + batch_size].to(device, non_blocking=True)
         out = model(x, y, **options)
-        loss = model_loss(out, x, y, config)
+        loss = net.loss(out, x, y, config)
         sums += torch.tensor([loss.total.item(), loss.margin.item(), loss.reconstruction.item()]) * len(x)
         predictions.append(out.prediction.cpu())
         lengths.append(out.scores.float().cpu())
         if not capsules:  # no poses, no decoder
-            errors.append(torch.full((len(x),), float("nan")))
             if on_batch is not None:
                 on_batch(min(start + batch_size, len(images)), len(images))
             continue
@@ -161,9 +166,11 @@ def evaluate(
         labels=truth,
         predictions=prediction,
         lengths=torch.cat(lengths),
-        dimension_mean=mean.float(),
-        dimension_std=std.float(),
-        reconstruction_errors=torch.cat(errors),
+        **(
+            dict(dimension_mean=mean.float(), dimension_std=std.float(), reconstruction_errors=torch.cat(errors))
+            if capsules
+            else {}
+        ),
     )
 
 
@@ -181,11 +188,17 @@ def merge_evaluations(parts: list[Evaluation]) -> Evaluation:
     loss, margin, recon = ((losses * totals[:, None]).sum(0) / total).tolist()
     confusion = torch.stack([p.confusion for p in parts]).sum(0)  # (K, K)
     counts = torch.stack([p.confusion.diagonal() for p in parts]).double()[:, :, None]  # (P, K, 1): correct per class
-    means = torch.stack([p.dimension_mean for p in parts]).double()  # (P, K, D)
-    squares = torch.stack([p.dimension_std for p in parts]).double() ** 2 + means**2  # E[x^2] of each part
-    n = counts.sum(0).clamp(min=1)  # (K, 1)
-    mean = (counts * means).sum(0) / n
-    std = ((counts * squares).sum(0) / n - mean**2).clamp(min=0).sqrt()
+    if len({p.capsules for p in parts}) != 1:
+        raise ValueError("the parts come from different networks: some with capsules, some without")
+    capsules: dict[str, Tensor] = {}
+    if parts[0].capsules:
+        means = torch.stack([p.dimension_mean for p in parts]).double()  # type: ignore[misc]  # (P, K, D)
+        squares = torch.stack([p.dimension_std for p in parts]).double() ** 2 + means**2  # type: ignore[misc]
+        n = counts.sum(0).clamp(min=1)  # (K, 1)
+        mean = (counts * means).sum(0) / n
+        std = ((counts * squares).sum(0) / n - mean**2).clamp(min=0).sqrt()
+        errors = torch.cat([p.reconstruction_errors for p in parts])  # type: ignore[misc]  # (N,)
+        capsules = dict(dimension_mean=mean.float(), dimension_std=std.float(), reconstruction_errors=errors)
     return Evaluation(
         loss=loss,
         margin_loss=margin,
@@ -196,9 +209,7 @@ def merge_evaluations(parts: list[Evaluation]) -> Evaluation:
         labels=torch.cat([p.labels for p in parts]),
         predictions=torch.cat([p.predictions for p in parts]),
         lengths=torch.cat([p.lengths for p in parts]),
-        dimension_mean=mean.float(),
-        dimension_std=std.float(),
-        reconstruction_errors=torch.cat([p.reconstruction_errors for p in parts]),
+        **capsules,
     )
 
 
@@ -250,12 +261,13 @@ def evaluate_pairs(
     was_training = model.training
     model.eval()
     digits, labels = digits.to(device), labels.to(device)
-    options = {"routing_iterations": routing_iterations} if isinstance(model, CapsNet) else {}
+    net = network_of(model)
+    options = {"routing_iterations": routing_iterations} if net.capsules else {}
     loss_sum, correct = 0.0, 0
     for start in range(0, len(pairs), batch_size):
         batch = pairs.take(digits, labels, start, start + batch_size)
         out = model(batch.images, batch.labels, **options)
-        loss = model_loss(out, batch.parts, batch.labels, model.config)
+        loss = net.loss(out, batch.parts, batch.labels, model.config)
         loss_sum += loss.total.item() * len(batch)
         correct += int(right_answers(out.scores, batch.labels).sum())
         if on_batch is not None:
@@ -267,7 +279,7 @@ def evaluate_pairs(
 def format_report(result: Evaluation, class_names: list[str], title: str = "") -> str:
     """The human report: loss, accuracy, `Class 3: 99.31% (1003/1010)` lines, confusion matrix."""
     lines = [title] if title else []
-    if result.dimension_mean.shape[1] == 0:  # the CNN baseline: no capsules, no reconstruction
+    if not result.capsules:  # the CNN baseline: no capsules, no reconstruction
         lines.append(f"Test loss: {result.loss:.5f} (cross-entropy)")
     else:
         lines.append(
@@ -311,6 +323,9 @@ def main(argv: list[str] | None = None) -> int:
     def run() -> int:
         device = pick_device(args.device)
         checkpoint = load_checkpoint(args.checkpoint, device=device, architectures=("capsnet", "cnn"))
+        net = network_of(checkpoint.config)
+        if args.routing_iterations is not None and "routing_iterations" not in net.run_options:
+            raise CapsNetError(f"{checkpoint.path} holds {net.described}: --routing-iterations does not apply to it")
         name = args.dataset or checkpoint.info.dataset or "mnist"
         info = dataset_info(name)
         if checkpoint.config.image_size != info.image_size:
@@ -336,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
                                   "checkpoint": str(checkpoint.path)}))  # fmt: skip
             else:
                 print(f"{checkpoint.path} on the {info.title} test pairs")
-                top = "highest scores" if checkpoint.architecture == "cnn" else "longest capsules"
+                top = "longest capsules" if net.capsules else "highest scores"
                 print(f"Error: {100 * result.error:.2f}% ({result.total - result.correct}/{result.total} pairs wrong: "
                       f"the two {top} are not the two digits)")  # fmt: skip
                 print(f"Test loss: {result.loss:.5f}")

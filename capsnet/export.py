@@ -31,7 +31,7 @@ from capsnet.errors import CapsNetError
 from capsnet.evaluate import Evaluation, PairEvaluation, evaluate, evaluate_pairs
 from capsnet.files import atomic_path, read_jsonl, writable
 from capsnet.multimnist import Pairs, test_pairs
-from capsnet.networks import AnyModel
+from capsnet.networks import AnyModel, network_of
 from capsnet.novelty import NoveltyThresholds
 
 
@@ -69,15 +69,14 @@ def export_checkpoint(
         class_names=list(dataset_info(name).classes),
     )
     if isinstance(after, Evaluation):
-        capsules = run.architecture == "capsnet"
-        thresholds = NoveltyThresholds.from_evaluation(after) if capsules else None
+        thresholds = NoveltyThresholds.from_evaluation(after)  # None for a network that redraws nothing
         info = info.replace(
             per_class_accuracy=after.class_accuracy(),
             per_class_correct=after.class_correct,
             per_class_total=after.class_total,
             confusion=after.confusion.tolist(),
-            dimension_mean=after.dimension_mean.tolist() if capsules else None,
-            dimension_std=after.dimension_std.tolist() if capsules else None,
+            dimension_mean=after.dimension_mean.tolist() if after.dimension_mean is not None else None,
+            dimension_std=after.dimension_std.tolist() if after.dimension_std is not None else None,
             novelty=thresholds.to_dict() if thresholds else None,
         )
     records = lineage_metrics(source, info)  # read before anything is written: a bad log must not leave half an export
@@ -110,7 +109,7 @@ def calibrate_checkpoint(path: str | Path, data_dir: str | None = None, device: 
     path = Path(path)
     writable(path)
     checkpoint = load_checkpoint(path, device=pick_device(device), architectures=("capsnet", "cnn"))
-    if checkpoint.architecture == "cnn":
+    if not network_of(checkpoint.config).capsules:
         raise CapsNetError(f"{path}: a CNN baseline redraws nothing, so it has no not-like-any-class thresholds")
     if checkpoint.info.dataset in DATASETS and dataset_info(checkpoint.info.dataset).pairs:
         raise CapsNetError(f"{path}: a MultiMNIST model has no not-like-any-class thresholds to calibrate")

@@ -84,7 +84,7 @@ class NoveltyThresholds:
     def from_evaluation(cls, result: Evaluation, quantile: float = QUANTILE) -> NoveltyThresholds | None:
         """From the correctly classified examples of an evaluation (None if there are fewer than 20)."""
         right = result.right
-        if int(right.sum()) < 20 or result.dimension_mean.shape[1] == 0:  # too few, or a CNN (nothing redrawn)
+        if int(right.sum()) < 20 or result.reconstruction_errors is None:  # too few, or a CNN (nothing redrawn)
             return None
         errors = result.reconstruction_errors[right].double()
         lengths = result.winner_lengths[right].double()

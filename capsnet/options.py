@@ -19,10 +19,10 @@ from typing import Any
 
 from capsnet.cli import ArgumentParser
 from capsnet.config import MAX_ROUTING_ITERATIONS, PRESETS
-from capsnet.data import DATASETS
+from capsnet.data import DATASETS, dataset_info
 from capsnet.device import DEVICE_CHOICES
 from capsnet.errors import InvalidArgumentError
-from capsnet.networks import ARCHITECTURES
+from capsnet.networks import ARCHITECTURES, NETWORKS, AnyConfig, network
 from capsnet.recipes import RECIPES
 from capsnet.schedule import SCHEDULES
 
@@ -167,11 +167,29 @@ class TrainOptions:
             raise InvalidArgumentError(f"--warmup must lie in [0, 1), got {self.warmup}")
         if not 0 < self.lr_decay <= 1:
             raise InvalidArgumentError(f"--lr-decay must lie in (0, 1], got {self.lr_decay}")
+        chosen = network(self.model)
+        if self.preset not in chosen.presets:
+            raise InvalidArgumentError(
+                f"the {chosen.title} has no preset {self.preset!r}; choose from {', '.join(chosen.presets)}"
+            )
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        for other in NETWORKS.values():  # an option of another network is refused, not dropped
+            for name in set(other.run_options) - set(chosen.run_options):
+                if getattr(self, name) != defaults[name]:
+                    raise InvalidArgumentError(
+                        f"{_flag(name)} applies to the {other.title} only, not the {chosen.title} (--model {self.model})"
+                    )
         if self.resume and not self.out:
             raise InvalidArgumentError("--resume needs --out, the run folder to continue")
         if self.resume and self.init:
             raise InvalidArgumentError("--init starts a new run from weights; --resume continues a run: choose one")
         return self
+
+    def network_config(self) -> AnyConfig:
+        """The config of this run's network: its preset at the dataset's input size, with the options it reads."""
+        chosen, info = network(self.model), dataset_info(self.dataset)
+        own = {name: getattr(self, name) for name in chosen.run_options}
+        return chosen.config_for(self.preset, info.image_size, info.pairs, **own)
 
     # ------------------------------------------------------------ stored forms
 

@@ -40,7 +40,7 @@ from capsnet.distributed import Distributed, barrier, distributed_session, reduc
 from capsnet.errors import CapsNetError
 from capsnet.evaluate import right_answers
 from capsnet.multimnist import MultiBatch, epoch_pairs
-from capsnet.networks import AnyConfig, AnyModel, build_model, model_loss, preset_config
+from capsnet.networks import AnyConfig, AnyModel, network, network_of
 from capsnet.options import TrainOptions
 from capsnet.prepare import Prepared, prepare
 from capsnet.run_folder import (
@@ -139,7 +139,7 @@ def training_step(
     """
     with torch.autocast(images.device.type, dtype=torch.bfloat16, enabled=amp):
         out = model(images, labels)
-        loss = model_loss(out, targets, labels, config)
+        loss = network_of(config).loss(out, targets, labels, config)
     optimizer.zero_grad(set_to_none=True)
     loss.total.backward()
     optimizer.step()
@@ -233,12 +233,8 @@ def build(
 ) -> tuple[AnyModel, torch.optim.Adam, Schedule]:
     """The model (with an --init checkpoint's weights), Adam (fused if chosen), and the schedule over `batches` an epoch."""
     info = dataset_info(options.dataset)
-    if options.model == "cnn":  # a sigmoid per class where several digits are present
-        config: AnyConfig = preset_config("cnn", options.preset, image_size=info.image_size, multi_label=info.pairs)
-    else:
-        config = preset_config(
-            "capsnet", options.preset, routing_iterations=options.routing_iterations, image_size=info.image_size
-        )
+    config = options.network_config()  # the CNN takes a sigmoid per class where several digits are present
+    net = network(options.model)
     if config.num_classes != info.num_classes:
         raise CapsNetError(
             f"preset {options.preset} has {config.num_classes} classes, {info.title} has {info.num_classes}"
@@ -246,18 +242,18 @@ def build(
     if options.init:
         start = load_checkpoint(options.init, architectures=(options.model,))
         if start.config == config:
-            model = build_model(config)
+            model = net.build(config)
             model.load_state_dict(start.model.state_dict())
         else:  # a warm start onto a larger canvas: the convolutions as they are, W_ij laid onto the larger grid
             try:
                 config = warm_config(start.config, config)
             except ValueError as error:
                 raise CapsNetError(f"{options.init}: {error}") from None
-            model = build_model(config)
+            model = net.build(config)
             for line in warm_start(model, start.model):
                 print(f"warm start from {options.init}: {line}", flush=True)
     else:
-        model = build_model(config)
+        model = net.build(config)
     model.to(device)
     optimizer = make_adam(model.parameters(), options.lr, acceleration.fused_adam)
     schedule = Schedule(optimizer, options.schedule, lr_decay=options.lr_decay, epochs=options.epochs,

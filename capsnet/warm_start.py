@@ -26,7 +26,7 @@ from torch import Tensor
 from capsnet.baseline import BaselineCNN, CNNConfig
 from capsnet.config import CapsNetConfig
 from capsnet.model import CapsNet
-from capsnet.networks import AnyConfig, AnyModel
+from capsnet.networks import AnyConfig, AnyModel, network_of
 
 # the fields a warm start may change: the input size, and what follows from the task (several labels)
 CHANGEABLE = {"image_size", "multi_label"}
@@ -62,7 +62,7 @@ def warm_config(source: AnyConfig, target: AnyConfig) -> AnyConfig:
 
     ValueError when the two differ in more than that: another architecture, width or class count.
     """
-    if type(source) is not type(target):
+    if network_of(source) is not network_of(target):
         raise ValueError(
             "a warm start needs the same network on both sides (a CapsNet from a CapsNet, a CNN from a CNN)"
         )
@@ -85,11 +85,10 @@ def warm_config(source: AnyConfig, target: AnyConfig) -> AnyConfig:
 @torch.no_grad()
 def warm_start(model: AnyModel, source: AnyModel) -> list[str]:
     """Fill `model` (a fresh network for a larger canvas) from `source`; returns what was carried and what starts new."""
-    if isinstance(model, CapsNet) and isinstance(source, CapsNet):
-        return _capsnet(model, source)
-    if isinstance(model, BaselineCNN) and isinstance(source, BaselineCNN):
-        return _cnn(model, source)
-    raise ValueError("a warm start needs the same network on both sides")
+    kind = network_of(model)
+    if network_of(source) is not kind:
+        raise ValueError("a warm start needs the same network on both sides")
+    return {"capsnet": _capsnet, "cnn": _cnn}[kind.name](model, source)  # type: ignore[operator]
 
 
 def _copy_matching(model: torch.nn.Module, source: torch.nn.Module, skip: set[str]) -> tuple[list[str], list[str]]:

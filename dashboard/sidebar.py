@@ -129,7 +129,7 @@ def train_form() -> None:
             )  # fmt: skip
             iterations = c2.number_input(
                 "Routing iterations", *form.ROUTING_ITERATIONS, value=d.routing_iterations, step=1,
-                key="train_iterations",
+                key="train_iterations", help="The CapsNet's; a CNN baseline has no routing and ignores it.",
             )  # fmt: skip
             train_size = c1.number_input(
                 "Training examples", *form.TRAIN_SIZE, value=form.TRAIN_SIZE[1], step=1000, key="train_size",

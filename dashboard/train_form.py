@@ -13,7 +13,7 @@ import torch
 
 from capsnet.baseline import CNN_PRESETS
 from capsnet.config import PRESETS
-from capsnet.networks import build_model, preset_config
+from capsnet.networks import network
 from capsnet.options import TrainOptions
 
 DEFAULTS = TrainOptions()
@@ -25,10 +25,10 @@ TEST_SIZE = (1, 10_000)
 LEARNING_RATE = (1e-6, 1.0)
 
 
-def _parameters(network: str, preset: str) -> str:
+def _parameters(name: str, preset: str) -> str:
     """'8.2 M' for the paper's model: counted on the meta device, nothing allocated."""
     with torch.device("meta"):
-        count = build_model(preset_config(network, preset)).num_parameters()
+        count = network(name).build(network(name).preset(preset)).num_parameters()
     return f"{count / 1e6:.1f} M" if count >= 1e6 else f"{count / 1e3:.0f} k"
 
 
@@ -77,6 +77,8 @@ def form_options(
         raise ValueError(f"learning rate must lie between {low:g} and {high:g}, got {lr!r}")
     if f"{model}/{preset}" not in MODEL_LABELS:
         raise ValueError(f"model must be one of {', '.join(MODEL_LABELS)}, got {model}/{preset}")
+    # the form shows every field at once: an option the chosen network does not read stays at its default
+    own = {"routing_iterations": routing_iterations} if "routing_iterations" in network(model).run_options else {}
     return TrainOptions.from_recipe(
         recipe,
         dataset=dataset,
@@ -85,7 +87,7 @@ def form_options(
         epochs=epochs,
         batch_size=batch_size,
         lr=float(lr),
-        routing_iterations=routing_iterations,
+        **own,
         train_size=None if train_size >= TRAIN_SIZE[1] else train_size,
         test_size=None if test_size >= TEST_SIZE[1] else test_size,
         device=device,

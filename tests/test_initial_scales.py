@@ -17,7 +17,7 @@ from capsnet.config import CapsNetConfig
 from capsnet.data import load_dataset, placed, stored_tensors
 from capsnet.model import CapsNet
 from capsnet.multimnist import epoch_pairs
-from capsnet.networks import model_loss
+from capsnet.networks import network_of
 
 pytestmark = pytest.mark.slow
 STEPS, BATCH = 30, 8
@@ -48,7 +48,7 @@ def _train(config: CapsNetConfig, digits) -> tuple[float, float]:
     losses, absent = [], []
     for images, labels, targets in _batches(digits, config.image_size):
         out = model(images, labels)
-        loss = model_loss(out, targets, labels, config)
+        loss = network_of(config).loss(out, targets, labels, config)
         optimizer.zero_grad()
         loss.total.backward()
         optimizer.step()

@@ -64,6 +64,9 @@ def test_to_argv_gives_back_the_same_options(options: TrainOptions) -> None:
         ({"warmup": 1.0}, "--warmup must lie in"),
         ({"warmup": -0.1}, "--warmup must lie in"),
         ({"fused_adam": "yes"}, "--fused-adam must be true or false"),
+        # an option another network reads is refused, not dropped; a preset the network lacks is named
+        ({"model": "cnn", "routing_iterations": 5}, r"--routing-iterations applies to the CapsNet only, not the CNN"),
+        ({"model": "cnn", "preset": "official"}, "the CNN baseline has no preset 'official'; choose from paper"),
     ],
 )
 def test_validation_names_the_option(changes: dict, message: str) -> None:
@@ -103,6 +106,10 @@ def test_the_dashboards_form_starts_from_the_same_defaults() -> None:
     assert train_form.form_options(train_size=500, test_size=200).train_size == 500
     assert {key.split("/")[1] for key in train_form.MODEL_LABELS} == set(PRESETS)  # every model the CLI can train
     assert train_form.form_options(model="cnn", preset="tiny").to_argv() == ["--model", "cnn", "--preset", "tiny"]
+    # the form shows the routing field for every network: a CNN run leaves it at its default instead of failing
+    cnn = train_form.form_options(model="cnn", preset="tiny", routing_iterations=5)
+    assert cnn.routing_iterations == TrainOptions().routing_iterations
+    assert train_form.form_options(routing_iterations=5).routing_iterations == 5
     with pytest.raises(ValueError, match="model must be one of"):
         train_form.form_options(model="cnn", preset="nonesuch")
 
