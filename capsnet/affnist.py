@@ -174,15 +174,14 @@ def main(argv: list[str] | None = None) -> int:
 
 def _sweeps(models: list, limit: int | None, data_dir: str | None, as_json: bool) -> int:
     """Print each checkpoint's rotation and scale sweeps on the first `limit` images of its own test set."""
-    from capsnet.data import as_tensors, dataset_info, load_dataset
+    from capsnet.tasks import read_test_set
 
     for checkpoint in models:
-        name = checkpoint.info.dataset or "mnist"
-        info = dataset_info(name)
-        if info.pairs:
+        test = read_test_set(checkpoint.info.dataset_name, data_dir).first(limit)
+        info = test.info
+        if test.pairs is not None:
             raise CapsNetError(f"{checkpoint.path}: a sweep reads one {info.noun} per image, not MultiMNIST's pairs")
-        images, labels = as_tensors(load_dataset(name, train=False, data_dir=data_dir), info.image_size)
-        images, labels = images[:limit], labels[:limit]
+        images, labels = test.images, test.labels
         sweeps = [accuracy_sweep(checkpoint.model, images, labels, kind) for kind in ("rotation", "scale")]
         if as_json:
             print(json.dumps({"checkpoint": str(checkpoint.path), "network": checkpoint.architecture,

@@ -36,7 +36,7 @@ ORIGIN_KEYS = (
 class CheckpointInfo:
     """The facts in a checkpoint's header. None (or empty) where the file does not say."""
 
-    dataset: str = ""
+    dataset: str = ""  # empty in the first headers, which were all MNIST's: read it through `dataset_name`
     dataset_title: str = ""
     class_names: list[str] = field(default_factory=list)
     epochs: int | None = None  # epochs of the run that saved it
@@ -65,6 +65,11 @@ class CheckpointInfo:
     extra: dict[str, Any] = field(default_factory=dict)  # keys this version does not know, kept as they were
 
     # ------------------------------------------------------------ reading and writing
+
+    @property
+    def dataset_name(self) -> str:
+        """The dataset the model was trained on; "mnist" for headers written before it was stored."""
+        return self.dataset or "mnist"
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> CheckpointInfo:

@@ -316,7 +316,8 @@ def build_parser() -> ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from capsnet.checkpoint import load_checkpoint
-    from capsnet.data import as_tensors, dataset_info, load_dataset
+    from capsnet.data import dataset_info
+    from capsnet.tasks import read_test_set
 
     args = build_parser().parse_args(argv)
 
@@ -326,25 +327,16 @@ def main(argv: list[str] | None = None) -> int:
         net = network_of(checkpoint.config)
         if args.routing_iterations is not None and "routing_iterations" not in net.run_options:
             raise CapsNetError(f"{checkpoint.path} holds {net.described}: --routing-iterations does not apply to it")
-        name = args.dataset or checkpoint.info.dataset or "mnist"
+        name = args.dataset or checkpoint.info.dataset_name
         info = dataset_info(name)
         if checkpoint.config.image_size != info.image_size:
             raise CapsNetError(
                 f"{checkpoint.path} reads {checkpoint.config.image_size}x{checkpoint.config.image_size} images and "
                 f"{info.title} is {info.image_size}x{info.image_size}: evaluate it on its own dataset"
             )
-        if info.pairs:  # MultiMNIST: the fixed test pairs, judged as the paper does
-            from capsnet.data import stored_tensors
-            from capsnet.multimnist import Pairs, test_pairs
-
-            digits, digit_labels = stored_tensors(load_dataset(name, train=False, data_dir=args.data_dir))
-            pairs = test_pairs(digit_labels)
-            if args.limit:
-                pairs = Pairs(pairs.first[: args.limit], pairs.second[: args.limit], pairs.offsets[: args.limit])
-            result = evaluate_pairs(
-                checkpoint.model, digits, digit_labels, pairs, args.batch_size, device,
-                routing_iterations=args.routing_iterations,
-            )  # fmt: skip
+        test = read_test_set(name, args.data_dir).first(args.limit)
+        result = test.evaluate(checkpoint.model, args.batch_size, device, args.routing_iterations)
+        if test.pairs is not None:  # MultiMNIST: the fixed test pairs, judged as the paper does
             facts = {"loss": result.loss, "accuracy": result.accuracy, "error": result.error}
             if args.json:
                 print(json.dumps({**facts, "correct": result.correct, "total": result.total, "dataset": name,
@@ -356,10 +348,6 @@ def main(argv: list[str] | None = None) -> int:
                       f"the two {top} are not the two digits)")  # fmt: skip
                 print(f"Test loss: {result.loss:.5f}")
             return 0
-        images, labels = as_tensors(load_dataset(name, train=False, data_dir=args.data_dir), info.image_size)
-        if args.limit:
-            images, labels = images[: args.limit], labels[: args.limit]
-        result = evaluate(checkpoint.model, images, labels, args.batch_size, device, args.routing_iterations)
         names = list(info.classes)
         if args.json:
             summary = result.to_dict(names)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,14 +25,14 @@ import torch
 from capsnet.checkpoint import load_checkpoint, save_checkpoint
 from capsnet.checkpoint_info import CheckpointInfo, trained_epochs
 from capsnet.cli import ArgumentParser, run_cli
-from capsnet.data import DATASETS, as_tensors, dataset_info, load_dataset, stored_tensors
+from capsnet.data import DATASETS, dataset_info
 from capsnet.device import pick_device
 from capsnet.errors import CapsNetError
-from capsnet.evaluate import Evaluation, PairEvaluation, evaluate, evaluate_pairs
+from capsnet.evaluate import Evaluation, PairEvaluation
 from capsnet.files import atomic_path, read_jsonl, writable
-from capsnet.multimnist import Pairs, test_pairs
 from capsnet.networks import AnyModel, network_of
 from capsnet.novelty import NoveltyThresholds
+from capsnet.tasks import read_test_set
 
 
 def export_checkpoint(
@@ -51,8 +51,13 @@ def export_checkpoint(
     dtype = torch.float16 if half else None
     writable(target)  # before the minutes of evaluation, not after
     run = load_checkpoint(source, device=pick_device(device), architectures=("capsnet", "cnn"))
-    name = run.info.dataset or "mnist"
-    measure = _pair_measure(name, data_dir, test_pairs) if dataset_info(name).pairs else _measure(name, data_dir)
+    name = run.info.dataset_name
+    test = read_test_set(name, data_dir)
+    test = test.first(test_pairs) if test.pairs is not None else test
+
+    def measure(model: AnyModel) -> Evaluation | PairEvaluation:
+        return test.evaluate(model)
+
     before = measure(run.model)
     # the stored weights are measured in a staging file; `target` is written once, with the final header
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -87,19 +92,6 @@ def export_checkpoint(
     return info
 
 
-def _measure(name: str, data_dir: str | None) -> Callable[[AnyModel], Evaluation]:
-    images, labels = as_tensors(load_dataset(name, train=False, data_dir=data_dir), dataset_info(name).image_size)
-    return lambda model: evaluate(model, images, labels)
-
-
-def _pair_measure(name: str, data_dir: str | None, count: int | None) -> Callable[[AnyModel], PairEvaluation]:
-    digits, labels = stored_tensors(load_dataset(name, train=False, data_dir=data_dir))
-    pairs = test_pairs(labels)
-    if count is not None:
-        pairs = Pairs(pairs.first[:count], pairs.second[:count], pairs.offsets[:count])
-    return lambda model: evaluate_pairs(model, digits, labels, pairs)
-
-
 def calibrate_checkpoint(path: str | Path, data_dir: str | None = None, device: str = "auto") -> CheckpointInfo:
     """Add the not-like-any-class thresholds (`capsnet.novelty`) to a checkpoint's header; the weights are kept.
 
@@ -113,9 +105,9 @@ def calibrate_checkpoint(path: str | Path, data_dir: str | None = None, device: 
         raise CapsNetError(f"{path}: a CNN baseline redraws nothing, so it has no not-like-any-class thresholds")
     if checkpoint.info.dataset in DATASETS and dataset_info(checkpoint.info.dataset).pairs:
         raise CapsNetError(f"{path}: a MultiMNIST model has no not-like-any-class thresholds to calibrate")
-    name = checkpoint.info.dataset or "mnist"
-    images, labels = as_tensors(load_dataset(name, train=False, data_dir=data_dir), dataset_info(name).image_size)
-    thresholds = NoveltyThresholds.from_evaluation(evaluate(checkpoint.model, images, labels))
+    result = read_test_set(checkpoint.info.dataset_name, data_dir).evaluate(checkpoint.model)
+    assert isinstance(result, Evaluation)  # single examples: pairs were refused above
+    thresholds = NoveltyThresholds.from_evaluation(result)
     info = checkpoint.info.replace(novelty=thresholds.to_dict() if thresholds else None)
     dtype = torch.float16 if checkpoint.info.weights_dtype == "float16" else None
     save_checkpoint(path, checkpoint.model, info, dtype=dtype)

@@ -114,8 +114,8 @@ def thresholds_for(checkpoint: Any, data_dir: str | None = None) -> NoveltyThres
     `checkpoint` is a loaded `capsnet.checkpoint.Checkpoint`. Raises the dataset's errors
     (missing, damaged) when they must be computed and the test set cannot be read.
     """
-    from capsnet.data import as_tensors, dataset_info, load_dataset
-    from capsnet.evaluate import evaluate
+    from capsnet.evaluate import Evaluation
+    from capsnet.tasks import read_test_set
 
     stored = NoveltyThresholds.from_dict(checkpoint.info.novelty)
     if stored is not None:
@@ -128,9 +128,8 @@ def thresholds_for(checkpoint: Any, data_dir: str | None = None) -> NoveltyThres
         found = None
     if found is not None:
         return found
-    name = checkpoint.info.dataset or "mnist"
-    images, labels = as_tensors(load_dataset(name, train=False, data_dir=data_dir), dataset_info(name).image_size)
-    made = NoveltyThresholds.from_evaluation(evaluate(checkpoint.model, images, labels))
+    result = read_test_set(checkpoint.info.dataset_name, data_dir).evaluate(checkpoint.model)
+    made = NoveltyThresholds.from_evaluation(result) if isinstance(result, Evaluation) else None
     if made is None:
         raise CapsNetError(f"{checkpoint.path}: too few test images are classified right to calibrate on")
     try:

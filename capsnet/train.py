@@ -306,7 +306,7 @@ def fit(
         return records
     c = model.config
     margins = (c.m_plus, c.m_minus) if options.model == "capsnet" else (math.inf, -math.inf)  # a CNN: divergence only
-    watch = CollapseWatch(c.num_classes, *margins, options.lr, device, present=2 if data.test_pairs is not None else 1)
+    watch = CollapseWatch(c.num_classes, *margins, options.lr, device, present=2 if data.pairs else 1)
     status, reason = "finished", ""
     with StopFlag() as stop:
         try:
@@ -314,7 +314,7 @@ def fit(
                 data.sampler.set_epoch(epoch)
                 done_before = start_batch if epoch == start_epoch else 0
                 seed = augment_seed(options.seed, epoch, env.rank)
-                if data.test_pairs is not None:  # MultiMNIST: new partners and shifts for every digit, every epoch
+                if data.pairs:  # MultiMNIST: new partners and shifts for every digit, every epoch
                     loader = epoch_pairs(data.train_images, data.train_labels, list(data.sampler), options.batch_size,
                                          seed=seed, start_batch=done_before)  # fmt: skip
                 else:

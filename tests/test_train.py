@@ -466,8 +466,8 @@ def test_the_best_epoch_is_chosen_on_a_validation_split(data_dir: Path, tmp_path
     options = TrainOptions(preset="tiny", epochs=3, train_size=600, val_size=400, test_size=200, lr=3e-3,
                            out=str(tmp_path / "r"), progress=False, device="cpu")  # fmt: skip
     data = load_data(options, th.device("cpu"), Distributed())
-    assert len(data.val_labels) == 400 and len(data.train_labels) == 600
-    held_out = {bytes(image.numpy()) for image in (data.val_images * 255).round().to(th.uint8)}
+    assert len(data.val) == 400 and len(data.train_labels) == 600 and len(data.test) == 200
+    held_out = {bytes(image.numpy()) for image in (data.val.images * 255).round().to(th.uint8)}
     assert not held_out & {bytes(image.numpy()) for image in data.train_images}  # disjoint
     records = train(options)
     assert all({"val_loss", "val_accuracy"} <= set(r) for r in records)
@@ -493,12 +493,13 @@ def test_multimnist_validation_pairs_are_made_of_held_out_digits(data_dir: Path,
     options = TrainOptions(dataset="multimnist", preset="tiny", epochs=2, train_size=400, val_size=300, test_size=100,
                            out=str(tmp_path / "r"), progress=False, device="cpu")  # fmt: skip
     data = load_data(options, th.device("cpu"), Distributed())
-    pairs = data.val_pairs
-    assert data.val_images.dtype == th.uint8 and len(data.val_labels) == 300 and len(pairs.first) == 300
-    assert pairs.second.max() < 300 and (data.val_labels[pairs.first] != data.val_labels[pairs.second]).all()
-    held_out = {bytes(image.numpy()) for image in data.val_images}
+    pairs = data.val.pairs
+    assert data.val.images.dtype == th.uint8 and len(data.val.labels) == 300 and len(data.val) == 300
+    assert pairs.second.max() < 300 and (data.val.labels[pairs.first] != data.val.labels[pairs.second]).all()
+    assert data.pairs and len(data.test) == 100  # a seeded subset of the fixed test pairs
+    held_out = {bytes(image.numpy()) for image in data.val.images}
     assert not held_out & {bytes(image.numpy()) for image in data.train_images.cpu()}  # never trained on
-    again = load_data(options, th.device("cpu"), Distributed()).val_pairs
+    again = load_data(options, th.device("cpu"), Distributed()).val.pairs
     assert th.equal(again.second, pairs.second) and th.equal(again.offsets, pairs.offsets)  # fixed for the run
     records = train(options)
     assert all({"val_loss", "val_accuracy"} <= set(r) for r in records)

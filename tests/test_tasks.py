@@ -1,0 +1,54 @@
+"""One way to read a labelled set, whatever an example is: single images, digits placed on 40x40, or pairs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from capsnet import multimnist
+from capsnet.baseline import BaselineCNN, CNNConfig
+from capsnet.config import CapsNetConfig
+from capsnet.data import as_tensors, load_dataset, stored_tensors
+from capsnet.evaluate import Evaluation, PairEvaluation, evaluate, evaluate_pairs
+from capsnet.model import CapsNet
+from capsnet.tasks import read_test_set
+
+
+def test_single_images_and_their_first_n(data_dir: Path) -> None:
+    test = read_test_set("mnist")
+    images, labels = as_tensors(load_dataset("mnist", train=False))
+    assert len(test) == 10_000 and test.pairs is None
+    assert torch.equal(test.images, images) and torch.equal(test.labels, labels)
+    first = test.first(50)
+    assert len(first) == 50 and torch.equal(first.images, images[:50]) and test.first(None) is test
+    sample = test.sample(30, seed=3)
+    assert len(sample) == 30 and torch.equal(sample.images, test.sample(30, seed=3).images)  # seeded
+    torch.manual_seed(0)
+    model = CapsNet(CapsNetConfig.preset("tiny")).eval()
+    result = first.evaluate(model, batch_size=16)
+    expected = evaluate(model, images[:50], labels[:50], batch_size=16)
+    assert isinstance(result, Evaluation) and result.correct == expected.correct and result.capsules
+    torch.testing.assert_close(result.lengths, expected.lengths)
+
+
+def test_digits_placed_on_a_larger_canvas(data_dir: Path) -> None:
+    test = read_test_set("mnist-40").first(8)
+    assert test.images.shape == (8, 1, 40, 40) and test.pairs is None
+    small = read_test_set("mnist").first(8).images
+    torch.testing.assert_close(test.images.sum(dim=(1, 2, 3)), small.sum(dim=(1, 2, 3)))  # each digit whole, moved
+
+
+def test_pairs_are_the_fixed_test_pairs_and_keep_their_digits(data_dir: Path) -> None:
+    test = read_test_set("multimnist")
+    digits, labels = stored_tensors(load_dataset("multimnist", train=False))
+    pairs = multimnist.test_pairs(labels)
+    assert len(test) == len(pairs.first) == 100_000 and torch.equal(test.images, digits)
+    first = test.first(40)
+    assert len(first) == 40 and torch.equal(first.pairs.second, pairs.second[:40])
+    assert torch.equal(first.images, digits)  # the pairs name digits of the whole set
+    torch.manual_seed(0)
+    cnn = BaselineCNN(CNNConfig.preset("tiny", image_size=36, multi_label=True)).eval()
+    result = first.evaluate(cnn)
+    expected = evaluate_pairs(cnn, digits, labels, first.pairs)
+    assert isinstance(result, PairEvaluation) and (result.correct, result.total) == (expected.correct, 40)
