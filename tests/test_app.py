@@ -591,6 +591,13 @@ def test_a_link_with_bad_values_falls_back_with_a_notice(app_with_run) -> None: 
     )  # the default model instead
 
 
+def in_order(node):
+    """Every element under `node`, in page order (depth first)."""
+    for child in getattr(node, "children", {}).values():
+        yield child
+        yield from in_order(child)
+
+
 def test_a_mistake_opens_as_the_input_of_every_page(app_with_run) -> None:  # noqa: F811
     at = new_app().run()
     at.switch_page("app_pages/evaluate.py").run()
@@ -601,7 +608,13 @@ def test_a_mistake_opens_as_the_input_of_every_page(app_with_run) -> None:  # no
     explore[0].click().run()
     no_exception(at)
     assert at.session_state["input_label"] == f"test image #{index}"
-    assert any(f"Test image #{index} is now the input" in m.value for m in at.markdown)
+    texts_in_order = [v if isinstance(v := getattr(node, "value", None), str) else "" for node in in_order(at.main)]
+    said = [n for n, v in enumerate(texts_in_order) if isinstance(v, str) and f"#{index} is now the input" in v]
+    mistakes = texts_in_order.index("The most confident mistakes")
+    # said once, just under the button clicked (past the grid of reconstructions), so nothing above it moved
+    assert len(said) == 1 and said[0] > mistakes, (said, mistakes)
+    at.run()
+    assert not any("is now the input" in m.value for m in at.markdown)  # once
     at.switch_page("app_pages/dimensions.py").run()
     no_exception(at)
     assert any(f"test image #{index}" in c.value for c in at.caption)

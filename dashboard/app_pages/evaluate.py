@@ -13,31 +13,37 @@ SIZES = {QUICK: "first", 0: "all"}
 GRID_COUNT = 12
 GALLERY_COUNT = 12
 GALLERY_COLUMNS = 4
-OPENED = "eval_opened"  # the test image a click last made the input (said once, with links to the pages)
+OPENED = "eval_opened"  # (test image, where it was clicked) a click last made the input: said once, just there
 HANDLED = "eval_grid_handled"  # the grid selection already acted on
 
 
-def _open(index: int, dataset: str) -> None:
+def _open(index: int, dataset: str, origin: str) -> None:
     links.open_test_image(index, dataset)
-    st.session_state[OPENED] = index
+    st.session_state[OPENED] = (index, origin)
 
 
-def _opened_notice() -> None:
-    index = st.session_state.pop(OPENED, None)
-    if index is None:
+def _opened_notice(origin: str, columns: int = 4) -> None:
+    """The notice of a test image just opened, under what was clicked (`origin`): nothing above it moves."""
+    opened = st.session_state.get(OPENED)
+    if opened is None or opened[1] != origin:
         return
+    index = st.session_state.pop(OPENED)[0]
     with st.container(border=True):
         st.markdown(f"**Test image #{index} is now the input** of every page:")
-        for column, (path, label, icon) in zip(
-            st.columns(4),
+        for n, (path, label, icon) in enumerate(
             [
                 ("app_pages/draw.py", "Draw", ":material/draw:"),
                 ("app_pages/routing.py", "Routing", ":material/hub:"),
                 ("app_pages/dimensions.py", "Capsule dimensions", ":material/tune:"),
                 ("app_pages/transform.py", "Transform lens", ":material/rotate_right:"),
-            ],
+            ]
         ):
-            column.page_link(path, label=label, icon=icon)
+            if columns == 1:  # in a narrow column already
+                st.page_link(path, label=label, icon=icon)
+                continue
+            if n % columns == 0:
+                row = st.columns(columns)
+            row[n % columns].page_link(path, label=label, icon=icon)
 
 
 st.title("Evaluate", anchor=False)
@@ -80,7 +86,6 @@ def _progress(done: int, total: int) -> None:
 bar.progress(0.0, text=f"Evaluating {limit:,} test images (once per model)...")
 result = model.evaluation(limit, on_chunk=_progress)
 bar.empty()
-_opened_notice()
 
 stored = model.info.test_accuracy
 c1, c2, c3, c4 = st.columns(4)
@@ -161,13 +166,14 @@ if not picked:
     st.session_state.pop(HANDLED, None)  # nothing selected now: the same image can be opened again
 elif picked != st.session_state.get(HANDLED):
     st.session_state[HANDLED] = picked
-    _open(picked[0], model.dataset)
+    _open(picked[0], model.dataset, "grid")
     st.rerun()
 st.caption(
     "Predicted: "
     + ", ".join(f"{names[p]}" + ("" if p == labels[i] else " ✗") for i, p in zip(sample, recon.predictions))
     + ". Click an image to make it the input of the other pages."
 )
+_opened_notice("grid")
 
 st.subheader("The most confident mistakes", anchor=False)
 predictions, lengths, truth = result.predictions.numpy(), result.lengths.numpy(), labels[:limit].numpy()
@@ -193,6 +199,7 @@ else:
             )
             st.button(
                 f"Explore #{index}", key=f"explore_{index}", icon=":material/open_in_new:", on_click=_open,
-                args=(index, model.dataset), help="Make this test image the input of Draw, Routing, Dimensions and the "
-                "transform lens.",
+                args=(index, model.dataset, f"mistake {index}"), help="Make this test image the input of Draw, "
+                "Routing, Dimensions and the transform lens.",
             )  # fmt: skip
+            _opened_notice(f"mistake {index}", columns=1)
