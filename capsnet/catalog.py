@@ -49,10 +49,12 @@ class CheckpointEntry:
 
     @property
     def label(self) -> str:
+        """One short line for a picker (the sidebar's is about 30 characters wide): what, how good, from where."""
         title = self.dataset_title or self.dataset or "unknown dataset"
         acc = f"{100 * self.test_accuracy:.2f}%" if self.test_accuracy is not None else "accuracy unknown"
-        if self.source == "shipped":
-            return f"{title} · {acc} · shipped ({self.path.name})"
+        if self.source == "shipped":  # the file is named only when it is not the dataset's own shipped model
+            canonical = self.path.name == f"{self.dataset}.safetensors"
+            return f"{title} · {acc} · shipped" + ("" if canonical else f" ({self.path.name})")
         epochs = f", {self.epochs} epoch{'s' if self.epochs != 1 else ''}" if self.epochs else ""
         return f"{title} · {acc} · run {self.run}{epochs}"
 

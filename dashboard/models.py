@@ -72,7 +72,7 @@ class Model:
 
     @property
     def dataset(self) -> str:
-        return self.info.dataset or "mnist"
+        return self.info.dataset_name
 
     def explain(
         self, image: np.ndarray, iterations: int | None = None, decode_class: int | None = None
@@ -189,7 +189,7 @@ def require_model(pairs: bool = False) -> Model | None:
     """The model, or a notice saying how to get one (and None). `pairs`: the page reads MultiMNIST overlays."""
     model = current_model()
     if model is None and not st.session_state.get(state.MODEL_PATH):
-        st.warning(texts.no_model_notice(str(_display_path(state.checkpoints_dir()))), icon=":material/model_training:")
+        st.warning(texts.no_model_notice(str(display_path(state.checkpoints_dir()))), icon=":material/model_training:")
     if model is not None and model.reads_pairs != pairs:
         st.info(texts.wrong_kind_of_model(model.reads_pairs), icon=":material/swap_horiz:")
         if model.reads_pairs:
@@ -201,7 +201,7 @@ def require_model(pairs: bool = False) -> Model | None:
     return model
 
 
-def _display_path(path: Path) -> Path:
+def display_path(path: Path) -> Path:
     try:
         return path.resolve().relative_to(Path.cwd())
     except ValueError:

@@ -71,6 +71,7 @@ def model_picker() -> None:
                 parts.append(f"{epochs} epoch{'s' if epochs != 1 else ''}")
             if info.hardware:
                 parts.append(info.hardware)
+            parts.append(f"`{models.display_path(model.checkpoint.path)}`")  # the whole name the box may cut
             st.caption(" · ".join(parts))
     for entry in broken:
         st.error(f"Cannot read {entry.path.name}: {entry.error}", icon=":material/broken_image:")

@@ -251,6 +251,25 @@ def test_uploads(app_with_run) -> None:  # noqa: F811
     at.file_uploader(key="upload").set_value(("one.png", png(drawing), "image/png")).run()
     no_exception(at)
     assert not at.error and prediction(at) is not None
+    # a phone's photo: megabytes of grain around a dark stroke on light paper, read like any other upload
+    grain = np.random.default_rng(0).integers(100, 256, (2000, 1500), dtype=np.uint8)
+    grain[400:1600, 700:820] = 0
+    photo = png(grain)
+    assert len(photo) > 2_000_000  # over the old 2 MB limit
+    at.file_uploader(key="upload").set_value(("photo.png", photo, "image/png")).run()
+    no_exception(at)
+    assert not at.error and prediction(at) is not None
+
+
+def test_the_upload_limit_is_one_number() -> None:
+    """The server's limit (.streamlit/config.toml) and the uploader's (which the page states) agree."""
+    import re
+
+    config = (Path(APP).parents[1] / ".streamlit" / "config.toml").read_text(encoding="utf-8")  # (tomllib: 3.11+)
+    page = (Path(APP).parent / "app_pages" / "draw.py").read_text(encoding="utf-8")
+    server = int(re.search(r"^maxUploadSize = (\d+)", config, re.M).group(1))
+    stated = int(re.search(r"^UPLOAD_MB = (\d+)", page, re.M).group(1))
+    assert server == stated >= 10  # a phone's photo fits
 
 
 def test_the_shipped_mnist_checkpoint_opens_first_and_broken_files_are_named(app_with_run, app_run) -> None:  # noqa: F811

@@ -39,7 +39,7 @@ def test_checkpoint_list_names_broken_files(tmp_path: Path) -> None:
     entries = catalog.list_checkpoints(shipped, root)
     names = [e.path.name for e in entries]
     assert names == ["mnist.safetensors", "fashion-mnist.safetensors", "a-custom.safetensors", "best.safetensors"]
-    assert entries[0].label == "MNIST · 99.10% · shipped (mnist.safetensors)" and not entries[0].error
+    assert entries[0].label == "MNIST · 99.10% · shipped" and not entries[0].error  # short: the sidebar is narrow
     assert entries[1].error and "fashion-mnist.safetensors" in entries[1].error
     assert entries[3].source == "run" and "run 20250101-000000-mnist, 1 epoch" in entries[3].label
     assert entries[3].label.endswith("1 epoch")  # singular

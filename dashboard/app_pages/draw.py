@@ -12,6 +12,8 @@ from capsnet.config import CapsNetConfig
 from capsnet.preprocess import PreprocessError, preprocess_canvas, preprocess_upload
 from dashboard import figures, models, state, texts, widgets
 
+UPLOAD_MB = 25  # a phone's photo of a digit is often 3-8 MB; decoding is bounded by pixels (capsnet.preprocess)
+
 SOURCES = ["Draw", "Test image", "Upload"]
 SOURCE_ICONS = {"Draw": ":material/draw:", "Test image": ":material/image:", "Upload": ":material/upload:"}
 CANVAS_SIZE = 280
@@ -89,8 +91,9 @@ def upload_input(noun: str) -> tuple[np.ndarray | None, str, int | None]:
         f"Upload an image of {texts.a(noun)} (PNG or JPEG)",
         type=["png", "jpg", "jpeg"],
         key="upload",
-        max_upload_size=2,
-        help="A photo or scan works: it is inverted if the ink is darker than the paper, cropped and centred.",
+        max_upload_size=UPLOAD_MB,
+        help="A photo or scan works (a phone's photo too: up to 25 MB): it is inverted if the ink is darker than the "
+        "paper, cropped and centred.",
     )
     # one slot for the upload's error, filled or emptied on every run: a new upload never shows an older one's error
     message = st.empty()
