@@ -90,6 +90,13 @@ class CapsNetConfig:
         """Number of primary capsules: 32 * 6 * 6 = 1152 for the paper's model."""
         return self.primary_types * self.primary_grid**2
 
+    def primary_position(self, index: int) -> tuple[int, int, int]:
+        """(type, y, x) of primary capsule `index`, all from 0: the capsules are laid out type by type, row-major."""
+        if not 0 <= index < self.num_primary:
+            raise ValueError(f"primary capsule must lie in [0, {self.num_primary}), got {index}")
+        kind, cell = divmod(int(index), self.primary_grid**2)
+        return (kind, *divmod(cell, self.primary_grid))
+
     @property
     def image_pixels(self) -> int:
         return self.in_channels * self.image_size**2

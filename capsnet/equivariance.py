@@ -53,10 +53,6 @@ class Transform:
                 raise ValueError(f"{name} must lie in [{low:g}, {high:g}], got {value!r}")
         return self
 
-    @property
-    def is_identity(self) -> bool:
-        return self == Transform()
-
 
 def _affine_thetas(transforms: list[Transform]) -> tuple[Tensor, Tensor]:
     """The inverse of each transform's linear part (B, 2, 2) and its shift in pixels (B, 2).

@@ -146,11 +146,6 @@ def coupling_maps(coupling: np.ndarray, digit: int, types: int, grid: int) -> np
     return coupling[:, :, digit].reshape(coupling.shape[0], types, grid, grid)  # (r, 32, 6, 6)
 
 
-def primary_maps(primary_lengths: np.ndarray, types: int, grid: int) -> np.ndarray:
-    """Primary capsule lengths as spatial maps: (N,) -> (types, grid, grid)."""
-    return np.asarray(primary_lengths, dtype=np.float32).reshape(types, grid, grid)  # (32, 6, 6)
-
-
 def decode_vector(model: CapsNet, vector: np.ndarray | torch.Tensor, class_index: int) -> np.ndarray:
     """Decode one 16-D capsule vector placed in `class_index`'s row: (D,) -> (28, 28)."""
     class_index = _check_class(model, class_index)

@@ -32,16 +32,7 @@ class PrimaryCapsuleOutput:
     poses: Tensor  # (B, N, P)
     lengths: Tensor  # (B, N)
     types: int
-    grid: int
-
-    def poses_grid(self) -> Tensor:
-        """Poses as (B, types, grid, grid, P): 32 x 6 x 6 x 8 in the paper's model."""
-        batch, _, dim = self.poses.shape
-        return self.poses.view(batch, self.types, self.grid, self.grid, dim)  # (B, 32, 6, 6, 8)
-
-    def lengths_grid(self) -> Tensor:
-        """Lengths as (B, types, grid, grid)."""
-        return self.lengths.view(-1, self.types, self.grid, self.grid)  # (B, 32, 6, 6)
+    grid: int  # capsule i is type i // grid**2 at (y, x) = divmod(i % grid**2, grid): `CapsNetConfig.primary_position`
 
 
 @dataclass

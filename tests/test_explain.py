@@ -17,7 +17,6 @@ from capsnet.explain import (
     explain,
     misclassified,
     perturbation_grid,
-    primary_maps,
     reconstruct,
 )
 from capsnet.model import CapsNet
@@ -110,7 +109,6 @@ def test_coupling_maps_follow_the_capsule_order(model: CapsNet, image: np.ndarra
     assert maps.shape == (e.iterations, types, g, g)
     t, y, x = 5, 2, 4
     assert maps[-1, t, y, x] == e.coupling[-1, t * g * g + y * g + x, 3]
-    assert primary_maps(e.primary_lengths, types, g)[t, y, x] == e.primary_lengths[t * g * g + y * g + x]
     with pytest.raises(ValueError, match="digit capsule"):
         coupling_maps(e.coupling, 10, types, g)
 

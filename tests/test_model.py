@@ -34,10 +34,18 @@ def test_forward_shapes(tiny: CapsNet) -> None:
     assert out.trace.coupling.shape == (3, 4, c.num_primary, 10)
     assert out.trace.poses.shape == (3, 4, 10, 16)
     assert out.primary.poses.shape == (3, c.num_primary, c.primary_dim)
-    assert out.primary.poses_grid().shape == (3, c.primary_types, 6, 6, c.primary_dim)
-    assert out.primary.lengths_grid().shape == (3, c.primary_types, 6, 6)
-    # capsule i is (type, y, x) in row-major order
-    assert torch.equal(out.primary.poses_grid()[:, 1, 2, 3], out.primary.poses[:, 1 * 36 + 2 * 6 + 3])
+    # capsule i is (type, y, x) in row-major order: the PrimaryCaps convolution's channel block, row and column
+    assert c.primary_position(1 * 36 + 2 * 6 + 3) == (1, 2, 3) and c.primary_position(c.num_primary - 1) == (
+        c.primary_types - 1, 5, 5,
+    )  # fmt: skip
+    x = torch.rand(3, 1, 28, 28)
+    with torch.no_grad():
+        u = tiny.primary.conv(torch.relu(tiny.conv1(x)))  # (3, types * P, 6, 6)
+        s = tiny.primary(torch.relu(tiny.conv1(x)))  # (3, N, P): squashed
+    grid = u.view(3, c.primary_types, c.primary_dim, 6, 6)  # (3, types, P, 6, 6)
+    norms = s[:, 1 * 36 + 2 * 6 + 3].norm(dim=-1)
+    raw = grid[:, 1, :, 2, 3] * c.primary_scale  # the pre-squash vector of type 1 at (2, 3)
+    torch.testing.assert_close(norms, raw.norm(dim=-1) ** 2 / (1 + raw.norm(dim=-1) ** 2), atol=1e-4, rtol=1e-4)
 
 
 def test_no_trace_unless_asked(tiny: CapsNet) -> None:

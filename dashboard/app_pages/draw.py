@@ -15,7 +15,6 @@ from dashboard import figures, models, state, texts, widgets
 UPLOAD_MB = 25  # a phone's photo of a digit is often 3-8 MB; decoding is bounded by pixels (capsnet.preprocess)
 
 SOURCES = ["Draw", "Test image", "Upload"]
-SOURCE_ICONS = {"Draw": ":material/draw:", "Test image": ":material/image:", "Upload": ":material/upload:"}
 CANVAS_SIZE = 280
 PREVIEW_SCALE = 6
 
