@@ -162,16 +162,6 @@ def to_mnist(ink: np.ndarray, threshold: float = INK_THRESHOLD, max_scale: float
     return out / max(float(out.max()), 1e-6)
 
 
-def centre_of_mass(image: np.ndarray) -> tuple[float, float]:
-    """(row, column) centre of mass of a non-negative image (H, W)."""
-    image = np.asarray(image, dtype=np.float64)
-    total = image.sum()
-    if total <= 0:
-        raise EmptyImageError("Nothing to read: the image is empty.")
-    ys, xs = np.arange(image.shape[0]), np.arange(image.shape[1])
-    return float(image.sum(axis=1) @ ys / total), float(image.sum(axis=0) @ xs / total)
-
-
 def as_model_input(digit: np.ndarray) -> torch.Tensor:
     """A 28x28 digit in [0, 1] -> the (1, 1, 28, 28) float tensor the model reads."""
     digit = np.asarray(digit, dtype=np.float32)

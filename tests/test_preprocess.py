@@ -15,13 +15,19 @@ from capsnet.preprocess import (
     EmptyImageError,
     NotAnImageError,
     as_model_input,
-    centre_of_mass,
     ink_from_canvas,
     preprocess_canvas,
     preprocess_image,
     preprocess_upload,
     to_mnist,
 )
+
+
+def centre_of_mass(image: np.ndarray) -> tuple[float, float]:
+    """(row, column) centre of mass of a non-negative image (H, W): where MNIST puts it, the test's yardstick."""
+    image = np.asarray(image, dtype=np.float64)
+    ys, xs = np.arange(image.shape[0]), np.arange(image.shape[1])
+    return float(image.sum(axis=1) @ ys / image.sum()), float(image.sum(axis=0) @ xs / image.sum())
 
 
 def canvas(draw: callable, size: int = 280, transparent: bool = False) -> np.ndarray:
