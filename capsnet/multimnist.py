@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -105,6 +106,22 @@ def make_batch(images: Tensor, labels: Tensor, first: Tensor, second: Tensor, of
         labels=torch.stack([labels[first], labels[second]], dim=1),  # (B, 2)
         parts=torch.stack([to_float(a), to_float(b)], dim=1),  # (B, 2, 1, 36, 36)
     )
+
+
+def overlay(first: Tensor | np.ndarray, second: Tensor | np.ndarray, offsets: Sequence[Sequence[int]]) -> np.ndarray:
+    """One pair as the test pairs are made: two 28x28 digits (uint8, or float in [0, 1] like a drawing), each moved
+    by its (dy, dx) in [-4, 4], overlaid on 36x36. Returns (36, 36) float32 in [0, 1]."""
+    digits = []
+    for digit in (first, second):
+        digit = torch.as_tensor(np.asarray(digit)).reshape(1, 28, 28)  # (1, 28, 28)
+        if digit.is_floating_point():  # a drawing in [0, 1]: stored as the test digits are
+            digit = digit.clamp(0, 1).mul(255).round().to(torch.uint8)
+        digits.append(digit)
+    moves = torch.as_tensor(offsets, dtype=torch.long).reshape(1, 2, 2)  # (1, 2 digits, (dy, dx))
+    if bool((moves.abs() > PAD).any()):
+        raise ValueError(f"each shift must lie in [-{PAD}, {PAD}], got {moves.tolist()}")
+    pair = make_batch(torch.stack(digits), torch.tensor([0, 1]), torch.tensor([0]), torch.tensor([1]), moves)
+    return pair.images[0, 0].numpy()  # (36, 36)
 
 
 def draw_pairs(labels: Tensor, first: Tensor, seed: int, num_classes: int = 10) -> Pairs:

@@ -56,3 +56,9 @@ def test_the_dashboard_draws_no_emoji() -> None:
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             found = [c for c in line if ord(c) >= 0x1F000 or c in EMOJI]
             assert not found, f"{path.relative_to(REPO)}:{number}: {found}: use a Material icon or a plain symbol"
+
+
+def test_pages_are_layout_over_functions() -> None:
+    """A page wires widgets to functions in capsnet/ and dashboard/: it computes nothing with torch itself."""
+    for path in modules("dashboard/app_pages"):
+        assert not any(n.split(".")[0] == "torch" for n in imports(path)), f"{path.relative_to(REPO)} imports torch"

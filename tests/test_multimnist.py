@@ -157,3 +157,19 @@ def test_train_and_evaluate_multimnist_from_the_cli(data_dir: Path, tmp_path: Pa
     assert info.test_examples == 400 and info.weights_dtype == "float16"
     assert abs(info.test_accuracy - summary["accuracy"]) <= 0.01  # float16 weights read the same pairs alike
     assert (tmp_path / "out" / "multimnist.metrics.jsonl").is_file()
+
+
+def test_one_overlay_is_made_as_the_test_pairs_are() -> None:
+    from capsnet.multimnist import make_batch, overlay
+
+    generator = torch.Generator().manual_seed(0)
+    digits = torch.randint(0, 256, (2, 1, 28, 28), dtype=torch.uint8, generator=generator)
+    moves = [[1, -3], [-4, 2]]
+    expected = make_batch(digits, torch.tensor([3, 5]), torch.tensor([0]), torch.tensor([1]), torch.tensor([moves]))
+    image = overlay(digits[0], digits[1], moves)
+    assert image.shape == (36, 36) and image.dtype == np.float32
+    np.testing.assert_array_equal(image, expected.images[0, 0].numpy())
+    drawn = digits.float().div(255).numpy()  # drawings in [0, 1] are stored as the digits are
+    np.testing.assert_array_equal(overlay(drawn[0], drawn[1], moves), image)
+    with pytest.raises(ValueError, match="shift must lie in"):
+        overlay(digits[0], digits[1], [[5, 0], [0, 0]])

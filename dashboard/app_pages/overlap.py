@@ -9,11 +9,10 @@ import random
 
 import numpy as np
 import streamlit as st
-import torch
 from streamlit_drawable_canvas import st_canvas
 
 from capsnet import agreement as ag
-from capsnet.multimnist import PAD, make_batch
+from capsnet.multimnist import PAD, overlay
 from capsnet.preprocess import PreprocessError, preprocess_canvas
 from dashboard import baselines, figures, models, texts
 
@@ -107,15 +106,13 @@ with controls:
     if drawn is None:
         st.button("Random pair", key="overlap_random", icon=":material/casino:", on_click=_random_pair,
                   args=(count, labels.numpy()))  # fmt: skip
-offsets = torch.tensor([[[st.session_state[f"overlap_{n}_{a}"] for a in ("dy", "dx")] for n in SLOTS]])
+offsets = [[st.session_state[f"overlap_{n}_{a}"] for a in ("dy", "dx")] for n in SLOTS]
 if drawn is None:
     truth: tuple[int, int] | None = (int(labels[int(first)]), int(labels[int(second)]))
-    batch = make_batch(digits, labels, torch.tensor([int(first)]), torch.tensor([int(second)]), offsets)  # (1, ...)
-else:  # the two drawings, as uint8 digits like the test set's
-    pair = torch.from_numpy(np.stack(drawn)).mul(255).round().to(torch.uint8).unsqueeze(1)  # (2, 1, 28, 28)
+    image = overlay(digits[int(first)], digits[int(second)], offsets)  # (36, 36)
+else:  # the two drawings, stored as uint8 digits like the test set's
     truth = None
-    batch = make_batch(pair, torch.tensor([0, 1]), torch.tensor([0]), torch.tensor([1]), offsets)
-image = batch.images[0, 0].numpy()
+    image = overlay(drawn[0], drawn[1], offsets)
 reading = model.explain_pair(image)
 top = reading.top
 with controls:
