@@ -48,23 +48,22 @@ def _load(path: str, mtime: float) -> Checkpoint:
     return load_checkpoint(path, device="cpu", architectures=("cnn",))
 
 
-def baseline_for(dataset: str) -> Baseline | None:
-    """The CNN to compare with on `dataset`, or None when there is none (or it cannot be read)."""
+def open_baseline(dataset: str) -> tuple[Baseline | None, str]:
+    """The CNN to compare with on `dataset`, or None: with why it cannot be read ("" when there is none)."""
     entries = baseline_entries(str(state.checkpoints_dir()), str(state.runs_root()))
     entry = catalog.baseline_for(dataset, entries)
     if entry is None:
-        return None
+        return None, ""
     try:
         mtime = os.path.getmtime(entry.path)
-        return Baseline(_load(str(entry.path), mtime), key=f"{entry.path}@{mtime}")
+        return Baseline(_load(str(entry.path), mtime), key=f"{entry.path}@{mtime}"), ""
     except (OSError, CheckpointError) as error:
-        st.caption(f"The CNN baseline cannot be opened: {error}")
-        return None
+        return None, str(error)
 
 
 def claim_verdict(model: models.Model) -> claims.Verdict | None:
     """The MultiMNIST claim's verdict for the open CapsNet and its CNN baseline (None without a baseline)."""
-    cnn = baseline_for(model.dataset)
+    cnn, _ = open_baseline(model.dataset)
     if cnn is None:
         return None
     return _verdict(str(model.checkpoint.path), str(cnn.checkpoint.path), model.key, cnn.key)

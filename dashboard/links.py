@@ -19,7 +19,7 @@ import streamlit as st
 from capsnet.catalog import CheckpointEntry, default_checkpoint
 from capsnet.config import MAX_ROUTING_ITERATIONS
 from capsnet.data import DATASETS, dataset_info
-from dashboard import models, state, widgets
+from dashboard import guards, state, widgets
 
 APPLIED = "url_applied"  # the session's first run has read its link
 NOTICES = "url_notices"  # what could not be used, said once
@@ -69,7 +69,7 @@ def read_link(entries: list[CheckpointEntry]) -> None:
             st.session_state["routing_digit"] = st.session_state["dims_class"] = value
     if "test" in params:
         dataset = chosen.dataset if chosen is not None and chosen.dataset else "mnist"
-        data = models.try_test_set(dataset)
+        data = guards.try_test_set(dataset)
         count = len(data[0]) if data is not None else 0
         value = _whole(params["test"], 0, count - 1)
         if value is None:
@@ -107,7 +107,7 @@ def open_test_image(index: int, dataset: str) -> None:
     """Make test image `index` of `dataset` the current input of every page (and the Draw page's choice)."""
     if dataset in DATASETS and dataset_info(dataset).image_size != 28:  # 36x36 pairs or 40x40 digits: not an input
         return
-    data = models.try_test_set(dataset)
+    data = guards.try_test_set(dataset)
     if data is None:
         return
     images, labels = data

@@ -30,8 +30,6 @@ from capsnet.checkpoint_info import CheckpointInfo
 from capsnet.config import CapsNetConfig
 from capsnet.data import (
     DATASETS,
-    DatasetDamagedError,
-    DatasetNotFoundError,
     as_tensors,
     dataset_info,
     load_dataset,
@@ -41,7 +39,7 @@ from capsnet.equivariance import Transform, TransformedReading
 from capsnet.errors import CapsNetError
 from capsnet.evaluate import Evaluation, evaluate, merge_evaluations
 from capsnet.novelty import NoveltyThresholds, thresholds_for
-from dashboard import state, texts
+from dashboard import state
 
 MNIST_DIGITS = [str(d) for d in range(10)]
 EVALUATION_CHUNK = 1000
@@ -133,18 +131,15 @@ class Model:
         """What one example is: "digit" (MNIST), "item" (Fashion-MNIST)."""
         return dataset_info(self.dataset).noun if self.dataset in DATASETS else "item"
 
-    def novelty(self) -> NoveltyThresholds | None:
-        """The not-like-any-class thresholds: the header's, else computed once on the test set (None without it)."""
+    def novelty(self) -> tuple[NoveltyThresholds | None, str]:
+        """The not-like-any-class thresholds (the header's, else computed once on the test set), or why not."""
         stored = NoveltyThresholds.from_dict(self.info.novelty)
         if stored is not None:
-            return stored
-        if try_test_set(self.dataset) is None:
-            return None
+            return stored, ""
         try:
-            return _novelty(self.key, self.checkpoint)
-        except CapsNetError as error:
-            st.caption(f"Cannot tell whether the input is like a class: {error}")
-            return None
+            return _novelty(self.key, self.checkpoint), ""
+        except CapsNetError as error:  # among them: the test set is missing or damaged
+            return None, str(error)
 
     def reconstructions(self, indices: tuple[int, ...]) -> ex.Reconstructions:
         """Predictions and reconstructions (from the predicted capsule) of some test images."""
@@ -166,39 +161,21 @@ def load_model(path: str, mtime: float) -> Checkpoint:
     return load_checkpoint(path, device="cpu")
 
 
-def current_model(show_errors: bool = True) -> Model | None:
-    """The model chosen in the sidebar, or None (no trained model, or it cannot be read)."""
+def open_current() -> tuple[Model | None, str]:
+    """The model chosen in the sidebar, or None with why it cannot be read ("" when none is chosen)."""
     path = st.session_state.get(state.MODEL_PATH)
     if not path:
-        return None
+        return None, ""
     try:
         mtime = os.path.getmtime(path)
         checkpoint = load_model(path, mtime)
     except (OSError, CheckpointError) as error:
-        if show_errors:
-            st.error(f"Cannot open the model: {error}")
-        return None
-    return Model(checkpoint=checkpoint, key=f"{path}@{mtime}")
+        return None, str(error)
+    return Model(checkpoint=checkpoint, key=f"{path}@{mtime}"), ""
 
 
 def class_names(model: Model | None) -> list[str]:
     return model.class_names if model is not None else MNIST_DIGITS
-
-
-def require_model(pairs: bool = False) -> Model | None:
-    """The model, or a notice saying how to get one (and None). `pairs`: the page reads MultiMNIST overlays."""
-    model = current_model()
-    if model is None and not st.session_state.get(state.MODEL_PATH):
-        st.warning(texts.no_model_notice(str(display_path(state.checkpoints_dir()))), icon=":material/model_training:")
-    if model is not None and model.reads_pairs != pairs:
-        st.info(texts.wrong_kind_of_model(model.reads_pairs), icon=":material/swap_horiz:")
-        if model.reads_pairs:
-            st.page_link("app_pages/overlap.py", label="Go to the Overlapping digits page", icon=":material/layers:")
-        return None
-    if model is not None and not pairs and model.config.image_size != 28:  # mnist-40: the affNIST experiment
-        st.info(texts.larger_canvas(model.config.image_size), icon=":material/swap_horiz:")
-        return None
-    return model
 
 
 def display_path(path: Path) -> Path:
@@ -224,21 +201,6 @@ def test_set(name: str) -> tuple[torch.Tensor, torch.Tensor]:
     Raises DatasetNotFoundError or DatasetDamagedError (not cached) when it cannot be read.
     """
     return as_tensors(load_dataset(name, train=False), dataset_info(name).image_size)
-
-
-def try_test_set(name: str) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """The test set, or an error message on the page (and None)."""
-    if name not in DATASETS:  # a header naming a dataset this version does not know
-        st.error(
-            f"This model's dataset {name[:60]!r} is unknown to this version: no test images.",
-            icon=":material/folder_off:",
-        )
-        return None
-    try:
-        return test_set(name)
-    except (DatasetNotFoundError, DatasetDamagedError) as error:
-        st.error(f"The {dataset_info(name).title} test set is not available: {error}", icon=":material/folder_off:")
-        return None
 
 
 # ---------------------------------------------------------------- cached readings (arguments after `_` are not hashed)

@@ -11,7 +11,7 @@ from capsnet.errors import CapsNetError
 from capsnet.eta import Speed
 from capsnet.options import TrainOptions
 from capsnet.recipes import RECIPES
-from dashboard import models, state, texts
+from dashboard import guards, models, state, texts
 from dashboard import train_form as form
 
 
@@ -60,7 +60,7 @@ def model_picker() -> None:
         # the widget may have been reset by a changed list: the session value is the truth
         if st.session_state.get("checkpoint_picker") != chosen:
             st.session_state[state.MODEL_PATH] = chosen
-        model = models.current_model(show_errors=True)
+        model = guards.current_model(show_errors=True)
         if model is not None:
             info = model.info
             parts = [info.title or model.dataset]

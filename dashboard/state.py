@@ -96,14 +96,5 @@ def current_input() -> np.ndarray | None:
     return st.session_state.get(INPUT)
 
 
-def require_input() -> np.ndarray | None:
-    """The current input, or a pointer to the Draw page (and None)."""
-    image = current_input()
-    if image is None:
-        st.info("No input yet: draw a digit, pick a test image or upload one on the **Draw** page.")
-        st.page_link("app_pages/draw.py", label="Go to the Draw page", icon=":material/draw:")
-    return image
-
-
 def input_digest(image: np.ndarray) -> str:
     return hashlib.sha1(np.ascontiguousarray(image, dtype=np.float32).tobytes()).hexdigest()[:16]

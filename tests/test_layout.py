@@ -62,3 +62,19 @@ def test_pages_are_layout_over_functions() -> None:
     """A page wires widgets to functions in capsnet/ and dashboard/: it computes nothing with torch itself."""
     for path in modules("dashboard/app_pages"):
         assert not any(n.split(".")[0] == "torch" for n in imports(path)), f"{path.relative_to(REPO)} imports torch"
+
+
+DRAWING = {"caption", "error", "warning", "info", "success", "markdown", "write", "page_link", "toast", "image"}
+
+
+def test_the_data_layer_never_draws() -> None:
+    """dashboard.models, dashboard.baselines and dashboard.state return values and reasons; guards and pages draw."""
+    for name in ("models", "baselines", "state"):
+        tree = ast.parse((REPO / "dashboard" / f"{name}.py").read_text(encoding="utf-8"))
+        drawn = [
+            node.func.attr
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in DRAWING
+            and isinstance(node.func.value, ast.Name) and node.func.value.id == "st"
+        ]  # fmt: skip
+        assert not drawn, f"dashboard/{name}.py draws: st.{', st.'.join(drawn)}"

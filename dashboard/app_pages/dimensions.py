@@ -7,7 +7,7 @@ import streamlit as st
 
 from capsnet import explain as ex
 from capsnet.config import CapsNetConfig
-from dashboard import figures, models, state, texts, widgets
+from dashboard import figures, guards, state, texts, widgets
 
 PER_ROW = 4
 
@@ -23,9 +23,9 @@ def _set_sliders(values: np.ndarray) -> None:
 
 st.title("Capsule dimensions", anchor=False)
 
-model = models.require_model()
+model = guards.require_model()
 st.markdown(texts.dimensions(model.config if model is not None else CapsNetConfig()))
-image = state.require_input() if model is not None else None
+image = guards.require_input() if model is not None else None
 if model is None or image is None:
     st.stop()
 

@@ -10,7 +10,7 @@ from streamlit_drawable_canvas import st_canvas
 
 from capsnet.config import CapsNetConfig
 from capsnet.preprocess import PreprocessError, preprocess_canvas, preprocess_upload
-from dashboard import figures, models, state, texts, widgets
+from dashboard import figures, guards, models, state, texts, widgets
 
 UPLOAD_MB = 25  # a phone's photo of a digit is often 3-8 MB; decoding is bounded by pixels (capsnet.preprocess)
 
@@ -69,7 +69,7 @@ def _random_index(count: int) -> None:
 
 def test_image_input(dataset: str, class_names: list[str]) -> tuple[np.ndarray | None, str, int | None]:
     """Pick a test image by index or at random."""
-    data = models.try_test_set(dataset)
+    data = guards.try_test_set(dataset)
     if data is None:
         return None, "", None
     images, labels = data
@@ -106,10 +106,10 @@ def upload_input(noun: str) -> tuple[np.ndarray | None, str, int | None]:
     return digit, f"upload {upload.name}", None
 
 
-model = models.current_model()
+model = guards.current_model()
 if model is not None and (model.reads_pairs or model.config.image_size != 28):  # a MultiMNIST or mnist-40 model
     st.title("Draw a digit", anchor=False)
-    models.require_model()
+    guards.require_model()
     st.stop()
 names = models.class_names(model)
 dataset = model.dataset if model is not None else "mnist"
@@ -175,7 +175,7 @@ if digit is None:
     st.stop()
 
 if model is None:
-    models.require_model()
+    guards.require_model()
     st.stop()
 
 st.divider()
@@ -216,7 +216,7 @@ with side_col:
         )
     elif lengths[runner_up] > 0.5:
         st.info(f"Capsule {names[runner_up]} is long too (|v| = {lengths[runner_up]:.2f}): an ambiguous input.")
-    thresholds = model.novelty()
+    thresholds = guards.novelty(model)
     if thresholds is not None:
         score = float(thresholds.score(result.reconstruction_error, confidence))
         if score > 1.0:

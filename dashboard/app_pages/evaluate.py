@@ -6,7 +6,7 @@ import numpy as np
 import streamlit as st
 
 from capsnet import explain as ex
-from dashboard import figures, links, models, texts
+from dashboard import figures, guards, links, texts
 
 QUICK = 1000  # the default: a few seconds with the paper's model on a CPU
 SIZES = {QUICK: "first", 0: "all"}
@@ -47,11 +47,11 @@ def _opened_notice(origin: str, columns: int = 4) -> None:
 
 
 st.title("Evaluate", anchor=False)
-model = models.require_model()
+model = guards.require_model()
 st.markdown(texts.evaluate(model.noun if model is not None else "digit"))
 if model is None:
     st.stop()
-data = models.try_test_set(model.dataset)
+data = guards.try_test_set(model.dataset)
 if data is None:
     st.info(f"The other pages still work: draw {texts.a(model.noun)} or upload one on the Draw page.")
     st.stop()

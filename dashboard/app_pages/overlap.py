@@ -14,7 +14,7 @@ from streamlit_drawable_canvas import st_canvas
 from capsnet import agreement as ag
 from capsnet.multimnist import PAD, overlay
 from capsnet.preprocess import PreprocessError, preprocess_canvas
-from dashboard import baselines, figures, models, texts
+from dashboard import baselines, figures, guards, models, texts
 
 SHIFTS = ("first_dy", "first_dx", "second_dy", "second_dx")
 SOURCES = ("Test digits", "Draw two")
@@ -65,10 +65,10 @@ def _drawn_pair() -> tuple[np.ndarray, np.ndarray] | None:
 
 st.title("Overlapping digits", anchor=False)
 st.markdown(texts.OVERLAP)
-model = models.require_model(pairs=True)
+model = guards.require_model(pairs=True)
 if model is None:
     st.stop()
-data = models.try_test_set(model.dataset)
+data = guards.try_test_set(model.dataset)
 if data is None:
     st.stop()
 digits, labels = models.test_digits(model.dataset)
@@ -121,7 +121,7 @@ with controls:
         if truth[0] == truth[1]:
             st.warning("Both digits are of one class: the model was trained on pairs of different classes.")
     _verdict("CapsNet: the two longest capsules", list(top), truth)
-    cnn = baselines.baseline_for(model.dataset)
+    cnn = guards.baseline_for(model.dataset)
     if cnn is None:
         st.caption(texts.no_baseline(model.dataset))
     else:

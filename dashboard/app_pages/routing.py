@@ -8,7 +8,7 @@ import streamlit as st
 from capsnet import agreement as ag
 from capsnet import explain as ex
 from capsnet.config import MAX_ROUTING_ITERATIONS, CapsNetConfig
-from dashboard import figures, models, state, texts, widgets
+from dashboard import figures, guards, state, texts, widgets
 
 MAX_ITERATIONS = 5  # the slider's end (or the model's own r, if more)
 STEP = "routing_step"  # the iteration shown, from 1
@@ -25,7 +25,7 @@ st.markdown(
     "**routing** decides it anew for every input. Every primary capsule casts a **vote** for every class capsule; "
     "votes that **agree** with the consensus get more weight, in a few iterations."
 )
-model = models.require_model()
+model = guards.require_model()
 config = model.config if model is not None else CapsNetConfig()
 explain_col, formula_col = st.columns([1.4, 1], gap="large")
 with explain_col:
@@ -35,7 +35,7 @@ with formula_col:
         st.latex(line)
     st.caption("Repeated r times (3 in the paper). The squash keeps each |v_j| below 1.")
 
-image = state.require_input() if model is not None else None
+image = guards.require_input() if model is not None else None
 if model is None or image is None:
     st.stop()
 

@@ -7,7 +7,7 @@ import streamlit as st
 
 from capsnet import equivariance as eq
 from capsnet.config import CapsNetConfig
-from dashboard import baselines, figures, models, state, texts, widgets
+from dashboard import baselines, figures, guards, texts, widgets
 
 SLIDERS = {  # field: (label, step, format)
     "rotation": ("Rotation (degrees)", 1.0, "%+.0f°"),
@@ -31,10 +31,10 @@ def _reset() -> None:
 
 
 st.title("Transform lens", anchor=False)
-model = models.require_model()
+model = guards.require_model()
 config = model.config if model is not None else CapsNetConfig()
 st.markdown(texts.equivariance(config))
-image = state.require_input() if model is not None else None
+image = guards.require_input() if model is not None else None
 if model is None or image is None:
     st.stop()
 
@@ -109,7 +109,7 @@ st.caption("Inputs at " + ", ".join(f"{a:+.0f}°" for a in STRIP) + ", and what 
 st.markdown(texts.sensitivity(moves, names[capsule]))
 
 st.subheader("Beside a CNN", anchor=False)
-cnn = baselines.baseline_for(model.dataset)
+cnn = guards.baseline_for(model.dataset)
 if cnn is None:
     st.caption(texts.no_baseline(model.dataset))
 else:
@@ -130,7 +130,7 @@ limit = size.selectbox(
 networks = {"CapsNet": (model.key, model.net), **({"CNN": (cnn.key, cnn.net)} if cnn is not None else {})}
 size.caption(texts.robustness_cost(int(limit), len(networks), baselines.robustness_seconds(networks, int(limit))))
 if measure.toggle("Measure accuracy as the test set turns and scales", key="lens_robustness"):
-    if models.try_test_set(model.dataset) is None:
+    if guards.try_test_set(model.dataset) is None:
         st.stop()
     bar = st.progress(0.0, text="Measuring (once per model: kept on disk)...")
     curves = baselines.robustness_curves(networks, model.dataset, int(limit), lambda f, text: bar.progress(f, text))

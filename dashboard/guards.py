@@ -1,0 +1,83 @@
+"""What a page checks before it draws: a model of the right kind, an input, a readable test set.
+
+Each guard shows its own notice (why the page cannot go on, and what to do) and returns None when
+the page must stop. The data layer below (`dashboard.models`, `dashboard.baselines`) never draws:
+it returns values, or raises or returns the reason, and these functions say it on the page.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import streamlit as st
+import torch
+
+from capsnet.data import DATASETS, DatasetDamagedError, DatasetNotFoundError, dataset_info
+from dashboard import baselines, models, state, texts
+
+
+def current_model(show_errors: bool = True) -> models.Model | None:
+    """The model chosen in the sidebar, or None (none chosen, or it cannot be read: said unless `show_errors` is off)."""
+    model, error = models.open_current()
+    if error and show_errors:
+        st.error(f"Cannot open the model: {error}")
+    return model
+
+
+def require_model(pairs: bool = False) -> models.Model | None:
+    """The model, or a notice saying how to get one (and None). `pairs`: the page reads MultiMNIST overlays."""
+    model = current_model()
+    if model is None and not st.session_state.get(state.MODEL_PATH):
+        st.warning(
+            texts.no_model_notice(str(models.display_path(state.checkpoints_dir()))), icon=":material/model_training:"
+        )
+    if model is not None and model.reads_pairs != pairs:
+        st.info(texts.wrong_kind_of_model(model.reads_pairs), icon=":material/swap_horiz:")
+        if model.reads_pairs:
+            st.page_link("app_pages/overlap.py", label="Go to the Overlapping digits page", icon=":material/layers:")
+        return None
+    if model is not None and not pairs and model.config.image_size != 28:  # mnist-40: the affNIST experiment
+        st.info(texts.larger_canvas(model.config.image_size), icon=":material/swap_horiz:")
+        return None
+    return model
+
+
+def require_input() -> np.ndarray | None:
+    """The current input, or a pointer to the Draw page (and None)."""
+    image = state.current_input()
+    if image is None:
+        st.info("No input yet: draw a digit, pick a test image or upload one on the **Draw** page.")
+        st.page_link("app_pages/draw.py", label="Go to the Draw page", icon=":material/draw:")
+    return image
+
+
+def try_test_set(name: str) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The test set, or an error message on the page (and None)."""
+    if name not in DATASETS:  # a header naming a dataset this version does not know
+        st.error(
+            f"This model's dataset {name[:60]!r} is unknown to this version: no test images.",
+            icon=":material/folder_off:",
+        )
+        return None
+    try:
+        return models.test_set(name)
+    except (DatasetNotFoundError, DatasetDamagedError) as error:
+        st.error(f"The {dataset_info(name).title} test set is not available: {error}", icon=":material/folder_off:")
+        return None
+
+
+def baseline_for(dataset: str) -> baselines.Baseline | None:
+    """The CNN to compare with on `dataset`, or None (with a caption when its file cannot be read)."""
+    cnn, error = baselines.open_baseline(dataset)
+    if error:
+        st.caption(f"The CNN baseline cannot be opened: {error}")
+    return cnn
+
+
+def novelty(model: models.Model) -> models.NoveltyThresholds | None:
+    """The model's not-like-any-class thresholds, or None with the reason in a caption."""
+    if model.info.novelty is None and try_test_set(model.dataset) is None:
+        return None
+    thresholds, error = model.novelty()
+    if error:
+        st.caption(f"Cannot tell whether the input is like a class: {error}")
+    return thresholds
