@@ -12,14 +12,14 @@ import math
 import torch
 
 from capsnet.baseline import CNN_PRESETS
-from capsnet.config import PRESETS
+from capsnet.config import MAX_ROUTING_ITERATIONS, PRESETS
 from capsnet.networks import network
 from capsnet.options import TrainOptions
 
 DEFAULTS = TrainOptions()
 EPOCHS = (1, 200)
 BATCH_SIZE = (1, 1024)
-ROUTING_ITERATIONS = (1, 5)
+ROUTING_ITERATIONS = (1, MAX_ROUTING_ITERATIONS)  # the one bound, from the config (the CLI refuses more too)
 TRAIN_SIZE = (1, 60_000)  # the largest is the whole training set: no subset
 TEST_SIZE = (1, 10_000)
 LEARNING_RATE = (1e-6, 1.0)

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from capsnet.config import PRESETS
+from capsnet.config import MAX_ROUTING_ITERATIONS, PRESETS
 from capsnet.errors import CapsNetError
 from capsnet.options import TrainOptions
 from dashboard import train_form
@@ -107,6 +107,10 @@ def test_the_dashboards_form_starts_from_the_same_defaults() -> None:
     assert {key.split("/")[1] for key in train_form.MODEL_LABELS} == set(PRESETS)  # every model the CLI can train
     assert train_form.form_options(model="cnn", preset="tiny").to_argv() == ["--model", "cnn", "--preset", "tiny"]
     # the form shows the routing field for every network: a CNN run leaves it at its default instead of failing
+    # one bound for the routing iterations: the config's, which the CLI and links use too
+    assert train_form.form_options(routing_iterations=MAX_ROUTING_ITERATIONS).routing_iterations == 20
+    with pytest.raises(ValueError, match="routing iterations must be a whole number from 1 to 20"):
+        train_form.form_options(routing_iterations=MAX_ROUTING_ITERATIONS + 1)
     cnn = train_form.form_options(model="cnn", preset="tiny", routing_iterations=5)
     assert cnn.routing_iterations == TrainOptions().routing_iterations
     assert train_form.form_options(routing_iterations=5).routing_iterations == 5
