@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from capsnet.catalog import CheckpointEntry, default_checkpoint
+from capsnet.catalog import CheckpointEntry
 from capsnet.config import MAX_ROUTING_ITERATIONS
 from capsnet.data import DATASETS, dataset_info
 from dashboard import guards, state, widgets
@@ -39,8 +39,7 @@ def read_link(entries: list[CheckpointEntry]) -> None:
     params = st.query_params
     notices: list[str] = []
     usable = [e for e in entries if not e.error]
-    chosen = next((e for e in usable if str(e.path) == st.session_state.get(state.MODEL_PATH)), None)
-    chosen = chosen or default_checkpoint(usable)  # the model the sidebar will open
+    chosen = state.chosen_checkpoint(entries)  # the model the sidebar will open
     if "checkpoint" in params:
         wanted = params["checkpoint"]
         match = next((e for e in usable if checkpoint_name(e) == wanted), None)
@@ -49,7 +48,7 @@ def read_link(entries: list[CheckpointEntry]) -> None:
             notices.append(f"The link's checkpoint {shown!r} is not on this server: the default model is shown.")
         else:
             chosen = match
-            st.session_state[state.MODEL_PATH] = str(match.path)
+            state.choose_checkpoint(match.path)
     if "iterations" in params:
         value = _whole(params["iterations"], 1, MAX_ROUTING_ITERATIONS)
         if value is None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from capsnet import catalog, eta, runs
+from capsnet import eta, runs
 from capsnet.data import DATASETS
 from capsnet.device import DEVICE_CHOICES
 from capsnet.errors import CapsNetError
@@ -26,8 +26,11 @@ def render() -> None:
 # ---------------------------------------------------------------- model picker
 
 
-def _pick(key: str) -> None:
-    st.session_state[state.MODEL_PATH] = st.session_state[key]
+PICKER = "checkpoint_picker"
+
+
+def _pick() -> None:
+    state.choose_checkpoint(st.session_state[PICKER])
 
 
 def model_picker() -> None:
@@ -36,30 +39,20 @@ def model_picker() -> None:
     usable = [e for e in entries if not e.error]
     broken = [e for e in entries if e.error]
     st.subheader("Model", anchor=False)
-    if not usable:
-        st.session_state[state.MODEL_PATH] = None
+    chosen = state.chosen_checkpoint(entries)
+    if chosen is None:
         st.warning("No trained model yet. Train one below, or add `checkpoints/mnist.safetensors`.")
     else:
-        paths = [str(e.path) for e in usable]
         labels = {str(e.path): e.label for e in usable}
-        chosen = st.session_state.get(state.MODEL_PATH)
-        if chosen not in paths:
-            default = catalog.default_checkpoint(usable)
-            chosen = str(default.path) if default else paths[0]
-            st.session_state[state.MODEL_PATH] = chosen
+        st.session_state[PICKER] = str(chosen.path)  # the box shows the one choice, whoever made it (a link too)
         st.selectbox(
             "Checkpoint",
-            paths,
-            index=paths.index(chosen),
+            list(labels),
             format_func=lambda p: labels.get(p, p),
-            key="checkpoint_picker",
+            key=PICKER,
             on_change=_pick,
-            args=("checkpoint_picker",),
             help="Shipped models from checkpoints/ and the best model of each of your training runs.",
         )
-        # the widget may have been reset by a changed list: the session value is the truth
-        if st.session_state.get("checkpoint_picker") != chosen:
-            st.session_state[state.MODEL_PATH] = chosen
         model = guards.current_model(show_errors=True)
         if model is not None:
             info = model.info

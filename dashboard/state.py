@@ -6,6 +6,7 @@ The chosen model and what is read from it live in `dashboard.models`.
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,21 @@ PAGE = "current_page"
 PAGE_CHANGED = "page_changed"
 WATCHED_RUN = "watched_run"
 FINISHED_RUN = "finished_run"
+
+
+def chosen_checkpoint(entries: list[catalog.CheckpointEntry]) -> catalog.CheckpointEntry | None:
+    """The one chosen checkpoint: the session's choice while it is a usable entry, else the catalogue's default
+    (which becomes the choice); None when no checkpoint is usable. Every caller asks here."""
+    usable = [e for e in entries if not e.error]
+    chosen = next((e for e in usable if str(e.path) == st.session_state.get(MODEL_PATH)), None)
+    chosen = chosen or catalog.default_checkpoint(usable)
+    st.session_state[MODEL_PATH] = str(chosen.path) if chosen is not None else None
+    return chosen
+
+
+def choose_checkpoint(path: str | os.PathLike) -> None:
+    """Make the checkpoint at `path` the chosen one (a link, the picker)."""
+    st.session_state[MODEL_PATH] = str(path)
 
 
 def configure_torch() -> None:

@@ -217,6 +217,8 @@ def test_the_routing_figure_has_one_frame_per_iteration(app_with_run, iterations
     at = pick_test_image(new_app().run(), 2)
     at.switch_page("app_pages/routing.py").run()
     no_exception(at)
+    assert not [c for c in at.get("plotly_chart") if c.key == "coupling_maps"]  # drawn only once its expander opens
+    at.session_state["routing_maps_open"] = True
     at.slider(key="routing_iterations").set_value(iterations).run()
     no_exception(at)
     spec = chart(at, "routing_animation")
@@ -284,6 +286,13 @@ def test_the_shipped_mnist_checkpoint_opens_first_and_broken_files_are_named(app
     assert any("fashion-mnist.safetensors" in e.value for e in at.sidebar.error)
     pick_test_image(at, 0)
     assert prediction(at) is not None
+    # the one choice: picking the run in the box opens it, and it stays chosen across pages and reruns
+    at.sidebar.selectbox(key="checkpoint_picker").select_index(1).run()  # the run, after the shipped file
+    no_exception(at)
+    run = at.session_state["model_path"]
+    assert run.endswith("best.safetensors") and at.sidebar.selectbox(key="checkpoint_picker").value == run
+    at.switch_page("app_pages/evaluate.py").run()
+    assert at.sidebar.selectbox(key="checkpoint_picker").value == run and at.session_state["model_path"] == run
 
 
 @pytest.mark.slow
@@ -494,15 +503,17 @@ def test_the_routing_page_steps_through_the_votes(app_with_run) -> None:  # noqa
     at = pick_test_image(new_app().run(), 2)
     at.switch_page("app_pages/routing.py").run()
     no_exception(at)
-    assert any("Iteration 3 of 3" in m.value for m in at.markdown)
+    assert any("Charts open on **iteration 3 of 3**" in m.value for m in at.markdown)
+    assert any("▶ Play animates that chart alone, in your browser" in c.value for c in at.caption)  # not the header
     chosen, other = chart(at, "votes_chosen"), chart(at, "votes_other")
     assert len(chosen["frames"]) == 3 and len(plotly_values(chosen["data"][0]["x"])) == 8 * 36  # every capsule votes
     assert chosen["layout"]["title"]["text"] != other["layout"]["title"]["text"]  # the winner beside the runner-up
     sizes_last = chosen["data"][0]["marker"]["size"]
     at.button(key="routing_prev").click().run()
     no_exception(at)
-    assert any("Iteration 2 of 3" in m.value for m in at.markdown)
+    assert any("Charts open on **iteration 2 of 3**" in m.value for m in at.markdown)
     assert chart(at, "votes_chosen")["data"][0]["marker"]["size"] != sizes_last  # the weights of iteration 2
+    assert chart(at, "votes_chosen")["data"][3]["text"] == ["iteration 2 of 3"]  # the chart names what it shows
     assert chart(at, "routing_animation")["layout"]["sliders"][0]["active"] == 1
     at.button(key="routing_prev").click().run()
     assert at.button(key="routing_prev").disabled and not at.button(key="routing_next").disabled
