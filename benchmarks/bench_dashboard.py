@@ -27,16 +27,10 @@ from PIL import Image, ImageDraw
 from capsnet.agreement import pixel_votes, read_votes, vote_mass, vote_view
 from capsnet.checkpoint import load_checkpoint, save_checkpoint
 from capsnet.config import CapsNetConfig
+from capsnet.decoding import PERTURBATION_STEPS, decode_vector, perturbation_grid
 from capsnet.device import describe_device, inference_threads
 from capsnet.equivariance import Transform, read_transforms, rotation_sweep
-from capsnet.explain import (
-    PERTURBATION_STEPS,
-    coupling_by_type,
-    coupling_maps,
-    decode_vector,
-    explain,
-    perturbation_grid,
-)
+from capsnet.explain import coupling_by_type, coupling_maps, explain
 from capsnet.model import CapsNet
 from capsnet.preprocess import preprocess_canvas
 from dashboard import figures

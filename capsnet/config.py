@@ -90,6 +90,12 @@ class CapsNetConfig:
         """Number of primary capsules: 32 * 6 * 6 = 1152 for the paper's model."""
         return self.primary_types * self.primary_grid**2
 
+    def check_class(self, index: int) -> int:
+        """`index` as an int when it names a class (ValueError otherwise)."""
+        if not 0 <= int(index) < self.num_classes:
+            raise ValueError(f"class index must lie in [0, {self.num_classes}), got {index}")
+        return int(index)
+
     def primary_position(self, index: int) -> tuple[int, int, int]:
         """(type, y, x) of primary capsule `index`, all from 0: the capsules are laid out type by type, row-major."""
         if not 0 <= index < self.num_primary:

@@ -100,6 +100,11 @@ class CapsNet(nn.Module):
         for bias in (self.conv1.bias, self.primary.conv.bias):
             nn.init.constant_(bias, 0.1)
 
+    @property
+    def device(self) -> torch.device:
+        """Where the weights are."""
+        return next(self.parameters()).device
+
     def num_parameters(self, decoder: bool = True) -> int:
         """Parameter count: 8,215,568 for the paper's model, 6,804,224 without the decoder."""
         total = sum(p.numel() for p in self.parameters())

@@ -21,7 +21,7 @@ import numpy as np
 import streamlit as st
 import torch
 
-from capsnet import catalog
+from capsnet import catalog, decoding, reconstruction
 from capsnet import equivariance as eq
 from capsnet import explain as ex
 from capsnet.agreement import Votes, read_votes
@@ -141,7 +141,7 @@ class Model:
         except CapsNetError as error:  # among them: the test set is missing or damaged
             return None, str(error)
 
-    def reconstructions(self, indices: tuple[int, ...]) -> ex.Reconstructions:
+    def reconstructions(self, indices: tuple[int, ...]) -> reconstruction.Reconstructions:
         """Predictions and reconstructions (from the predicted capsule) of some test images."""
         return _reconstructions(self.key, self.dataset, indices, self.net)
 
@@ -246,12 +246,12 @@ def _sensitivity(
 
 @st.cache_data(max_entries=256, show_spinner=False)
 def _decoded(model_key: str, vector: tuple[float, ...], class_index: int, _model: Any) -> np.ndarray:
-    return ex.decode_vector(_model, np.asarray(vector, dtype=np.float32), class_index)
+    return decoding.decode_vector(_model, np.asarray(vector, dtype=np.float32), class_index)
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
 def _perturbations(model_key: str, vector: tuple[float, ...], class_index: int, _model: Any) -> np.ndarray:
-    return ex.perturbation_grid(_model, np.asarray(vector, dtype=np.float32), class_index)
+    return decoding.perturbation_grid(_model, np.asarray(vector, dtype=np.float32), class_index)
 
 
 @st.cache_data(max_entries=40, show_spinner=False)
@@ -266,6 +266,8 @@ def _novelty(model_key: str, _checkpoint: Checkpoint) -> NoveltyThresholds:
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
-def _reconstructions(model_key: str, dataset: str, indices: tuple[int, ...], _model: Any) -> ex.Reconstructions:
+def _reconstructions(
+    model_key: str, dataset: str, indices: tuple[int, ...], _model: Any
+) -> reconstruction.Reconstructions:
     images, _ = test_set(dataset)
-    return ex.reconstruct(_model, images[list(indices)])
+    return reconstruction.reconstruct(_model, images[list(indices)])

@@ -13,7 +13,7 @@ import math
 from capsnet import affnist
 from capsnet.augment import SHIFT
 from capsnet.config import CapsNetConfig
-from capsnet.explain import DEFAULT_DIMENSION_STD
+from capsnet.decoding import DEFAULT_DIMENSION_STD
 
 
 def a(noun: str) -> str:

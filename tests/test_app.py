@@ -119,7 +119,7 @@ def test_each_page_runs_with_a_trained_checkpoint(app_with_run, page: str) -> No
 def test_changing_the_test_image_changes_the_prediction(app_with_run, app_run) -> None:  # noqa: F811
     from capsnet.checkpoint import load_checkpoint
     from capsnet.data import as_tensors, load_dataset
-    from capsnet.explain import reconstruct
+    from capsnet.reconstruction import reconstruct
 
     model = load_checkpoint(app_run / "best.safetensors").model
     images, _ = as_tensors(load_dataset("mnist", train=False))
@@ -149,7 +149,7 @@ def _predictions(run_dir: Path, count: int = 50) -> np.ndarray:
     """What the tiny model predicts for the first test images."""
     from capsnet.checkpoint import load_checkpoint
     from capsnet.data import as_tensors, load_dataset
-    from capsnet.explain import reconstruct
+    from capsnet.reconstruction import reconstruct
 
     model = load_checkpoint(run_dir / "best.safetensors").model
     images, _ = as_tensors(load_dataset("mnist", train=False))

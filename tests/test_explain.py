@@ -8,18 +8,14 @@ import torch
 
 from capsnet.checkpoint_info import CheckpointInfo
 from capsnet.config import CapsNetConfig
+from capsnet.decoding import PERTURBATION_STEPS, decode_vector, dimension_ranges, perturbation_grid
 from capsnet.explain import (
-    PERTURBATION_STEPS,
     coupling_by_type,
     coupling_maps,
-    decode_vector,
-    dimension_ranges,
     explain,
-    misclassified,
-    perturbation_grid,
-    reconstruct,
 )
 from capsnet.model import CapsNet
+from capsnet.reconstruction import misclassified, reconstruct
 
 
 @pytest.fixture(scope="module")

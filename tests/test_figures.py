@@ -8,7 +8,7 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 
-from capsnet.explain import PERTURBATION_STEPS
+from capsnet.decoding import PERTURBATION_STEPS
 from dashboard import figures
 
 NAMES = [str(d) for d in range(10)]
@@ -270,3 +270,33 @@ def test_the_votes_axes_hold_every_iteration_and_two_plots_can_share_a_colour_sc
     assert (x_range, y_range) == first  # the same axes on every iteration
     own = figures.votes_figure(points, coupling, agreement, sums, poses, "3", k, 6, 0)
     assert own.data[0].marker.cmax == pytest.approx(float(np.abs(coupling - 1 / k).max()))
+
+
+@pytest.mark.parametrize("iterations", [3, 5])
+def test_a_votes_frame_carries_only_what_changes(iterations: int) -> None:
+    """The votes figure is redrawn on every click of the Routing page: its points and their labels go once, a frame
+    sends each vote's size, colour and hover numbers (float32), s_j, v_j and the iteration's label, never x and y."""
+    rng = np.random.default_rng(3)
+    n, r, k = 32 * 6 * 6, iterations, 10
+    points = rng.normal(size=(n, 2)) * 0.3
+    coupling = rng.dirichlet(np.ones(k), size=(r, n))[..., 0]  # (r, N), float64 in: the figure sends float32
+    agreement, sums, poses = rng.normal(size=(r, n)), rng.normal(size=(r, 2)), rng.normal(size=(r, 2)) * 0.3
+    fig = figures.votes_figure(points, coupling, agreement, sums, poses, "3", k, 6, step=1)
+    assert len(fig.frames) == r
+    for t, frame in enumerate(fig.frames):
+        votes = frame.data[0]
+        assert votes.x is None and votes.y is None and votes.text is None  # plotly.js keeps the trace's
+        assert np.asarray(votes.customdata).dtype == np.float32 and np.asarray(votes.customdata).shape == (n, 3)
+        np.testing.assert_allclose(np.asarray(votes.customdata)[:, 0], coupling[t], rtol=1e-6)
+        assert frame.data[3].text == (f"iteration {t + 1} of {r}",)
+    assert fig.data[0].text[0] == "type 1, position (0, 0)" and fig.data[0].text[-1] == "type 32, position (5, 5)"
+    assert fig.data[3].text == (f"iteration 2 of {r}",)  # the label opens on the step shown, inside the fixed axes
+    assert fig.layout.xaxis.range[0] == fig.data[3].x[0] and fig.layout.yaxis.range[1] == fig.data[3].y[0]
+    # what it must carry, at float32 in base64 (4/3 bytes a byte): x and y once, then in the data and in each
+    # frame five numbers a vote; plus each vote's label once and some 20 kB of layout; float64 or x and y in every
+    # frame (the figure before: 436 kB for r = 3) would not fit
+    numbers = n * (2 + 5 * (r + 1))
+    size = len(fig.to_json())
+    assert size <= 6 * numbers + 30 * n + 20_000, size
+    single = figures.votes_figure(points, coupling[:1], agreement[:1], sums[:1], poses[:1], "3", k, 6, step=0)
+    assert not single.frames and len(single.data) == 3  # one iteration: nothing to play, no label

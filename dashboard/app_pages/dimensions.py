@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from capsnet import explain as ex
+from capsnet import decoding
 from capsnet.config import CapsNetConfig
 from dashboard import figures, guards, state, texts, widgets
 
@@ -42,7 +42,7 @@ choice = widgets.capsule_selectbox(
 klass = prediction if choice is None else choice
 base = result.poses[klass]  # (D,) the capsule as read from the input
 digit_dim = base.shape[0]
-ranges = ex.dimension_ranges(model.info, klass, base, digit_dim)
+ranges = decoding.dimension_ranges(model.info, klass, base, digit_dim)
 low, high = ranges.low, ranges.high
 
 # new input, model or capsule: the sliders start from the capsule as read
@@ -100,7 +100,7 @@ st.plotly_chart(
 )
 
 st.subheader("Each dimension, perturbed (Figure 4 of the paper)", anchor=False)
-steps = ex.PERTURBATION_STEPS.tolist()
+steps = decoding.PERTURBATION_STEPS.tolist()
 st.markdown(texts.figure4(model.config, steps))
 with st.spinner(texts.decoding_spinner(model.config, len(steps)), show_time=False):
     grid = model.perturbations(base, klass)  # (D, 11, 28, 28)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from capsnet import explain as ex
+from capsnet import reconstruction
 from dashboard import figures, guards, links, texts
 
 QUICK = 1000  # the default: a few seconds with the paper's model on a CPU
@@ -177,7 +177,7 @@ _opened_notice("grid")
 
 st.subheader("The most confident mistakes", anchor=False)
 predictions, lengths, truth = result.predictions.numpy(), result.lengths.numpy(), labels[:limit].numpy()
-wrong = ex.misclassified(predictions, truth, lengths, GALLERY_COUNT)
+wrong = reconstruction.misclassified(predictions, truth, lengths, GALLERY_COUNT)
 if len(wrong) == 0:
     st.success("No mistakes on these test images.")
 else:
