@@ -12,7 +12,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from dashboard import links, models, sidebar, state
+from dashboard import links, models, pages, sidebar, state
 
 st.set_page_config(
     page_title="CapsNet Explorer",
@@ -27,13 +27,8 @@ state.init()
 state.keep_widget_values()
 
 PAGES = [
-    st.Page("app_pages/draw.py", title="Draw", icon=":material/draw:", default=True),
-    st.Page("app_pages/routing.py", title="Routing", icon=":material/hub:", url_path="routing"),
-    st.Page("app_pages/dimensions.py", title="Capsule dimensions", icon=":material/tune:", url_path="dimensions"),
-    st.Page("app_pages/transform.py", title="Transform lens", icon=":material/rotate_right:", url_path="transform"),
-    st.Page("app_pages/overlap.py", title="Overlapping digits", icon=":material/layers:", url_path="overlap"),
-    st.Page("app_pages/training.py", title="Training runs", icon=":material/monitoring:", url_path="training"),
-    st.Page("app_pages/evaluate.py", title="Evaluate", icon=":material/fact_check:", url_path="evaluate"),
+    st.Page(p.path, title=p.title, icon=p.icon, **({"url_path": p.url_path} if p.url_path else {"default": True}))
+    for p in pages.PAGES
 ]
 
 entries = models.checkpoint_entries(str(state.checkpoints_dir()), str(state.runs_root()))

@@ -12,7 +12,7 @@ import streamlit as st
 import torch
 
 from capsnet.data import DATASETS, DatasetDamagedError, DatasetNotFoundError, dataset_info
-from dashboard import baselines, models, state, texts
+from dashboard import baselines, models, pages, state, texts
 
 
 def current_model(show_errors: bool = True) -> models.Model | None:
@@ -33,7 +33,7 @@ def require_model(pairs: bool = False) -> models.Model | None:
     if model is not None and model.reads_pairs != pairs:
         st.info(texts.wrong_kind_of_model(model.reads_pairs), icon=":material/swap_horiz:")
         if model.reads_pairs:
-            st.page_link("app_pages/overlap.py", label="Go to the Overlapping digits page", icon=":material/layers:")
+            st.page_link(pages.OVERLAP.path, label=f"Go to the {pages.OVERLAP.title} page", icon=pages.OVERLAP.icon)
         return None
     if model is not None and not pairs and model.config.image_size != 28:  # mnist-40: the affNIST experiment
         st.info(texts.larger_canvas(model.config.image_size), icon=":material/swap_horiz:")
@@ -46,7 +46,7 @@ def require_input() -> np.ndarray | None:
     image = state.current_input()
     if image is None:
         st.info("No input yet: draw a digit, pick a test image or upload one on the **Draw** page.")
-        st.page_link("app_pages/draw.py", label="Go to the Draw page", icon=":material/draw:")
+        st.page_link(pages.DRAW.path, label=f"Go to the {pages.DRAW.title} page", icon=pages.DRAW.icon)
     return image
 
 

@@ -78,3 +78,17 @@ def test_the_data_layer_never_draws() -> None:
             and isinstance(node.func.value, ast.Name) and node.func.value.id == "st"
         ]  # fmt: skip
         assert not drawn, f"dashboard/{name}.py draws: st.{', st.'.join(drawn)}"
+
+
+def test_pages_are_named_in_one_registry() -> None:
+    """Every page file is in dashboard/pages.py, and no other module spells a page's path."""
+    from dashboard import pages
+
+    assert {p.path for p in pages.PAGES} == {
+        f"app_pages/{p.name}" for p in (REPO / "dashboard" / "app_pages").glob("*.py")
+    }
+    for path in modules("dashboard"):
+        if path.name != "pages.py":
+            assert '"app_pages/' not in path.read_text(encoding="utf-8"), (
+                f"{path.relative_to(REPO)}: use dashboard.pages"
+            )

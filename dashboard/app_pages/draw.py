@@ -10,7 +10,7 @@ from streamlit_drawable_canvas import st_canvas
 
 from capsnet.config import CapsNetConfig
 from capsnet.preprocess import PreprocessError, preprocess_canvas, preprocess_upload
-from dashboard import figures, guards, models, state, texts, widgets
+from dashboard import figures, guards, models, pages, state, texts, widgets
 
 UPLOAD_MB = 25  # a phone's photo of a digit is often 3-8 MB; decoding is bounded by pixels (capsnet.preprocess)
 
@@ -252,7 +252,7 @@ with side_col:
     with st.expander("What is the reconstruction?", icon=":material/brush:"):
         st.markdown(texts.reconstruction(config, noun))
 
-st.page_link("app_pages/routing.py", label="See how routing reached this answer", icon=":material/hub:")
+st.page_link(pages.ROUTING.path, label="See how routing reached this answer", icon=pages.ROUTING.icon)
 st.page_link(
-    "app_pages/dimensions.py", label=f"Tweak the {config.digit_dim} dimensions of this capsule", icon=":material/tune:"
+    pages.DIMENSIONS.path, label=f"Tweak the {config.digit_dim} dimensions of this capsule", icon=pages.DIMENSIONS.icon
 )

@@ -6,7 +6,7 @@ import numpy as np
 import streamlit as st
 
 from capsnet import reconstruction
-from dashboard import figures, guards, links, texts
+from dashboard import figures, guards, links, pages, texts
 
 QUICK = 1000  # the default: a few seconds with the paper's model on a CPU
 SIZES = {QUICK: "first", 0: "all"}
@@ -30,20 +30,13 @@ def _opened_notice(origin: str, columns: int = 4) -> None:
     index = st.session_state.pop(OPENED)[0]
     with st.container(border=True):
         st.markdown(f"**Test image #{index} is now the input** of every page:")
-        for n, (path, label, icon) in enumerate(
-            [
-                ("app_pages/draw.py", "Draw", ":material/draw:"),
-                ("app_pages/routing.py", "Routing", ":material/hub:"),
-                ("app_pages/dimensions.py", "Capsule dimensions", ":material/tune:"),
-                ("app_pages/transform.py", "Transform lens", ":material/rotate_right:"),
-            ]
-        ):
+        for n, page in enumerate(pages.INPUT_PAGES):
             if columns == 1:  # in a narrow column already
-                st.page_link(path, label=label, icon=icon)
+                st.page_link(page.path, label=page.title, icon=page.icon)
                 continue
             if n % columns == 0:
                 row = st.columns(columns)
-            row[n % columns].page_link(path, label=label, icon=icon)
+            row[n % columns].page_link(page.path, label=page.title, icon=page.icon)
 
 
 st.title("Evaluate", anchor=False)

@@ -1,0 +1,29 @@
+"""The page registry: every page's file, title, icon and URL, in the sidebar's order.
+
+The entry point builds `st.navigation` from it, and every link to a page (a guard's pointer, a
+notice's shortcuts) names the page here, so a page is renamed or moved in one place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class PageInfo:
+    path: str  # relative to dashboard/, as st.Page and st.page_link take it
+    title: str
+    icon: str
+    url_path: str  # "" for the default page
+
+
+DRAW = PageInfo("app_pages/draw.py", "Draw", ":material/draw:", "")
+ROUTING = PageInfo("app_pages/routing.py", "Routing", ":material/hub:", "routing")
+DIMENSIONS = PageInfo("app_pages/dimensions.py", "Capsule dimensions", ":material/tune:", "dimensions")
+TRANSFORM = PageInfo("app_pages/transform.py", "Transform lens", ":material/rotate_right:", "transform")
+OVERLAP = PageInfo("app_pages/overlap.py", "Overlapping digits", ":material/layers:", "overlap")
+TRAINING = PageInfo("app_pages/training.py", "Training runs", ":material/monitoring:", "training")
+EVALUATE = PageInfo("app_pages/evaluate.py", "Evaluate", ":material/fact_check:", "evaluate")
+
+PAGES = (DRAW, ROUTING, DIMENSIONS, TRANSFORM, OVERLAP, TRAINING, EVALUATE)
+INPUT_PAGES = (DRAW, ROUTING, DIMENSIONS, TRANSFORM)  # the pages that read the current 28x28 input
