@@ -108,6 +108,12 @@ def make_batch(images: Tensor, labels: Tensor, first: Tensor, second: Tensor, of
     )
 
 
+def two_highest(scores: np.ndarray | Tensor) -> tuple[int, int]:
+    """The two classes a network names for a pair: its two highest scores (K,), highest first, ties to the lower class."""
+    order = np.argsort(-np.asarray(scores, dtype=np.float64), kind="stable")
+    return int(order[0]), int(order[1])
+
+
 def overlay(first: Tensor | np.ndarray, second: Tensor | np.ndarray, offsets: Sequence[Sequence[int]]) -> np.ndarray:
     """One pair as the test pairs are made: two 28x28 digits (uint8, or float in [0, 1] like a drawing), each moved
     by its (dy, dx) in [-4, 4], overlaid on 36x36. Returns (36, 36) float32 in [0, 1]."""

@@ -173,3 +173,10 @@ def test_one_overlay_is_made_as_the_test_pairs_are() -> None:
     np.testing.assert_array_equal(overlay(drawn[0], drawn[1], moves), image)
     with pytest.raises(ValueError, match="shift must lie in"):
         overlay(digits[0], digits[1], [[5, 0], [0, 0]])
+
+
+def test_the_two_highest_scores_name_the_pair() -> None:
+    from capsnet.multimnist import two_highest
+
+    assert two_highest(np.array([0.1, 0.9, 0.3, 0.8])) == (1, 3)
+    assert two_highest(torch.tensor([0.5, 0.5, 0.1])) == (0, 1)  # a tie goes to the lower class, as argmax does

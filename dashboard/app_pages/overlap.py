@@ -12,7 +12,7 @@ import streamlit as st
 from streamlit_drawable_canvas import st_canvas
 
 from capsnet import agreement as ag
-from capsnet.multimnist import PAD, overlay
+from capsnet.multimnist import PAD, overlay, two_highest
 from capsnet.preprocess import PreprocessError, preprocess_canvas
 from dashboard import baselines, figures, guards, models, texts
 
@@ -126,8 +126,7 @@ with controls:
         st.caption(texts.no_baseline(model.dataset))
     else:
         scores = cnn.scores(image)
-        _verdict("CNN baseline: the two highest scores", [int(k) for k in np.argsort(-scores, kind="stable")[:2]],
-                 truth)  # fmt: skip
+        _verdict("CNN baseline: the two highest scores", list(two_highest(scores)), truth)
         st.caption(texts.baseline_result("MultiMNIST", model.info.test_accuracy, cnn.accuracy, pairs=True))
 
 with view:
