@@ -39,6 +39,7 @@ class ClaimRow:
     lr: float | None
     chosen_on: str  # "validation" or "test": how the shipped epoch was picked
     curve: tuple[tuple[int, float], ...]  # (examples seen so far, test error) after each epoch
+    lr_candidates: tuple[float, ...] = ()  # the learning rates its lr was chosen among, on validation (if any)
 
 
 @dataclass(frozen=True)
@@ -84,8 +85,14 @@ class Verdict:
                 "fully trained): the claim is not reproduced by these models. "
             )
         unequal = []
-        if caps.lr is not None and cnn.lr is not None and caps.lr != cnn.lr:
+        searched = caps.lr_candidates and caps.lr_candidates == cnn.lr_candidates
+        if caps.lr is not None and cnn.lr is not None and caps.lr != cnn.lr and not searched:
             unequal.append(f"learning rates differ ({caps.lr:g} and {cnn.lr:g})")
+        if searched:
+            text += (
+                f"Each network's learning rate is the better of {' and '.join(f'{c:g}' for c in caps.lr_candidates)} "
+                f"on its own validation pairs ({caps.lr:g} for the CapsNet, {cnn.lr:g} for the CNN). "
+            )
         if "test" in (caps.chosen_on, cnn.chosen_on):
             unequal.append("an epoch was chosen on test data, not on a validation split")
         if unequal:
@@ -126,7 +133,15 @@ def _row(network: str, claim: str, path: Path) -> ClaimRow:
         lr=float(lr) if isinstance(lr, (int, float)) else None,
         chosen_on="validation" if "val_accuracy" in (info.extra or {}) else "test",
         curve=tuple(curve),
+        lr_candidates=_candidates((info.extra or {}).get("lr_candidates")),
     )
+
+
+def _candidates(value: object) -> tuple[float, ...]:
+    """A header's `lr_candidates`, read tolerantly: a list of numbers, else none."""
+    if not isinstance(value, list) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+        return ()
+    return tuple(sorted(float(v) for v in value))
 
 
 def verdict(claim: str, capsnet: str | Path, cnn: str | Path) -> Verdict:

@@ -114,6 +114,28 @@ def calibrate_checkpoint(path: str | Path, data_dir: str | None = None, device: 
     return info
 
 
+def record_lr_search(path: str | Path, candidates: list[float]) -> CheckpointInfo:
+    """Say in a checkpoint's header that its learning rate was the best of `candidates` on its validation split.
+
+    The run that chose it must have held out a validation split (its header's `val_accuracy`), and its
+    own learning rate must be one of the candidates. The weights are kept bit for bit (the file is
+    rewritten atomically with the same tensors and dtype).
+    """
+    path = Path(path)
+    writable(path)
+    checkpoint = load_checkpoint(path, architectures=("capsnet", "cnn"))
+    info = checkpoint.info
+    lr = (info.recipe or {}).get("lr")
+    if "val_accuracy" not in (info.extra or {}):
+        raise CapsNetError(f"{path}: its run held out no validation split, so no learning rate was chosen on one")
+    if not isinstance(lr, (int, float)) or not any(abs(lr - c) <= 1e-12 for c in candidates):
+        raise CapsNetError(f"{path}: its learning rate {lr!r} is not among the candidates {candidates}")
+    info = info.replace(extra={**(info.extra or {}), "lr_candidates": sorted(float(c) for c in candidates)})
+    dtype = torch.float16 if info.weights_dtype == "float16" else None
+    save_checkpoint(path, checkpoint.model, info, dtype=dtype)
+    return info
+
+
 def _epoch_span(facts: dict[str, Any]) -> tuple[int, int]:
     """(epochs of its own run, epochs of the runs before it) for a header or a `started_from` record."""
     own = int(facts.get("epochs") or 0)
@@ -174,9 +196,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--test-pairs", type=parser.positive_int, default=None, help="MultiMNIST: measure on the first N test pairs"
     )
+    parser.add_argument(
+        "--lr-search", default=None, metavar="LR,LR,...",
+        help="only record in SOURCE's header that its learning rate was the best of these on its validation split",
+    )  # fmt: skip
     args = parser.parse_args(argv)
 
     def body() -> int:
+        if args.lr_search is not None:
+            try:
+                candidates = [float(v) for v in args.lr_search.split(",")]
+            except ValueError:
+                parser.error(f"--lr-search takes learning rates separated by commas, got {args.lr_search!r}")
+            info = record_lr_search(args.source, candidates)
+            print(json.dumps({"checkpoint": args.source, "lr_candidates": info.extra["lr_candidates"]}))
+            return 0
         if args.calibrate:
             info = calibrate_checkpoint(args.source, args.data_dir, args.device)
             print(json.dumps({"checkpoint": args.source, "novelty": info.novelty}))

@@ -6,6 +6,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 
 from capsnet.checkpoint import load_checkpoint, save_checkpoint
 from capsnet.claims import verdict
@@ -43,3 +44,34 @@ def test_the_verdict_follows_the_figures(tmp_path: Path) -> None:
     assert "That is the paper's order" in v.statement()
     with pytest.raises(ValueError, match="unknown claim"):
         verdict("cifar", path, SHIPPED[1])
+
+
+def test_learning_rates_chosen_on_validation_are_equal_terms(tmp_path: Path) -> None:
+    """Two networks whose learning rates differ are on equal terms when each was the best of the same candidates on
+    its own validation split (export --lr-search records it); the record is refused for a run without validation."""
+    from capsnet.errors import CapsNetError
+    from capsnet.export import record_lr_search
+
+    caps, cnn = (load_checkpoint(p, architectures=("capsnet", "cnn")) for p in SHIPPED)
+    paths = []
+    for checkpoint, name, lr in ((caps, "multimnist", 3e-4), (cnn, "multimnist-cnn", 1e-3)):
+        info = checkpoint.info.replace(recipe={**checkpoint.info.recipe, "lr": lr}, extra={"val_accuracy": 0.5})
+        path = save_checkpoint(tmp_path / name / f"{name}.safetensors", checkpoint.model, info)
+        shutil.copy(SHIPPED[0].with_name("multimnist.metrics.jsonl"), path.with_name(f"{name}.metrics.jsonl"))
+        paths.append(path)
+    assert "learning rates differ (0.0003 and 0.001)" in verdict("multimnist", *paths).statement()
+    weights = load_checkpoint(paths[0]).model.state_dict()
+    for path in paths:
+        record_lr_search(path, [1e-3, 3e-4])
+    for name, tensor in load_checkpoint(paths[0]).model.state_dict().items():
+        assert torch.equal(tensor, weights[name])  # the header changes, not the weights
+    text = verdict("multimnist", *paths).statement()
+    assert "learning rates differ" not in text and "Not yet equal terms" not in text
+    assert (
+        "the better of 0.0003 and 0.001 on its own validation pairs (0.0003 for the CapsNet, 0.001 for the CNN)" in text
+    )
+    with pytest.raises(CapsNetError, match="not among the candidates"):
+        record_lr_search(paths[0], [1e-2])
+    bare = save_checkpoint(tmp_path / "bare.safetensors", caps.model, caps.info.replace(extra={}))
+    with pytest.raises(CapsNetError, match="no validation split"):
+        record_lr_search(bare, [1e-3])
