@@ -348,7 +348,9 @@ _RECORD_VOTES = """
 
 def test_a_shared_link_opens_the_view_and_the_votes_step_and_play(page, app: App, screenshots: Path) -> None:
     open_app(page, app, "/routing?checkpoint=mnist&test=3&iterations=2")
-    expect(page.get_by_text("Iteration 2 of 2")).to_be_visible(timeout=PAGE_LOAD_MS)
+    step = page.locator(".st-key-routing_step")  # the buttons, what they set, and what Play does instead
+    expect(step).to_contain_text("Charts open on iteration 2 of 2", timeout=PAGE_LOAD_MS)
+    expect(step).to_contain_text("A chart's own ▶ Play animates that chart alone, in your browser")
     expect(page.get_by_text(re.compile(r"Input: test image #3"))).to_be_visible()
     assert int(page.locator(".st-key-routing_iterations").get_by_role("slider").input_value()) == 2
     wait_rendered(page)
@@ -359,9 +361,12 @@ def test_a_shared_link_opens_the_view_and_the_votes_step_and_play(page, app: App
     config, _ = read_checkpoint_info(app.checkpoints_dir / "mnist.safetensors")
     expect(points).to_have_count(config.num_primary)  # every primary capsule casts a vote
     sizes = points.evaluate_all("ps => ps.map(p => p.getAttribute('d'))")
+    label = votes.locator(".scatterlayer .trace").nth(3).locator("text")  # the chart names the iteration it shows
+    expect(label).to_have_text("iteration 2 of 2")
     page.get_by_role("button", name="◀ Previous").click()
-    expect(page.get_by_text("Iteration 1 of 2")).to_be_visible(timeout=RERUN_MS)
+    expect(step).to_contain_text("Charts open on iteration 1 of 2", timeout=RERUN_MS)
     wait_rendered(page)
+    expect(label).to_have_text("iteration 1 of 2")
     assert points.evaluate_all("ps => ps.map(p => p.getAttribute('d'))") != sizes  # the weights of iteration 1
     expect(page.get_by_role("button", name="◀ Previous")).to_be_disabled()
 
@@ -373,6 +378,9 @@ def test_a_shared_link_opens_the_view_and_the_votes_step_and_play(page, app: App
     )
     assert frames == ["1", "2"], frames  # both iterations, in order
     assert empty == 0  # and never a blank plot between them
+    expect(label).to_have_text("iteration 2 of 2")  # Play moved this chart, and its label with it
+    expect(step).to_contain_text("Charts open on iteration 1 of 2")  # the page's setting, which Play leaves alone
+    expect(page.locator(".st-key-votes_other .scatterlayer .trace").nth(3)).to_have_text("iteration 1 of 2")
     full_page_screenshot(page, screenshots / "routing.png")
 
 

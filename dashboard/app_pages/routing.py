@@ -13,6 +13,10 @@ from dashboard import figures, guards, state, texts, widgets
 MAX_ITERATIONS = 5  # the slider's end (or the model's own r, if more)
 STEP = "routing_step"  # the iteration shown, from 1
 OVERLAYS = {"votes": "the capsule each stroke votes for", "coupling": "how strongly it votes for the chosen capsule"}
+STEP_CAPTION = (  # what the buttons do, and what Play does not: it runs in the browser, out of the page's reach
+    "◀ ▶ set the iteration every chart and the stroke overlay open on. A chart's own ▶ Play animates that chart "
+    "alone, in your browser: its label or slider names the iteration it shows."
+)
 
 
 def _move(delta: int, iterations: int) -> None:
@@ -40,7 +44,7 @@ if model is None or image is None:
     st.stop()
 
 names, k = model.class_names, config.num_classes
-c1, c2, c3 = st.columns([1.2, 1, 1.2])
+c1, c2, _ = st.columns([1.2, 1, 1.2])
 # the slider reaches 5, the model's own r, or what a link asked for (at most the config's bound): never clamped silently
 asked = min(int(st.session_state.get("routing_iterations") or 1), MAX_ROUTING_ITERATIONS)
 most = max(MAX_ITERATIONS, config.routing_iterations, asked)
@@ -69,17 +73,6 @@ other = int(order[1]) if digit == prediction else prediction  # beside it: the r
 r = result.iterations
 if st.session_state.get("routing_step_of") != r:  # a new number of iterations: show its last one
     st.session_state["routing_step_of"], st.session_state[STEP] = r, r
-step = int(np.clip(st.session_state.get(STEP, r), 1, r))
-st.session_state[STEP] = step
-if r > 1:
-    with c3:
-        st.markdown(f"**Iteration {step} of {r}**")
-        b1, b2 = st.columns(2)
-        b1.button("◀ Previous", key="routing_prev", on_click=_move, args=(-1, r), disabled=step == 1,
-                  use_container_width=True)  # fmt: skip
-        b2.button("Next ▶", key="routing_next", on_click=_move, args=(1, r), disabled=step == r,
-                  use_container_width=True)  # fmt: skip
-
 first, last = result.iteration_lengths[0], result.iteration_lengths[-1]
 summary = (
     f"Input: **{st.session_state.get(state.INPUT_LABEL) or 'current input'}**. With **{r}** "
@@ -96,81 +89,125 @@ if r > 1 and int(np.argmax(first)) != prediction:
         icon=":material/alt_route:",
     )
 
-# ---------------------------------------------------------------- the votes
-st.subheader("The votes", anchor=False)
-views = [ag.vote_view(votes, j) for j in (digit, other)]
-reach = max(float(np.abs(v.coupling - 1.0 / k).max()) for v in views)  # one colour scale for both plots
-for column, view in zip(st.columns(2, gap="medium"), views):
-    with column:
+
+@st.fragment
+def _one_iteration(
+    config: CapsNetConfig,
+    names: list[str],
+    image: np.ndarray,
+    result: ex.Explanation,
+    votes: ag.Votes,
+    digit: int,
+    other: int,
+) -> None:
+    """Every chart of one iteration, and the buttons that choose it: a click reruns this alone.
+
+    The rest of the page (the sidebar, the explanation, the slider, the input's summary) does not depend on the
+    iteration shown, so a click neither recomputes nor resends it, and the browser leaves it as it is.
+    """
+    k, r = config.num_classes, result.iterations
+    step = int(np.clip(st.session_state.get(STEP, r), 1, r))
+    st.session_state[STEP] = step
+    if r > 1:  # the buttons set the iteration each chart is drawn on; Play runs in the browser and tells no one
+        with st.container(key="routing_step"):
+            label, back, forward, note = st.columns([1.7, 0.8, 0.8, 2.9], vertical_alignment="center")
+            label.markdown(f"Charts open on **iteration {step} of {r}**")
+            back.button("◀ Previous", key="routing_prev", on_click=_move, args=(-1, r), disabled=step == 1,
+                        use_container_width=True)  # fmt: skip
+            forward.button("Next ▶", key="routing_next", on_click=_move, args=(1, r), disabled=step == r,
+                           use_container_width=True)  # fmt: skip
+            note.caption(STEP_CAPTION)
+
+    # ---------------------------------------------------------------- the votes
+    st.subheader("The votes", anchor=False)
+    views = [ag.vote_view(votes, j) for j in (digit, other)]
+    reach = max(float(np.abs(v.coupling - 1.0 / k).max()) for v in views)  # one colour scale for both plots
+    for column, view in zip(st.columns(2, gap="medium"), views):
+        with column:
+            st.plotly_chart(
+                figures.votes_figure(
+                    view.points, view.coupling, view.agreement, view.sums, view.poses, names[view.digit], k,
+                    config.primary_grid, step - 1, reach=reach,
+                ),
+                key=f"votes_{'chosen' if view.digit == digit else 'other'}",
+                config={"displayModeBar": False},
+            )  # fmt: skip
+    main = views[0]
+    st.markdown(texts.votes_reading(names[digit], main.moved_share, config.num_primary, k, r))
+    if r > 1:
+        t, y, x = (
+            main.largest // config.primary_grid**2 + 1,
+            *divmod(main.largest % config.primary_grid**2, config.primary_grid),
+        )
+        st.caption(
+            f"The coupling that moved most: type {t} at position ({y}, {x}), from 1/{k} to {main.coupling[-1, main.largest]:.2f}. "
+            "Hover a point for its coupling and its agreement û·v in the iteration shown."
+        )
+
+    # ---------------------------------------------------------------- where they come from, where they go
+    overlay_col, share_col = st.columns([1, 1.3], gap="large")
+    with overlay_col:
+        mode = st.radio(
+            "Colour the strokes by", list(OVERLAYS), format_func=OVERLAYS.get, key="overlay_mode", horizontal=True
+        )
+        pixels = ag.pixel_votes(votes.coupling[step - 1], votes.primary_lengths, config)  # (H, W, K)
         st.plotly_chart(
-            figures.votes_figure(
-                view.points, view.coupling, view.agreement, view.sums, view.poses, names[view.digit], k,
-                config.primary_grid, step - 1, reach=reach,
-            ),
-            key=f"votes_{'chosen' if view.digit == digit else 'other'}",
+            figures.vote_overlay_figure(image, pixels, names, digit if mode == "coupling" else None),
+            key="vote_overlay",
+            config={"displayModeBar": False},
+        )
+        st.caption(texts.overlay(config))
+    with share_col:
+        st.plotly_chart(
+            figures.vote_share_figure(ag.vote_mass(votes.coupling), names), key="vote_share",
             config={"displayModeBar": False},
         )  # fmt: skip
-main = views[0]
-st.markdown(texts.votes_reading(names[digit], main.moved_share, config.num_primary, k, r))
-if r > 1:
-    t, y, x = (
-        main.largest // config.primary_grid**2 + 1,
-        *divmod(main.largest % config.primary_grid**2, config.primary_grid),
-    )
-    st.caption(
-        f"The coupling that moved most: type {t} at position ({y}, {x}), from 1/{k} to {main.coupling[-1, main.largest]:.2f}. "
-        "Hover a point for its coupling and its agreement û·v in the iteration shown."
-    )
-
-# ---------------------------------------------------------------- where they come from, where they go
-overlay_col, share_col = st.columns([1, 1.3], gap="large")
-with overlay_col:
-    mode = st.radio(
-        "Colour the strokes by", list(OVERLAYS), format_func=OVERLAYS.get, key="overlay_mode", horizontal=True
-    )
-    pixels = ag.pixel_votes(votes.coupling[step - 1], votes.primary_lengths, config)  # (H, W, K)
-    st.plotly_chart(
-        figures.vote_overlay_figure(image, pixels, names, digit if mode == "coupling" else None),
-        key="vote_overlay",
-        config={"displayModeBar": False},
-    )
-    st.caption(texts.overlay(config))
-with share_col:
-    st.plotly_chart(
-        figures.vote_share_figure(ag.vote_mass(votes.coupling), names), key="vote_share",
-        config={"displayModeBar": False},
-    )  # fmt: skip
-    st.plotly_chart(
-        figures.coupling_distribution_figure(main.coupling, names[digit], k),
-        key="coupling_distribution",
-        config={"displayModeBar": False},
-    )
-
-# ---------------------------------------------------------------- per type, and every capsule
-st.subheader("Couplings per primary-capsule type", anchor=False)
-by_type = ex.coupling_by_type(
-    result.coupling, result.primary_lengths, result.primary_types, result.primary_grid, "length"
-)  # (r, types, K)
-st.plotly_chart(
-    figures.routing_animation(by_type, result.iteration_lengths, names, config.m_plus, config.m_minus, step=step - 1),
-    key="routing_animation",
-    config={"displayModeBar": False},
-)
-with st.expander("How is the heatmap computed?", icon=":material/functions:"):
-    st.markdown(texts.aggregation(config))
-
-with st.expander(f"Every primary capsule's coupling to capsule {names[digit]}", icon=":material/grid_on:"):
-    maps_col, lines_col = st.columns([1.5, 1], gap="large")
-    with maps_col:
-        maps = ex.coupling_maps(result.coupling, digit, result.primary_types, result.primary_grid)  # (r, types, G, G)
         st.plotly_chart(
-            figures.coupling_maps_figure(maps, names[digit], num_classes=k, step=step - 1),
-            key="coupling_maps",
+            figures.coupling_distribution_figure(main.coupling, names[digit], k),
+            key="coupling_distribution",
             config={"displayModeBar": False},
         )
-    with lines_col:
-        st.plotly_chart(
-            figures.iteration_lengths_figure(result.iteration_lengths, names, config.m_plus, config.m_minus),
-            key="iteration_lengths",
-            config={"displayModeBar": False},
-        )
+
+    # ---------------------------------------------------------------- per type, and every capsule
+    st.subheader("Couplings per primary-capsule type", anchor=False)
+    by_type = ex.coupling_by_type(
+        result.coupling, result.primary_lengths, result.primary_types, result.primary_grid, "length"
+    )  # (r, types, K)
+    st.plotly_chart(
+        figures.routing_animation(
+            by_type, result.iteration_lengths, names, config.m_plus, config.m_minus, step=step - 1
+        ),
+        key="routing_animation",
+        config={"displayModeBar": False},
+    )
+    with st.expander("How is the heatmap computed?", icon=":material/functions:"):
+        st.markdown(texts.aggregation(config))
+
+    # drawn only while open (on_change="rerun"): closed, it costs neither this run nor the browser a chart; the label
+    # stays the same for every capsule, so the expander stays open when another capsule is chosen
+    every_capsule = st.expander(
+        "Every primary capsule's coupling to the capsule looked at, and the lengths per iteration",
+        icon=":material/grid_on:",
+        key="routing_maps_open",
+        on_change="rerun",
+    )
+    with every_capsule:
+        if every_capsule.open:
+            maps_col, lines_col = st.columns([1.5, 1], gap="large")
+            with maps_col:
+                # (r, types, G, G)
+                maps = ex.coupling_maps(result.coupling, digit, result.primary_types, result.primary_grid)
+                st.plotly_chart(
+                    figures.coupling_maps_figure(maps, names[digit], num_classes=k, step=step - 1),
+                    key="coupling_maps",
+                    config={"displayModeBar": False},
+                )
+            with lines_col:
+                st.plotly_chart(
+                    figures.iteration_lengths_figure(result.iteration_lengths, names, config.m_plus, config.m_minus),
+                    key="iteration_lengths",
+                    config={"displayModeBar": False},
+                )
+
+
+_one_iteration(config, names, image, result, votes, digit, other)

@@ -7,15 +7,19 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from dashboard.figures.style import CLASS_COLOURS, OTHER, WINNER, layout
+from dashboard.figures.style import CLASS_COLOURS, OTHER, WINNER
 
 DIVERGING = "RdBu_r"  # blue: less than uniform, white: uniform, red: more
 
 
-def _capsule_ids(types: int, grid: int) -> np.ndarray:
-    """(N, 3) type (from 1), row and column of each primary capsule i = type * grid^2 + y * grid + x."""
-    i = np.arange(types * grid * grid)
-    return np.stack([i // (grid * grid) + 1, (i // grid) % grid, i % grid], axis=1)
+def _capsule_labels(types: int, grid: int) -> np.ndarray:
+    """'type t, position (y, x)' of each primary capsule i = type * grid^2 + y * grid + x, the type from 1.
+
+    An array, not a list: plotly.py deep-copies a figure's data to send it, an array in one go, a list item by item.
+    """
+    return np.array(
+        [f"type {t + 1}, position ({y}, {x})" for t in range(types) for y in range(grid) for x in range(grid)]
+    )
 
 
 def votes_figure(
@@ -34,68 +38,71 @@ def votes_figure(
     """One digit capsule's N votes in 2-D, sized and coloured by their coupling c_ij, one frame per iteration.
 
     points (N, 2): the votes in a basis fixed across iterations; coupling and agreement (r, N);
-    sums and poses (r, 2): s_j and v_j, projected. `step` (from 0) is the iteration shown; with
-    more than one iteration, Play animates them in the browser, the points staying in place
-    while their weights change (no redraw between frames, so no blank frame). The axes are fixed
-    to hold the votes and every iteration's s_j and v_j, so neither Next nor Play rescales them;
-    `reach` sets the colour scale's +- end (give two figures one, to compare them), else their own.
+    sums and poses (r, 2): s_j and v_j, projected. `step` (from 0) is the iteration the figure
+    opens on; with more than one iteration, Play animates them in the browser, the points staying
+    in place while their weights change (no redraw between frames, so no blank frame), and a label
+    in the plot's corner names the iteration shown. The axes are fixed to hold the votes and every
+    iteration's s_j and v_j, so neither Next nor Play rescales them; `reach` sets the colour
+    scale's +- end (give two figures one, to compare them), else their own.
+
+    The points and their hover labels are sent once: a frame carries only what changes (each
+    vote's size, colour and hover numbers, s_j, v_j and the label), float32, and plotly.js merges
+    it into the traces (`tests/test_figures.py` bounds the figure's JSON).
     """
     points, coupling, agreement = (np.asarray(a, dtype=np.float32) for a in (points, coupling, agreement))
+    sums, poses = np.asarray(sums, dtype=np.float32), np.asarray(poses, dtype=np.float32)
     r, n = coupling.shape
-    change = coupling - 1.0 / num_classes  # (r, N)
+    change = coupling - np.float32(1.0 / num_classes)  # (r, N)
     reach = max(float(np.abs(change).max()), 1e-3) if reach is None else max(float(reach), 1e-3)
-    every = np.concatenate(
-        [points, np.asarray(sums, dtype=np.float32), np.asarray(poses, dtype=np.float32)]
-    )  # (N+2r, 2)
+    every = np.concatenate([points, sums, poses])  # (N+2r, 2)
     low, high = every.min(axis=0), every.max(axis=0)
     pad = 0.06 * np.maximum(high - low, 1e-3)
     ranges = [[float(low[a] - pad[a]), float(high[a] + pad[a])] for a in (0, 1)]
-    ids = _capsule_ids(n // (grid * grid), grid)  # (N, 3)
     frames_names = [str(t + 1) for t in range(r)]
-
-    def votes(t: int) -> go.Scatter:
-        return go.Scatter(
-            x=points[:, 0],
-            y=points[:, 1],
-            mode="markers",
-            marker=dict(
-                size=3 + 60 * coupling[t],
-                color=change[t],
-                colorscale=DIVERGING,
-                cmin=-reach,
-                cmax=reach,
-                cmid=0.0,
-                line=dict(width=0),
-                opacity=0.85,
-                colorbar=dict(title="c − 1/K", thickness=10, len=0.8),
-            ),
-            customdata=np.column_stack([ids, coupling[t], change[t], agreement[t]]),
-            hovertemplate=(
-                "type %{customdata[0]}, position (%{customdata[1]}, %{customdata[2]})<br>"
-                "c = %{customdata[3]:.3f} (%{customdata[4]:+.3f} from uniform)<br>"
-                "agreement û·v = %{customdata[5]:.3f}<extra></extra>"
-            ),
-            name="votes",
-        )
-
-    def consensus(t: int) -> list[go.Scatter]:
-        return [
-            go.Scatter(
-                x=[sums[t, 0]], y=[sums[t, 1]], mode="markers", name="s_j (weighted sum)",
-                marker=dict(symbol="x", size=14, color="#fafafa", line=dict(width=2)),
-                hovertemplate="s_j, the weighted sum of the votes<extra></extra>",
-            ),
-            go.Scatter(
-                x=[poses[t, 0]], y=[poses[t, 1]], mode="markers", name="v_j = squash(s_j)",
-                marker=dict(symbol="diamond", size=14, color=WINNER, line=dict(width=1, color="#fafafa")),
-                hovertemplate="v_j = squash(s_j): |v_j| = %{customdata:.3f}<extra></extra>",
-                customdata=[float(np.hypot(*poses[t]))],
-            ),
-        ]  # fmt: skip
-
     step = int(np.clip(step, 0, r - 1))
-    frames = [go.Frame(data=[votes(t), *consensus(t)], traces=[0, 1, 2], name=frames_names[t]) for t in range(r)]
-    fig = go.Figure(data=[votes(step), *consensus(step)], frames=frames if r > 1 else None)
+    sizes = 3 + 60 * coupling  # (r, N) px
+    hover = np.stack([coupling, change, agreement], axis=-1)  # (r, N, 3): c, c - 1/K, û·v
+    lengths = np.hypot(poses[:, 0], poses[:, 1])  # (r,) |v_j|, projected
+
+    def changing(t: int) -> list[dict]:
+        """What iteration t sets: the votes' sizes, colours and hover numbers, s_j, v_j and (with frames) the label."""
+        traces = [
+            dict(type="scatter", marker=dict(size=sizes[t], color=change[t]), customdata=hover[t]),
+            dict(type="scatter", x=[float(sums[t, 0])], y=[float(sums[t, 1])]),
+            dict(type="scatter", x=[float(poses[t, 0])], y=[float(poses[t, 1])], customdata=[float(lengths[t])]),
+        ]
+        if r > 1:
+            traces.append(dict(type="scatter", text=[f"iteration {t + 1} of {r}"]))
+        return traces
+
+    # plain dicts: the figure validates each once (a go.Frame of go.Scatter objects is validated three times)
+    votes, sum_mark, pose_mark, *label = changing(step)
+    votes.update(
+        x=points[:, 0], y=points[:, 1], text=_capsule_labels(n // (grid * grid), grid), mode="markers", name="votes",
+        hovertemplate="%{text}<br>c = %{customdata[0]:.3f} (%{customdata[1]:+.3f} from uniform)<br>"
+                      "agreement û·v = %{customdata[2]:.3f}<extra></extra>",
+    )  # fmt: skip
+    votes["marker"].update(
+        colorscale=DIVERGING, cmin=-reach, cmax=reach, cmid=0.0, line=dict(width=0), opacity=0.85,
+        colorbar=dict(title="c − 1/K", thickness=10, len=0.8),
+    )  # fmt: skip
+    sum_mark.update(
+        mode="markers", name="s_j (weighted sum)",
+        marker=dict(symbol="x", size=14, color="#fafafa", line=dict(width=2)),
+        hovertemplate="s_j, the weighted sum of the votes<extra></extra>",
+    )  # fmt: skip
+    pose_mark.update(
+        mode="markers", name="v_j = squash(s_j)",
+        marker=dict(symbol="diamond", size=14, color=WINNER, line=dict(width=1, color="#fafafa")),
+        hovertemplate="v_j = squash(s_j): |v_j| = %{customdata:.3f}<extra></extra>",
+    )  # fmt: skip
+    for mark in label:  # the iteration shown, in the top left corner of the fixed axes: it follows Play
+        mark.update(
+            x=[ranges[0][0]], y=[ranges[1][1]], mode="text", textposition="bottom right", showlegend=False,
+            hoverinfo="skip", textfont=dict(size=13, color="#fafafa"),
+        )  # fmt: skip
+    traces = list(range(3 + len(label)))
+    frames = [dict(data=changing(t), traces=traces, name=frames_names[t]) for t in range(r)] if r > 1 else None
     extra: dict = {}
     if r > 1:
         play = dict(frame=dict(duration=1000, redraw=False), transition=dict(duration=600, easing="cubic-in-out"))
@@ -108,35 +115,49 @@ def votes_figure(
                 ],
             )
         ]  # fmt: skip
-    fig.update_xaxes(title="along v_j: agreement / |v_j|", zeroline=True, zerolinecolor="#3a4150", range=ranges[0],
-                     autorange=False)  # fmt: skip
-    fig.update_yaxes(title="across: the votes' main spread", zeroline=True, zerolinecolor="#3a4150", range=ranges[1],
-                     autorange=False)  # fmt: skip
-    return layout(
-        fig,
-        height,
-        title=dict(text=f"Votes for capsule {name}", x=0.0, xanchor="left"),
-        legend=dict(orientation="h", y=-0.2),
-        margin=dict(l=10, r=10, t=70, b=10),
-        **extra,
+    axis = dict(zeroline=True, zerolinecolor="#3a4150", autorange=False)
+    # the whole figure in one construction: each update_* call would validate it again
+    return go.Figure(
+        data=[votes, sum_mark, pose_mark, *label],
+        frames=frames,
+        layout=dict(
+            height=height,
+            margin=dict(l=78, r=88, t=70, b=114),  # room for the axis titles, colour bar and legend (`style.layout`)
+            title=dict(text=f"Votes for capsule {name}", x=0.0, xanchor="left"),
+            legend=dict(orientation="h", y=-0.2),
+            xaxis=dict(axis, title=dict(text="along v_j: agreement / |v_j|"), range=ranges[0]),
+            yaxis=dict(axis, title=dict(text="across: the votes' main spread"), range=ranges[1]),
+            **extra,
+        ),
     )
 
 
 def coupling_distribution_figure(coupling: np.ndarray, name: str, num_classes: int, height: int = 320) -> go.Figure:
     """How the N couplings to one capsule are spread, one box per iteration: (r, N)."""
     coupling = np.asarray(coupling, dtype=np.float32)
-    fig = go.Figure()
-    for t in range(coupling.shape[0]):
-        fig.add_trace(
-            go.Box(
-                y=coupling[t], name=f"iteration {t + 1}", boxpoints="outliers", marker=dict(size=3, color=OTHER),
-                line=dict(color=WINNER if t == coupling.shape[0] - 1 else OTHER), showlegend=False,
-                hovertemplate="c = %{y:.3f}<extra></extra>",
-            )
-        )  # fmt: skip
-    fig.add_hline(y=1.0 / num_classes, line=dict(color="#fafafa", dash="dot", width=1))
-    fig.update_yaxes(title=f"c to capsule {name}", rangemode="tozero")
-    return layout(fig, height, title=f"Couplings to capsule {name}, per iteration (dotted: uniform 1/{num_classes})")
+    r = coupling.shape[0]
+    boxes = [
+        dict(
+            type="box", y=coupling[t], name=f"iteration {t + 1}", boxpoints="outliers", marker=dict(size=3, color=OTHER),
+            line=dict(color=WINNER if t == r - 1 else OTHER), showlegend=False, hovertemplate="c = %{y:.3f}<extra></extra>",
+        )
+        for t in range(r)
+    ]  # fmt: skip
+    uniform = dict(
+        type="line", xref="x domain", x0=0, x1=1, yref="y", y0=1.0 / num_classes, y1=1.0 / num_classes,
+        line=dict(color="#fafafa", dash="dot", width=1),
+    )  # fmt: skip
+    # the whole figure in one construction: each update_* call would validate it again
+    return go.Figure(
+        data=boxes,
+        layout=dict(
+            height=height,
+            margin=dict(l=78, r=10, t=40, b=38),
+            title=dict(text=f"Couplings to capsule {name}, per iteration (dotted: uniform 1/{num_classes})"),
+            shapes=[uniform],
+            yaxis=dict(title=dict(text=f"c to capsule {name}"), rangemode="tozero"),
+        ),
+    )
 
 
 def vote_share_figure(mass: np.ndarray, class_names: Sequence[str], height: int = 320) -> go.Figure:
@@ -146,19 +167,26 @@ def vote_share_figure(mass: np.ndarray, class_names: Sequence[str], height: int 
     r, k = share.shape
     winner = int(np.argmax(share[-1]))
     x = [f"iteration {t + 1}" for t in range(r)]
-    fig = go.Figure()
-    for j in range(k):
-        fig.add_trace(
-            go.Bar(
-                x=x, y=share[:, j], name=str(class_names[j]), marker_color=CLASS_COLOURS[j % len(CLASS_COLOURS)],
-                marker_line=dict(width=2 if j == winner else 0, color="#fafafa"),
-                text=[f"{v:.0%}" if v >= 0.06 else "" for v in share[:, j]], textposition="inside",
-                hovertemplate=f"capsule {class_names[j]}<br>%{{x}}: %{{y:.1%}} of the vote mass<extra></extra>",
-            )
-        )  # fmt: skip
-    fig.update_layout(barmode="stack")
-    fig.update_yaxes(tickformat=".0%", range=[0, 1], title="share of all votes")
-    return layout(fig, height, title="Where the votes go", legend=dict(title="capsule", traceorder="normal"))
+    bars = [
+        dict(
+            type="bar", x=x, y=share[:, j], name=str(class_names[j]),
+            marker=dict(color=CLASS_COLOURS[j % len(CLASS_COLOURS)], line=dict(width=2 if j == winner else 0, color="#fafafa")),
+            text=[f"{v:.0%}" if v >= 0.06 else "" for v in share[:, j]], textposition="inside",
+            hovertemplate=f"capsule {class_names[j]}<br>%{{x}}: %{{y:.1%}} of the vote mass<extra></extra>",
+        )
+        for j in range(k)
+    ]  # fmt: skip
+    return go.Figure(
+        data=bars,
+        layout=dict(
+            height=height,
+            margin=dict(l=84, r=80, t=40, b=38),
+            title=dict(text="Where the votes go"),
+            legend=dict(title=dict(text="capsule"), traceorder="normal"),
+            barmode="stack",
+            yaxis=dict(tickformat=".0%", range=[0, 1], title=dict(text="share of all votes")),
+        ),
+    )
 
 
 def vote_overlay_figure(
@@ -178,16 +206,16 @@ def vote_overlay_figure(
     k = votes.shape[-1]
     share = votes / np.maximum(votes.sum(axis=-1, keepdims=True), 1e-12)  # (H, W, K)
     ink = image > 0.15
-    base = go.Heatmap(z=image, colorscale="gray", showscale=False, hoverinfo="skip", zmin=0, zmax=1)
+    base = dict(type="heatmap", z=image, colorscale="gray", showscale=False, hoverinfo="skip", zmin=0, zmax=1)
     if digit is None:
         best = share.argmax(axis=-1)  # (H, W)
         lead = share.max(axis=-1) - 1.0 / k  # how far the top class is above uniform
-        z = np.where(ink & (lead > 1e-4), best, np.nan)  # a tie (uniform routing) leans to no capsule: left blank
+        z = np.where(ink & (lead > 1e-4), best, np.nan).astype(np.float32)  # a tie (uniform routing) leans nowhere
         colours = [CLASS_COLOURS[j % len(CLASS_COLOURS)] for j in range(k)]
-        top = go.Heatmap(
-            z=z, zmin=-0.5, zmax=k - 0.5, colorscale=_discrete(colours), opacity=0.9, hoverongaps=False,
-            customdata=np.stack([share.max(axis=-1), np.asarray(class_names, dtype=object)[best]], axis=-1),
-            colorbar=dict(title="votes for", tickvals=list(range(k)), ticktext=list(class_names), thickness=10),
+        top = dict(
+            type="heatmap", z=z, zmin=-0.5, zmax=k - 0.5, colorscale=_discrete(colours), opacity=0.9, hoverongaps=False,
+            customdata=np.stack([np.round(share.max(axis=-1), 4), np.asarray(class_names, dtype=object)[best]], axis=-1),
+            colorbar=dict(title=dict(text="votes for"), tickvals=list(range(k)), ticktext=list(class_names), thickness=10),
             hovertemplate="pixel (%{y}, %{x})<br>most of its votes go to capsule %{customdata[1]}"
                           " (%{customdata[0]:.1%})<extra></extra>",
         )  # fmt: skip
@@ -195,17 +223,24 @@ def vote_overlay_figure(
     else:
         change = share[..., digit] - 1.0 / k
         reach = max(float(np.abs(change[ink]).max()) if ink.any() else 0.0, 1e-3)
-        top = go.Heatmap(
-            z=np.where(ink, change, np.nan), zmin=-reach, zmax=reach, zmid=0.0, colorscale=DIVERGING, opacity=0.95,
-            hoverongaps=False, colorbar=dict(title="c − 1/K", thickness=10),
+        top = dict(
+            type="heatmap", z=np.where(ink, change, np.nan).astype(np.float32), zmin=-reach, zmax=reach, zmid=0.0,
+            colorscale=DIVERGING, opacity=0.95, hoverongaps=False, colorbar=dict(title=dict(text="c − 1/K"), thickness=10),
             hovertemplate="pixel (%{y}, %{x})<br>coupling to capsule " + str(class_names[digit])
                           + ": %{z:+.3f} from uniform<extra></extra>",
         )  # fmt: skip
         title = f"How strongly each stroke votes for capsule {class_names[digit]}"
-    fig = go.Figure([base, top])
-    fig.update_yaxes(autorange="reversed", scaleanchor="x", showticklabels=False, showgrid=False, zeroline=False)
-    fig.update_xaxes(showticklabels=False, showgrid=False, zeroline=False, constrain="domain")
-    return layout(fig, height, title=title)
+    hidden = dict(showticklabels=False, showgrid=False, zeroline=False)
+    return go.Figure(
+        data=[base, top],
+        layout=dict(
+            height=height,
+            margin=dict(l=18, r=92, t=40, b=18),  # room for the colour bar: no second layout (see `style.layout`)
+            title=dict(text=title),
+            xaxis=dict(hidden, constrain="domain"),
+            yaxis=dict(hidden, autorange="reversed", scaleanchor="x"),
+        ),
+    )
 
 
 def _discrete(colours: list[str]) -> list[list]:

@@ -9,7 +9,7 @@ import plotly.graph_objects as go
 
 from dashboard.figures.agreement import DIVERGING
 from dashboard.figures.images import tile_columns, tile_maps
-from dashboard.figures.style import MARGIN_LABEL_SPACE, OTHER, WINNER, layout, margin_lines, margin_marks, play_controls
+from dashboard.figures.style import MARGIN_LABEL_SPACE, OTHER, WINNER, layout, margin_marks, play_controls
 
 
 def routing_animation(
@@ -29,7 +29,7 @@ def routing_animation(
     buttons and a slider run in the browser; the figure opens on iteration `step` (from 0;
     default the last).
     """
-    by_type = np.asarray(by_type, dtype=float)
+    by_type = np.asarray(by_type, dtype=np.float32)  # float32: half the bytes, more digits than the hover shows
     iteration_lengths = np.asarray(iteration_lengths, dtype=float)
     r, types, k = by_type.shape
     if iteration_lengths.shape != (r, k) or len(class_names) != k:
@@ -42,8 +42,9 @@ def routing_animation(
     change = by_type - 1.0 / k
     reach = max(float(np.abs(change).max()), 1e-3)
 
-    def heatmap(t: int) -> go.Heatmap:
-        return go.Heatmap(
+    def heatmap(t: int) -> dict:
+        return dict(
+            type="heatmap",
             z=change[t],
             x=x,
             y=y,
@@ -52,49 +53,46 @@ def routing_animation(
             zmid=0.0,
             colorscale=DIVERGING,
             customdata=by_type[t],
-            colorbar=dict(title="c − 1/K", x=0.51, len=0.9, thickness=12),
+            colorbar=dict(title=dict(text="c − 1/K"), x=0.51, len=0.9, thickness=12),
             hovertemplate="%{y} → capsule %{x}<br>c = %{customdata:.3f} (%{z:+.3f} from uniform)<extra></extra>",
         )
 
-    def bars(t: int) -> go.Bar:
+    def heights(t: int) -> dict:
+        """What iteration t sets in the bars: their heights, colours and labels."""
         lengths = iteration_lengths[t]
         winner = int(np.argmax(lengths))
-        return go.Bar(
-            x=x,
+        return dict(
+            type="bar",
             y=lengths,
-            marker_color=[WINNER if j == winner else OTHER for j in range(k)],
+            marker=dict(color=[WINNER if j == winner else OTHER for j in range(k)]),
             text=[f"{v:.2f}" for v in lengths],
-            textposition="outside",
-            hovertemplate="capsule %{x}<br>|v| = %{y:.3f}<extra></extra>",
         )
 
     last = r - 1 if step is None else int(np.clip(step, 0, r - 1))
+    bars = dict(
+        heights(last),
+        x=x,
+        textposition="outside",
+        hovertemplate="capsule %{x}<br>|v| = %{y:.3f}<extra></extra>",
+        xaxis="x2",
+        yaxis="y2",
+    )
 
-    def frame(t: int) -> go.Frame:
-        # a frame carries only what changes; plotly.js merges it into the traces
-        lengths = iteration_lengths[t]
-        winner = int(np.argmax(lengths))
-        return go.Frame(
-            data=[
-                go.Heatmap(z=change[t], customdata=by_type[t]),
-                go.Bar(
-                    y=lengths,
-                    marker_color=[WINNER if j == winner else OTHER for j in range(k)],
-                    text=[f"{v:.2f}" for v in lengths],
-                ),
-            ],
-            traces=[0, 1],
-            name=names[t],
+    def frame(t: int) -> dict:
+        # a frame carries only what changes; plotly.js merges it into the traces. Plain dicts, not graph
+        # objects: the figure validates each once (a go.Frame of go.Heatmap would be validated three times)
+        return dict(
+            data=[dict(type="heatmap", z=change[t], customdata=by_type[t]), heights(t)], traces=[0, 1], name=names[t]
         )
 
     # the whole layout in one go: each later update_layout would re-validate all of it (tens of ms)
     margin_shapes, margin_notes = margin_marks(m_plus, m_minus, axis="2")
     return go.Figure(
-        data=[heatmap(last), bars(last).update(xaxis="x2", yaxis="y2")],
+        data=[heatmap(last), bars],
         frames=[frame(t) for t in range(r)] if r > 1 else None,
         layout=dict(
             height=height,
-            margin=dict(l=10, r=MARGIN_LABEL_SPACE, t=40, b=130 if r > 1 else 40),
+            margin=dict(l=68, r=MARGIN_LABEL_SPACE, t=40, b=164 if r > 1 else 76),
             showlegend=False,
             shapes=margin_shapes,
             **(play_controls(names, last, "iteration") if r > 1 else {}),
@@ -128,8 +126,9 @@ def _tile_hover(types: int, grid: int, columns: int) -> np.ndarray:
     return tile_maps(ids, columns)
 
 
-TILE_TOP, TILE_BOTTOM, TILE_SIDES = 40, 10, 100  # px around tiled maps: title, nothing, margins + colour bar
-CONTROLS_HEIGHT = 142  # px under an animated figure for its slider and, under that, its play buttons
+TILE_TOP, TILE_BOTTOM, TILE_SIDES = 40, 10, 118  # px around tiled maps: title, nothing, margins + colour bar
+TILE_LEFT = 18  # px left of tiled maps (the rest of TILE_SIDES is right, for the colour bar)
+CONTROLS_HEIGHT = 154  # px under an animated figure for its slider and, under that, its play buttons
 SLIDER_BELOW, BUTTONS_BELOW = 6, 106  # px from the plot area's bottom to the slider's and the buttons' tops
 
 
@@ -140,12 +139,10 @@ def _tiled_height(tiles: np.ndarray, width: int, bottom: int) -> tuple[int, int]
     return TILE_TOP + plot + bottom, plot
 
 
-def _square_cells(fig: go.Figure) -> None:
+def _square_axes() -> dict[str, dict]:
     """Square cells, the blocks top to bottom, no ticks; a narrower container trims the sides, not the height."""
-    fig.update_yaxes(
-        autorange="reversed", showticklabels=False, scaleanchor="x", constrain="domain", showgrid=False, zeroline=False
-    )
-    fig.update_xaxes(showticklabels=False, constrain="domain", showgrid=False, zeroline=False)
+    hidden = dict(showticklabels=False, showgrid=False, zeroline=False, constrain="domain")
+    return dict(xaxis=hidden, yaxis=dict(hidden, autorange="reversed", scaleanchor="x"))
 
 
 def coupling_maps_figure(
@@ -173,37 +170,46 @@ def coupling_maps_figure(
     reach = max(float(np.abs(finite).max()) if finite.size else 0.0, 1e-3)
     customdata = np.stack([type_ids, *np.indices(type_ids.shape) % (grid + 1)], axis=-1)  # (H, W, 3): type, y, x
 
-    def heatmap(t: int) -> go.Heatmap:
-        return go.Heatmap(
-            z=tiles[t],
-            zmin=-reach,
-            zmax=reach,
-            zmid=0.0,
-            colorscale=DIVERGING,
-            customdata=customdata,
-            colorbar=dict(title="c − 1/K"),
-            hoverongaps=False,
-            xgap=0,
-            ygap=0,
-            hovertemplate=f"type %{{customdata[0]}}, position (%{{customdata[1]}}, %{{customdata[2]}})<br>c to {digit_name}: %{{z:+.3f}} from uniform<extra></extra>",
-        )
-
     auto_height, plot = _tiled_height(tiles, width, CONTROLS_HEIGHT)
     if height is not None:
         plot = max(height - TILE_TOP - CONTROLS_HEIGHT, 1)
     shown = r - 1 if step is None else int(np.clip(step, 0, r - 1))
-    frames = [go.Frame(data=[go.Heatmap(z=tiles[t])], traces=[0], name=names[t]) for t in range(r)]  # only z changes
-    fig = go.Figure(heatmap(shown), frames=frames if r > 1 else None)
-    _square_cells(fig)
-    if r > 1:  # the slider across the whole width, the buttons under it: side by side they would overlap
-        fig.update_layout(
-            **play_controls(
-                names, shown, "iteration", slider_y=-SLIDER_BELOW / plot, buttons_y=-BUTTONS_BELOW / plot, slider_x=0.0
-            )
+    heatmap = dict(
+        type="heatmap",
+        z=tiles[shown],
+        zmin=-reach,
+        zmax=reach,
+        zmid=0.0,
+        colorscale=DIVERGING,
+        customdata=customdata,
+        colorbar=dict(title=dict(text="c − 1/K")),
+        hoverongaps=False,
+        xgap=0,
+        ygap=0,
+        hovertemplate=f"type %{{customdata[0]}}, position (%{{customdata[1]}}, %{{customdata[2]}})<br>c to {digit_name}: %{{z:+.3f}} from uniform<extra></extra>",
+    )
+    frames = [dict(data=[dict(type="heatmap", z=tiles[t])], traces=[0], name=names[t]) for t in range(r)]  # only z
+    # the slider across the whole width, the buttons under it: side by side they would overlap
+    controls = (
+        play_controls(
+            names, shown, "iteration", slider_y=-SLIDER_BELOW / plot, buttons_y=-BUTTONS_BELOW / plot, slider_x=0.0
         )
-    fig.update_layout(title=f"Coupling to capsule {digit_name}, c − 1/K: one {grid}x{grid} block per type")
+        if r > 1
+        else {}
+    )
     bottom = CONTROLS_HEIGHT if r > 1 else TILE_BOTTOM
-    return layout(fig, height or auto_height - CONTROLS_HEIGHT + bottom, margin=dict(l=10, r=10, t=TILE_TOP, b=bottom))
+    # the whole figure in one construction: each update_* call would validate it again
+    return go.Figure(
+        data=[heatmap],
+        frames=frames if r > 1 else None,
+        layout=dict(
+            height=height or auto_height - CONTROLS_HEIGHT + bottom,
+            margin=dict(l=TILE_LEFT, r=TILE_SIDES - TILE_LEFT, t=TILE_TOP, b=bottom),
+            title=dict(text=f"Coupling to capsule {digit_name}, c − 1/K: one {grid}x{grid} block per type"),
+            **_square_axes(),
+            **controls,
+        ),
+    )
 
 
 def iteration_lengths_figure(
@@ -219,30 +225,35 @@ def iteration_lengths_figure(
     if len(class_names) != k:
         raise ValueError(f"{k} capsules but {len(class_names)} class names")
     winner = int(np.argmax(lengths[-1]))
-    fig = go.Figure()
     iterations = list(range(1, r + 1))
-    for j in range(k):
-        fig.add_trace(
-            go.Scatter(
-                x=iterations,
-                y=lengths[:, j],
-                mode="lines+markers",
-                name=str(class_names[j]),
-                line=dict(width=4 if j == winner else 1.5, color=WINNER if j == winner else None),
-                opacity=1.0 if j == winner else 0.6,
-                hovertemplate=f"capsule {class_names[j]}<br>iteration %{{x}}: |v| = %{{y:.3f}}<extra></extra>",
-            )
+    lines = [
+        dict(
+            type="scatter",
+            x=iterations,
+            y=lengths[:, j],
+            mode="lines+markers",
+            name=str(class_names[j]),
+            line=dict(width=4, color=WINNER) if j == winner else dict(width=1.5),
+            opacity=1.0 if j == winner else 0.6,
+            hovertemplate=f"capsule {class_names[j]}<br>iteration %{{x}}: |v| = %{{y:.3f}}<extra></extra>",
         )
-    margin_lines(fig, m_plus, m_minus)
-    fig.update_xaxes(title="routing iteration", tickmode="array", tickvals=iterations)
-    fig.update_yaxes(title="|v|", range=[0, 1.05])
-    # the legend at the figure's right edge, past the margin labels at the ends of the dashed lines
-    return layout(
-        fig,
-        height,
-        title="Lengths after each iteration",
-        legend=dict(title="capsule", xref="container", x=1.0, xanchor="right"),
-        margin=dict(l=10, r=MARGIN_LABEL_SPACE + 70, t=40, b=10),
+        for j in range(k)
+    ]
+    shapes, notes = margin_marks(m_plus, m_minus)
+    # the whole figure in one construction (each update_* call would validate it again); the legend at the
+    # figure's right edge, past the margin labels at the ends of the dashed lines
+    return go.Figure(
+        data=lines,
+        layout=dict(
+            height=height,
+            margin=dict(l=72, r=MARGIN_LABEL_SPACE + 70, t=40, b=68),
+            title=dict(text="Lengths after each iteration"),
+            legend=dict(title=dict(text="capsule"), xref="container", x=1.0, xanchor="right"),
+            shapes=shapes,
+            annotations=notes,
+            xaxis=dict(title=dict(text="routing iteration"), tickmode="array", tickvals=iterations),
+            yaxis=dict(title=dict(text="|v|"), range=[0, 1.05]),
+        ),
     )
 
 
@@ -271,10 +282,10 @@ def primary_lengths_figure(
             hovertemplate="type %{customdata[0]}, position (%{customdata[1]}, %{customdata[2]})<br>|u| = %{z:.3f}<extra></extra>",
         )
     )
-    _square_cells(fig)
+    fig.update_layout(**_square_axes())
     return layout(
         fig,
         height or _tiled_height(tiles, width, TILE_BOTTOM)[0],
         title=f"Primary capsules: length of each of the {types * grid * grid} (one block per type)",
-        margin=dict(l=10, r=10, t=TILE_TOP, b=TILE_BOTTOM),
+        margin=dict(l=TILE_LEFT, r=TILE_SIDES - TILE_LEFT, t=TILE_TOP, b=TILE_BOTTOM),
     )

@@ -17,6 +17,13 @@ CLASS_COLOURS = qualitative.Plotly  # one colour per class where classes are tol
 
 
 def layout(fig: go.Figure, height: int, **extra: Any) -> go.Figure:
+    """The figure's height, and its margins (narrow unless `margin` is given).
+
+    Give a figure margins as wide as its axis titles, tick labels, colour bar, legend and controls
+    need under Streamlit's theme (which sets automargin): with narrower ones plotly.js draws the
+    figure, widens the margins and draws it all again, each time Streamlit hands it the figure
+    (twice per chart and rerun). Margins too narrow still work, at that cost.
+    """
     extra.setdefault("margin", dict(l=10, r=10, t=40, b=10))
     fig.update_layout(height=height, **extra)
     return fig
