@@ -40,6 +40,7 @@ class ClaimRow:
     chosen_on: str  # "validation" or "test": how the shipped epoch was picked
     curve: tuple[tuple[int, float], ...]  # (examples seen so far, test error) after each epoch
     lr_candidates: tuple[float, ...] = ()  # the learning rates its lr was chosen among, on validation (if any)
+    started_from: int = 0  # examples seen by the runs it was warm-started from (single MNIST digits, say)
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,11 @@ class Verdict:
         searched = caps.lr_candidates and caps.lr_candidates == cnn.lr_candidates
         if caps.lr is not None and cnn.lr is not None and caps.lr != cnn.lr and not searched:
             unequal.append(f"learning rates differ ({caps.lr:g} and {cnn.lr:g})")
+        if caps.started_from or cnn.started_from:
+            text += (
+                f"Both began from models trained on single MNIST digits: the CapsNet's had seen "
+                f"{caps.started_from:,}, the CNN's {cnn.started_from:,}. "
+            )
         if searched:
             text += (
                 f"Each network's learning rate is the better of {' and '.join(f'{c:g}' for c in caps.lr_candidates)} "
@@ -107,6 +113,11 @@ def _row(network: str, claim: str, path: Path) -> ClaimRow:
     if not metrics_path.is_file():
         metrics_path = path.with_name("metrics.jsonl")  # a run's folder
     records = [r for r in read_jsonl(metrics_path) if isinstance(r, dict) and isinstance(r.get("epoch"), int)]
+    # a warm-started model's metrics begin with its source's runs: the claim counts the last run's examples
+    last = records[-1].get("run") if records else None
+    before = [r for r in records if r.get("run") != last]
+    records = [r for r in records if r.get("run") == last]
+    started_from = sum(int(r.get("train_images") or 0) for r in before if isinstance(r.get("train_images"), int))
     curve, seen = [], 0
     for record in records:
         seen += int(record.get("train_images") or 0)
@@ -134,6 +145,7 @@ def _row(network: str, claim: str, path: Path) -> ClaimRow:
         chosen_on="validation" if "val_accuracy" in (info.extra or {}) else "test",
         curve=tuple(curve),
         lr_candidates=_candidates((info.extra or {}).get("lr_candidates")),
+        started_from=started_from,
     )
 
 

@@ -75,3 +75,27 @@ def test_learning_rates_chosen_on_validation_are_equal_terms(tmp_path: Path) -> 
     bare = save_checkpoint(tmp_path / "bare.safetensors", caps.model, caps.info.replace(extra={}))
     with pytest.raises(CapsNetError, match="no validation split"):
         record_lr_search(bare, [1e-3])
+
+
+def test_a_warm_started_models_budget_counts_its_own_run(tmp_path: Path) -> None:
+    """The metrics of a warm-started model begin with its source's runs: those count as where it started, not as
+    its budget of pairs, and the verdict says how much each network had seen before."""
+    import json
+
+    paths = []
+    for name, source, before in (("multimnist", "mnist", 60_000), ("multimnist-cnn", "mnist-cnn", 20_000)):
+        checkpoint = load_checkpoint(
+            SHIPPED[0] if name == "multimnist" else SHIPPED[1], architectures=("capsnet", "cnn")
+        )
+        path = save_checkpoint(tmp_path / f"{name}.safetensors", checkpoint.model, checkpoint.info)
+        records = [{"epoch": 1, "train_images": before, "test_accuracy": 0.98, "run": source}]
+        records += [
+            {"epoch": 1 + e, "train_images": 8000, "test_accuracy": 0.5 + e / 10, "run": "pairs"} for e in (1, 2)
+        ]
+        path.with_name(f"{name}.metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+        paths.append(path)
+    v = verdict("multimnist", *paths)
+    assert [r.examples_seen for r in v.rows] == [16_000, 16_000] and v.equal_budgets
+    assert [r.started_from for r in v.rows] == [60_000, 20_000]
+    assert [seen for seen, _ in v.rows[0].curve] == [8000, 16_000]
+    assert "the CapsNet's had seen 60,000, the CNN's 20,000" in v.statement()
