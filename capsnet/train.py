@@ -29,7 +29,7 @@ import torch
 from tqdm import tqdm
 
 from capsnet.acceleration import Acceleration, choose_acceleration, make_adam
-from capsnet.augment import augment_seed, epoch_batches
+from capsnet.augment import augment_seed
 from capsnet.checkpoint import load_checkpoint
 from capsnet.checkpointer import Checkpointer, epoch_info
 from capsnet.cli import run_cli
@@ -39,7 +39,6 @@ from capsnet.device import describe_device, pick_device, seed_everything
 from capsnet.distributed import Distributed, barrier, distributed_session, reduce_sum
 from capsnet.errors import CapsNetError
 from capsnet.evaluate import right_answers
-from capsnet.multimnist import MultiBatch, epoch_pairs
 from capsnet.networks import AnyConfig, AnyModel, network, network_of
 from capsnet.options import TrainOptions
 from capsnet.prepare import Prepared, prepare
@@ -148,7 +147,7 @@ def training_step(
 
 def train_one_epoch(
     model: torch.nn.Module,
-    loader: Iterable[tuple[torch.Tensor, torch.Tensor] | MultiBatch],
+    loader: Iterable[tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
     optimizer: torch.optim.Optimizer,
     config: AnyConfig,
     device: torch.device,
@@ -160,7 +159,7 @@ def train_one_epoch(
     watch: CollapseWatch | None = None,
     schedule: Schedule | None = None,
 ) -> EpochSums:
-    """One pass over `loader`'s (images, labels) batches, already on `device`.
+    """One pass over `loader`'s (images, labels, reconstruction targets) batches, already on `device`.
 
     Nothing is read back from the device per batch: the running loss and accuracy are read only
     to report progress (at most every REPORT_EVERY_S), and the stop flag of a distributed run and
@@ -183,12 +182,7 @@ def train_one_epoch(
         if bar is not None:
             bar.set_postfix(loss=f"{mean_loss:.4f}", acc=f"{100 * accuracy:.2f}%", img_s=f"{speed:.0f}")
 
-    for batch in loader:
-        if isinstance(batch, MultiBatch):  # two digits: each is redrawn from its own capsule, against itself alone
-            images, labels, targets = batch.images, batch.labels, batch.parts
-        else:
-            images, labels = batch
-            targets = images
+    for images, labels, targets in loader:
         out, loss = training_step(model, optimizer, images, labels, targets, config, amp)
         if schedule is not None:
             schedule.after_batch()
@@ -305,8 +299,9 @@ def fit(
             print(f"{folder.path}: already trained {start_epoch} epochs; raise --epochs to continue", file=sys.stderr)
         return records
     c = model.config
-    margins = (c.m_plus, c.m_minus) if options.model == "capsnet" else (math.inf, -math.inf)  # a CNN: divergence only
-    watch = CollapseWatch(c.num_classes, *margins, options.lr, device, present=2 if data.pairs else 1)
+    capsules = network_of(c).capsules  # a network without capsules has no margins to collapse to: divergence only
+    margins = (c.m_plus, c.m_minus) if capsules else (math.inf, -math.inf)
+    watch = CollapseWatch(c.num_classes, *margins, options.lr, device, present=data.present)
     status, reason = "finished", ""
     with StopFlag() as stop:
         try:
@@ -314,14 +309,7 @@ def fit(
                 data.sampler.set_epoch(epoch)
                 done_before = start_batch if epoch == start_epoch else 0
                 seed = augment_seed(options.seed, epoch, env.rank)
-                if data.pairs:  # MultiMNIST: new partners and shifts for every digit, every epoch
-                    loader = epoch_pairs(data.train_images, data.train_labels, list(data.sampler), options.batch_size,
-                                         seed=seed, start_batch=done_before)  # fmt: skip
-                else:
-                    loader = epoch_batches(
-                        data.train_images, data.train_labels, list(data.sampler), options.batch_size, seed=seed,
-                        shift=data.shift, hflip=data.hflip, start_batch=done_before,
-                    )  # fmt: skip
+                loader = data.epoch(options.batch_size, seed=seed, start_batch=done_before)
                 bar = None
                 if options.progress and env.is_main:
                     bar = tqdm(total=batches, initial=done_before, desc=f"epoch {epoch + 1}/{options.epochs}",

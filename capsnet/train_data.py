@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch import Tensor
 from torch.utils.data import Subset
 from torch.utils.data.distributed import DistributedSampler
 
+from capsnet.augment import epoch_batches
 from capsnet.data import dataset_info, load_dataset, placed, stored_tensors, subset
 from capsnet.distributed import Distributed
 from capsnet.errors import CapsNetError
-from capsnet.multimnist import TEST_PAIRS_PER_DIGIT, TEST_SEED
+from capsnet.multimnist import TEST_PAIRS_PER_DIGIT, TEST_SEED, epoch_pairs
 from capsnet.networks import AnyModel
 from capsnet.options import TrainOptions
 from capsnet.tasks import LabelledSet, labelled
@@ -37,6 +40,25 @@ class Data:
     def pairs(self) -> bool:
         """Whether an example is a pair of digits (MultiMNIST): two classes present, partners drawn every epoch."""
         return self.test.pairs is not None
+
+    @property
+    def present(self) -> int:
+        """How many classes are present in one example: 2 in a MultiMNIST pair, else 1."""
+        return 2 if self.pairs else 1
+
+    def epoch(self, batch_size: int, seed: int, start_batch: int = 0) -> Iterator[tuple[Tensor, Tensor, Tensor]]:
+        """This process's training batches of one epoch, from `start_batch`, on the device: (images, labels, the
+        images the decoder must redraw). Single examples are shifted (and flipped where the dataset says); MultiMNIST
+        digits get a new partner and new shifts every epoch, and each digit is redrawn alone, from its own capsule."""
+        order = list(self.sampler)
+        if self.pairs:
+            for batch in epoch_pairs(self.train_images, self.train_labels, order, batch_size, seed=seed,
+                                     start_batch=start_batch):  # fmt: skip
+                yield batch.images, batch.labels, batch.parts  # (B, 1, 36, 36), (B, 2), (B, 2, 1, 36, 36)
+            return
+        for images, labels in epoch_batches(self.train_images, self.train_labels, order, batch_size, seed=seed,
+                                            shift=self.shift, hflip=self.hflip, start_batch=start_batch):  # fmt: skip
+            yield images, labels, images
 
     def evaluate(self, model: AnyModel, device: torch.device) -> Any:
         """The test set's `Evaluation` (or, for MultiMNIST, its `PairEvaluation`)."""

@@ -118,7 +118,7 @@ def test_progress_reports_end_with_the_epochs_numbers(
     torch.manual_seed(0)
     config = CapsNetConfig.preset("tiny")
     model = CapsNet(config)
-    batches = [(torch.rand(8, 1, 28, 28), torch.randint(0, 10, (8,))) for _ in range(6)]
+    batches = [(x, torch.randint(0, 10, (8,)), x) for x in (torch.rand(8, 1, 28, 28) for _ in range(6))]
     reports: list[tuple[int, float, float, float]] = []
     monkeypatch.setattr(training, "REPORT_EVERY_S", every_s)
     stats = training.train_one_epoch(
@@ -320,8 +320,9 @@ def test_torchrun_without_out_makes_one_run_folder(data_dir: Path, tmp_path: Pat
     assert run_dir.name.endswith("-mnist") and [r["epoch"] for r in read_jsonl(run_dir / "metrics.jsonl")] == [1]
 
 
-def _batches(count: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    return [(torch.rand(2, 1, 28, 28), torch.randint(0, 10, (2,))) for _ in range(count)]
+def _batches(count: int) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """(images, labels, reconstruction targets), as `Data.epoch` yields them."""
+    return [(x, torch.randint(0, 10, (2,)), x) for x in (torch.rand(2, 1, 28, 28) for _ in range(count))]
 
 
 @pytest.mark.parametrize("world", [1, 2])
@@ -469,6 +470,8 @@ def test_the_best_epoch_is_chosen_on_a_validation_split(data_dir: Path, tmp_path
     assert len(data.val) == 400 and len(data.train_labels) == 600 and len(data.test) == 200
     held_out = {bytes(image.numpy()) for image in (data.val.images * 255).round().to(th.uint8)}
     assert not held_out & {bytes(image.numpy()) for image in data.train_images}  # disjoint
+    images, labels, targets = next(data.epoch(32, seed=0))  # a single digit is redrawn as it was read
+    assert images.shape == (32, 1, 28, 28) and labels.shape == (32,) and targets is images and data.present == 1
     records = train(options)
     assert all({"val_loss", "val_accuracy"} <= set(r) for r in records)
     info = load_checkpoint(tmp_path / "r" / "best.safetensors").info
@@ -499,6 +502,11 @@ def test_multimnist_validation_pairs_are_made_of_held_out_digits(data_dir: Path,
     assert data.pairs and len(data.test) == 100  # a seeded subset of the fixed test pairs
     held_out = {bytes(image.numpy()) for image in data.val.images}
     assert not held_out & {bytes(image.numpy()) for image in data.train_images.cpu()}  # never trained on
+    images, labels, targets = next(data.epoch(16, seed=1))  # the overlay, both classes, each digit alone
+    assert images.shape == (16, 1, 36, 36) and labels.shape == (16, 2) and targets.shape == (16, 2, 1, 36, 36)
+    assert data.present == 2
+    third = list(data.epoch(16, seed=1))[2]
+    assert all(th.equal(a, b) for a, b in zip(third, next(data.epoch(16, seed=1, start_batch=2))))  # resumes exactly
     again = load_data(options, th.device("cpu"), Distributed()).val.pairs
     assert th.equal(again.second, pairs.second) and th.equal(again.offsets, pairs.offsets)  # fixed for the run
     records = train(options)
