@@ -52,7 +52,7 @@ def root(tmp_path: Path) -> Path:
         ({"lr": 0.0}, "learning rate"),
         ({"lr": 1.5}, "learning rate"),
         ({"lr": float("nan")}, "learning rate"),
-        ({"routing_iterations": 6}, "routing iterations"),
+        ({"routing_iterations": 21}, "routing iterations"),  # the config's bound, as the CLI's
         ({"train_size": 60001}, "train size"),
         ({"test_size": 0}, "test size"),
         ({"dataset": "cifar"}, "dataset"),
