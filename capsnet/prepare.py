@@ -16,8 +16,12 @@ from capsnet.acceleration import Acceleration
 from capsnet.checkpoint import read_checkpoint_info
 from capsnet.distributed import Distributed, from_main
 from capsnet.errors import CapsNetError
+from capsnet.networks import AnyConfig, network
 from capsnet.options import TrainOptions
 from capsnet.run_folder import FolderLock, RunFolder, RunFolderError, new_run_dir, runs_root
+
+
+NETWORK_CONFIG = "network_config"  # args.json's record of the network as built
 
 
 @dataclass
@@ -30,6 +34,7 @@ class Prepared:
     args: dict[str, Any]  # what args.json is to hold, written once the run's state has loaded
     acceleration: Acceleration  # bf16 or float32, fused Adam, compile: chosen for this machine
     lock: FolderLock | None = None  # the main process's hold on the folder, released by `train`
+    config: AnyConfig | None = None  # a resumed run's network config, as it was built (a warm start's differs from its preset)
 
 
 def prepare(options: TrainOptions, env: Distributed, acceleration: Acceleration) -> Prepared:
@@ -66,7 +71,7 @@ def _prepare_locked(
         raise RunFolderError(
             f"{folder.path} already holds a run{what}: continue it with --resume, or choose another --out"
         )
-    origin = None
+    origin, config = None, None
     if options.resume:
         stored = folder.read_args()
         if not stored:
@@ -76,6 +81,7 @@ def _prepare_locked(
         if origin is None and stored.get("init") and Path(stored["init"]).is_file():  # begun before origins were kept
             origin = read_checkpoint_info(stored["init"])[1].as_origin(stored["init"])
         args = stored | {"epochs": options.epochs, "acceleration": acceleration.to_dict()}  # a later resume reads these
+        config = _resumed_config(stored, folder, options)
     else:
         if options.init:
             origin = read_checkpoint_info(options.init)[1].as_origin(options.init)
@@ -83,4 +89,17 @@ def _prepare_locked(
         args["acceleration"] = acceleration.to_dict()
         if env.is_main:
             folder.write_args(args)
-    return Prepared(options, folder, origin, args, acceleration, lock)
+    return Prepared(options, folder, origin, args, acceleration, lock, config)
+
+
+def _resumed_config(stored: dict[str, Any], folder: RunFolder, options: TrainOptions) -> AnyConfig | None:
+    """The config a run's network was built with: args.json's, else (a run begun before args.json kept it) the
+    header of its checkpoint; None when neither exists (the run is rebuilt from its options)."""
+    kept = stored.get(NETWORK_CONFIG)
+    try:
+        if isinstance(kept, dict):
+            return network(options.model).from_dict(kept)
+        made = folder.checkpoint()
+        return read_checkpoint_info(made)[0] if made is not None else None
+    except ValueError as error:
+        raise CapsNetError(f"--resume: the network stored in {folder.path} cannot be rebuilt: {error}") from None

@@ -41,7 +41,7 @@ from capsnet.errors import CapsNetError
 from capsnet.evaluate import right_answers
 from capsnet.networks import AnyConfig, AnyModel, network, network_of
 from capsnet.options import TrainOptions
-from capsnet.prepare import Prepared, prepare
+from capsnet.prepare import NETWORK_CONFIG, Prepared, prepare
 from capsnet.run_folder import (
     EpochRecord,
     Progress,
@@ -223,11 +223,19 @@ def _agreed_stop(stop: StopFlag, watch: CollapseWatch | None, env: Distributed, 
 
 
 def build(
-    options: TrainOptions, device: torch.device, acceleration: Acceleration, batches: int
+    options: TrainOptions,
+    device: torch.device,
+    acceleration: Acceleration,
+    batches: int,
+    resumed: AnyConfig | None = None,
 ) -> tuple[AnyModel, torch.optim.Adam, Schedule]:
-    """The model (with an --init checkpoint's weights), Adam (fused if chosen), and the schedule over `batches` an epoch."""
+    """The model (with an --init checkpoint's weights), Adam (fused if chosen), and the schedule over `batches` an epoch.
+
+    `resumed`: the config a resumed run was built with, which a warm start may have taken from its source.
+    """
     info = dataset_info(options.dataset)
-    config = options.network_config()  # the CNN takes a sigmoid per class where several digits are present
+    # the CNN takes a sigmoid per class where several digits are present
+    config = resumed if resumed is not None else options.network_config()
     net = network(options.model)
     if config.num_classes != info.num_classes:
         raise CapsNetError(
@@ -269,14 +277,15 @@ def fit(
     batches = math.ceil(per_process / options.batch_size)
     accel = prepared.acceleration
     seed_everything(options.seed + env.rank)  # the weights do not depend on what loading the data drew
-    model, optimizer, scheduler = build(options, device, accel, batches)
+    model, optimizer, scheduler = build(options, device, accel, batches, resumed=prepared.config)
     saver = Checkpointer(folder, model, optimizer, scheduler, enabled=env.is_main)
     state = saver.restore() if options.resume else saver.state
     if options.resume and env.is_main:
         for change in saver.reconcile():  # a trainer killed at an epoch's end left part of its records
             print(f"{folder.path}: {change}", file=sys.stderr)
-    if options.resume and env.is_main and folder.read_args() != prepared.args:
-        folder.write_args(prepared.args)  # only once the saved state has proved sound
+    prepared.args[NETWORK_CONFIG] = model.config.to_dict()  # what a resume rebuilds, warm start or not
+    if env.is_main and folder.read_args() != prepared.args:
+        folder.write_args(prepared.args)  # on a resume, only once the saved state has proved sound
     if env.is_main:
         print(f"training on {describe_device(device)}: {accel.describe()}", flush=True)  # stdout: stderr is for errors
     net: torch.nn.Module = model

@@ -104,3 +104,33 @@ def test_the_trainer_warm_starts_multimnist_from_a_28x28_checkpoint(tiny_checkpo
     warm = load_checkpoint(out / "last.safetensors")
     assert warm.config.image_size == 36 and warm.info.started_from["checkpoint"] == str(tiny_checkpoint)
     assert json.loads((out / "args.json").read_text())["started_from"]["checkpoint"] == str(tiny_checkpoint)
+
+
+@pytest.mark.slow
+def test_a_warm_started_run_resumes_with_the_network_it_was_built_with(data_dir: Path, tmp_path: Path) -> None:
+    """A warm start keeps its source's primary scale, which its preset may not have: a resume must rebuild the
+    network as it was built (a resume from the preset's config read every capsule wrongly and lost the run)."""
+    from capsnet.checkpoint import load_checkpoint, save_checkpoint
+    from capsnet.options import TrainOptions
+    from capsnet.train import train
+
+    torch.manual_seed(0)
+    source = save_checkpoint(tmp_path / "source.safetensors",
+                             CapsNet(CapsNetConfig.preset("tiny", primary_scale=0.5)), {"dataset": "mnist"})  # fmt: skip
+    out = tmp_path / "warm"
+    run = dict(dataset="multimnist", preset="tiny", train_size=200, test_size=50, device="cpu", progress=False)
+    train(TrainOptions(**run, epochs=1, init=str(source), out=str(out)))
+    built = load_checkpoint(out / "last.safetensors").config
+    assert built.primary_scale == 0.5 != CapsNetConfig.preset("tiny").primary_scale
+    assert json.loads((out / "args.json").read_text())["network_config"]["primary_scale"] == 0.5
+
+    records = train(TrainOptions(**run, epochs=2, resume=True, out=str(out)))
+    assert [r["epoch"] for r in records] == [2]
+    assert load_checkpoint(out / "last.safetensors").config == built
+
+    # a run begun before args.json kept the network: its checkpoint's header says how it was built
+    args = json.loads((out / "args.json").read_text())
+    del args["network_config"]
+    (out / "args.json").write_text(json.dumps(args))
+    train(TrainOptions(**run, epochs=3, resume=True, out=str(out)))
+    assert load_checkpoint(out / "last.safetensors").config == built
