@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from PIL import Image, ImageDraw
 
-from capsnet.agreement import pixel_votes, read_votes, vote_mass, vote_view
+from capsnet.agreement import pixel_votes, vote_mass, vote_view
 from capsnet.checkpoint import load_checkpoint, save_checkpoint
 from capsnet.config import CapsNetConfig
 from capsnet.decoding import PERTURBATION_STEPS, decode_vector, perturbation_grid
@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
             return figures.perturbation_figure(grid, PERTURBATION_STEPS.tolist()).to_json()
 
         def votes() -> object:
-            v = read_votes(model, digit, 3)
+            v = explain(model, digit, 3).votes
             view = vote_view(v, klass)
             return view, pixel_votes(v.coupling[-1], v.primary_lengths, c), vote_mass(v.coupling)
 

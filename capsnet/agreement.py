@@ -3,7 +3,7 @@
 Sabour, Frosst & Hinton (2017), section 2: each primary capsule i casts a vote
 u_hat_{j|i} = W_ij u_i for every digit capsule j; routing gives more weight (c_ij) to the
 votes that agree with the consensus v_j. For one input this module returns every vote and
-coupling (`read_votes`), a 2-D view of one capsule's 1,152 votes in a basis fixed across the
+coupling (`votes_from_trace`, from the forward pass's own trace), a 2-D view of one capsule's 1,152 votes in a basis fixed across the
 iterations (`vote_view`), the share of all vote mass each digit capsule receives (`vote_mass`),
 and the receptive field of every primary capsule on the input, to colour the strokes by the
 digit capsule they vote for (`pixel_votes`). Everything is vectorised: no loop over capsules.
@@ -17,9 +17,7 @@ import numpy as np
 import torch
 
 from capsnet.config import CapsNetConfig
-from capsnet.layers import squash
-from capsnet.model import CapsNet
-from capsnet.preprocess import as_model_input
+from capsnet.layers import RoutingTrace
 
 MOVED = 0.01  # a coupling "moved" when it is this far from uniform (1/K)
 
@@ -45,29 +43,15 @@ class Votes:
         return np.linalg.norm(self.poses, axis=-1)
 
 
-def read_votes(model: CapsNet, image: np.ndarray, iterations: int | None = None) -> Votes:
-    """One forward pass of a 28x28 image (model in eval mode) that keeps the votes and the routing trace."""
-    if model.training:
-        raise ValueError("read_votes needs the model in eval mode (call model.eval())")
-    r = model.config.routing_iterations if iterations is None else int(iterations)
-    if r < 1:
-        raise ValueError(f"routing needs at least 1 iteration, got {r}")
-    x = as_model_input(np.asarray(image, dtype=np.float32)).to(next(model.parameters()).device)
-    with torch.inference_mode():
-        primary, _, trace = model.encode(x, r, trace=True)  # (1, N, P)
-        u_hat = model.digits.predictions(primary).float()  # (1, K, N, D)
-        assert trace is not None
-        coupling = trace.coupling[0].float()  # (r, N, K)
-        sums = torch.einsum("tnk,knd->tkd", coupling, u_hat[0])  # (r, K, D)
-        poses = squash(sums)  # (r, K, D)
-        agreement = torch.einsum("knd,tkd->tnk", u_hat[0], poses)  # (r, N, K)
+def votes_from_trace(trace: RoutingTrace, primary_lengths: torch.Tensor, index: int = 0) -> Votes:
+    """Example `index`'s votes and routing, as NumPy arrays, from a forward pass's trace (no recomputation)."""
     return Votes(
-        votes=u_hat[0].cpu().numpy(),
-        coupling=coupling.cpu().numpy(),
-        sums=sums.cpu().numpy(),
-        poses=poses.cpu().numpy(),
-        agreement=agreement.cpu().numpy(),
-        primary_lengths=primary[0].norm(dim=-1).float().cpu().numpy(),
+        votes=trace.votes[index].float().cpu().numpy(),  # (K, N, D)
+        coupling=trace.coupling[index].float().cpu().numpy(),  # (r, N, K)
+        sums=trace.sums[index].float().cpu().numpy(),  # (r, K, D)
+        poses=trace.poses[index].float().cpu().numpy(),  # (r, K, D)
+        agreement=trace.agreement[index].float().cpu().numpy(),  # (r, N, K)
+        primary_lengths=primary_lengths[index].float().cpu().numpy(),  # (N,)
     )
 
 

@@ -18,6 +18,7 @@ from typing import Literal
 import numpy as np
 import torch
 
+from capsnet.agreement import Votes, votes_from_trace
 from capsnet.model import CapsNet
 from capsnet.preprocess import as_model_input
 
@@ -36,11 +37,29 @@ class Explanation:
     decode_class: int  # the class whose capsule was decoded (the prediction unless asked otherwise)
     reconstruction_error: float  # sum of squared pixel errors of the winner's reconstruction (`capsnet.novelty`)
     iterations: int  # routing iterations r
-    coupling: np.ndarray  # (r, N, K) c_ij used in each iteration; sums to 1 over K
-    iteration_lengths: np.ndarray  # (r, K) |v_j| after each iteration
-    primary_lengths: np.ndarray  # (N,) |u_i| of the primary capsules
+    votes: Votes  # every vote u_hat_{j|i}, c_ij, s_j, v_j and agreement of each iteration: the one pass's trace
     primary_types: int
     primary_grid: int
+
+    @property
+    def coupling(self) -> np.ndarray:
+        """(r, N, K) c_ij used in each iteration; sums to 1 over K."""
+        return self.votes.coupling
+
+    @property
+    def iteration_lengths(self) -> np.ndarray:
+        """(r, K) |v_j| after each iteration."""
+        return self.votes.lengths
+
+    @property
+    def primary_lengths(self) -> np.ndarray:
+        """(N,) |u_i| of the primary capsules."""
+        return self.votes.primary_lengths
+
+    @property
+    def runner_up(self) -> int:
+        """The second-longest capsule: the prediction's closest rival."""
+        return int(np.argsort(self.lengths)[-2])
 
 
 def explain(
@@ -84,9 +103,7 @@ def explain(
         decode_class=chosen,
         reconstruction_error=error,
         iterations=iterations,
-        coupling=out.trace.coupling[0].float().cpu().numpy(),  # (r, N, K)
-        iteration_lengths=out.trace.lengths[0].float().cpu().numpy(),  # (r, K)
-        primary_lengths=out.primary.lengths[0].float().cpu().numpy(),  # (N,)
+        votes=votes_from_trace(out.trace, out.primary.lengths),
         primary_types=c.primary_types,
         primary_grid=c.primary_grid,
     )

@@ -40,13 +40,18 @@ class RoutingTrace:
     """What dynamic routing did, one entry per iteration (the dashboard animates it).
 
     coupling[:, t] are the c_ij used in iteration t+1, logits[:, t] the b_ij they
-    were computed from, and poses/lengths[:, t] the parents v_j after that iteration.
+    were computed from, sums[:, t] the s_j they weighed, poses/lengths[:, t] the parents v_j
+    after that iteration, and agreement[:, t] = u_hat_{j|i} . v_j, what iteration t+2 adds to b_ij.
+    Everything a view of routing needs comes from the one forward pass that made it.
     """
 
+    votes: Tensor  # (B, K, N, D) u_hat_{j|i}, the same every iteration
     coupling: Tensor  # (B, r, N, K), sums to 1 over K
     logits: Tensor  # (B, r, N, K)
+    sums: Tensor  # (B, r, K, D) s_j = sum_i c_ij u_hat_{j|i}
     poses: Tensor  # (B, r, K, D)
     lengths: Tensor  # (B, r, K)
+    agreement: Tensor  # (B, r, N, K)
 
 
 def _dot_children(u_hat: Tensor, x: Tensor) -> Tensor:
@@ -160,12 +165,15 @@ def dynamic_routing(
         if manual and torch.is_grad_enabled() and u_hat.requires_grad:
             return _DynamicRouting.apply(u_hat, iterations), None
         return _route(u_hat, iterations)[3][-1], None
-    couplings, logits, _, poses = (torch.stack(x, dim=1) for x in _route(u_hat, iterations))
+    couplings, logits, sums, poses = (torch.stack(x, dim=1) for x in _route(u_hat, iterations))
     return poses[:, -1], RoutingTrace(
+        votes=u_hat,  # (B, K, N, D)
         coupling=couplings.transpose(2, 3),  # (B, r, K, N) -> (B, r, N, K)
         logits=logits.transpose(2, 3),  # (B, r, K, N) -> (B, r, N, K)
+        sums=sums,  # (B, r, K, D)
         poses=poses,  # (B, r, K, D)
         lengths=poses.norm(dim=-1),  # (B, r, K)
+        agreement=torch.einsum("bknd,btkd->btnk", u_hat, poses),  # (B, r, N, K)
     )
 
 

@@ -20,7 +20,6 @@ from capsnet.networks import AnyConfig, network
 from capsnet.options import TrainOptions
 from capsnet.run_folder import FolderLock, RunFolder, RunFolderError, new_run_dir, runs_root
 
-
 NETWORK_CONFIG = "network_config"  # args.json's record of the network as built
 
 
@@ -34,7 +33,9 @@ class Prepared:
     args: dict[str, Any]  # what args.json is to hold, written once the run's state has loaded
     acceleration: Acceleration  # bf16 or float32, fused Adam, compile: chosen for this machine
     lock: FolderLock | None = None  # the main process's hold on the folder, released by `train`
-    config: AnyConfig | None = None  # a resumed run's network config, as it was built (a warm start's differs from its preset)
+    config: AnyConfig | None = (
+        None  # a resumed run's network config, as it was built (a warm start's differs from its preset)
+    )
 
 
 def prepare(options: TrainOptions, env: Distributed, acceleration: Acceleration) -> Prepared:

@@ -24,7 +24,7 @@ import torch
 from capsnet import catalog, decoding, reconstruction
 from capsnet import equivariance as eq
 from capsnet import explain as ex
-from capsnet.agreement import Votes, read_votes
+from capsnet.agreement import Votes
 from capsnet.checkpoint import Checkpoint, CheckpointError, load_checkpoint
 from capsnet.checkpoint_info import CheckpointInfo
 from capsnet.config import CapsNetConfig
@@ -79,8 +79,8 @@ class Model:
         return _explanation(self.key, image, iterations, decode_class, self.net)
 
     def votes(self, image: np.ndarray, iterations: int | None = None) -> Votes:
-        """Every vote u_hat_{j|i} and coupling of one input (`capsnet.agreement.read_votes`)."""
-        return _votes(self.key, image, iterations, self.net)
+        """Every vote u_hat_{j|i} and coupling of one input: the trace of `explain`'s one forward pass."""
+        return self.explain(image, iterations).votes
 
     def transformed(
         self, image: np.ndarray, transforms: tuple[Transform, ...], capsule: int | None
@@ -216,11 +216,6 @@ def _explanation(
     model_key: str, image: np.ndarray, iterations: int | None, decode_class: int | None, _model: Any
 ) -> ex.Explanation:
     return ex.explain(_model, image, iterations, decode_class)
-
-
-@st.cache_data(max_entries=16, show_spinner=False)
-def _votes(model_key: str, image: np.ndarray, iterations: int | None, _model: Any) -> Votes:
-    return read_votes(_model, image, iterations)
 
 
 @st.cache_data(max_entries=64, show_spinner=False)

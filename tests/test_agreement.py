@@ -1,4 +1,4 @@
-"""The votes behind routing: read in one pass, projected in a fixed basis, traced back to the input."""
+"""The votes behind routing: the forward pass's own trace, projected in a fixed basis, traced back to the input."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import torch
 
 from capsnet import agreement as ag
 from capsnet.config import CapsNetConfig
+from capsnet.explain import explain
 from capsnet.model import CapsNet
 
 
@@ -20,7 +21,7 @@ def image() -> np.ndarray:
 
 
 def test_votes_match_the_models_routing_and_a_loop(model: CapsNet, image: np.ndarray) -> None:
-    votes = ag.read_votes(model, image, iterations=3)
+    votes = explain(model, image, 3).votes
     k, n, d = votes.votes.shape
     assert (k, d) == (10, 16) and n == model.config.num_primary and votes.coupling.shape == (3, n, k)
     with torch.no_grad():
@@ -35,7 +36,7 @@ def test_votes_match_the_models_routing_and_a_loop(model: CapsNet, image: np.nda
 
 
 def test_the_basis_is_orthonormal_fixed_and_faithful(model: CapsNet, image: np.ndarray) -> None:
-    votes = ag.read_votes(model, image, iterations=4)
+    votes = explain(model, image, 4).votes
     view = ag.vote_view(votes, 3)
     basis = view.basis.astype(np.float64)
     np.testing.assert_allclose(basis @ basis.T, np.eye(2), atol=1e-5)
@@ -53,7 +54,7 @@ def test_the_basis_is_orthonormal_fixed_and_faithful(model: CapsNet, image: np.n
 
 
 def test_vote_mass_sums_to_the_number_of_children(model: CapsNet, image: np.ndarray) -> None:
-    votes = ag.read_votes(model, image, iterations=3)
+    votes = explain(model, image, 3).votes
     mass = ag.vote_mass(votes.coupling)
     assert mass.shape == (3, 10)
     np.testing.assert_allclose(mass.sum(axis=1), votes.coupling.shape[1], rtol=1e-6)
@@ -82,7 +83,7 @@ def test_receptive_fields_match_the_gradient_and_cover_the_input(preset: str) ->
 
 
 def test_pixel_votes_against_a_loop(model: CapsNet, image: np.ndarray) -> None:
-    votes = ag.read_votes(model, image)
+    votes = explain(model, image).votes
     config = model.config
     pixels = ag.pixel_votes(votes.coupling[-1], votes.primary_lengths, config)  # (28, 28, K)
     fields = ag.receptive_fields(config)
@@ -103,7 +104,7 @@ def test_the_capsule_order_is_the_models_own(model: CapsNet) -> None:
     base[10:18, 10:18] = 0.5
     lit = base.copy()
     lit[26, 0] = 1.0  # rows 10-26 and columns 0-16 are position (5, 0)'s alone in the bottom-left corner
-    changed = np.abs(ag.read_votes(model, lit).primary_lengths - ag.read_votes(model, base).primary_lengths) > 1e-7
+    changed = np.abs(explain(model, lit).votes.primary_lengths - explain(model, base).votes.primary_lengths) > 1e-7
     expected = np.zeros(config.num_primary, bool)
     expected[np.arange(config.primary_types) * g * g + 5 * g + 0] = True
     assert (changed == expected).all(), np.flatnonzero(changed)

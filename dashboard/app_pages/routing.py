@@ -56,10 +56,8 @@ iterations = c1.slider(
     help=f"How many times to run the loop for this input. The model was trained with {config.routing_iterations}.",
     **({} if "routing_iterations" in st.session_state else {"value": config.routing_iterations}),
 )
-result = model.explain(image, int(iterations))
-votes = model.votes(image, int(iterations))
+result = model.explain(image, int(iterations))  # one forward pass: its trace carries the votes too
 prediction = result.prediction
-order = np.argsort(result.lengths)[::-1]
 choice = widgets.capsule_selectbox(
     "Capsule to look at",
     names,
@@ -69,7 +67,7 @@ choice = widgets.capsule_selectbox(
     container=c2,
 )
 digit = prediction if choice is None else choice
-other = int(order[1]) if digit == prediction else prediction  # beside it: the runner-up, or the winner
+other = result.runner_up if digit == prediction else prediction  # beside it: the runner-up, or the winner
 r = result.iterations
 if st.session_state.get("routing_step_of") != r:  # a new number of iterations: show its last one
     st.session_state["routing_step_of"], st.session_state[STEP] = r, r
@@ -96,7 +94,6 @@ def _one_iteration(
     names: list[str],
     image: np.ndarray,
     result: ex.Explanation,
-    votes: ag.Votes,
     digit: int,
     other: int,
 ) -> None:
@@ -105,7 +102,7 @@ def _one_iteration(
     The rest of the page (the sidebar, the explanation, the slider, the input's summary) does not depend on the
     iteration shown, so a click neither recomputes nor resends it, and the browser leaves it as it is.
     """
-    k, r = config.num_classes, result.iterations
+    k, r, votes = config.num_classes, result.iterations, result.votes
     step = int(np.clip(st.session_state.get(STEP, r), 1, r))
     st.session_state[STEP] = step
     if r > 1:  # the buttons set the iteration each chart is drawn on; Play runs in the browser and tells no one
@@ -135,12 +132,9 @@ def _one_iteration(
     main = views[0]
     st.markdown(texts.votes_reading(names[digit], main.moved_share, config.num_primary, k, r))
     if r > 1:
-        t, y, x = (
-            main.largest // config.primary_grid**2 + 1,
-            *divmod(main.largest % config.primary_grid**2, config.primary_grid),
-        )
+        t, y, x = config.primary_position(main.largest)
         st.caption(
-            f"The coupling that moved most: type {t} at position ({y}, {x}), from 1/{k} to {main.coupling[-1, main.largest]:.2f}. "
+            f"The coupling that moved most: type {t + 1} at position ({y}, {x}), from 1/{k} to {main.coupling[-1, main.largest]:.2f}. "
             "Hover a point for its coupling and its agreement û·v in the iteration shown."
         )
 
@@ -210,4 +204,4 @@ def _one_iteration(
                 )
 
 
-_one_iteration(config, names, image, result, votes, digit, other)
+_one_iteration(config, names, image, result, digit, other)
