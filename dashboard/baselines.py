@@ -20,13 +20,18 @@ import streamlit as st
 import torch
 
 from capsnet import affnist, catalog, claims
+from capsnet.baseline import CNNConfig
 from capsnet.checkpoint import Checkpoint, CheckpointError, load_checkpoint
 from dashboard import models, state
 
 
 @dataclass(frozen=True)
-class Baseline(models.Model):
-    """A loaded CNN baseline: a `models.Model` handle (checkpoint, cache key) whose readings are class scores."""
+class Baseline(models.Loaded):
+    """A loaded CNN baseline (checkpoint, cache key: a sibling of the CapsNet's `models.Model`): class scores."""
+
+    @property
+    def config(self) -> CNNConfig:
+        return self.checkpoint.config
 
     @property
     def accuracy(self) -> float | None:

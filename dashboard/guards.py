@@ -26,7 +26,7 @@ def current_model(show_errors: bool = True) -> models.Model | None:
 def require_model(pairs: bool = False) -> models.Model | None:
     """The model, or a notice saying how to get one (and None). `pairs`: the page reads MultiMNIST overlays."""
     model = current_model()
-    if model is None and not st.session_state.get(state.MODEL_PATH):
+    if model is None and state.chosen_path() is None:
         st.warning(
             texts.no_model_notice(str(models.display_path(state.checkpoints_dir()))), icon=":material/model_training:"
         )

@@ -46,8 +46,8 @@ EVALUATION_CHUNK = 1000
 
 
 @dataclass(frozen=True)
-class Model:
-    """The chosen checkpoint, a cache key that changes when its file does, and its cached readings."""
+class Loaded:
+    """A loaded checkpoint of any network and a cache key that changes when its file does: what every handle has."""
 
     checkpoint: Checkpoint
     key: str
@@ -55,10 +55,6 @@ class Model:
     @property
     def net(self) -> Any:
         return self.checkpoint.model
-
-    @property
-    def config(self) -> CapsNetConfig:
-        return self.checkpoint.config
 
     @property
     def info(self) -> CheckpointInfo:
@@ -71,6 +67,15 @@ class Model:
     @property
     def dataset(self) -> str:
         return self.info.dataset_name
+
+
+@dataclass(frozen=True)
+class Model(Loaded):
+    """The chosen CapsNet checkpoint and its cached readings (the CNN's handle, `baselines.Baseline`, is a sibling)."""
+
+    @property
+    def config(self) -> CapsNetConfig:
+        return self.checkpoint.config
 
     def explain(
         self, image: np.ndarray, iterations: int | None = None, decode_class: int | None = None
@@ -163,7 +168,7 @@ def load_model(path: str, mtime: float) -> Checkpoint:
 
 def open_current() -> tuple[Model | None, str]:
     """The model chosen in the sidebar, or None with why it cannot be read ("" when none is chosen)."""
-    path = st.session_state.get(state.MODEL_PATH)
+    path = state.chosen_path()
     if not path:
         return None, ""
     try:

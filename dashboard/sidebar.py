@@ -83,7 +83,7 @@ def _key(name: str, recipe: str) -> str:
 
 def train_form() -> None:
     """The "Train a model" form: bounded inputs, defaults from TrainOptions; Start launches a background run."""
-    no_model = not st.session_state.get(state.MODEL_PATH)
+    no_model = state.chosen_path() is None
     with st.expander("Train a model", expanded=no_model, icon=":material/model_training:"):
         recipe = st.radio(
             "Recipe", list(RECIPES), format_func=lambda name: RECIPES[name].title, key="train_recipe",
@@ -205,8 +205,8 @@ def start_training(options: TrainOptions) -> None:
             st.session_state[REFUSAL] = str(error)
         st.error(str(error), icon=":material/block:")
         return
-    st.session_state[state.WATCHED_RUN] = run.name
-    st.session_state[state.FINISHED_RUN] = None
+    state.watch_run(run.name)
+    state.finish_run(None)
     examples = options.train_size or form.TRAIN_SIZE[1]
     tests = options.test_size or form.TEST_SIZE[1]
     st.success(
@@ -222,7 +222,7 @@ APP_RERUN = "progress_app_rerun"  # a run just ended and its end is shown: rerun
 def progress_panel() -> None:
     """Live progress of the running run, refreshed by a fragment (every second while one runs or just ended)."""
     active = runs.active_run(state.runs_root())
-    busy = active or st.session_state.get(state.WATCHED_RUN) or st.session_state.get(APP_RERUN)
+    busy = active or state.watched_run() or st.session_state.get(APP_RERUN)
     st.fragment(run_every=1.0 if busy else 5.0)(_progress_body)()
 
 
@@ -245,18 +245,18 @@ def _progress_body() -> None:
         st.rerun(scope="app")
     root = state.runs_root()
     active = runs.active_run(root)
-    watched = st.session_state.get(state.WATCHED_RUN)
+    watched = state.watched_run()
     if active is None:
         if watched:
             # the run just ended: show it now, refresh the whole page (and the picker) on the next tick
-            st.session_state[state.WATCHED_RUN] = None
-            st.session_state[state.FINISHED_RUN] = watched
+            state.watch_run(None)
+            state.finish_run(watched)
             models.checkpoint_entries.clear()
             st.session_state[APP_RERUN] = True
         _finished_panel()
         return
     if watched != active.name:
-        st.session_state[state.WATCHED_RUN] = active.name
+        state.watch_run(active.name)
         if not watched:
             st.rerun()  # faster refresh from now on
     st.subheader("Training", anchor=False)
@@ -291,7 +291,7 @@ def _progress_body() -> None:
 
 
 def _finished_panel() -> None:
-    name = st.session_state.get(state.FINISHED_RUN)
+    name = state.finished_run()
     if not name:
         return
     run_dir = state.runs_root() / name
@@ -312,5 +312,5 @@ def _finished_panel() -> None:
         st.error(f"{name} failed: {run.reason}. The end of its log:", icon=":material/error:")
         st.code(run.folder.log_tail(15) or "(empty log)", language=None)
     if st.button("Dismiss", key="dismiss_finished"):
-        st.session_state[state.FINISHED_RUN] = None
+        state.finish_run(None)
         st.rerun()

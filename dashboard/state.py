@@ -26,6 +26,18 @@ PAGE = "current_page"
 PAGE_CHANGED = "page_changed"
 WATCHED_RUN = "watched_run"
 FINISHED_RUN = "finished_run"
+PRIMARY = "selected_primary"  # the primary capsule selected in any view (int index i), or None: the linked views
+
+
+def selected_primary() -> int | None:
+    """The primary capsule selected anywhere (i = type * G^2 + y * G + x), or None."""
+    value = st.session_state.get(PRIMARY)
+    return None if value is None else int(value)
+
+
+def select_primary(index: int | None) -> None:
+    """Select primary capsule `index` (or none) for every view that shows primary capsules."""
+    st.session_state[PRIMARY] = None if index is None else int(index)
 
 
 def chosen_checkpoint(entries: list[catalog.CheckpointEntry]) -> catalog.CheckpointEntry | None:
@@ -41,6 +53,11 @@ def chosen_checkpoint(entries: list[catalog.CheckpointEntry]) -> catalog.Checkpo
 def choose_checkpoint(path: str | os.PathLike) -> None:
     """Make the checkpoint at `path` the chosen one (a link, the picker)."""
     st.session_state[MODEL_PATH] = str(path)
+
+
+def chosen_path() -> str | None:
+    """The chosen checkpoint's path as the session holds it (None before one is chosen or when none is usable)."""
+    return st.session_state.get(MODEL_PATH) or None
 
 
 def configure_torch() -> None:
@@ -62,6 +79,7 @@ def init() -> None:
         PAGE_CHANGED: False,
         WATCHED_RUN: None,
         FINISHED_RUN: None,
+        PRIMARY: None,
         "canvas_nonce": 0,
         "canvas_json": None,
         "canvas_seed": None,
@@ -91,6 +109,33 @@ def note_page(url_path: str) -> None:
     st.session_state[PAGE] = url_path
 
 
+def page_just_entered() -> bool:
+    """Whether this run is the first on its page since another page ran."""
+    return bool(st.session_state.get(PAGE_CHANGED))
+
+
+# ---------------------------------------------------------------- the training run the sidebar follows
+
+
+def watched_run() -> str | None:
+    """The name of the run the sidebar follows while it trains, or None."""
+    return st.session_state.get(WATCHED_RUN)
+
+
+def watch_run(name: str | None) -> None:
+    """Follow run `name` (None: stop following; a finished run is then announced with `finish_run`)."""
+    st.session_state[WATCHED_RUN] = name
+
+
+def finished_run() -> str | None:
+    """The followed run that has just ended, to announce once, or None."""
+    return st.session_state.get(FINISHED_RUN)
+
+
+def finish_run(name: str | None) -> None:
+    st.session_state[FINISHED_RUN] = name
+
+
 def runs_root() -> Path:
     return run_folder.runs_root()
 
@@ -110,6 +155,11 @@ def set_input(image: np.ndarray | None, label: str = "", true_class: int | None 
 
 def current_input() -> np.ndarray | None:
     return st.session_state.get(INPUT)
+
+
+def input_label() -> str:
+    """Where the current input came from ("test image #674", "your drawing"), or ""."""
+    return str(st.session_state.get(INPUT_LABEL) or "")
 
 
 def input_digest(image: np.ndarray) -> str:

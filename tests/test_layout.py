@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -92,3 +93,13 @@ def test_pages_are_named_in_one_registry() -> None:
             assert '"app_pages/' not in path.read_text(encoding="utf-8"), (
                 f"{path.relative_to(REPO)}: use dashboard.pages"
             )
+
+
+def test_shared_session_keys_go_through_typed_accessors() -> None:
+    """The session keys that several modules share (the chosen checkpoint, the input, the followed run, the selected
+    primary capsule) are read and written through dashboard.state's typed functions, never indexed elsewhere."""
+    for path in modules("dashboard"):
+        if path.name != "state.py":
+            text = path.read_text(encoding="utf-8")
+            found = re.findall(r"session_state(?:\.get\(|\[)\s*state\.[A-Z_]+", text)
+            assert not found, f"{path.relative_to(REPO)}: {found[0]}: use dashboard.state's accessors"

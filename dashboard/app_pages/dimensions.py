@@ -54,7 +54,7 @@ if st.session_state.get("dims_origin") != origin or any(
     st.session_state["dims_origin"] = origin
 
 st.caption(
-    f"Input: **{st.session_state.get(state.INPUT_LABEL) or 'current input'}** · capsule **{names[klass]}**"
+    f"Input: **{state.input_label() or 'current input'}** · capsule **{names[klass]}**"
     + (" (the winner)" if choice is None else "")
     + ", "
     f"length |v| = {np.linalg.norm(base):.2f}. " + texts.dimension_ranges(ranges.from_statistics, names[klass])

@@ -29,7 +29,7 @@ def clear_canvas() -> None:
 
 def draw_input(noun: str) -> tuple[np.ndarray | None, str, int | None]:
     """The canvas: white stroke on black, about 280x280, with a clear button."""
-    if st.session_state.get(state.PAGE_CHANGED):
+    if state.page_just_entered():
         # coming back to this page: redraw what was on the canvas before
         st.session_state["canvas_seed"] = st.session_state.get("canvas_json")
     # Clear sits above the canvas, on the left: the canvas's own toolbar (undo, redo, ...; it cannot be switched

@@ -73,7 +73,7 @@ if st.session_state.get("routing_step_of") != r:  # a new number of iterations: 
     st.session_state["routing_step_of"], st.session_state[STEP] = r, r
 first, last = result.iteration_lengths[0], result.iteration_lengths[-1]
 summary = (
-    f"Input: **{st.session_state.get(state.INPUT_LABEL) or 'current input'}**. With **{r}** "
+    f"Input: **{state.input_label() or 'current input'}**. With **{r}** "
     f"iteration{'s' if r != 1 else ''} the network predicts **{names[prediction]}** (|v| = {last[prediction]:.2f}"
 )
 if r > 1:

@@ -26,7 +26,7 @@ def _resume(name: str) -> None:
     except (ValueError, CapsNetError) as error:
         st.session_state["resume_message"] = ("error", str(error))
         return
-    st.session_state[state.WATCHED_RUN] = run.name
+    state.watch_run(run.name)
     st.session_state["resume_message"] = ("success", f"Resumed {run.name} (pid {run.pid}).")
 
 
