@@ -77,8 +77,6 @@ def explain(
     if model.training:
         raise ValueError("explain needs the model in eval mode (call model.eval())")
     iterations = model.config.routing_iterations if routing_iterations is None else int(routing_iterations)
-    if iterations < 1:
-        raise ValueError(f"routing needs at least 1 iteration, got {iterations}")
     if isinstance(image, torch.Tensor):
         image = image.detach().cpu().numpy()
     image = np.asarray(image, dtype=np.float32).reshape(-1)

@@ -45,6 +45,7 @@ class CapsNetOutput:
     prediction: Tensor  # argmax_j |v_j|: (B,)
     trace: RoutingTrace | None = None
     primary: PrimaryCapsuleOutput | None = None
+    features: Tensor | None = None  # Conv1's ReLU feature maps (B, C1, S, S), on request
 
     @property
     def scores(self) -> Tensor:
@@ -114,6 +115,12 @@ class CapsNet(nn.Module):
         self, images: Tensor, routing_iterations: int | None = None, trace: bool = False
     ) -> tuple[Tensor, Tensor, RoutingTrace | None]:
         """Images to (primary poses (B, N, P), digit poses (B, K, D), routing trace or None)."""
+        return self._layers(images, routing_iterations, trace)[1:]
+
+    def _layers(
+        self, images: Tensor, routing_iterations: int | None, trace: bool
+    ) -> tuple[Tensor, Tensor, Tensor, RoutingTrace | None]:
+        """`encode`, with Conv1's feature maps first: (features, primary poses, digit poses, trace)."""
         c = self.config
         expected = (c.in_channels, c.image_size, c.image_size)
         if images.dim() != 4 or tuple(images.shape[1:]) != expected:
@@ -124,7 +131,7 @@ class CapsNet(nn.Module):
         features = F.relu(self.conv1(images))  # (B, 256, 20, 20)
         primary = self.primary(features)  # (B, 1152, 8)
         poses, routing = self.digits(primary, iterations, trace)  # (B, 10, 16)
-        return primary, poses, routing
+        return features, primary, poses, routing
 
     def decode(self, poses: Tensor, class_index: Tensor | int) -> Tensor:
         """Reconstruct images from DigitCaps poses (B, K, D), keeping only `class_index`'s capsule.
@@ -152,17 +159,19 @@ class CapsNet(nn.Module):
         routing_iterations: int | None = None,
         return_trace: bool = False,
         return_primary: bool = False,
+        return_features: bool = False,
     ) -> CapsNetOutput:
         """Classify and reconstruct a batch.
 
         The decoder sees the true label's capsule when `labels` are given (always
         in training), else the class named by `decode_class`, else the longest
         capsule (the prediction). Labels (B, L) (MultiMNIST's two digits) give L
-        reconstructions, each from its own capsule: (B, L, C, H, W).
+        reconstructions, each from its own capsule: (B, L, C, H, W). `return_trace`, `return_primary` and
+        `return_features` keep the routing trace, the primary capsules and Conv1's feature maps of this same pass.
         """
         if self.training and labels is None:
             raise ValueError("training mode needs labels: the decoder is masked by the true class")
-        primary, poses, trace = self.encode(images, routing_iterations, return_trace)
+        features, primary, poses, trace = self._layers(images, routing_iterations, return_trace)
         lengths = capsule_lengths(poses)  # (B, K)
         prediction = lengths.argmax(dim=1)  # (B,)
         if labels is not None:
@@ -186,4 +195,5 @@ class CapsNet(nn.Module):
             prediction=prediction,
             trace=trace,
             primary=primary_out,
+            features=features if return_features else None,
         )

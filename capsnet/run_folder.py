@@ -133,6 +133,7 @@ class RunFolder:
     STATE = "train_state.pt"
     LOG = "train.log"
     LOCK = ".lock"
+    WATCH = "watch.safetensors"  # the training window's snapshots (`capsnet.watch`)
     RUN_FILES = (METRICS, STATE, LAST, BEST)  # what a run that has trained leaves: never overwritten but by --resume
 
     @staticmethod

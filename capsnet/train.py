@@ -50,6 +50,7 @@ from capsnet.run_folder import (
 from capsnet.schedule import Schedule
 from capsnet.train_data import load_data
 from capsnet.warm_start import warm_config, warm_start
+from capsnet.watch import Watcher
 
 REPORT_EVERY_S = 0.5  # seconds between progress reports (each one reads the running sums back from the device)
 SYNC_EVERY = 50  # batches between the checks that need the device or every process: stop flag, collapse
@@ -311,6 +312,8 @@ def fit(
     capsules = network_of(c).capsules  # a network without capsules has no margins to collapse to: divergence only
     margins = (c.m_plus, c.m_minus) if capsules else (math.inf, -math.inf)
     watch = CollapseWatch(c.num_classes, *margins, options.lr, device, present=data.present)
+    resume_at = (start_epoch, start_batch) if options.resume else None
+    window = Watcher(folder, model, data.test, batches, resume_at, enabled=env.is_main)  # a few test images, watched
     status, reason = "finished", ""
     with StopFlag() as stop:
         try:
@@ -332,6 +335,7 @@ def fit(
                     images_left=(options.epochs - epoch - 1) * per_process * env.world,
                     batch_size=options.batch_size * env.world,
                 )
+                on_batch = window.during(on_batch, epoch + 1, done_before)
                 sums = train_one_epoch(
                     net, loader, optimizer, model.config, device, amp, stop, env,
                     on_batch if env.is_main else None, bar, watch, scheduler,
@@ -374,6 +378,7 @@ def fit(
                     }
                 scheduler.after_epoch()
                 saver.commit_epoch(epoch + 1, dict(record) if record else None)  # state, checkpoints, metrics line
+                window.epoch_done(epoch + 1)  # the main process only
                 if record is not None:
                     print(json.dumps(record), flush=True)
                     records.append(record)

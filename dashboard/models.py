@@ -24,6 +24,7 @@ import torch
 from capsnet import catalog, decoding, reconstruction
 from capsnet import equivariance as eq
 from capsnet import explain as ex
+from capsnet import architecture as arch
 from capsnet.agreement import Votes
 from capsnet.checkpoint import Checkpoint, CheckpointError, load_checkpoint
 from capsnet.checkpoint_info import CheckpointInfo
@@ -150,6 +151,12 @@ class Model(Loaded):
         """Predictions and reconstructions (from the predicted capsule) of some test images."""
         return _reconstructions(self.key, self.dataset, indices, self.net)
 
+    def stages(self, image: np.ndarray, capsule: int, digit: int) -> tuple[arch.StageReading, arch.CapsuleView]:
+        """Every stage's output for one input (one forward pass, cached per input), and what passes between
+        primary capsule `capsule` and digit capsule `digit` (`capsnet.architecture.capsule_view`: no new pass)."""
+        reading = _stages(self.key, image, self.net)
+        return reading, arch.capsule_view(self.net, reading, capsule, digit)
+
 
 # ---------------------------------------------------------------- choosing and loading
 
@@ -271,3 +278,8 @@ def _reconstructions(
 ) -> reconstruction.Reconstructions:
     images, _ = test_set(dataset)
     return reconstruction.reconstruct(_model, images[list(indices)])
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def _stages(model_key: str, image: np.ndarray, _model: Any) -> arch.StageReading:
+    return arch.read_stages(_model, image)

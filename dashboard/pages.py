@@ -24,6 +24,11 @@ TRANSFORM = PageInfo("app_pages/transform.py", "Transform lens", ":material/rota
 OVERLAP = PageInfo("app_pages/overlap.py", "Overlapping digits", ":material/layers:", "overlap")
 TRAINING = PageInfo("app_pages/training.py", "Training runs", ":material/monitoring:", "training")
 EVALUATE = PageInfo("app_pages/evaluate.py", "Evaluate", ":material/fact_check:", "evaluate")
+ARCHITECTURE = PageInfo("app_pages/architecture.py", "Architecture", ":material/account_tree:", "architecture")
+PLAYGROUND = PageInfo("app_pages/playground.py", "Routing playground", ":material/scatter_plot:", "playground")
+ROUTING_MATTERS = PageInfo(
+    "app_pages/routing_matters.py", "Where routing matters", ":material/alt_route:", "routing-matters"
+)
 
-PAGES = (DRAW, ROUTING, DIMENSIONS, TRANSFORM, OVERLAP, TRAINING, EVALUATE)
+PAGES = (DRAW, ROUTING, DIMENSIONS, TRANSFORM, OVERLAP, TRAINING, EVALUATE, ARCHITECTURE, PLAYGROUND, ROUTING_MATTERS)
 INPUT_PAGES = (DRAW, ROUTING, DIMENSIONS, TRANSFORM)  # the pages that read the current 28x28 input
