@@ -57,6 +57,11 @@ class Explanation:
         return self.votes.primary_lengths
 
     @property
+    def first_prediction(self) -> int:
+        """The longest capsule after the first iteration, with uniform couplings: before routing has chosen."""
+        return int(np.argmax(self.votes.lengths[0]))
+
+    @property
     def runner_up(self) -> int:
         """The second-longest capsule: the prediction's closest rival."""
         return int(np.argsort(self.lengths)[-2])

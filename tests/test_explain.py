@@ -62,6 +62,17 @@ def test_explain_decodes_another_class(model: CapsNet, image: np.ndarray) -> Non
     np.testing.assert_allclose(f.reconstruction, decode_vector(model, e.poses[other], other), atol=1e-6)
 
 
+def test_explain_names_the_runner_up_and_the_answer_before_routing(model: CapsNet, image: np.ndarray) -> None:
+    e = explain(model, image, routing_iterations=3)
+    ranked = sorted(range(10), key=lambda j: -e.lengths[j])  # the slow way
+    assert (e.prediction, e.runner_up) == (ranked[0], ranked[1])
+    one = explain(model, image, routing_iterations=1)
+    assert e.first_prediction == one.prediction  # the first iteration is routing with uniform couplings
+    np.testing.assert_allclose(e.iteration_lengths[0], one.lengths, atol=1e-6)
+    # the trace is the forward pass's own: s_j is the coupling-weighted sum of the votes
+    np.testing.assert_allclose(e.votes.sums, np.einsum("tnk,knd->tkd", e.coupling, e.votes.votes), atol=1e-5)
+
+
 def test_explain_checks_its_inputs(model: CapsNet, image: np.ndarray) -> None:
     with pytest.raises(ValueError, match="iteration"):
         explain(model, image, routing_iterations=0)

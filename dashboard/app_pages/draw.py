@@ -196,7 +196,7 @@ with chart_col:
         st.latex(texts.MARGIN_LATEX)
 with side_col:
     confidence = float(lengths[prediction])
-    runner_up = int(np.argsort(lengths)[-2])
+    runner_up = result.runner_up
     st.metric(
         "Prediction",
         names[prediction],

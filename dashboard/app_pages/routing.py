@@ -81,9 +81,9 @@ if r > 1:
 else:
     summary += "). With one iteration every coupling stays uniform: routing has not begun."
 st.markdown(summary)
-if r > 1 and int(np.argmax(first)) != prediction:
+if r > 1 and result.first_prediction != prediction:
     st.info(
-        f"Routing changed the answer: with uniform couplings capsule {names[int(np.argmax(first))]} was longest.",
+        f"Routing changed the answer: with uniform couplings capsule {names[result.first_prediction]} was longest.",
         icon=":material/alt_route:",
     )
 
