@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from capsnet.checkpoint import CheckpointError, read_checkpoint_info
-from capsnet.networks import network_of
+from capsnet.networks import network, network_of
 from capsnet.run_folder import run_folders
 
 CHECKPOINTS_ENV = "CAPSNET_CHECKPOINTS_DIR"
@@ -85,7 +85,7 @@ def list_checkpoints(
     baselines/). Broken files are listed with `error` set (with the Capsule Networks), so the
     picker can name them.
     """
-    folder = checkpoints_dir(checkpoints) / (BASELINES if architecture == "cnn" else "")
+    folder = checkpoints_dir(checkpoints) / ("" if network(architecture).capsules else BASELINES)
     shipped: list[Path] = []
     if folder.is_dir():
         files = sorted(folder.glob("*.safetensors"))
@@ -101,7 +101,7 @@ def list_checkpoints(
 
 def baseline_for(dataset: str, baselines: list[CheckpointEntry]) -> CheckpointEntry | None:
     """The CNN to compare a `dataset` model with: the shipped one, else the newest run's."""
-    usable = [e for e in baselines if not e.error and e.architecture == "cnn" and e.dataset == dataset]
+    usable = [e for e in baselines if not e.error and not network(e.architecture).capsules and e.dataset == dataset]
     shipped = [e for e in usable if e.source == "shipped"]
     return (shipped or usable or [None])[0]
 

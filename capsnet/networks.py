@@ -37,6 +37,7 @@ class Network:
     presets: tuple[str, ...]
     capsules: bool  # capsule poses, routing by agreement, reconstructions
     run_options: tuple[str, ...]  # training options (`TrainOptions` fields) that only this network reads
+    pairs_field: str | None  # the config field that a task with several labels per example sets, if any
     _loss: Callable[..., CapsuleLoss]
 
     def preset(self, name: str, **overrides: Any) -> AnyConfig:
@@ -45,7 +46,7 @@ class Network:
 
     def config_for(self, preset: str, image_size: int, pairs: bool, **overrides: Any) -> AnyConfig:
         """The preset for a task: its input size and, where the network has the field, several labels per example."""
-        fields = {"image_size": image_size, **({"multi_label": pairs} if self.name == "cnn" else {}), **overrides}
+        fields = {"image_size": image_size, **({self.pairs_field: pairs} if self.pairs_field else {}), **overrides}
         return self.preset(preset, **fields)
 
     def from_dict(self, data: dict[str, Any]) -> AnyConfig:
@@ -77,11 +78,11 @@ def _cnn_loss(out: CNNOutput, targets: Tensor, labels: Tensor, config: CNNConfig
 NETWORKS: dict[str, Network] = {
     "capsnet": Network(
         "capsnet", "CapsNet", "a Capsule Network", CapsNetConfig, CapsNet, tuple(PRESETS), capsules=True,
-        run_options=("routing_iterations",), _loss=_capsnet_loss,
+        run_options=("routing_iterations",), pairs_field=None, _loss=_capsnet_loss,
     ),
     "cnn": Network(
         "cnn", "CNN baseline", "a CNN baseline", CNNConfig, BaselineCNN, tuple(CNN_PRESETS), capsules=False,
-        run_options=(), _loss=_cnn_loss,
+        run_options=(), pairs_field="multi_label", _loss=_cnn_loss,
     ),
 }  # fmt: skip
 ARCHITECTURES = tuple(NETWORKS)

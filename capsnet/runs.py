@@ -27,6 +27,7 @@ from typing import Any
 from capsnet.device import pick_device
 from capsnet.errors import CapsNetError
 from capsnet.files import write_json
+from capsnet.networks import Network, network
 from capsnet.options import TrainOptions
 from capsnet.run_folder import EpochRecord, Progress, RunFolder, new_run_dir, run_folders, runs_root
 
@@ -329,6 +330,14 @@ class RunSummary:
     @property
     def epochs_done(self) -> int:
         return len(self.metrics)
+
+    @property
+    def network(self) -> Network | None:
+        """The run's network (args.json's; runs from before the CNN are CapsNets), or None if it names none known."""
+        try:
+            return network(str(self.args.get("model") or "capsnet"))
+        except ValueError:
+            return None
 
     @property
     def best_accuracy(self) -> float | None:

@@ -105,13 +105,13 @@ def train_form() -> None:
                 format_func=lambda name: DATASETS[name].title, key="train_dataset",
             )  # fmt: skip
             choice = st.selectbox(
-                "Model", list(form.MODEL_LABELS), index=list(form.MODEL_LABELS).index(f"{d.model}/{d.preset}"),
+                "Model", list(form.MODEL_LABELS), index=list(form.MODEL_LABELS).index((d.model, d.preset)),
                 format_func=form.MODEL_LABELS.get, key="train_preset",
                 help="The tiny models have the same structure with narrower layers: they train in minutes on a CPU. "
                 "The CNN baseline is the paper's comparison: the pages set the shipped one (or, without it, the newest "
                 "CNN run) beside the CapsNet.",
             )  # fmt: skip
-            network, preset = choice.split("/")
+            network, preset = choice
             c1, c2 = st.columns(2)
             epochs = c1.number_input("Epochs", *form.EPOCHS, value=d.epochs, step=1, key=_key("train_epochs", recipe))
             batch = c2.number_input(
@@ -302,7 +302,7 @@ def _finished_panel() -> None:
         acc = f" Test accuracy {100 * run.best_accuracy:.2f}%." if run.best_accuracy is not None else ""
         where = (
             "It is a CNN baseline: evaluate it with `python -m capsnet.evaluate`."
-            if run.args.get("model") == "cnn"
+            if run.network is not None and not run.network.capsules
             else "Its model is in the picker above."
         )
         st.success(f"{name} finished.{acc} {where}", icon=":material/check_circle:")

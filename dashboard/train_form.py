@@ -32,18 +32,19 @@ def _parameters(name: str, preset: str) -> str:
     return f"{count / 1e6:.1f} M" if count >= 1e6 else f"{count / 1e3:.0f} k"
 
 
-# the form's "Model" choices, as "<network>/<preset>": every preset of each network the CLI can train
+# the form's "Model" choices, as (network, preset): every preset of each network the CLI can train
 MODEL_LABELS = {
-    "capsnet/paper": f"Paper's CapsNet ({_parameters('capsnet', 'paper')} parameters)",
-    "capsnet/official": f"Paper's CapsNet, the official code's initial scales ({_parameters('capsnet', 'official')} "
-    "parameters; learns at lr 1e-3 on 40x40 too)",
-    "capsnet/tiny": f"Tiny CapsNet ({_parameters('capsnet', 'tiny')} parameters, a quick demo)",
-    "capsnet/multimnist": f"Paper's CapsNet for 36x36 MultiMNIST ({_parameters('capsnet', 'multimnist')} parameters)",
-    "cnn/paper": f"CNN baseline, the paper's with two pools ({_parameters('cnn', 'paper')} parameters on 28x28)",
-    "cnn/multimnist": f"CNN baseline for 36x36 MultiMNIST ({_parameters('cnn', 'multimnist')} parameters)",
-    "cnn/tiny": f"Tiny CNN baseline ({_parameters('cnn', 'tiny')} parameters, a quick demo)",
+    ("capsnet", "paper"): f"Paper's CapsNet ({_parameters('capsnet', 'paper')} parameters)",
+    ("capsnet", "official"): "Paper's CapsNet, the official code's initial scales "
+    f"({_parameters('capsnet', 'official')} parameters; learns at lr 1e-3 on 40x40 too)",
+    ("capsnet", "tiny"): f"Tiny CapsNet ({_parameters('capsnet', 'tiny')} parameters, a quick demo)",
+    ("capsnet", "multimnist"): "Paper's CapsNet for 36x36 MultiMNIST "
+    f"({_parameters('capsnet', 'multimnist')} parameters)",
+    ("cnn", "paper"): f"CNN baseline, the paper's with two pools ({_parameters('cnn', 'paper')} parameters on 28x28)",
+    ("cnn", "multimnist"): f"CNN baseline for 36x36 MultiMNIST ({_parameters('cnn', 'multimnist')} parameters)",
+    ("cnn", "tiny"): f"Tiny CNN baseline ({_parameters('cnn', 'tiny')} parameters, a quick demo)",
 }
-assert set(MODEL_LABELS) == {f"capsnet/{p}" for p in PRESETS} | {f"cnn/{p}" for p in CNN_PRESETS}, (
+assert set(MODEL_LABELS) == {("capsnet", p) for p in PRESETS} | {("cnn", p) for p in CNN_PRESETS}, (
     "every model preset needs a label in the form"
 )
 
@@ -75,8 +76,9 @@ def form_options(
     low, high = LEARNING_RATE
     if isinstance(lr, bool) or not isinstance(lr, (int, float)) or math.isnan(lr) or not low <= lr <= high:
         raise ValueError(f"learning rate must lie between {low:g} and {high:g}, got {lr!r}")
-    if f"{model}/{preset}" not in MODEL_LABELS:
-        raise ValueError(f"model must be one of {', '.join(MODEL_LABELS)}, got {model}/{preset}")
+    if (model, preset) not in MODEL_LABELS:
+        known = ", ".join(f"{m} {p}" for m, p in MODEL_LABELS)
+        raise ValueError(f"the model must be one of {known}, got {model} {preset}")
     # the form shows every field at once: an option the chosen network does not read stays at its default
     own = {"routing_iterations": routing_iterations} if "routing_iterations" in network(model).run_options else {}
     return TrainOptions.from_recipe(
