@@ -255,7 +255,15 @@ def test_torchrun_with_two_processes(data_dir: Path, tmp_path: Path) -> None:
     assert read_json(out / "progress.json")["batches"] == 4  # 200 images per process, in batches of 50
     assert load_checkpoint(out / "best.safetensors").info.epochs == 1
     assert sorted(p.name for p in out.iterdir() if p.name != ".lock") == sorted(
-        ["args.json", "best.safetensors", "last.safetensors", "metrics.jsonl", "progress.json", "train_state.pt"]
+        [
+            "args.json",
+            "best.safetensors",
+            "last.safetensors",
+            "metrics.jsonl",
+            "progress.json",
+            "train_state.pt",
+            "watch.safetensors",
+        ]  # fmt: skip
     )  # the run's files and nothing else: no copy per process
 
 

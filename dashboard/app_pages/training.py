@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import streamlit as st
 
-from capsnet import runs
+from capsnet import run_folder, runs, watch
 from capsnet.config import CapsNetConfig
+from capsnet.data import dataset_info
 from capsnet.errors import CapsNetError
 from capsnet.options import TrainOptions
 from dashboard import figures, state, texts
+from dashboard.figures import training as training_figures
 
 # symbols every text font draws (an emoji needs an emoji font, and shows as an empty box without one)
 STATUS_ICONS = {"running": "▶", "starting": "…", "finished": "✓", "stopped": "‖", "failed": "✗"}
@@ -18,6 +20,19 @@ COMPARED = "compare_runs"  # the multiselect's key: the runs whose curves are dr
 SEEN = "compare_seen"  # the runs the page has already listed (a new one joins the comparison by itself)
 LIVE_STATUSES = ("running", "starting")
 LIVE = "training_page_live"  # whether a run was going on at the fragment's last refresh
+WATCH_RUN = "watch_run"  # the run whose window is shown
+WATCH_STEP = "watch_step"  # the snapshot shown, by its label ("epoch 3")
+WATCH_LATEST = "watch_latest"  # the newest snapshot's label at the last refresh: the slider follows it while there
+WINDOW_TEXT = (
+    "Every run keeps a **window** on ten test images it never trains on, one of each class, the same ones for "
+    "the whole run. Before the first batch, after every epoch (and every minute within a long one) the trainer "
+    "shows them to the network as it is at that moment and keeps what it answers: the length of each class "
+    "capsule (the bars; a red bar is the longest, the prediction) and the image the decoder redraws from that "
+    "capsule alone. At first every capsule is about as long as every other and the redrawing is a grey blur; "
+    "as the network learns, the right capsule grows past m⁺ while the others shrink under m⁻, and the "
+    "redrawing takes the shape of the digit (slowly: the reconstruction loss weighs only 0.0005). "
+    "Slide back through the snapshots to replay it."
+)
 
 
 def _resume(name: str) -> None:
@@ -138,7 +153,68 @@ def _live_page() -> None:
                 st.button("Resume", key=f"resume_{run.name}", on_click=_resume, args=(run.name,), type="primary")
 
 
+@st.cache_data(max_entries=8, show_spinner=False)
+def _read_window(path: str, stamp: tuple[int, int]) -> watch.WindowHistory | None:
+    """A run's window, read again only when its file changed (`stamp`)."""
+    return watch.read_window(path)
+
+
+def _class_names(dataset: str, count: int) -> list[str]:
+    try:
+        names = list(dataset_info(dataset).classes)
+    except (ValueError, KeyError):
+        names = []
+    return names if len(names) == count else [str(c) for c in range(count)]
+
+
+def _window() -> None:
+    """A run's window at one of its snapshots, with a slider over them that follows the newest (its own fragment:
+    a slider move redraws the window alone)."""
+    root = state.runs_root()
+    stamps = {f.name: (f, watch.window_stamp(f)) for f in run_folder.run_folders(root)}  # newest first
+    names = [name for name, (_, stamp) in stamps.items() if stamp is not None]
+    if not names:
+        return
+    st.subheader("Watch the capsules learn", anchor=False)
+    st.markdown(WINDOW_TEXT)
+    if st.session_state.get(WATCH_RUN) not in names:  # the sidebar's run, else the one going on, else the newest
+        active = runs.active_run(root)
+        live = [active.run_dir.name] if active is not None and active.run_dir.name in names else []
+        watched = state.watched_run()
+        st.session_state[WATCH_RUN] = watched if watched in names else (live or names)[0]
+    name = st.selectbox("Run to watch", names, key=WATCH_RUN, help="The runs that keep a window, newest first.")
+    folder, stamp = stamps[name]
+    history = _read_window(str(folder.path), stamp) if stamp is not None else None
+    if history is None:
+        st.info("No snapshot of this run's window yet: the first is taken before its first batch.")
+        return
+    labels = [history.label(s) for s in range(len(history))]
+    shown, latest = st.session_state.get(WATCH_STEP), st.session_state.get(WATCH_LATEST)
+    if shown not in labels or shown == latest:  # at the newest snapshot: stay there as new ones come
+        st.session_state[WATCH_STEP] = labels[-1]
+    st.session_state[WATCH_LATEST] = labels[-1]
+    if len(labels) > 1:
+        chosen = st.select_slider(
+            "Snapshot", labels, key=WATCH_STEP, help=f"At most {watch.KEEP} snapshots, spread over the whole run."
+        )
+    else:
+        chosen = labels[0]
+    s = labels.index(chosen)
+    names_k = _class_names(history.dataset, history.scores.shape[2])
+    margins = (history.m_plus, history.m_minus) if history.capsules else None
+    recon = history.reconstructions[s] if history.reconstructions is not None else None
+    figure = training_figures.training_window(
+        history.images, history.scores[s], recon, history.labels, history.predictions(s), names_k, margins
+    )
+    st.plotly_chart(figure, key="training_window", config={"displayModeBar": False})
+    right = int(history.right(s).sum())
+    kind = "capsule lengths" if history.capsules else "class probabilities (a CNN has no capsules to redraw from)"
+    st.caption(f"{name}, {chosen}: {right} of {len(history.labels)} right; bars are {kind}.")
+
+
 st.title("Training runs", anchor=False)
 st.markdown(texts.training(CapsNetConfig.preset(TrainOptions().preset)))
 st.session_state[LIVE] = None
-st.fragment(run_every=LIVE_S if runs.active_run(state.runs_root()) else IDLE_S)(_live_page)()
+every = LIVE_S if runs.active_run(state.runs_root()) else IDLE_S
+st.fragment(run_every=every)(_live_page)()
+st.fragment(run_every=every)(_window)()
