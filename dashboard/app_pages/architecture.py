@@ -1,0 +1,224 @@
+"""Architecture: the network as a diagram of its tensors; a stage chosen shows what it computes on the current input."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from capsnet import architecture as arch
+from capsnet.config import CapsNetConfig
+from dashboard import guards, state, texts, widgets
+from dashboard.figures import architecture as arch_fig
+from dashboard.figures import pixel_image
+
+STAGE = "arch_stage"  # the stage shown (the radio's key; a click on the diagram sets it)
+DIGIT = "arch_digit"
+MAPS = 16  # Conv1 feature maps shown: the most active ones
+PICKS_CAPSULE = ("conv1", "primary", "votes", "routing")  # the stages that show one primary capsule
+
+INTRO = (
+    "A Capsule Network is five steps from pixels to an answer, and a sixth that draws the answer back. Each box is "
+    "one stage, with the shape of the tensor it hands on (for one input) and how many weights it learns: the shapes "
+    "are the chosen model's own. **Click a box** (or choose a stage below) to see what it computes on the current "
+    "input, with its formula."
+)
+
+
+def formulas(key: str, c: CapsNetConfig) -> list[str]:
+    """The LaTeX lines of one stage, with the model's own sizes."""
+    side, g, p, d = c.image_size - c.conv1_kernel + 1, c.primary_grid, c.primary_dim, c.digit_dim
+    scale = "" if c.primary_scale == 1.0 else rf"{c.primary_scale:.4g}\,"
+    n_text = f"{c.num_primary:,}".replace(",", "{,}")  # 1{,}152: a comma without a space after it
+    widths = r" \to ".join(f"{w:,}".replace(",", "{,}") for w in (c.num_classes * d, *c.decoder_hidden, c.image_pixels))
+    return {
+        "input": [rf"x \in [0, 1]^{{{c.in_channels} \times {c.image_size} \times {c.image_size}}}"],
+        "conv1": [
+            r"a_k = \operatorname{ReLU}\big(w_k \star x + b_k\big)",
+            rf"w_k \in \mathbb{{R}}^{{{c.in_channels} \times {c.conv1_kernel} \times {c.conv1_kernel}}}, \quad "
+            rf"k = 1, \dots, {c.conv1_channels}",
+            rf"a \in \mathbb{{R}}^{{{c.conv1_channels} \times {side} \times {side}}}",
+        ],
+        "primary": [
+            rf"s = {scale}(W \star_{{{c.primary_stride}}} a) + b \in \mathbb{{R}}^{{{c.primary_types * p} \times {g}"
+            rf" \times {g}}}",
+            rf"s \to {n_text} \text{{ vectors }} s_i \in \mathbb{{R}}^{{{p}}}",
+            r"u_i = \operatorname{squash}(s_i) = \frac{\lVert s_i \rVert^2}{1 + \lVert s_i \rVert^2}"
+            r"\frac{s_i}{\lVert s_i \rVert}",
+        ],
+        "votes": [
+            rf"\hat u_{{j|i}} = W_{{ij}}\, u_i, \qquad W_{{ij}} \in \mathbb{{R}}^{{{d} \times {p}}}",
+            rf"i = 1, \dots, {n_text}, \quad j = 1, \dots, {c.num_classes}",
+        ],
+        "routing": [*texts.PROCEDURE_LATEX, r"P(\text{class } j) = \lVert v_j \rVert"],
+        "decoder": [
+            r"m_j = v_j \text{ if } j = \arg\max_k \lVert v_k \rVert, \text{ else } 0",
+            r"h_1 = \operatorname{ReLU}(W_1 m + b_1)",
+            r"h_2 = \operatorname{ReLU}(W_2 h_1 + b_2)",
+            r"\hat x = \sigma(W_3 h_2 + b_3)",
+            widths,
+        ],
+    }[key]
+
+
+def explanation(key: str, c: CapsNetConfig) -> str:
+    """What one stage does, in words, with the model's own sizes."""
+    g, n, k, side = c.primary_grid, c.num_primary, c.num_classes, c.image_size - c.conv1_kernel + 1
+    return {
+        "input": f"One grey image, {c.image_size}x{c.image_size} pixels, each between 0 (background) and 1 (ink).",
+        "conv1": (
+            f"An ordinary convolution: {c.conv1_channels} learned {c.conv1_kernel}x{c.conv1_kernel} filters slide "
+            f"over the image, giving {c.conv1_channels} maps of {side}x{side} local features (edges, stroke ends). "
+            f"The outlined square is the {c.primary_kernel}x{c.primary_kernel} window the chosen primary capsule reads."
+        ),
+        "primary": (
+            f"A second convolution whose {c.primary_types * c.primary_dim} output channels are read in groups of "
+            f"{c.primary_dim}: each group at each of the {g}x{g} positions is one capsule, a {c.primary_dim}-D vector "
+            f"(its *pose*) squashed so that its length lies below 1: how sure it is that its feature is there. "
+            f"{c.primary_types} types x {g * g} positions = **{n:,} capsules**. Each sees only part of the input: "
+            "its receptive field, outlined."
+        ),
+        "votes": (
+            f"Every primary capsule i predicts every digit capsule j through its own learned {c.digit_dim}x"
+            f"{c.primary_dim} matrix W_ij: {n:,} x {k} = {n * k:,} votes, each a {c.digit_dim}-D guess of what "
+            "digit j's pose should be if capsule i's part belongs to it. These matrices hold the part-whole "
+            "knowledge of the network."
+        ),
+        "routing": (
+            "Routing by agreement decides how much of each vote reaches each digit capsule: the couplings c_ij of a "
+            f"primary capsule sum to 1 over the {k} digit capsules, start uniform (1/{k}) and move towards the "
+            f"capsules its votes agree with, over {c.routing_iterations} iterations. The digit capsule v_j is the "
+            "squashed weighted sum of its votes, and its length is the probability that its class is present."
+        ),
+        "decoder": (
+            f"Every digit capsule but one is zeroed (the prediction's is kept; the true class's in training), and "
+            "three fully connected layers redraw the image from the 16 numbers left. The reconstruction error, "
+            f"weighted by {c.reconstruction_weight}, pushes the capsule to encode how the digit looks."
+        ),
+    }[key]
+
+
+def _clicked(chart_key: str) -> None:
+    """A click on a box of the diagram: show its stage."""
+    event = st.session_state.get(chart_key)
+    points = event["selection"]["points"] if event else []
+    picked = [p["customdata"] for p in points if p.get("customdata") in arch.STAGE_KEYS]
+    if picked:
+        st.session_state[STAGE] = picked[0]
+
+
+st.title("Architecture", anchor=False)
+st.markdown(INTRO)
+if DIGIT in st.session_state:  # kept while a stage without the digit capsule's box is shown
+    st.session_state[DIGIT] = st.session_state[DIGIT]
+model = guards.current_model(show_errors=False)
+config = model.config if model is not None else CapsNetConfig()
+stages = arch.stages(config)
+titles = {s.key: s.title for s in stages}
+st.session_state.setdefault(STAGE, "primary")
+stage = st.radio("Stage", arch.STAGE_KEYS, format_func=titles.get, key=STAGE, horizontal=True,
+                 help="Or click a box of the diagram.")  # fmt: skip
+chart_key = f"arch_diagram_{stage}"  # a new chart per stage: no selection left over from the last click
+st.plotly_chart(
+    arch_fig.diagram_figure(stages, stage),
+    key=chart_key,
+    on_select=lambda: _clicked(chart_key),
+    selection_mode="points",
+    config={"displayModeBar": False},
+)
+whose = "the model chosen in the sidebar" if model is not None else "the paper's network (no model is chosen)"
+st.caption(
+    f"Shapes of {whose}: {config.image_size}x{config.image_size} input, {config.num_primary:,} primary capsules. "
+    f"{arch.parameter_count(config):,} parameters in all, {arch.parameter_count(config, decoder=False):,} without "
+    "the decoder: the sum of the boxes. Hover a box for the tensors on the way."
+)
+
+view_col, formula_col = st.columns([1.7, 1], gap="large")
+with formula_col:
+    st.subheader(titles[stage], anchor=False)
+    for line in formulas(stage, config):
+        st.latex(line)
+    st.markdown(explanation(stage, config))
+
+with view_col:
+    reader = guards.require_model()  # says why not: no model, a MultiMNIST or a 40x40 model
+    if model is not None and model.reads_pairs:
+        st.caption("The diagram above has its shapes; what it computes on a pair of digits is on that page.")
+    image = guards.require_input() if reader is not None else None
+    if reader is None or image is None:
+        st.stop()
+    names, g = reader.class_names, config.primary_grid
+    chosen = state.selected_primary()
+    chosen = chosen if chosen is not None and 0 <= chosen < config.num_primary else None
+    reading, view = reader.stages(image, chosen, widgets.capsule_choice(st.session_state.get(DIGIT)))
+    if stage in PICKS_CAPSULE:  # the capsule looked at: the one selected anywhere, else the longest where the ink is
+        if stage == "votes":
+            pick_col, digit_col = st.columns([3, 1.5])
+            widgets.capsule_selectbox("Digit capsule j", names, key=DIGIT, predicted_label="the prediction",
+                                      help=f"Now the prediction is {names[reading.prediction]}.", container=digit_col)  # fmt: skip
+        else:
+            pick_col = st.container()
+        widgets.primary_capsule_picker(config, default=view.index, container=pick_col)
+        st.caption(
+            f"Primary capsule i = {view.index:,} (type {view.kind + 1} at ({view.y}, {view.x})), "
+            f"length |u_i| = {view.length:.3f}"
+            + ("" if chosen is not None else ": the longest where the ink is, until you choose another")
+        )
+
+    if stage == "input":
+        st.image(pixel_image(reading.image, 8), caption=f"x: {config.image_size}x{config.image_size}, in [0, 1]")
+    elif stage == "conv1":
+        channels = arch.strongest_maps(reading.features, MAPS)
+        st.plotly_chart(
+            arch_fig.feature_maps_figure(reading.features[channels], channels, view.window, config.primary_kernel),
+            key="arch_conv1", config={"displayModeBar": False},
+        )  # fmt: skip
+        st.caption(
+            f"The {len(channels)} most active of the {config.conv1_channels} feature maps "
+            f"({reading.features.shape[1]}x{reading.features.shape[2]} each); hover for the map's number."
+        )
+    elif stage == "primary":
+        field_col, grid_col = st.columns(2)
+        field_col.plotly_chart(
+            arch_fig.receptive_field_figure(reading.image, view.field, "its receptive field on the input"),
+            key="arch_field", config={"displayModeBar": False},
+        )  # fmt: skip
+        lengths = reading.votes.primary_lengths.reshape(config.primary_types, g, g)[view.kind]  # (G, G)
+        grid_col.plotly_chart(
+            arch_fig.grid_lengths_figure(lengths, view.y, view.x, f"lengths of type {view.kind + 1}, every position"),
+            key="arch_grid", config={"displayModeBar": False},
+        )  # fmt: skip
+        st.plotly_chart(
+            arch_fig.pose_figure(view.pose, f"its pose u_i ({config.primary_dim}-D), length {view.length:.3f}", 240),
+            key="arch_pose", config={"displayModeBar": False},
+        )  # fmt: skip
+    elif stage == "votes":
+        st.plotly_chart(
+            arch_fig.matrix_product_figure(view.weight, view.pose, view.vote),
+            key="arch_product", config={"displayModeBar": False},
+        )  # fmt: skip
+        st.caption(
+            f"The vote of capsule i = {view.index:,} for digit capsule {names[view.digit]}: "
+            f"|û| = {view.vote_lengths[view.digit]:.3f}. Its votes for every digit capsule:"
+        )
+        st.plotly_chart(
+            arch_fig.vote_lengths_figure(view.vote_lengths, names, view.digit),
+            key="arch_vote_lengths", config={"displayModeBar": False},
+        )  # fmt: skip
+    elif stage == "routing":
+        st.plotly_chart(
+            arch_fig.routing_figure(view.coupling, reading.votes.lengths, names),
+            key="arch_routing", config={"displayModeBar": False},
+        )  # fmt: skip
+        strongest = int(view.coupling[-1].argmax())
+        st.caption(
+            f"After {reading.votes.iterations} iterations capsule i sends {view.coupling[-1, strongest]:.0%} of its "
+            f"vote to digit capsule {names[strongest]} (uniform: {1 / config.num_classes:.0%}); the network predicts "
+            f"**{names[reading.prediction]}** (|v| = {reading.lengths[reading.prediction]:.2f})."
+        )
+    else:
+        st.plotly_chart(
+            arch_fig.masked_figure(reading.masked, names, reading.prediction),
+            key="arch_masked", config={"displayModeBar": False},
+        )  # fmt: skip
+        input_col, output_col, _ = st.columns([1, 1, 1])
+        input_col.image(pixel_image(reading.image, 5), caption="input x")
+        output_col.image(pixel_image(reading.reconstruction, 5), caption=f"x̂ from capsule {names[reading.prediction]}")

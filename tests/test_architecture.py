@@ -1,0 +1,279 @@
+"""The Architecture view: every stage's shape and parameters from the config, one input stage by stage, the page."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from dashboard_fixtures import APP, app_dirs, app_run, app_with_run, clear_streamlit_caches  # noqa: F401
+from streamlit.testing.v1 import AppTest
+
+from capsnet import architecture as arch
+from capsnet.agreement import first_primary, receptive_fields
+from capsnet.config import CapsNetConfig
+from capsnet.model import CapsNet
+from dashboard.figures import architecture as arch_fig
+
+
+@pytest.fixture(scope="module")
+def image() -> np.ndarray:
+    digit = np.zeros((28, 28), np.float32)
+    digit[6:22, 12:16] = 1.0
+    digit[6:9, 9:19] = 0.8
+    return digit
+
+
+@pytest.fixture(scope="module")
+def reading(model: CapsNet, image: np.ndarray) -> arch.StageReading:
+    return arch.read_stages(model, image)
+
+
+@pytest.mark.parametrize("preset", ["paper", "tiny", "multimnist", "official"])
+def test_the_stages_parameters_add_up_to_the_models(preset: str) -> None:
+    config = CapsNetConfig.preset(preset)
+    with torch.device("meta"):  # the real layers, no memory: only their sizes are counted
+        net = CapsNet(config)
+    stages = arch.stages(config)
+    assert [s.key for s in stages] == list(arch.STAGE_KEYS)
+    assert sum(s.parameters for s in stages) == arch.parameter_count(config) == sum(p.numel() for p in net.parameters())
+    assert arch.parameter_count(config, decoder=False) == net.num_parameters(decoder=False)
+    by_key = {s.key: s for s in stages}
+    assert by_key["conv1"].parameters == sum(p.numel() for p in net.conv1.parameters())
+    assert by_key["primary"].parameters == sum(p.numel() for p in net.primary.parameters())
+    assert by_key["votes"].parameters == net.digits.weight.numel()
+    assert by_key["decoder"].parameters == sum(p.numel() for p in net.decoder.parameters())
+
+
+def test_the_papers_shapes() -> None:
+    shapes = {s.key: s.shape for s in arch.stages(CapsNetConfig())}
+    assert shapes == {
+        "input": (1, 28, 28),
+        "conv1": (256, 20, 20),
+        "primary": (1152, 8),
+        "votes": (10, 1152, 16),
+        "routing": (10, 16),
+        "decoder": (1, 28, 28),
+    }
+    assert arch.parameter_count(CapsNetConfig()) == 8_215_568
+    steps = dict(next(s for s in arch.stages(CapsNetConfig()) if s.key == "decoder").steps)
+    assert [steps[f"layer {i}"] for i in (1, 2, 3)] == [(512,), (1024,), (784,)]
+    # MultiMNIST's 36x36 pairs: a 10x10 grid of 32 types, 3,200 primary capsules
+    mm = {s.key: s.shape for s in arch.stages(CapsNetConfig.preset("multimnist"))}
+    assert mm["conv1"] == (256, 28, 28) and mm["primary"] == (3200, 8) and mm["votes"] == (10, 3200, 16)
+
+
+@pytest.mark.parametrize("size", [28, 36])
+def test_every_stage_outputs_the_shape_it_states(size: int) -> None:
+    """The tensors of a real forward pass have the shapes `stages` derives from the config alone."""
+    torch.manual_seed(0)
+    config = dataclasses.replace(CapsNetConfig.preset("tiny"), image_size=size)
+    net = CapsNet(config).eval()
+    reading = arch.read_stages(net, np.random.default_rng(0).random((size, size), dtype=np.float32))
+    shapes = {s.key: s.shape for s in arch.stages(config)}
+    assert reading.features.shape == shapes["conv1"]
+    assert reading.primary.shape == shapes["primary"]
+    assert reading.votes.votes.shape == shapes["votes"]
+    assert reading.poses.shape == reading.masked.shape == shapes["routing"]
+    assert (1, *reading.reconstruction.shape) == shapes["decoder"] == shapes["input"]
+    steps = dict(next(s for s in arch.stages(config) if s.key == "primary").steps)
+    with torch.no_grad():
+        conv = net.primary.conv(torch.from_numpy(reading.features)[None])  # (1, T*P, G, G)
+    assert tuple(conv.shape[1:]) == steps["convolution"]
+
+
+def test_the_forward_pass_can_return_conv1s_feature_maps(model: CapsNet, image: np.ndarray) -> None:
+    x = torch.from_numpy(image).view(1, 1, 28, 28)
+    with torch.no_grad():
+        plain = model(x)
+        out = model(x, return_features=True)
+        expected = torch.relu(model.conv1(x))
+    assert plain.features is None and out.features is not None
+    torch.testing.assert_close(out.features, expected)
+    torch.testing.assert_close(out.poses, plain.poses)  # the same pass, nothing else changed
+
+
+def test_a_reading_is_one_forward_pass(model: CapsNet, image: np.ndarray, reading: arch.StageReading) -> None:
+    x = torch.from_numpy(image).view(1, 1, 28, 28)
+    with torch.no_grad():
+        out = model(x, return_primary=True, return_features=True)
+    np.testing.assert_allclose(reading.features, out.features[0].numpy(), atol=1e-6)
+    np.testing.assert_allclose(reading.primary, out.primary.poses[0].numpy(), atol=1e-6)
+    np.testing.assert_allclose(reading.lengths, out.lengths[0].numpy(), atol=1e-6)
+    assert reading.prediction == int(out.prediction[0])
+    np.testing.assert_allclose(reading.reconstruction, out.reconstruction[0, 0].numpy(), atol=1e-6)
+    # the decoder's input: the prediction's capsule alone
+    kept = np.flatnonzero(np.abs(reading.masked).sum(axis=1))
+    assert kept.tolist() == [reading.prediction]
+    np.testing.assert_allclose(reading.masked[reading.prediction], reading.poses[reading.prediction])
+    with pytest.raises(ValueError, match="28x28"):
+        arch.read_stages(model, np.zeros((20, 20), np.float32))
+    model.train()
+    try:
+        with pytest.raises(ValueError, match="eval mode"):
+            arch.read_stages(model, image)
+    finally:
+        model.eval()
+
+
+def test_a_capsules_view_is_its_matrix_its_vote_and_its_field(model: CapsNet, reading: arch.StageReading) -> None:
+    config = model.config
+    i, j = 2 * config.primary_grid**2 + 3 * config.primary_grid + 4, 7  # type 2, (3, 4): 0-based type index 2
+    view = arch.capsule_view(model, reading, i, j)
+    assert (view.index, view.kind, view.y, view.x, view.digit) == (i, 2, 3, 4, j)
+    np.testing.assert_array_equal(view.weight, model.digits.weight[i, j].detach().numpy())
+    np.testing.assert_allclose(view.weight @ view.pose, view.vote, atol=1e-5)  # u_hat_{j|i} = W_ij u_i
+    np.testing.assert_allclose(view.pose, reading.primary[i])
+    assert view.length == pytest.approx(float(np.linalg.norm(reading.primary[i])))
+    np.testing.assert_array_equal(view.field, receptive_fields(config)[3, 4])
+    assert view.field.sum() == 17 * 17 and view.window == (6, 8)
+    assert view.field[6:23, 8:25].all()  # the 17x17 square that starts at the Conv1 window's corner
+    np.testing.assert_allclose(view.coupling.sum(axis=1), 1.0, atol=1e-5)
+    assert view.coupling.shape == view.agreement.shape == (config.routing_iterations, config.num_classes)
+    np.testing.assert_allclose(view.vote_lengths[j], np.linalg.norm(view.vote), rtol=1e-5)
+    # by default: the longest primary capsule and the prediction
+    default = arch.capsule_view(model, reading, None, None)
+    assert default.index == first_primary(reading.votes, reading.image, config) and default.digit == reading.prediction
+    assert (default.field & (reading.image > 0)).any()  # it sees some of the digit
+    fields, g = receptive_fields(config), config.primary_grid
+    ink = [float(reading.image[fields[divmod(i % g**2, g)]].sum()) for i in range(config.num_primary)]
+    score = np.linalg.norm(reading.primary, axis=1) * np.asarray(ink)  # the slow way, capsule by capsule
+    assert default.index == int(np.argmax(score))
+    with pytest.raises(ValueError, match="primary capsule"):
+        arch.capsule_view(model, reading, config.num_primary, 0)
+    with pytest.raises(ValueError, match="class index"):
+        arch.capsule_view(model, reading, 0, 10)
+
+
+def test_the_strongest_feature_maps_come_first(reading: arch.StageReading) -> None:
+    order = arch.strongest_maps(reading.features, 5)
+    means = reading.features.mean(axis=(1, 2))
+    assert len(order) == 5 and np.all(np.diff(means[order]) <= 0)
+    assert means[order[-1]] >= np.sort(means)[-5]
+
+
+def test_the_figures(model: CapsNet, reading: arch.StageReading) -> None:
+    stages = arch.stages(model.config)
+    fig = arch_fig.diagram_figure(stages, "votes")
+    bars = fig.data[0]
+    assert list(bars.customdata) == list(arch.STAGE_KEYS)
+    assert "32 x 20 x 20" in bars.text[1] and "2,624 parameters" in bars.text[1]  # Conv1 of the tiny network
+    assert [c == arch_fig.CHOSEN for c in bars.marker.color] == [k == "votes" for k in arch.STAGE_KEYS]
+    with pytest.raises(ValueError, match="unknown stage"):
+        arch_fig.diagram_figure(stages, "pooling")
+    view = arch.capsule_view(model, reading, 5, 1)
+    product = arch_fig.matrix_product_figure(view.weight, view.pose, view.vote)
+    np.testing.assert_allclose(np.asarray(product.data[2].z).ravel(), view.vote, rtol=1e-6)
+    with pytest.raises(ValueError, match="needs u"):
+        arch_fig.matrix_product_figure(view.weight, view.vote, view.vote)
+    maps = arch_fig.feature_maps_figure(reading.features[:4], [0, 1, 2, 3], view.window, model.config.primary_kernel)
+    outline = maps.data[1]  # the capsule's Conv1 window, outlined on each map: 4 closed squares
+    assert np.isnan(np.asarray(outline.x, dtype=float)).sum() == 4
+    corner = np.asarray(outline.x[:5], dtype=float), np.asarray(outline.y[:5], dtype=float)
+    assert (corner[0].min(), corner[1].min()) == (view.window[1] - 0.5, view.window[0] - 0.5)
+    assert corner[0].max() - corner[0].min() == model.config.primary_kernel
+    hover = np.asarray(maps.data[0].customdata)  # each map's number on its own pixels
+    assert hover[0, 0] == 1 and hover[-1, -1] == 4
+
+
+# ---------------------------------------------------------------- the page
+
+
+def new_app() -> AppTest:
+    clear_streamlit_caches()
+    return AppTest.from_file(APP, default_timeout=180)
+
+
+def no_exception(at: AppTest) -> None:
+    assert not at.exception, [e.stack_trace for e in at.exception]
+
+
+def chart(at: AppTest, key: str) -> dict:
+    for element in at.get("plotly_chart"):
+        if element.key == key:
+            return json.loads(element.proto.spec)
+    raise AssertionError(f"no chart {key!r}; have {[e.key for e in at.get('plotly_chart')]}")
+
+
+def values(array: list | dict) -> np.ndarray:
+    """A plotly JSON data array: a list, or base64 with its dtype."""
+    if isinstance(array, dict):
+        import base64
+
+        data = np.frombuffer(base64.b64decode(array["bdata"]), dtype=array["dtype"])
+        return data  # flat: the caller reshapes
+    return np.asarray(array, dtype=float)
+
+
+def open_page(at: AppTest) -> AppTest:
+    at.run()
+    at.segmented_control(key="input_source").set_value("Test image").run()
+    at.switch_page("app_pages/architecture.py").run()
+    no_exception(at)
+    return at
+
+
+def test_the_page_shows_each_stage_of_the_chosen_model(app_with_run, app_run) -> None:  # noqa: F811
+    from capsnet.checkpoint import load_checkpoint
+    from capsnet.data import as_tensors, load_dataset
+
+    at = open_page(new_app())
+    assert not at.error, [e.value for e in at.error]
+    assert at.radio(key="arch_stage").value == "primary"
+    diagram = chart(at, "arch_diagram_primary")["data"][0]
+    assert diagram["customdata"] == list(arch.STAGE_KEYS) and "288 x 8" in diagram["text"][2]  # the tiny model's
+    assert {"arch_field", "arch_grid", "arch_pose"} <= {c.key for c in at.get("plotly_chart")}
+    assert any("656,976 parameters in all" in c.value for c in at.main.caption)
+    # a capsule chosen by type, row and column is the one selected on every page
+    at.number_input(key="primary_type").set_value(2).run()
+    at.number_input(key="primary_row").set_value(3).run()
+    at.number_input(key="primary_col").set_value(4).run()
+    no_exception(at)
+    index = 1 * 36 + 3 * 6 + 4
+    assert at.session_state["selected_primary"] == index
+    # its vote for digit capsule 5 is W_ij u_i of the checkpoint's own weights
+    at.radio(key="arch_stage").set_value("votes").run()
+    at.selectbox(key="arch_digit").set_value(5).run()
+    no_exception(at)
+    net = load_checkpoint(app_run / "best.safetensors").model
+    images, _ = as_tensors(load_dataset("mnist", train=False))
+    expected = arch.capsule_view(net, arch.read_stages(net, images[0, 0].numpy()), index, 5)
+    product = chart(at, "arch_product")["data"]
+    np.testing.assert_allclose(values(product[0]["z"]).reshape(16, 8), expected.weight, rtol=1e-5)
+    np.testing.assert_allclose(values(product[2]["z"]).ravel(), expected.vote, rtol=1e-4, atol=1e-6)
+    for stage, key in (("decoder", "arch_masked"), ("conv1", "arch_conv1"), ("routing", "arch_routing")):
+        at.radio(key="arch_stage").set_value(stage).run()
+        no_exception(at)
+        assert key in {c.key for c in at.get("plotly_chart")}, stage
+        if stage == "decoder":  # the decoder's input: the predicted capsule alone
+            masked = values(chart(at, "arch_masked")["data"][0]["z"]).reshape(10, 16)
+            assert np.count_nonzero(np.abs(masked).sum(axis=1)) == 1
+        else:  # the capsule chosen stays chosen, also across a stage that does not show it
+            assert (at.number_input(key="primary_type").value, at.number_input(key="primary_col").value) == (2, 4)
+    at.radio(key="arch_stage").set_value("votes").run()
+    assert at.selectbox(key="arch_digit").value == 5  # kept while another stage was shown
+
+
+def test_a_multimnist_model_is_drawn_with_its_own_shapes(app_dirs, tiny_multimnist) -> None:  # noqa: F811
+    _, checkpoints = app_dirs
+    shutil.copy(tiny_multimnist, checkpoints / "multimnist.safetensors")
+    at = new_app().run()
+    at.switch_page("app_pages/architecture.py").run()
+    no_exception(at)
+    text = chart(at, "arch_diagram_primary")["data"][0]["text"]
+    assert "1 x 36 x 36" in text[0] and "800 x 8" in text[2]  # 8 types on a 10x10 grid
+    assert any("MultiMNIST" in i.value for i in at.info)
+    assert not {"arch_field", "arch_pose"} & {c.key for c in at.get("plotly_chart")}
+
+
+def test_without_a_model_the_papers_network_is_drawn(app_dirs) -> None:  # noqa: F811
+    at = new_app().run()
+    at.switch_page("app_pages/architecture.py").run()
+    no_exception(at)
+    text = chart(at, "arch_diagram_primary")["data"][0]["text"]
+    assert "256 x 20 x 20" in text[1] and "1,152 x 8" in text[2]
+    assert any("8,215,568 parameters in all" in c.value for c in at.main.caption)
+    assert at.latex  # the stage's formula, even without a model
