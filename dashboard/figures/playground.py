@@ -1,0 +1,247 @@
+"""The routing playground's figures: votes in a plane with their weights, couplings per child, squash and margin loss."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+
+from dashboard.figures.style import CLASS_COLOURS, MARGIN_MINUS, MARGIN_PLUS, OTHER
+
+LIGHT = "#fafafa"
+
+
+def colour(parent: int) -> str:
+    return CLASS_COLOURS[int(parent) % len(CLASS_COLOURS)]
+
+
+def plane_figure(
+    points: np.ndarray,
+    coupling: np.ndarray,
+    agreement: np.ndarray,
+    sums: np.ndarray,
+    poses: np.ndarray,
+    parents: Sequence[int],
+    names: Sequence[str],
+    step: int,
+    selected: tuple[int, int] | None = None,
+    label_children: bool = True,
+    height: int = 520,
+) -> go.Figure:
+    """Every shown parent's votes in one plane, sized and faded by their coupling, with s_j and v_j of iteration `step`.
+
+    points (P, N, 2) the votes; coupling and agreement (r, N, P); sums and poses (r, P, 2); `parents`
+    the P parents' indices (their colours), `names` their names; `step` from 0. The axes hold every
+    iteration's s_j and v_j, so stepping moves the marks, not the picture. Each vote's customdata is
+    (child, position in `parents`), for a click to say which vote it is; `selected` rings one vote.
+    """
+    points, coupling, agreement = (np.asarray(a, dtype=np.float32) for a in (points, coupling, agreement))
+    sums, poses = np.asarray(sums, dtype=np.float32), np.asarray(poses, dtype=np.float32)
+    p_count, n, _ = points.shape
+    r = coupling.shape[0]
+    t = int(np.clip(step, 0, r - 1))
+    scale = max(float(coupling.max()), 1e-6)  # the largest coupling of any iteration gets the largest marker
+    # the axes hold the votes and the unit circle (every v_j is inside it); an s_j beyond them is drawn at their edge
+    reach = max(float(np.abs(points).max()), 1.05) * 1.12
+    norms = np.linalg.norm(sums[t], axis=-1)  # (P,)
+    outside = norms > 0.94 * reach
+    shown = sums[t] * np.where(outside, 0.94 * reach / np.maximum(norms, 1e-9), 1.0)[:, None]  # (P, 2)
+    children = np.arange(n)
+    traces: list[dict] = []
+    for p, parent in enumerate(parents):
+        c = coupling[t, :, p]  # (N,)
+        # (N, 4): the child (from 0), the parent's position, c_ij and the agreement
+        custom = np.stack([children, np.full(n, p), c, agreement[t, :, p]], axis=-1)
+        traces.append(
+            dict(
+                type="scatter", x=points[p, :, 0], y=points[p, :, 1], name=f"votes for {names[p]}",
+                mode="markers+text" if label_children else "markers",
+                text=(children + 1).astype(str), textposition="top center",
+                textfont=dict(size=10, color=colour(parent)), customdata=custom, legendgroup=str(p),
+                marker=dict(size=5 + 26 * c / scale, color=colour(parent), opacity=0.25 + 0.75 * c / scale,
+                            line=dict(width=0)),
+                hovertemplate=f"child %{{text}} → {names[p]}<br>û = (%{{x:.2f}}, %{{y:.2f}})<br>"
+                              "c = %{customdata[2]:.3f}<br>û·v = %{customdata[3]:.3f}<extra></extra>",
+            )
+        )  # fmt: skip
+    for p, parent in enumerate(
+        parents
+    ):  # v_j: an arrow from the origin (light over one parent's votes, all its colour)
+        arrow = colour(parent) if p_count > 1 else LIGHT
+        traces.append(
+            dict(
+                type="scatter", x=[0.0, float(poses[t, p, 0])], y=[0.0, float(poses[t, p, 1])], mode="lines+markers",
+                name=f"v for {names[p]}", legendgroup=str(p), showlegend=False, hoverinfo="skip",
+                line=dict(color=arrow, width=3),
+                marker=dict(symbol="arrow", angleref="previous", size=[0, 16], color=arrow),
+            )
+        )  # fmt: skip
+    traces.append(
+        dict(
+            type="scatter", x=shown[:, 0], y=shown[:, 1], mode="markers+text", name="s_j (weighted sum)",
+            marker=dict(symbol="x", size=12, color=[colour(p) for p in parents], line=dict(width=1, color=LIGHT)),
+            text=[f"|s| = {v:.1f}" if far else "" for v, far in zip(norms, outside)], textposition="bottom center",
+            textfont=dict(size=10, color=LIGHT), customdata=np.stack([sums[t, :, 0], sums[t, :, 1], norms], axis=-1),
+            hovertext=[f"s for {name}" + (", drawn at the edge" if far else "") for name, far in zip(names, outside)],
+            hovertemplate="%{hovertext} = (%{customdata[0]:.2f}, %{customdata[1]:.2f}), "
+                          "|s| = %{customdata[2]:.2f}<extra></extra>",
+        )
+    )  # fmt: skip
+    if selected is not None:
+        p, i = selected
+        traces.append(
+            dict(
+                type="scatter", x=[float(points[p, i, 0])], y=[float(points[p, i, 1])], mode="markers",
+                name="chosen vote", hoverinfo="skip",
+                marker=dict(symbol="circle-open", size=24, color=LIGHT, line=dict(width=2)),
+            )
+        )  # fmt: skip
+    circle = dict(
+        type="circle", xref="x", yref="y", x0=-1, y0=-1, x1=1, y1=1, line=dict(color=OTHER, dash="dot", width=1)
+    )
+    axis = dict(range=[-reach, reach], zeroline=True, zerolinecolor="#3a4150", autorange=False)
+    return go.Figure(
+        data=traces,
+        layout=dict(
+            height=height,
+            margin=dict(l=50, r=20, t=50, b=90),
+            title=dict(text=f"Iteration {t + 1} of {r}: arrows are v_j, crosses s_j", x=0.0, xanchor="left"),
+            legend=dict(orientation="h", y=-0.12),
+            shapes=[circle],
+            xaxis=dict(axis),
+            yaxis=dict(axis, scaleanchor="x", scaleratio=1),
+            clickmode="event+select",
+            dragmode="pan",
+        ),
+    )
+
+
+def coupling_bars_figure(
+    coupling: np.ndarray, parents: Sequence[int], names: Sequence[str], selected: int | None = None, height: int = 420
+) -> go.Figure:
+    """c_ij of each child (N, P) as one stacked bar per child: the softmax makes every bar reach 1."""
+    coupling = np.asarray(coupling, dtype=np.float32)
+    n = coupling.shape[0]
+    labels = [f"child {i + 1}" + (" ◀" if selected == i else "") for i in range(n)]
+    bars = [
+        dict(
+            type="bar", orientation="h", x=coupling[:, p], y=labels, name=names[p], marker=dict(color=colour(parent)),
+            text=[f"{v:.2f}" for v in coupling[:, p]], textposition="inside", insidetextanchor="middle",
+            hovertemplate=f"%{{y}}: c to {names[p]} = %{{x:.3f}}<extra></extra>",
+        )
+        for p, parent in enumerate(parents)
+    ]  # fmt: skip
+    return go.Figure(
+        data=bars,
+        layout=dict(
+            height=height,
+            barmode="stack",
+            margin=dict(l=80, r=10, t=40, b=60),
+            title=dict(text="c_ij of each child (a row sums to 1)", x=0.0, xanchor="left"),
+            xaxis=dict(range=[0, 1]),
+            yaxis=dict(autorange="reversed"),
+            legend=dict(orientation="h", y=-0.12, traceorder="normal"),
+        ),
+    )
+
+
+def lengths_figure(
+    lengths: np.ndarray, parents: Sequence[int], names: Sequence[str], step: int, height: int = 300
+) -> go.Figure:
+    """|v_j| after each iteration (r, P), one line per parent, the iteration shown marked."""
+    lengths = np.asarray(lengths, dtype=np.float32)
+    r = lengths.shape[0]
+    lines = [
+        dict(
+            type="scatter", x=np.arange(1, r + 1), y=lengths[:, p], mode="lines+markers", name=names[p],
+            line=dict(color=colour(parent)), hovertemplate=f"{names[p]}: |v| = %{{y:.3f}}<extra></extra>",
+        )
+        for p, parent in enumerate(parents)
+    ]  # fmt: skip
+    here = dict(type="line", xref="x", yref="y domain", x0=step + 1, x1=step + 1, y0=0, y1=1,
+                line=dict(color=LIGHT, dash="dot", width=1))  # fmt: skip
+    return go.Figure(
+        data=lines,
+        layout=dict(
+            height=height + (70 if len(lines) > 4 else 0),
+            margin=dict(l=50, r=10, t=40, b=120 if len(lines) > 4 else 50),
+            title=dict(text="|v_j| after each iteration", x=0.0, xanchor="left"),
+            xaxis=dict(title=dict(text="iteration"), dtick=1, range=[0.7, r + 0.3]),
+            yaxis=dict(range=[0, 1.02], title=dict(text="|v_j|")),
+            shapes=[here],
+            **({"legend": dict(orientation="h", y=-0.3)} if len(lines) > 4 else {}),
+        ),
+    )
+
+
+def squash_figure(
+    norms: np.ndarray, lengths: np.ndarray, marks: np.ndarray, parents: Sequence[int], names: Sequence[str],
+    height: int = 320,
+) -> go.Figure:  # fmt: skip
+    """Equation 1 as a curve, |v| against |s|, with each parent's (|s_j|, |v_j|) marks (P, 2) on it."""
+    marks = np.asarray(marks, dtype=np.float32).reshape(-1, 2)
+    data = [
+        dict(type="scatter", x=norms, y=lengths, mode="lines", name="|squash(s)|", line=dict(color=OTHER, width=2),
+             hovertemplate="|s| = %{x:.2f} → |v| = %{y:.3f}<extra></extra>"),
+        *(
+            dict(type="scatter", x=[float(marks[p, 0])], y=[float(marks[p, 1])], mode="markers", name=names[p],
+                 marker=dict(size=11, color=colour(parent), line=dict(width=1, color=LIGHT)),
+                 hovertemplate=f"{names[p]}: |s| = %{{x:.2f}}, |v| = %{{y:.3f}}<extra></extra>")
+            for p, parent in enumerate(parents)
+        ),
+    ]  # fmt: skip
+    one = dict(
+        type="line", xref="x domain", yref="y", x0=0, x1=1, y0=1, y1=1, line=dict(color=LIGHT, dash="dot", width=1)
+    )
+    return go.Figure(
+        data=data,
+        layout=dict(
+            height=height,
+            margin=dict(l=50, r=10, t=40, b=50),
+            title=dict(text="Squash: short vectors shrink to ~0, long ones to just below 1", x=0.0, xanchor="left"),
+            xaxis=dict(title=dict(text="|s_j|"), range=[0, float(norms[-1])]),
+            yaxis=dict(title=dict(text="|v_j|"), range=[0, 1.05]),
+            shapes=[one],
+            showlegend=False,
+        ),
+    )
+
+
+def margin_figure(
+    lengths: np.ndarray, present: np.ndarray, absent: np.ndarray, m_plus: float, m_minus: float,
+    marks: np.ndarray, names: Sequence[str], height: int = 320,
+) -> go.Figure:  # fmt: skip
+    """Equation 4 for one class against |v_k|: the loss when the class is present and when it is absent; marks (P,)."""
+    data = [
+        dict(type="scatter", x=lengths, y=present, mode="lines", name="class present (T_k = 1)",
+             line=dict(color=MARGIN_PLUS, width=2), hovertemplate="|v| = %{x:.2f}: L = %{y:.3f}<extra></extra>"),
+        dict(type="scatter", x=lengths, y=absent, mode="lines", name="class absent (T_k = 0)",
+             line=dict(color=MARGIN_MINUS, width=2), hovertemplate="|v| = %{x:.2f}: L = %{y:.3f}<extra></extra>"),
+    ]  # fmt: skip
+    shapes = [
+        dict(type="line", xref="x", yref="y domain", x0=m, x1=m, y0=0, y1=1, line=dict(color=c, dash="dash", width=1))
+        for m, c in ((m_plus, MARGIN_PLUS), (m_minus, MARGIN_MINUS))
+    ]
+    notes = [
+        dict(x=m, y=1, xref="x", yref="y domain", text=text, showarrow=False, yanchor="bottom", font=dict(color=c))
+        for m, c, text in ((m_plus, MARGIN_PLUS, f"m⁺ = {m_plus}"), (m_minus, MARGIN_MINUS, f"m⁻ = {m_minus}"))
+    ]
+    for p, length in enumerate(np.asarray(marks, dtype=np.float32).reshape(-1)):
+        shapes.append(dict(type="line", xref="x", yref="y domain", x0=float(length), x1=float(length), y0=0, y1=0.12,
+                           line=dict(color=LIGHT, width=2)))  # fmt: skip
+        notes.append(dict(x=float(length), y=0.13 + 0.09 * p, xref="x", yref="y domain", text=names[p], showarrow=False,
+                          yanchor="bottom", font=dict(size=10, color=LIGHT)))  # fmt: skip
+    return go.Figure(
+        data=data,
+        layout=dict(
+            height=height,
+            margin=dict(l=50, r=10, t=50, b=50),
+            title=dict(text="Margin loss of one class against its length", x=0.0, xanchor="left", y=0.98),
+            xaxis=dict(title=dict(text="|v_k|"), range=[0, 1]),
+            yaxis=dict(title=dict(text="L_k"), rangemode="tozero"),
+            shapes=shapes,
+            annotations=notes,
+            legend=dict(orientation="h", y=-0.25),
+        ),
+    )

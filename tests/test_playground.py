@@ -1,0 +1,279 @@
+"""The routing playground: toy routing against a hand-written Procedure 1, the curves, the figures, and the page."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from dashboard_fixtures import APP, app_dirs, app_run, app_with_run, clear_streamlit_caches  # noqa: F401
+from streamlit.testing.v1 import AppTest
+
+from capsnet import playground as pg
+from capsnet.agreement import vote_view
+from capsnet.config import CapsNetConfig
+from capsnet.explain import explain
+from dashboard.figures import playground as figs
+
+PAGE = "app_pages/playground.py"
+
+
+def reference_routing(votes: np.ndarray, iterations: int) -> dict[str, np.ndarray]:
+    """Procedure 1 written out slowly, child by child and parent by parent, in float64."""
+    k, n, d = votes.shape
+    b = np.zeros((n, k))
+    out: dict[str, list] = {"coupling": [], "logits": [], "sums": [], "poses": [], "agreement": []}
+    for _ in range(iterations):
+        c = np.zeros((n, k))
+        for i in range(n):
+            e = [np.exp(b[i, j]) for j in range(k)]
+            for j in range(k):
+                c[i, j] = e[j] / sum(e)
+        s, v, a = np.zeros((k, d)), np.zeros((k, d)), np.zeros((n, k))
+        for j in range(k):
+            for i in range(n):
+                s[j] += c[i, j] * votes[j, i]
+            norm2 = float(s[j] @ s[j])
+            v[j] = norm2 / (1 + norm2) * s[j] / np.sqrt(norm2) if norm2 > 0 else 0.0
+        for i in range(n):
+            for j in range(k):
+                a[i, j] = votes[j, i] @ v[j]
+        out["coupling"].append(c), out["logits"].append(b.copy()), out["sums"].append(s)
+        out["poses"].append(v), out["agreement"].append(a)
+        b = b + a
+    return {name: np.array(values) for name, values in out.items()}
+
+
+# ---------------------------------------------------------------- the toy's routing
+
+
+@pytest.mark.parametrize("preset", pg.PRESETS)
+@pytest.mark.parametrize("iterations", [1, 3, 5])
+def test_route_is_procedure_1(preset: str, iterations: int) -> None:
+    votes = pg.preset_votes(preset)
+    got = pg.route(votes, iterations)
+    want = reference_routing(votes.astype(np.float64), iterations)
+    assert got.iterations == iterations and got.coupling.shape == (iterations, pg.CHILDREN, pg.PARENTS)
+    for name, expected in want.items():
+        np.testing.assert_allclose(getattr(got, name), expected, atol=2e-5, err_msg=name)
+    np.testing.assert_allclose(got.lengths, np.linalg.norm(want["poses"], axis=-1), atol=2e-5)
+    np.testing.assert_allclose(got.coupling.sum(axis=-1), 1.0, atol=1e-6)  # each child splits one unit of weight
+    np.testing.assert_allclose(got.coupling[0], 1.0 / pg.PARENTS, atol=1e-7)  # b = 0: uniform at first
+    assert np.all(got.lengths < 1.0)
+
+
+def test_the_agreeing_cluster_wins_its_parent() -> None:
+    routing = pg.route(pg.preset_votes("agreeing cluster plus outliers"), 4)
+    to_first = routing.coupling[:, :, 0]  # (r, N)
+    assert np.all(np.diff(to_first[:, :8], axis=0) > 0)  # the eight agreeing children: more weight every iteration
+    assert np.all(to_first[-1, :8] > 0.7) and np.all(to_first[-1, 8:] < 1 / 3)  # the outliers take theirs away
+    assert routing.lengths[-1, 0] > 0.95 > 0.6 > routing.lengths[-1, 1:].max()  # parent 1 is the one present
+
+
+def test_two_clusters_compete_and_the_larger_wins() -> None:
+    routing = pg.route(pg.preset_votes("two competing clusters"), 3)
+    to_first = routing.coupling[-1, :, 0]
+    assert np.all(to_first[:7] > 0.55) and np.all(to_first[7:] < 0.2)
+    assert np.all(routing.agreement[-1, :7, 0] > 0) and np.all(routing.agreement[-1, 7:, 0] < 0)
+
+
+def test_without_agreement_the_couplings_stay_near_uniform() -> None:
+    routing = pg.route(pg.preset_votes("no agreement"), 3)
+    assert np.abs(routing.coupling - 1.0 / 3).max() < 0.1 and np.all(routing.lengths < 0.3)
+
+
+def test_presets_are_seeded_and_checked() -> None:
+    for name in pg.PRESETS:
+        votes = pg.preset_votes(name)
+        assert votes.shape == (pg.PARENTS, pg.CHILDREN, 2) and votes.dtype == np.float32
+        np.testing.assert_array_equal(votes, pg.preset_votes(name))
+        assert not np.array_equal(votes, pg.preset_votes(name, seed=1))
+    with pytest.raises(ValueError, match="unknown preset"):
+        pg.preset_votes("chaos")
+    with pytest.raises(ValueError, match="iterations"):
+        pg.route(pg.preset_votes("no agreement"), 0)
+
+
+def test_moving_a_vote_away_from_the_cluster_loses_it_the_parent() -> None:
+    votes = pg.preset_votes("agreeing cluster plus outliers")
+    moved = pg.move_vote(votes, 0, 2, (-1.2, -0.6))
+    assert not np.array_equal(votes, moved) and np.array_equal(votes[0, 3:], moved[0, 3:])
+    np.testing.assert_allclose(moved[0, 2], [-1.2, -0.6])
+    assert pg.route(votes, 3).coupling[-1, 2, 0] > 0.7 > 0.3 > pg.route(moved, 3).coupling[-1, 2, 0]
+    np.testing.assert_allclose(pg.move_vote(votes, 1, 0, (9.0, -9.0))[1, 0], [pg.MAX_COORDINATE, -pg.MAX_COORDINATE])
+    for parent, child, xy in ((3, 0, (0, 0)), (0, 12, (0, 0)), (0, 0, (float("nan"), 0))):
+        with pytest.raises(ValueError):
+            pg.move_vote(votes, parent, child, xy)
+
+
+# ---------------------------------------------------------------- the curves
+
+
+def test_the_squash_curve() -> None:
+    norms, lengths = pg.squash_curve(4.0, 401)
+    assert norms[0] == 0 and norms[-1] == 4.0 and lengths[0] == 0
+    assert np.all(lengths < 1.0) and np.all(np.diff(lengths) > 0)
+    for s in (0.5, 1.0, 2.0, 3.0):  # |v| = |s|^2 / (1 + |s|^2)
+        np.testing.assert_allclose(np.interp(s, norms, lengths), s * s / (1 + s * s), atol=1e-3)
+        np.testing.assert_allclose(pg.squash_length(s), s * s / (1 + s * s), atol=1e-7)
+    with pytest.raises(ValueError):
+        pg.squash_length(-1.0)
+
+
+def test_the_margin_loss_curves() -> None:
+    lengths, present, absent = pg.margin_curves(CapsNetConfig(), 101)
+    at = {round(float(x), 2): (p, a) for x, p, a in zip(lengths, present, absent)}
+    np.testing.assert_allclose(at[0.0], (0.81, 0.0), atol=1e-9)  # (0.9 - 0)^2, and nothing below m- = 0.1
+    np.testing.assert_allclose(at[0.5], (0.16, 0.5 * 0.16), atol=1e-9)
+    np.testing.assert_allclose(at[1.0], (0.0, 0.5 * 0.81), atol=1e-9)
+    assert np.all(present[lengths >= 0.9] == 0) and np.all(absent[lengths <= 0.1] == 0)
+    np.testing.assert_allclose(pg.margin_point(CapsNetConfig(), 0.3), (0.36, 0.5 * 0.04), atol=1e-9)
+    with pytest.raises(ValueError):
+        pg.margin_point(CapsNetConfig(), 1.5)
+    _, present, absent = pg.margin_curves(CapsNetConfig(m_plus=0.8, m_minus=0.2, down_weight=1.0), 11)
+    np.testing.assert_allclose(present[0], 0.64) and np.testing.assert_allclose(absent[-1], 0.64)
+
+
+# ---------------------------------------------------------------- the real model's votes
+
+
+def test_the_real_plane_is_the_routing_pages_view(model) -> None:
+    image = np.zeros((28, 28), np.float32)
+    image[6:22, 12:16] = 1.0
+    votes = explain(model, image, 3).votes
+    plane = pg.real_plane(votes, 4)
+    view = vote_view(votes, 4)
+    n = model.config.num_primary
+    assert plane.points.shape == (1, n, 2) and plane.coupling.shape == (3, n, 1) and plane.iterations == 3
+    np.testing.assert_allclose(plane.points[0], view.points)
+    np.testing.assert_allclose(plane.coupling[:, :, 0], votes.coupling[:, :, 4])
+    np.testing.assert_allclose(plane.lengths[:, 0], votes.lengths[:, 4])
+    np.testing.assert_allclose(plane.poses[:, 0], view.poses)
+    np.testing.assert_allclose(pg.coupling_change(plane)[:, 0], votes.coupling[-1, :, 4] - 0.1, atol=1e-6)
+
+
+def test_the_plane_figure_draws_the_weights() -> None:
+    plane = pg.toy_plane(pg.route(pg.preset_votes("agreeing cluster plus outliers"), 3))
+    names = ["a", "b", "c"]
+    first = figs.plane_figure(plane.points, plane.coupling, plane.agreement, plane.sums, plane.poses, plane.parents,
+                              names, 0, selected=(0, 2))  # fmt: skip
+    last = figs.plane_figure(plane.points, plane.coupling, plane.agreement, plane.sums, plane.poses, plane.parents,
+                             names, 2)  # fmt: skip
+    assert len(first.data) == 3 + 3 + 1 + 1 and len(last.data) == 7  # votes, v arrows, s, the chosen ring
+    assert np.ptp(first.data[0].marker.size) < 1e-4  # uniform couplings: one size
+    sizes = np.asarray(last.data[0].marker.size)
+    assert sizes[:8].min() > sizes[8:].max()  # the cluster's votes weigh most
+    np.testing.assert_array_equal(np.asarray(last.data[1].customdata)[:, :2], [[i, 1] for i in range(12)])
+    np.testing.assert_allclose(last.data[3].x, [0.0, plane.poses[2, 0, 0]], atol=1e-6)  # v_1's arrow, from 0
+    s_mark = last.data[6]
+    reach = last.layout.xaxis.range[1]
+    assert np.all(np.hypot(s_mark.x, s_mark.y) < reach) and s_mark.text[0].startswith("|s| = ")  # far: at the edge
+    bars = figs.coupling_bars_figure(plane.coupling[-1], plane.parents, names)
+    np.testing.assert_allclose(np.sum([t.x for t in bars.data], axis=0), 1.0, atol=1e-6)
+
+
+# ---------------------------------------------------------------- the page
+
+
+def plotly_values(array: list | dict) -> np.ndarray:
+    """A data array of a plotly JSON spec: a list, or numbers packed as base64 ("bdata" with its "dtype")."""
+    if isinstance(array, dict):
+        import base64
+
+        return np.frombuffer(base64.b64decode(array["bdata"]), dtype=array["dtype"])
+    return np.asarray(array)
+
+
+def chart(at: AppTest, key: str) -> dict:
+    for element in at.get("plotly_chart"):
+        if element.key == key:
+            return json.loads(element.proto.spec)
+    raise AssertionError(f"no chart {key!r}; have {[e.key for e in at.get('plotly_chart')]}")
+
+
+def reading(at: AppTest) -> str:
+    return next(m.value for m in at.markdown if m.value.startswith("Child "))
+
+
+def bars(at: AppTest) -> np.ndarray:
+    return np.array([plotly_values(trace["x"]) for trace in chart(at, "playground_bars")["data"]])  # (K, N)
+
+
+def new_page() -> AppTest:
+    clear_streamlit_caches()
+    at = AppTest.from_file(APP, default_timeout=120).run()
+    at.switch_page(PAGE).run()
+    assert not at.exception, [e.stack_trace for e in at.exception]
+    return at
+
+
+def test_the_page_steps_moves_and_resets(app_dirs) -> None:  # noqa: F811
+    at = new_page()
+    assert any("Iteration **1 of 3**" in m.value for m in at.markdown)
+    np.testing.assert_allclose(bars(at), 1 / 3, atol=1e-6)  # iteration 1: uniform
+    assert "**0.333** to parent 1" in reading(at)
+    assert at.button(key="playground_prev").disabled
+    assert any("No trained model" in w.value for w in at.warning)  # the real model's part says why it is missing
+
+    at.button(key="playground_next").click().run()
+    assert any("Iteration **2 of 3**" in m.value for m in at.markdown)
+    second = bars(at)
+    assert second[0, 0] > 0.5 and "**0.333**" not in reading(at)  # child 1, in the cluster, leans to parent 1
+    at.button(key="playground_next").click().run()
+    assert at.button(key="playground_next").disabled
+
+    at.selectbox(key="playground_child").set_value(2).run()  # child 3's vote for parent 1 ...
+    assert (at.number_input(key="playground_x").value, at.number_input(key="playground_y").value) == tuple(
+        round(float(v), 2) for v in pg.preset_votes(pg.PRESETS[0])[0, 2]
+    )
+    before = bars(at)
+    at.number_input(key="playground_x").set_value(-1.2).run()  # ... moved to the other side
+    at.number_input(key="playground_y").set_value(-0.6).run()
+    after = bars(at)
+    assert (
+        after[0, 2] < before[0, 2] - 0.3
+        and np.abs(np.delete(after, 2, axis=1) - np.delete(before, 2, axis=1)).max() < 0.1
+    )
+    assert any("1 vote moved from the preset." in c.value for c in at.caption)
+    np.testing.assert_allclose(plotly_values(chart(at, "playground_chart")["data"][0]["x"])[2], -1.2, atol=1e-6)
+
+    at.button(key="playground_reset").click().run()
+    np.testing.assert_allclose(bars(at), before, atol=1e-6)
+    assert any("No vote moved yet." in c.value for c in at.caption)
+
+    at.slider(key="playground_norm").set_value(2.0).run()  # the curves: |s| = 2 squashes to 0.8
+    assert any("squashes to |v_j| = **0.800**" in m.value and "cost **0.010**" in m.value for m in at.markdown)
+    squash_mark = chart(at, "playground_squash")["data"][1]
+    assert (squash_mark["x"], squash_mark["y"]) == ([2.0], [pytest.approx(0.8)])
+
+    at.selectbox(key="playground_preset").set_value("no agreement").run()
+    assert np.abs(bars(at) - 1 / 3).max() < 0.1 and any("cancel" in c.value for c in at.caption)
+    at.slider(key="playground_iterations").set_value(1).run()  # one iteration: nothing to step through
+    assert any("Iteration **1 of 1**" in m.value for m in at.markdown)
+    assert at.button(key="playground_prev").disabled and at.button(key="playground_next").disabled
+    assert not at.exception
+
+
+def test_the_page_steps_through_the_real_models_votes(app_with_run) -> None:  # noqa: F811
+    clear_streamlit_caches()
+    at = AppTest.from_file(APP, default_timeout=120)
+    image = np.zeros((28, 28), np.float32)
+    image[5:23, 13:16] = 1.0  # a "1"
+    at.run()
+    at.session_state["input_image"] = image  # after the Draw page's first run, which sets its own
+    at.switch_page(PAGE).run()
+    assert not at.exception, [e.stack_trace for e in at.exception]
+    real = chart(at, "playground_real_chart")
+    config = CapsNetConfig.preset("tiny")
+    assert (
+        len(plotly_values(real["data"][0]["x"])) == config.num_primary
+    )  # every primary capsule's vote for one capsule
+    assert any("Iteration **1 of 3**" in m.value for m in at.markdown)
+    first = plotly_values(real["data"][0]["marker"]["size"])
+    at.button(key="playground_real_next").click().run()
+    assert not at.exception
+    second = plotly_values(chart(at, "playground_real_chart")["data"][0]["marker"]["size"])
+    assert np.abs(second - first).max() > 0.1  # the weights of iteration 2
+    assert sum("Iteration **2 of 3**" in m.value for m in at.markdown) == 1  # the toy stays on its own iteration
+    at.selectbox(key="playground_real_parent").set_value(7).run()
+    assert chart(at, "playground_real_chart")["data"][0]["name"] == "votes for capsule 7"
