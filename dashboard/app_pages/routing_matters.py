@@ -1,0 +1,149 @@
+"""Where routing matters: the test images whose answer changes with the number of routing iterations."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import streamlit as st
+
+from capsnet.routing_matters import RoutingMatters
+from dashboard import figures, guards, links, pages
+from dashboard.figures import routing_matters as rmf
+
+PER_PAGE = 12
+COLUMNS = 4
+MEASURE = "rm_measure"  # the model (its key) whose summary this session asked to measure
+EFFECTS = {
+    "all": "All",
+    "fixes": "Routing fixes the answer",
+    "breaks": "Routing breaks it",
+    "other": "Other changes",
+}
+INTRO = (
+    "Routing by agreement runs **r** times between the primary capsules and the class capsules. With **r = 1** every "
+    "coupling stays uniform: each class capsule simply adds up all the votes it gets, and there is no routing at all. "
+    "Each further iteration moves weight towards the votes that agree. So how often does that change the answer? "
+    "Here every test image is read at r = 1 to 5 (the convolutions and the votes once, routing five times), once per "
+    "model, and the images whose answer changes with r are listed: open one on the **Routing** page to watch the "
+    "couplings move it."
+)
+FOR_SINGLE_IMAGES = "This view is for models that read one 28x28 image (MNIST, Fashion-MNIST), not MultiMNIST pairs."
+
+
+def _effect_label(key: str, counts: dict[str, int]) -> str:
+    return f"{EFFECTS[key]} ({counts[key]:,})"
+
+
+st.title("Where routing matters", anchor=False)
+st.markdown(INTRO)
+st.caption(FOR_SINGLE_IMAGES)
+model = guards.require_model()
+if model is None:
+    st.stop()
+data = guards.try_test_set(model.dataset)
+if data is None:
+    st.stop()
+images, labels = data
+names, noun = model.class_names, model.noun
+
+result, error = model.routing_matters(measure=st.session_state.get(MEASURE) == model.key)
+if result is None:
+    st.info(
+        f"Not measured yet for this model: each of its {len(labels):,} test images is read at r = 1 to 5, once, and "
+        "the result is kept beside the checkpoint (a few minutes on a CPU for the paper's model).",
+        icon=":material/hourglass_empty:",
+    )
+    if not st.button("Measure on the whole test set", key="rm_measure_button", icon=":material/play_arrow:"):
+        st.stop()
+    st.session_state[MEASURE] = model.key
+    bar = st.progress(0.0, text=f"Reading {len(labels):,} test images at r = 1 to 5 (once per model)...")
+
+    def _progress(done: int, total: int) -> None:
+        bar.progress(done / total, text=f"Read {done:,} of {total:,} test images at r = 1 to 5 (once per model)...")
+
+    result, error = model.routing_matters(measure=True, on_chunk=_progress)
+    bar.empty()
+    assert result is not None  # measured
+if error:
+    st.warning(f"Measured, but not kept (it is measured again in a new session): {error}", icon=":material/save:")
+
+rs, accuracy, trained = result.iterations, result.accuracy, result.trained_iterations
+own = trained if trained in rs else rs[-1]
+best = max(range(len(rs)), key=lambda n: (accuracy[n], -abs(rs[n] - own)))
+c1, c2, c3, c4 = st.columns(4)
+c1.metric("Accuracy, r = 1 (no routing)", f"{100 * accuracy[0]:.2f}%", border=True)
+c2.metric(
+    f"Accuracy, r = {own}" + (" (trained)" if own == trained else ""),
+    f"{100 * accuracy[rs.index(own)]:.2f}%",
+    f"{result.correct[rs.index(own)] - result.correct[0]:+,} right answers",
+    border=True,
+)
+c3.metric("Best r", f"{rs[best]} ({100 * accuracy[best]:.2f}%)", border=True)
+c4.metric(
+    f"Changed answers (of {result.total:,})", f"{len(result.changed):,}", border=True,
+    help=f"Test {noun}s whose prediction differs between at least two of r = 1 to 5.",
+)  # fmt: skip
+st.plotly_chart(
+    rmf.accuracy_figure(rs, accuracy, result.differs_from_first, trained, result.total),
+    key="rm_accuracy",
+    config={"displayModeBar": False},
+)
+share = len(result.changed) / result.total
+st.markdown(
+    f"On **{100 * (1 - share):.1f}%** of the test {noun}s the answer is the same whatever r: the votes agree from the "
+    f"start, and routing only sharpens what the plain sum already says. It is on the **{len(result.changed):,}** "
+    "others, ambiguous ones, that routing decides."
+)
+
+st.subheader(f"The test {noun}s whose answer changes", anchor=False)
+if not result.changed:
+    st.success(f"On this model no test {noun}'s answer depends on the number of iterations.")
+    st.stop()
+
+
+@st.fragment
+def _changed_list(result: RoutingMatters, images: Any, names: list[str], noun: str, dataset: str) -> None:
+    """The changed images, a page of them at a time: choosing a kind or a page reruns this alone (not the chart)."""
+    rs, own = result.iterations, result.trained_iterations
+    effects = {image.index: result.effect(image) for image in result.changed}
+    counts = {"all": len(result.changed)} | {k: sum(e == k for e in effects.values()) for k in EFFECTS if k != "all"}
+    chosen = st.segmented_control(
+        "Show", list(EFFECTS), default="all", required=True, key="rm_effect",
+        format_func=lambda key: _effect_label(key, counts),
+        help=f"Fixes: wrong at r = 1, right at r = {own}. Breaks: the reverse. Other: a change at another r, or wrong "
+        "both times.",
+    )  # fmt: skip
+    shown = [image for image in result.changed if chosen == "all" or effects[image.index] == chosen]
+    if not shown:
+        st.info("None of this kind.")
+        return
+    last_page = (len(shown) - 1) // PER_PAGE + 1
+    number = 1
+    if last_page > 1:
+        number = int(st.number_input(f"Page (of {last_page})", 1, last_page, key="rm_page", width=160))
+    number = min(number, last_page)
+    st.caption(
+        f"Each {noun} with its answer at r = 1 to 5 (a wrong one struck through). The button makes it the input of "
+        "every page and opens the Routing page at the r where its answer changes."
+    )
+    for n, image in enumerate(shown[(number - 1) * PER_PAGE : number * PER_PAGE]):
+        if n % COLUMNS == 0:
+            row = st.columns(COLUMNS, gap="medium")
+        index, at = image.index, result.shown_iterations(image)
+        with row[n % COLUMNS].container(border=True):
+            left, right = st.columns([1, 2.2], vertical_alignment="center")
+            left.image(figures.pixel_image(images[index, 0].numpy(), 3), width=84, output_format="PNG")
+            right.markdown(f"**#{index}**, a {names[image.label]}")
+            first, then = image.predictions[0], image.predictions[rs.index(at)]
+            right.caption(rmf.margins_text(image.lengths, first, then, names))
+            st.markdown(rmf.answers_text(image.predictions, image.label, rs, names))
+            if st.button(
+                f"Routing at r = {at}", key=f"rm_open_{index}", icon=":material/alt_route:", use_container_width=True,
+                help=f"Make test {noun} #{index} the input and open the Routing page with {at} iterations.",
+            ):  # fmt: skip
+                links.open_test_image(index, dataset)
+                st.session_state["routing_iterations"] = at
+                st.switch_page(pages.ROUTING.path)
+
+
+_changed_list(result, images, names, noun, model.dataset)

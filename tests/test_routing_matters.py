@@ -1,0 +1,189 @@
+"""Where routing matters: the answers at r = 1..5 from one pass of the convolutions, kept beside the checkpoint,
+and the page that lists the images whose answer changes and opens one on the Routing page."""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from dashboard_fixtures import APP, app_dirs, app_run, app_with_run, clear_streamlit_caches  # noqa: F401
+from streamlit.testing.v1 import AppTest
+
+from capsnet import routing_matters as rm
+from capsnet.checkpoint import load_checkpoint
+from capsnet.data import dataset_info
+from capsnet.files import FileWriteError
+from capsnet.multimnist import Pairs
+from capsnet.tasks import LabelledSet, read_test_set
+
+COUNT = 300  # test images: enough for the tiny model to change some answers with r
+KEPT_COUNT = 60  # for the tests of the kept file, which measure again and again
+
+
+@pytest.fixture(scope="module")
+def test_images(data_dir: Path) -> LabelledSet:
+    return read_test_set("mnist").first(COUNT)
+
+
+@pytest.fixture
+def run_copy(app_run: Path, tmp_path: Path) -> Path:  # noqa: F811
+    """A copy of the tiny trained run's checkpoint, to keep a summary beside."""
+    return Path(shutil.copy(app_run / "best.safetensors", tmp_path / "best.safetensors"))
+
+
+@pytest.fixture(autouse=True)
+def keep_torch_threads():
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_the_fast_measure_agrees_with_the_whole_network_run_at_each_r(app_run: Path, test_images) -> None:  # noqa: F811
+    """Convolutions and votes once, routing r times on them == the full forward pass run anew for each r."""
+    test_images = test_images.first(200)
+    net = load_checkpoint(app_run / "best.safetensors").model
+    fast = rm.iteration_lengths(net, test_images.images, rm.ITERATIONS, batch_size=64)  # (N, R, K)
+    with torch.inference_mode():
+        slow = torch.stack([net(test_images.images, routing_iterations=r).lengths for r in rm.ITERATIONS], 1)
+    assert fast.shape == (200, len(rm.ITERATIONS), 10)
+    torch.testing.assert_close(fast, slow, rtol=1e-5, atol=1e-6)
+    odd_batches = rm.iteration_lengths(net, test_images.images[:80], rm.ITERATIONS, batch_size=37)
+    torch.testing.assert_close(odd_batches, fast[:80], rtol=1e-5, atol=1e-6)
+
+    result = rm.summarise(fast, test_images.labels, rm.ITERATIONS, "mnist", net.config.routing_iterations)
+    predictions, labels = slow.argmax(2).numpy(), test_images.labels.numpy()  # (N, R)
+    changed = np.flatnonzero((predictions != predictions[:, :1]).any(1))
+    assert len(changed) > 0, "the tiny model changes some answers with r"
+    assert [c.index for c in result.changed] == changed.tolist()
+    assert result.correct == tuple(int(c) for c in (predictions == labels[:, None]).sum(0))
+    assert result.differs_from_first == tuple(int(c) for c in (predictions != predictions[:, :1]).sum(0))
+    for image in result.changed:
+        assert image.predictions == tuple(predictions[image.index].tolist()) and image.label == labels[image.index]
+        np.testing.assert_allclose(image.lengths, slow[image.index].numpy(), atol=1e-4)
+        at = result.shown_iterations(image)
+        assert image.predictions[rm.ITERATIONS.index(at)] != image.predictions[0]  # the change shows there
+    assert result.trained_iterations == 3 and result.dataset == "mnist" and result.total == 200
+
+
+def test_the_summary_is_json_and_refuses_what_it_is_not(app_run: Path, test_images) -> None:  # noqa: F811
+    net = load_checkpoint(app_run / "best.safetensors").model
+    result = rm.measure(net, test_images.first(100), checkpoint_sha256="ab" * 32)
+    assert rm.RoutingMatters.from_dict(json.loads(json.dumps(result.to_dict()))) == result
+    broken = result.to_dict() | {"correct": [1, 2]}
+    with pytest.raises(ValueError, match="one count per iteration"):
+        rm.RoutingMatters.from_dict(broken)
+    with pytest.raises(ValueError, match="not a routing summary"):
+        rm.RoutingMatters.from_dict({"format": rm.FORMAT})
+    with pytest.raises(ValueError, match="pairs of digits"):
+        digits = torch.zeros(4, 1, 28, 28, dtype=torch.uint8)
+        pairs = Pairs(torch.tensor([0, 1]), torch.tensor([2, 3]), torch.zeros(2, 2, 2, dtype=torch.long))
+        rm.measure(net, LabelledSet(dataset_info("multimnist"), digits, torch.arange(4), pairs))
+
+
+def test_the_summary_is_kept_once_and_a_damaged_one_is_measured_again(run_copy: Path, test_images) -> None:
+    test_images, count = test_images.first(KEPT_COUNT), KEPT_COUNT
+    checkpoint = load_checkpoint(run_copy)
+    sidecar = rm.sidecar_path(run_copy)
+    assert sidecar == run_copy.parent / "best.routing.json"
+    measured = rm.kept_or_measured(checkpoint, test_images)
+    assert sidecar.is_file() and measured.checkpoint_sha256 == rm.file_sha256(run_copy)
+    assert rm.read_kept(run_copy, measured.checkpoint_sha256, count) == measured  # the round trip
+    stamp = sidecar.stat().st_mtime_ns
+    assert rm.kept_or_measured(checkpoint, test_images) == measured and sidecar.stat().st_mtime_ns == stamp  # once
+
+    assert rm.read_kept(run_copy, "0" * 64, count) is None  # another checkpoint's
+    assert rm.read_kept(run_copy, measured.checkpoint_sha256, count + 1) is None  # another test set's
+    text = sidecar.read_text()
+    damaged = {
+        "cut short": text[: len(text) // 2],
+        "not JSON": "\x00\xff garbage",
+        "a wrong type": text.replace('"total": 60', '"total": "60"'),
+        "a count out of range": text.replace('"correct": [', '"correct": [-5, ', 1),
+        "another format": text.replace(f'"format": {rm.FORMAT}', f'"format": {rm.FORMAT + 1}', 1),
+    }
+    for what, content in damaged.items():
+        assert content != text, what
+        sidecar.write_text(content)
+        assert rm.read_kept(run_copy, measured.checkpoint_sha256, count) is None, what
+        assert rm.kept_or_measured(checkpoint, test_images) == measured, what  # measured again...
+        assert json.loads(sidecar.read_text()) == measured.to_dict(), what  # ...and kept whole
+    sidecar.unlink()
+    sidecar.mkdir()  # a folder where the file should be: not read, and the measure says why it cannot keep it
+    assert rm.read_kept(run_copy, measured.checkpoint_sha256, count) is None
+    with pytest.raises(FileWriteError, match="best.routing.json"):
+        rm.kept_or_measured(checkpoint, test_images)
+
+
+def _values(array: list | dict) -> np.ndarray:
+    """A plotly JSON data array: a list, or numbers packed as base64 ("bdata" with its "dtype")."""
+    if isinstance(array, dict):
+        return np.frombuffer(base64.b64decode(array["bdata"]), dtype=array["dtype"])
+    return np.asarray(array)
+
+
+def _metric(at: AppTest, start: str) -> str:
+    values = [m.value for m in at.metric if m.label.startswith(start)]
+    assert values, [m.label for m in at.metric]
+    return values[0]
+
+
+def test_the_page_measures_lists_the_changes_and_opens_one_on_the_routing_page(
+    app_with_run,  # noqa: F811
+    app_run: Path,  # noqa: F811
+    test_images,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The app on a test set of 300 images: measure (once), see the summary, pick a change, open it on Routing."""
+    from dashboard import models
+
+    monkeypatch.setattr(models, "test_set", lambda name: (test_images.images, test_images.labels))
+    runs_root, _ = app_with_run
+    kept = runs_root / app_run.name / "best.routing.json"
+    expected = rm.measure(load_checkpoint(app_run / "best.safetensors").model, test_images)
+
+    clear_streamlit_caches()
+    at = AppTest.from_file(APP, default_timeout=120).run()
+    at.switch_page("app_pages/routing_matters.py").run()
+    assert not at.exception, [e.stack_trace for e in at.exception]
+    assert not at.metric and not kept.exists()  # not measured until asked
+    at.button(key="rm_measure_button").click().run()
+    assert not at.exception, [e.stack_trace for e in at.exception]
+    assert _metric(at, "Accuracy, r = 1") == f"{100 * expected.accuracy[0]:.2f}%"
+    assert _metric(at, "Accuracy, r = 3") == f"{100 * expected.accuracy[2]:.2f}%"
+    assert _metric(at, "Changed answers") == f"{len(expected.changed):,}"
+    (chart,) = [json.loads(e.proto.spec) for e in at.get("plotly_chart")]  # accuracy over r, over the bars of changes
+    bars, line = chart["data"]
+    assert _values(line["x"]).tolist() == list(rm.ITERATIONS)
+    assert _values(bars["y"]).tolist() == list(expected.differs_from_first)
+    np.testing.assert_allclose(_values(line["y"]), expected.accuracy)
+    shown = kept.parent / "best.safetensors"  # the app's copy of the run's checkpoint
+    assert rm.read_kept(shown, rm.file_sha256(shown), COUNT) == replace(
+        expected, checkpoint_sha256=rm.file_sha256(shown)
+    )
+    listed = [int(b.key.removeprefix("rm_open_")) for b in at.button if (b.key or "").startswith("rm_open_")]
+    assert listed == [c.index for c in expected.changed][:12]
+
+    at.segmented_control(key="rm_effect").set_value("fixes").run()
+    fixes = [int(b.key.removeprefix("rm_open_")) for b in at.button if (b.key or "").startswith("rm_open_")]
+    assert fixes == [c.index for c in expected.changed if expected.effect(c) == "fixes"][:12]
+    at.segmented_control(key="rm_effect").set_value("all").run()
+
+    image = expected.changed[0]
+    at.button(key=f"rm_open_{image.index}").click().run()
+    assert not at.exception, [e.stack_trace for e in at.exception]
+    r = expected.shown_iterations(image)
+    assert at.session_state["input_label"] == f"test image #{image.index}"
+    assert at.slider(key="routing_iterations").value == r  # the Routing page, at the r that shows the change
+    assert any(f"test image #{image.index}" in m.value for m in at.markdown)
+
+    clear_streamlit_caches()  # a new session reads the kept summary: nothing to measure
+    again = AppTest.from_file(APP, default_timeout=120).run()
+    again.switch_page("app_pages/routing_matters.py").run()
+    assert not again.exception and not [b for b in again.button if b.key == "rm_measure_button"]
+    assert _metric(again, "Changed answers") == f"{len(expected.changed):,}"
