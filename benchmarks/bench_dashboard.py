@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from PIL import Image, ImageDraw
 
-from capsnet.agreement import pixel_votes, vote_mass, vote_view
+from capsnet.agreement import pixel_votes, primary_reading, vote_mass, vote_view
 from capsnet.checkpoint import load_checkpoint, save_checkpoint
 from capsnet.config import CapsNetConfig
 from capsnet.decoding import PERTURBATION_STEPS, decode_vector, perturbation_grid
@@ -154,6 +154,37 @@ def main(argv: list[str] | None = None) -> int:
                 figures.vote_share_figure(mass, NAMES).to_json(),
             )
 
+        read = explain(model, digit, 3)  # the page's cached reading: a selection reads nothing again
+
+        def select_primary() -> object:
+            """The linked views after a click on a vote: that capsule ringed, outlined, and its couplings drawn."""
+            v = read.votes
+            index = (select_primary.calls * 37) % c.num_primary  # another capsule each time
+            select_primary.calls += 1
+            one = primary_reading(v, c, index)
+            views = [vote_view(v, j) for j in (read.prediction, read.runner_up)]
+            pixels = pixel_votes(v.coupling[-1], v.primary_lengths, c)
+            return (
+                *(
+                    figures.votes_figure(
+                        w.points,
+                        w.coupling,
+                        w.agreement,
+                        w.sums,
+                        w.poses,
+                        "7",
+                        c.num_classes,
+                        c.primary_grid,
+                        2,
+                        selected=index,
+                    ).to_json()
+                    for w in views
+                ),  # fmt: skip
+                figures.vote_overlay_figure(digit, pixels, NAMES, box=one.box).to_json(),
+                figures.primary_coupling_figure(one.coupling, one.agreement, NAMES, "t", 2).to_json(),
+            )
+
+        select_primary.calls = 0  # type: ignore[attr-defined]
         turned = Transform(rotation=20.0, scale=1.1, thickness=0.5)
 
         rows: list[tuple[str, float, float | None]] = [
@@ -178,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
             ("Figure 4 grid + its figure (PNG, JSON)", median_ms(grid_figure, args.repeats), 150),
             ("votes (r = 3): read, 2-D view, input overlay, vote mass", median_ms(votes, args.repeats), 50),
             ("votes: the above + its three figures (JSON)", median_ms(votes_figures, args.repeats), None),
+            ("select a primary capsule: its views + 4 figures (JSON)", median_ms(select_primary, args.repeats), 50),
             (
                 "transform lens: one step (original + transformed)",
                 median_ms(lambda: read_transforms(model, digit, [Transform(), turned], klass), args.repeats),

@@ -148,6 +148,62 @@ def receptive_fields(config: CapsNetConfig) -> np.ndarray:
     return inside[:, None, :, None] & inside[None, :, None, :]  # (G, G, H, W)
 
 
+def receptive_box(config: CapsNetConfig, index: int) -> tuple[int, int, int]:
+    """(top, left, size) of the square of input pixels primary capsule `index` sees (`receptive_fields`' box).
+
+    Rows top ... top + size - 1 and the same columns, clipped to the input: 17x17 at the paper's sizes.
+    """
+    _, y, x = config.primary_position(index)  # ValueError for an index outside the grid
+    size = config.conv1_kernel + config.primary_kernel - 1
+    return y * config.primary_stride, x * config.primary_stride, size
+
+
+@dataclass
+class PrimaryReading:
+    """One primary capsule through routing: what it detected, where, and where its votes went."""
+
+    index: int  # i = type * G^2 + y * G + x
+    kind: int  # its type, from 0
+    y: int
+    x: int
+    box: tuple[int, int, int]  # (top, left, size) of its receptive field on the input
+    length: float  # |u_i|
+    coupling: np.ndarray  # (r, K) c_ij to each digit capsule in each iteration
+    agreement: np.ndarray  # (r, K) u_hat_{j|i} . v_j after each iteration
+
+    @property
+    def favourite(self) -> int:
+        """The digit capsule it sends most of its vote to after the last iteration."""
+        return int(np.argmax(self.coupling[-1]))
+
+
+def primary_reading(votes: Votes, config: CapsNetConfig, index: int) -> PrimaryReading:
+    """Primary capsule `index`'s part in one input's routing (`votes` from `votes_from_trace`)."""
+    kind, y, x = config.primary_position(index)
+    return PrimaryReading(
+        index=int(index),
+        kind=kind,
+        y=y,
+        x=x,
+        box=receptive_box(config, index),
+        length=float(votes.primary_lengths[index]),
+        coupling=votes.coupling[:, index],  # (r, K)
+        agreement=votes.agreement[:, index],  # (r, K)
+    )
+
+
+def first_primary(votes: Votes, image: np.ndarray, config: CapsNetConfig) -> int:
+    """A good first capsule to look at: the longest where the ink is, |u_i| times the ink in its receptive field.
+
+    (The longest of all may sit in a corner that sees no ink: some types answer to the background.)
+    """
+    g = config.primary_grid
+    fields = receptive_fields(config).reshape(g * g, -1).astype(np.float32)  # (G*G, H*W)
+    ink = fields @ np.asarray(image, dtype=np.float32).reshape(-1)  # (G*G,) the ink each position sees
+    lengths = np.asarray(votes.primary_lengths, np.float32).reshape(config.primary_types, g * g)  # (T, G*G)
+    return int(np.argmax(lengths * ink / max(float(ink.max()), 1e-6)))  # i = type * G^2 + position
+
+
 def pixel_votes(coupling: np.ndarray, primary_lengths: np.ndarray, config: CapsNetConfig) -> np.ndarray:
     """The vote mass each digit capsule receives through each input pixel: (N, K), (N,) -> (H, W, K).
 

@@ -26,10 +26,13 @@ st.set_page_config(
 state.init()
 state.keep_widget_values()
 
-PAGES = [
-    st.Page(p.path, title=p.title, icon=p.icon, **({"url_path": p.url_path} if p.url_path else {"default": True}))
-    for p in pages.PAGES
-]
+PAGES = {
+    section: [
+        st.Page(p.path, title=p.title, icon=p.icon, **({"url_path": p.url_path} if p.url_path else {"default": True}))
+        for p in members
+    ]
+    for section, members in pages.SECTIONS.items()
+}
 
 entries = models.checkpoint_entries(str(state.checkpoints_dir()), str(state.runs_root()))
 links.read_link(entries)

@@ -21,10 +21,12 @@ import numpy as np
 import streamlit as st
 import torch
 
+from capsnet import architecture as arch
 from capsnet import catalog, decoding, reconstruction
 from capsnet import equivariance as eq
 from capsnet import explain as ex
-from capsnet import architecture as arch
+from capsnet import playground as pg
+from capsnet import routing_matters as rm
 from capsnet.agreement import Votes
 from capsnet.checkpoint import Checkpoint, CheckpointError, load_checkpoint
 from capsnet.checkpoint_info import CheckpointInfo
@@ -151,11 +153,47 @@ class Model(Loaded):
         """Predictions and reconstructions (from the predicted capsule) of some test images."""
         return _reconstructions(self.key, self.dataset, indices, self.net)
 
-    def stages(self, image: np.ndarray, capsule: int, digit: int) -> tuple[arch.StageReading, arch.CapsuleView]:
-        """Every stage's output for one input (one forward pass, cached per input), and what passes between
-        primary capsule `capsule` and digit capsule `digit` (`capsnet.architecture.capsule_view`: no new pass)."""
+    def stages(
+        self, image: np.ndarray, capsule: int | None, digit: int | None
+    ) -> tuple[arch.StageReading, arch.CapsuleView]:
+        """Every stage's output for one input (one forward pass, cached per input), and what passes between primary
+        capsule `capsule` (None: the longest where the ink is) and digit capsule `digit` (None: the prediction): no new pass."""
         reading = _stages(self.key, image, self.net)
         return reading, arch.capsule_view(self.net, reading, capsule, digit)
+
+    def routing_matters(
+        self, measure: bool = False, on_chunk: Callable[[int, int], None] | None = None
+    ) -> tuple[rm.RoutingMatters | None, str]:
+        """Where the answer changes with 1..5 routing iterations on the whole test set (the set must be available).
+
+        The summary kept beside the checkpoint, else (`measure`) measured now, EVALUATION_CHUNK images at a time,
+        each chunk cached, `on_chunk(done, total)` after each, and kept; (None, "") when not kept and not asked to
+        measure. The second value says why a measured summary could not be kept ("" when it was).
+        """
+        images, labels = test_set(self.dataset)
+        try:
+            return _routing_kept(self.key, str(self.checkpoint.path), len(labels)), ""
+        except LookupError:  # not kept (never cached: a summary kept later is read)
+            if not measure:
+                return None, ""
+        parts = []
+        for start in range(0, len(labels), EVALUATION_CHUNK):
+            stop = min(start + EVALUATION_CHUNK, len(labels))
+            parts.append(_routing_chunk(self.key, self.dataset, start, stop, self.net))
+            if on_chunk is not None:
+                on_chunk(stop, len(labels))
+        sha256 = rm.file_sha256(self.checkpoint.path)
+        result = rm.summarise(np.concatenate(parts), labels.numpy(), rm.ITERATIONS, self.dataset,
+                              self.config.routing_iterations, sha256)  # fmt: skip
+        try:
+            rm.keep(self.checkpoint.path, result)
+        except CapsNetError as error:  # a read-only folder: shown, measured again in a new session
+            return result, str(error)
+        return result, ""
+
+    def vote_plane(self, image: np.ndarray, iterations: int, digit: int) -> pg.Plane:
+        """Digit capsule `digit`'s votes and routing in 2-D (`capsnet.playground.real_plane`), from the cached reading."""
+        return _vote_plane(self.key, image, iterations, digit, self.net)
 
 
 # ---------------------------------------------------------------- choosing and loading
@@ -283,3 +321,23 @@ def _reconstructions(
 @st.cache_data(max_entries=16, show_spinner=False)
 def _stages(model_key: str, image: np.ndarray, _model: Any) -> arch.StageReading:
     return arch.read_stages(_model, image)
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def _routing_kept(model_key: str, path: str, total: int) -> rm.RoutingMatters:
+    """The summary kept beside the checkpoint at `path`; LookupError (not cached) when there is none to trust."""
+    kept = rm.read_kept(path, rm.file_sha256(path), total)
+    if kept is None:
+        raise LookupError(f"no routing summary kept for {path}")
+    return kept
+
+
+@st.cache_data(max_entries=24, show_spinner=False)
+def _routing_chunk(model_key: str, dataset: str, start: int, stop: int, _model: Any) -> np.ndarray:
+    images, _ = test_set(dataset)
+    return rm.iteration_lengths(_model, images[start:stop], rm.ITERATIONS).numpy()  # (n, R, K)
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def _vote_plane(model_key: str, image: np.ndarray, iterations: int, digit: int, _model: Any) -> pg.Plane:
+    return pg.real_plane(_explanation(model_key, image, iterations, None, _model).votes, digit)

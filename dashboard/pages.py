@@ -1,4 +1,4 @@
-"""The page registry: every page's file, title, icon and URL, in the sidebar's order.
+"""The page registry: every page's file, title, icon and URL, in the sidebar's sections and order.
 
 The entry point builds `st.navigation` from it, and every link to a page (a guard's pointer, a
 notice's shortcuts) names the page here, so a page is renamed or moved in one place.
@@ -30,5 +30,13 @@ ROUTING_MATTERS = PageInfo(
     "app_pages/routing_matters.py", "Where routing matters", ":material/alt_route:", "routing-matters"
 )
 
-PAGES = (DRAW, ROUTING, DIMENSIONS, TRANSFORM, OVERLAP, TRAINING, EVALUATE, ARCHITECTURE, PLAYGROUND, ROUTING_MATTERS)
-INPUT_PAGES = (DRAW, ROUTING, DIMENSIONS, TRANSFORM)  # the pages that read the current 28x28 input
+START = PageInfo("app_pages/start.py", "Start here", ":material/school:", "start")
+
+# the sidebar's sections, in order: learn the ideas, explore a trained model, train and measure one
+SECTIONS = {
+    "Learn": (START, ARCHITECTURE, PLAYGROUND),
+    "Explore a model": (DRAW, ROUTING, DIMENSIONS, TRANSFORM, OVERLAP, ROUTING_MATTERS),
+    "Train and measure": (TRAINING, EVALUATE),
+}
+PAGES = tuple(page for section in SECTIONS.values() for page in section)
+INPUT_PAGES = (DRAW, ROUTING, ARCHITECTURE, DIMENSIONS, TRANSFORM)  # the pages that read the current 28x28 input

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import streamlit as st
 import torch
+from threadpoolctl import threadpool_limits
 
 from capsnet import catalog, run_folder
 from capsnet.device import inference_threads
@@ -26,6 +27,7 @@ PAGE = "current_page"
 PAGE_CHANGED = "page_changed"
 WATCHED_RUN = "watched_run"
 FINISHED_RUN = "finished_run"
+VISITED = "visited_pages"  # the url paths of the pages opened in this session (frozenset)
 PRIMARY = "selected_primary"  # the primary capsule selected in any view (int index i), or None: the linked views
 
 
@@ -61,10 +63,15 @@ def chosen_path() -> str | None:
 
 
 def configure_torch() -> None:
-    """Apply `inference_threads` to this server process (once; cheap to call on every rerun)."""
+    """Apply `inference_threads` to this server process's torch and NumPy's BLAS (once; cheap on every rerun).
+
+    NumPy's BLAS (an SVD in the vote views) would otherwise start a thread per core, and wait for cores a training
+    run holds: 190 ms instead of 0.5 ms for one 2-D view of the votes.
+    """
     threads = inference_threads()
     if torch.get_num_threads() != threads:
         torch.set_num_threads(threads)
+        threadpool_limits(threads, user_api="blas")
 
 
 def init() -> None:
@@ -104,9 +111,15 @@ def keep_widget_values() -> None:
 
 
 def note_page(url_path: str) -> None:
-    """Remember which page runs, and whether it was just entered (to restore the canvas)."""
+    """Remember which page runs, whether it was just entered (to restore the canvas), and that it was visited."""
     st.session_state[PAGE_CHANGED] = st.session_state.get(PAGE) != url_path
     st.session_state[PAGE] = url_path
+    st.session_state[VISITED] = visited_pages() | {url_path}
+
+
+def visited_pages() -> frozenset[str]:
+    """The url paths of the pages this session has opened ("" is the Draw page): the guided path ticks them."""
+    return frozenset(st.session_state.get(VISITED) or ())
 
 
 def page_just_entered() -> bool:

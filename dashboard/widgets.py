@@ -6,6 +6,9 @@ from typing import Any
 
 import streamlit as st
 
+from capsnet.config import CapsNetConfig
+from dashboard import state
+
 # The first option of the "which capsule" select boxes: follow the prediction, whatever it is. Not None: a select
 # box whose value is None shows its placeholder ("Choose an option") once it is drawn again (Streamlit reads None
 # as "nothing chosen"); and its label never names the class, since the browser keeps the chosen option by label.
@@ -40,3 +43,36 @@ def capsule_selectbox(
         help=help,
     )
     return capsule_choice(choice)
+
+
+PRIMARY_KEYS = ("primary_type", "primary_row", "primary_col")  # the picker's widgets: type (from 1), row, column
+
+
+def _picked(config: CapsNetConfig) -> None:
+    """The picker changed: its (type, row, column) is now the selected primary capsule everywhere."""
+    kind, y, x = (int(st.session_state[k]) for k in PRIMARY_KEYS)
+    g = config.primary_grid
+    state.select_primary((kind - 1) * g * g + y * g + x)
+
+
+def primary_capsule_picker(config: CapsNetConfig, default: int, container: Any = st) -> int:
+    """Three number inputs (type, row, column) over the selected primary capsule, shared by every view.
+
+    The selection is `state.selected_primary()` (a click on a vote sets it too); without one, `default`. Returns
+    the capsule's index i = type * G^2 + y * G + x.
+    """
+    chosen = state.selected_primary()
+    if chosen is None or not 0 <= chosen < config.num_primary:  # none yet, or one of a model with another grid
+        chosen = int(default)
+        state.select_primary(chosen)
+    kind, y, x = config.primary_position(chosen)
+    for key, value in zip(PRIMARY_KEYS, (kind + 1, y, x)):
+        st.session_state[key] = value  # before the widgets are drawn: a selection made elsewhere shows here
+    g = config.primary_grid
+    a, b, c = container.columns(3)
+    a.number_input("Primary capsule type", 1, config.primary_types, key=PRIMARY_KEYS[0], on_change=_picked,
+                   args=(config,), help=f"One of the {config.primary_types} kinds of feature detector.")  # fmt: skip
+    b.number_input("Row", 0, g - 1, key=PRIMARY_KEYS[1], on_change=_picked, args=(config,),
+                   help=f"Its position on the {g}x{g} grid.")  # fmt: skip
+    c.number_input("Column", 0, g - 1, key=PRIMARY_KEYS[2], on_change=_picked, args=(config,))
+    return chosen

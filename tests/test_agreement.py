@@ -129,3 +129,30 @@ def test_the_overlay_leaves_ink_blank_where_routing_has_not_chosen() -> None:
     z = np.asarray(fig.data[1].z, dtype=float)
     assert (z[8:20, 12:16] == 7).all() and np.isnan(z[0, 0])  # ink only
     assert np.asarray(fig.data[1].customdata)[10, 13, 1] == "c7"  # the hover names the class
+
+
+def test_a_primary_capsules_reading_is_its_row_of_the_trace(model: CapsNet, image: np.ndarray) -> None:
+    votes = explain(model, image, 3).votes
+    config = model.config
+    g = config.primary_grid
+    i = 2 * g * g + 1 * g + 3  # type 2, row 1, column 3
+    one = ag.primary_reading(votes, config, i)
+    assert (one.kind, one.y, one.x) == (2, 1, 3)
+    np.testing.assert_array_equal(one.coupling, votes.coupling[:, i])
+    np.testing.assert_allclose(one.coupling.sum(axis=1), 1.0, rtol=1e-5)  # a child's couplings sum to 1 over K
+    slow = [float(votes.votes[j, i] @ votes.poses[-1, j]) for j in range(10)]  # u_hat_{j|i} . v_j, one j at a time
+    np.testing.assert_allclose(one.agreement[-1], slow, rtol=1e-5, atol=1e-7)
+    # its box is the receptive field: the same pixels, at every position
+    fields = ag.receptive_fields(config)
+    for index in (0, i, config.num_primary - 1):
+        top, left, size = ag.receptive_box(config, index)
+        _, y, x = config.primary_position(index)
+        box = np.zeros((28, 28), bool)
+        box[top : top + size, left : left + size] = True
+        np.testing.assert_array_equal(box, fields[y, x])
+    # the first capsule shown: the longest where the ink is (the slow way: one capsule at a time)
+    ink = [float(image[fields[config.primary_position(n)[1:]]].sum()) for n in range(config.num_primary)]
+    score = [votes.primary_lengths[n] * ink[n] for n in range(config.num_primary)]
+    assert ag.first_primary(votes, image, config) == int(np.argmax(score))
+    with pytest.raises(ValueError, match="primary capsule"):
+        ag.primary_reading(votes, config, config.num_primary)

@@ -14,16 +14,12 @@ from PIL import Image
 from streamlit.testing.v1 import AppTest
 
 from capsnet.options import TrainOptions
+from dashboard import pages
 
-PAGES = [
-    "app_pages/draw.py",
-    "app_pages/routing.py",
-    "app_pages/dimensions.py",
-    "app_pages/transform.py",
-    "app_pages/overlap.py",
-    "app_pages/training.py",
-    "app_pages/evaluate.py",
-]
+# every registered page, the Draw page (the default) first
+PAGES = [pages.DRAW.path] + [p.path for p in pages.PAGES if p is not pages.DRAW]
+# the pages whose charts need no trained model: runs, the guide, the network's shapes, the toy routing
+MODEL_FREE = {p.path for p in (pages.TRAINING, pages.START, pages.ARCHITECTURE, pages.PLAYGROUND)}
 
 
 @pytest.fixture(autouse=True)
@@ -97,7 +93,9 @@ def test_without_a_checkpoint_the_app_says_so(app_dirs) -> None:  # noqa: F811
     for page in PAGES[1:]:
         at.switch_page(page).run()
         no_exception(at)
-        assert prediction(at) is None and not at.get("plotly_chart") or page.endswith("training.py")
+        assert prediction(at) is None
+        if page not in MODEL_FREE:  # the pages that read a model show nothing of an untrained one
+            assert not at.get("plotly_chart"), page
     at.switch_page("app_pages/routing.py").run()
     assert any("python -m capsnet.train" in w.value for w in at.warning)
 
@@ -530,6 +528,57 @@ def test_the_routing_page_steps_through_the_votes(app_with_run) -> None:  # noqa
     assert sum("after the first iteration, with uniform couplings" in m.value for m in at.markdown) == 0
 
 
+def test_one_primary_capsule_is_selected_in_every_routing_view(app_with_run, app_run) -> None:  # noqa: F811
+    """The linked views: the selected primary capsule's vote is ringed in both vote plots, its receptive field outlined
+    on the input, and its couplings drawn; choosing another moves all three, and a click on a vote selects it."""
+    from capsnet import agreement as ag
+    from capsnet.checkpoint import load_checkpoint
+    from capsnet.explain import explain
+
+    at = pick_test_image(new_app().run(), 2)
+    at.switch_page("app_pages/routing.py").run()
+    no_exception(at)
+    model = load_checkpoint(app_run / "best.safetensors").model
+    config = model.config
+    votes = explain(model, at.session_state["input_image"]).votes
+    first = ag.first_primary(votes, at.session_state["input_image"], config)  # the longest where the ink is
+    assert at.session_state["selected_primary"] == first
+
+    def ringed(key: str) -> tuple[float, float]:
+        data = chart(at, key)["data"]
+        ring = data[-1]
+        assert ring["name"] == "the selected capsule's vote"
+        return float(plotly_values(ring["x"])[0]), float(plotly_values(ring["y"])[0])
+
+    def vote_of(key: str, index: int) -> tuple[float, float]:
+        points = chart(at, key)["data"][0]
+        return float(plotly_values(points["x"])[index]), float(plotly_values(points["y"])[index])
+
+    for key in ("votes_chosen", "votes_other"):
+        assert ringed(key) == pytest.approx(vote_of(key, first))
+    at.number_input(key="primary_type").set_value(3).run()
+    at.number_input(key="primary_row").set_value(4).run()
+    at.number_input(key="primary_col").set_value(1).run()
+    no_exception(at)
+    g = config.primary_grid
+    picked = 2 * g * g + 4 * g + 1
+    assert at.session_state["selected_primary"] == picked
+    for key in ("votes_chosen", "votes_other"):
+        assert ringed(key) == pytest.approx(vote_of(key, picked))
+    (box,) = chart(at, "vote_overlay")["layout"]["shapes"]
+    size = config.conv1_kernel + config.primary_kernel - 1
+    assert (box["x0"], box["y0"], box["x1"]) == (2 - 0.5, 8 - 0.5, 2 + size - 0.5)  # column 1, row 4: stride 2
+    bars = chart(at, "primary_coupling")["data"]
+    np.testing.assert_allclose(plotly_values(bars[-1]["y"]), votes.coupling[-1, picked], rtol=1e-5)
+    assert "type 3 at (4, 1)" in chart(at, "primary_coupling")["layout"]["title"]["text"]
+    # a click on a vote (the plot's selection event) selects its capsule, and the picker follows
+    at.session_state["votes_other"] = {"selection": {"points": [{"curve_number": 0, "point_index": 5}]}}
+    at.run()
+    no_exception(at)
+    assert at.session_state["selected_primary"] == 5
+    assert (at.number_input(key="primary_type").value, at.number_input(key="primary_col").value) == (1, 5 % g)
+
+
 def test_the_transform_lens_follows_the_sliders(app_with_run) -> None:  # noqa: F811
     at = pick_test_image(new_app().run(), 1)
     at.switch_page("app_pages/transform.py").run()
@@ -719,3 +768,26 @@ def test_the_overlapping_digits_page(app_dirs, tiny_multimnist, tiny_baselines) 
         no_exception(at)
         assert any("MultiMNIST" in i.value for i in at.info), page  # not a crash on a 36x36 model
     assert metric.value and segmented.value
+
+
+def test_the_guided_path_visits_every_page_once_and_ticks_what_was_opened(app_with_run) -> None:  # noqa: F811
+    from dashboard import guided_path
+
+    assert sorted(step.page.path for step in guided_path.GUIDED_PATH) == sorted(
+        p.path for p in pages.PAGES if p is not pages.START
+    )
+    at = new_app().run()
+    at.switch_page(pages.START.path).run()
+    no_exception(at)
+    assert at.title[0].value == "Start here"
+    steps = [c for c in at.get("page_link")]
+    assert [link.proto.page for link in steps][: len(guided_path.GUIDED_PATH)] == [
+        s.page.url_path for s in guided_path.GUIDED_PATH
+    ]
+    ticked = lambda: sum("visited" in m.value for m in at.markdown)  # noqa: E731
+    assert ticked() == 1  # the Draw page, where the app opened
+    at.switch_page(pages.PLAYGROUND.path).run()
+    at.switch_page(pages.START.path).run()
+    no_exception(at)
+    assert ticked() == 2
+    assert "2 of 10 steps visited" in at.get("progress")[0].proto.text

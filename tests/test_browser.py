@@ -394,6 +394,38 @@ def test_a_shared_link_opens_the_view_and_the_votes_step_and_play(page, app: App
     full_page_screenshot(page, screenshots / "routing.png")
 
 
+def test_a_click_on_a_vote_selects_its_primary_capsule_in_every_view(page, app: App) -> None:
+    """The linked views in the real app: clicking a vote in a vote plot selects that primary capsule: the picker
+    names it, both plots ring its vote, and the input outlines its receptive field."""
+    open_app(page, app, "/routing?checkpoint=mnist&test=3")
+    votes = page.locator(".st-key-votes_other")
+    points = votes.locator(".scatterlayer .trace").first.locator(".point")
+    config, _ = read_checkpoint_info(app.checkpoints_dir / "mnist.safetensors")
+    expect(points).to_have_count(config.num_primary, timeout=PAGE_LOAD_MS)
+    wait_rendered(page)
+    expect(page.locator(".st-key-vote_overlay .shapelayer path")).to_have_count(1)  # a capsule is selected at first
+    votes.scroll_into_view_if_needed()  # a click lands only on what the window shows
+    boxes = points.evaluate_all(
+        "ps => ps.map(p => { const b = p.getBoundingClientRect(); return [b.x + b.width / 2, b.y + b.height / 2]; })"
+    )
+    index = max(range(len(boxes)), key=lambda i: boxes[i][0])  # the rightmost vote: nothing lies over it
+    g = config.primary_grid
+    kind, cell = divmod(index, g * g)
+    picker = [page.locator(f".st-key-{key}").get_by_role("spinbutton") for key in ("primary_type", "primary_row",
+                                                                                  "primary_col")]  # fmt: skip
+    before = [p.input_value() for p in picker]
+    page.mouse.click(*boxes[index])
+    expected = [str(kind + 1), *map(str, divmod(cell, g))]
+    assert expected != before, "choose a point other than the first selection"
+    for field, value in zip(picker, expected):
+        expect(field).to_have_value(value, timeout=RERUN_MS)
+    wait_rendered(page)
+    ring = page.locator(".st-key-votes_chosen .scatterlayer .trace").last.locator(".point")
+    expect(ring).to_have_count(1)
+    title = page.locator(".st-key-primary_coupling .gtitle")
+    expect(title).to_contain_text(f"type {kind + 1} at ({cell // g}, {cell % g})")
+
+
 # ---------------------------------------------------------------- Transform lens
 
 

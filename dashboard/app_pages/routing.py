@@ -19,6 +19,24 @@ STEP_CAPTION = (  # what the buttons do, and what Play does not: it runs in the 
 )
 
 
+VOTE_PLOTS = ("votes_chosen", "votes_other")  # the two vote plots' keys: a click on a vote selects its capsule
+CLICKED = "routing_vote_clicked"  # the last click taken, so that it is taken once
+SELECT_CAPTION = (
+    "Click a vote, or choose a primary capsule below: its vote is ringed in both plots, its receptive field is "
+    "outlined on the input, and its couplings are drawn beside it. The choice holds on every page."
+)
+
+
+def _select_clicked_vote() -> None:
+    """A vote clicked since the last run selects its primary capsule (the plots keep their click: take it once)."""
+    for key in VOTE_PLOTS:
+        event = st.session_state.get(key) or {}
+        points = [p for p in (event.get("selection") or {}).get("points", []) if p.get("curve_number") == 0]
+        if points and (key, points[0].get("point_index")) != st.session_state.get(CLICKED):
+            st.session_state[CLICKED] = (key, points[0].get("point_index"))
+            state.select_primary(int(points[0]["point_index"]))
+
+
 def _move(delta: int, iterations: int) -> None:
     st.session_state[STEP] = int(np.clip(st.session_state.get(STEP, iterations) + delta, 1, iterations))
 
@@ -115,8 +133,12 @@ def _one_iteration(
                            use_container_width=True)  # fmt: skip
             note.caption(STEP_CAPTION)
 
-    # ---------------------------------------------------------------- the votes
+    # ---------------------------------------------------------------- the votes, and one primary capsule in every view
     st.subheader("The votes", anchor=False)
+    _select_clicked_vote()
+    st.caption(SELECT_CAPTION)
+    chosen = widgets.primary_capsule_picker(config, default=ag.first_primary(votes, image, config))
+    one = ag.primary_reading(votes, config, chosen)
     views = [ag.vote_view(votes, j) for j in (digit, other)]
     reach = max(float(np.abs(v.coupling - 1.0 / k).max()) for v in views)  # one colour scale for both plots
     for column, view in zip(st.columns(2, gap="medium"), views):
@@ -124,18 +146,21 @@ def _one_iteration(
             st.plotly_chart(
                 figures.votes_figure(
                     view.points, view.coupling, view.agreement, view.sums, view.poses, names[view.digit], k,
-                    config.primary_grid, step - 1, reach=reach,
+                    config.primary_grid, step - 1, reach=reach, selected=chosen,
                 ),
-                key=f"votes_{'chosen' if view.digit == digit else 'other'}",
+                key=VOTE_PLOTS[0] if view.digit == digit else VOTE_PLOTS[1],
                 config={"displayModeBar": False},
+                on_select="rerun",
+                selection_mode="points",
             )  # fmt: skip
     main = views[0]
     st.markdown(texts.votes_reading(names[digit], main.moved_share, config.num_primary, k, r))
     if r > 1:
         t, y, x = config.primary_position(main.largest)
         st.caption(
-            f"The coupling that moved most: type {t + 1} at position ({y}, {x}), from 1/{k} to {main.coupling[-1, main.largest]:.2f}. "
-            "Hover a point for its coupling and its agreement û·v in the iteration shown."
+            f"The coupling that moved most: type {t + 1} at position ({y}, {x}), from 1/{k} to "
+            f"{main.coupling[-1, main.largest]:.2f}. Hover a point for its coupling and its agreement û·v in the "
+            "iteration shown."
         )
 
     # ---------------------------------------------------------------- where they come from, where they go
@@ -146,16 +171,33 @@ def _one_iteration(
         )
         pixels = ag.pixel_votes(votes.coupling[step - 1], votes.primary_lengths, config)  # (H, W, K)
         st.plotly_chart(
-            figures.vote_overlay_figure(image, pixels, names, digit if mode == "coupling" else None),
+            figures.vote_overlay_figure(image, pixels, names, digit if mode == "coupling" else None, box=one.box),
             key="vote_overlay",
             config={"displayModeBar": False},
         )
-        st.caption(texts.overlay(config))
+        st.caption(texts.overlay(config) + " The dotted square is the selected primary capsule's receptive field.")
     with share_col:
+        st.plotly_chart(
+            figures.primary_coupling_figure(
+                one.coupling, one.agreement, names,
+                f"Where type {one.kind + 1} at ({one.y}, {one.x}) sends its vote", step - 1,
+            ),
+            key="primary_coupling",
+            config={"displayModeBar": False},
+        )  # fmt: skip
+        favourite = one.favourite
+        st.caption(
+            f"Its pose is {one.length:.2f} long (how sure it is that its feature is in its square); after iteration "
+            f"{step} it sends {one.coupling[step - 1, favourite]:.0%} of its vote to capsule {names[favourite]}, "
+            f"against 1/{k} = {1 / k:.0%} for each before routing."
+        )
+    share_left, share_right = st.columns(2, gap="large")
+    with share_left:
         st.plotly_chart(
             figures.vote_share_figure(ag.vote_mass(votes.coupling), names), key="vote_share",
             config={"displayModeBar": False},
         )  # fmt: skip
+    with share_right:
         st.plotly_chart(
             figures.coupling_distribution_figure(main.coupling, names[digit], k),
             key="coupling_distribution",

@@ -7,6 +7,7 @@ subject; the pages use them as `figures.<builder>`.
 
 from dashboard.figures.agreement import (
     coupling_distribution_figure,
+    primary_coupling_figure,
     vote_overlay_figure,
     vote_share_figure,
     votes_figure,
@@ -34,6 +35,7 @@ from dashboard.figures.style import MARGIN_LABEL_SPACE, OTHER, WINNER
 from dashboard.figures.training import MARKED_EPOCHS, TICKED_EPOCHS, training_curves
 
 __all__ = [
+    "primary_coupling_figure",
     "MARGIN_LABEL_SPACE",
     "MARKED_EPOCHS",
     "OTHER",

@@ -34,6 +34,7 @@ def votes_figure(
     step: int,
     height: int = 440,
     reach: float | None = None,
+    selected: int | None = None,
 ) -> go.Figure:
     """One digit capsule's N votes in 2-D, sized and coloured by their coupling c_ij, one frame per iteration.
 
@@ -43,7 +44,8 @@ def votes_figure(
     in place while their weights change (no redraw between frames, so no blank frame), and a label
     in the plot's corner names the iteration shown. The axes are fixed to hold the votes and every
     iteration's s_j and v_j, so neither Next nor Play rescales them; `reach` sets the colour
-    scale's +- end (give two figures one, to compare them), else their own.
+    scale's +- end (give two figures one, to compare them), else their own. `selected` rings the vote of
+    that primary capsule (the linked views' selection); clicking a vote selects its capsule.
 
     The points and their hover labels are sent once: a frame carries only what changes (each
     vote's size, colour and hover numbers, s_j, v_j and the label), float32, and plotly.js merges
@@ -103,6 +105,13 @@ def votes_figure(
         )  # fmt: skip
     traces = list(range(3 + len(label)))
     frames = [dict(data=changing(t), traces=traces, name=frames_names[t]) for t in range(r)] if r > 1 else None
+    ring = []  # after the animated traces: it stays where it is while Play runs (the vote does not move)
+    if selected is not None:
+        ring.append(dict(
+            type="scatter", x=[float(points[selected, 0])], y=[float(points[selected, 1])], mode="markers",
+            name="the selected capsule's vote", hoverinfo="skip",
+            marker=dict(symbol="circle-open", size=22, color="#fafafa", line=dict(width=2.5)),
+        ))  # fmt: skip
     extra: dict = {}
     if r > 1:
         play = dict(frame=dict(duration=1000, redraw=False), transition=dict(duration=600, easing="cubic-in-out"))
@@ -118,7 +127,7 @@ def votes_figure(
     axis = dict(zeroline=True, zerolinecolor="#3a4150", autorange=False)
     # the whole figure in one construction: each update_* call would validate it again
     return go.Figure(
-        data=[votes, sum_mark, pose_mark, *label],
+        data=[votes, sum_mark, pose_mark, *label, *ring],
         frames=frames,
         layout=dict(
             height=height,
@@ -195,11 +204,13 @@ def vote_overlay_figure(
     class_names: Sequence[str],
     digit: int | None = None,
     height: int = 360,
+    box: tuple[int, int, int] | None = None,
 ) -> go.Figure:
     """The input, its strokes coloured by the digit capsule they vote for (or, with `digit`, by their coupling to it).
 
     pixel_votes (H, W, K): the vote mass reaching each capsule through each pixel (`capsnet.agreement.pixel_votes`).
     Only ink is coloured, by the class with the most mass; ink where no class leads (uniform routing) stays grey.
+    `box` (top, left, size): the receptive field of the selected primary capsule, outlined.
     """
     image = np.asarray(image, dtype=np.float32)
     votes = np.asarray(pixel_votes, dtype=np.float64)
@@ -231,11 +242,20 @@ def vote_overlay_figure(
         )  # fmt: skip
         title = f"How strongly each stroke votes for capsule {class_names[digit]}"
     hidden = dict(showticklabels=False, showgrid=False, zeroline=False)
+    shapes = []
+    if box is not None:
+        row, col, size = box
+        bottom, right = min(row + size, image.shape[0]), min(col + size, image.shape[1])
+        shapes.append(dict(
+            type="rect", x0=col - 0.5, x1=right - 0.5, y0=row - 0.5, y1=bottom - 0.5,
+            line=dict(color="#fafafa", width=2, dash="dot"), name="receptive field",
+        ))  # fmt: skip
     return go.Figure(
         data=[base, top],
         layout=dict(
             height=height,
             margin=dict(l=18, r=92, t=40, b=18),  # room for the colour bar: no second layout (see `style.layout`)
+            shapes=shapes,
             title=dict(text=title),
             xaxis=dict(hidden, constrain="domain"),
             yaxis=dict(hidden, autorange="reversed", scaleanchor="x"),
@@ -250,3 +270,47 @@ def _discrete(colours: list[str]) -> list[list]:
     for j, colour in enumerate(colours):
         scale += [[j / k, colour], [(j + 1) / k, colour]]
     return scale
+
+
+def primary_coupling_figure(
+    coupling: np.ndarray, agreement: np.ndarray, class_names: Sequence[str], title: str, step: int, height: int = 320
+) -> go.Figure:
+    """One primary capsule's couplings c_ij to every digit capsule, one group of bars per iteration up to `step`.
+
+    coupling and agreement (r, K) (`capsnet.agreement.primary_reading`); the dotted line is uniform routing, 1/K.
+    """
+    coupling, agreement = np.asarray(coupling, np.float32), np.asarray(agreement, np.float32)
+    r, k = coupling.shape
+    shown = int(np.clip(step, 0, r - 1)) + 1
+    names = list(class_names)
+    bars = [
+        dict(
+            type="bar", x=names, y=coupling[t], name=f"iteration {t + 1}", customdata=agreement[t],
+            marker=dict(color=WINNER if t == shown - 1 else OTHER, opacity=0.35 + 0.65 * (t + 1) / shown),
+            hovertemplate="capsule %{x}<br>c = %{y:.3f}<br>agreement û·v after it = %{customdata:.3f}<extra></extra>",
+        )
+        for t in range(shown)
+    ]  # fmt: skip
+    return go.Figure(
+        data=bars,
+        layout=dict(
+            height=height,
+            margin=dict(l=60, r=20, t=48, b=60),
+            title=dict(text=title, x=0.0, xanchor="left"),
+            barmode="group",
+            xaxis=dict(title=dict(text="digit capsule j"), type="category"),
+            yaxis=dict(title=dict(text="coupling c_ij"), rangemode="tozero"),
+            shapes=[
+                dict(
+                    type="line",
+                    xref="paper",
+                    x0=0,
+                    x1=1,
+                    y0=1.0 / k,
+                    y1=1.0 / k,
+                    line=dict(color="#8a93a6", dash="dot", width=1),
+                )
+            ],  # fmt: skip
+            legend=dict(orientation="h", y=-0.25),
+        ),
+    )

@@ -1,0 +1,24 @@
+"""Start here: a guided path through the pages for someone who has just read the paper."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from dashboard import guided_path, state
+
+st.title("Start here", anchor=False)
+st.markdown(guided_path.START_INTRO)
+visited = state.visited_pages()
+done = sum(step.page.url_path in visited for step in guided_path.GUIDED_PATH)
+st.progress(
+    done / len(guided_path.GUIDED_PATH), text=f"{done} of {len(guided_path.GUIDED_PATH)} steps visited in this session"
+)
+for number, step in enumerate(guided_path.GUIDED_PATH, start=1):
+    seen = step.page.url_path in visited
+    with st.container(border=True, key=f"step_{number}"):
+        head, link = st.columns([3, 1], vertical_alignment="center")
+        head.markdown(f"**{number}. {step.title}**" + ("  \n:green[:material/check_circle: visited]" if seen else ""))
+        link.page_link(step.page.path, label=f"Open {step.page.title}", icon=step.page.icon)
+        st.markdown(step.do)
+        st.caption(f"Look for: {step.notice}")
+st.markdown(guided_path.START_AFTER)

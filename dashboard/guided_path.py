@@ -1,0 +1,75 @@
+"""The guided path of the Start here page: the pages in the order the paper builds its ideas, each with what to
+do there and what to look for."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dashboard import pages
+
+START_INTRO = """
+You have read *Dynamic Routing Between Capsules* (Sabour, Frosst & Hinton, 2017) and want to see
+its ideas work. This path takes you through them in the order the paper builds them: the
+network's shapes, the squash and routing on a toy you can move, then a trained network reading
+your own drawing, what its capsules encode, and the paper's two claims put to the test. Each
+step opens a page; come back here for the next. About 30 minutes in all.
+"""
+
+START_AFTER = """
+**After the path.** The paper's claims are contested (Gu & Tresp 2019; Gu, Tresp & Hu 2021): the
+Transform lens and Overlapping digits pages say what *these* models show, on equal terms with a
+CNN, and where that differs from the paper. To dig into the code, every figure comes from a
+function in `capsnet/` that takes a model and an image and returns arrays.
+"""
+
+
+@dataclass(frozen=True)
+class Step:
+    page: pages.PageInfo
+    title: str
+    do: str  # what to do there
+    notice: str  # what to look for
+
+
+GUIDED_PATH = (
+    Step(pages.ARCHITECTURE, "See the whole network and its shapes",
+         "Follow one image from 784 pixels to 256 feature maps, to 1,152 eight-dimensional primary capsules, to "
+         "ten 16-dimensional digit capsules and back to pixels through the decoder. Click each stage.",
+         "most of the parameters sit in Conv1 and PrimaryCaps and the decoder; the 1,152 x 10 matrices W_ij turn each "
+         "primary capsule into a vote for every digit capsule."),
+    Step(pages.PLAYGROUND, "Play with the squash and routing by agreement",
+         "Pick a preset of 2-D votes (an agreeing cluster with outliers, two competing clusters), then step "
+         "Procedure 1 one iteration at a time. Move a vote and step again.",
+         "votes that agree with the consensus v_j gain coupling c_ij, outliers lose it; the squash keeps every "
+         "length below 1."),
+    Step(pages.DRAW, "Draw a digit and read the capsule lengths",
+         "Draw a digit (or pick a test image). The bars are the lengths of the ten digit capsules; the longest wins.",
+         "a length is a probability that the digit is present, not a softmax share: several can be long at once, "
+         "or none."),
+    Step(pages.ROUTING, "Watch routing on your drawing",
+         "Step through the iterations, and click a vote: the same primary capsule is then ringed in both vote "
+         "plots, outlined on your drawing, and its couplings are drawn.",
+         "on a trained network the couplings move only a little: most of the answer is already in the votes."),
+    Step(pages.ROUTING_MATTERS, "Find the inputs where routing changes the answer",
+         "See how accuracy changes with 1 to 5 routing iterations, and open the few test images whose answer "
+         "depends on them.",
+         "how rare those images are, and what they look like: ambiguous strokes between two digits."),
+    Step(pages.DIMENSIONS, "Slide the 16 dimensions of a capsule",
+         "Move one dimension of the winning capsule and watch the reconstruction change: the paper's Figure 4.",
+         "dimensions that carry stroke width, skew or scale, and the ones that carry nothing readable."),
+    Step(pages.TRANSFORM, "Turn and scale the input: the affine claim",
+         "Rotate, scale and thicken the input and follow the capsule's pose and the CNN beside it.",
+         "whether the capsule's pose changes smoothly with the transform (equivariance), and which network stays "
+         "right longer."),
+    Step(pages.OVERLAP, "Overlapping digits: the segmentation claim",
+         "Overlay two digits and see each redrawn from its own capsule; read the verdict on the test pairs.",
+         "the paper's figures beside what these models reach on a CPU, with the CNN trained on the same pairs."),
+    Step(pages.TRAINING, "Train a model and watch its capsules learn",
+         "Start a tiny run from the sidebar and open it here: the capsule lengths and reconstructions of a few "
+         "fixed test images refresh as it trains.",
+         "the reconstructions sharpen before the accuracy stops rising."),
+    Step(pages.EVALUATE, "Measure a model on the test set",
+         "Evaluate the chosen model: accuracy, the confusion matrix and its mistakes, each one click from the "
+         "Routing page.",
+         "which digits it confuses, and whether its mistakes look like mistakes a person would make."),
+)  # fmt: skip
