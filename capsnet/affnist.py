@@ -33,7 +33,7 @@ from capsnet.data import placed
 from capsnet.device import pick_device
 from capsnet.equivariance import Transform, transform
 from capsnet.errors import CapsNetError
-from capsnet.networks import AnyModel
+from capsnet.networks import ARCHITECTURES, AnyModel
 
 SIZE = 40  # affNIST's canvas
 ROTATION = 20.0  # degrees either way
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         from capsnet.data import as_tensors, load_dataset, stored_tensors
 
         device = pick_device(args.device)
-        models = [load_checkpoint(p, device=device, architectures=("capsnet", "cnn")) for p in args.checkpoints]
+        models = [load_checkpoint(p, device=device, architectures=ARCHITECTURES) for p in args.checkpoints]
         if args.sweep:
             return _sweeps(models, args.limit, args.data_dir, args.json)
         for checkpoint in models:

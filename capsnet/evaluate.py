@@ -21,7 +21,7 @@ from torch import Tensor
 from capsnet.cli import ArgumentParser, run_cli
 from capsnet.device import pick_device
 from capsnet.errors import CapsNetError
-from capsnet.networks import AnyModel, network_of
+from capsnet.networks import ARCHITECTURES, AnyModel, network_of
 
 
 @dataclass
@@ -323,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def run() -> int:
         device = pick_device(args.device)
-        checkpoint = load_checkpoint(args.checkpoint, device=device, architectures=("capsnet", "cnn"))
+        checkpoint = load_checkpoint(args.checkpoint, device=device, architectures=ARCHITECTURES)
         net = network_of(checkpoint.config)
         if args.routing_iterations is not None and "routing_iterations" not in net.run_options:
             raise CapsNetError(f"{checkpoint.path} holds {net.described}: --routing-iterations does not apply to it")

@@ -30,7 +30,7 @@ from capsnet.device import pick_device
 from capsnet.errors import CapsNetError
 from capsnet.evaluate import Evaluation, PairEvaluation
 from capsnet.files import atomic_path, read_jsonl, writable
-from capsnet.networks import AnyModel, network_of
+from capsnet.networks import ARCHITECTURES, AnyModel, network_of
 from capsnet.novelty import NoveltyThresholds
 from capsnet.tasks import read_test_set
 
@@ -50,7 +50,7 @@ def export_checkpoint(
     source, target = Path(source), Path(target)
     dtype = torch.float16 if half else None
     writable(target)  # before the minutes of evaluation, not after
-    run = load_checkpoint(source, device=pick_device(device), architectures=("capsnet", "cnn"))
+    run = load_checkpoint(source, device=pick_device(device), architectures=ARCHITECTURES)
     name = run.info.dataset_name
     test = read_test_set(name, data_dir)
     test = test.first(test_pairs) if test.pairs is not None else test
@@ -63,7 +63,7 @@ def export_checkpoint(
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f".{target.name}.", dir=target.parent) as staging:
         staged = save_checkpoint(Path(staging) / target.name, run.model, run.info, dtype=dtype)
-        exported = load_checkpoint(staged, device=pick_device(device), architectures=("capsnet", "cnn"))
+        exported = load_checkpoint(staged, device=pick_device(device), architectures=ARCHITECTURES)
     after = measure(exported.model)
     info = run.info.replace(
         test_accuracy=after.accuracy,
@@ -100,7 +100,7 @@ def calibrate_checkpoint(path: str | Path, data_dir: str | None = None, device: 
     """
     path = Path(path)
     writable(path)
-    checkpoint = load_checkpoint(path, device=pick_device(device), architectures=("capsnet", "cnn"))
+    checkpoint = load_checkpoint(path, device=pick_device(device), architectures=ARCHITECTURES)
     if not network_of(checkpoint.config).capsules:
         raise CapsNetError(f"{path}: a CNN baseline redraws nothing, so it has no not-like-any-class thresholds")
     if checkpoint.info.dataset in DATASETS and dataset_info(checkpoint.info.dataset).pairs:
@@ -123,7 +123,7 @@ def record_lr_search(path: str | Path, candidates: list[float]) -> CheckpointInf
     """
     path = Path(path)
     writable(path)
-    checkpoint = load_checkpoint(path, architectures=("capsnet", "cnn"))
+    checkpoint = load_checkpoint(path, architectures=ARCHITECTURES)
     info = checkpoint.info
     lr = (info.recipe or {}).get("lr")
     if "val_accuracy" not in (info.extra or {}):

@@ -45,10 +45,13 @@ def _resume(name: str) -> None:
     st.session_state["resume_message"] = ("success", f"Resumed {run.name} (pid {run.pid}).")
 
 
-def _model_label(options: TrainOptions) -> str:
+def _model_label(run: runs.RunSummary) -> str:
     """The network and its preset: "paper", "tiny", or "CNN paper" for the baseline ("?" for a damaged args.json)."""
-    preset = options.preset if isinstance(options.preset, str) else "?"
-    return f"CNN {preset}" if options.model == "cnn" else preset
+    preset = TrainOptions.from_dict(run.args).preset
+    preset = preset if isinstance(preset, str) else "?"
+    if run.network is None:
+        return "?"
+    return preset if run.network.capsules else f"CNN {preset}"
 
 
 def _table(all_runs: list[runs.RunSummary]) -> list[dict[str, object]]:
@@ -74,7 +77,7 @@ def _row(run: runs.RunSummary) -> dict[str, object]:
         "run": run.name,
         "status": f"{STATUS_ICONS.get(run.status, '')} {run.status}",
         "dataset": run.dataset,
-        "model": _model_label(TrainOptions.from_dict(run.args)),
+        "model": _model_label(run),
         "epochs": f"{run.epochs_done}/{run.epochs_total or '?'}",
         "now": progress,
         "best test accuracy": run.best_accuracy,
