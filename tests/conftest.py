@@ -1,12 +1,24 @@
-"""Shared fixtures: the real datasets, seeding, a tiny trained checkpoint."""
+"""Shared fixtures: the real datasets, seeding, a tiny trained checkpoint, and the browser.
+
+The browser tests share one headless Chromium for the session (Playwright's sync API allows one instance per
+process) and take a fresh tab per test (`page`); each module serves its own app (`browser_support.streamlit_app`).
+Without Chromium they fail in CI and skip elsewhere.
+"""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
+from browser_support import CHROMIUM_ARGS, PAGE_LOAD_MS, RERUN_MS, VIEWPORT, find_chromium
+
+try:
+    from playwright.sync_api import sync_playwright
+except ImportError:  # pragma: no cover - the dev extra installs it
+    sync_playwright = None  # type: ignore[assignment]
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -93,3 +105,56 @@ def tiny_multimnist(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
 def tiny_baselines(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Tiny CNN baselines for MNIST and MultiMNIST, one epoch each on 1,000 images or pairs."""
     return {d: _train_tiny(tmp_path_factory.mktemp(f"tiny-cnn-{d}"), d, "cnn") for d in ("mnist", "multimnist")}
+
+
+# ---------------------------------------------------------------- the browser
+
+
+def missing(message: str) -> None:
+    """No browser: a failure in CI (the browser tests must run there), a skip elsewhere."""
+    if os.environ.get("CI"):
+        pytest.fail(message + " (the browser tests must run in CI)")
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    """Chromium's path, checked before an app fixture trains a model for tests that cannot run."""
+    if sync_playwright is None:
+        missing("the playwright package is missing: pip install -e '.[dev]'")
+    path = find_chromium()
+    if path is None:
+        missing("no Chromium at /usr/bin/chromium or on PATH: install Chromium: apt-get install chromium")
+    return path  # type: ignore[return-value]
+
+
+@pytest.fixture(scope="session")
+def browser(chromium: str) -> Iterator:
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS, timeout=60_000)
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+@pytest.fixture
+def page(browser) -> Iterator:
+    """A new browser session (each test starts from a fresh session state), 1400 px wide."""
+    context = browser.new_context(viewport=VIEWPORT, device_scale_factor=1)
+    context.set_default_timeout(RERUN_MS)
+    context.set_default_navigation_timeout(PAGE_LOAD_MS)
+    tab = context.new_page()
+    try:
+        yield tab
+    finally:
+        context.close()
+
+
+@pytest.fixture(scope="session")
+def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """$CAPSNET_SCREENSHOTS_DIR (the README's screenshots are made there), else a temporary folder."""
+    folder = os.environ.get("CAPSNET_SCREENSHOTS_DIR")
+    path = Path(folder) if folder else tmp_path_factory.mktemp("screenshots")
+    path.mkdir(parents=True, exist_ok=True)
+    return path

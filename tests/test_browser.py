@@ -19,16 +19,13 @@ from pathlib import Path
 
 import pytest
 from browser_support import (
-    CHROMIUM_ARGS,
     PAGE_LOAD_MS,
     RERUN_MS,
-    VIEWPORT,
     App,
     canvas_box,
     choose_option,
     draw_one,
     draw_zero,
-    find_chromium,
     full_page_screenshot,
     go_to,
     sidebar,
@@ -40,30 +37,13 @@ from browser_support import (
 from capsnet.checkpoint import read_checkpoint_info
 
 try:
-    from playwright.sync_api import expect, sync_playwright
-except ImportError:  # pragma: no cover - the dev extra installs it
-    sync_playwright = None  # type: ignore[assignment]
+    from playwright.sync_api import expect
+except ImportError:  # pragma: no cover - the dev extra installs it (browser_fixtures says so)
+    expect = None  # type: ignore[assignment]
 
 pytestmark = pytest.mark.browser
 
 TRAINING_S = 240  # the quick run started from the sidebar must finish within this
-
-
-def _missing(message: str) -> None:
-    if os.environ.get("CI"):
-        pytest.fail(message + " (the browser tests must run in CI)")
-    pytest.skip(message)
-
-
-@pytest.fixture(scope="session", autouse=True)
-def chromium() -> str:
-    """The browser, checked first (autouse, session scope): no model is trained for tests that cannot run."""
-    if sync_playwright is None:
-        _missing("the playwright package is missing: pip install -e '.[dev]'")
-    path = find_chromium()
-    if path is None:
-        _missing("no Chromium at /usr/bin/chromium or on PATH: install Chromium: apt-get install chromium")
-    return path  # type: ignore[return-value]
 
 
 @pytest.fixture(scope="module")
@@ -83,37 +63,6 @@ def app(chromium: str, request: pytest.FixtureRequest, tmp_path_factory: pytest.
         cnns = request.getfixturevalue("tiny_baselines")
     with streamlit_app(tmp_path_factory.mktemp("browser-app"), checkpoint, multimnist=pairs, baselines=cnns) as running:
         yield running
-
-
-@pytest.fixture(scope="module")
-def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = os.environ.get("CAPSNET_SCREENSHOTS_DIR")
-    path = Path(folder) if folder else tmp_path_factory.mktemp("screenshots")
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-@pytest.fixture(scope="module")
-def browser(chromium: str) -> Iterator:
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS, timeout=60_000)
-        try:
-            yield launched
-        finally:
-            launched.close()
-
-
-@pytest.fixture
-def page(browser, app: App) -> Iterator:
-    """A new browser session on the app (each test starts from a fresh session state)."""
-    context = browser.new_context(viewport=VIEWPORT, device_scale_factor=1)
-    context.set_default_timeout(RERUN_MS)
-    context.set_default_navigation_timeout(PAGE_LOAD_MS)
-    tab = context.new_page()
-    try:
-        yield tab
-    finally:
-        context.close()
 
 
 def open_app(page, app: App, path: str = "/") -> None:
@@ -649,3 +598,76 @@ def test_evaluate_the_model_on_the_test_set(page, app: App, screenshots: Path) -
     everything.click()
     expect(everything).to_be_checked(timeout=RERUN_MS)
     expect(page.get_by_text("Mistakes (of 10,000)")).to_be_visible(timeout=RERUN_MS)
+
+
+# ---------------------------------------------------------------- Architecture
+
+
+def test_clicking_a_stage_of_the_architecture_shows_its_computation(page, app: App, screenshots: Path) -> None:
+    page.goto(app.url + "/architecture?test=0", timeout=PAGE_LOAD_MS)
+    # the primary capsules first: the chosen capsule's receptive field, its type's lengths and its pose
+    expect(page.locator(".st-key-arch_field .main-svg").first).to_be_visible(timeout=PAGE_LOAD_MS)
+    expect(page.locator(".st-key-arch_product")).to_have_count(0)
+    wait_rendered(page)
+    boxes = page.locator(".st-key-arch_diagram_primary .js-plotly-plot .bars .point")
+    expect(boxes).to_have_count(6)
+    box = boxes.nth(3).bounding_box()  # the votes: W_ij u_i
+    assert box is not None
+    # a real click where the box is drawn (plotly's drag layer above the bars takes it and finds the bar)
+    page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    product = page.locator(".st-key-arch_product .main-svg").first
+    expect(product).to_be_visible(timeout=RERUN_MS)
+    expect(page.locator(".st-key-arch_field")).to_have_count(0)
+    expect(page.get_by_role("radio", name="Votes")).to_be_checked()
+    expect(page.locator(".katex-display").first).to_contain_text("W")
+    wait_rendered(page)
+    full_page_screenshot(page, screenshots / "architecture.png")
+    # and back by the keyboard-reachable radio: the decoder's masked input
+    page.locator(".st-key-arch_stage").get_by_text("Decoder", exact=True).click()
+    expect(page.locator(".st-key-arch_masked .main-svg").first).to_be_visible(timeout=RERUN_MS)
+    expect(page.locator(".st-key-arch_diagram_decoder .bars .point")).to_have_count(6)
+
+
+# ---------------------------------------------------------------- Routing playground
+
+
+def test_step_the_routing_playground_and_click_a_vote(page, app: App, screenshots: Path) -> None:
+    page.goto(app.url + "/playground?checkpoint=mnist&test=3")
+    shown = page.locator(".st-key-playground_shown")
+    expect(shown).to_contain_text("Iteration 1 of 3", timeout=PAGE_LOAD_MS)
+    reading = page.locator(".st-key-playground_child_reading")
+    expect(reading).to_contain_text("Child 1 sends 0.333 to parent 1")
+
+    choose_option(page, page.locator(".st-key-playground_preset").get_by_role("combobox"), "two competing clusters")
+    expect(page.get_by_text("seven against five")).to_be_visible(timeout=RERUN_MS)
+    page.locator(".st-key-playground_next").get_by_role("button").click()
+    expect(shown).to_contain_text("Iteration 2 of 3", timeout=RERUN_MS)
+    expect(reading).not_to_contain_text("0.333")  # routing moved child 1's weight
+    first = float(re.search(r"sends ([0-9.]+) to parent 1", reading.inner_text()).group(1))
+    assert first > 0.4, reading.inner_text()
+    wait_rendered(page)
+
+    # a click on child 9's vote for parent 1 (one of the five outvoted) chooses it
+    vote = page.locator(".st-key-playground_chart .scatterlayer .trace").first.locator(".point").nth(8)
+    box = vote.bounding_box()
+    assert box is not None
+    centre = (box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    page.mouse.move(*centre)  # plotly finds the point under the mouse on hover, then takes the click on it
+    expect(page.locator(".hoverlayer .hovertext").first).to_contain_text("child 9")
+    page.mouse.click(*centre)
+    expect(reading).to_contain_text("Child 9 sends", timeout=RERUN_MS)
+    ninth = float(re.search(r"sends ([0-9.]+) to parent 1", reading.inner_text()).group(1))
+    assert ninth < 1 / 3, reading.inner_text()  # the smaller cluster loses parent 1
+    expect(page.locator(".st-key-playground_child").get_by_role("combobox")).to_have_value("child 9")
+
+    real = page.locator(".st-key-playground_real_chart")  # the real model's votes, below, stepped alike
+    points = real.locator(".scatterlayer .trace").first.locator(".point")
+    expect(points.first).to_be_attached(timeout=RERUN_MS)
+    wait_rendered(page)
+    sizes = points.evaluate_all("ps => ps.map(p => p.getAttribute('d'))")
+    page.locator(".st-key-playground_real_next").get_by_role("button").click()
+    expect(page.locator(".st-key-playground_real_shown")).to_contain_text("Iteration 2 of 3", timeout=RERUN_MS)
+    expect(shown).to_contain_text("Iteration 2 of 3")  # the toy keeps its own iteration
+    wait_rendered(page)
+    assert points.evaluate_all("ps => ps.map(p => p.getAttribute('d'))") != sizes  # iteration 2's weights
+    full_page_screenshot(page, screenshots / "playground.png")

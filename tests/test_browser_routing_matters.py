@@ -9,18 +9,14 @@ CI (`CI` set), where a missing browser is a failure.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 from pathlib import Path
 
 import pytest
 from browser_support import (
-    CHROMIUM_ARGS,
     PAGE_LOAD_MS,
     RERUN_MS,
-    VIEWPORT,
-    find_chromium,
     full_page_screenshot,
     streamlit_app,
     wait_rendered,
@@ -29,49 +25,32 @@ from browser_support import (
 from capsnet import routing_matters as rm
 
 try:
-    from playwright.sync_api import expect, sync_playwright
-except ImportError:  # pragma: no cover - the dev extra installs it
-    sync_playwright = None  # type: ignore[assignment]
+    from playwright.sync_api import expect
+except ImportError:  # pragma: no cover - the dev extra installs it (conftest's browser fixtures say so)
+    expect = None  # type: ignore[assignment]
 
 pytestmark = pytest.mark.browser
 SHIPPED = Path(__file__).resolve().parents[1] / "checkpoints" / "mnist.safetensors"
 
 
-def _missing(message: str) -> None:
-    if os.environ.get("CI"):
-        pytest.fail(message + " (the browser tests must run in CI)")
-    pytest.skip(message)
-
-
-def test_a_changed_image_opens_on_the_routing_page(data_dir: Path, tmp_path: Path) -> None:
-    if sync_playwright is None:
-        _missing("the playwright package is missing: pip install -e '.[dev]'")
-    chromium = find_chromium()
-    if chromium is None:
-        _missing("no Chromium at /usr/bin/chromium or on PATH: install Chromium: apt-get install chromium")
+def test_a_changed_image_opens_on_the_routing_page(page, data_dir: Path, tmp_path: Path, screenshots: Path) -> None:
     kept = rm.RoutingMatters.from_dict(json.loads(rm.sidecar_path(SHIPPED).read_text()))
     first = kept.changed[0]
     r = kept.shown_iterations(first)
-    shots = Path(os.environ.get("CAPSNET_SCREENSHOTS_DIR") or tmp_path / "shots")
-    with streamlit_app(tmp_path / "app", SHIPPED) as app, sync_playwright() as p:
+    with streamlit_app(tmp_path / "app", SHIPPED) as app:
         shutil.copy(rm.sidecar_path(SHIPPED), app.checkpoints_dir / "mnist.routing.json")
-        browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport=VIEWPORT)
-            page.goto(app.url + "/routing-matters", timeout=PAGE_LOAD_MS)
-            main = page.get_by_test_id("stMain")
-            expect(main.get_by_text("Changed answers (of 10,000)")).to_be_visible(timeout=PAGE_LOAD_MS)
-            wait_rendered(page)
-            expect(main.get_by_test_id("stMetricValue").last).to_have_text(f"{len(kept.changed):,}")
-            assert main.get_by_test_id("stPlotlyChart").count() == 1
-            buttons = main.get_by_role("button", name=re.compile(r"^Routing at r = \d$"))
-            assert buttons.count() == min(12, len(kept.changed))
-            full_page_screenshot(page, shots / "routing_matters.png")
+        page.goto(app.url + "/routing-matters", timeout=PAGE_LOAD_MS)
+        main = page.get_by_test_id("stMain")
+        expect(main.get_by_text("Changed answers (of 10,000)")).to_be_visible(timeout=PAGE_LOAD_MS)
+        wait_rendered(page)
+        expect(main.get_by_test_id("stMetricValue").last).to_have_text(f"{len(kept.changed):,}")
+        assert main.get_by_test_id("stPlotlyChart").count() == 1
+        buttons = main.get_by_role("button", name=re.compile(r"^Routing at r = \d$"))
+        assert buttons.count() == min(12, len(kept.changed))
+        full_page_screenshot(page, screenshots / "routing_matters.png")
 
-            buttons.first.click()
-            page.wait_for_url(re.compile(r"/routing\?"), timeout=RERUN_MS)
-            expect(main.get_by_text(f"test image #{first.index}").first).to_be_visible(timeout=RERUN_MS)
-            wait_rendered(page)
-            assert f"test={first.index}" in page.url and f"iterations={r}" in page.url, page.url
-        finally:
-            browser.close()
+        buttons.first.click()
+        page.wait_for_url(re.compile(r"/routing\?"), timeout=RERUN_MS)
+        expect(main.get_by_text(f"test image #{first.index}").first).to_be_visible(timeout=RERUN_MS)
+        wait_rendered(page)
+        assert f"test={first.index}" in page.url and f"iterations={r}" in page.url, page.url

@@ -16,11 +16,9 @@ from pathlib import Path
 import pytest
 import torch
 from browser_support import (
-    CHROMIUM_ARGS,
     PAGE_LOAD_MS,
     RERUN_MS,
-    VIEWPORT,
-    find_chromium,
+    App,
     full_page_screenshot,
     streamlit_app,
     wait_rendered,
@@ -34,47 +32,21 @@ from capsnet.tasks import LabelledSet
 from capsnet.watch import Watcher, read_window
 
 try:
-    from playwright.sync_api import expect, sync_playwright
-except ImportError:  # pragma: no cover - the dev extra installs it
-    sync_playwright = None  # type: ignore[assignment]
+    from playwright.sync_api import expect
+except ImportError:  # pragma: no cover - the dev extra installs it (conftest's browser fixtures say so)
+    expect = None  # type: ignore[assignment]
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 LIVE = ':not([data-stale="true"])'
 
 
-def _missing(message: str) -> None:
-    if os.environ.get("CI"):
-        pytest.fail(message + " (the browser tests must run in CI)")
-    pytest.skip(message)
-
-
 @pytest.fixture
-def chromium() -> str:
-    if sync_playwright is None:
-        _missing("the playwright package is missing: pip install -e '.[dev]'")
-    path = find_chromium()
-    if path is None:
-        _missing("no Chromium at /usr/bin/chromium or on PATH: install Chromium: apt-get install chromium")
-    return path  # type: ignore[return-value]
-
-
-@pytest.fixture
-def page(chromium: str, app_run: Path, tmp_path: Path) -> Iterator[tuple]:  # noqa: F811
-    """The app with `app_run` in its runs folder, and a browser tab on it."""
+def watched(chromium: str, app_run: Path, tmp_path: Path) -> Iterator[tuple[App, Path]]:  # noqa: F811
+    """The app with `app_run` in its runs folder, and that run's folder there."""
     with streamlit_app(tmp_path / "app", app_run / "best.safetensors") as app:
         run_dir = app.runs_dir / app_run.name
         shutil.copytree(app_run, run_dir)
-        with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS, timeout=60_000)
-            try:
-                context = browser.new_context(viewport=VIEWPORT, device_scale_factor=1)
-                context.set_default_timeout(RERUN_MS)
-                tab = context.new_page()
-                tab.goto(app.url + "/training")
-                expect(tab.get_by_test_id("stSidebarNav")).to_be_visible(timeout=PAGE_LOAD_MS)
-                yield tab, run_dir
-            finally:
-                browser.close()
+        yield app, run_dir
 
 
 def add_epoch_snapshot(run_dir: Path) -> None:
@@ -86,8 +58,11 @@ def add_epoch_snapshot(run_dir: Path) -> None:
     Watcher(RunFolder(run_dir), model, window, history.batches, resume_at=(1, 0)).epoch_done(2)
 
 
-def test_the_window_follows_the_run_and_replays_it(page) -> None:
-    tab, run_dir = page
+def test_the_window_follows_the_run_and_replays_it(page, watched: tuple[App, Path], screenshots: Path) -> None:
+    app, run_dir = watched
+    tab = page
+    tab.goto(app.url + "/training")
+    expect(tab.get_by_test_id("stSidebarNav")).to_be_visible(timeout=PAGE_LOAD_MS)
     expect(tab.get_by_role("heading", name="Watch the capsules learn")).to_be_visible(timeout=RERUN_MS)
     chart = tab.locator(f".st-key-training_window{LIVE}")
     bars, picture = chart.locator(".barlayer .point"), chart.locator("image")
@@ -103,8 +78,7 @@ def test_the_window_follows_the_run_and_replays_it(page) -> None:
     tab.keyboard.press("Home")  # replay: back to the untrained network
     expect(caption).to_contain_text("before training:", timeout=RERUN_MS)
     wait_rendered(tab)
-    folder = os.environ.get("CAPSNET_SCREENSHOTS_DIR")
-    if folder:
+    if os.environ.get("CAPSNET_SCREENSHOTS_DIR"):  # the README's screenshot shows the newest snapshot
         tab.keyboard.press("End")
         expect(caption).to_contain_text("epoch 2:", timeout=RERUN_MS)
-        full_page_screenshot(tab, Path(folder) / "watch.png")
+        full_page_screenshot(tab, screenshots / "watch.png")
