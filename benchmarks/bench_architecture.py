@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import argparse
 import pickle
-import statistics
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import torch
+from timing import timed_ms
 
 from capsnet import architecture as arch
 from capsnet.checkpoint import load_checkpoint
@@ -33,18 +32,6 @@ from dashboard.figures import architecture as arch_fig
 
 NAMES = [str(d) for d in range(10)]
 TARGET_MS = 50
-
-
-def timed_ms(fn: Callable[[], object], repeats: int) -> tuple[float, float]:
-    """(median, best) milliseconds of `repeats` runs after a warm-up: the best is what the work costs on a
-    machine that other processes leave alone, the median what it cost here."""
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return 1000 * statistics.median(times), 1000 * min(times)
 
 
 def a_seven() -> np.ndarray:

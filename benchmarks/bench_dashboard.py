@@ -17,12 +17,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import torch
 from PIL import Image, ImageDraw
+from timing import median_ms
 
 from capsnet.agreement import pixel_votes, primary_reading, vote_mass, vote_view
 from capsnet.checkpoint import load_checkpoint, save_checkpoint
@@ -57,16 +57,6 @@ def drawn_canvas() -> np.ndarray:
     draw.line([(40, 40), (220, 40)], fill="white", width=18)
     draw.line([(220, 40), (110, 250)], fill="white", width=18)
     return np.asarray(image)
-
-
-def median_ms(fn: Callable[[], object], repeats: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return 1000 * statistics.median(times)
 
 
 def cold_start(path: Path, repeats: int) -> tuple[float, float, float]:

@@ -14,12 +14,10 @@ Medians of `--repeats` after a warm-up.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
-from collections.abc import Callable
 
 import numpy as np
 import torch
+from timing import median_ms
 
 from capsnet import playground as pg
 from capsnet.checkpoint import load_checkpoint
@@ -31,16 +29,6 @@ from dashboard.figures import playground as figs
 
 NAMES = [f"parent {j + 1}" for j in range(pg.PARENTS)]
 TARGET_MS = 50.0
-
-
-def median_ms(fn: Callable[[], object], repeats: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return 1000 * statistics.median(times)
 
 
 def toy_view(votes: np.ndarray, iterations: int, step: int) -> int:

@@ -21,10 +21,10 @@ import platform
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from timing import median_s
 
 from capsnet.config import CapsNetConfig
 from capsnet.data import dataset_info
@@ -38,16 +38,6 @@ from capsnet.watch import KEEP, Watcher, read_window
 
 REPO = Path(__file__).resolve().parents[1]
 EPOCH_BATCHES = 469  # MNIST's 60,000 training images in batches of 128
-
-
-def median_s(fn: Callable[[], object], repeats: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def window_set() -> LabelledSet:

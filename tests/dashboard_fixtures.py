@@ -1,14 +1,19 @@
-"""Fixtures shared by the dashboard tests: a tiny checkpoint trained once per session, and app folders.
+"""Fixtures shared by the dashboard tests: a tiny checkpoint trained once per session, app folders, and helpers
+that read the charts AppTest drew.
 
 pytest only reads conftest.py, so the test files import these by name.
 """
 
 from __future__ import annotations
 
+import base64
+import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
+from streamlit.testing.v1 import AppTest
 
 RUN_NAME = "20250101-000000-mnist"
 APP = str(Path(__file__).resolve().parent.parent / "dashboard" / "app.py")
@@ -68,3 +73,21 @@ def clear_streamlit_caches() -> None:
 
     st.cache_data.clear()
     st.cache_resource.clear()
+
+
+# ---------------------------------------------------------------- reading what AppTest drew
+
+
+def plotly_values(array: list | dict) -> np.ndarray:
+    """A data array of a plotly JSON spec: a list, or numbers packed as base64 ("bdata" with its "dtype")."""
+    if isinstance(array, dict):
+        return np.frombuffer(base64.b64decode(array["bdata"]), dtype=array["dtype"])
+    return np.asarray(array)
+
+
+def chart(at: AppTest, key: str) -> dict:
+    """The plotly spec of the chart drawn with `key`."""
+    for element in at.get("plotly_chart"):
+        if element.key == key:
+            return json.loads(element.proto.spec)
+    raise AssertionError(f"no chart {key!r}; have {[e.key for e in at.get('plotly_chart')]}")

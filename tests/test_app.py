@@ -9,7 +9,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from dashboard_fixtures import APP, app_dirs, app_run, app_with_run, clear_streamlit_caches  # noqa: F401
+from dashboard_fixtures import (  # noqa: F401
+    APP,
+    app_dirs,
+    app_run,
+    app_with_run,
+    chart,
+    clear_streamlit_caches,
+    plotly_values,
+)
 from PIL import Image
 from streamlit.testing.v1 import AppTest
 
@@ -53,22 +61,6 @@ def pick_test_image(at: AppTest, index: int) -> AppTest:
     at.number_input(key="test_index").set_value(index).run()
     no_exception(at)
     return at
-
-
-def plotly_values(array: list | dict) -> np.ndarray:
-    """A data array of a plotly JSON spec: a list, or numbers packed as base64 ("bdata" with its "dtype")."""
-    if isinstance(array, dict):
-        import base64
-
-        return np.frombuffer(base64.b64decode(array["bdata"]), dtype=array["dtype"])
-    return np.asarray(array)
-
-
-def chart(at: AppTest, key: str) -> dict:
-    for element in at.get("plotly_chart"):
-        if element.key == key:
-            return json.loads(element.proto.spec)
-    raise AssertionError(f"no chart {key!r}; have {[e.key for e in at.get('plotly_chart')]}")
 
 
 def fake_trainer(folder: Path, seconds: float) -> str:

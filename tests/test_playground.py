@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
-from dashboard_fixtures import APP, app_dirs, app_run, app_with_run, clear_streamlit_caches  # noqa: F401
+from dashboard_fixtures import (  # noqa: F401
+    APP,
+    app_dirs,
+    app_run,
+    app_with_run,
+    chart,
+    clear_streamlit_caches,
+    plotly_values,
+)
 from streamlit.testing.v1 import AppTest
 
 from capsnet import playground as pg
@@ -173,22 +179,6 @@ def test_the_plane_figure_draws_the_weights() -> None:
 
 
 # ---------------------------------------------------------------- the page
-
-
-def plotly_values(array: list | dict) -> np.ndarray:
-    """A data array of a plotly JSON spec: a list, or numbers packed as base64 ("bdata" with its "dtype")."""
-    if isinstance(array, dict):
-        import base64
-
-        return np.frombuffer(base64.b64decode(array["bdata"]), dtype=array["dtype"])
-    return np.asarray(array)
-
-
-def chart(at: AppTest, key: str) -> dict:
-    for element in at.get("plotly_chart"):
-        if element.key == key:
-            return json.loads(element.proto.spec)
-    raise AssertionError(f"no chart {key!r}; have {[e.key for e in at.get('plotly_chart')]}")
 
 
 def reading(at: AppTest) -> str:
