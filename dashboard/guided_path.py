@@ -35,8 +35,8 @@ GUIDED_PATH = (
     Step(pages.ARCHITECTURE, "See the whole network and its shapes",
          "Follow one image from 784 pixels to 256 feature maps, to 1,152 eight-dimensional primary capsules, to "
          "ten 16-dimensional digit capsules and back to pixels through the decoder. Click each stage.",
-         "most of the parameters sit in Conv1 and PrimaryCaps and the decoder; the 1,152 x 10 matrices W_ij turn each "
-         "primary capsule into a vote for every digit capsule."),
+         "most of the 8.2 M parameters sit in PrimaryCaps (5.3 M), then the W_ij (1.5 M: one 16x8 matrix per primary "
+         "and digit capsule, turning each primary capsule into a vote for every digit capsule) and the decoder."),
     Step(pages.PLAYGROUND, "Play with the squash and routing by agreement",
          "Pick a preset of 2-D votes (an agreeing cluster with outliers, two competing clusters), then step "
          "Procedure 1 one iteration at a time. Move a vote and step again.",
@@ -53,7 +53,7 @@ GUIDED_PATH = (
     Step(pages.ROUTING_MATTERS, "Find the inputs where routing changes the answer",
          "See how accuracy changes with 1 to 5 routing iterations, and open the few test images whose answer "
          "depends on them.",
-         "how rare those images are, and what they look like: ambiguous strokes between two digits."),
+         "how rare those images are, and whether they look ambiguous to you too."),
     Step(pages.DIMENSIONS, "Slide the 16 dimensions of a capsule",
          "Move one dimension of the winning capsule and watch the reconstruction change: the paper's Figure 4.",
          "dimensions that carry stroke width, skew or scale, and the ones that carry nothing readable."),
@@ -67,7 +67,7 @@ GUIDED_PATH = (
     Step(pages.TRAINING, "Train a model and watch its capsules learn",
          "Start a tiny run from the sidebar and open it here: the capsule lengths and reconstructions of a few "
          "fixed test images refresh as it trains.",
-         "the reconstructions sharpen before the accuracy stops rising."),
+         "how the reconstructions go from blurs to digits while the lengths of the right capsules grow."),
     Step(pages.EVALUATE, "Measure a model on the test set",
          "Evaluate the chosen model: accuracy, the confusion matrix and its mistakes, each one click from the "
          "Routing page.",

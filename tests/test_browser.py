@@ -671,3 +671,24 @@ def test_step_the_routing_playground_and_click_a_vote(page, app: App, screenshot
     wait_rendered(page)
     assert points.evaluate_all("ps => ps.map(p => p.getAttribute('d'))") != sizes  # iteration 2's weights
     full_page_screenshot(page, screenshots / "playground.png")
+
+
+# ---------------------------------------------------------------- Start here
+
+
+def test_the_guided_path_opens_each_step_and_ticks_it(page, app: App, screenshots: Path) -> None:
+    open_app(page, app, "/start")
+    steps = page.locator("[class*='st-key-step_']")
+    expect(steps).to_have_count(10, timeout=PAGE_LOAD_MS)
+    expect(page.get_by_text("0 of 10 steps visited")).to_be_visible()  # the page it opened on, Start here, is no step
+    first = page.locator(".st-key-step_1")
+    expect(first).to_contain_text("See the whole network and its shapes")
+    expect(first).not_to_contain_text("visited")
+    first.get_by_role("link", name="Open Architecture").click()
+    expect(page.get_by_role("heading", name="Architecture")).to_be_visible(timeout=RERUN_MS)
+    assert "/architecture" in page.url
+    page.get_by_test_id("stSidebarNav").get_by_role("link", name="Start here").click()
+    expect(page.locator(".st-key-step_1")).to_contain_text("visited", timeout=RERUN_MS)
+    expect(page.get_by_text("1 of 10 steps visited")).to_be_visible()
+    wait_rendered(page)
+    full_page_screenshot(page, screenshots / "start.png")
