@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from threadpoolctl import threadpool_limits
 from timing import timed_ms
 
 from capsnet import architecture as arch
@@ -81,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: the dashboard's)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads or inference_threads())
+    threadpool_limits(torch.get_num_threads(), user_api="blas")  # NumPy's BLAS too, as the dashboard does
     if args.checkpoint is not None:
         model, what = load_checkpoint(args.checkpoint).model.eval(), str(args.checkpoint)
     else:

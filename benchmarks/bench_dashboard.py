@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from PIL import Image, ImageDraw
+from threadpoolctl import threadpool_limits
 from timing import median_ms
 
 from capsnet.agreement import pixel_votes, primary_reading, vote_mass, vote_view
@@ -89,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads or inference_threads())
+    threadpool_limits(torch.get_num_threads(), user_api="blas")  # NumPy's BLAS too, as the dashboard does
 
     with tempfile.TemporaryDirectory() as tmp:
         if args.checkpoint is not None:

@@ -17,6 +17,7 @@ import argparse
 
 import numpy as np
 import torch
+from threadpoolctl import threadpool_limits
 from timing import median_ms
 
 from capsnet import playground as pg
@@ -73,6 +74,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=30)
     args = parser.parse_args()
     torch.set_num_threads(inference_threads())  # the dashboard's setting: 1 unless CAPSNET_DASHBOARD_THREADS
+    threadpool_limits(torch.get_num_threads(), user_api="blas")  # NumPy's BLAS too, as the dashboard does
     model = (load_checkpoint(args.checkpoint, device="cpu").model if args.checkpoint else
              CapsNet(CapsNetConfig()).eval())  # fmt: skip
     names = [str(d) for d in range(model.config.num_classes)]
