@@ -192,6 +192,10 @@ def stop_training(runs_dir: Path, timeout_s: float = 30.0) -> None:
 
 # ---------------------------------------------------------------- waiting on the page
 
+# the element a page shows now: while a fragment reruns, Streamlit keeps the last run's copy of an element beside
+# the new one (data-retained) or marks it stale; a locator with this suffix finds the current one alone
+CURRENT = ':not([data-stale="true"]):not([data-retained="true"])'
+
 _IDLE_JS = """
 (quietMs) => {
   const busy = document.querySelector('[data-testid=stStatusWidget]')

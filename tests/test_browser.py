@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from browser_support import (
+    CURRENT,
     PAGE_LOAD_MS,
     RERUN_MS,
     App,
@@ -315,7 +316,7 @@ def test_a_shared_link_opens_the_view_and_the_votes_step_and_play(page, app: App
     wait_rendered(page)
     assert "test=3" in page.url and "iterations=2" in page.url and "checkpoint=mnist" in page.url  # still shareable
 
-    votes = page.locator(".st-key-votes_chosen")
+    votes = page.locator(f".st-key-votes_chosen{CURRENT}")
     points = votes.locator(".scatterlayer .trace").first.locator(".point")
     config, _ = read_checkpoint_info(app.checkpoints_dir / "mnist.safetensors")
     expect(points).to_have_count(config.num_primary)  # every primary capsule casts a vote
@@ -339,7 +340,7 @@ def test_a_shared_link_opens_the_view_and_the_votes_step_and_play(page, app: App
     assert empty == 0  # and never a blank plot between them
     expect(label).to_have_text("iteration 2 of 2")  # Play moved this chart, and its label with it
     expect(step).to_contain_text("Charts open on iteration 1 of 2")  # the page's setting, which Play leaves alone
-    expect(page.locator(".st-key-votes_other .scatterlayer .trace").nth(3)).to_have_text("iteration 1 of 2")
+    expect(page.locator(f".st-key-votes_other{CURRENT} .scatterlayer .trace").nth(3)).to_have_text("iteration 1 of 2")
     full_page_screenshot(page, screenshots / "routing.png")
 
 
@@ -347,12 +348,14 @@ def test_a_click_on_a_vote_selects_its_primary_capsule_in_every_view(page, app: 
     """The linked views in the real app: clicking a vote in a vote plot selects that primary capsule: the picker
     names it, both plots ring its vote, and the input outlines its receptive field."""
     open_app(page, app, "/routing?checkpoint=mnist&test=3")
-    votes = page.locator(".st-key-votes_other")
+    votes = page.locator(f".st-key-votes_other{CURRENT}")
     points = votes.locator(".scatterlayer .trace").first.locator(".point")
     config, _ = read_checkpoint_info(app.checkpoints_dir / "mnist.safetensors")
     expect(points).to_have_count(config.num_primary, timeout=PAGE_LOAD_MS)
     wait_rendered(page)
-    expect(page.locator(".st-key-vote_overlay .shapelayer path")).to_have_count(1)  # a capsule is selected at first
+    expect(page.locator(f".st-key-vote_overlay{CURRENT} .shapelayer path")).to_have_count(
+        1
+    )  # a capsule is selected at first
     votes.scroll_into_view_if_needed()  # a click lands only on what the window shows
     boxes = points.evaluate_all(
         "ps => ps.map(p => { const b = p.getBoundingClientRect(); return [b.x + b.width / 2, b.y + b.height / 2]; })"
@@ -369,9 +372,9 @@ def test_a_click_on_a_vote_selects_its_primary_capsule_in_every_view(page, app: 
     for field, value in zip(picker, expected):
         expect(field).to_have_value(value, timeout=RERUN_MS)
     wait_rendered(page)
-    ring = page.locator(".st-key-votes_chosen .scatterlayer .trace").last.locator(".point")
+    ring = page.locator(f".st-key-votes_chosen{CURRENT} .scatterlayer .trace").last.locator(".point")
     expect(ring).to_have_count(1)
-    title = page.locator(".st-key-primary_coupling .gtitle")
+    title = page.locator(f".st-key-primary_coupling{CURRENT} .gtitle")
     expect(title).to_contain_text(f"type {kind + 1} at ({cell // g}, {cell % g})")
 
 
