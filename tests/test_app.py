@@ -563,6 +563,10 @@ def test_one_primary_capsule_is_selected_in_every_routing_view(app_with_run, app
     bars = chart(at, "primary_coupling")["data"]
     np.testing.assert_allclose(plotly_values(bars[-1]["y"]), votes.coupling[-1, picked], rtol=1e-5)
     assert "type 3 at (4, 1)" in chart(at, "primary_coupling")["layout"]["title"]["text"]
+    at.session_state["routing_maps_open"] = True  # the maps of every capsule outline it too
+    at.run()
+    (cell,) = chart(at, "coupling_maps")["layout"]["shapes"]
+    assert cell["name"] == "selected capsule" and cell["x1"] - cell["x0"] == 1
     # a click on a vote (the plot's selection event) selects its capsule, and the picker follows
     at.session_state["votes_other"] = {"selection": {"points": [{"curve_number": 0, "point_index": 5}]}}
     at.run()

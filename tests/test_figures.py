@@ -300,3 +300,17 @@ def test_a_votes_frame_carries_only_what_changes(iterations: int) -> None:
     assert size <= 6 * numbers + 30 * n + 20_000, size
     single = figures.votes_figure(points, coupling[:1], agreement[:1], sums[:1], poses[:1], "3", k, 6, step=0)
     assert not single.frames and len(single.data) == 3  # one iteration: nothing to play, no label
+
+
+def test_the_coupling_maps_outline_the_selected_capsules_cell() -> None:
+    """The linked views: the outline sits on the one cell of the tiled heatmap that holds that capsule's coupling."""
+    rng = np.random.default_rng(0)
+    maps = rng.uniform(0, 1, size=(2, 8, 3, 3)).astype(np.float32)  # (r, types, G, G), every value distinct
+    for kind, y, x in [(0, 0, 0), (5, 1, 2), (7, 2, 2)]:
+        fig = figures.coupling_maps_figure(maps, "7", num_classes=10, selected=(kind, y, x))
+        (box,) = fig.layout.shapes
+        col, row = int(box.x0 + 0.5), int(box.y0 + 0.5)
+        assert (box.x1 - box.x0, box.y1 - box.y0) == (1, 1)
+        z = np.asarray(fig.data[0].z, dtype=np.float32)
+        np.testing.assert_allclose(z[row, col], maps[-1, kind, y, x] - 0.1, rtol=1e-6)
+    assert not figures.coupling_maps_figure(maps, "7", num_classes=10).layout.shapes

@@ -234,7 +234,9 @@ def _one_iteration(
                 # (r, types, G, G)
                 maps = ex.coupling_maps(result.coupling, digit, result.primary_types, result.primary_grid)
                 st.plotly_chart(
-                    figures.coupling_maps_figure(maps, names[digit], num_classes=k, step=step - 1),
+                    figures.coupling_maps_figure(
+                        maps, names[digit], num_classes=k, step=step - 1, selected=(one.kind, one.y, one.x)
+                    ),
                     key="coupling_maps",
                     config={"displayModeBar": False},
                 )

@@ -153,12 +153,14 @@ def coupling_maps_figure(
     height: int | None = None,
     num_classes: int = 10,
     step: int | None = None,
+    selected: tuple[int, int, int] | None = None,
 ) -> go.Figure:
     """Coupling of every primary capsule to one digit capsule, as a grid of types x (6x6 positions), one frame per iteration.
 
     Shown as the change from uniform, c - 1/K, on a diverging scale centred at 0. The blocks are
     laid out about twice as wide as tall (`tile_columns`) and, unless `height` is given, the
-    figure is as tall as they need in a figure about `width` px wide: no empty band.
+    figure is as tall as they need in a figure about `width` px wide: no empty band. `selected`
+    (type, y, x), all from 0: the selected primary capsule's cell, outlined (the linked views).
     """
     maps = np.asarray(maps, dtype=np.float32) - 1.0 / num_classes
     r, types, grid, _ = maps.shape
@@ -198,11 +200,18 @@ def coupling_maps_figure(
         else {}
     )
     bottom = CONTROLS_HEIGHT if r > 1 else TILE_BOTTOM
+    shapes = []
+    if selected is not None:  # its cell in its type's block: blocks are (grid + 1) apart, `columns` to a row
+        kind, y, x = selected
+        top, left = (kind // columns) * (grid + 1) + y, (kind % columns) * (grid + 1) + x
+        shapes.append(dict(type="rect", x0=left - 0.5, x1=left + 0.5, y0=top - 0.5, y1=top + 0.5,
+                           line=dict(color="#fafafa", width=2), name="selected capsule"))  # fmt: skip
     # the whole figure in one construction: each update_* call would validate it again
     return go.Figure(
         data=[heatmap],
         frames=frames if r > 1 else None,
         layout=dict(
+            shapes=shapes,
             height=height or auto_height - CONTROLS_HEIGHT + bottom,
             margin=dict(l=TILE_LEFT, r=TILE_SIDES - TILE_LEFT, t=TILE_TOP, b=bottom),
             title=dict(text=f"Coupling to capsule {digit_name}, c − 1/K: one {grid}x{grid} block per type"),
