@@ -519,7 +519,7 @@ def test_train_from_the_sidebar_and_pick_the_new_model(page, app: App, screensho
 
     # the run is on the Training runs page, with its curves
     # during a rerun Streamlit keeps a stale copy of an element beside the new one: look at live ones only
-    live = ':not([data-stale="true"])'
+    live = CURRENT  # not the last run's copy of a chart a fragment is redrawing
     expect(page.locator(f".st-key-compare_runs{live}")).to_contain_text(name, timeout=RERUN_MS)
     expect(page.locator(f".st-key-training_curves{live} .main-svg").first).to_be_visible(timeout=RERUN_MS)
     expect(page.locator(f".st-key-training_curves{live}")).to_contain_text(name, timeout=RERUN_MS)
@@ -568,7 +568,7 @@ def test_a_run_started_elsewhere_is_followed_live_on_the_training_page(page, app
     script.write_text(FAKE_TRAINER)
     trainer = subprocess.Popen([sys.executable, str(script), str(app.runs_dir / name), "3"])
     try:
-        live = ':not([data-stale="true"])'
+        live = CURRENT  # not the last run's copy of a chart a fragment is redrawing
         expect(page.locator(f".st-key-compare_runs{live}")).to_contain_text(name, timeout=30_000)
         curves = page.locator(f".st-key-training_curves{live}")
         expect(curves).to_contain_text(name, timeout=30_000)  # its first epoch, drawn without a click
@@ -609,26 +609,26 @@ def test_evaluate_the_model_on_the_test_set(page, app: App, screenshots: Path) -
 def test_clicking_a_stage_of_the_architecture_shows_its_computation(page, app: App, screenshots: Path) -> None:
     page.goto(app.url + "/architecture?test=0", timeout=PAGE_LOAD_MS)
     # the primary capsules first: the chosen capsule's receptive field, its type's lengths and its pose
-    expect(page.locator(".st-key-arch_field .main-svg").first).to_be_visible(timeout=PAGE_LOAD_MS)
-    expect(page.locator(".st-key-arch_product")).to_have_count(0)
+    expect(page.locator(f".st-key-arch_field{CURRENT} .main-svg").first).to_be_visible(timeout=PAGE_LOAD_MS)
+    expect(page.locator(f".st-key-arch_product{CURRENT}")).to_have_count(0)
     wait_rendered(page)
-    boxes = page.locator(".st-key-arch_diagram_primary .js-plotly-plot .bars .point")
+    boxes = page.locator(f".st-key-arch_diagram_primary{CURRENT} .js-plotly-plot .bars .point")
     expect(boxes).to_have_count(6)
     box = boxes.nth(3).bounding_box()  # the votes: W_ij u_i
     assert box is not None
     # a real click where the box is drawn (plotly's drag layer above the bars takes it and finds the bar)
     page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
-    product = page.locator(".st-key-arch_product .main-svg").first
+    product = page.locator(f".st-key-arch_product{CURRENT} .main-svg").first
     expect(product).to_be_visible(timeout=RERUN_MS)
-    expect(page.locator(".st-key-arch_field")).to_have_count(0)
+    expect(page.locator(f".st-key-arch_field{CURRENT}")).to_have_count(0)
     expect(page.get_by_role("radio", name="Votes")).to_be_checked()
     expect(page.locator(".katex-display").first).to_contain_text("W")
     wait_rendered(page)
     full_page_screenshot(page, screenshots / "architecture.png")
     # and back by the keyboard-reachable radio: the decoder's masked input
-    page.locator(".st-key-arch_stage").get_by_text("Decoder", exact=True).click()
-    expect(page.locator(".st-key-arch_masked .main-svg").first).to_be_visible(timeout=RERUN_MS)
-    expect(page.locator(".st-key-arch_diagram_decoder .bars .point")).to_have_count(6)
+    page.locator(f".st-key-arch_stage{CURRENT}").get_by_text("Decoder", exact=True).click()
+    expect(page.locator(f".st-key-arch_masked{CURRENT} .main-svg").first).to_be_visible(timeout=RERUN_MS)
+    expect(page.locator(f".st-key-arch_diagram_decoder{CURRENT} .bars .point")).to_have_count(6)
 
 
 # ---------------------------------------------------------------- Routing playground
@@ -636,14 +636,16 @@ def test_clicking_a_stage_of_the_architecture_shows_its_computation(page, app: A
 
 def test_step_the_routing_playground_and_click_a_vote(page, app: App, screenshots: Path) -> None:
     page.goto(app.url + "/playground?checkpoint=mnist&test=3")
-    shown = page.locator(".st-key-playground_shown")
+    shown = page.locator(f".st-key-playground_shown{CURRENT}")
     expect(shown).to_contain_text("Iteration 1 of 3", timeout=PAGE_LOAD_MS)
-    reading = page.locator(".st-key-playground_child_reading")
+    reading = page.locator(f".st-key-playground_child_reading{CURRENT}")
     expect(reading).to_contain_text("Child 1 sends 0.333 to parent 1")
 
-    choose_option(page, page.locator(".st-key-playground_preset").get_by_role("combobox"), "two competing clusters")
+    choose_option(
+        page, page.locator(f".st-key-playground_preset{CURRENT}").get_by_role("combobox"), "two competing clusters"
+    )
     expect(page.get_by_text("seven against five")).to_be_visible(timeout=RERUN_MS)
-    page.locator(".st-key-playground_next").get_by_role("button").click()
+    page.locator(f".st-key-playground_next{CURRENT}").get_by_role("button").click()
     expect(shown).to_contain_text("Iteration 2 of 3", timeout=RERUN_MS)
     expect(reading).not_to_contain_text("0.333")  # routing moved child 1's weight
     first = float(re.search(r"sends ([0-9.]+) to parent 1", reading.inner_text()).group(1))
@@ -651,7 +653,7 @@ def test_step_the_routing_playground_and_click_a_vote(page, app: App, screenshot
     wait_rendered(page)
 
     # a click on child 9's vote for parent 1 (one of the five outvoted) chooses it
-    vote = page.locator(".st-key-playground_chart .scatterlayer .trace").first.locator(".point").nth(8)
+    vote = page.locator(f".st-key-playground_chart{CURRENT} .scatterlayer .trace").first.locator(".point").nth(8)
     box = vote.bounding_box()
     assert box is not None
     centre = (box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
@@ -661,15 +663,17 @@ def test_step_the_routing_playground_and_click_a_vote(page, app: App, screenshot
     expect(reading).to_contain_text("Child 9 sends", timeout=RERUN_MS)
     ninth = float(re.search(r"sends ([0-9.]+) to parent 1", reading.inner_text()).group(1))
     assert ninth < 1 / 3, reading.inner_text()  # the smaller cluster loses parent 1
-    expect(page.locator(".st-key-playground_child").get_by_role("combobox")).to_have_value("child 9")
+    expect(page.locator(f".st-key-playground_child{CURRENT}").get_by_role("combobox")).to_have_value("child 9")
 
-    real = page.locator(".st-key-playground_real_chart")  # the real model's votes, below, stepped alike
+    real = page.locator(f".st-key-playground_real_chart{CURRENT}")  # the real model's votes, below, stepped alike
     points = real.locator(".scatterlayer .trace").first.locator(".point")
     expect(points.first).to_be_attached(timeout=RERUN_MS)
     wait_rendered(page)
     sizes = points.evaluate_all("ps => ps.map(p => p.getAttribute('d'))")
-    page.locator(".st-key-playground_real_next").get_by_role("button").click()
-    expect(page.locator(".st-key-playground_real_shown")).to_contain_text("Iteration 2 of 3", timeout=RERUN_MS)
+    page.locator(f".st-key-playground_real_next{CURRENT}").get_by_role("button").click()
+    expect(page.locator(f".st-key-playground_real_shown{CURRENT}")).to_contain_text(
+        "Iteration 2 of 3", timeout=RERUN_MS
+    )
     expect(shown).to_contain_text("Iteration 2 of 3")  # the toy keeps its own iteration
     wait_rendered(page)
     assert points.evaluate_all("ps => ps.map(p => p.getAttribute('d'))") != sizes  # iteration 2's weights

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 from browser_support import (
+    CURRENT,
     PAGE_LOAD_MS,
     RERUN_MS,
     App,
@@ -37,7 +38,6 @@ except ImportError:  # pragma: no cover - the dev extra installs it (conftest's 
     expect = None  # type: ignore[assignment]
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
-LIVE = ':not([data-stale="true"])'
 
 
 @pytest.fixture
@@ -64,7 +64,7 @@ def test_the_window_follows_the_run_and_replays_it(page, watched: tuple[App, Pat
     tab.goto(app.url + "/training")
     expect(tab.get_by_test_id("stSidebarNav")).to_be_visible(timeout=PAGE_LOAD_MS)
     expect(tab.get_by_role("heading", name="Watch the capsules learn")).to_be_visible(timeout=RERUN_MS)
-    chart = tab.locator(f".st-key-training_window{LIVE}")
+    chart = tab.locator(f".st-key-training_window{CURRENT}")
     bars, picture = chart.locator(".barlayer .point"), chart.locator("image")
     expect(bars).to_have_count(100, timeout=RERUN_MS)  # ten capsules under each of ten images
     expect(picture).to_have_count(1, timeout=RERUN_MS)  # the images over their reconstructions: one picture
