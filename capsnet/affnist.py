@@ -43,6 +43,7 @@ SEED = 2017
 ANGLES = np.arange(-60.0, 61.0, 10.0)  # the rotation sweep, degrees
 SCALES = np.round(np.arange(0.6, 1.41, 0.1), 2)  # the scale sweep
 CHUNK = 500  # images per forward pass
+TRAINING_SET = "mnist-40"  # the paper's training data for this test: MNIST digits moved anywhere on 40x40
 
 
 def random_transforms(count: int, seed: int = SEED) -> list[Transform]:
@@ -75,6 +76,38 @@ def accuracy(model: AnyModel, images: Tensor, labels: Tensor, device: torch.devi
         right += int((out.prediction.cpu() == labels[start : start + CHUNK]).sum())
     model.train(was_training)
     return right / max(len(images), 1)
+
+
+@dataclass(frozen=True)
+class AffineResult:
+    """A mnist-40 model's accuracy on the MNIST test digits moved on 40x40 and on the affNIST-like set."""
+
+    moved_mnist_accuracy: float
+    affnist_like_accuracy: float
+    examples: int
+
+    def header_facts(self) -> dict[str, float | int]:
+        """The keys a checkpoint's header keeps them under (`capsnet.claims` reads them)."""
+        return {"moved_mnist_accuracy": self.moved_mnist_accuracy,
+                "affnist_like_accuracy": self.affnist_like_accuracy, "affnist_like_examples": self.examples}  # fmt: skip
+
+
+def measure(model: AnyModel, data_dir: str | None = None, limit: int | None = None) -> AffineResult:
+    """`model` (a 40x40 network) on the MNIST test set moved on 40x40 and on its affNIST-like stand-in."""
+    from capsnet.data import as_tensors, load_dataset, stored_tensors
+
+    if model.config.image_size != SIZE:
+        raise CapsNetError(
+            f"this network reads {model.config.image_size}x{model.config.image_size} images; "
+            f"affNIST is {SIZE}x{SIZE}: train on --dataset {TRAINING_SET}"
+        )
+    test = load_dataset("mnist", train=False, data_dir=data_dir)
+    digits, labels = stored_tensors(test)
+    moved, _ = as_tensors(test, SIZE)
+    if limit:
+        digits, labels, moved = digits[:limit], labels[:limit], moved[:limit]
+    affine, _ = affnist_like(digits)
+    return AffineResult(accuracy(model, moved, labels), accuracy(model, affine, labels), len(labels))
 
 
 @dataclass(frozen=True)
@@ -135,32 +168,16 @@ def main(argv: list[str] | None = None) -> int:
 
     def body() -> int:
         from capsnet.checkpoint import load_checkpoint
-        from capsnet.data import as_tensors, load_dataset, stored_tensors
 
         device = pick_device(args.device)
         models = [load_checkpoint(p, device=device, architectures=ARCHITECTURES) for p in args.checkpoints]
         if args.sweep:
             return _sweeps(models, args.limit, args.data_dir, args.json)
         for checkpoint in models:
-            if checkpoint.config.image_size != SIZE:
-                raise CapsNetError(
-                    f"{checkpoint.path} reads {checkpoint.config.image_size}x{checkpoint.config.image_size} images; "
-                    f"affNIST is {SIZE}x{SIZE}: train on --dataset mnist-40"
-                )
-        test = load_dataset("mnist", train=False, data_dir=args.data_dir)
-        digits, labels = stored_tensors(test)
-        moved, _ = as_tensors(test, SIZE)
-        if args.limit:
-            digits, labels, moved = digits[: args.limit], labels[: args.limit], moved[: args.limit]
-        affine, _ = affnist_like(digits)
-        for checkpoint in models:
-            facts = {
-                "checkpoint": str(checkpoint.path),
-                "network": checkpoint.architecture,
-                "moved_mnist_accuracy": accuracy(checkpoint.model, moved, labels),
-                "affnist_like_accuracy": accuracy(checkpoint.model, affine, labels),
-                "examples": len(labels),
-            }
+            result = measure(checkpoint.model, args.data_dir, args.limit)
+            facts = {"checkpoint": str(checkpoint.path), "network": checkpoint.architecture,
+                     "moved_mnist_accuracy": result.moved_mnist_accuracy,
+                     "affnist_like_accuracy": result.affnist_like_accuracy, "examples": result.examples}  # fmt: skip
             if args.json:
                 print(json.dumps(facts))
             else:

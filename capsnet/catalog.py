@@ -99,11 +99,16 @@ def list_checkpoints(
     return [e for e in entries if e.architecture == architecture]
 
 
-def baseline_for(dataset: str, baselines: list[CheckpointEntry]) -> CheckpointEntry | None:
-    """The CNN to compare a `dataset` model with: the shipped one, else the newest run's."""
-    usable = [e for e in baselines if not e.error and not network(e.architecture).capsules and e.dataset == dataset]
+def trained_on(dataset: str, entries: list[CheckpointEntry]) -> CheckpointEntry | None:
+    """The readable entry trained on `dataset`: the shipped one, else the newest run's (entries come newest first)."""
+    usable = [e for e in entries if not e.error and e.dataset == dataset]
     shipped = [e for e in usable if e.source == "shipped"]
     return (shipped or usable or [None])[0]
+
+
+def baseline_for(dataset: str, baselines: list[CheckpointEntry]) -> CheckpointEntry | None:
+    """The CNN to compare a `dataset` model with: the shipped one, else the newest run's."""
+    return trained_on(dataset, [e for e in baselines if not network(e.architecture).capsules])
 
 
 def default_checkpoint(entries: list[CheckpointEntry]) -> CheckpointEntry | None:

@@ -71,13 +71,28 @@ def claim_verdict(model: models.Model) -> claims.Verdict | None:
     cnn, _ = open_baseline(model.dataset)
     if cnn is None:
         return None
-    return _verdict(str(model.checkpoint.path), str(cnn.checkpoint.path), model.key, cnn.key)
+    return _verdict("multimnist", str(model.checkpoint.path), str(cnn.checkpoint.path), model.key, cnn.key)
+
+
+def affine_verdict() -> claims.Verdict | None:
+    """The affine claim's verdict, whichever model is open: the CapsNet and the CNN trained on MNIST digits moved
+    on 40x40 (`capsnet.affnist.TRAINING_SET`), the shipped ones else the newest runs; None without both."""
+    checkpoints, root = str(state.checkpoints_dir()), str(state.runs_root())
+    capsnet = catalog.trained_on(affnist.TRAINING_SET, models.checkpoint_entries(checkpoints, root))
+    cnn = catalog.baseline_for(affnist.TRAINING_SET, baseline_entries(checkpoints, root))
+    if capsnet is None or cnn is None:
+        return None
+    try:
+        keys = [f"{entry.path}@{os.path.getmtime(entry.path)}" for entry in (capsnet, cnn)]
+    except OSError:
+        return None
+    return _verdict("affnist", str(capsnet.path), str(cnn.path), *keys)
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
-def _verdict(capsnet: str, cnn: str, capsnet_key: str, cnn_key: str) -> claims.Verdict | None:
+def _verdict(claim: str, capsnet: str, cnn: str, capsnet_key: str, cnn_key: str) -> claims.Verdict | None:
     try:
-        return claims.verdict("multimnist", capsnet, cnn)
+        return claims.verdict(claim, capsnet, cnn)
     except CheckpointError:
         return None
 

@@ -6,8 +6,9 @@ from typing import Any
 
 import streamlit as st
 
+from capsnet.claims import Verdict
 from capsnet.config import CapsNetConfig
-from dashboard import state
+from dashboard import figures, state, texts
 
 # The first option of the "which capsule" select boxes: follow the prediction, whatever it is. Not None: a select
 # box whose value is None shows its placeholder ("Choose an option") once it is drawn again (Streamlit reads None
@@ -76,3 +77,12 @@ def primary_capsule_picker(config: CapsNetConfig, default: int, container: Any =
                    help=f"Its position on the {g}x{g} grid.")  # fmt: skip
     c.number_input("Column", 0, g - 1, key=PRIMARY_KEYS[2], on_change=_picked, args=(config,))
     return chosen
+
+
+def claim_verdict(verdict: Verdict, key: str, curve: str) -> None:
+    """A claim's verdict: the statement, the table, and the test error against the examples seen (`curve` says
+    what that error was measured on)."""
+    st.markdown(verdict.statement())
+    st.dataframe(texts.claim_table(verdict), hide_index=True)
+    st.plotly_chart(figures.claim_figure(verdict), key=key, config={"displayModeBar": False})
+    st.caption(curve)

@@ -13,6 +13,7 @@ import torch
 
 from capsnet import affnist
 from capsnet.baseline import BaselineCNN, CNNConfig
+from capsnet.checkpoint import load_checkpoint, read_checkpoint_info
 from capsnet.config import CapsNetConfig
 from capsnet.data import as_tensors, load_dataset, placed, stored_tensors
 from capsnet.equivariance import Transform, transform
@@ -121,6 +122,24 @@ def test_train_on_mnist_40_and_measure_on_the_affnist_like_set(data_dir: Path, t
     for line in lines:
         assert line["examples"] == 200 and 0 <= line["affnist_like_accuracy"] <= 1
         assert line["moved_mnist_accuracy"] > 0.2, lines  # twice chance: both learned from digits anywhere on 40x40
+    # an export keeps the affNIST-like figure in the header, and the affine verdict reads it from there
+    from capsnet.claims import verdict
+    from capsnet.export import export_checkpoint
+
+    exported = {}
+    for model, run in runs.items():
+        exported[model] = tmp_path / "shipped" / f"{model}.safetensors"
+        info = export_checkpoint(run / "best.safetensors", exported[model], device="cpu")
+        measured = affnist.measure(load_checkpoint(exported[model], architectures=("capsnet", "cnn")).model)
+        assert info.extra["affnist_like_accuracy"] == measured.affnist_like_accuracy
+        assert info.extra["moved_mnist_accuracy"] == measured.moved_mnist_accuracy == info.test_accuracy
+        assert info.extra["affnist_like_examples"] == 10_000
+    v = verdict("affnist", exported["capsnet"], exported["cnn"])
+    assert [r.error for r in v.rows] == [1 - read_checkpoint_info(p)[1].extra["affnist_like_accuracy"]
+                                         for p in exported.values()]  # fmt: skip
+    assert [r.test_examples for r in v.rows] == [10_000, 10_000] and v.equal_budgets
+    assert [r.paper_error for r in v.rows] == [0.21, 0.34]
+    assert [seen for seen, _ in v.rows[0].curve] == [4000]  # the run's own test error after its one epoch
     wrong = subprocess.run(
         [sys.executable, "-m", "capsnet.affnist", str(REPO / "checkpoints" / "mnist.safetensors")],
         capture_output=True, text=True, timeout=120, env=env,

@@ -601,10 +601,27 @@ def test_the_transform_lens_sets_the_capsnet_beside_a_cnn(app_with_run, tiny_bas
     at.switch_page("app_pages/transform.py").run()
     no_exception(at)
     assert any("No CNN baseline for this dataset yet" in c.value for c in at.caption)  # none shipped yet
+    assert any("No pair trained on MNIST digits moved on 40x40" in c.value for c in at.caption)
     ship_baseline(checkpoints, tiny_baselines["mnist"], "mnist")
-    at = pick_test_image(new_app().run(), 1)
+    ship_affine_pair(checkpoints, capsnet=0.62, cnn=0.7)
+    at = new_app()
+    at.query_params.update(checkpoint="20250101-000000-mnist")  # the run, not the "shipped" 40x40 pair
+    at = pick_test_image(at.run(), 1)
+    assert Path(at.sidebar.selectbox(key="checkpoint_picker").value).parent.name == "20250101-000000-mnist"
     at.switch_page("app_pages/transform.py").run()
     no_exception(at)
+    # the affine claim's verdict reads the mnist-40 pair, whichever model is open: their affNIST-like figures
+    verdict = " ".join(m.value for m in at.markdown)
+    assert "Here the CNN baseline is ahead, after the same 2,000 training examples each: 30.00% test error" in verdict
+    assert "38.00%" in verdict and "not reproduced" in verdict and "disputed" in verdict
+    table = at.dataframe[-1].value
+    assert list(table["network"]) == ["CapsNet", "CNN baseline"] and list(table["paper's test error"]) == [
+        "21.0%",
+        "34.0%",
+    ]
+    assert list(table["here"]) == ["38.00% (10,000 test examples)", "30.00% (10,000 test examples)"]
+    curves = chart(at, "lens_claim")["data"]
+    assert [plotly_values(t["x"]).tolist() for t in curves] == [[1000, 2000], [1000, 2000]]
     cnn = next(m for m in at.metric if m.label == "CNN baseline on the transformed input")
     assert cnn.value in [str(d) for d in range(10)]
     at.selectbox(key="lens_robustness_size").set_value(2000).run()  # the cost is said before anything is measured
@@ -718,6 +735,26 @@ def test_a_link_beyond_the_slider_and_a_walk_across_pages(app_with_run) -> None:
 def ship_baseline(checkpoints: Path, source: Path, dataset: str) -> None:
     (checkpoints / "baselines").mkdir(exist_ok=True)
     shutil.copy(source, checkpoints / "baselines" / f"{dataset}-cnn.safetensors")
+
+
+def ship_affine_pair(checkpoints: Path, capsnet: float, cnn: float) -> None:
+    """A tiny CapsNet and CNN for 40x40 "shipped" as trained on mnist-40, with the affNIST-like accuracies given
+    (as `capsnet.export` records them) and two epochs of 1,000 digits in their metrics."""
+    from capsnet.baseline import BaselineCNN, CNNConfig
+    from capsnet.checkpoint import save_checkpoint
+    from capsnet.config import CapsNetConfig
+    from capsnet.model import CapsNet
+
+    (checkpoints / "baselines").mkdir(exist_ok=True)
+    for model, path, accuracy in (
+        (CapsNet(CapsNetConfig.preset("tiny", image_size=40)), checkpoints / "mnist-40.safetensors", capsnet),
+        (BaselineCNN(CNNConfig.preset("tiny", image_size=40)), checkpoints / "baselines" / "mnist-40-cnn.safetensors", cnn),
+    ):  # fmt: skip
+        header = {"dataset": "mnist-40", "test_accuracy": 0.9, "epochs": 2, "recipe": {"lr": 1e-3},
+                  "affnist_like_accuracy": accuracy, "affnist_like_examples": 10_000}  # fmt: skip
+        save_checkpoint(path, model, header)
+        records = [{"epoch": e, "train_images": 1000, "test_accuracy": 0.5 + e / 10} for e in (1, 2)]
+        path.with_suffix(".metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
 
 
 def test_the_overlapping_digits_page(app_dirs, tiny_multimnist, tiny_baselines) -> None:  # noqa: F811

@@ -14,7 +14,7 @@ from streamlit_drawable_canvas import st_canvas
 from capsnet import agreement as ag
 from capsnet.multimnist import PAD, overlay, two_highest
 from capsnet.preprocess import PreprocessError, preprocess_canvas
-from dashboard import baselines, figures, guards, models, texts
+from dashboard import baselines, figures, guards, models, texts, widgets
 
 SHIFTS = ("first_dy", "first_dx", "second_dy", "second_dx")
 SOURCES = ("Test digits", "Draw two")
@@ -161,11 +161,5 @@ claim = baselines.claim_verdict(model)
 if claim is None:
     st.caption("The verdict needs a CNN baseline for this dataset beside the CapsNet: train one from the sidebar.")
 else:
-    st.markdown(claim.statement())
-    st.dataframe(texts.claim_table(claim), hide_index=True)
-    st.plotly_chart(figures.claim_figure(claim), key="overlap_claim", config={"displayModeBar": False})
-    st.caption(
-        "Test error after each epoch on the runs' own test pairs; the table's figure is the shipped file's on the "
-        "first 10,000 fixed test pairs. The dashed lines are the paper's, after 60 million pairs."
-    )
+    widgets.claim_verdict(claim, "overlap_claim", texts.MULTIMNIST_CURVE)
 st.markdown(texts.DISPUTE)

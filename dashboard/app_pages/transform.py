@@ -142,5 +142,11 @@ if measure.toggle("Measure accuracy as the test set turns and scales", key="lens
             figures.robustness_figure(values, {n: s.accuracy for n, s in sweeps.items()}, kind, current),
             key=f"lens_robustness_{kind}", config={"displayModeBar": False},
         )  # fmt: skip
+st.subheader("Does the paper's claim hold here?", anchor=False)
 st.markdown(texts.AFFNIST_CLAIM)
+claim = baselines.affine_verdict()
+if claim is None:
+    st.caption(texts.NO_AFFINE_PAIR)
+else:
+    widgets.claim_verdict(claim, "lens_claim", texts.AFFNIST_CURVE)
 st.markdown(texts.DISPUTE)
