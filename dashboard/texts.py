@@ -406,7 +406,7 @@ def claim_table(verdict) -> list[dict[str, object]]:
             if r.error is None
             else f"{100 * r.error:.2f}%" + (f" ({r.test_examples:,} test examples)" if r.test_examples else ""),
             "examples trained on": f"{r.examples_seen:,}",
-            "CPU hours": "—" if r.hours is None else f"{r.hours:.1f}",
+            "hours trained": "—" if r.hours is None else f"{r.hours:.1f}",
             "epochs": r.epochs or "—",
             "learning rate": "—" if r.lr is None else f"{r.lr:g}",
             "epoch chosen on": r.chosen_on,

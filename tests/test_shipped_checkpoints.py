@@ -59,7 +59,7 @@ def test_shipped_multimnist_checkpoint(data_dir: Path) -> None:
     info = checkpoint.info
     assert info.dataset == "multimnist" and checkpoint.config == CapsNetConfig.preset(
         "multimnist", primary_scale=1.0, init="torch"
-    )  # shipped before the official scales
+    )  # warm-started from the shipped MNIST model, whose scales it keeps
     assert checkpoint.model.num_parameters() == 11_361_808
     assert info.test_examples >= 10_000 and info.weights_dtype == "float16"
     assert abs(info.test_accuracy - info.test_accuracy_before_export) <= 0.002
