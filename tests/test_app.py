@@ -17,6 +17,7 @@ from dashboard_fixtures import (  # noqa: F401
     chart,
     clear_streamlit_caches,
     plotly_values,
+    ship_affine_pair,
 )
 from PIL import Image
 from streamlit.testing.v1 import AppTest
@@ -735,26 +736,6 @@ def test_a_link_beyond_the_slider_and_a_walk_across_pages(app_with_run) -> None:
 def ship_baseline(checkpoints: Path, source: Path, dataset: str) -> None:
     (checkpoints / "baselines").mkdir(exist_ok=True)
     shutil.copy(source, checkpoints / "baselines" / f"{dataset}-cnn.safetensors")
-
-
-def ship_affine_pair(checkpoints: Path, capsnet: float, cnn: float) -> None:
-    """A tiny CapsNet and CNN for 40x40 "shipped" as trained on mnist-40, with the affNIST-like accuracies given
-    (as `capsnet.export` records them) and two epochs of 1,000 digits in their metrics."""
-    from capsnet.baseline import BaselineCNN, CNNConfig
-    from capsnet.checkpoint import save_checkpoint
-    from capsnet.config import CapsNetConfig
-    from capsnet.model import CapsNet
-
-    (checkpoints / "baselines").mkdir(exist_ok=True)
-    for model, path, accuracy in (
-        (CapsNet(CapsNetConfig.preset("tiny", image_size=40)), checkpoints / "mnist-40.safetensors", capsnet),
-        (BaselineCNN(CNNConfig.preset("tiny", image_size=40)), checkpoints / "baselines" / "mnist-40-cnn.safetensors", cnn),
-    ):  # fmt: skip
-        header = {"dataset": "mnist-40", "test_accuracy": 0.9, "epochs": 2, "recipe": {"lr": 1e-3},
-                  "affnist_like_accuracy": accuracy, "affnist_like_examples": 10_000}  # fmt: skip
-        save_checkpoint(path, model, header)
-        records = [{"epoch": e, "train_images": 1000, "test_accuracy": 0.5 + e / 10} for e in (1, 2)]
-        path.with_suffix(".metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
 
 
 def test_the_overlapping_digits_page(app_dirs, tiny_multimnist, tiny_baselines) -> None:  # noqa: F811

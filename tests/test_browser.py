@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,6 +35,7 @@ from browser_support import (
     wait_idle,
     wait_rendered,
 )
+from dashboard_fixtures import ship_affine_pair
 
 from capsnet.checkpoint import read_checkpoint_info
 
@@ -382,6 +384,12 @@ def test_a_click_on_a_vote_selects_its_primary_capsule_in_every_view(page, app: 
 
 
 def test_turning_the_input_in_the_transform_lens(page, app: App, screenshots: Path) -> None:
+    ship_affine_pair(app.checkpoints_dir, capsnet=0.62, cnn=0.7)  # the pair the affine claim's verdict reads
+    shipped = Path(__file__).resolve().parents[1] / "checkpoints"
+    if os.environ.get("CAPSNET_SCREENSHOTS_CHECKPOINT") and (shipped / "mnist-40.safetensors").is_file():
+        for model in (Path("mnist-40.safetensors"), Path("baselines/mnist-40-cnn.safetensors")):  # the real pair
+            for path in (model, model.with_suffix(".metrics.jsonl")):
+                shutil.copy(shipped / path, app.checkpoints_dir / path)
     open_app(page, app, "/transform?test=1")
     transformed = (
         page.get_by_test_id("stMain")
@@ -423,6 +431,12 @@ def test_turning_the_input_in_the_transform_lens(page, app: App, screenshots: Pa
     expect(rotation).to_be_visible(timeout=300_000)
     assert rotation.evaluate("p => p.data.map(t => t.name)") == ["CapsNet", "CNN"]
     assert rotation.evaluate("p => p.layout.shapes[0].x0") == 16  # the current angle, marked
+    # the verdict on the affine claim, from the 40x40 pair: said plainly, with its curve
+    verdict = re.compile(r"^Here the (CNN baseline|CapsNet) is ahead, after the same [\d,]+ training examples each")
+    expect(page.get_by_text(verdict)).to_be_visible(timeout=RERUN_MS)
+    claim = page.locator(".st-key-lens_claim .js-plotly-plot")
+    expect(claim).to_be_visible()
+    assert claim.evaluate("p => p.data.map(t => t.name)") == ["CapsNet here", "CNN baseline here"]
     wait_rendered(page)
     full_page_screenshot(page, screenshots / "transform.png")
 
@@ -437,6 +451,11 @@ def test_overlapping_digits_from_a_link(page, app: App, screenshots: Path) -> No
     cnn = page.get_by_test_id("stMetric").filter(has_text="CNN baseline: the two highest scores")
     expect(cnn.get_by_test_id("stMetricValue")).to_have_text(re.compile(r"^\s*\d and \d\s*$"))
     expect(page.get_by_text("True digits:")).to_be_visible()
+    # the verdict on the paper's claim: which network is ahead here, after how many pairs each
+    expect(page.get_by_text(re.compile(r"^Here the (CNN baseline|CapsNet) is ahead, after"))).to_be_visible()
+    claim = page.locator(".st-key-overlap_claim .js-plotly-plot")
+    expect(claim).to_be_visible()
+    assert claim.evaluate("p => p.data.map(t => t.name)") == ["CapsNet here", "CNN baseline here"]
     segmented = page.get_by_test_id("stMain").locator("[data-testid=stImage]").filter(has_text="red: from capsule")
     expect(segmented.locator("img")).to_be_visible()
     wait_rendered(page)
