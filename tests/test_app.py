@@ -305,6 +305,23 @@ def test_every_page_runs_on_the_shipped_fashion_mnist_model(app_dirs, data_dir: 
     assert "Ankle boot" in json.dumps(chart(at, "per_class_chart"))  # the class names come from the header
 
 
+def test_every_page_runs_on_a_model_for_the_affine_claim(app_dirs, data_dir: Path) -> None:  # noqa: F811
+    """A 40x40 CapsNet trained on moved digits (the shipped mnist-40 pair's kind): every page opens without an error,
+    those that read a 28x28 input saying so."""
+    _, checkpoints = app_dirs
+    ship_affine_pair(checkpoints, capsnet=0.62, cnn=0.7)
+    at = new_app()
+    at.query_params.update(checkpoint="mnist-40")
+    at = at.run()
+    no_exception(at)
+    assert Path(at.sidebar.selectbox(key="checkpoint_picker").value).name == "mnist-40.safetensors"
+    assert any("40x40" in i.value for i in at.info)  # the Draw page says where this model belongs (28x28 inputs)
+    for page in PAGES[1:]:
+        at.switch_page(page).run()
+        no_exception(at)
+        assert not at.error, [e.value for e in at.error]
+
+
 def test_the_training_page_lists_runs_and_a_second_start_is_refused(app_with_run, tmp_path: Path) -> None:  # noqa: F811
 
     from capsnet import runs
