@@ -55,10 +55,12 @@ def stage_figures(model: CapsNet, reading: arch.StageReading, view: arch.Capsule
             arch_fig.feature_maps_figure(reading.features[channels], channels, view.window, c.primary_kernel)
         )
     elif stage == "primary":
-        lengths = reading.votes.primary_lengths.reshape(c.primary_types, c.primary_grid, c.primary_grid)[view.kind]
+        lengths = reading.votes.primary_lengths.reshape(c.primary_types, c.primary_grid, c.primary_grid)[
+            view.primary.kind
+        ]
         figures += [
             arch_fig.receptive_field_figure(reading.image, view.field, "field"),
-            arch_fig.grid_lengths_figure(lengths, view.y, view.x, "lengths"),
+            arch_fig.grid_lengths_figure(lengths, view.primary.y, view.primary.x, "lengths"),
             arch_fig.pose_figure(view.pose, "pose"),
         ]
     elif stage == "votes":
@@ -67,7 +69,7 @@ def stage_figures(model: CapsNet, reading: arch.StageReading, view: arch.Capsule
             arch_fig.vote_lengths_figure(view.vote_lengths, NAMES, view.digit),
         ]
     elif stage == "routing":
-        figures.append(arch_fig.routing_figure(view.coupling, reading.votes.lengths, NAMES))
+        figures.append(arch_fig.routing_figure(view.primary.coupling, reading.votes.lengths, NAMES))
     elif stage == "decoder":
         figures.append(arch_fig.masked_figure(reading.masked, NAMES, reading.prediction))
     return [f.to_json() for f in figures]

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from capsnet.agreement import Votes, first_primary, receptive_fields, votes_from_trace
+from capsnet.agreement import PrimaryReading, Votes, first_primary, primary_reading, receptive_fields, votes_from_trace
 from capsnet.config import CapsNetConfig
 from capsnet.model import CapsNet
 
@@ -170,20 +170,14 @@ def strongest_maps(features: np.ndarray, count: int) -> np.ndarray:
 class CapsuleView:
     """One primary capsule i, one digit capsule j, and what passes between them."""
 
-    index: int  # i = type * G^2 + y * G + x
-    kind: int  # its type, from 0
-    y: int
-    x: int
+    primary: PrimaryReading  # i: its position, length, couplings and agreements (as the Routing page reads it)
     pose: np.ndarray  # (P,) u_i
-    length: float  # |u_i|
     field: np.ndarray  # (H, W) bool: the input pixels it sees
     window: tuple[int, int]  # the top-left corner (row, column) of the Conv1 window it reads, as wide as its kernel
     digit: int  # j
     weight: np.ndarray  # (D, P) W_ij
     vote: np.ndarray  # (D,) u_hat_{j|i} = W_ij u_i, as the forward pass computed it
     vote_lengths: np.ndarray  # (K,) |u_hat_{j|i}| of its votes for every digit capsule
-    coupling: np.ndarray  # (r, K) c_ij in each iteration; sums to 1 over K
-    agreement: np.ndarray  # (r, K) u_hat_{j|i} . v_j after each iteration
 
 
 def capsule_view(model: CapsNet, reading: StageReading, capsule: int | None, digit: int | None) -> CapsuleView:
@@ -193,23 +187,17 @@ def capsule_view(model: CapsNet, reading: StageReading, capsule: int | None, dig
     """
     c = model.config
     capsule = first_primary(reading.votes, reading.image, c) if capsule is None else int(capsule)
-    kind, y, x = c.primary_position(capsule)
+    primary = primary_reading(reading.votes, c, capsule)
     j = reading.prediction if digit is None else c.check_class(digit)
     weight = model.digits.weight[capsule, j].detach().float().cpu().numpy()  # (D, P)
-    votes = reading.votes
+    votes = reading.votes.votes  # (K, N, D)
     return CapsuleView(
-        index=capsule,
-        kind=kind,
-        y=y,
-        x=x,
+        primary=primary,
         pose=reading.primary[capsule],
-        length=float(np.linalg.norm(reading.primary[capsule])),
-        field=receptive_fields(c)[y, x],
-        window=(y * c.primary_stride, x * c.primary_stride),
+        field=receptive_fields(c)[primary.y, primary.x],
+        window=(primary.y * c.primary_stride, primary.x * c.primary_stride),
         digit=j,
         weight=weight,
-        vote=votes.votes[j, capsule],
-        vote_lengths=np.linalg.norm(votes.votes[:, capsule], axis=-1),
-        coupling=votes.coupling[:, capsule],
-        agreement=votes.agreement[:, capsule],
+        vote=votes[j, capsule],
+        vote_lengths=np.linalg.norm(votes[:, capsule], axis=-1),
     )

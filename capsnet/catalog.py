@@ -20,7 +20,12 @@ from capsnet.networks import network, network_of
 from capsnet.run_folder import run_folders
 
 CHECKPOINTS_ENV = "CAPSNET_CHECKPOINTS_DIR"
-SHIPPED = ("mnist.safetensors", "fashion-mnist.safetensors", "multimnist.safetensors", "mnist-40.safetensors")  # in picker order
+SHIPPED = (
+    "mnist.safetensors",
+    "fashion-mnist.safetensors",
+    "multimnist.safetensors",
+    "mnist-40.safetensors",
+)  # in picker order
 BASELINES = "baselines"  # the shipped CNNs: <dataset>-cnn.safetensors in this subfolder
 
 

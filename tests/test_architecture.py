@@ -123,25 +123,30 @@ def test_a_capsules_view_is_its_matrix_its_vote_and_its_field(model: CapsNet, re
     config = model.config
     i, j = 2 * config.primary_grid**2 + 3 * config.primary_grid + 4, 7  # type 2, (3, 4): 0-based type index 2
     view = arch.capsule_view(model, reading, i, j)
-    assert (view.index, view.kind, view.y, view.x, view.digit) == (i, 2, 3, 4, j)
+    assert (view.primary.index, view.primary.kind, view.primary.y, view.primary.x, view.digit) == (i, 2, 3, 4, j)
     np.testing.assert_array_equal(view.weight, model.digits.weight[i, j].detach().numpy())
     np.testing.assert_allclose(view.weight @ view.pose, view.vote, atol=1e-5)  # u_hat_{j|i} = W_ij u_i
     np.testing.assert_allclose(view.pose, reading.primary[i])
-    assert view.length == pytest.approx(float(np.linalg.norm(reading.primary[i])))
+    assert view.primary.length == pytest.approx(float(np.linalg.norm(reading.primary[i])))
     np.testing.assert_array_equal(view.field, receptive_fields(config)[3, 4])
     assert view.field.sum() == 17 * 17 and view.window == (6, 8)
     assert view.field[6:23, 8:25].all()  # the 17x17 square that starts at the Conv1 window's corner
-    np.testing.assert_allclose(view.coupling.sum(axis=1), 1.0, atol=1e-5)
-    assert view.coupling.shape == view.agreement.shape == (config.routing_iterations, config.num_classes)
+    np.testing.assert_allclose(view.primary.coupling.sum(axis=1), 1.0, atol=1e-5)
+    assert (
+        view.primary.coupling.shape == view.primary.agreement.shape == (config.routing_iterations, config.num_classes)
+    )
     np.testing.assert_allclose(view.vote_lengths[j], np.linalg.norm(view.vote), rtol=1e-5)
     # by default: the longest primary capsule and the prediction
     default = arch.capsule_view(model, reading, None, None)
-    assert default.index == first_primary(reading.votes, reading.image, config) and default.digit == reading.prediction
+    assert (
+        default.primary.index == first_primary(reading.votes, reading.image, config)
+        and default.digit == reading.prediction
+    )
     assert (default.field & (reading.image > 0)).any()  # it sees some of the digit
     fields, g = receptive_fields(config), config.primary_grid
     ink = [float(reading.image[fields[divmod(i % g**2, g)]].sum()) for i in range(config.num_primary)]
     score = np.linalg.norm(reading.primary, axis=1) * np.asarray(ink)  # the slow way, capsule by capsule
-    assert default.index == int(np.argmax(score))
+    assert default.primary.index == int(np.argmax(score))
     with pytest.raises(ValueError, match="primary capsule"):
         arch.capsule_view(model, reading, config.num_primary, 0)
     with pytest.raises(ValueError, match="class index"):

@@ -156,10 +156,10 @@ with view_col:
                                       help=f"Now the prediction is {names[reading.prediction]}.", container=digit_col)  # fmt: skip
         else:
             pick_col = st.container()
-        widgets.primary_capsule_picker(config, default=view.index, container=pick_col)
+        widgets.primary_capsule_picker(config, default=view.primary.index, container=pick_col)
         st.caption(
-            f"Primary capsule i = {view.index:,} (type {view.kind + 1} at ({view.y}, {view.x})), "
-            f"length |u_i| = {view.length:.3f}"
+            f"Primary capsule i = {view.primary.index:,} (type {view.primary.kind + 1} at ({view.primary.y}, {view.primary.x})), "
+            f"length |u_i| = {view.primary.length:.3f}"
             + ("" if chosen is not None else ": the longest where the ink is, until you choose another")
         )
 
@@ -181,13 +181,13 @@ with view_col:
             arch_fig.receptive_field_figure(reading.image, view.field, "its receptive field on the input"),
             key="arch_field", config={"displayModeBar": False},
         )  # fmt: skip
-        lengths = reading.votes.primary_lengths.reshape(config.primary_types, g, g)[view.kind]  # (G, G)
+        lengths = reading.votes.primary_lengths.reshape(config.primary_types, g, g)[view.primary.kind]  # (G, G)
         grid_col.plotly_chart(
-            arch_fig.grid_lengths_figure(lengths, view.y, view.x, f"lengths of type {view.kind + 1}, every position"),
+            arch_fig.grid_lengths_figure(lengths, view.primary.y, view.primary.x, f"lengths of type {view.primary.kind + 1}, every position"),
             key="arch_grid", config={"displayModeBar": False},
         )  # fmt: skip
         st.plotly_chart(
-            arch_fig.pose_figure(view.pose, f"its pose u_i ({config.primary_dim}-D), length {view.length:.3f}", 240),
+            arch_fig.pose_figure(view.pose, f"its pose u_i ({config.primary_dim}-D), length {view.primary.length:.3f}", 240),
             key="arch_pose", config={"displayModeBar": False},
         )  # fmt: skip
     elif stage == "votes":
@@ -196,7 +196,7 @@ with view_col:
             key="arch_product", config={"displayModeBar": False},
         )  # fmt: skip
         st.caption(
-            f"The vote of capsule i = {view.index:,} for digit capsule {names[view.digit]}: "
+            f"The vote of capsule i = {view.primary.index:,} for digit capsule {names[view.digit]}: "
             f"|û| = {view.vote_lengths[view.digit]:.3f}. Its votes for every digit capsule:"
         )
         st.plotly_chart(
@@ -205,12 +205,12 @@ with view_col:
         )  # fmt: skip
     elif stage == "routing":
         st.plotly_chart(
-            arch_fig.routing_figure(view.coupling, reading.votes.lengths, names),
+            arch_fig.routing_figure(view.primary.coupling, reading.votes.lengths, names),
             key="arch_routing", config={"displayModeBar": False},
         )  # fmt: skip
-        strongest = int(view.coupling[-1].argmax())
+        strongest = int(view.primary.coupling[-1].argmax())
         st.caption(
-            f"After {reading.votes.iterations} iterations capsule i sends {view.coupling[-1, strongest]:.0%} of its "
+            f"After {reading.votes.iterations} iterations capsule i sends {view.primary.coupling[-1, strongest]:.0%} of its "
             f"vote to digit capsule {names[strongest]} (uniform: {1 / config.num_classes:.0%}); the network predicts "
             f"**{names[reading.prediction]}** (|v| = {reading.lengths[reading.prediction]:.2f})."
         )
