@@ -99,7 +99,8 @@ class Verdict:
         if searched:
             text += (
                 f"Each network's learning rate is the better of {' and '.join(f'{c:g}' for c in caps.lr_candidates)} "
-                f"on its own validation pairs ({caps.lr:g} for the CapsNet, {cnn.lr:g} for the CNN). "
+                f"on its own validation {'pairs' if self.claim == 'multimnist' else 'digits'} "
+                f"({caps.lr:g} for the CapsNet, {cnn.lr:g} for the CNN). "
             )
         if "test" in (caps.chosen_on, cnn.chosen_on):
             unequal.append("an epoch was chosen on test data, not on a validation split")

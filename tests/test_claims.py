@@ -103,3 +103,21 @@ def test_a_warm_started_models_budget_counts_its_own_run(tmp_path: Path) -> None
     assert [r.started_from for r in v.rows] == [60_000, 20_000]
     assert [seen for seen, _ in v.rows[0].curve] == [8000, 16_000]
     assert "the CapsNet's had seen 60,000, the CNN's 20,000" in v.statement()
+
+
+def test_the_shipped_affine_pairs_verdict_reads_the_affnist_like_figures() -> None:
+    """The mnist-40 pair, trained on equal terms: its verdict is on the affNIST-like set, from the headers."""
+    from capsnet.checkpoint import read_checkpoint_info
+
+    pair = (
+        REPO / "checkpoints" / "mnist-40.safetensors",
+        REPO / "checkpoints" / "baselines" / "mnist-40-cnn.safetensors",
+    )
+    v = verdict("affnist", *pair)
+    for row, path in zip(v.rows, pair):
+        assert row.error == pytest.approx(1 - read_checkpoint_info(path)[1].extra["affnist_like_accuracy"])
+        assert row.test_examples == 10_000 and row.chosen_on == "validation" and row.examples_seen == 36_000
+    assert v.equal_budgets and v.leader == "capsnet"  # what this pair measured: the paper's order
+    text = v.statement()
+    assert "That is the paper's order" in text and "on its own validation digits" in text
+    assert "Not yet equal terms" not in text

@@ -101,3 +101,29 @@ def test_shipped_cnn_baselines(name: str, data_dir: Path) -> None:
     result = evaluate(checkpoint.model, images, labels, batch_size=500)
     assert result.total == 10_000 and result.accuracy == pytest.approx(info.test_accuracy, abs=0.0005)
     assert result.accuracy >= 0.98  # a working baseline, whatever its epochs
+
+
+@pytest.mark.parametrize("network", ["capsnet", "cnn"])
+def test_shipped_affine_pair(network: str, data_dir: Path) -> None:
+    """The pair for the paper's affine claim, trained on MNIST digits moved on 40x40: the affNIST-like figure in
+    its header (which the Transform lens's verdict reads) holds on the first 1,000 affNIST-like test digits."""
+    from capsnet import affnist
+    from capsnet.baseline import CNNConfig
+
+    path = CHECKPOINTS / ("mnist-40.safetensors" if network == "capsnet" else "baselines/mnist-40-cnn.safetensors")
+    assert path.is_file(), f"checkpoints/{path.relative_to(CHECKPOINTS)} is missing: the project ships it"
+    checkpoint = load_checkpoint(path, architectures=(network,))
+    info = checkpoint.info
+    assert info.dataset == affnist.TRAINING_SET and info.weights_dtype == "float16" and path.stat().st_size < 28e6
+    if network == "capsnet":  # warm-started from the shipped MNIST model: its config, on 40x40
+        assert checkpoint.config == CapsNetConfig.preset("paper", image_size=40)
+        assert checkpoint.model.num_parameters() == 13_475_648
+    else:
+        assert checkpoint.config == CNNConfig.preset("paper", image_size=40)
+        assert checkpoint.model.num_parameters() == 6_728_466
+    assert info.extra["affnist_like_examples"] == 10_000 and "val_accuracy" in info.extra
+    assert info.extra["moved_mnist_accuracy"] == pytest.approx(info.test_accuracy)
+    result = affnist.measure(checkpoint.model, limit=1000)
+    expected = info.extra["affnist_like_accuracy"]
+    spread = 4 * (expected * (1 - expected) / 1000) ** 0.5  # 1,000 digits: within 4 standard errors
+    assert abs(result.affnist_like_accuracy - expected) <= spread, (result.affnist_like_accuracy, expected)
