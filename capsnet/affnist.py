@@ -92,22 +92,43 @@ class AffineResult:
                 "affnist_like_accuracy": self.affnist_like_accuracy, "affnist_like_examples": self.examples}  # fmt: skip
 
 
-def measure(model: AnyModel, data_dir: str | None = None, limit: int | None = None) -> AffineResult:
-    """`model` (a 40x40 network) on the MNIST test set moved on 40x40 and on its affNIST-like stand-in."""
+@dataclass(frozen=True)
+class AffineTestSet:
+    """The MNIST test digits moved on 40x40 and their affNIST-like stand-ins: what `measure` reads, built once."""
+
+    moved: Tensor  # (N, 1, 40, 40) in [0, 1]
+    affine: Tensor  # (N, 1, 40, 40) in [0, 1]
+    labels: Tensor  # (N,)
+
+
+def affine_test_set(data_dir: str | None = None, limit: int | None = None) -> AffineTestSet:
+    """The (first `limit`) MNIST test digits, moved on 40x40 as the mnist-40 test set does, and made affNIST-like."""
     from capsnet.data import as_tensors, load_dataset, stored_tensors
 
-    if model.config.image_size != SIZE:
-        raise CapsNetError(
-            f"this network reads {model.config.image_size}x{model.config.image_size} images; "
-            f"affNIST is {SIZE}x{SIZE}: train on --dataset {TRAINING_SET}"
-        )
     test = load_dataset("mnist", train=False, data_dir=data_dir)
     digits, labels = stored_tensors(test)
     moved, _ = as_tensors(test, SIZE)
     if limit:
         digits, labels, moved = digits[:limit], labels[:limit], moved[:limit]
     affine, _ = affnist_like(digits)
-    return AffineResult(accuracy(model, moved, labels), accuracy(model, affine, labels), len(labels))
+    return AffineTestSet(moved, affine, labels)
+
+
+def measure(
+    model: AnyModel, data_dir: str | None = None, limit: int | None = None, test: AffineTestSet | None = None
+) -> AffineResult:
+    """`model` (a 40x40 network) on the MNIST test set moved on 40x40 and on its affNIST-like stand-in.
+
+    `test` is that set already built (`affine_test_set`), to measure several models on it; else it is built here.
+    """
+    if model.config.image_size != SIZE:
+        raise CapsNetError(
+            f"this network reads {model.config.image_size}x{model.config.image_size} images; "
+            f"affNIST is {SIZE}x{SIZE}: train on --dataset {TRAINING_SET}"
+        )
+    test = test if test is not None else affine_test_set(data_dir, limit)
+    labels = test.labels
+    return AffineResult(accuracy(model, test.moved, labels), accuracy(model, test.affine, labels), len(labels))
 
 
 @dataclass(frozen=True)
@@ -173,8 +194,9 @@ def main(argv: list[str] | None = None) -> int:
         models = [load_checkpoint(p, device=device, architectures=ARCHITECTURES) for p in args.checkpoints]
         if args.sweep:
             return _sweeps(models, args.limit, args.data_dir, args.json)
+        test = affine_test_set(args.data_dir, args.limit)  # built once for all the checkpoints
         for checkpoint in models:
-            result = measure(checkpoint.model, args.data_dir, args.limit)
+            result = measure(checkpoint.model, test=test)
             facts = {"checkpoint": str(checkpoint.path), "network": checkpoint.architecture,
                      "moved_mnist_accuracy": result.moved_mnist_accuracy,
                      "affnist_like_accuracy": result.affnist_like_accuracy, "examples": result.examples}  # fmt: skip

@@ -100,6 +100,26 @@ def test_a_sweep_is_the_accuracy_under_each_transform(data_dir: Path) -> None:
         affnist.accuracy_sweep(cnn, images, labels, "shear")
 
 
+def test_one_affine_test_set_measures_several_models(data_dir: Path) -> None:
+    """`affine_test_set` is the moved test digits and their affNIST-like stand-ins; a model read on it (as the
+    CLI does, one set for all its checkpoints) scores what `measure` finds when it builds the set itself."""
+    test = affnist.affine_test_set(limit=50)
+    digits, labels = stored_tensors(load_dataset("mnist", train=False))
+    moved, _ = as_tensors(load_dataset("mnist", train=False), 40)
+    assert test.moved.shape == test.affine.shape == (50, 1, 40, 40) and torch.equal(test.labels, labels[:50])
+    assert torch.equal(test.moved, moved[:50]) and torch.equal(test.affine, affnist.affnist_like(digits[:50])[0])
+    torch.manual_seed(0)
+    for model in (
+        CapsNet(CapsNetConfig.preset("tiny", image_size=40)),
+        BaselineCNN(CNNConfig.preset("tiny", image_size=40)),
+    ):
+        shared = affnist.measure(model.eval(), test=test)
+        assert shared == affnist.measure(model, limit=50) and shared.examples == 50
+        assert shared.affnist_like_accuracy == affnist.accuracy(model, test.affine, test.labels)
+    with pytest.raises(affnist.CapsNetError, match="train on --dataset mnist-40"):
+        affnist.measure(CapsNet(CapsNetConfig.preset("tiny")), test=test)
+
+
 @pytest.mark.slow
 def test_train_on_mnist_40_and_measure_on_the_affnist_like_set(data_dir: Path, tmp_path: Path) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "2"}
