@@ -4,9 +4,10 @@ Sabour, Frosst & Hinton (2017): on MultiMNIST a CapsNet errs on 5.2% of the pair
 a CNN (section 6); trained on MNIST digits placed on 40x40 and tested on affNIST, it reaches 79%
 against the CNN's 66% (section 5.2). A `Verdict` sets the paper's figures beside a pair of
 checkpoints (a CapsNet and its CNN baseline): each one's test error, the examples it trained on,
-its hours, how its epoch was chosen, and its test error after each epoch (from the
-`<name>.metrics.jsonl` shipped beside it, or a run's metrics.jsonl), and says plainly which network
-is ahead here and whether the budgets were equal. For the affine claim the test error is the one on
+its hours and epochs, which epoch was kept and how it was chosen, and its test error after each
+epoch (from the `<name>.metrics.jsonl` shipped beside it, or a run's metrics.jsonl), and says
+plainly which network is ahead here and whether the budgets were equal. A warm-started model's
+examples, hours and epochs are those of its own run on the claim's data, not of the runs it began from. For the affine claim the test error is the one on
 the affNIST-like set (`capsnet.affnist`), kept in the header by `capsnet.export`; the curve after
 each epoch is then the runs' own test error, on MNIST digits moved on 40x40.
 """
@@ -36,8 +37,9 @@ class ClaimRow:
     error: float | None  # the checkpoint's stated test error
     test_examples: int | None
     examples_seen: int  # training examples (pairs, for MultiMNIST) over all its epochs
-    hours: float | None
-    epochs: int | None
+    hours: float | None  # wall-clock hours of those epochs
+    epochs: int | None  # its epochs on the claim's data
+    chosen_epoch: int | None  # which of those the checkpoint holds (1 = the first), chosen on `chosen_on`
     lr: float | None
     chosen_on: str  # "validation" or "test": how the shipped epoch was picked
     curve: tuple[tuple[int, float], ...]  # (examples seen so far, test error) after each epoch
@@ -127,6 +129,13 @@ def _row(network: str, claim: str, path: Path) -> ClaimRow:
         accuracy = record.get("test_accuracy")
         if isinstance(accuracy, (int, float)):
             curve.append((seen, 1.0 - float(accuracy)))
+    seconds = [x for x in (_number(r.get("seconds")) for r in records) if x is not None]
+    if records and len(seconds) == len(records):
+        hours: float | None = sum(seconds) / 3600
+    else:  # no timed metrics beside it: the header's hours (with those of any run it began from)
+        hours = None if info.all_training_seconds is None else info.all_training_seconds / 3600
+    # the header's best epoch counts within its own run (the shipped metrics number on from the source's epochs)
+    chosen = info.best_epoch if info.best_epoch and (not records or info.best_epoch <= len(records)) else None
     if not curve and info.trained_epochs:  # no metrics beside it: the header's recipe says how much it saw
         train_size, val_size = recipe.get("train_size"), recipe.get("val_size")
         per_epoch = (
@@ -145,8 +154,9 @@ def _row(network: str, claim: str, path: Path) -> ClaimRow:
         error=None if accuracy is None else 1.0 - accuracy,
         test_examples=examples if isinstance(examples, int) else None,
         examples_seen=seen,
-        hours=None if info.all_training_seconds is None else info.all_training_seconds / 3600,
-        epochs=info.trained_epochs,
+        hours=hours,
+        epochs=len(records) if records else info.trained_epochs,
+        chosen_epoch=chosen,
         lr=float(lr) if isinstance(lr, (int, float)) else None,
         chosen_on="validation" if "val_accuracy" in (info.extra or {}) else "test",
         curve=tuple(curve),

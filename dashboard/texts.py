@@ -395,7 +395,8 @@ project's own, measured on its shipped files: read them with their budgets.
 
 
 def claim_table(verdict) -> list[dict[str, object]]:
-    """The verdict's rows as a table: network, the paper's error, ours, and how ours was reached."""
+    """The verdict's rows as a table: network, the paper's error, ours, and how ours was reached (a warm-started
+    model's examples, hours and epochs are its own run's on the claim's data)."""
     from capsnet.claims import NETWORKS
 
     return [
@@ -409,7 +410,7 @@ def claim_table(verdict) -> list[dict[str, object]]:
             "hours trained": "—" if r.hours is None else f"{r.hours:.1f}",
             "epochs": r.epochs or "—",
             "learning rate": "—" if r.lr is None else f"{r.lr:g}",
-            "epoch chosen on": r.chosen_on,
+            "epoch kept": (f"{r.chosen_epoch}, " if r.chosen_epoch else "") + f"chosen on {r.chosen_on}",
         }
         for r in verdict.rows
     ]

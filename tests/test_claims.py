@@ -31,6 +31,17 @@ def test_the_shipped_multimnist_models_verdict_says_plainly_that_the_cnn_is_ahea
     records = read_jsonl(SHIPPED[0].with_name("multimnist.metrics.jsonl"))
     expected = [1 - r["test_accuracy"] for r in records if r["run"] == records[-1]["run"]]
     assert [e for _, e in caps.curve] == pytest.approx(expected)
+    # epochs, the kept epoch and hours are the MultiMNIST run's own, not the MNIST runs' before it
+    assert (caps.epochs, caps.chosen_epoch, cnn.epochs, cnn.chosen_epoch) == (8, 8, 8, 7)
+    own = [r for r in records if r["run"] == records[-1]["run"]]
+    assert caps.hours == pytest.approx(sum(r["seconds"] for r in own) / 3600)
+    from dashboard.texts import claim_table
+
+    table = claim_table(v)
+    assert [(row["epochs"], row["epoch kept"]) for row in table] == [
+        (8, "8, chosen on validation"),
+        (8, "7, chosen on validation"),
+    ]
     text = v.statement()
     assert text.startswith("Here the CNN baseline is ahead, after the same 64,000 training examples each")
     assert "not reproduced" in text and "on its own validation pairs" in text
@@ -92,9 +103,10 @@ def test_a_warm_started_models_budget_counts_its_own_run(tmp_path: Path) -> None
             SHIPPED[0] if name == "multimnist" else SHIPPED[1], architectures=("capsnet", "cnn")
         )
         path = save_checkpoint(tmp_path / f"{name}.safetensors", checkpoint.model, checkpoint.info)
-        records = [{"epoch": 1, "train_images": before, "test_accuracy": 0.98, "run": source}]
+        records = [{"epoch": 1, "train_images": before, "test_accuracy": 0.98, "seconds": 9000.0, "run": source}]
         records += [
-            {"epoch": 1 + e, "train_images": 8000, "test_accuracy": 0.5 + e / 10, "run": "pairs"} for e in (1, 2)
+            {"epoch": 1 + e, "train_images": 8000, "test_accuracy": 0.5 + e / 10, "seconds": 1800.0, "run": "pairs"}
+            for e in (1, 2)
         ]
         path.with_name(f"{name}.metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
         paths.append(path)
@@ -102,6 +114,7 @@ def test_a_warm_started_models_budget_counts_its_own_run(tmp_path: Path) -> None
     assert [r.examples_seen for r in v.rows] == [16_000, 16_000] and v.equal_budgets
     assert [r.started_from for r in v.rows] == [60_000, 20_000]
     assert [seen for seen, _ in v.rows[0].curve] == [8000, 16_000]
+    assert [(r.epochs, r.hours) for r in v.rows] == [(2, 1.0), (2, 1.0)]  # the source's epoch and hours not counted
     assert "the CapsNet's had seen 60,000, the CNN's 20,000" in v.statement()
 
 
