@@ -121,14 +121,19 @@ def measure(
 
     `test` is that set already built (`affine_test_set`), to measure several models on it; else it is built here.
     """
-    if model.config.image_size != SIZE:
-        raise CapsNetError(
-            f"this network reads {model.config.image_size}x{model.config.image_size} images; "
-            f"affNIST is {SIZE}x{SIZE}: train on --dataset {TRAINING_SET}"
-        )
+    _refuse_other_sizes(model, "this network")
     test = test if test is not None else affine_test_set(data_dir, limit)
     labels = test.labels
     return AffineResult(accuracy(model, test.moved, labels), accuracy(model, test.affine, labels), len(labels))
+
+
+def _refuse_other_sizes(model: AnyModel, who: str) -> None:
+    """A CapsNetError naming `who` unless `model` reads affNIST's 40x40 images."""
+    size = model.config.image_size
+    if size != SIZE:
+        raise CapsNetError(
+            f"{who} reads {size}x{size} images; affNIST is {SIZE}x{SIZE}: train on --dataset {TRAINING_SET}"
+        )
 
 
 @dataclass(frozen=True)
@@ -194,6 +199,8 @@ def main(argv: list[str] | None = None) -> int:
         models = [load_checkpoint(p, device=device, architectures=ARCHITECTURES) for p in args.checkpoints]
         if args.sweep:
             return _sweeps(models, args.limit, args.data_dir, args.json)
+        for checkpoint in models:  # every one refused before any work, and by its path
+            _refuse_other_sizes(checkpoint.model, str(checkpoint.path))
         test = affine_test_set(args.data_dir, args.limit)  # built once for all the checkpoints
         for checkpoint in models:
             result = measure(checkpoint.model, test=test)

@@ -69,18 +69,28 @@ class Verdict:
         """The verdict in plain words."""
         caps, cnn = self.rows
         if self.leader is None:
-            return "One of the two checkpoints states no test figure: no verdict."
+            missing = " and ".join(f"the {NETWORKS[r.network]}" for r in self.rows if r.error is None)
+            if self.claim == "affnist":  # a run's own file: only an export measures the affNIST-like set
+                return (
+                    f"No verdict yet: {missing} has not been measured on the affNIST-like set. "
+                    "`python -m capsnet.export RUN/best.safetensors FILE.safetensors` measures it and keeps the "
+                    "figure in the file's header; put the file in checkpoints/ (the CNN in checkpoints/baselines/)."
+                )
+            return f"No verdict: {missing} states no test figure."
         assert caps.error is not None and cnn.error is not None
         ahead, behind = (caps, cnn) if self.leader == "capsnet" else (cnn, caps)
         budget = (
-            f"after the same {caps.examples_seen:,} training examples each"
+            f"with the same budget of {caps.examples_seen:,} training examples each"
             if self.equal_budgets
-            else f"after {caps.examples_seen:,} training examples (CapsNet) and {cnn.examples_seen:,} (CNN)"
+            else f"with budgets of {caps.examples_seen:,} training examples (CapsNet) and {cnn.examples_seen:,} (CNN)"
         )
         text = (
             f"Here the {NETWORKS[ahead.network]} is ahead, {budget}: {100 * ahead.error:.2f}% test error against "
             f"{100 * behind.error:.2f}%. "
         )
+        if any(r.chosen_epoch and r.epochs and r.chosen_epoch < r.epochs for r in self.rows):  # not the last epochs
+            kept = [f"{r.chosen_epoch} of {r.epochs} for the {NETWORKS[r.network]}" for r in self.rows]
+            text += f"The epochs kept: {' and '.join(kept)}. "
         paper_ahead = "capsnet" if caps.paper_error < cnn.paper_error else "cnn"
         if self.leader == paper_ahead:
             text += "That is the paper's order. "
@@ -132,18 +142,18 @@ def _row(network: str, claim: str, path: Path) -> ClaimRow:
     seconds = [x for x in (_number(r.get("seconds")) for r in records) if x is not None]
     if records and len(seconds) == len(records):
         hours: float | None = sum(seconds) / 3600
-    else:  # no timed metrics beside it: the header's hours (with those of any run it began from)
-        hours = None if info.all_training_seconds is None else info.all_training_seconds / 3600
+    else:  # no timed metrics beside it: the header's hours of its own run (to the epoch it holds)
+        hours = None if info.training_seconds is None else info.training_seconds / 3600
     # the header's best epoch counts within its own run (the shipped metrics number on from the source's epochs)
     chosen = info.best_epoch if info.best_epoch and (not records or info.best_epoch <= len(records)) else None
-    if not curve and info.trained_epochs:  # no metrics beside it: the header's recipe says how much it saw
+    if not curve and info.epochs:  # no metrics beside it: its own run's epochs, of the recipe's size
         train_size, val_size = recipe.get("train_size"), recipe.get("val_size")
         per_epoch = (
             train_size
             if isinstance(train_size, int)
             else TRAINING_DIGITS - (val_size if isinstance(val_size, int) else 0)
         )
-        seen = info.trained_epochs * per_epoch
+        seen = info.epochs * per_epoch
     lr = recipe.get("lr")
     accuracy, examples = info.test_accuracy, info.test_examples
     if claim == "affnist":  # the affNIST-like set's figure, which `capsnet.export` keeps in a mnist-40 header
@@ -155,7 +165,7 @@ def _row(network: str, claim: str, path: Path) -> ClaimRow:
         test_examples=examples if isinstance(examples, int) else None,
         examples_seen=seen,
         hours=hours,
-        epochs=len(records) if records else info.trained_epochs,
+        epochs=len(records) if records else info.epochs,
         chosen_epoch=chosen,
         lr=float(lr) if isinstance(lr, (int, float)) else None,
         chosen_on="validation" if "val_accuracy" in (info.extra or {}) else "test",

@@ -13,6 +13,7 @@ import math
 from capsnet import affnist
 from capsnet.augment import SHIFT
 from capsnet.config import CapsNetConfig
+from capsnet.data import DATASETS
 from capsnet.decoding import DEFAULT_DIMENSION_STD
 
 
@@ -333,11 +334,19 @@ def baseline_result(name: str, capsnet_accuracy: float | None, cnn_accuracy: flo
     return f"On {name}'s test set: CapsNet {figure(capsnet_accuracy)}, CNN baseline {figure(cnn_accuracy)}."
 
 
-ROBUSTNESS = """
-**Turned or scaled test sets.** Both networks were trained on upright images moved by up to 2 pixels (and mirrored, for Fashion-MNIST). Here every
-test image is turned (or scaled) alike and each network's accuracy measured: the paper's claim is that capsules
-generalise better to poses they were not trained on (section 5.2: 79% on affNIST against 66% for a CNN).
-Measured once per model on the first test images, then kept on disk.
+def robustness(dataset: str) -> str:
+    """What the turned-or-scaled curves measure, for a model trained on `dataset` (and its CNN)."""
+    info = DATASETS.get(dataset)
+    if info is not None and info.image_size > 28 and not info.pairs:
+        trained = f"on upright digits placed anywhere on {info.image_size}x{info.image_size} (moved by up to "
+        trained += f"{info.shift} pixels each way)"
+    else:
+        trained = "on upright images moved by up to 2 pixels" + (" (and mirrored)" if info and info.hflip else "")
+    return f"""
+**Turned or scaled test sets.** Both networks were trained {trained}. Here every test image is turned (or
+scaled) alike and each network's accuracy measured: the paper's claim is that capsules generalise better to poses
+they were not trained on (section 5.2: 79% on affNIST against 66% for a CNN). Measured once per model on the
+first test images, then kept on disk.
 """
 
 
@@ -417,18 +426,28 @@ def claim_table(verdict) -> list[dict[str, object]]:
 
 
 MULTIMNIST_CURVE = (
-    "Test error after each epoch on the runs' own test pairs; the table's figure is the shipped file's on the "
-    "first 10,000 fixed test pairs. The dashed lines are the paper's, after 60 million pairs."
+    "Test error after each epoch on the runs' own test pairs; the table's figure is the shipped file's, on as "
+    "many of the fixed test pairs as it says. The dashed lines are the paper's, after 60 million pairs."
 )
 
-AFFNIST_CLAIM = """
+
+def affnist_claim(dataset: str) -> str:
+    """The affine claim and how it is tested here; the last sentence says what the curves above it are for a model
+    trained on `dataset`."""
+    curves = (
+        "The curves above are the open model's and its CNN's, both trained for this test."
+        if dataset == affnist.TRAINING_SET
+        else "The curves above are the open model's and its CNN's, trained on images moved by 2 pixels at most, not "
+        "for this test."
+    )
+    return f"""
 **Does the affine claim hold here?** The paper (section 5.2): trained on MNIST digits moved anywhere on a 40x40
 canvas, tested on affNIST, the CapsNet reached 79% against 66% for a CNN with the same MNIST accuracy. Here both
 networks are trained on the same moved digits (`--dataset mnist-40`) and tested on an affNIST-like set: each MNIST
 test digit on 40x40 turned by up to 20°, sheared by up to 0.2 and scaled by 0.8-1.2 (`capsnet.affnist`; affNIST
-itself cannot be downloaded here, and the stand-in adds no translation, so it is likely easier). The curves
-above are the open model's and its CNN's, trained on digits moved by 2 pixels at most, not for this test.
+itself cannot be downloaded here, and the stand-in adds no translation, so it is likely easier). {curves}
 """
+
 
 AFFNIST_CURVE = (
     "Test error after each epoch on the runs' own test digits moved on 40x40 (not transformed); the table's "
@@ -438,5 +457,6 @@ AFFNIST_CURVE = (
 
 NO_AFFINE_PAIR = (
     "No pair trained on MNIST digits moved on 40x40 is here: train a CapsNet and a CNN with `--dataset mnist-40` "
-    "(from the sidebar or `capsnet-train`) to see the verdict."
+    "(from the sidebar or `capsnet-train`), then export each with `python -m capsnet.export`, which measures it on "
+    "the affNIST-like set, to see the verdict."
 )

@@ -160,11 +160,14 @@ def test_train_on_mnist_40_and_measure_on_the_affnist_like_set(data_dir: Path, t
     assert [r.test_examples for r in v.rows] == [10_000, 10_000] and v.equal_budgets
     assert [r.paper_error for r in v.rows] == [0.21, 0.34]
     assert [seen for seen, _ in v.rows[0].curve] == [4000]  # the run's own test error after its one epoch
+    # a 28x28 checkpoint among them is refused by its path before anything is measured or printed
+    mnist = REPO / "checkpoints" / "mnist.safetensors"
     wrong = subprocess.run(
-        [sys.executable, "-m", "capsnet.affnist", str(REPO / "checkpoints" / "mnist.safetensors")],
+        [sys.executable, "-m", "capsnet.affnist", str(exported["capsnet"]), str(mnist)],
         capture_output=True, text=True, timeout=120, env=env,
     )  # fmt: skip
-    assert wrong.returncode == 2 and "train on --dataset mnist-40" in wrong.stderr
+    assert wrong.returncode == 2 and wrong.stdout == ""
+    assert f"{mnist} reads 28x28 images" in wrong.stderr and "train on --dataset mnist-40" in wrong.stderr
     assert len(wrong.stderr.strip().splitlines()) == 1
 
 

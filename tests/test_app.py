@@ -630,7 +630,10 @@ def test_the_transform_lens_sets_the_capsnet_beside_a_cnn(app_with_run, tiny_bas
     no_exception(at)
     # the affine claim's verdict reads the mnist-40 pair, whichever model is open: their affNIST-like figures
     verdict = " ".join(m.value for m in at.markdown)
-    assert "Here the CNN baseline is ahead, after the same 2,000 training examples each: 30.00% test error" in verdict
+    assert (
+        "Here the CNN baseline is ahead, with the same budget of 2,000 training examples each: 30.00% test error"
+        in verdict
+    )
     assert "38.00%" in verdict and "not reproduced" in verdict and "disputed" in verdict
     table = at.dataframe[-1].value
     assert list(table["network"]) == ["CapsNet", "CNN baseline"] and list(table["paper's test error"]) == [
@@ -776,7 +779,7 @@ def test_the_overlapping_digits_page(app_dirs, tiny_multimnist, tiny_baselines) 
     assert chart(at, "overlap_votes")["data"][1]["type"] == "heatmap"
     # the verdict on the paper's claim: this model against its CNN, with budgets, a curve and the dispute
     verdict = " ".join(m.value for m in at.markdown)
-    assert "is ahead, after the same 1,000 training examples each" in verdict and "disputed" in verdict
+    assert "is ahead, with the same budget of 1,000 training examples each" in verdict and "disputed" in verdict
     assert {"CapsNet", "CNN baseline"} == set(at.dataframe[-1].value["network"])
     claim = chart(at, "overlap_claim")
     assert [t["name"] for t in claim["data"]] == ["CapsNet here", "CNN baseline here"]

@@ -432,7 +432,9 @@ def test_turning_the_input_in_the_transform_lens(page, app: App, screenshots: Pa
     assert rotation.evaluate("p => p.data.map(t => t.name)") == ["CapsNet", "CNN"]
     assert rotation.evaluate("p => p.layout.shapes[0].x0") == 16  # the current angle, marked
     # the verdict on the affine claim, from the 40x40 pair: said plainly, with its curve
-    verdict = re.compile(r"^Here the (CNN baseline|CapsNet) is ahead, after the same [\d,]+ training examples each")
+    verdict = re.compile(
+        r"^Here the (CNN baseline|CapsNet) is ahead, with the same budget of [\d,]+ training examples each"
+    )
     expect(page.get_by_text(verdict)).to_be_visible(timeout=RERUN_MS)
     claim = page.locator(".st-key-lens_claim .js-plotly-plot")
     expect(claim).to_be_visible()

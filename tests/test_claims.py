@@ -43,8 +43,9 @@ def test_the_shipped_multimnist_models_verdict_says_plainly_that_the_cnn_is_ahea
         (8, "7, chosen on validation"),
     ]
     text = v.statement()
-    assert text.startswith("Here the CNN baseline is ahead, after the same 64,000 training examples each")
+    assert text.startswith("Here the CNN baseline is ahead, with the same budget of 64,000 training examples each")
     assert "not reproduced" in text and "on its own validation pairs" in text
+    assert "The epochs kept: 8 of 8 for the CapsNet and 7 of 8 for the CNN baseline." in text
     assert "Not yet equal terms" not in text
 
 
@@ -134,3 +135,30 @@ def test_the_shipped_affine_pairs_verdict_reads_the_affnist_like_figures() -> No
     text = v.statement()
     assert "That is the paper's order" in text and "on its own validation digits" in text
     assert "Not yet equal terms" not in text
+
+
+def test_an_affine_pair_without_the_affnist_like_figure_says_how_to_measure_it(tmp_path: Path) -> None:
+    """A run's own best.safetensors holds no affNIST-like figure (only an export measures it): no verdict, and the
+    statement names the network that lacks it and the command that measures it."""
+    caps = REPO / "checkpoints" / "mnist-40.safetensors"
+    cnn = load_checkpoint(REPO / "checkpoints" / "baselines" / "mnist-40-cnn.safetensors", architectures=("cnn",))
+    extra = {k: v for k, v in cnn.info.extra.items() if not k.startswith("affnist_like")}
+    bare = save_checkpoint(tmp_path / "best.safetensors", cnn.model, cnn.info.replace(extra=extra))
+    v = verdict("affnist", caps, bare)
+    assert v.leader is None and v.rows[0].error is not None and v.rows[1].error is None
+    text = v.statement()
+    assert text.startswith("No verdict yet: the CNN baseline has not been measured on the affNIST-like set")
+    assert "python -m capsnet.export" in text
+
+
+def test_without_metrics_a_warm_started_model_counts_its_own_run_from_its_header(tmp_path: Path) -> None:
+    """No metrics file beside it: examples, epochs and hours come from the header's own run (3 epochs of 12,000
+    digits for the shipped mnist-40 CapsNet), not from the 110 epochs behind it with its MNIST source."""
+    shipped = REPO / "checkpoints" / "mnist-40.safetensors"
+    alone = tmp_path / "mnist-40.safetensors"
+    shutil.copy(shipped, alone)
+    info = load_checkpoint(alone).info
+    assert info.trained_epochs == 110 and not alone.with_name("mnist-40.metrics.jsonl").exists()
+    row = verdict("affnist", alone, REPO / "checkpoints" / "baselines" / "mnist-40-cnn.safetensors").rows[0]
+    assert (row.examples_seen, row.epochs, row.chosen_epoch) == (3 * 12_000, 3, 3) and row.curve == ()
+    assert row.hours == pytest.approx(info.training_seconds / 3600)

@@ -59,3 +59,13 @@ def test_the_robustness_cost_is_said_in_the_units_it_takes() -> None:
     assert "Long" not in quick
     slow = texts.robustness_cost(2000, 1, 8 * 60.0)
     assert "about 8 min" in slow and "the network reads 44,000 images" in slow and "**Long:**" in slow
+
+
+def test_the_transform_lens_says_how_the_open_model_was_trained() -> None:
+    """A mnist-40 model was trained for the affine test, on digits anywhere on 40x40; the others on 2-pixel moves."""
+    assert "placed anywhere on 40x40 (moved by up to 6 pixels each way)" in texts.robustness("mnist-40")
+    assert "moved by up to 2 pixels." in texts.robustness("mnist")
+    assert "moved by up to 2 pixels (and mirrored)" in texts.robustness("fashion-mnist")
+    assert "both trained for this test" in texts.affnist_claim("mnist-40")
+    for name in ("mnist", "fashion-mnist", "unknown"):
+        assert "not for this test" in texts.affnist_claim(name)

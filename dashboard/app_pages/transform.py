@@ -121,7 +121,7 @@ else:
     right.metric("CNN baseline on the transformed input", names[cnn_predicted],
                  delta=f"score {scores[cnn_predicted]:.2f}", delta_color="off", delta_arrow="off", border=True)  # fmt: skip
     st.caption(texts.baseline_result(model.info.title, model.info.test_accuracy, cnn.accuracy, pairs=False))
-st.markdown(texts.ROBUSTNESS)
+st.markdown(texts.robustness(model.dataset))
 measure, size = st.columns([2, 1])
 limit = size.selectbox(
     "Test images per point", ROBUSTNESS_SIZES, index=1, key="lens_robustness_size", format_func="{:,}".format,
@@ -143,7 +143,7 @@ if measure.toggle("Measure accuracy as the test set turns and scales", key="lens
             key=f"lens_robustness_{kind}", config={"displayModeBar": False},
         )  # fmt: skip
 st.subheader("Does the paper's claim hold here?", anchor=False)
-st.markdown(texts.AFFNIST_CLAIM)
+st.markdown(texts.affnist_claim(model.dataset))
 claim = baselines.affine_verdict()
 if claim is None:
     st.caption(texts.NO_AFFINE_PAIR)
