@@ -426,8 +426,8 @@ def claim_table(verdict) -> list[dict[str, object]]:
 
 
 MULTIMNIST_CURVE = (
-    "Test error after each epoch on the runs' own test pairs; the table's figure is the shipped file's, on as "
-    "many of the fixed test pairs as it says. The dashed lines are the paper's, after 60 million pairs."
+    "Lines: test error after each epoch on the runs' own test pairs. Diamonds: each kept file on the fixed test "
+    "pairs, the table's figure, at the pairs it had seen. Dashed: the paper's, after 60 million pairs."
 )
 
 
@@ -450,9 +450,9 @@ itself cannot be downloaded here, and the stand-in adds no translation, so it is
 
 
 AFFNIST_CURVE = (
-    "Test error after each epoch on the runs' own test digits moved on 40x40 (not transformed); the table's "
-    "figure is the shipped file's on all 10,000 affNIST-like test digits. The dashed lines are the paper's, on "
-    "the real affNIST."
+    "Lines: test error after each epoch on the runs' own test digits moved on 40x40 (not transformed). Diamonds: "
+    "each kept file on all 10,000 affNIST-like test digits, the table's figure, at the digits it had seen. Dashed: "
+    "the paper's, on the real affNIST."
 )
 
 NO_AFFINE_PAIR = (

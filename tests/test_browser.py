@@ -438,7 +438,12 @@ def test_turning_the_input_in_the_transform_lens(page, app: App, screenshots: Pa
     expect(page.get_by_text(verdict)).to_be_visible(timeout=RERUN_MS)
     claim = page.locator(".st-key-lens_claim .js-plotly-plot")
     expect(claim).to_be_visible()
-    assert claim.evaluate("p => p.data.map(t => t.name)") == ["CapsNet here", "CNN baseline here"]
+    assert claim.evaluate("p => p.data.map(t => t.name)") == [
+        "CapsNet here",
+        "CNN baseline here",
+        "CapsNet, the kept file",
+        "CNN baseline, the kept file",
+    ]
     wait_rendered(page)
     full_page_screenshot(page, screenshots / "transform.png")
 
@@ -454,10 +459,15 @@ def test_overlapping_digits_from_a_link(page, app: App, screenshots: Path) -> No
     expect(cnn.get_by_test_id("stMetricValue")).to_have_text(re.compile(r"^\s*\d and \d\s*$"))
     expect(page.get_by_text("True digits:")).to_be_visible()
     # the verdict on the paper's claim: which network is ahead here, after how many pairs each
-    expect(page.get_by_text(re.compile(r"^Here the (CNN baseline|CapsNet) is ahead, after"))).to_be_visible()
+    expect(page.get_by_text(re.compile(r"^Here the (CNN baseline|CapsNet) is ahead, with"))).to_be_visible()
     claim = page.locator(".st-key-overlap_claim .js-plotly-plot")
     expect(claim).to_be_visible()
-    assert claim.evaluate("p => p.data.map(t => t.name)") == ["CapsNet here", "CNN baseline here"]
+    assert claim.evaluate("p => p.data.map(t => t.name)") == [
+        "CapsNet here",
+        "CNN baseline here",
+        "CapsNet, the kept file",
+        "CNN baseline, the kept file",
+    ]
     segmented = page.get_by_test_id("stMain").locator("[data-testid=stImage]").filter(has_text="red: from capsule")
     expect(segmented.locator("img")).to_be_visible()
     wait_rendered(page)

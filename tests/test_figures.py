@@ -314,3 +314,19 @@ def test_the_coupling_maps_outline_the_selected_capsules_cell() -> None:
         z = np.asarray(fig.data[0].z, dtype=np.float32)
         np.testing.assert_allclose(z[row, col], maps[-1, kind, y, x] - 0.1, rtol=1e-6)
     assert not figures.coupling_maps_figure(maps, "7", num_classes=10).layout.shapes
+
+
+def test_the_claim_figure_puts_each_kept_file_at_the_examples_it_had_seen() -> None:
+    """The shipped MultiMNIST pair: each run's curve, then a diamond at the table's figure where the kept epoch
+    stood (epoch 8 of the CapsNet, 7 of the CNN), and the paper's figures as dashed lines."""
+    from capsnet.claims import verdict
+
+    root = Path(__file__).resolve().parents[1] / "checkpoints"
+    v = verdict("multimnist", root / "multimnist.safetensors", root / "baselines" / "multimnist-cnn.safetensors")
+    fig = figures.claim_figure(v)
+    lines, kept = fig.data[:2], fig.data[2:]
+    assert [t.name for t in lines] == ["CapsNet here", "CNN baseline here"] and len(lines[0].x) == 8
+    assert [t.name for t in kept] == ["CapsNet, the kept file", "CNN baseline, the kept file"]
+    assert [t.x[0] for t in kept] == [64_000, 56_000]
+    assert [t.y[0] for t in kept] == pytest.approx([100 * r.error for r in v.rows])
+    assert sorted(shape.y0 for shape in fig.layout.shapes) == pytest.approx([5.2, 8.1])

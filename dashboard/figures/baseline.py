@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from capsnet.claims import NETWORKS, Verdict
+from capsnet.claims import NETWORKS, ClaimRow, Verdict
 from dashboard.figures.style import OTHER, WINNER, layout
 
 CNN = "#1c83e1"  # the baseline's colour throughout
@@ -62,8 +62,9 @@ def robustness_figure(
 
 
 def claim_figure(verdict: Verdict, height: int = 320) -> go.Figure:
-    """Test error (%) of both networks against the training examples seen, from their runs' metrics, with the
-    paper's fully trained figures as dashed lines."""
+    """Test error (%) of both networks against the training examples seen, from their runs' metrics; each kept
+    file's figure in the table as a diamond at the examples it had seen; the paper's fully trained figures as
+    dashed lines."""
     colours = {"capsnet": WINNER, "cnn": CNN}
     fig = go.Figure()
     for row in verdict.rows:
@@ -80,6 +81,28 @@ def claim_figure(verdict: Verdict, height: int = 320) -> go.Figure:
             y=100 * row.paper_error, line=dict(color=colours[row.network], dash="dash", width=1.5),
             annotation_text=f"{name}, paper: {100 * row.paper_error:.1f}%", annotation_position="top left",
         )  # fmt: skip
+    for row in verdict.rows:
+        kept = _kept_examples(row)
+        if row.error is None or kept is None:
+            continue
+        name = NETWORKS[row.network]
+        fig.add_trace(
+            go.Scatter(
+                x=[kept], y=[100 * row.error], mode="markers", name=f"{name}, the kept file",
+                marker=dict(color=colours[row.network], symbol="diamond", size=13, line=dict(color="white", width=1)),
+                hovertemplate=f"{name}, the kept file<br>%{{x:,}} examples: %{{y:.2f}}% error (the table's)"
+                "<extra></extra>",
+            )
+        )  # fmt: skip
     fig.update_xaxes(title="training examples seen", rangemode="tozero")
     fig.update_yaxes(title="test error (%)", rangemode="tozero")
     return layout(fig, height, title="Test error as training goes on", legend=dict(orientation="h", y=-0.3))
+
+
+def _kept_examples(row: ClaimRow) -> int | None:
+    """The training examples the kept checkpoint had seen: at its chosen epoch on the curve, else at the last."""
+    if not row.curve:
+        return row.examples_seen or None
+    if row.chosen_epoch and row.chosen_epoch <= len(row.curve):
+        return row.curve[row.chosen_epoch - 1][0]
+    return row.curve[-1][0]
