@@ -8,7 +8,7 @@ import streamlit as st
 
 from capsnet.claims import Verdict
 from capsnet.config import CapsNetConfig
-from dashboard import figures, state, texts
+from dashboard import claim_texts, figures, state
 
 # The first option of the "which capsule" select boxes: follow the prediction, whatever it is. Not None: a select
 # box whose value is None shows its placeholder ("Choose an option") once it is drawn again (Streamlit reads None
@@ -83,6 +83,6 @@ def claim_verdict(verdict: Verdict, key: str, curve: str) -> None:
     """A claim's verdict: the statement, the table, and the test error against the examples seen (`curve` says
     what that error was measured on)."""
     st.markdown(verdict.statement())
-    st.dataframe(texts.claim_table(verdict), hide_index=True)
+    st.dataframe(claim_texts.claim_table(verdict), hide_index=True)
     st.plotly_chart(figures.claim_figure(verdict), key=key, config={"displayModeBar": False})
     st.caption(curve)

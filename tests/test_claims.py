@@ -35,7 +35,7 @@ def test_the_shipped_multimnist_models_verdict_says_plainly_that_the_cnn_is_ahea
     assert (caps.epochs, caps.chosen_epoch, cnn.epochs, cnn.chosen_epoch) == (8, 8, 8, 7)
     own = [r for r in records if r["run"] == records[-1]["run"]]
     assert caps.hours == pytest.approx(sum(r["seconds"] for r in own) / 3600)
-    from dashboard.texts import claim_table
+    from dashboard.claim_texts import claim_table
 
     table = claim_table(v)
     assert [(row["epochs"], row["epoch kept"]) for row in table] == [

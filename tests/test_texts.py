@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from dashboard import texts
+from dashboard import claim_texts, texts
 
 
 def test_format_duration() -> None:
@@ -66,6 +66,6 @@ def test_the_transform_lens_says_how_the_open_model_was_trained() -> None:
     assert "placed anywhere on 40x40 (moved by up to 6 pixels each way)" in texts.robustness("mnist-40")
     assert "moved by up to 2 pixels." in texts.robustness("mnist")
     assert "moved by up to 2 pixels (and mirrored)" in texts.robustness("fashion-mnist")
-    assert "both trained for this test" in texts.affnist_claim("mnist-40")
+    assert "both trained for this test" in claim_texts.affnist_claim("mnist-40")
     for name in ("mnist", "fashion-mnist", "unknown"):
-        assert "not for this test" in texts.affnist_claim(name)
+        assert "not for this test" in claim_texts.affnist_claim(name)

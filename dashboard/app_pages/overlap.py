@@ -14,7 +14,7 @@ from streamlit_drawable_canvas import st_canvas
 from capsnet import agreement as ag
 from capsnet.multimnist import PAD, overlay, two_highest
 from capsnet.preprocess import PreprocessError, preprocess_canvas
-from dashboard import baselines, figures, guards, models, texts, widgets
+from dashboard import baselines, claim_texts, figures, guards, models, texts, widgets
 
 SHIFTS = ("first_dy", "first_dx", "second_dy", "second_dx")
 SOURCES = ("Test digits", "Draw two")
@@ -161,5 +161,5 @@ claim = baselines.claim_verdict(model)
 if claim is None:
     st.caption("The verdict needs a CNN baseline for this dataset beside the CapsNet: train one from the sidebar.")
 else:
-    widgets.claim_verdict(claim, "overlap_claim", texts.MULTIMNIST_CURVE)
-st.markdown(texts.DISPUTE)
+    widgets.claim_verdict(claim, "overlap_claim", claim_texts.MULTIMNIST_CURVE)
+st.markdown(claim_texts.DISPUTE)

@@ -7,7 +7,7 @@ import streamlit as st
 
 from capsnet import equivariance as eq
 from capsnet.config import CapsNetConfig
-from dashboard import baselines, figures, guards, texts, widgets
+from dashboard import baselines, claim_texts, figures, guards, texts, widgets
 
 SLIDERS = {  # field: (label, step, format)
     "rotation": ("Rotation (degrees)", 1.0, "%+.0f°"),
@@ -143,10 +143,10 @@ if measure.toggle("Measure accuracy as the test set turns and scales", key="lens
             key=f"lens_robustness_{kind}", config={"displayModeBar": False},
         )  # fmt: skip
 st.subheader("Does the paper's claim hold here?", anchor=False)
-st.markdown(texts.affnist_claim(model.dataset))
+st.markdown(claim_texts.affnist_claim(model.dataset))
 claim = baselines.affine_verdict()
 if claim is None:
-    st.caption(texts.NO_AFFINE_PAIR)
+    st.caption(claim_texts.NO_AFFINE_PAIR)
 else:
-    widgets.claim_verdict(claim, "lens_claim", texts.AFFNIST_CURVE)
-st.markdown(texts.DISPUTE)
+    widgets.claim_verdict(claim, "lens_claim", claim_texts.AFFNIST_CURVE)
+st.markdown(claim_texts.DISPUTE)
