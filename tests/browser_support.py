@@ -76,6 +76,15 @@ def _log_tail(path: Path, lines: int = 40) -> str:
         return "(no log)"
 
 
+def install(source: Path, target: Path) -> None:
+    """Copy a checkpoint as the project ships it: with its `<name>.metrics.jsonl` beside it, if it has one (the
+    claims' verdicts read the run's epochs, hours and curve there)."""
+    shutil.copy(source, target)
+    metrics = Path(source).with_name(Path(source).name.replace(".safetensors", ".metrics.jsonl"))
+    if metrics.is_file():
+        shutil.copy(metrics, target.with_name(target.name.replace(".safetensors", ".metrics.jsonl")))
+
+
 @contextmanager
 def streamlit_app(
     workdir: Path,
@@ -93,12 +102,12 @@ def streamlit_app(
     runs_dir, checkpoints_dir = workdir / "runs", workdir / "checkpoints"
     runs_dir.mkdir(parents=True, exist_ok=True)
     checkpoints_dir.mkdir(parents=True, exist_ok=True)
-    shutil.copy(checkpoint, checkpoints_dir / "mnist.safetensors")
+    install(checkpoint, checkpoints_dir / "mnist.safetensors")
     if multimnist is not None:
-        shutil.copy(multimnist, checkpoints_dir / "multimnist.safetensors")
+        install(multimnist, checkpoints_dir / "multimnist.safetensors")
     for dataset, source in (baselines or {}).items():
         (checkpoints_dir / "baselines").mkdir(exist_ok=True)
-        shutil.copy(source, checkpoints_dir / "baselines" / f"{dataset}-cnn.safetensors")
+        install(source, checkpoints_dir / "baselines" / f"{dataset}-cnn.safetensors")
     port = free_port()
     env = dict(
         os.environ,
