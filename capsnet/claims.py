@@ -7,9 +7,10 @@ checkpoints (a CapsNet and its CNN baseline): each one's test error, the example
 its hours and epochs, which epoch was kept and how it was chosen, and its test error after each
 epoch (from the `<name>.metrics.jsonl` shipped beside it, or a run's metrics.jsonl), and says
 plainly which network is ahead here and whether the budgets were equal. A warm-started model's
-examples, hours and epochs are those of its own run on the claim's data, not of the runs it began from. For the affine claim the test error is the one on
-the affNIST-like set (`capsnet.affnist`), kept in the header by `capsnet.export`; the curve after
-each epoch is then the runs' own test error, on MNIST digits moved on 40x40.
+examples, hours and epochs are those of its own run on the claim's data, not of the runs it began
+from. For the affine claim the test error is the one on the affNIST-like set (`capsnet.affnist`),
+kept in the header by `capsnet.export`; the curve after each epoch is then the runs' own test error,
+on MNIST digits moved on 40x40.
 """
 
 from __future__ import annotations
@@ -45,6 +46,15 @@ class ClaimRow:
     curve: tuple[tuple[int, float], ...]  # (examples seen so far, test error) after each epoch
     lr_candidates: tuple[float, ...] = ()  # the learning rates its lr was chosen among, on validation (if any)
     started_from: int = 0  # examples seen by the runs it was warm-started from (single MNIST digits, say)
+
+    @property
+    def kept_examples(self) -> int | None:
+        """The training examples the kept checkpoint had seen: at its chosen epoch on the curve, else at the last."""
+        if not self.curve:
+            return self.examples_seen or None
+        if self.chosen_epoch and self.chosen_epoch <= len(self.curve):
+            return self.curve[self.chosen_epoch - 1][0]
+        return self.curve[-1][0]
 
 
 @dataclass(frozen=True)

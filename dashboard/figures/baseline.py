@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from capsnet.claims import NETWORKS, ClaimRow, Verdict
+from capsnet.claims import NETWORKS, Verdict
 from dashboard.figures.style import OTHER, WINNER, layout
 
 CNN = "#1c83e1"  # the baseline's colour throughout
@@ -82,7 +82,7 @@ def claim_figure(verdict: Verdict, height: int = 320) -> go.Figure:
             annotation_text=f"{name}, paper: {100 * row.paper_error:.1f}%", annotation_position="top left",
         )  # fmt: skip
     for row in verdict.rows:
-        kept = _kept_examples(row)
+        kept = row.kept_examples
         if row.error is None or kept is None:
             continue
         name = NETWORKS[row.network]
@@ -97,12 +97,3 @@ def claim_figure(verdict: Verdict, height: int = 320) -> go.Figure:
     fig.update_xaxes(title="training examples seen", rangemode="tozero")
     fig.update_yaxes(title="test error (%)", rangemode="tozero")
     return layout(fig, height, title="Test error as training goes on", legend=dict(orientation="h", y=-0.3))
-
-
-def _kept_examples(row: ClaimRow) -> int | None:
-    """The training examples the kept checkpoint had seen: at its chosen epoch on the curve, else at the last."""
-    if not row.curve:
-        return row.examples_seen or None
-    if row.chosen_epoch and row.chosen_epoch <= len(row.curve):
-        return row.curve[row.chosen_epoch - 1][0]
-    return row.curve[-1][0]
