@@ -4,7 +4,7 @@
     python benchmarks/bench_architecture.py --checkpoint checkpoints/mnist.safetensors
 
 What a rerun of the page computes, without Streamlit around it: a new input is one forward pass
-that keeps every stage (`capsnet.architecture.read_stages`) plus the shown stage's figures; a click
+that keeps every stage (`capsnet.readings.stages.read_stages`) plus the shown stage's figures; a click
 on a stage or a new capsule reads the cached pass back (`st.cache_data` unpickles a copy: timed
 here as a pickle round trip) and builds that stage's view and figures. Figures are timed to their
 JSON, as Streamlit serialises them. Median and best of `--repeats` after a warm-up, on the dashboard's
@@ -24,11 +24,11 @@ import torch
 from threadpoolctl import threadpool_limits
 from timing import timed_ms
 
-from capsnet import architecture as arch
-from capsnet.checkpoint import load_checkpoint
-from capsnet.config import CapsNetConfig
+from capsnet.checkpoints.checkpoint import load_checkpoint
 from capsnet.device import describe_device, inference_threads
-from capsnet.model import CapsNet
+from capsnet.nn.capsnet import CapsNet
+from capsnet.nn.config import CapsNetConfig
+from capsnet.readings import stages as arch
 from dashboard.figures import architecture as arch_fig
 
 NAMES = [str(d) for d in range(10)]

@@ -25,15 +25,15 @@ from PIL import Image, ImageDraw
 from threadpoolctl import threadpool_limits
 from timing import median_ms
 
-from capsnet.agreement import pixel_votes, primary_reading, vote_mass, vote_view
-from capsnet.checkpoint import load_checkpoint, save_checkpoint
-from capsnet.config import CapsNetConfig
-from capsnet.decoding import PERTURBATION_STEPS, decode_vector, perturbation_grid
+from capsnet.checkpoints.checkpoint import load_checkpoint, save_checkpoint
+from capsnet.data.preprocess import preprocess_canvas
 from capsnet.device import describe_device, inference_threads
-from capsnet.equivariance import Transform, read_transforms, rotation_sweep
-from capsnet.explain import coupling_by_type, coupling_maps, explain
-from capsnet.model import CapsNet
-from capsnet.preprocess import preprocess_canvas
+from capsnet.nn.capsnet import CapsNet
+from capsnet.nn.config import CapsNetConfig
+from capsnet.readings.agreement import pixel_votes, primary_reading, vote_mass, vote_view
+from capsnet.readings.decoding import PERTURBATION_STEPS, decode_vector, perturbation_grid
+from capsnet.readings.equivariance import Transform, read_transforms, rotation_sweep
+from capsnet.readings.explain import coupling_by_type, coupling_maps, explain
 from dashboard import figures
 
 NAMES = [str(d) for d in range(10)]
@@ -42,8 +42,9 @@ COLD_START = """
 import time
 start = time.perf_counter()
 import streamlit, plotly.graph_objects, torch
-from capsnet.checkpoint import load_checkpoint
-from capsnet import explain, preprocess
+from capsnet.checkpoints.checkpoint import load_checkpoint
+from capsnet.readings import explain
+from capsnet.data import preprocess
 from dashboard import figures, models, sidebar, state
 imported = time.perf_counter()
 load_checkpoint({path!r})

@@ -28,12 +28,13 @@ from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 from torchvision.transforms import v2
 
-from capsnet.augment import epoch_batches
-from capsnet.config import CapsNetConfig
+from capsnet.data.augment import epoch_batches
 from capsnet.device import describe_device, pick_device
-from capsnet.layers import RoutingCapsules, squash
-from capsnet.losses import capsule_loss
-from capsnet.model import CapsNet
+from capsnet.nn.capsnet import CapsNet
+from capsnet.nn.config import CapsNetConfig
+from capsnet.nn.layers import RoutingCapsules
+from capsnet.nn.losses import capsule_loss
+from capsnet.nn.squash import squash
 
 
 def einsum_routing(weight: torch.Tensor, u: torch.Tensor, iterations: int) -> torch.Tensor:

@@ -20,12 +20,12 @@ import torch
 from threadpoolctl import threadpool_limits
 from timing import median_ms
 
-from capsnet import playground as pg
-from capsnet.checkpoint import load_checkpoint
-from capsnet.config import CapsNetConfig
+from capsnet.checkpoints.checkpoint import load_checkpoint
 from capsnet.device import describe_device, inference_threads
-from capsnet.explain import explain
-from capsnet.model import CapsNet
+from capsnet.nn.capsnet import CapsNet
+from capsnet.nn.config import CapsNetConfig
+from capsnet.readings import playground as pg
+from capsnet.readings.explain import explain
 from dashboard.figures import playground as figs
 
 NAMES = [f"parent {j + 1}" for j in range(pg.PARENTS)]

@@ -7,7 +7,7 @@
   `--repeats` after a warm-up, with the checkpoint (and its kept `.routing.json`, copied beside it) as the shipped
   model: opening the page, choosing another kind of change, turning the list's page, and the button that makes a
   test image the input (its own run, which ends in the switch; the Routing page's run that follows is timed apart).
-- The one-off measure: images per second of `capsnet.routing_matters.iteration_lengths` (convolutions and votes
+- The one-off measure: images per second of `capsnet.readings.routing_matters.iteration_lengths` (convolutions and votes
   once per batch, routing for r = 1..5) against the full forward pass run anew for each r, on one thread.
 
 Needs $CAPSNET_DATA_DIR (the test set). Timings are medians; on a shared machine read the ratios.
@@ -26,10 +26,10 @@ from pathlib import Path
 
 import torch
 
-from capsnet import routing_matters as rm
-from capsnet.checkpoint import load_checkpoint
+from capsnet.checkpoints.checkpoint import load_checkpoint
+from capsnet.data.tasks import read_test_set
 from capsnet.device import describe_device
-from capsnet.tasks import read_test_set
+from capsnet.readings import routing_matters as rm
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -5,7 +5,7 @@
     python benchmarks/bench_training.py --time-to-accuracy --seeds 0 1 2   # the fast recipe, wall time to accuracy
 
 The first table, on a CPU, compares the trainer's old default (float32, foreach Adam) with the
-new one chosen for this CPU (`capsnet.acceleration`), and each choice alone: bf16 autocast and
+new one chosen for this CPU (`capsnet.training.acceleration`), and each choice alone: bf16 autocast and
 the fused Adam. On a CPU without native bf16 the bf16 rows are emulated by oneDNN and very
 slow, so they take one timed step after one warm-up.
 
@@ -30,12 +30,12 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from capsnet.acceleration import choose_acceleration, cpu_features, make_adam
-from capsnet.config import CapsNetConfig
 from capsnet.device import describe_device
-from capsnet.layers import squash
-from capsnet.model import CapsNet
-from capsnet.train import training_step
+from capsnet.nn.capsnet import CapsNet
+from capsnet.nn.config import CapsNetConfig
+from capsnet.nn.squash import squash
+from capsnet.training.acceleration import choose_acceleration, cpu_features, make_adam
+from capsnet.training.step import training_step
 
 
 def seeds_einsum_routing(u: torch.Tensor, weight: torch.Tensor, iterations: int) -> torch.Tensor:
@@ -65,7 +65,7 @@ class Variant(CapsNet):
     def encode(self, images, routing_iterations=None, trace=False):  # type: ignore[override]
         primary = self.primary(F.relu(self.conv1(images)))  # (B, N, P)
         if isinstance(self.routing, str):  # the package's own routing, with the backward named
-            from capsnet.layers import dynamic_routing
+            from capsnet.nn.dynamic_routing import dynamic_routing
 
             u_hat = self.digits.predictions(primary)
             poses, _ = dynamic_routing(u_hat, self.config.routing_iterations, backward=self.routing)
@@ -151,14 +151,14 @@ def time_to_accuracy(seeds: list[int], extra: list[str], targets: list[float]) -
     import tempfile
 
     print(
-        f"\nTime to accuracy, python -m capsnet.train --recipe fast {' '.join(extra)} (wall time from the command's start)"
+        f"\nTime to accuracy, python -m capsnet train --recipe fast {' '.join(extra)} (wall time from the command's start)"
     )
     print("\n| seed | epoch | test accuracy | wall time |")
     print("|---|---|---|---|")
     reached: dict[float, list[float]] = {t: [] for t in targets}
     for seed in seeds:
         with tempfile.TemporaryDirectory() as out:
-            argv = [sys.executable, "-m", "capsnet.train", "--recipe", "fast", "--seed", str(seed), "--out", out,
+            argv = [sys.executable, "-m", "capsnet", "train", "--recipe", "fast", "--seed", str(seed), "--out", out,
                     "--no-progress", *extra]  # fmt: skip
             start = time.perf_counter()
             process = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)

@@ -3,7 +3,7 @@
     python benchmarks/bench_watch.py                 # the paper's CapsNet and the tiny one, CPU
     python benchmarks/bench_watch.py --device cuda
 
-Trainer: a snapshot (`capsnet.watch.Watcher.snapshot`: the window's 10 images through the network in eval
+Trainer: a snapshot (`capsnet.training.watch.Watcher.snapshot`: the window's 10 images through the network in eval
 mode, their reconstructions, and the file rewritten atomically with its last snapshots) is timed against
 training steps (batch 128, as the paper); an epoch is the median step times the 469 batches of the whole
 MNIST training set, since one snapshot is taken per epoch. Random weights cost what trained ones do.
@@ -26,15 +26,15 @@ from pathlib import Path
 import torch
 from timing import median_s
 
-from capsnet.config import CapsNetConfig
-from capsnet.data import dataset_info
+from capsnet.data.datasets import dataset_info
+from capsnet.data.tasks import LabelledSet
 from capsnet.device import describe_device
-from capsnet.losses import capsule_loss
-from capsnet.model import CapsNet
-from capsnet.options import TrainOptions
-from capsnet.run_folder import RunFolder
-from capsnet.tasks import LabelledSet
-from capsnet.watch import KEEP, Watcher, read_window
+from capsnet.nn.capsnet import CapsNet
+from capsnet.nn.config import CapsNetConfig
+from capsnet.nn.losses import capsule_loss
+from capsnet.training.options import TrainOptions
+from capsnet.training.run_folder import RunFolder
+from capsnet.training.watch import KEEP, Watcher, read_window
 
 REPO = Path(__file__).resolve().parents[1]
 EPOCH_BATCHES = 469  # MNIST's 60,000 training images in batches of 128
@@ -78,7 +78,7 @@ def trainer_cost(preset: str, device: torch.device, repeats: int, folder: Path) 
 def page_cost(folder: Path, repeats: int) -> None:
     from streamlit.testing.v1 import AppTest
 
-    from capsnet.data import dataset_info as info
+    from capsnet.data.datasets import dataset_info as info
     from dashboard.figures import training as training_figures
 
     history = read_window(folder)

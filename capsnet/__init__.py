@@ -1,3 +1,53 @@
-"""capsnet: the Capsule Network of Sabour, Frosst & Hinton (2017), trained, saved and explained."""
+"""capsnet: the Capsule Network of Sabour, Frosst & Hinton (2017), trained, saved and explained.
+
+The package is a few wings (see the README's layout table):
+- `capsnet.nn`: the networks, their layers, routing (`capsnet.nn.dynamic_routing`), configs, losses and registry;
+- `capsnet.data`: datasets, augmentation, MultiMNIST, preprocessing, the task type;
+- `capsnet.training`: options, recipes, schedule, the trainer and its run folder;
+- `capsnet.readings`: what a trained network does with an input, and measurements of it;
+- `capsnet.checkpoints`: self-describing safetensors files, their export and catalogue;
+- `capsnet.cli`: the command-line tools (`python -m capsnet COMMAND`).
+
+The names below are the public API, imported on first use so that `import capsnet` stays light:
+
+    from capsnet import CapsNet, CapsNetConfig, load_checkpoint
+    model = CapsNet(CapsNetConfig.preset("paper"))
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
+
+PUBLIC = {
+    "CapsNetConfig": "capsnet.nn.config",
+    "CapsNet": "capsnet.nn.capsnet",
+    "CNNConfig": "capsnet.nn.cnn",
+    "BaselineCNN": "capsnet.nn.cnn",
+    "squash": "capsnet.nn.squash",
+    "dynamic_routing": "capsnet.nn.dynamic_routing",
+    "margin_loss": "capsnet.nn.losses",
+    "network": "capsnet.nn.registry",
+    "read_test_set": "capsnet.data.tasks",
+    "to_mnist": "capsnet.data.preprocess",
+    "TrainOptions": "capsnet.training.options",
+    "train": "capsnet.training.trainer",
+    "evaluate": "capsnet.evaluation",
+    "explain": "capsnet.readings.explain",
+    "load_checkpoint": "capsnet.checkpoints.checkpoint",
+    "save_checkpoint": "capsnet.checkpoints.checkpoint",
+    "CapsNetError": "capsnet.errors",
+}
+__all__ = ["__version__", *PUBLIC]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in PUBLIC:
+        raise AttributeError(f"module 'capsnet' has no attribute {name!r}")
+    return getattr(importlib.import_module(PUBLIC[name]), name)
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -1,7 +1,14 @@
-"""The package's user-facing errors: a command-line tool prints them as one line and exits non-zero.
+"""The package's user-facing errors, and how a command-line tool reports them: one line, a non-zero exit code.
 
-Anything else (a KeyError, a ValueError from deep inside torch) is a bug, and keeps its traceback.
+Only a `CapsNetError` (bad input: a file, an option, a missing dataset) becomes one line; anything else
+(a KeyError, a ValueError from deep inside torch) is a bug, and keeps its traceback.
 """
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
 
 
 class CapsNetError(Exception):
@@ -12,3 +19,45 @@ class CapsNetError(Exception):
 
 class InvalidArgumentError(CapsNetError, ValueError):
     """A value the user gave (an option, a name, a range) is not allowed; also a ValueError."""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse, but a bad argument prints one line (`prog: error: ...`) instead of the usage block."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+    @staticmethod
+    def whole_number(text: str) -> int:
+        try:
+            return int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+
+    @staticmethod
+    def positive_int(text: str) -> int:
+        value = ArgumentParser.whole_number(text)
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+        return value
+
+    @staticmethod
+    def positive_float(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"must be greater than 0, got {text}")
+        return value
+
+
+def run_cli(body: Callable[[], int], prog: str | None = None) -> int:
+    """Run `body`; a CapsNetError becomes one line on stderr and its exit code (2, or the error's own)."""
+    try:
+        return body()
+    except CapsNetError as error:
+        name = prog or argparse.ArgumentParser().prog
+        message = " ".join(str(error).split())  # one line, whatever the error's text
+        print(f"{name}: error: {message}", file=sys.stderr)
+        return error.exit_code

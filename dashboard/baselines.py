@@ -1,7 +1,7 @@
 """The CNN beside the CapsNet: the baseline for the open model's dataset, and robustness curves of both.
 
 The baseline is the shipped `checkpoints/baselines/<dataset>-cnn.safetensors`, else the newest
-CNN run on that dataset (`capsnet.catalog.baseline_for`), loaded once per file with
+CNN run on that dataset (`capsnet.checkpoints.catalog.baseline_for`), loaded once per file with
 `st.cache_resource`. Robustness is the test accuracy with every test image turned (or scaled)
 alike, one cached point per (model, setting) and persisted on disk, so each model's curves are
 measured once, a point at a time under a progress bar, and then read back at once.
@@ -19,9 +19,10 @@ import numpy as np
 import streamlit as st
 import torch
 
-from capsnet import affnist, catalog, claims
-from capsnet.baseline import CNNConfig
-from capsnet.checkpoint import Checkpoint, CheckpointError, load_checkpoint
+from capsnet.checkpoints import catalog
+from capsnet.checkpoints.checkpoint import Checkpoint, CheckpointError, load_checkpoint
+from capsnet.nn.cnn import CNNConfig
+from capsnet.readings import affnist, claims
 from dashboard import models, state
 
 
@@ -76,7 +77,7 @@ def claim_verdict(model: models.Model) -> claims.Verdict | None:
 
 def affine_verdict() -> claims.Verdict | None:
     """The affine claim's verdict, whichever model is open: the CapsNet and the CNN trained on MNIST digits moved
-    on 40x40 (`capsnet.affnist.TRAINING_SET`), the shipped ones else the newest runs; None without both."""
+    on 40x40 (`capsnet.readings.affnist.TRAINING_SET`), the shipped ones else the newest runs; None without both."""
     checkpoints, root = str(state.checkpoints_dir()), str(state.runs_root())
     capsnet = catalog.trained_on(affnist.TRAINING_SET, models.checkpoint_entries(checkpoints, root))
     cnn = catalog.baseline_for(affnist.TRAINING_SET, baseline_entries(checkpoints, root))

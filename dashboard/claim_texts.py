@@ -1,9 +1,9 @@
 """How the dashboard words the verdict on the paper's two claims (Sabour, Frosst & Hinton 2017, sections 5.2 and 6):
-what the Overlapping digits page and the Transform lens say around `capsnet.claims.Verdict`, its table and its curve."""
+what the Overlapping digits page and the Transform lens say around `capsnet.readings.claims.Verdict`, its table and its curve."""
 
 from __future__ import annotations
 
-from capsnet import affnist
+from capsnet.readings import affnist
 
 DISPUTE = """
 **The claims are disputed.** Gu & Tresp ([arXiv:1911.07968](https://arxiv.org/abs/1911.07968)) find that
@@ -19,7 +19,7 @@ project's own, measured on its shipped files: read them with their budgets.
 def claim_table(verdict) -> list[dict[str, object]]:
     """The verdict's rows as a table: network, the paper's error, ours, and how ours was reached (a warm-started
     model's examples, hours and epochs are its own run's on the claim's data)."""
-    from capsnet.claims import NETWORKS
+    from capsnet.readings.claims import NETWORKS
 
     return [
         {
@@ -57,7 +57,7 @@ def affnist_claim(dataset: str) -> str:
 **Does the affine claim hold here?** The paper (section 5.2): trained on MNIST digits moved anywhere on a 40x40
 canvas, tested on affNIST, the CapsNet reached 79% against 66% for a CNN with the same MNIST accuracy. Here both
 networks are trained on the same moved digits (`--dataset mnist-40`) and tested on an affNIST-like set: each MNIST
-test digit on 40x40 turned by up to 20°, sheared by up to 0.2 and scaled by 0.8-1.2 (`capsnet.affnist`; affNIST
+test digit on 40x40 turned by up to 20°, sheared by up to 0.2 and scaled by 0.8-1.2 (`capsnet.readings.affnist`; affNIST
 itself cannot be downloaded here, and the stand-in adds no translation, so it is likely easier). {curves}
 """
 
@@ -70,6 +70,6 @@ AFFNIST_CURVE = (
 
 NO_AFFINE_PAIR = (
     "No pair trained on MNIST digits moved on 40x40 is here: train a CapsNet and a CNN with `--dataset mnist-40` "
-    "(from the sidebar or `capsnet-train`), then export each with `python -m capsnet.export`, which measures it on "
+    "(from the sidebar or `capsnet-train`), then export each with `python -m capsnet export`, which measures it on "
     "the affNIST-like set, to see the verdict."
 )

@@ -11,7 +11,7 @@ import numpy as np
 import streamlit as st
 import torch
 
-from capsnet.data import DATASETS, DatasetDamagedError, DatasetNotFoundError, dataset_info
+from capsnet.data.datasets import DATASETS, DatasetDamagedError, DatasetNotFoundError, dataset_info
 from dashboard import baselines, models, pages, state, texts
 
 

@@ -21,27 +21,28 @@ import numpy as np
 import streamlit as st
 import torch
 
-from capsnet import architecture as arch
-from capsnet import catalog, decoding, reconstruction
-from capsnet import equivariance as eq
-from capsnet import explain as ex
-from capsnet import playground as pg
-from capsnet import routing_matters as rm
-from capsnet.agreement import Votes
-from capsnet.checkpoint import Checkpoint, CheckpointError, load_checkpoint
-from capsnet.checkpoint_info import CheckpointInfo
-from capsnet.config import CapsNetConfig
-from capsnet.data import (
+from capsnet.checkpoints import catalog
+from capsnet.checkpoints.checkpoint import Checkpoint, CheckpointError, load_checkpoint
+from capsnet.checkpoints.header import CheckpointInfo
+from capsnet.data.datasets import (
     DATASETS,
     as_tensors,
     dataset_info,
     load_dataset,
     stored_tensors,
 )
-from capsnet.equivariance import Transform, TransformedReading
 from capsnet.errors import CapsNetError
-from capsnet.evaluate import Evaluation, evaluate, merge_evaluations
-from capsnet.novelty import NoveltyThresholds, thresholds_for
+from capsnet.evaluation import Evaluation, evaluate, merge_evaluations
+from capsnet.nn.config import CapsNetConfig
+from capsnet.readings import decoding, reconstruction
+from capsnet.readings import equivariance as eq
+from capsnet.readings import explain as ex
+from capsnet.readings import playground as pg
+from capsnet.readings import routing_matters as rm
+from capsnet.readings import stages as arch
+from capsnet.readings.agreement import Votes
+from capsnet.readings.equivariance import Transform, TransformedReading
+from capsnet.readings.novelty import NoveltyThresholds, thresholds_for
 from dashboard import state
 
 MNIST_DIGITS = [str(d) for d in range(10)]
@@ -83,7 +84,7 @@ class Model(Loaded):
     def explain(
         self, image: np.ndarray, iterations: int | None = None, decode_class: int | None = None
     ) -> ex.Explanation:
-        """`capsnet.explain.explain` of one 28x28 input."""
+        """`capsnet.readings.explain.explain` of one 28x28 input."""
         return _explanation(self.key, image, iterations, decode_class, self.net)
 
     def votes(self, image: np.ndarray, iterations: int | None = None) -> Votes:
@@ -192,7 +193,7 @@ class Model(Loaded):
         return result, ""
 
     def vote_plane(self, image: np.ndarray, iterations: int, digit: int) -> pg.Plane:
-        """Digit capsule `digit`'s votes and routing in 2-D (`capsnet.playground.real_plane`), from the cached reading."""
+        """Digit capsule `digit`'s votes and routing in 2-D (`capsnet.readings.playground.real_plane`), from the cached reading."""
         return _vote_plane(self.key, image, iterations, digit, self.net)
 
 

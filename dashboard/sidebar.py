@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import streamlit as st
 
-from capsnet import eta, runs
-from capsnet.data import DATASETS
+from capsnet.data.datasets import DATASETS
 from capsnet.device import DEVICE_CHOICES
 from capsnet.errors import CapsNetError
-from capsnet.eta import Speed
-from capsnet.options import TrainOptions
-from capsnet.recipes import RECIPES
+from capsnet.training import eta, runs
+from capsnet.training.eta import Speed
+from capsnet.training.options import TrainOptions
+from capsnet.training.recipes import RECIPES
 from dashboard import guards, models, state, texts
 from dashboard import train_form as form
 
@@ -301,7 +301,7 @@ def _finished_panel() -> None:
     if run.status == "finished":
         acc = f" Test accuracy {100 * run.best_accuracy:.2f}%." if run.best_accuracy is not None else ""
         where = (
-            "It is a CNN baseline: evaluate it with `python -m capsnet.evaluate`."
+            "It is a CNN baseline: evaluate it with `python -m capsnet evaluate`."
             if run.network is not None and not run.network.capsules
             else "Its model is in the picker above."
         )

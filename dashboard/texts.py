@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import math
 
-from capsnet import affnist
-from capsnet.augment import SHIFT
-from capsnet.config import CapsNetConfig
-from capsnet.data import DATASETS
-from capsnet.decoding import DEFAULT_DIMENSION_STD
+from capsnet.data.augment import SHIFT
+from capsnet.data.datasets import DATASETS
+from capsnet.nn.config import CapsNetConfig
+from capsnet.readings import affnist
+from capsnet.readings.decoding import DEFAULT_DIMENSION_STD
 
 
 def a(noun: str) -> str:
@@ -174,7 +174,7 @@ TRANSFORM_NAMES = {
 
 
 def sensitivity(moves: dict, name: str, top: int = 3) -> str:
-    """Which pose dimensions move most with which kind of transform (`capsnet.equivariance.sensitivity`)."""
+    """Which pose dimensions move most with which kind of transform (`capsnet.readings.equivariance.sensitivity`)."""
     lines = [f"**Which dimensions of capsule {name} follow which transform** (around the current setting):"]
     for kind, change in moves.items():
         order = sorted(range(len(change)), key=lambda d: -float(change[d]))[:top]
@@ -206,7 +206,7 @@ def dimension_ranges(from_statistics: bool, class_name: str, spread: float = 2.0
         )
     return (
         f"Ranges: ±{spread * DEFAULT_DIMENSION_STD:g} around 0. This checkpoint has no usable statistics of "
-        "its capsules on the test set (re-export it with `python -m capsnet.export` to add them)."
+        "its capsules on the test set (re-export it with `python -m capsnet export` to add them)."
     )
 
 
@@ -291,7 +291,7 @@ def wrong_kind_of_model(reads_pairs: bool) -> str:
     return (
         "This page reads **two overlapping digits** (MultiMNIST, 36x36), and the model chosen in the sidebar reads "
         "one. Pick a MultiMNIST model in the sidebar, or train one: "
-        "`python -m capsnet.train --dataset multimnist --preset multimnist --epochs 30` (its preset has the official "
+        "`python -m capsnet train --dataset multimnist --preset multimnist --epochs 30` (its preset has the official "
         "code's initial scales, so it learns at the default learning rate)."
     )
 
@@ -300,13 +300,13 @@ def larger_canvas(size: int) -> str:
     return (
         f"The model chosen in the sidebar reads digits anywhere on a **{size}x{size}** canvas (the `mnist-40` set, "
         "trained for the paper's affNIST experiment), and this page reads 28x28 inputs. Measure it with "
-        "`python -m capsnet.affnist CHECKPOINT`, or pick another model in the sidebar."
+        "`python -m capsnet affnist CHECKPOINT`, or pick another model in the sidebar."
     )
 
 
 def no_baseline(dataset: str) -> str:
     return (
-        f"No CNN baseline for this dataset yet: train one with `python -m capsnet.train --model cnn --dataset {dataset}` "
+        f"No CNN baseline for this dataset yet: train one with `python -m capsnet train --model cnn --dataset {dataset}` "
         f"(or ship one as `checkpoints/baselines/{dataset}-cnn.safetensors`)."
     )
 
@@ -371,7 +371,7 @@ Train one from the sidebar with **Train a model** (the *tiny* model on a few tho
 takes a few minutes on a CPU), or in a terminal:
 
 ```
-python -m capsnet.train --dataset mnist --epochs 10
+python -m capsnet train --dataset mnist --epochs 10
 ```
 
 It appears in the sidebar's model picker as soon as its first epoch ends.

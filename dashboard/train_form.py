@@ -1,7 +1,7 @@
 """The sidebar's "Train a model" form: its bounds, its labels, and the options it starts a run with.
 
-The options themselves, and their defaults, are `capsnet.options.TrainOptions` (the same as
-`python -m capsnet.train --help`). The form offers a bounded subset of them, since anyone with
+The options themselves, and their defaults, are `capsnet.training.options.TrainOptions` (the same as
+`python -m capsnet train --help`). The form offers a bounded subset of them, since anyone with
 the page open can start a run on the machine that serves it.
 """
 
@@ -11,10 +11,10 @@ import math
 
 import torch
 
-from capsnet.baseline import CNN_PRESETS
-from capsnet.config import MAX_ROUTING_ITERATIONS, PRESETS
-from capsnet.networks import network
-from capsnet.options import TrainOptions
+from capsnet.nn.cnn import CNN_PRESETS
+from capsnet.nn.config import MAX_ROUTING_ITERATIONS, PRESETS
+from capsnet.nn.registry import network
+from capsnet.training.options import TrainOptions
 
 DEFAULTS = TrainOptions()
 EPOCHS = (1, 200)

@@ -6,8 +6,8 @@ from typing import Any
 
 import streamlit as st
 
-from capsnet.claims import Verdict
-from capsnet.config import CapsNetConfig
+from capsnet.nn.config import CapsNetConfig
+from capsnet.readings.claims import Verdict
 from dashboard import claim_texts, figures, state
 
 # The first option of the "which capsule" select boxes: follow the prediction, whatever it is. Not None: a select

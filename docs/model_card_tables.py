@@ -13,8 +13,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from capsnet.checkpoint import read_checkpoint_info
-from capsnet.checkpoint_info import trained_epochs
+from capsnet.checkpoints.checkpoint import read_checkpoint_info
+from capsnet.checkpoints.header import trained_epochs
 from capsnet.files import read_jsonl
 from dashboard.texts import format_duration
 

@@ -180,7 +180,7 @@ def stop_training(runs_dir: Path, timeout_s: float = 30.0) -> None:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
     except (OSError, ValueError, AttributeError):
         return
-    if pid <= 1 or b"capsnet.train" not in cmdline or str(runs_dir).encode() not in cmdline:
+    if pid <= 1 or b"capsnet.training.trainer" not in cmdline or str(runs_dir).encode() not in cmdline:
         return
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:

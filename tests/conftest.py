@@ -51,8 +51,8 @@ def _seed() -> None:
 @pytest.fixture(scope="module")
 def model():
     """An untrained tiny CapsNet in eval mode, seeded: for tests of what is read from a network, not how well."""
-    from capsnet.config import CapsNetConfig
-    from capsnet.model import CapsNet
+    from capsnet.nn.capsnet import CapsNet
+    from capsnet.nn.config import CapsNetConfig
 
     torch.manual_seed(0)
     return CapsNet(CapsNetConfig.preset("tiny")).eval()
@@ -61,8 +61,8 @@ def model():
 @pytest.fixture(scope="session")
 def tiny_run(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A run folder trained for real: tiny preset, 5,000 MNIST images, 2 epochs (about 20 s on 2 cores)."""
-    from capsnet.options import TrainOptions
-    from capsnet.train import train
+    from capsnet.training.options import TrainOptions
+    from capsnet.training.trainer import train
 
     out = tmp_path_factory.mktemp("tiny-run")
     train(
@@ -87,8 +87,8 @@ def tiny_checkpoint(tiny_run: Path) -> Path:
 
 def _train_tiny(out: Path, dataset: str, model: str = "capsnet") -> Path:
     """One epoch of a tiny network on 1,000 images (or pairs) of `dataset`: its best checkpoint (a few seconds)."""
-    from capsnet.options import TrainOptions
-    from capsnet.train import train
+    from capsnet.training.options import TrainOptions
+    from capsnet.training.trainer import train
 
     train(TrainOptions(dataset=dataset, model=model, preset="tiny", epochs=1, train_size=1000, test_size=200,
                        out=str(out), progress=False, device="cpu"))  # fmt: skip

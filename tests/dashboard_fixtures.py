@@ -25,8 +25,8 @@ def app_run(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     Smaller than conftest's `tiny_run` (a few seconds on a CPU): the app tests need a trained model, not a good one.
     """
-    from capsnet.options import TrainOptions
-    from capsnet.train import train
+    from capsnet.training.options import TrainOptions
+    from capsnet.training.trainer import train
 
     root = tmp_path_factory.mktemp("runs")
     run_dir = root / RUN_NAME
@@ -98,11 +98,11 @@ def chart(at: AppTest, key: str) -> dict:
 
 def ship_affine_pair(checkpoints: Path, capsnet: float, cnn: float) -> None:
     """A tiny CapsNet and CNN for 40x40 "shipped" as trained on mnist-40, with the affNIST-like accuracies given
-    (as `capsnet.export` records them) and two epochs of 1,000 digits in their metrics."""
-    from capsnet.baseline import BaselineCNN, CNNConfig
-    from capsnet.checkpoint import save_checkpoint
-    from capsnet.config import CapsNetConfig
-    from capsnet.model import CapsNet
+    (as `capsnet.checkpoints.export` records them) and two epochs of 1,000 digits in their metrics."""
+    from capsnet.checkpoints.checkpoint import save_checkpoint
+    from capsnet.nn.capsnet import CapsNet
+    from capsnet.nn.cnn import BaselineCNN, CNNConfig
+    from capsnet.nn.config import CapsNetConfig
 
     (checkpoints / "baselines").mkdir(exist_ok=True)
     for model, path, accuracy in (

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from capsnet.acceleration import Acceleration, CpuFeatures, choose_acceleration, cpu_features, make_adam
 from capsnet.files import read_jsonl
-from capsnet.options import TrainOptions
-from capsnet.schedule import Schedule, cosine_factor
-from capsnet.train import train
+from capsnet.training.acceleration import Acceleration, CpuFeatures, choose_acceleration, cpu_features, make_adam
+from capsnet.training.options import TrainOptions
+from capsnet.training.schedule import Schedule, cosine_factor
+from capsnet.training.trainer import train
 
 AVX2 = CpuFeatures(capability="AVX2", avx512_bf16=False, amx=False, onednn_bf16=False)
 AVX512 = CpuFeatures(capability="AVX512", avx512_bf16=False, amx=False, onednn_bf16=True)  # bf16 emulated
@@ -127,7 +127,7 @@ def test_the_fast_recipe_runs_and_records_its_choices(data_dir: Path, tmp_path: 
 def test_the_time_estimate_uses_a_matching_runs_measured_speed() -> None:
     from types import SimpleNamespace
 
-    from capsnet.eta import Speed, estimate_seconds, recorded_speed
+    from capsnet.training.eta import Speed, estimate_seconds, recorded_speed
 
     options = TrainOptions.from_recipe("fast", device="cpu")
     mine = choose_acceleration(CPU).to_dict()

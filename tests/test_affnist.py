@@ -11,13 +11,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from capsnet import affnist
-from capsnet.baseline import BaselineCNN, CNNConfig
-from capsnet.checkpoint import load_checkpoint, read_checkpoint_info
-from capsnet.config import CapsNetConfig
-from capsnet.data import as_tensors, load_dataset, placed, stored_tensors
-from capsnet.equivariance import Transform, transform
-from capsnet.model import CapsNet
+from capsnet.checkpoints.checkpoint import load_checkpoint, read_checkpoint_info
+from capsnet.cli import affnist as affnist_cli
+from capsnet.data.datasets import as_tensors, load_dataset, placed, stored_tensors
+from capsnet.nn.capsnet import CapsNet
+from capsnet.nn.cnn import BaselineCNN, CNNConfig
+from capsnet.nn.config import CapsNetConfig
+from capsnet.readings import affnist
+from capsnet.readings.equivariance import Transform, transform
 
 
 def _centre_of_mass(images: torch.Tensor) -> torch.Tensor:
@@ -127,13 +128,13 @@ def test_train_on_mnist_40_and_measure_on_the_affnist_like_set(data_dir: Path, t
     for model in ("capsnet", "cnn"):
         runs[model] = tmp_path / model
         train = subprocess.run(
-            [sys.executable, "-m", "capsnet.train", "--dataset", "mnist-40", "--model", model, "--preset", "tiny",
+            [sys.executable, "-m", "capsnet", "train", "--dataset", "mnist-40", "--model", model, "--preset", "tiny",
              "--epochs", "1", "--train-size", "4000", "--batch-size", "64", "--lr", "0.003", "--test-size", "200", "--out", str(runs[model]),
              "--no-progress", "--device", "cpu"], capture_output=True, text=True, timeout=300, env=env,
         )  # fmt: skip
         assert train.returncode == 0, train.stderr[-2000:]
     report = subprocess.run(
-        [sys.executable, "-m", "capsnet.affnist", *(str(r / "best.safetensors") for r in runs.values()),
+        [sys.executable, "-m", "capsnet", "affnist", *(str(r / "best.safetensors") for r in runs.values()),
          "--limit", "200", "--json"], capture_output=True, text=True, timeout=300, env=env,
     )  # fmt: skip
     assert report.returncode == 0, report.stderr[-2000:]
@@ -143,8 +144,8 @@ def test_train_on_mnist_40_and_measure_on_the_affnist_like_set(data_dir: Path, t
         assert line["examples"] == 200 and 0 <= line["affnist_like_accuracy"] <= 1
         assert line["moved_mnist_accuracy"] > 0.2, lines  # twice chance: both learned from digits anywhere on 40x40
     # an export keeps the affNIST-like figure in the header, and the affine verdict reads it from there
-    from capsnet.claims import verdict
-    from capsnet.export import export_checkpoint
+    from capsnet.checkpoints.export import export_checkpoint
+    from capsnet.readings.claims import verdict
 
     exported = {}
     for model, run in runs.items():
@@ -163,7 +164,7 @@ def test_train_on_mnist_40_and_measure_on_the_affnist_like_set(data_dir: Path, t
     # a 28x28 checkpoint among them is refused by its path before anything is measured or printed
     mnist = REPO / "checkpoints" / "mnist.safetensors"
     wrong = subprocess.run(
-        [sys.executable, "-m", "capsnet.affnist", str(exported["capsnet"]), str(mnist)],
+        [sys.executable, "-m", "capsnet", "affnist", str(exported["capsnet"]), str(mnist)],
         capture_output=True, text=True, timeout=120, env=env,
     )  # fmt: skip
     assert wrong.returncode == 2 and wrong.stdout == ""
@@ -177,17 +178,17 @@ REPO = Path(__file__).resolve().parents[1]
 def test_the_sweep_cli_reads_each_checkpoints_own_test_set(
     data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from capsnet.checkpoint import save_checkpoint
+    from capsnet.checkpoints.checkpoint import save_checkpoint
 
     paths = [
         save_checkpoint(tmp_path / "caps.safetensors", CapsNet(CapsNetConfig.preset("tiny")), {"dataset": "mnist"}),
         save_checkpoint(tmp_path / "cnn.safetensors", BaselineCNN(CNNConfig.preset("tiny")), {"dataset": "mnist"}),
     ]
-    assert affnist.main(["--sweep", *map(str, paths), "--limit", "30", "--json", "--device", "cpu"]) == 0
+    assert affnist_cli.main(["--sweep", *map(str, paths), "--limit", "30", "--json", "--device", "cpu"]) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.strip().splitlines()]
     assert [line["network"] for line in lines] == ["capsnet", "cnn"]
     for line in lines:
         assert line["rotation"]["values"] == [float(v) for v in affnist.ANGLES] and line["scale"]["examples"] == 30
         assert all(0 <= a <= 1 for a in line["rotation"]["accuracy"])
-    assert affnist.main(["--sweep", str(paths[1]), "--limit", "30", "--device", "cpu"]) == 0
+    assert affnist_cli.main(["--sweep", str(paths[1]), "--limit", "30", "--device", "cpu"]) == 0
     assert "rotation: -60° " in capsys.readouterr().out

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from capsnet import agreement as ag
-from capsnet.config import CapsNetConfig
-from capsnet.explain import explain
-from capsnet.model import CapsNet
+from capsnet.nn.capsnet import CapsNet
+from capsnet.nn.config import CapsNetConfig
+from capsnet.readings import agreement as ag
+from capsnet.readings.explain import explain
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ from dashboard_fixtures import (  # noqa: F401
 from PIL import Image
 from streamlit.testing.v1 import AppTest
 
-from capsnet.options import TrainOptions
+from capsnet.training.options import TrainOptions
 from dashboard import pages
 
 # every registered page, the Draw page (the default) first
@@ -65,7 +65,7 @@ def pick_test_image(at: AppTest, index: int) -> AppTest:
 
 
 def fake_trainer(folder: Path, seconds: float) -> str:
-    """A stand-in for the Python that runs `capsnet.train`: it only sleeps (the run's UI, not its training, is tested)."""
+    """A stand-in for the Python that runs `capsnet.training.trainer`: it only sleeps (the run's UI, not its training, is tested)."""
     import sys
 
     fake = folder / "fake-python"
@@ -90,7 +90,7 @@ def test_without_a_checkpoint_the_app_says_so(app_dirs) -> None:  # noqa: F811
         if page not in MODEL_FREE:  # the pages that read a model show nothing of an untrained one
             assert not at.get("plotly_chart"), page
     at.switch_page("app_pages/routing.py").run()
-    assert any("python -m capsnet.train" in w.value for w in at.warning)
+    assert any("python -m capsnet train" in w.value for w in at.warning)
 
 
 @pytest.mark.parametrize("page", PAGES)
@@ -108,9 +108,9 @@ def test_each_page_runs_with_a_trained_checkpoint(app_with_run, page: str) -> No
 
 
 def test_changing_the_test_image_changes_the_prediction(app_with_run, app_run) -> None:  # noqa: F811
-    from capsnet.checkpoint import load_checkpoint
-    from capsnet.data import as_tensors, load_dataset
-    from capsnet.reconstruction import reconstruct
+    from capsnet.checkpoints.checkpoint import load_checkpoint
+    from capsnet.data.datasets import as_tensors, load_dataset
+    from capsnet.readings.reconstruction import reconstruct
 
     model = load_checkpoint(app_run / "best.safetensors").model
     images, _ = as_tensors(load_dataset("mnist", train=False))
@@ -138,9 +138,9 @@ def test_reconstruct_as_another_class(app_with_run) -> None:  # noqa: F811
 
 def _predictions(run_dir: Path, count: int = 50) -> np.ndarray:
     """What the tiny model predicts for the first test images."""
-    from capsnet.checkpoint import load_checkpoint
-    from capsnet.data import as_tensors, load_dataset
-    from capsnet.reconstruction import reconstruct
+    from capsnet.checkpoints.checkpoint import load_checkpoint
+    from capsnet.data.datasets import as_tensors, load_dataset
+    from capsnet.readings.reconstruction import reconstruct
 
     model = load_checkpoint(run_dir / "best.safetensors").model
     images, _ = as_tensors(load_dataset("mnist", train=False))
@@ -324,7 +324,7 @@ def test_every_page_runs_on_a_model_for_the_affine_claim(app_dirs, data_dir: Pat
 
 def test_the_training_page_lists_runs_and_a_second_start_is_refused(app_with_run, tmp_path: Path) -> None:  # noqa: F811
 
-    from capsnet import runs
+    from capsnet.training import runs
 
     runs_root, _ = app_with_run
     running = runs.start_run(TrainOptions(epochs=1), runs_root, python=fake_trainer(tmp_path, seconds=60))
@@ -368,7 +368,7 @@ def test_a_finished_run_replaces_the_progress_in_the_sidebar(app_with_run, tmp_p
     import subprocess
     import time
 
-    from capsnet import runs
+    from capsnet.training import runs
 
     runs_root, _ = app_with_run
     running = runs.start_run(TrainOptions(epochs=1), runs_root, python=fake_trainer(tmp_path, seconds=4))
@@ -399,7 +399,7 @@ def _reconfigured(run_dir: Path, target: Path, info: dict | None = None, **confi
     """The tiny run's model saved with another config field (its weights still fit) and, if given, another info."""
     import dataclasses
 
-    from capsnet.checkpoint import load_checkpoint, save_checkpoint
+    from capsnet.checkpoints.checkpoint import load_checkpoint, save_checkpoint
 
     checkpoint = load_checkpoint(run_dir / "best.safetensors")
     checkpoint.model.config = dataclasses.replace(checkpoint.config, **config)
@@ -466,7 +466,7 @@ def test_the_sidebar_offers_the_fast_recipe_with_a_measured_time(app_with_run) -
 def test_one_bad_run_folder_costs_one_row_never_the_page(app_with_run) -> None:  # noqa: F811
     """Damaged run folders, as found by probing: non-UTF-8 metrics, a metrics value of the wrong type, args with
     wrong types, and a checkpoint header naming a dataset this version does not know."""
-    from capsnet.checkpoint import load_checkpoint, save_checkpoint
+    from capsnet.checkpoints.checkpoint import load_checkpoint, save_checkpoint
 
     runs_root, _ = app_with_run
     good = runs_root / "20250101-000000-mnist"
@@ -541,9 +541,9 @@ def test_the_routing_page_steps_through_the_votes(app_with_run) -> None:  # noqa
 def test_one_primary_capsule_is_selected_in_every_routing_view(app_with_run, app_run) -> None:  # noqa: F811
     """The linked views: the selected primary capsule's vote is ringed in both vote plots, its receptive field outlined
     on the input, and its couplings drawn; choosing another moves all three, and a click on a vote selects it."""
-    from capsnet import agreement as ag
-    from capsnet.checkpoint import load_checkpoint
-    from capsnet.explain import explain
+    from capsnet.checkpoints.checkpoint import load_checkpoint
+    from capsnet.readings import agreement as ag
+    from capsnet.readings.explain import explain
 
     at = pick_test_image(new_app().run(), 2)
     at.switch_page("app_pages/routing.py").run()

@@ -12,10 +12,10 @@ import torch
 from dashboard_fixtures import APP, app_dirs, app_run, app_with_run, clear_streamlit_caches  # noqa: F401
 from streamlit.testing.v1 import AppTest
 
-from capsnet import architecture as arch
-from capsnet.agreement import first_primary, receptive_fields
-from capsnet.config import CapsNetConfig
-from capsnet.model import CapsNet
+from capsnet.nn.capsnet import CapsNet
+from capsnet.nn.config import CapsNetConfig
+from capsnet.readings import stages as arch
+from capsnet.readings.agreement import first_primary, receptive_fields
 from dashboard.figures import architecture as arch_fig
 
 
@@ -222,8 +222,8 @@ def open_page(at: AppTest) -> AppTest:
 
 
 def test_the_page_shows_each_stage_of_the_chosen_model(app_with_run, app_run) -> None:  # noqa: F811
-    from capsnet.checkpoint import load_checkpoint
-    from capsnet.data import as_tensors, load_dataset
+    from capsnet.checkpoints.checkpoint import load_checkpoint
+    from capsnet.data.datasets import as_tensors, load_dataset
 
     at = open_page(new_app())
     assert not at.error, [e.value for e in at.error]

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torchvision.transforms import v2
 
-from capsnet.augment import augment_seed, epoch_batches, shift_and_flip
+from capsnet.data.augment import augment_seed, epoch_batches, shift_and_flip
 
 
 def as_float(images: torch.Tensor) -> torch.Tensor:

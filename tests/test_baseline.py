@@ -12,14 +12,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from capsnet import catalog
-from capsnet.baseline import CNN_PRESETS, BaselineCNN, CNNConfig, cnn_loss
-from capsnet.checkpoint import CheckpointError, load_checkpoint, read_checkpoint_info, save_checkpoint
-from capsnet.config import CapsNetConfig
-from capsnet.evaluate import evaluate, right_answers
-from capsnet.model import CapsNet
-from capsnet.networks import network
-from capsnet.options import TrainOptions
+from capsnet.checkpoints import catalog
+from capsnet.checkpoints.checkpoint import CheckpointError, load_checkpoint, read_checkpoint_info, save_checkpoint
+from capsnet.evaluation import evaluate, right_answers
+from capsnet.nn.capsnet import CapsNet
+from capsnet.nn.cnn import CNN_PRESETS, BaselineCNN, CNNConfig, cnn_loss
+from capsnet.nn.config import CapsNetConfig
+from capsnet.nn.registry import network
+from capsnet.training.options import TrainOptions
 
 
 def test_the_paper_baseline_and_ours_to_the_parameter() -> None:
@@ -145,7 +145,7 @@ def test_train_evaluate_and_export_a_cnn_from_the_cli(data_dir: Path, tmp_path: 
     env = {**os.environ, "OMP_NUM_THREADS": "2"}
     run = tmp_path / "cnn"
     train = subprocess.run(
-        [sys.executable, "-m", "capsnet.train", "--model", "cnn", "--preset", "tiny", "--dataset", dataset,
+        [sys.executable, "-m", "capsnet", "train", "--model", "cnn", "--preset", "tiny", "--dataset", dataset,
          "--epochs", "1", "--train-size", "3000", "--test-size", "300", "--batch-size", "64", "--out", str(run),
          "--no-progress", "--device", "cpu"], capture_output=True, text=True, timeout=300, env=env,
     )  # fmt: skip
@@ -158,25 +158,25 @@ def test_train_evaluate_and_export_a_cnn_from_the_cli(data_dir: Path, tmp_path: 
         assert record["test_accuracy"] > 0.2  # twice chance: it learns (3,000 pairs teach a tiny CNN too little)
     assert record["train_loss"] < (2.3 if dataset == "mnist" else 10 * 0.6932)  # below a guess's loss
     report = subprocess.run(
-        [sys.executable, "-m", "capsnet.evaluate", str(run / "best.safetensors"), "--limit", "300", "--json"],
+        [sys.executable, "-m", "capsnet", "evaluate", str(run / "best.safetensors"), "--limit", "300", "--json"],
         capture_output=True, text=True, timeout=300, env=env,
     )  # fmt: skip
     assert report.returncode == 0, report.stderr[-2000:]
     assert json.loads(report.stdout)["total"] == 300
     routed = subprocess.run(  # an option the CNN does not read is refused in one line, not dropped
-        [sys.executable, "-m", "capsnet.evaluate", str(run / "best.safetensors"), "--routing-iterations", "5"],
+        [sys.executable, "-m", "capsnet", "evaluate", str(run / "best.safetensors"), "--routing-iterations", "5"],
         capture_output=True, text=True, timeout=120, env=env,
     )  # fmt: skip
     assert routed.returncode != 0 and "--routing-iterations does not apply to it" in routed.stderr
     assert len(routed.stderr.strip().splitlines()) == 1
     explain = subprocess.run(  # the capsule-only CLIs refuse it in one line
-        [sys.executable, "-m", "capsnet.predict", str(run / "best.safetensors"), "--checkpoint", str(run / "best.safetensors")],
+        [sys.executable, "-m", "capsnet", "predict", str(run / "best.safetensors"), "--checkpoint", str(run / "best.safetensors")],
         capture_output=True, text=True, timeout=120, env=env,
     )  # fmt: skip
     assert explain.returncode == 2 and "a CNN baseline" in explain.stderr
     assert len(explain.stderr.strip().splitlines()) == 1
     if dataset == "mnist":
-        from capsnet.export import export_checkpoint
+        from capsnet.checkpoints.export import export_checkpoint
 
         info = export_checkpoint(run / "best.safetensors", tmp_path / "out" / "mnist-cnn.safetensors", device="cpu")
         assert info.weights_dtype == "float16" and info.novelty is None and info.dimension_mean is None

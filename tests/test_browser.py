@@ -37,7 +37,7 @@ from browser_support import (
 )
 from dashboard_fixtures import ship_affine_pair
 
-from capsnet.checkpoint import read_checkpoint_info
+from capsnet.checkpoints.checkpoint import read_checkpoint_info
 
 try:
     from playwright.sync_api import expect
@@ -595,7 +595,9 @@ def test_a_run_started_elsewhere_is_followed_live_on_the_training_page(page, app
     open_app(page, app, "/training")
     wait_idle(page)
     name = "20300101-000000-mnist"
-    script = tmp_path / "capsnet.train-stand-in.py"  # its command line names capsnet.train, as a trainer's does
+    script = (
+        tmp_path / "capsnet.training.trainer-stand-in.py"
+    )  # its command line names capsnet.training.trainer, as a trainer's does
     script.write_text(FAKE_TRAINER)
     trainer = subprocess.Popen([sys.executable, str(script), str(app.runs_dir / name), "3"])
     try:

@@ -22,7 +22,7 @@ from browser_support import (
     wait_rendered,
 )
 
-from capsnet import routing_matters as rm
+from capsnet.readings import routing_matters as rm
 
 try:
     from playwright.sync_api import expect

@@ -26,11 +26,11 @@ from browser_support import (
 )
 from dashboard_fixtures import app_run  # noqa: F401
 
-from capsnet.checkpoint import load_checkpoint
-from capsnet.data import dataset_info
-from capsnet.run_folder import RunFolder
-from capsnet.tasks import LabelledSet
-from capsnet.watch import Watcher, read_window
+from capsnet.checkpoints.checkpoint import load_checkpoint
+from capsnet.data.datasets import dataset_info
+from capsnet.data.tasks import LabelledSet
+from capsnet.training.run_folder import RunFolder
+from capsnet.training.watch import Watcher, read_window
 
 try:
     from playwright.sync_api import expect

@@ -10,10 +10,10 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from capsnet.checkpoint import CheckpointError, load_checkpoint, read_checkpoint_info, save_checkpoint
-from capsnet.checkpoint_info import CheckpointInfo
-from capsnet.config import CapsNetConfig
-from capsnet.model import CapsNet
+from capsnet.checkpoints.checkpoint import CheckpointError, load_checkpoint, read_checkpoint_info, save_checkpoint
+from capsnet.checkpoints.header import CheckpointInfo
+from capsnet.nn.capsnet import CapsNet
+from capsnet.nn.config import CapsNetConfig
 
 INFO = {"dataset": "mnist", "class_names": [str(k) for k in range(10)], "test_accuracy": 0.5}
 

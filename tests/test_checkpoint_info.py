@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from capsnet.checkpoint_info import CheckpointInfo, trained_epochs
+from capsnet.checkpoints.header import CheckpointInfo, trained_epochs
 
 
 def test_round_trip_keeps_unknown_keys() -> None:

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from capsnet.checkpoint import load_checkpoint, save_checkpoint
-from capsnet.claims import verdict
+from capsnet.checkpoints.checkpoint import load_checkpoint, save_checkpoint
 from capsnet.files import read_jsonl
+from capsnet.readings.claims import verdict
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = (
@@ -65,8 +65,8 @@ def test_the_verdict_follows_the_figures(tmp_path: Path) -> None:
 def test_learning_rates_chosen_on_validation_are_equal_terms(tmp_path: Path) -> None:
     """Two networks whose learning rates differ are on equal terms when each was the best of the same candidates on
     its own validation split (export --lr-search records it); the record is refused for a run without validation."""
+    from capsnet.checkpoints.export import record_lr_search
     from capsnet.errors import CapsNetError
-    from capsnet.export import record_lr_search
 
     caps, cnn = (load_checkpoint(p, architectures=("capsnet", "cnn")) for p in SHIPPED)
     paths = []
@@ -121,7 +121,7 @@ def test_a_warm_started_models_budget_counts_its_own_run(tmp_path: Path) -> None
 
 def test_the_shipped_affine_pairs_verdict_reads_the_affnist_like_figures() -> None:
     """The mnist-40 pair, trained on equal terms: its verdict is on the affNIST-like set, from the headers."""
-    from capsnet.checkpoint import read_checkpoint_info
+    from capsnet.checkpoints.checkpoint import read_checkpoint_info
 
     pair = (
         REPO / "checkpoints" / "mnist-40.safetensors",
@@ -148,7 +148,7 @@ def test_an_affine_pair_without_the_affnist_like_figure_says_how_to_measure_it(t
     assert v.leader is None and v.rows[0].error is not None and v.rows[1].error is None
     text = v.statement()
     assert text.startswith("No verdict yet: the CNN baseline has not been measured on the affNIST-like set")
-    assert "python -m capsnet.export" in text
+    assert "python -m capsnet export" in text
 
 
 def test_without_metrics_a_warm_started_model_counts_its_own_run_from_its_header(tmp_path: Path) -> None:

@@ -7,7 +7,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from capsnet.data import DatasetNotFoundError, as_tensors, load_dataset, resolve_data_dir, stored_tensors, subset
+from capsnet.data.datasets import (
+    DatasetNotFoundError,
+    as_tensors,
+    load_dataset,
+    resolve_data_dir,
+    stored_tensors,
+    subset,
+)
 
 
 @pytest.mark.parametrize("name, size", [("mnist", 10_000), ("fashion-mnist", 10_000)])
@@ -61,7 +68,7 @@ def test_data_dir_resolution(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_damaged_dataset_is_called_damaged_not_missing(data_dir: Path, tmp_path: Path) -> None:
     import shutil
 
-    from capsnet.data import DatasetDamagedError
+    from capsnet.data.datasets import DatasetDamagedError
 
     raw = tmp_path / "MNIST" / "raw"
     raw.mkdir(parents=True)
@@ -85,7 +92,7 @@ def test_a_damaged_dataset_is_called_damaged_not_missing(data_dir: Path, tmp_pat
 
 
 def test_a_damaged_gz_only_dataset_is_called_damaged_not_missing(tmp_path: Path) -> None:
-    from capsnet.data import DatasetDamagedError, load_dataset
+    from capsnet.data.datasets import DatasetDamagedError, load_dataset
 
     raw = tmp_path / "MNIST" / "raw"
     raw.mkdir(parents=True)

@@ -9,9 +9,9 @@ import pytest
 import torch
 from torchvision.transforms.v2 import functional as TF
 
-from capsnet import equivariance as eq
-from capsnet.config import CapsNetConfig
-from capsnet.model import CapsNet
+from capsnet.nn.capsnet import CapsNet
+from capsnet.nn.config import CapsNetConfig
+from capsnet.readings import equivariance as eq
 
 
 @pytest.fixture(scope="module")

@@ -6,16 +6,16 @@ import numpy as np
 import pytest
 import torch
 
-from capsnet.checkpoint_info import CheckpointInfo
-from capsnet.config import CapsNetConfig
-from capsnet.decoding import PERTURBATION_STEPS, decode_vector, dimension_ranges, perturbation_grid
-from capsnet.explain import (
+from capsnet.checkpoints.header import CheckpointInfo
+from capsnet.nn.capsnet import CapsNet
+from capsnet.nn.config import CapsNetConfig
+from capsnet.readings.decoding import PERTURBATION_STEPS, decode_vector, dimension_ranges, perturbation_grid
+from capsnet.readings.explain import (
     coupling_by_type,
     coupling_maps,
     explain,
 )
-from capsnet.model import CapsNet
-from capsnet.reconstruction import misclassified, reconstruct
+from capsnet.readings.reconstruction import misclassified, reconstruct
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 
-from capsnet.decoding import PERTURBATION_STEPS
+from capsnet.readings.decoding import PERTURBATION_STEPS
 from dashboard import figures
 
 NAMES = [str(d) for d in range(10)]
@@ -319,7 +319,7 @@ def test_the_coupling_maps_outline_the_selected_capsules_cell() -> None:
 def test_the_claim_figure_puts_each_kept_file_at_the_examples_it_had_seen() -> None:
     """The shipped MultiMNIST pair: each run's curve, then a diamond at the table's figure where the kept epoch
     stood (epoch 8 of the CapsNet, 7 of the CNN), and the paper's figures as dashed lines."""
-    from capsnet.claims import verdict
+    from capsnet.readings.claims import verdict
 
     root = Path(__file__).resolve().parents[1] / "checkpoints"
     v = verdict("multimnist", root / "multimnist.safetensors", root / "baselines" / "multimnist-cnn.safetensors")

@@ -12,12 +12,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from capsnet.augment import epoch_batches
-from capsnet.config import CapsNetConfig
-from capsnet.data import load_dataset, placed, stored_tensors
-from capsnet.model import CapsNet
-from capsnet.multimnist import epoch_pairs
-from capsnet.networks import network_of
+from capsnet.data.augment import epoch_batches
+from capsnet.data.datasets import load_dataset, placed, stored_tensors
+from capsnet.data.multimnist import epoch_pairs
+from capsnet.nn.capsnet import CapsNet
+from capsnet.nn.config import CapsNetConfig
+from capsnet.nn.registry import network_of
 
 pytestmark = pytest.mark.slow
 STEPS, BATCH = 30, 8
@@ -95,7 +95,7 @@ def test_the_primary_scale_multiplies_the_convolution_before_its_bias() -> None:
     raw = torch.nn.functional.conv2d(features, conv.weight, stride=conv.stride) * 0.25 + conv.bias.view(1, -1, 1, 1)
     batch, _, grid, _ = raw.shape
     raw = raw.view(batch, scaled.primary.types, scaled.primary.dim, grid, grid).permute(0, 1, 3, 4, 2)
-    from capsnet.layers import squash
+    from capsnet.nn.squash import squash
 
     torch.testing.assert_close(scaled.primary(features), squash(raw.reshape(batch, -1, scaled.primary.dim)))
     with pytest.raises(ValueError, match="primary_scale"):

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from capsnet.layers import RoutingCapsules, _DynamicRouting, _route, dynamic_routing, squash
+from capsnet.nn.dynamic_routing import _DynamicRouting, _route, dynamic_routing
+from capsnet.nn.layers import RoutingCapsules
+from capsnet.nn.squash import squash
 
 
 def reference_routing(u_hat: torch.Tensor, iterations: int) -> torch.Tensor:

@@ -39,8 +39,83 @@ def test_the_core_does_not_know_the_dashboard() -> None:
 
 
 def test_the_trainer_and_the_catalogue_do_not_touch_processes() -> None:
-    for name in ("train", "catalog", "checkpointer", "run_folder", "options"):
-        assert "capsnet.runs" not in imports(REPO / "capsnet" / f"{name}.py"), name
+    for name in ("training/trainer", "checkpoints/catalog", "training/checkpointer", "training/run_folder",
+                 "training/options", "training/eta"):  # fmt: skip
+        assert "capsnet.training.runs" not in imports(REPO / "capsnet" / f"{name}.py"), name
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph(folder: str = "capsnet") -> dict[str, set[str]]:
+    """Each module of `folder` and the modules of `folder` it imports (a `from package import module` counts)."""
+    names = {module_name(p) for p in modules(folder)}
+    graph = {}
+    for path in modules(folder):
+        found = imports(path) & names
+        graph[module_name(path)] = {n for n in found if (n + ".__init__") not in names} - {module_name(path)}
+    return graph
+
+
+def test_the_package_is_a_few_wings_with_no_import_circle() -> None:
+    """capsnet/ shows its architecture: a few modules at the top and the rest in wings; no two modules import
+    each other, directly or around a circle (also not by a function-level import)."""
+    top = sorted(p.name for p in (REPO / "capsnet").glob("*.py"))
+    assert len(top) <= 8, f"capsnet/ has {len(top)} top-level modules: put {top} in the wings"
+    wings = sorted(p.name for p in (REPO / "capsnet").iterdir() if (p / "__init__.py").exists())
+    assert wings == ["checkpoints", "cli", "data", "nn", "readings", "training"], wings
+    graph = import_graph()
+    state: dict[str, int] = {}
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph.get(nxt_ := node, ())):
+            if state.get(nxt) == 1:
+                raise AssertionError("import circle: " + " -> ".join([*path[path.index(nxt) :], nxt]))
+            if nxt not in state:
+                visit(nxt, [*path, nxt])
+        del nxt_
+        state[node] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [name])
+
+
+def test_routing_has_a_room_of_its_own() -> None:
+    """Procedure 1 lives in capsnet/nn/dynamic_routing.py; the layers call it and define no routing of their own."""
+    import capsnet.nn.dynamic_routing as routing
+    import capsnet.nn.layers as layers
+
+    assert routing.dynamic_routing.__module__ == "capsnet.nn.dynamic_routing"
+    assert layers.dynamic_routing is routing.dynamic_routing
+    assert "def dynamic_routing" not in (REPO / "capsnet" / "nn" / "layers.py").read_text(encoding="utf-8")
+
+
+def test_every_command_is_an_installed_script() -> None:
+    """Every command of `python -m capsnet` is a module of capsnet/cli and a `capsnet-NAME` script."""
+    import tomllib
+
+    from capsnet.cli import COMMANDS
+
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
+    assert scripts.pop("capsnet") == "capsnet.__main__:main"
+    assert scripts == {f"capsnet-{name}": f"{module}:main" for name, (module, _) in COMMANDS.items()}
+    assert {f"capsnet.cli.{p.stem}" for p in (REPO / "capsnet" / "cli").glob("[!_]*.py")} == {
+        module for module, _ in COMMANDS.values()
+    }
+
+
+def test_the_readme_layout_table_names_every_module() -> None:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    table = readme[readme.index("## Layout") : readme.index("## Dependencies")]
+    for path in modules("capsnet"):
+        if path.name == "__init__.py" and path.parent.name not in ("capsnet", "cli"):
+            continue
+        rel = path.relative_to(REPO / "capsnet")
+        assert f"`{rel}`" in table or f"`capsnet/{rel}`" in table, f"the README's layout table misses capsnet/{rel}"
 
 
 def test_docs_scripts_do_not_borrow_from_the_tests() -> None:
@@ -103,3 +178,15 @@ def test_shared_session_keys_go_through_typed_accessors() -> None:
             text = path.read_text(encoding="utf-8")
             found = re.findall(r"session_state(?:\.get\(|\[)\s*state\.[A-Z_]+", text)
             assert not found, f"{path.relative_to(REPO)}: {found[0]}: use dashboard.state's accessors"
+
+
+def test_the_public_api_is_reexported() -> None:
+    """`from capsnet import NAME` gives each public name from the module that defines it."""
+    import importlib
+
+    import capsnet
+
+    for name, module in capsnet.PUBLIC.items():
+        assert getattr(capsnet, name) is getattr(importlib.import_module(module), name), name
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        capsnet.nope  # noqa: B018

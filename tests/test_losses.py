@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from capsnet.config import CapsNetConfig
-from capsnet.losses import capsule_loss, margin_loss, reconstruction_loss
+from capsnet.nn.config import CapsNetConfig
+from capsnet.nn.losses import capsule_loss, margin_loss, reconstruction_loss
 
 
 def test_margin_loss_by_hand() -> None:

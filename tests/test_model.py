@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from capsnet.config import PRESETS, CapsNetConfig
-from capsnet.model import CapsNet
+from capsnet.nn.capsnet import CapsNet
+from capsnet.nn.config import PRESETS, CapsNetConfig
 
 
 @pytest.fixture(scope="module")

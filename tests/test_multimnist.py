@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 import torch
 
-from capsnet import multimnist as mm
-from capsnet.config import CapsNetConfig
-from capsnet.data import load_dataset, stored_tensors
-from capsnet.evaluate import evaluate_pairs, right_answers
-from capsnet.losses import margin_loss, reconstruction_loss
-from capsnet.model import CapsNet
+from capsnet.data import multimnist as mm
+from capsnet.data.datasets import load_dataset, stored_tensors
+from capsnet.evaluation import evaluate_pairs, right_answers
+from capsnet.nn.capsnet import CapsNet
+from capsnet.nn.config import CapsNetConfig
+from capsnet.nn.losses import margin_loss, reconstruction_loss
 
 
 def test_the_paper_network_on_36x36_has_the_papers_parameter_count() -> None:
@@ -123,13 +123,13 @@ def test_train_and_evaluate_multimnist_from_the_cli(data_dir: Path, tmp_path: Pa
     run = tmp_path / "mm"
     args = ["--dataset", "multimnist", "--preset", "tiny", "--epochs", "1", "--train-size", "2000"]
     train = subprocess.run(
-        [sys.executable, "-m", "capsnet.train", *args, "--test-size", "300", "--out", str(run), "--no-progress",
+        [sys.executable, "-m", "capsnet", "train", *args, "--test-size", "300", "--out", str(run), "--no-progress",
          "--device", "cpu"], capture_output=True, text=True, timeout=300, env=os.environ.copy(),
     )  # fmt: skip
     assert train.returncode == 0, train.stderr[-2000:]
     record = json.loads(train.stdout.strip().splitlines()[-1])
     assert record["train_images"] == 2000 and 0 <= record["test_accuracy"] <= 1
-    from capsnet.checkpoint import load_checkpoint
+    from capsnet.checkpoints.checkpoint import load_checkpoint
 
     checkpoint = load_checkpoint(run / "best.safetensors")
     assert checkpoint.config.image_size == 36 and checkpoint.info.dataset == "multimnist"
@@ -137,20 +137,20 @@ def test_train_and_evaluate_multimnist_from_the_cli(data_dir: Path, tmp_path: Pa
         checkpoint.info.test_accuracy == pytest.approx(record["test_accuracy"]) and checkpoint.info.test_examples == 300
     )
     report = subprocess.run(
-        [sys.executable, "-m", "capsnet.evaluate", str(run / "best.safetensors"), "--limit", "400", "--json"],
+        [sys.executable, "-m", "capsnet", "evaluate", str(run / "best.safetensors"), "--limit", "400", "--json"],
         capture_output=True, text=True, timeout=300, env=os.environ.copy(),
     )  # fmt: skip
     assert report.returncode == 0, report.stderr[-2000:]
     summary = json.loads(report.stdout)
     assert summary["dataset"] == "multimnist" and summary["total"] == 400 and 0 <= summary["error"] <= 1
     assert summary["accuracy"] > 0.05  # a trained model, far above the 1 in 45 of chance
-    for command in (["-m", "capsnet.evaluate", str(run / "best.safetensors"), "--dataset", "mnist"],
-                    ["-m", "capsnet.predict", str(run / "best.safetensors"), "--checkpoint", str(run / "best.safetensors")],
-                    ["-m", "capsnet.export", str(run / "best.safetensors"), "--calibrate"]):  # fmt: skip
+    for command in (["-m", "capsnet", "evaluate", str(run / "best.safetensors"), "--dataset", "mnist"],
+                    ["-m", "capsnet", "predict", str(run / "best.safetensors"), "--checkpoint", str(run / "best.safetensors")],
+                    ["-m", "capsnet", "export", str(run / "best.safetensors"), "--calibrate"]):  # fmt: skip
         wrong = subprocess.run([sys.executable, *command], capture_output=True, text=True, timeout=120,
                                env=os.environ.copy())  # fmt: skip
         assert wrong.returncode == 2 and len(wrong.stderr.strip().splitlines()) == 1, wrong.stderr  # one line
-    from capsnet.export import export_checkpoint
+    from capsnet.checkpoints.export import export_checkpoint
 
     info = export_checkpoint(run / "best.safetensors", tmp_path / "out" / "multimnist.safetensors", device="cpu",
                              test_pairs=400)  # fmt: skip
@@ -160,7 +160,7 @@ def test_train_and_evaluate_multimnist_from_the_cli(data_dir: Path, tmp_path: Pa
 
 
 def test_one_overlay_is_made_as_the_test_pairs_are() -> None:
-    from capsnet.multimnist import make_batch, overlay
+    from capsnet.data.multimnist import make_batch, overlay
 
     generator = torch.Generator().manual_seed(0)
     digits = torch.randint(0, 256, (2, 1, 28, 28), dtype=torch.uint8, generator=generator)
@@ -176,7 +176,7 @@ def test_one_overlay_is_made_as_the_test_pairs_are() -> None:
 
 
 def test_the_two_highest_scores_name_the_pair() -> None:
-    from capsnet.multimnist import two_highest
+    from capsnet.data.multimnist import two_highest
 
     assert two_highest(np.array([0.1, 0.9, 0.3, 0.8])) == (1, 3)
     assert two_highest(torch.tensor([0.5, 0.5, 0.1])) == (0, 1)  # a tie goes to the lower class, as argmax does

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from capsnet.baseline import CNN_PRESETS, BaselineCNN, CNNConfig
-from capsnet.config import PRESETS, CapsNetConfig
-from capsnet.model import CapsNet
-from capsnet.networks import NETWORKS, network, network_of
-from capsnet.options import TrainOptions
+from capsnet.nn.capsnet import CapsNet
+from capsnet.nn.cnn import CNN_PRESETS, BaselineCNN, CNNConfig
+from capsnet.nn.config import PRESETS, CapsNetConfig
+from capsnet.nn.registry import NETWORKS, network, network_of
+from capsnet.training.options import TrainOptions
 
 
 def test_every_network_declares_its_contract() -> None:

@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-from capsnet import novelty
-from capsnet.checkpoint import load_checkpoint, save_checkpoint
-from capsnet.config import CapsNetConfig
-from capsnet.evaluate import evaluate
-from capsnet.model import CapsNet
-from capsnet.novelty import NoveltyThresholds
+from capsnet.checkpoints.checkpoint import load_checkpoint, save_checkpoint
+from capsnet.evaluation import evaluate
+from capsnet.nn.capsnet import CapsNet
+from capsnet.nn.config import CapsNetConfig
+from capsnet.readings import novelty
+from capsnet.readings.novelty import NoveltyThresholds
 
 
 def test_thresholds_are_the_quantiles_of_the_right_examples() -> None:
@@ -61,7 +61,7 @@ def test_an_older_checkpoint_is_calibrated_once_then_cached(
     def no_evaluation(*args: object, **kwargs: object) -> None:
         raise AssertionError("the cached thresholds should have been used")
 
-    monkeypatch.setattr("capsnet.tasks.LabelledSet.evaluate", no_evaluation)
+    monkeypatch.setattr("capsnet.data.tasks.LabelledSet.evaluate", no_evaluation)
     assert novelty.thresholds_for(load_checkpoint(older)) == made
 
 
@@ -80,7 +80,7 @@ def test_errors_are_those_of_the_winners_reconstruction() -> None:
 
 
 def test_the_notice_names_the_test_that_tripped() -> None:
-    from capsnet.novelty import NoveltyThresholds
+    from capsnet.readings.novelty import NoveltyThresholds
     from dashboard import texts
 
     thresholds = NoveltyThresholds(reconstruction_error=10.0, length=0.6)

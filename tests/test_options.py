@@ -6,9 +6,9 @@ import dataclasses
 
 import pytest
 
-from capsnet.config import MAX_ROUTING_ITERATIONS, PRESETS
 from capsnet.errors import CapsNetError
-from capsnet.options import TrainOptions
+from capsnet.nn.config import MAX_ROUTING_ITERATIONS, PRESETS
+from capsnet.training.options import TrainOptions
 from dashboard import train_form
 
 

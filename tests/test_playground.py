@@ -15,10 +15,10 @@ from dashboard_fixtures import (  # noqa: F401
 )
 from streamlit.testing.v1 import AppTest
 
-from capsnet import playground as pg
-from capsnet.agreement import vote_view
-from capsnet.config import CapsNetConfig
-from capsnet.explain import explain
+from capsnet.nn.config import CapsNetConfig
+from capsnet.readings import playground as pg
+from capsnet.readings.agreement import vote_view
+from capsnet.readings.explain import explain
 from dashboard.figures import playground as figs
 
 PAGE = "app_pages/playground.py"

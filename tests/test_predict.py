@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 from PIL import Image, ImageDraw
 
-from capsnet.data import load_dataset
+from capsnet.data.datasets import load_dataset
 
 CHECKPOINT = Path(__file__).resolve().parents[1] / "checkpoints" / "mnist.safetensors"
 
 
 def predict(*args: str) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "capsnet.predict", *args, "--checkpoint", str(CHECKPOINT)]
+    command = [sys.executable, "-m", "capsnet", "predict", *args, "--checkpoint", str(CHECKPOINT)]
     return subprocess.run(command, capture_output=True, text=True, timeout=120, env=os.environ.copy())
 
 

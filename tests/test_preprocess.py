@@ -9,8 +9,7 @@ import pytest
 import torch
 from PIL import Image, ImageDraw
 
-from capsnet.errors import CapsNetError
-from capsnet.preprocess import (
+from capsnet.data.preprocess import (
     CENTRE,
     EmptyImageError,
     NotAnImageError,
@@ -21,6 +20,7 @@ from capsnet.preprocess import (
     preprocess_upload,
     to_mnist,
 )
+from capsnet.errors import CapsNetError
 
 
 def centre_of_mass(image: np.ndarray) -> tuple[float, float]:
@@ -178,7 +178,7 @@ def test_to_mnist_and_model_input() -> None:
 
 def test_an_uploaded_dot_stays_a_dot_as_on_the_canvas() -> None:
     """The upload path follows the canvas's rule: a dot is not blown up into a 20 px blob that reads as a 0."""
-    from capsnet.preprocess import preprocess_upload
+    from capsnet.data.preprocess import preprocess_upload
 
     picture = Image.new("L", (280, 280))
     picture.paste(255, (130, 130, 142, 142))  # a 12 px dot in a 280 px picture
@@ -192,7 +192,7 @@ def test_a_decompression_bomb_is_called_too_large() -> None:
     import struct
     import zlib
 
-    from capsnet.preprocess import NotAnImageError, preprocess_upload
+    from capsnet.data.preprocess import NotAnImageError, preprocess_upload
 
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)

@@ -15,12 +15,12 @@ import torch
 from dashboard_fixtures import APP, app_dirs, app_run, app_with_run, clear_streamlit_caches  # noqa: F401
 from streamlit.testing.v1 import AppTest
 
-from capsnet import routing_matters as rm
-from capsnet.checkpoint import load_checkpoint
-from capsnet.data import dataset_info
+from capsnet.checkpoints.checkpoint import load_checkpoint
+from capsnet.data.datasets import dataset_info
+from capsnet.data.multimnist import Pairs
+from capsnet.data.tasks import LabelledSet, read_test_set
 from capsnet.files import FileWriteError
-from capsnet.multimnist import Pairs
-from capsnet.tasks import LabelledSet, read_test_set
+from capsnet.readings import routing_matters as rm
 
 COUNT = 300  # test images: enough for the tiny model to change some answers with r
 KEPT_COUNT = 60  # for the tests of the kept file, which measure again and again

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from capsnet import run_folder
 from capsnet.files import write_json
-from capsnet.run_folder import Progress, ProgressWriter, RunFolder, new_run_dir, run_folders
+from capsnet.training import run_folder
+from capsnet.training.run_folder import Progress, ProgressWriter, RunFolder, new_run_dir, run_folders
 
 
 def test_progress_is_read_tolerantly(tmp_path: Path) -> None:

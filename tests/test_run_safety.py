@@ -15,13 +15,14 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from capsnet import train as train_module
-from capsnet.checkpoint import read_checkpoint_info
-from capsnet.checkpointer import Checkpointer
+from capsnet.checkpoints.checkpoint import read_checkpoint_info
+from capsnet.cli.train import main
 from capsnet.files import read_json, read_jsonl
-from capsnet.options import TrainOptions
-from capsnet.run_folder import RunFolder, RunFolderError
-from capsnet.train import main, train
+from capsnet.training import trainer as train_module
+from capsnet.training.checkpointer import Checkpointer
+from capsnet.training.options import TrainOptions
+from capsnet.training.run_folder import RunFolder, RunFolderError
+from capsnet.training.trainer import train
 
 pytestmark = pytest.mark.slow
 T = ["--preset", "tiny", "--train-size", "512", "--test-size", "256", "--device", "cpu", "--no-progress"]
@@ -58,7 +59,7 @@ def test_two_trainers_never_share_a_folder(data_dir: Path, tmp_path: Path) -> No
 
     out = tmp_path / "run"
     first = subprocess.Popen(
-        [sys.executable, "-m", "capsnet.train", *T, "--train-size", "2000", "--epochs", "2", "--out", str(out)],
+        [sys.executable, "-m", "capsnet", "train", *T, "--train-size", "2000", "--epochs", "2", "--out", str(out)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     deadline = time.time() + 120
@@ -67,11 +68,11 @@ def test_two_trainers_never_share_a_folder(data_dir: Path, tmp_path: Path) -> No
     first.send_signal(signal.SIGSTOP)  # holding its lock
     try:
         second = subprocess.run(
-            [sys.executable, "-m", "capsnet.train", *T, "--epochs", "1", "--out", str(out)], capture_output=True,
+            [sys.executable, "-m", "capsnet", "train", *T, "--epochs", "1", "--out", str(out)], capture_output=True,
             text=True,
         )  # fmt: skip
         resumed = subprocess.run(
-            [sys.executable, "-m", "capsnet.train", "--resume", "--epochs", "3", "--out", str(out), "--no-progress"],
+            [sys.executable, "-m", "capsnet", "train", "--resume", "--epochs", "3", "--out", str(out), "--no-progress"],
             capture_output=True, text=True,
         )  # fmt: skip
     finally:
@@ -143,7 +144,7 @@ def test_a_full_disk_is_one_line_naming_the_real_failure(
     own; the message names the file and the cause, progress says failed, and no unsaved accuracy is claimed."""
     from safetensors import SafetensorError
 
-    import capsnet.checkpoint as checkpoint_module
+    import capsnet.checkpoints.checkpoint as checkpoint_module
 
     def full(*args, **kwargs):
         raise SafetensorError(
@@ -209,7 +210,7 @@ def test_a_header_asking_for_a_million_routing_iterations_is_refused(tiny_checkp
     from safetensors import safe_open
     from safetensors.torch import save_file
 
-    from capsnet.checkpoint import CheckpointError, load_checkpoint
+    from capsnet.checkpoints.checkpoint import CheckpointError, load_checkpoint
 
     with safe_open(str(tiny_checkpoint), "pt") as handle:
         metadata = handle.metadata()
@@ -225,7 +226,7 @@ def test_predict_reads_regular_files_only_and_goes_on_without_a_cache(
 ) -> None:
     from PIL import Image
 
-    from capsnet import predict
+    from capsnet.cli import predict
 
     digit = tmp_path / "digit.png"
     drawing = Image.new("L", (28, 28))
@@ -236,7 +237,7 @@ def test_predict_reads_regular_files_only_and_goes_on_without_a_cache(
     big = tmp_path / "big.png"
     with open(big, "wb") as handle:
         handle.truncate(predict.MAX_FILE_BYTES + 1)
-    from capsnet.checkpoint import load_checkpoint, save_checkpoint
+    from capsnet.checkpoints.checkpoint import load_checkpoint, save_checkpoint
 
     old = load_checkpoint(tiny_checkpoint)  # as a checkpoint from before thresholds were stored: computed, then cached
     uncalibrated = save_checkpoint(tmp_path / "old.safetensors", old.model, old.info.replace(novelty=None))
@@ -254,7 +255,7 @@ def test_predict_reads_regular_files_only_and_goes_on_without_a_cache(
 
 
 def test_export_with_a_damaged_metrics_line_keeps_the_good_lines(tiny_run: Path, tmp_path: Path) -> None:
-    from capsnet.export import export_checkpoint
+    from capsnet.checkpoints.export import export_checkpoint
 
     run = tmp_path / "run"
     shutil.copytree(tiny_run, run)
@@ -294,12 +295,12 @@ def small_disk(tmp_path: Path):
 def test_a_really_full_disk(data_dir: Path, small_disk: Path) -> None:
     out = small_disk / "run"
     result = subprocess.run(
-        [sys.executable, "-m", "capsnet.train", "--preset", "paper", "--train-size", "64", "--test-size", "64",
+        [sys.executable, "-m", "capsnet", "train", "--preset", "paper", "--train-size", "64", "--test-size", "64",
          "--epochs", "1", "--device", "cpu", "--no-progress", "--out", str(out)],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert result.stderr.strip() == f"python -m capsnet.train: error: cannot write {out}/last.pending.safetensors: " + (
+    assert result.stderr.strip() == f"python -m capsnet train: error: cannot write {out}/last.pending.safetensors: " + (
         "no space left on device"
     )
     progress = read_json(out / "progress.json")

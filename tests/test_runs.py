@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from capsnet import catalog, run_folder, runs
+from capsnet.checkpoints import catalog
 from capsnet.files import write_json
-from capsnet.options import TrainOptions
-from capsnet.run_folder import RunFolder
-from capsnet.runs import RunInProgressError
+from capsnet.training import run_folder, runs
+from capsnet.training.options import TrainOptions
+from capsnet.training.run_folder import RunFolder
+from capsnet.training.runs import RunInProgressError
 from dashboard.train_form import form_options
 
 
@@ -31,7 +32,7 @@ def wait_for(condition, timeout: float = 30.0, step: float = 0.1) -> bool:
 
 @pytest.fixture
 def fake_python(tmp_path: Path) -> str:
-    """An 'interpreter' that ignores its arguments and sleeps: its command line still says capsnet.train."""
+    """An 'interpreter' that ignores its arguments and sleeps: its command line still says `-m capsnet train`."""
     script = tmp_path / "fake-python"
     script.write_text(f"#!{sys.executable}\nimport time\ntime.sleep(60)\n")
     script.chmod(0o755)
@@ -69,7 +70,7 @@ def test_requests_are_validated_and_bounded(changes: dict, message: str) -> None
 def test_request_command_line() -> None:
     options = form_options(dataset="fashion-mnist", epochs=2, lr=0.01, preset="tiny", train_size=500)
     command = runs.trainer_command(dataclasses.replace(options, out="runs/x", progress=False), python="py")
-    assert command[:3] == ["py", "-m", "capsnet.train"]
+    assert command[:4] == ["py", "-m", "capsnet", "train"]
     joined = " ".join(command)
     for part in (
         "--dataset fashion-mnist",

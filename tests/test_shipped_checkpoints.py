@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from capsnet.checkpoint import load_checkpoint
-from capsnet.config import CapsNetConfig
-from capsnet.data import as_tensors, load_dataset
-from capsnet.evaluate import evaluate
-from capsnet.novelty import NoveltyThresholds
+from capsnet.checkpoints.checkpoint import load_checkpoint
+from capsnet.data.datasets import as_tensors, load_dataset
+from capsnet.evaluation import evaluate
+from capsnet.nn.config import CapsNetConfig
+from capsnet.readings.novelty import NoveltyThresholds
 
 CHECKPOINTS = Path(__file__).resolve().parents[1] / "checkpoints"
 # The lowest accuracy a shipped model may have: issue 4's floors (its targets, 99.70% and
@@ -49,9 +49,9 @@ def test_shipped_checkpoint_accuracy(name: str, data_dir: Path) -> None:
 
 def test_shipped_multimnist_checkpoint(data_dir: Path) -> None:
     """The paper's network on MultiMNIST: its header's figure holds on the first 2,000 of the test pairs it was measured on."""
-    from capsnet.data import stored_tensors
-    from capsnet.evaluate import evaluate_pairs
-    from capsnet.multimnist import Pairs, test_pairs
+    from capsnet.data.datasets import stored_tensors
+    from capsnet.data.multimnist import Pairs, test_pairs
+    from capsnet.evaluation import evaluate_pairs
 
     path = CHECKPOINTS / "multimnist.safetensors"
     assert path.is_file(), "checkpoints/multimnist.safetensors is missing: the project ships it"
@@ -75,10 +75,10 @@ def test_shipped_multimnist_checkpoint(data_dir: Path) -> None:
 @pytest.mark.parametrize("name", ["mnist", "multimnist"])
 def test_shipped_cnn_baselines(name: str, data_dir: Path) -> None:
     """The CNN baselines the dashboard compares with: the paper's design with two pools, under 17 MB, as stated."""
-    from capsnet.baseline import CNNConfig
-    from capsnet.data import stored_tensors
-    from capsnet.evaluate import evaluate_pairs
-    from capsnet.multimnist import Pairs, test_pairs
+    from capsnet.data.datasets import stored_tensors
+    from capsnet.data.multimnist import Pairs, test_pairs
+    from capsnet.evaluation import evaluate_pairs
+    from capsnet.nn.cnn import CNNConfig
 
     path = CHECKPOINTS / "baselines" / f"{name}-cnn.safetensors"
     assert path.is_file(), f"checkpoints/baselines/{path.name} is missing: the project ships it"
@@ -107,8 +107,8 @@ def test_shipped_cnn_baselines(name: str, data_dir: Path) -> None:
 def test_shipped_affine_pair(network: str, data_dir: Path) -> None:
     """The pair for the paper's affine claim, trained on MNIST digits moved on 40x40: the affNIST-like figure in
     its header (which the Transform lens's verdict reads) holds on the first 1,000 affNIST-like test digits."""
-    from capsnet import affnist
-    from capsnet.baseline import CNNConfig
+    from capsnet.nn.cnn import CNNConfig
+    from capsnet.readings import affnist
 
     path = CHECKPOINTS / ("mnist-40.safetensors" if network == "capsnet" else "baselines/mnist-40-cnn.safetensors")
     assert path.is_file(), f"checkpoints/{path.relative_to(CHECKPOINTS)} is missing: the project ships it"

@@ -6,13 +6,13 @@ from pathlib import Path
 
 import torch
 
-from capsnet import multimnist
-from capsnet.baseline import BaselineCNN, CNNConfig
-from capsnet.config import CapsNetConfig
-from capsnet.data import as_tensors, load_dataset, stored_tensors
-from capsnet.evaluate import Evaluation, PairEvaluation, evaluate, evaluate_pairs
-from capsnet.model import CapsNet
-from capsnet.tasks import read_test_set
+from capsnet.data import multimnist
+from capsnet.data.datasets import as_tensors, load_dataset, stored_tensors
+from capsnet.data.tasks import read_test_set
+from capsnet.evaluation import Evaluation, PairEvaluation, evaluate, evaluate_pairs
+from capsnet.nn.capsnet import CapsNet
+from capsnet.nn.cnn import BaselineCNN, CNNConfig
+from capsnet.nn.config import CapsNetConfig
 
 
 def test_single_images_and_their_first_n(data_dir: Path) -> None:

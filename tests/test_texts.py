@@ -19,12 +19,12 @@ def test_format_duration() -> None:
 
 def test_no_model_notice_names_the_folder_and_the_command() -> None:
     notice = texts.no_model_notice("/some/checkpoints")
-    assert "`/some/checkpoints`" in notice and "python -m capsnet.train" in notice
+    assert "`/some/checkpoints`" in notice and "python -m capsnet train" in notice
 
 
 def test_texts_say_what_the_model_in_use_holds() -> None:
     """Numbers the config holds are read from it: a model with other margins or sizes is described as it is."""
-    from capsnet.config import CapsNetConfig
+    from capsnet.nn.config import CapsNetConfig
     from dashboard import texts
 
     paper = CapsNetConfig()
@@ -42,7 +42,7 @@ def test_texts_say_what_the_model_in_use_holds() -> None:
 
 
 def test_the_votes_reading_never_contradicts_its_own_figure() -> None:
-    from capsnet.config import CapsNetConfig
+    from capsnet.nn.config import CapsNetConfig
     from dashboard import texts
 
     assert "move little" in texts.votes_reading("3", 0.1, 1152, 10, 3)

@@ -13,17 +13,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from capsnet.checkpoint import load_checkpoint, read_checkpoint_info
-from capsnet.checkpoint_info import trained_epochs
-from capsnet.data import as_tensors, load_dataset
-from capsnet.evaluate import evaluate
+from capsnet.checkpoints.checkpoint import load_checkpoint, read_checkpoint_info
+from capsnet.checkpoints.header import trained_epochs
+from capsnet.data.datasets import as_tensors, load_dataset
+from capsnet.evaluation import evaluate
 from capsnet.files import read_json, read_jsonl
 
 pytestmark = pytest.mark.slow
 TINY = ["--preset", "tiny", "--device", "cpu", "--no-progress"]
 
 
-TORCHRUN = ["-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone", "-m", "capsnet.train"]
+TORCHRUN = ["-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone", "-m", "capsnet", "train"]
 
 
 def run(
@@ -69,7 +69,7 @@ def test_short_real_training_run_reaches_90_percent(tiny_run: Path, tiny_checkpo
 def test_train_resume_and_evaluate_clis(data_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "run"
     first = run(
-        "-m", "capsnet.train", *TINY, "--epochs", "1", "--train-size", "600", "--test-size", "200", "--out", str(out)
+        "-m", "capsnet", "train", *TINY, "--epochs", "1", "--train-size", "600", "--test-size", "200", "--out", str(out)
     )
     assert json.loads(first.stdout.strip().splitlines()[-1])["epoch"] == 1
     assert {
@@ -80,26 +80,26 @@ def test_train_resume_and_evaluate_clis(data_dir: Path, tmp_path: Path) -> None:
         "train_state.pt",
         "args.json",
     } <= {p.name for p in out.iterdir()}
-    run("-m", "capsnet.train", "--epochs", "2", "--out", str(out), "--resume", "--no-progress")
+    run("-m", "capsnet", "train", "--epochs", "2", "--out", str(out), "--resume", "--no-progress")
     records = read_jsonl(out / "metrics.jsonl")
     assert [r["epoch"] for r in records] == [1, 2] and records[1]["lr"] < records[0]["lr"]
     assert load_checkpoint(out / "last.safetensors").info.epochs == 2
     assert read_json(out / "args.json")["epochs"] == 2  # a later resume (the dashboard's) continues to 2
 
     (out / "train_state.pt").write_bytes(b"not a training state")
-    damaged = run("-m", "capsnet.train", "--epochs", "3", "--out", str(out), "--resume", check=False, timeout=60)
+    damaged = run("-m", "capsnet", "train", "--epochs", "3", "--out", str(out), "--resume", check=False, timeout=60)
     assert damaged.returncode == 2 and "Traceback" not in damaged.stderr, damaged.stderr
     assert "train_state.pt is damaged or not a training state" in damaged.stderr
     assert len(damaged.stderr.strip().splitlines()) == 1
 
-    report = run("-m", "capsnet.evaluate", str(out / "last.safetensors"), "--limit", "300", "--device", "cpu").stdout
+    report = run("-m", "capsnet", "evaluate", str(out / "last.safetensors"), "--limit", "300", "--device", "cpu").stdout
     lines = [line for line in report.splitlines() if line.startswith("Class ")]
     assert len(lines) == 10 and "Accuracy:" in report and "Confusion matrix" in report
     import re
 
     assert all(re.fullmatch(r"Class \d: \d+\.\d\d% \(\d+/\d+\)", line) for line in lines), lines
     summary = json.loads(
-        run("-m", "capsnet.evaluate", str(out / "last.safetensors"), "--limit", "300", "--json").stdout
+        run("-m", "capsnet", "evaluate", str(out / "last.safetensors"), "--limit", "300", "--json").stdout
     )
     assert summary["total"] == 300 and len(summary["per_class"]) == 10 and len(summary["confusion"]) == 10
     assert sum(c["total"] for c in summary["per_class"]) == 300
@@ -110,10 +110,10 @@ def test_progress_reports_end_with_the_epochs_numbers(
     monkeypatch: pytest.MonkeyPatch, every_s: float, count: int
 ) -> None:
     """Each batch reports while reports are due; else only the last one does, with the epoch's own numbers."""
-    from capsnet import train as training
-    from capsnet.config import CapsNetConfig
-    from capsnet.distributed import Distributed
-    from capsnet.model import CapsNet
+    from capsnet.nn.capsnet import CapsNet
+    from capsnet.nn.config import CapsNetConfig
+    from capsnet.training import trainer as training
+    from capsnet.training.distributed import Distributed
 
     torch.manual_seed(0)
     config = CapsNetConfig.preset("tiny")
@@ -141,7 +141,8 @@ def test_progress_reports_end_with_the_epochs_numbers(
 def test_progress_bar_on_stderr(data_dir: Path, tmp_path: Path) -> None:
     result = run(
         "-m",
-        "capsnet.train",
+        "capsnet",
+        "train",
         "--preset",
         "tiny",
         "--epochs",
@@ -159,12 +160,12 @@ def test_progress_bar_on_stderr(data_dir: Path, tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["-m", "capsnet.train", "--epochs", "-1"], "--epochs: must be at least 1"),
-        (["-m", "capsnet.train", "--dataset", "cifar"], "invalid choice: 'cifar'"),
-        (["-m", "capsnet.train", "--lr", "zero"], "is not a number"),
-        (["-m", "capsnet.train", "--resume"], "--resume needs --out"),
-        (["-m", "capsnet.evaluate", "/nonexistent.safetensors"], "no such checkpoint"),
-        (["-m", "capsnet.train", "--out", "/proc/version", "--epochs", "1"], "/proc/version"),
+        (["-m", "capsnet", "train", "--epochs", "-1"], "--epochs: must be at least 1"),
+        (["-m", "capsnet", "train", "--dataset", "cifar"], "invalid choice: 'cifar'"),
+        (["-m", "capsnet", "train", "--lr", "zero"], "is not a number"),
+        (["-m", "capsnet", "train", "--resume"], "--resume needs --out"),
+        (["-m", "capsnet", "evaluate", "/nonexistent.safetensors"], "no such checkpoint"),
+        (["-m", "capsnet", "train", "--out", "/proc/version", "--epochs", "1"], "/proc/version"),
     ],
 )
 def test_bad_arguments_are_one_line_and_exit_2(args: list[str], message: str) -> None:
@@ -177,7 +178,8 @@ def test_bad_arguments_are_one_line_and_exit_2(args: list[str], message: str) ->
 def test_missing_dataset_is_one_line(tmp_path: Path) -> None:
     result = run(
         "-m",
-        "capsnet.train",
+        "capsnet",
+        "train",
         *TINY,
         "--data-dir",
         str(tmp_path),
@@ -210,7 +212,7 @@ def test_a_stop_signal_stops_at_a_batch_and_resume_finishes(data_dir: Path, tmp_
         str(out),
     ]
     process = subprocess.Popen(
-        [sys.executable, "-m", "capsnet.train", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        [sys.executable, "-m", "capsnet", "train", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
     deadline = time.time() + 120
     while time.time() < deadline:
@@ -225,7 +227,7 @@ def test_a_stop_signal_stops_at_a_batch_and_resume_finishes(data_dir: Path, tmp_
     assert read_json(out / "progress.json")["status"] == "stopped"
     assert read_jsonl(out / "metrics.jsonl") == []
     assert state["partial"]["seen"] == 32 * state["batch"]  # the part of the epoch run before the stop
-    run("-m", "capsnet.train", "--out", str(out), "--resume", "--epochs", "1", "--no-progress")
+    run("-m", "capsnet", "train", "--out", str(out), "--resume", "--epochs", "1", "--no-progress")
     records = read_jsonl(out / "metrics.jsonl")
     assert [r["epoch"] for r in records] == [1]
     assert records[0]["train_images"] == 4000  # the record covers the whole epoch, not the part after the resume
@@ -268,7 +270,7 @@ def test_torchrun_with_two_processes(data_dir: Path, tmp_path: Path) -> None:
 
 
 def test_export_stores_float16_and_the_accuracy_of_the_exported_file(tiny_checkpoint: Path, tmp_path: Path) -> None:
-    from capsnet.export import export_checkpoint
+    from capsnet.checkpoints.export import export_checkpoint
 
     target = tmp_path / "mnist.safetensors"
     info = export_checkpoint(tiny_checkpoint, target, device="cpu")
@@ -287,9 +289,9 @@ def test_export_stores_float16_and_the_accuracy_of_the_exported_file(tiny_checkp
 
 
 def test_init_starts_from_a_checkpoints_weights(tiny_checkpoint: Path, tmp_path: Path) -> None:
-    from capsnet.data import subset
-    from capsnet.options import TrainOptions
-    from capsnet.train import train
+    from capsnet.data.datasets import subset
+    from capsnet.training.options import TrainOptions
+    from capsnet.training.trainer import train
 
     options = dict(dataset="mnist", preset="tiny", epochs=1, train_size=64, test_size=300, progress=False)
     records = train(TrainOptions(**options, init=str(tiny_checkpoint), lr=1e-12, out=str(tmp_path / "a")))
@@ -311,7 +313,7 @@ def test_init_starts_from_a_checkpoints_weights(tiny_checkpoint: Path, tmp_path:
     assert info.total_epochs == 2 + origin_info.epochs == trained_epochs(info)
     assert info.total_training_seconds > origin_info.training_seconds
 
-    result = run("-m", "capsnet.train", "--init", str(tiny_checkpoint), "--out", str(tmp_path / "b"), check=False)
+    result = run("-m", "capsnet", "train", "--init", str(tiny_checkpoint), "--out", str(tmp_path / "b"), check=False)
     assert (
         result.returncode == 2
         and "differs from this run's in more than its input size" in result.stderr
@@ -336,10 +338,10 @@ def _batches(count: int) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 @pytest.mark.parametrize("world", [1, 2])
 def test_processes_sync_only_every_few_dozen_batches(monkeypatch: pytest.MonkeyPatch, world: int) -> None:
     """The stop flag (and the collapse watch) are checked across processes every SYNC_EVERY batches, not per batch."""
-    from capsnet import train as training
-    from capsnet.config import CapsNetConfig
-    from capsnet.distributed import Distributed
-    from capsnet.model import CapsNet
+    from capsnet.nn.capsnet import CapsNet
+    from capsnet.nn.config import CapsNetConfig
+    from capsnet.training import trainer as training
+    from capsnet.training.distributed import Distributed
 
     calls: list[list[float]] = []
     monkeypatch.setattr(training, "reduce_sum", lambda values, env, device: calls.append(values) or values)
@@ -382,9 +384,9 @@ def test_the_process_group_is_left_on_early_return_and_on_error(
 
     import torch.distributed as dist
 
-    from capsnet.data import DatasetNotFoundError
-    from capsnet.options import TrainOptions
-    from capsnet.train import train
+    from capsnet.data.datasets import DatasetNotFoundError
+    from capsnet.training.options import TrainOptions
+    from capsnet.training.trainer import train
 
     _single_process_group(monkeypatch)
     done = tmp_path / "done"
@@ -401,20 +403,21 @@ def test_the_process_group_is_left_on_early_return_and_on_error(
 @pytest.mark.parametrize("error", [ValueError("a bug"), KeyError("a bug")])
 def test_a_programming_error_keeps_its_traceback(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, error) -> None:
     """Only user errors (CapsNetError) become one line with exit code 2; a bug is raised as it is."""
-    from capsnet import train as training
+    from capsnet.cli import train as train_cli
+    from capsnet.training import trainer as training
 
     def broken(*args: object, **kwargs: object) -> None:
         raise error
 
     monkeypatch.setattr(training, "fit", broken)
     with pytest.raises(type(error), match="a bug"):
-        training.main([*TINY, "--out", str(tmp_path / "r")])
+        train_cli.main([*TINY, "--out", str(tmp_path / "r")])
 
 
 def test_an_epoch_shorter_than_the_sync_interval_is_still_watched(data_dir: Path, tmp_path: Path) -> None:
     """With 5,000 images at batch 128 (40 batches, under SYNC_EVERY) a diverged run is still stopped."""
     result = run(
-        "-m", "capsnet.train", *TINY, "--epochs", "2", "--train-size", "640", "--test-size", "100",
+        "-m", "capsnet", "train", *TINY, "--epochs", "2", "--train-size", "640", "--test-size", "100",
         "--batch-size", "32", "--lr", "1e37", "--out", str(tmp_path / "r"), check=False,
     )  # fmt: skip
     assert result.returncode == 3 and "the loss became NaN or infinite" in result.stderr, result.stderr[-2000:]
@@ -424,8 +427,11 @@ def test_an_epoch_shorter_than_the_sync_interval_is_still_watched(data_dir: Path
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["-m", "capsnet.train", *TINY, "--epochs", "1", "--out", "/proc/self"], "cannot write /proc/self/"),
-        (["-m", "capsnet.export", "/nonexistent.safetensors", "/proc/self/x.safetensors"], "cannot write /proc/self"),
+        (["-m", "capsnet", "train", *TINY, "--epochs", "1", "--out", "/proc/self"], "cannot write /proc/self/"),
+        (
+            ["-m", "capsnet", "export", "/nonexistent.safetensors", "/proc/self/x.safetensors"],
+            "cannot write /proc/self",
+        ),
     ],
 )
 def test_an_unwritable_place_is_one_line(data_dir: Path, args: list[str], message: str) -> None:
@@ -444,16 +450,17 @@ def test_a_collapsed_run_stops_with_its_reason(
     """At lr 1 the tiny model's capsules all saturate at chance accuracy; at 1e37 the loss overflows.
 
     The thresholds are lowered so that a CPU sees it within seconds (the defaults wait for 100 batches)."""
-    from capsnet import collapse, runs
-    from capsnet import train as training
-    from capsnet.run_folder import RunFolder
+    from capsnet.cli import train as train_cli
+    from capsnet.training import collapse, runs
+    from capsnet.training import trainer as training
+    from capsnet.training.run_folder import RunFolder
 
     monkeypatch.setattr(collapse, "AFTER_BATCHES", 20)
     monkeypatch.setattr(collapse, "AFTER_IMAGES", 640)
     monkeypatch.setattr(training, "SYNC_EVERY", 10)
     out = tmp_path / "run"
     args = [*TINY, "--epochs", "3", "--train-size", "2000", "--test-size", "100", "--batch-size", "32", "--lr", lr]
-    assert training.main([*args, "--out", str(out)]) == 3
+    assert train_cli.main([*args, "--out", str(out)]) == 3
     error = capsys.readouterr().err.strip()
     assert error.count("\n") == 0 and reason in error and "--lr" in error
     progress = RunFolder(out).read_progress()
@@ -467,10 +474,10 @@ def test_the_best_epoch_is_chosen_on_a_validation_split(data_dir: Path, tmp_path
     """--val-size holds training images out (never trained on) and picks the best epoch on them, not on the test set."""
     import torch as th
 
-    from capsnet.distributed import Distributed
-    from capsnet.options import TrainOptions
-    from capsnet.train import train
-    from capsnet.train_data import load_data
+    from capsnet.training.distributed import Distributed
+    from capsnet.training.options import TrainOptions
+    from capsnet.training.train_data import load_data
+    from capsnet.training.trainer import train
 
     options = TrainOptions(preset="tiny", epochs=3, train_size=600, val_size=400, test_size=200, lr=3e-3,
                            out=str(tmp_path / "r"), progress=False, device="cpu")  # fmt: skip
@@ -487,7 +494,7 @@ def test_the_best_epoch_is_chosen_on_a_validation_split(data_dir: Path, tmp_path
     assert info.best_epoch == best["epoch"] and info.extra["val_examples"] == 400 and "val_loss" in info.extra
     state = th.load(tmp_path / "r" / "train_state.pt", weights_only=True)
     assert state["best_accuracy"] == pytest.approx(best["val_accuracy"])  # chosen on validation, whatever test says
-    from capsnet import runs
+    from capsnet.training import runs
 
     assert runs.read_run(tmp_path / "r").best_accuracy == best["test_accuracy"]  # reported: that epoch's test figure
 
@@ -496,10 +503,10 @@ def test_multimnist_validation_pairs_are_made_of_held_out_digits(data_dir: Path,
     """--val-size for MultiMNIST: one fixed pair per held-out training digit, both digits held out, seeded."""
     import torch as th
 
-    from capsnet.distributed import Distributed
-    from capsnet.options import TrainOptions
-    from capsnet.train import train
-    from capsnet.train_data import load_data
+    from capsnet.training.distributed import Distributed
+    from capsnet.training.options import TrainOptions
+    from capsnet.training.train_data import load_data
+    from capsnet.training.trainer import train
 
     options = TrainOptions(dataset="multimnist", preset="tiny", epochs=2, train_size=400, val_size=300, test_size=100,
                            out=str(tmp_path / "r"), progress=False, device="cpu")  # fmt: skip
@@ -528,7 +535,7 @@ def test_multimnist_validation_pairs_are_made_of_held_out_digits(data_dir: Path,
 def test_nested_subsets_are_read_as_their_examples(data_dir: Path) -> None:
     from torch.utils.data import Subset
 
-    from capsnet.data import stored_tensors
+    from capsnet.data.datasets import stored_tensors
 
     dataset = load_dataset("mnist", train=False)
     nested = Subset(Subset(dataset, list(range(100, 200))), [5, 0, 42])

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from capsnet.baseline import BaselineCNN, CNNConfig
-from capsnet.config import CapsNetConfig
-from capsnet.model import CapsNet
-from capsnet.warm_start import grid_sources, lay_on_grid, warm_config, warm_start
+from capsnet.nn.capsnet import CapsNet
+from capsnet.nn.cnn import BaselineCNN, CNNConfig
+from capsnet.nn.config import CapsNetConfig
+from capsnet.nn.warm_start import grid_sources, lay_on_grid, warm_config, warm_start
 
 
 def test_grid_cells_are_laid_in_image_coordinates() -> None:
@@ -94,9 +94,9 @@ def test_a_warm_start_refuses_another_network() -> None:
 
 @pytest.mark.slow
 def test_the_trainer_warm_starts_multimnist_from_a_28x28_checkpoint(tiny_checkpoint: Path, tmp_path: Path) -> None:
-    from capsnet.checkpoint import load_checkpoint
-    from capsnet.options import TrainOptions
-    from capsnet.train import train
+    from capsnet.checkpoints.checkpoint import load_checkpoint
+    from capsnet.training.options import TrainOptions
+    from capsnet.training.trainer import train
 
     out = tmp_path / "warm"
     train(TrainOptions(dataset="multimnist", preset="tiny", epochs=1, train_size=300, test_size=100, device="cpu",
@@ -110,9 +110,9 @@ def test_the_trainer_warm_starts_multimnist_from_a_28x28_checkpoint(tiny_checkpo
 def test_a_warm_started_run_resumes_with_the_network_it_was_built_with(data_dir: Path, tmp_path: Path) -> None:
     """A warm start keeps its source's primary scale, which its preset may not have: a resume must rebuild the
     network as it was built (a resume from the preset's config read every capsule wrongly and lost the run)."""
-    from capsnet.checkpoint import load_checkpoint, save_checkpoint
-    from capsnet.options import TrainOptions
-    from capsnet.train import train
+    from capsnet.checkpoints.checkpoint import load_checkpoint, save_checkpoint
+    from capsnet.training.options import TrainOptions
+    from capsnet.training.trainer import train
 
     torch.manual_seed(0)
     source = save_checkpoint(tmp_path / "source.safetensors",

@@ -1,4 +1,4 @@
-"""The training window (`capsnet.watch`): snapshots a real run writes, the same images after --resume, a damaged
+"""The training window (`capsnet.training.watch`): snapshots a real run writes, the same images after --resume, a damaged
 file read as none, and the Training runs page showing it."""
 
 from __future__ import annotations
@@ -13,14 +13,23 @@ import torch
 from dashboard_fixtures import APP, app_dirs, clear_streamlit_caches  # noqa: F401
 from streamlit.testing.v1 import AppTest
 
-from capsnet.config import CapsNetConfig
-from capsnet.data import dataset_info
-from capsnet.model import CapsNet
-from capsnet.options import TrainOptions
-from capsnet.run_folder import RunFolder
-from capsnet.tasks import LabelledSet
-from capsnet.train import train
-from capsnet.watch import KEEP, WINDOW_SIZE, Watcher, WindowHistory, look, read_window, thinned, window_examples
+from capsnet.data.datasets import dataset_info
+from capsnet.data.tasks import LabelledSet
+from capsnet.nn.capsnet import CapsNet
+from capsnet.nn.config import CapsNetConfig
+from capsnet.training.options import TrainOptions
+from capsnet.training.run_folder import RunFolder
+from capsnet.training.trainer import train
+from capsnet.training.watch import (
+    KEEP,
+    WINDOW_SIZE,
+    Watcher,
+    WindowHistory,
+    look,
+    read_window,
+    thinned,
+    window_examples,
+)
 
 RUN_NAME = "20250101-000000-mnist"
 
@@ -92,7 +101,7 @@ def test_a_run_writes_its_window_every_epoch(watched_run: tuple[Path, WindowHist
     assert (history.scores >= 0).all() and (history.scores <= 1).all()  # capsule lengths
     assert (history.m_plus, history.m_minus) == (0.9, 0.1)
     # what the trainer saw is what the saved model answers now: the last snapshot is the last epoch's model
-    from capsnet.checkpoint import load_checkpoint
+    from capsnet.checkpoints.checkpoint import load_checkpoint
 
     model = load_checkpoint(run_dir / "last.safetensors").model.eval()
     with torch.no_grad():
@@ -136,7 +145,7 @@ def test_a_damaged_or_missing_window_reads_as_none(tmp_path: Path, model: CapsNe
 
 
 def test_a_cnn_window_has_probabilities_and_no_reconstructions(tmp_path: Path) -> None:
-    from capsnet.baseline import BaselineCNN, CNNConfig
+    from capsnet.nn.cnn import BaselineCNN, CNNConfig
 
     torch.manual_seed(0)
     cnn = BaselineCNN(CNNConfig.preset("tiny")).train()

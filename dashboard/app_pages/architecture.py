@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from capsnet import architecture as arch
-from capsnet.config import CapsNetConfig
+from capsnet.nn.config import CapsNetConfig
+from capsnet.readings import stages as arch
 from dashboard import guards, state, texts, widgets
 from dashboard.figures import architecture as arch_fig
 from dashboard.figures import pixel_image

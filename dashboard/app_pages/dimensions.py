@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from capsnet import decoding
-from capsnet.config import CapsNetConfig
+from capsnet.nn.config import CapsNetConfig
+from capsnet.readings import decoding
 from dashboard import figures, guards, state, texts, widgets
 
 PER_ROW = 4

@@ -8,11 +8,11 @@ import numpy as np
 import streamlit as st
 from streamlit_drawable_canvas import st_canvas
 
-from capsnet.config import CapsNetConfig
-from capsnet.preprocess import PreprocessError, preprocess_canvas, preprocess_upload
+from capsnet.data.preprocess import PreprocessError, preprocess_canvas, preprocess_upload
+from capsnet.nn.config import CapsNetConfig
 from dashboard import figures, guards, models, pages, state, texts, widgets
 
-UPLOAD_MB = 25  # a phone's photo of a digit is often 3-8 MB; decoding is bounded by pixels (capsnet.preprocess)
+UPLOAD_MB = 25  # a phone's photo of a digit is often 3-8 MB; decoding is bounded by pixels (capsnet.data.preprocess)
 
 SOURCES = ["Draw", "Test image", "Upload"]
 CANVAS_SIZE = 280

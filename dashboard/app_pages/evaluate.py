@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from capsnet import reconstruction
+from capsnet.readings import reconstruction
 from dashboard import figures, guards, links, pages, texts
 
 QUICK = 1000  # the default: a few seconds with the paper's model on a CPU

@@ -11,9 +11,9 @@ import numpy as np
 import streamlit as st
 from streamlit_drawable_canvas import st_canvas
 
-from capsnet import agreement as ag
-from capsnet.multimnist import PAD, overlay, two_highest
-from capsnet.preprocess import PreprocessError, preprocess_canvas
+from capsnet.data.multimnist import PAD, overlay, two_highest
+from capsnet.data.preprocess import PreprocessError, preprocess_canvas
+from capsnet.readings import agreement as ag
 from dashboard import baselines, claim_texts, figures, guards, models, texts, widgets
 
 SHIFTS = ("first_dy", "first_dx", "second_dy", "second_dx")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from capsnet import playground as pg
-from capsnet.config import CapsNetConfig
+from capsnet.nn.config import CapsNetConfig
+from capsnet.readings import playground as pg
 from dashboard import guards, models, state, texts, widgets
 from dashboard.figures import playground as figs
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from capsnet import agreement as ag
-from capsnet import explain as ex
-from capsnet.config import MAX_ROUTING_ITERATIONS, CapsNetConfig
+from capsnet.nn.config import MAX_ROUTING_ITERATIONS, CapsNetConfig
+from capsnet.readings import agreement as ag
+from capsnet.readings import explain as ex
 from dashboard import figures, guards, state, texts, widgets
 
 MAX_ITERATIONS = 5  # the slider's end (or the model's own r, if more)

@@ -6,7 +6,7 @@ from typing import Any
 
 import streamlit as st
 
-from capsnet.routing_matters import RoutingMatters
+from capsnet.readings.routing_matters import RoutingMatters
 from dashboard import figures, guards, links, pages
 from dashboard.figures import routing_matters as rmf
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import streamlit as st
 
-from capsnet import run_folder, runs, watch
-from capsnet.config import CapsNetConfig
-from capsnet.data import dataset_info
+from capsnet.data.datasets import dataset_info
 from capsnet.errors import CapsNetError
-from capsnet.options import TrainOptions
+from capsnet.nn.config import CapsNetConfig
+from capsnet.training import run_folder, runs, watch
+from capsnet.training.options import TrainOptions
 from dashboard import figures, state, texts
 from dashboard.figures import training as training_figures
 

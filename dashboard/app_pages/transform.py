@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from capsnet import equivariance as eq
-from capsnet.config import CapsNetConfig
+from capsnet.nn.config import CapsNetConfig
+from capsnet.readings import equivariance as eq
 from dashboard import baselines, claim_texts, figures, guards, texts, widgets
 
 SLIDERS = {  # field: (label, step, format)

@@ -1,6 +1,6 @@
 """Plotly figure builders for the dashboard: pure functions of arrays, no Streamlit calls.
 
-Each builder takes NumPy arrays (as returned by `capsnet.explain`) and returns a
+Each builder takes NumPy arrays (as returned by `capsnet.readings.explain`) and returns a
 `plotly.graph_objects.Figure`, so tests can check them without a browser. One module per
 subject; the pages use them as `figures.<builder>`.
 """

@@ -208,7 +208,7 @@ def vote_overlay_figure(
 ) -> go.Figure:
     """The input, its strokes coloured by the digit capsule they vote for (or, with `digit`, by their coupling to it).
 
-    pixel_votes (H, W, K): the vote mass reaching each capsule through each pixel (`capsnet.agreement.pixel_votes`).
+    pixel_votes (H, W, K): the vote mass reaching each capsule through each pixel (`capsnet.readings.agreement.pixel_votes`).
     Only ink is coloured, by the class with the most mass; ink where no class leads (uniform routing) stays grey.
     `box` (top, left, size): the receptive field of the selected primary capsule, outlined.
     """
@@ -277,7 +277,7 @@ def primary_coupling_figure(
 ) -> go.Figure:
     """One primary capsule's couplings c_ij to every digit capsule, one group of bars per iteration up to `step`.
 
-    coupling and agreement (r, K) (`capsnet.agreement.primary_reading`); the dotted line is uniform routing, 1/K.
+    coupling and agreement (r, K) (`capsnet.readings.agreement.primary_reading`); the dotted line is uniform routing, 1/K.
     """
     coupling, agreement = np.asarray(coupling, np.float32), np.asarray(agreement, np.float32)
     r, k = coupling.shape

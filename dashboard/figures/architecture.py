@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
-from capsnet.architecture import Stage
+from capsnet.readings.stages import Stage
 from dashboard.figures.agreement import DIVERGING
 from dashboard.figures.images import tile_maps
 from dashboard.figures.style import OTHER, WINNER

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from capsnet.claims import NETWORKS, Verdict
+from capsnet.readings.claims import NETWORKS, Verdict
 from dashboard.figures.style import OTHER, WINNER, layout
 
 CNN = "#1c83e1"  # the baseline's colour throughout

@@ -1,0 +1,125 @@
+"""The checkpoints a user can open: the shipped models and the best model of each training run.
+
+Each is described from its safetensors header alone (dataset, accuracy, epochs), so
+listing them reads no weights, and runs are found from their folders alone, so listing
+checks no process; a file that cannot be read is listed with its error,
+so the dashboard's picker can name it instead of hiding it. The shipped folder is an
+argument, else $CAPSNET_CHECKPOINTS_DIR, else checkpoints/ beside the package; the CNN
+baselines (`capsnet.nn.cnn`) are shipped in its baselines/ folder and listed apart, since
+only Capsule Networks can be explained and the CNNs are there to be compared with.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from capsnet.checkpoints.checkpoint import CheckpointError, read_checkpoint_info
+from capsnet.nn.registry import network, network_of
+from capsnet.training.run_folder import run_folders
+
+CHECKPOINTS_ENV = "CAPSNET_CHECKPOINTS_DIR"
+SHIPPED = (
+    "mnist.safetensors",
+    "fashion-mnist.safetensors",
+    "multimnist.safetensors",
+    "mnist-40.safetensors",
+)  # in picker order
+BASELINES = "baselines"  # the shipped CNNs: <dataset>-cnn.safetensors in this subfolder
+
+
+def checkpoints_dir(path: str | os.PathLike | None = None) -> Path:
+    """The shipped checkpoints: `path`, else $CAPSNET_CHECKPOINTS_DIR, else checkpoints/ beside the package."""
+    if path:
+        return Path(path)
+    if os.environ.get(CHECKPOINTS_ENV):
+        return Path(os.environ[CHECKPOINTS_ENV])
+    return Path(__file__).resolve().parent.parent / "checkpoints"
+
+
+@dataclass
+class CheckpointEntry:
+    """A checkpoint the dashboard can open, described from its header alone."""
+
+    path: Path
+    source: str  # "shipped" or "run"
+    dataset: str = ""
+    dataset_title: str = ""
+    test_accuracy: float | None = None
+    epochs: int | None = None
+    run: str = ""
+    error: str = ""  # set when the file cannot be read; the entry is then not selectable
+    architecture: str = "capsnet"  # or "cnn"
+
+    @property
+    def label(self) -> str:
+        """One short line for a picker (the sidebar's is about 30 characters wide): what, how good, from where."""
+        title = self.dataset_title or self.dataset or "unknown dataset"
+        acc = f"{100 * self.test_accuracy:.2f}%" if self.test_accuracy is not None else "accuracy unknown"
+        if self.source == "shipped":  # the file is named only when it is not the dataset's own shipped model
+            canonical = self.path.name == f"{self.dataset}.safetensors"
+            return f"{title} · {acc} · shipped" + ("" if canonical else f" ({self.path.name})")
+        epochs = f", {self.epochs} epoch{'s' if self.epochs != 1 else ''}" if self.epochs else ""
+        return f"{title} · {acc} · run {self.run}{epochs}"
+
+
+def _describe(path: Path, source: str, run: str = "") -> CheckpointEntry:
+    try:
+        config, info = read_checkpoint_info(path)
+    except CheckpointError as error:
+        return CheckpointEntry(path=path, source=source, run=run, error=str(error))
+    return CheckpointEntry(
+        architecture=network_of(config).name,
+        path=path,
+        source=source,
+        dataset=info.dataset,
+        dataset_title=info.title,
+        test_accuracy=info.test_accuracy,
+        epochs=info.trained_epochs,
+        run=run,
+    )
+
+
+def list_checkpoints(
+    checkpoints: str | os.PathLike | None = None, root: str | os.PathLike | None = None, architecture: str = "capsnet"
+) -> list[CheckpointEntry]:
+    """The shipped checkpoints (mnist, fashion-mnist, then any other) and each run's best model, newest run first.
+
+    Only those of `architecture`: the Capsule Networks, or with "cnn" the baselines (shipped in
+    baselines/). Broken files are listed with `error` set (with the Capsule Networks), so the
+    picker can name them.
+    """
+    folder = checkpoints_dir(checkpoints) / ("" if network(architecture).capsules else BASELINES)
+    shipped: list[Path] = []
+    if folder.is_dir():
+        files = sorted(folder.glob("*.safetensors"))
+        order = {name: k for k, name in enumerate(SHIPPED)}
+        shipped = sorted(files, key=lambda p: (order.get(p.name, len(order)), p.name))
+    entries = [_describe(path, "shipped") for path in shipped]
+    for folder in run_folders(root):
+        checkpoint = folder.checkpoint()
+        if checkpoint is not None:
+            entries.append(_describe(checkpoint, "run", folder.name))
+    return [e for e in entries if e.architecture == architecture]
+
+
+def trained_on(dataset: str, entries: list[CheckpointEntry]) -> CheckpointEntry | None:
+    """The readable entry trained on `dataset`: the shipped one, else the newest run's (entries come newest first)."""
+    usable = [e for e in entries if not e.error and e.dataset == dataset]
+    shipped = [e for e in usable if e.source == "shipped"]
+    return (shipped or usable or [None])[0]
+
+
+def baseline_for(dataset: str, baselines: list[CheckpointEntry]) -> CheckpointEntry | None:
+    """The CNN to compare a `dataset` model with: the shipped one, else the newest run's."""
+    return trained_on(dataset, [e for e in baselines if not network(e.architecture).capsules])
+
+
+def default_checkpoint(entries: list[CheckpointEntry]) -> CheckpointEntry | None:
+    """The one to open first: the shipped MNIST model, else any shipped one, else the newest run's."""
+    usable = [e for e in entries if not e.error]
+    for entry in usable:
+        if entry.source == "shipped" and entry.path.name == SHIPPED[0]:
+            return entry
+    return usable[0] if usable else None

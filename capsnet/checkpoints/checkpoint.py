@@ -1,0 +1,181 @@
+"""Self-describing checkpoints: safetensors weights with the config and facts in the header.
+
+Loading never runs code (safetensors holds only tensors and strings). The header's
+metadata holds "format" = "capsnet", the "architecture" ("capsnet", or "cnn" for the
+baseline; absent in files written before there were two), its config as JSON and an "info"
+JSON object (`CheckpointInfo`): dataset, class names, epochs, accuracies, training
+time, hardware, versions and per-class DigitCaps dimension statistics.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import load_file, save_file
+
+from capsnet.checkpoints.header import CheckpointInfo
+from capsnet.errors import CapsNetError
+from capsnet.files import atomic_path, write_failure
+from capsnet.nn.registry import AnyConfig, AnyModel, network, network_of
+
+FORMAT = "capsnet"
+FORMAT_VERSION = "1"
+
+
+class CheckpointError(CapsNetError):
+    """A checkpoint is missing, damaged or not one of ours."""
+
+
+@dataclass
+class Checkpoint:
+    """A loaded checkpoint: the model (in eval mode) and what its header says."""
+
+    path: Path
+    model: AnyModel  # a CapsNet unless the loader was asked for the CNN baseline too
+    config: AnyConfig
+    info: CheckpointInfo = field(default_factory=CheckpointInfo)
+
+    @property
+    def architecture(self) -> str:
+        """The network: "capsnet" or "cnn"."""
+        return network_of(self.config).name
+
+    @property
+    def class_names(self) -> list[str]:
+        """The header's class names, or the class numbers when it has none that fit."""
+        names = self.info.class_names
+        if len(names) == self.config.num_classes and all(isinstance(n, str) for n in names):
+            return list(names)
+        return [str(k) for k in range(self.config.num_classes)]
+
+
+def save_checkpoint(
+    path: str | os.PathLike,
+    model: AnyModel,
+    info: CheckpointInfo | Mapping[str, Any],
+    dtype: torch.dtype | None = None,
+) -> Path:
+    """Write `model`'s weights and `info` to `path` atomically (temporary file, then rename).
+
+    `dtype=torch.float16` halves the file; `load_checkpoint` returns float32 weights.
+    """
+    path = Path(path)
+    model = getattr(model, "module", model)  # unwrap DistributedDataParallel
+    tensors = {}
+    for name, tensor in model.state_dict().items():
+        tensor = tensor.detach().to("cpu")
+        if dtype is not None and tensor.is_floating_point():
+            tensor = tensor.to(dtype)
+        tensors[name] = tensor.contiguous()
+    metadata = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "architecture": network_of(model.config).name,
+        "config": json.dumps(model.config.to_dict()),
+        "info": json.dumps(info.to_dict() if isinstance(info, CheckpointInfo) else dict(info)),
+    }
+    try:
+        with atomic_path(path) as tmp:
+            save_file(tensors, str(tmp), metadata=metadata)
+    except SafetensorError as error:  # a full disk, among others: one line naming the file and the cause
+        raise write_failure(path, error) from None
+    return path
+
+
+def _read_header(path: Path) -> tuple[AnyConfig, CheckpointInfo]:
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no such checkpoint file")
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            metadata = handle.metadata() or {}
+    except (SafetensorError, OSError, ValueError) as error:
+        raise CheckpointError(f"{path}: not a readable safetensors file ({error})") from None
+    if metadata.get("format") != FORMAT:
+        raise CheckpointError(f"{path}: not a capsnet checkpoint (no 'format: {FORMAT}' in its header)")
+    if metadata.get("format_version") != FORMAT_VERSION:
+        raise CheckpointError(
+            f"{path}: checkpoint format version {metadata.get('format_version')!r}, "
+            f"this capsnet reads {FORMAT_VERSION!r}"
+        )
+    try:
+        config = network(metadata.get("architecture", "capsnet")).from_dict(json.loads(metadata["config"]))
+        info = json.loads(metadata.get("info") or "{}")
+    except (KeyError, TypeError, ValueError) as error:
+        raise CheckpointError(f"{path}: invalid config or info in the header ({error})") from None
+    if not isinstance(info, dict):
+        raise CheckpointError(
+            f"{path}: invalid info in the header (a JSON object is needed, not {type(info).__name__})"
+        )
+    return config, CheckpointInfo.from_dict(info)
+
+
+def _expected_shapes(config: AnyConfig) -> dict[str, tuple[int, ...]]:
+    """The state dict's shapes for `config`, from a model on the meta device (no memory allocated)."""
+    with torch.device("meta"):
+        model = network_of(config).build(config)
+    return {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}
+
+
+def _stored_shapes(path: Path) -> dict[str, tuple[int, ...]]:
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            return {name: tuple(handle.get_slice(name).get_shape()) for name in handle.keys()}
+    except (SafetensorError, OSError, ValueError) as error:
+        raise CheckpointError(f"{path}: damaged weights ({error})") from None
+
+
+def read_checkpoint_info(path: str | os.PathLike) -> tuple[AnyConfig, CheckpointInfo]:
+    """The config and info of a checkpoint, from its header alone (cheap: no weights read)."""
+    return _read_header(Path(path))
+
+
+def load_checkpoint(
+    path: str | os.PathLike, device: str | torch.device = "cpu", architectures: tuple[str, ...] = ("capsnet",)
+) -> Checkpoint:
+    """Rebuild the model from the stored config and load its weights (as float32, eval mode).
+
+    Only the `architectures` asked for are accepted: a Capsule Network unless the caller can
+    also use the CNN baseline (`("capsnet", "cnn")`). Raises CheckpointError naming the file
+    and what is wrong if it is missing, truncated, corrupted, of another architecture, or
+    does not fit the stored config.
+    """
+    path = Path(path)
+    config, info = _read_header(path)
+    found = network_of(config)
+    if found.name not in architectures:
+        wanted = " or ".join(network(a).described for a in architectures)
+        raise CheckpointError(f"{path}: {found.described}, where {wanted} is needed")
+    # compare the shapes in the file's header with the config's before reading or allocating anything
+    expected, stored = _expected_shapes(config), _stored_shapes(path)
+    missing = sorted(set(expected) - set(stored))
+    unexpected = sorted(set(stored) - set(expected))
+    wrong = [k for k in expected if k in stored and stored[k] != expected[k]]
+    if missing or unexpected or wrong:
+        details = "; ".join(
+            part
+            for part in (
+                f"missing {', '.join(missing)}" if missing else "",
+                f"unexpected {', '.join(unexpected)}" if unexpected else "",
+                f"wrong shape for {', '.join(wrong)}" if wrong else "",
+            )
+            if part
+        )
+        raise CheckpointError(f"{path}: weights do not fit the stored config ({details})")
+    try:
+        tensors = load_file(str(path), device="cpu")
+    except (SafetensorError, OSError, ValueError) as error:
+        raise CheckpointError(f"{path}: damaged weights ({error})") from None
+    model = network_of(config).build(config)
+    tensors = {k: v.float() if v.is_floating_point() else v for k, v in tensors.items()}
+    if not all(torch.isfinite(v).all() for v in tensors.values() if v.is_floating_point()):
+        raise CheckpointError(f"{path}: weights hold NaN or infinite values")
+    model.load_state_dict(tensors)
+    model.eval().to(device)
+    return Checkpoint(path=path, model=model, config=config, info=info)

@@ -1,0 +1,185 @@
+"""Turn a run's checkpoint into a shipped one: float16 weights, re-evaluated, metrics kept beside it.
+
+    python -m capsnet export runs/mnist/best.safetensors checkpoints/mnist.safetensors
+
+The weights are stored as float16 (half the size); the exported file is loaded
+back as float32 and evaluated on the full test set, and the accuracies in its
+header are those of the exported file itself, so that what the header says is
+what anyone who loads it will measure (a mnist-40 model's header also keeps its accuracy on
+the affNIST-like set, `capsnet.readings.affnist`). The run's metrics.jsonl is written to
+`<name>.metrics.jsonl` beside it for the model card; for a run started with
+--init, the log of the run it started from comes first, so the epochs are
+numbered over the whole training.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from capsnet.checkpoints.checkpoint import load_checkpoint, save_checkpoint
+from capsnet.checkpoints.header import CheckpointInfo, trained_epochs
+from capsnet.data.datasets import DATASETS, dataset_info
+from capsnet.data.tasks import read_test_set
+from capsnet.device import pick_device
+from capsnet.errors import CapsNetError
+from capsnet.evaluation import Evaluation, PairEvaluation
+from capsnet.files import atomic_path, read_jsonl, writable
+from capsnet.nn.registry import ARCHITECTURES, AnyModel, network_of
+from capsnet.readings import affnist
+from capsnet.readings.novelty import NoveltyThresholds
+
+
+def export_checkpoint(
+    source: str | Path,
+    target: str | Path,
+    half: bool = True,
+    data_dir: str | None = None,
+    device: str = "auto",
+    test_pairs: int | None = None,
+) -> CheckpointInfo:
+    """Export `source` to `target`; returns the exported file's info (header).
+
+    A MultiMNIST model is measured on its fixed test pairs: all 100,000, or the first `test_pairs`.
+    """
+    source, target = Path(source), Path(target)
+    dtype = torch.float16 if half else None
+    writable(target)  # before the minutes of evaluation, not after
+    run = load_checkpoint(source, device=pick_device(device), architectures=ARCHITECTURES)
+    name = run.info.dataset_name
+    test = read_test_set(name, data_dir)
+    test = test.first(test_pairs) if test.pairs is not None else test
+
+    def measure(model: AnyModel) -> Evaluation | PairEvaluation:
+        return test.evaluate(model)
+
+    before = measure(run.model)
+    # the stored weights are measured in a staging file; `target` is written once, with the final header
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f".{target.name}.", dir=target.parent) as staging:
+        staged = save_checkpoint(Path(staging) / target.name, run.model, run.info, dtype=dtype)
+        exported = load_checkpoint(staged, device=pick_device(device), architectures=ARCHITECTURES)
+    after = measure(exported.model)
+    info = run.info.replace(
+        test_accuracy=after.accuracy,
+        test_loss=after.loss,
+        test_examples=after.total,
+        weights_dtype="float16" if half else "float32",
+        test_accuracy_before_export=before.accuracy,
+        class_names=list(dataset_info(name).classes),
+    )
+    if isinstance(after, Evaluation):
+        thresholds = NoveltyThresholds.from_evaluation(after)  # None for a network that redraws nothing
+        info = info.replace(
+            per_class_accuracy=after.class_accuracy(),
+            per_class_correct=after.class_correct,
+            per_class_total=after.class_total,
+            confusion=after.confusion.tolist(),
+            dimension_mean=after.dimension_mean.tolist() if after.dimension_mean is not None else None,
+            dimension_std=after.dimension_std.tolist() if after.dimension_std is not None else None,
+            novelty=thresholds.to_dict() if thresholds else None,
+        )
+    if name == affnist.TRAINING_SET:  # the paper's affine test: also read the affNIST-like set
+        info = info.replace(extra={**info.extra, **affnist.measure(exported.model, data_dir).header_facts()})
+    records = lineage_metrics(source, info)  # read before anything is written: a bad log must not leave half an export
+    save_checkpoint(target, exported.model, info, dtype=dtype)
+    if records:
+        with atomic_path(target.with_suffix(".metrics.jsonl")) as tmp:
+            tmp.write_text("".join(json.dumps(record) + "\n" for record in records), encoding="utf-8")
+    return info
+
+
+def calibrate_checkpoint(path: str | Path, data_dir: str | None = None, device: str = "auto") -> CheckpointInfo:
+    """Add the not-like-any-class thresholds (`capsnet.readings.novelty`) to a checkpoint's header; the weights are kept.
+
+    For checkpoints made before the thresholds were stored. The file is rewritten atomically
+    with the same tensors (float16 weights stay float16, bit for bit).
+    """
+    path = Path(path)
+    writable(path)
+    checkpoint = load_checkpoint(path, device=pick_device(device), architectures=ARCHITECTURES)
+    if not network_of(checkpoint.config).capsules:
+        raise CapsNetError(f"{path}: a CNN baseline redraws nothing, so it has no not-like-any-class thresholds")
+    if checkpoint.info.dataset in DATASETS and dataset_info(checkpoint.info.dataset).pairs:
+        raise CapsNetError(f"{path}: a MultiMNIST model has no not-like-any-class thresholds to calibrate")
+    result = read_test_set(checkpoint.info.dataset_name, data_dir).evaluate(checkpoint.model)
+    assert isinstance(result, Evaluation)  # single examples: pairs were refused above
+    thresholds = NoveltyThresholds.from_evaluation(result)
+    info = checkpoint.info.replace(novelty=thresholds.to_dict() if thresholds else None)
+    dtype = torch.float16 if checkpoint.info.weights_dtype == "float16" else None
+    save_checkpoint(path, checkpoint.model, info, dtype=dtype)
+    return info
+
+
+def record_lr_search(path: str | Path, candidates: list[float]) -> CheckpointInfo:
+    """Say in a checkpoint's header that its learning rate was the best of `candidates` on its validation split.
+
+    The run that chose it must have held out a validation split (its header's `val_accuracy`), and its
+    own learning rate must be one of the candidates. The weights are kept bit for bit (the file is
+    rewritten atomically with the same tensors and dtype).
+    """
+    path = Path(path)
+    writable(path)
+    checkpoint = load_checkpoint(path, architectures=ARCHITECTURES)
+    info = checkpoint.info
+    lr = (info.recipe or {}).get("lr")
+    if "val_accuracy" not in (info.extra or {}):
+        raise CapsNetError(f"{path}: its run held out no validation split, so no learning rate was chosen on one")
+    if not isinstance(lr, (int, float)) or not any(abs(lr - c) <= 1e-12 for c in candidates):
+        raise CapsNetError(f"{path}: its learning rate {lr!r} is not among the candidates {candidates}")
+    info = info.replace(extra={**(info.extra or {}), "lr_candidates": sorted(float(c) for c in candidates)})
+    dtype = torch.float16 if info.weights_dtype == "float16" else None
+    save_checkpoint(path, checkpoint.model, info, dtype=dtype)
+    return info
+
+
+def _epoch_span(facts: dict[str, Any]) -> tuple[int, int]:
+    """(epochs of its own run, epochs of the runs before it) for a header or a `started_from` record."""
+    own = int(facts.get("epochs") or 0)
+    return own, (trained_epochs(facts) or own) - own
+
+
+def lineage_metrics(checkpoint: Path, info: CheckpointInfo | Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The per-epoch records behind `checkpoint` (with header `info`), oldest first, each naming its run.
+
+    A run started with --init records the checkpoint it started from in
+    `started_from`; that run's records, up to the epoch the checkpoint was taken
+    at, come first, and the later runs' epochs are numbered on from them. A
+    shipped model's log (`name.metrics.jsonl`) already spans its own lineage.
+    A log that cannot be found is left out; the numbering still counts its epochs.
+    """
+    facts = info.to_dict() if isinstance(info, CheckpointInfo) else dict(info)
+    chain: list[tuple[Path, dict[str, Any]]] = [(checkpoint, facts)]
+    origin = facts.get("started_from")
+    while isinstance(origin, dict) and origin.get("checkpoint"):
+        chain.append((Path(origin["checkpoint"]), origin))
+        origin = origin.get("started_from")
+    records: list[dict[str, Any]] = []
+    for depth, (path, facts) in enumerate(reversed(chain)):
+        own, before = _epoch_span(facts)
+        newest = depth == len(chain) - 1  # the exported checkpoint: its run's whole log, epochs after it included
+        shipped = path.with_suffix(".metrics.jsonl")
+        if not newest and shipped.is_file():
+            records = [r for r in _epochs(shipped) if r["epoch"] <= before + own]
+            continue
+        kept = [r for r in _epochs(path.parent / "metrics.jsonl") if newest or r["epoch"] <= own]
+        records = [r for r in records if r["epoch"] <= before]
+        records += [{**r, "epoch": r["epoch"] + before, "run": path.parent.name} for r in kept]
+    return records
+
+
+def _epochs(path: Path) -> list[dict[str, Any]]:
+    """The records of a metrics log that name a whole epoch >= 1 (a damaged line is left out, not a crash)."""
+    return [
+        r
+        for r in read_jsonl(path)
+        if isinstance(r, dict)
+        and isinstance(r.get("epoch"), int)
+        and not isinstance(r["epoch"], bool)
+        and r["epoch"] >= 1
+    ]

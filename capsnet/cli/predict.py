@@ -1,0 +1,131 @@
+"""Predict the class of image files, and say when one looks like no class at all.
+
+    python -m capsnet predict digit.png other.jpg [--checkpoint PATH] [--json]
+
+Each PNG or JPEG goes through the dashboard's preprocessing (crop, fit 20x20, centre by centre
+of mass, as MNIST was made), then the network. For each file: the class, the ten capsule
+lengths, and the not-like-any-class flag with its score (`capsnet.readings.novelty`; above 1 flagged).
+A file that cannot be read gets one line on stderr and the others go on; the exit code is 2
+if any failed. The default checkpoint is the dashboard's: the shipped MNIST model.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict, dataclass
+
+import torch
+
+from capsnet.checkpoints.catalog import default_checkpoint, list_checkpoints
+from capsnet.checkpoints.checkpoint import Checkpoint, load_checkpoint
+from capsnet.data.preprocess import as_model_input, preprocess_upload
+from capsnet.device import pick_device
+from capsnet.errors import ArgumentParser, CapsNetError, run_cli
+from capsnet.files import read_regular_file
+from capsnet.readings.novelty import NoveltyThresholds, thresholds_for
+
+PROG = "python -m capsnet predict"
+
+
+@dataclass
+class Prediction:
+    """What the network makes of one image file."""
+
+    file: str
+    predicted: int
+    class_name: str
+    lengths: list[float]
+    not_like_any_class: bool
+    novelty_score: float
+    reconstruction_error: float
+
+
+MAX_FILE_BYTES = 50_000_000  # an image file larger than this is refused before it is read
+
+
+def predict_files(checkpoint: Checkpoint, thresholds: NoveltyThresholds, paths: list[str]) -> list[Prediction | str]:
+    """A `Prediction` for each readable file, else the one-line error for it; the readable ones in one batch."""
+    results: list[Prediction | str] = []
+    digits, where = [], []
+    for path in paths:
+        try:
+            digits.append(preprocess_upload(read_regular_file(path, MAX_FILE_BYTES), path))
+            where.append(len(results))
+            results.append("")
+        except (OSError, CapsNetError) as error:
+            reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+            results.append(f"{path}: {reason}" if not str(reason).startswith(path) else str(reason))
+    if not digits:
+        return results
+    model = checkpoint.model
+    x = torch.cat([as_model_input(d) for d in digits]).to(next(model.parameters()).device)  # (B, 1, 28, 28)
+    with torch.inference_mode():
+        out = model(x)
+    errors = (out.reconstruction - x).square().flatten(1).sum(dim=1).cpu().numpy()  # (B,)
+    lengths = out.lengths.float().cpu().numpy()  # (B, K)
+    scores = thresholds.score(errors, lengths.max(axis=1))
+    names = checkpoint.class_names
+    for b, slot in enumerate(where):
+        predicted = int(out.prediction[b])
+        results[slot] = Prediction(
+            file=paths[slot],
+            predicted=predicted,
+            class_name=names[predicted],
+            lengths=[round(float(v), 4) for v in lengths[b]],
+            not_like_any_class=bool(scores[b] > 1.0),
+            novelty_score=round(float(scores[b]), 3),
+            reconstruction_error=round(float(errors[b]), 3),
+        )
+    return results
+
+
+def describe(result: Prediction) -> str:
+    lengths = " ".join(f"{v:.2f}" for v in result.lengths)
+    verdict = (
+        f"NOT LIKE ANY CLASS (score {result.novelty_score:.2f})"
+        if result.not_like_any_class
+        else f"like its class (score {result.novelty_score:.2f})"
+    )
+    return f"{result.file}: {result.class_name} (|v| {max(result.lengths):.2f}) · {verdict} · lengths {lengths}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = ArgumentParser(prog=PROG, description="Classify image files with a CapsNet checkpoint.")
+    parser.add_argument("images", nargs="+", help="PNG or JPEG files, one digit (or item) each")
+    parser.add_argument("--checkpoint", default=None, help="a .safetensors checkpoint (default: the shipped MNIST)")
+    parser.add_argument("--json", action="store_true", help="one JSON object per line instead of text")
+    parser.add_argument("--data-dir", default=None, help="the test set, for a checkpoint without thresholds")
+    parser.add_argument("--device", default="cpu", help="cpu (default), cuda, mps or auto")
+    args = parser.parse_args(argv)
+
+    def body() -> int:
+        path = args.checkpoint
+        if path is None:
+            chosen = default_checkpoint(list_checkpoints())
+            if chosen is None:
+                raise CapsNetError("no checkpoint: pass --checkpoint, or train one (python -m capsnet train)")
+            path = chosen.path
+        checkpoint = load_checkpoint(path, device=pick_device(args.device))
+        if checkpoint.config.image_size != 28:
+            pairs = checkpoint.info.dataset == "multimnist"
+            what = "pairs of digits (MultiMNIST)" if pairs else "digits placed anywhere on it (mnist-40)"
+            raise CapsNetError(f"{path} reads {checkpoint.config.image_size}x{checkpoint.config.image_size} {what}; "
+                               "predict reads one 28x28 digit or item per file")  # fmt: skip
+        results = predict_files(checkpoint, thresholds_for(checkpoint, args.data_dir), args.images)
+        failed = 0
+        for result in results:
+            if isinstance(result, str):
+                failed += 1
+                print(f"{PROG}: error: {' '.join(result.split())}", file=sys.stderr)
+            elif args.json:
+                print(json.dumps(asdict(result)))
+            else:
+                print(describe(result))
+        return 2 if failed else 0
+
+    return run_cli(body, prog=PROG)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,40 @@
+"""`python -m capsnet routing-matters`: the command line of `capsnet.readings.routing_matters`."""
+
+from __future__ import annotations
+
+import sys
+
+from capsnet.checkpoints.checkpoint import load_checkpoint
+from capsnet.data.tasks import read_test_set
+from capsnet.errors import ArgumentParser, CapsNetError, run_cli
+from capsnet.readings.routing_matters import describe, kept_or_measured, sidecar_path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = ArgumentParser(
+        prog="python -m capsnet routing-matters",
+        description="Accuracy at r = 1..5 routing iterations on the whole test set, kept beside the checkpoint.",
+    )
+    parser.add_argument("checkpoints", nargs="+", help="CapsNet checkpoints (.safetensors) of 28x28 models")
+    parser.add_argument("--data-dir", default=None, help="the datasets' folder (default: $CAPSNET_DATA_DIR, ...)")
+    args = parser.parse_args(argv)
+
+    def run() -> int:
+        for path in args.checkpoints:
+            checkpoint = load_checkpoint(path)
+            test = read_test_set(checkpoint.info.dataset_name, args.data_dir)
+            if test.pairs is not None:
+                raise CapsNetError(f"{path} reads pairs of digits: this measure is for single images")
+
+            def progress(done: int, total: int, name: str = str(path)) -> None:
+                print(f"\r{name}: {done:,}/{total:,}", end="", flush=True)
+
+            result = kept_or_measured(checkpoint, test, progress)
+            print(f"\n{describe(result)}\nkept in {sidecar_path(path)}")
+        return 0
+
+    return run_cli(run, parser.prog)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,223 @@
+"""Datasets: MNIST and Fashion-MNIST through `torchvision.datasets`, and the sets made from MNIST.
+
+The data root is `--data-dir`, else the environment variable CAPSNET_DATA_DIR,
+else `./data`. Pixels are floats in [0, 1]. Training takes the stored uint8 arrays
+whole (`stored_tensors`) and augments them a batch at a time (`capsnet.data.augment`).
+MultiMNIST overlays two digits on 36x36 (`capsnet.data.multimnist`); "mnist-40" is the paper's
+setting for affNIST (section 5.2): each digit anywhere on a 40x40 canvas (`placed`).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch.utils.data import Dataset, Subset
+from torchvision import datasets
+from torchvision.transforms import v2
+
+from capsnet.data.augment import shift_and_flip
+from capsnet.errors import CapsNetError, InvalidArgumentError
+
+
+class DatasetNotFoundError(CapsNetError):
+    """The dataset is not on disk and could not be downloaded."""
+
+
+class DatasetDamagedError(CapsNetError):
+    """The dataset's files are on disk but cannot be read (truncated, or not the dataset)."""
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    """What the package knows about a dataset it can train on."""
+
+    name: str  # the CLI name
+    title: str
+    folder: str  # torchvision's folder under the root
+    classes: tuple[str, ...]
+    hflip: bool  # horizontal flips are label-preserving for this dataset
+    tv_class: type
+    noun: str = "item"  # what one example is called: "Draw a digit", "the predicted item"
+    image_size: int = 28  # the side of the network's input
+    pairs: bool = False  # MultiMNIST: each example overlays two digits of different classes (capsnet.data.multimnist)
+    shift: int = 2  # training shifts in pixels per axis: the paper's 2, or anywhere on a larger canvas
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.classes)
+
+
+DIGITS = tuple(str(d) for d in range(10))
+DATASETS: dict[str, DatasetInfo] = {
+    "mnist": DatasetInfo("mnist", "MNIST", "MNIST", DIGITS, hflip=False, tv_class=datasets.MNIST, noun="digit"),
+    "fashion-mnist": DatasetInfo(
+        "fashion-mnist",
+        "Fashion-MNIST",
+        "FashionMNIST",
+        (
+            "T-shirt/top",
+            "Trouser",
+            "Pullover",
+            "Dress",
+            "Coat",
+            "Sandal",
+            "Shirt",
+            "Sneaker",
+            "Bag",
+            "Ankle boot",
+        ),
+        hflip=True,
+        tv_class=datasets.FashionMNIST,
+    ),
+    # two MNIST digits of different classes overlaid on 36x36, made from MNIST's own files
+    "multimnist": DatasetInfo(
+        "multimnist",
+        "MultiMNIST",
+        "MNIST",
+        DIGITS,
+        hflip=False,
+        tv_class=datasets.MNIST,
+        noun="pair of digits",
+        image_size=36,
+        pairs=True,
+    ),  # fmt: skip
+    # section 5.2: MNIST padded to 40x40 and moved anywhere on it, to be tested on affNIST (capsnet.readings.affnist)
+    "mnist-40": DatasetInfo(
+        "mnist-40",
+        "MNIST on 40x40",
+        "MNIST",
+        DIGITS,
+        hflip=False,
+        tv_class=datasets.MNIST,
+        noun="digit",
+        image_size=40,
+        shift=6,
+    ),  # fmt: skip
+}
+
+
+def dataset_info(name: str) -> DatasetInfo:
+    """The `DatasetInfo` of `name`, or a ValueError that lists the known ones."""
+    if name not in DATASETS:
+        raise InvalidArgumentError(f"unknown dataset {name!r}; choose from {', '.join(DATASETS)}")
+    return DATASETS[name]
+
+
+def resolve_data_dir(data_dir: str | os.PathLike | None = None) -> Path:
+    """`data_dir` if given, else $CAPSNET_DATA_DIR, else ./data."""
+    if data_dir:
+        return Path(data_dir)
+    return Path(os.environ.get("CAPSNET_DATA_DIR") or "data")
+
+
+TO_TENSOR = v2.Compose([v2.ToImage(), v2.ToDtype(torch.float32, scale=True)])  # PIL -> (1, 28, 28) in [0, 1]
+
+
+def load_dataset(
+    name: str,
+    train: bool,
+    data_dir: str | os.PathLike | None = None,
+    download: bool = True,
+) -> Dataset:
+    """A torchvision dataset whose items are (1, 28, 28) float tensors in [0, 1] and integer labels.
+
+    Raises DatasetNotFoundError, with the folder searched and how to fix it, if the
+    files are absent and cannot be downloaded, and DatasetDamagedError if they are there
+    but cannot be read.
+    """
+    info = dataset_info(name)
+    root = resolve_data_dir(data_dir)
+    raw = root / info.folder / "raw"
+    files = [raw / f for f in _raw_files(info)]  # torchvision wants all four, whichever split it loads
+    try:
+        return info.tv_class(root=str(root), train=train, transform=TO_TENSOR, download=False)
+    except (RuntimeError, AssertionError, ValueError, OSError) as error:
+        if all(f.is_file() for f in files):  # torchvision found its files but could not read them
+            prefix = "train" if train else "t10k"
+            names = " or ".join(f.name for f in files if f.name.startswith(prefix))
+            raise DatasetDamagedError(
+                f"{info.title} in {raw.resolve()} is damaged: {names} cannot be read "
+                f"({type(error).__name__}{': ' + str(error) if str(error) else ''}); "
+                "replace the files with intact copies"
+            ) from None
+    if download:
+        try:
+            return info.tv_class(root=str(root), train=train, transform=TO_TENSOR, download=True)
+        except Exception as error:  # network errors come in many types
+            reason = f"download failed: {type(error).__name__}"
+    else:
+        reason = "download disabled"
+    archives = [f.with_name(f.name + ".gz") for f in files]
+    if any(a.is_file() for a in archives) and not all(f.is_file() for f in files):  # there, but would not unpack
+        present = ", ".join(a.name for a in archives if a.is_file())
+        raise DatasetDamagedError(
+            f"{info.title} in {raw.resolve()} is damaged: {present} could not be unpacked (incomplete or corrupted "
+            f"archives; {reason}); replace them with intact copies"
+        )
+    raise DatasetNotFoundError(
+        f"{info.title} not found in {(root / info.folder / 'raw').resolve()} ({reason}); "
+        f"pass --data-dir or set CAPSNET_DATA_DIR to a folder that holds {info.folder}/raw"
+    )
+
+
+def _raw_files(info: DatasetInfo) -> list[str]:
+    """The uncompressed files torchvision looks for, e.g. t10k-images-idx3-ubyte."""
+    return [Path(url).name.removesuffix(".gz") for url, _ in info.tv_class.resources]
+
+
+def subset(dataset: Dataset, size: int | None, seed: int = 0) -> Dataset:
+    """A seeded random subset of `size` examples (the whole set when size is None or larger)."""
+    total = len(dataset)  # type: ignore[arg-type]
+    if size is None or size >= total:
+        return dataset
+    if size < 1:
+        raise ValueError(f"subset size must be >= 1, got {size}")
+    generator = torch.Generator().manual_seed(seed)
+    indices = torch.randperm(total, generator=generator)[:size]
+    return Subset(dataset, indices.tolist())
+
+
+def stored_tensors(dataset: Dataset) -> tuple[torch.Tensor, torch.Tensor]:
+    """The stored uint8 images (N, 1, 28, 28) and labels (N,) of a torchvision set or its Subset, read whole.
+
+    Reads the dataset's arrays instead of going through PIL one image at a time.
+    """
+    indices = None
+    while isinstance(dataset, Subset):  # a subset of a subset (a validation split, then --train-size): compose
+        inner = torch.as_tensor(dataset.indices)
+        indices = inner if indices is None else inner[indices]
+        dataset = dataset.dataset
+    images = dataset.data  # type: ignore[attr-defined]  # (N, 28, 28) uint8
+    labels = torch.as_tensor(dataset.targets)  # type: ignore[attr-defined]
+    if indices is not None:
+        images, labels = images[indices], labels[indices]
+    return images.unsqueeze(1), labels.long()  # (N, 1, 28, 28), (N,)
+
+
+def as_tensors(dataset: Dataset, image_size: int = 28, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """All images (N, 1, 28, 28) as floats in [0, 1], as TO_TENSOR makes them, and labels (N,).
+
+    With a larger `image_size` (a dataset's `DatasetInfo.image_size`), each image lies at its own
+    random position on that canvas, seeded by `seed`: the test set of "mnist-40".
+    """
+    images, labels = stored_tensors(dataset)
+    if image_size != images.shape[-1]:
+        images = placed(images, image_size, seed)
+    return v2.functional.to_dtype(images, torch.float32, scale=True), labels
+
+
+def placed(digits: torch.Tensor, size: int, seed: int | None = None) -> torch.Tensor:
+    """Images (N, C, h, w) on a size x size canvas of zeros: centred, or each anywhere it fits (seeded by `seed`)."""
+    n, _, h, w = digits.shape
+    if size < max(h, w):
+        raise ValueError(f"cannot place {h}x{w} images on a {size}x{size} canvas")
+    top, left = (size - h) // 2, (size - w) // 2
+    canvas = torch.nn.functional.pad(digits, (left, size - w - left, top, size - h - top))  # (N, C, size, size)
+    if seed is None:
+        return canvas
+    room = min(top, left)  # the move that keeps a centred image on the canvas
+    offsets = torch.randint(-room, room + 1, (n, 2), generator=torch.Generator().manual_seed(seed))
+    return shift_and_flip(canvas, offsets, shift=room)

@@ -1,0 +1,104 @@
+"""The networks a checkpoint can hold, as a registry: one `Network` contract per architecture.
+
+In the spirit of timm's `create_model`: each architecture declares its name, its config type and
+presets, its module, what it offers (capsules: poses, routing and reconstructions) and its own
+loss, and every caller asks the registry (`network("cnn")`, `network_of(model_or_config)`) instead
+of testing types. "capsnet" is the paper's Capsule Network (`capsnet.nn.capsnet`), "cnn" its baseline
+(`capsnet.nn.cnn`). Both forward passes take (images, labels) and return an output with `scores`
+(B, K) and `prediction` (B,), so the trainer and the evaluation treat them alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from torch import Tensor
+
+from capsnet.nn.capsnet import CapsNet, CapsNetOutput
+from capsnet.nn.cnn import CNN_PRESETS, BaselineCNN, CNNConfig, CNNOutput, cnn_loss
+from capsnet.nn.config import PRESETS, CapsNetConfig
+from capsnet.nn.losses import CapsuleLoss, capsule_loss
+
+AnyConfig = CapsNetConfig | CNNConfig
+AnyModel = CapsNet | BaselineCNN
+
+
+@dataclass(frozen=True)
+class Network:
+    """What one architecture is and offers."""
+
+    name: str  # the registry key, stored in checkpoint headers and run arguments: "capsnet" or "cnn"
+    title: str  # for people: "CapsNet", "CNN baseline"
+    described: str  # in a sentence: "a Capsule Network", "a CNN baseline"
+    config_type: type
+    module_type: type
+    presets: tuple[str, ...]
+    capsules: bool  # capsule poses, routing by agreement, reconstructions
+    run_options: tuple[str, ...]  # training options (`TrainOptions` fields) that only this network reads
+    pairs_field: str | None  # the config field that a task with several labels per example sets, if any
+    _loss: Callable[..., CapsuleLoss]
+
+    def preset(self, name: str, **overrides: Any) -> AnyConfig:
+        """The named preset, with field overrides (ValueError for an unknown name or field)."""
+        return self.config_type.preset(name, **overrides)
+
+    def config_for(self, preset: str, image_size: int, pairs: bool, **overrides: Any) -> AnyConfig:
+        """The preset for a task: its input size and, where the network has the field, several labels per example."""
+        fields = {"image_size": image_size, **({self.pairs_field: pairs} if self.pairs_field else {}), **overrides}
+        return self.preset(preset, **fields)
+
+    def from_dict(self, data: dict[str, Any]) -> AnyConfig:
+        """A stored config; unknown keys are a ValueError."""
+        return self.config_type.from_dict(data)
+
+    def build(self, config: AnyConfig) -> AnyModel:
+        """A freshly initialised network for `config`."""
+        if not isinstance(config, self.config_type):
+            raise ValueError(f"a {self.title} needs a {self.config_type.__name__}, got {type(config).__name__}")
+        return self.module_type(config)
+
+    def loss(self, out: CapsNetOutput | CNNOutput, targets: Tensor, labels: Tensor, config: AnyConfig) -> CapsuleLoss:
+        """The training loss: margin + reconstruction for the CapsNet, cross-entropy for the CNN.
+
+        `targets` are what a CapsNet's reconstructions are compared with (the images, or MultiMNIST's digits alone).
+        """
+        return self._loss(out, targets, labels, config)
+
+
+def _capsnet_loss(out: CapsNetOutput, targets: Tensor, labels: Tensor, config: CapsNetConfig) -> CapsuleLoss:
+    return capsule_loss(out.lengths, out.reconstruction, targets, labels, config)
+
+
+def _cnn_loss(out: CNNOutput, targets: Tensor, labels: Tensor, config: CNNConfig) -> CapsuleLoss:
+    return cnn_loss(out.logits, labels, config)
+
+
+NETWORKS: dict[str, Network] = {
+    "capsnet": Network(
+        "capsnet", "CapsNet", "a Capsule Network", CapsNetConfig, CapsNet, tuple(PRESETS), capsules=True,
+        run_options=("routing_iterations",), pairs_field=None, _loss=_capsnet_loss,
+    ),
+    "cnn": Network(
+        "cnn", "CNN baseline", "a CNN baseline", CNNConfig, BaselineCNN, tuple(CNN_PRESETS), capsules=False,
+        run_options=(), pairs_field="multi_label", _loss=_cnn_loss,
+    ),
+}  # fmt: skip
+ARCHITECTURES = tuple(NETWORKS)
+
+
+def network(name: str) -> Network:
+    """The registered network called `name`; ValueError naming the known ones otherwise."""
+    if name not in NETWORKS:
+        raise ValueError(f"unknown architecture {name!r}; this capsnet reads {', '.join(NETWORKS)}")
+    return NETWORKS[name]
+
+
+def network_of(thing: AnyConfig | AnyModel) -> Network:
+    """The network a config, or a model built from one, belongs to."""
+    config = getattr(thing, "config", thing)
+    for candidate in NETWORKS.values():
+        if isinstance(config, candidate.config_type):
+            return candidate
+    raise ValueError(f"not a config of a registered network: {type(config).__name__}")

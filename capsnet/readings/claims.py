@@ -1,0 +1,207 @@
+"""The paper's two claims, and what the models here measure against them, read from their files.
+
+Sabour, Frosst & Hinton (2017): on MultiMNIST a CapsNet errs on 5.2% of the pairs against 8.1% for
+a CNN (section 6); trained on MNIST digits placed on 40x40 and tested on affNIST, it reaches 79%
+against the CNN's 66% (section 5.2). A `Verdict` sets the paper's figures beside a pair of
+checkpoints (a CapsNet and its CNN baseline): each one's test error, the examples it trained on,
+its hours and epochs, which epoch was kept and how it was chosen, and its test error after each
+epoch (from the `<name>.metrics.jsonl` shipped beside it, or a run's metrics.jsonl), and says
+plainly which network is ahead here and whether the budgets were equal. A warm-started model's
+examples, hours and epochs are those of its own run on the claim's data, not of the runs it began
+from. For the affine claim the test error is the one on the affNIST-like set (`capsnet.readings.affnist`),
+kept in the header by `capsnet.checkpoints.export`; the curve after each epoch is then the runs' own test error,
+on MNIST digits moved on 40x40.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from capsnet.checkpoints.checkpoint import read_checkpoint_info
+from capsnet.files import read_jsonl
+
+PAPER_ERROR = {  # the paper's test errors, fully trained
+    "multimnist": {"capsnet": 0.052, "cnn": 0.081},
+    "affnist": {"capsnet": 0.21, "cnn": 0.34},
+}
+NETWORKS = {"capsnet": "CapsNet", "cnn": "CNN baseline"}
+TRAINING_DIGITS = 60_000  # MNIST's training set: one pair per digit and epoch
+
+
+@dataclass(frozen=True)
+class ClaimRow:
+    """One network's standing: its checkpoint's test error and how it was reached."""
+
+    network: str  # "capsnet" or "cnn"
+    paper_error: float
+    error: float | None  # the checkpoint's stated test error
+    test_examples: int | None
+    examples_seen: int  # training examples (pairs, for MultiMNIST) over all its epochs
+    hours: float | None  # wall-clock hours of those epochs
+    epochs: int | None  # its epochs on the claim's data
+    chosen_epoch: int | None  # which of those the checkpoint holds (1 = the first), chosen on `chosen_on`
+    lr: float | None
+    chosen_on: str  # "validation" or "test": how the shipped epoch was picked
+    curve: tuple[tuple[int, float], ...]  # (examples seen so far, test error) after each epoch
+    lr_candidates: tuple[float, ...] = ()  # the learning rates its lr was chosen among, on validation (if any)
+    started_from: int = 0  # examples seen by the runs it was warm-started from (single MNIST digits, say)
+
+    @property
+    def kept_examples(self) -> int | None:
+        """The training examples the kept checkpoint had seen: at its chosen epoch on the curve, else at the last."""
+        if not self.curve:
+            return self.examples_seen or None
+        if self.chosen_epoch and self.chosen_epoch <= len(self.curve):
+            return self.curve[self.chosen_epoch - 1][0]
+        return self.curve[-1][0]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    claim: str  # "multimnist" or "affnist"
+    rows: tuple[ClaimRow, ...]  # CapsNet first
+
+    @property
+    def leader(self) -> str | None:
+        """The network with the lower test error here (None if either is unknown)."""
+        caps, cnn = self.rows
+        if caps.error is None or cnn.error is None:
+            return None
+        return "capsnet" if caps.error < cnn.error else "cnn"
+
+    @property
+    def equal_budgets(self) -> bool:
+        caps, cnn = self.rows
+        return caps.examples_seen == cnn.examples_seen
+
+    def statement(self) -> str:
+        """The verdict in plain words."""
+        caps, cnn = self.rows
+        if self.leader is None:
+            missing = " and ".join(f"the {NETWORKS[r.network]}" for r in self.rows if r.error is None)
+            if self.claim == "affnist":  # a run's own file: only an export measures the affNIST-like set
+                return (
+                    f"No verdict yet: {missing} has not been measured on the affNIST-like set. "
+                    "`python -m capsnet export RUN/best.safetensors FILE.safetensors` measures it and keeps the "
+                    "figure in the file's header; put the file in checkpoints/ (the CNN in checkpoints/baselines/)."
+                )
+            return f"No verdict: {missing} states no test figure."
+        assert caps.error is not None and cnn.error is not None
+        ahead, behind = (caps, cnn) if self.leader == "capsnet" else (cnn, caps)
+        budget = (
+            f"with the same budget of {caps.examples_seen:,} training examples each"
+            if self.equal_budgets
+            else f"with budgets of {caps.examples_seen:,} training examples (CapsNet) and {cnn.examples_seen:,} (CNN)"
+        )
+        text = (
+            f"Here the {NETWORKS[ahead.network]} is ahead, {budget}: {100 * ahead.error:.2f}% test error against "
+            f"{100 * behind.error:.2f}%. "
+        )
+        if any(r.chosen_epoch and r.epochs and r.chosen_epoch < r.epochs for r in self.rows):  # not the last epochs
+            kept = [f"{r.chosen_epoch} of {r.epochs} for the {NETWORKS[r.network]}" for r in self.rows]
+            text += f"The epochs kept: {' and '.join(kept)}. "
+        paper_ahead = "capsnet" if caps.paper_error < cnn.paper_error else "cnn"
+        if self.leader == paper_ahead:
+            text += "That is the paper's order. "
+        else:
+            text += (
+                f"The paper reports the opposite ({100 * caps.paper_error:.1f}% against {100 * cnn.paper_error:.1f}%, "
+                "fully trained): the claim is not reproduced by these models. "
+            )
+        unequal = []
+        searched = caps.lr_candidates and caps.lr_candidates == cnn.lr_candidates
+        if caps.lr is not None and cnn.lr is not None and caps.lr != cnn.lr and not searched:
+            unequal.append(f"learning rates differ ({caps.lr:g} and {cnn.lr:g})")
+        if caps.started_from or cnn.started_from:
+            text += (
+                f"Both began from models trained on single MNIST digits: the CapsNet's had seen "
+                f"{caps.started_from:,}, the CNN's {cnn.started_from:,}. "
+            )
+        if searched:
+            text += (
+                f"Each network's learning rate is the better of {' and '.join(f'{c:g}' for c in caps.lr_candidates)} "
+                f"on its own validation {'pairs' if self.claim == 'multimnist' else 'digits'} "
+                f"({caps.lr:g} for the CapsNet, {cnn.lr:g} for the CNN). "
+            )
+        if "test" in (caps.chosen_on, cnn.chosen_on):
+            unequal.append("an epoch was chosen on test data, not on a validation split")
+        if unequal:
+            text += "Not yet equal terms: " + "; ".join(unequal) + "."
+        return text.strip()
+
+
+def _row(network: str, claim: str, path: Path) -> ClaimRow:
+    _, info = read_checkpoint_info(path)
+    recipe = info.recipe or {}
+    metrics_path = path.with_name(path.name.replace(".safetensors", ".metrics.jsonl"))
+    if not metrics_path.is_file():
+        metrics_path = path.with_name("metrics.jsonl")  # a run's folder
+    records = [r for r in read_jsonl(metrics_path) if isinstance(r, dict) and isinstance(r.get("epoch"), int)]
+    # a warm-started model's metrics begin with its source's runs: the claim counts the last run's examples
+    last = records[-1].get("run") if records else None
+    before = [r for r in records if r.get("run") != last]
+    records = [r for r in records if r.get("run") == last]
+    started_from = sum(int(r.get("train_images") or 0) for r in before if isinstance(r.get("train_images"), int))
+    curve, seen = [], 0
+    for record in records:
+        seen += int(record.get("train_images") or 0)
+        accuracy = record.get("test_accuracy")
+        if isinstance(accuracy, (int, float)):
+            curve.append((seen, 1.0 - float(accuracy)))
+    seconds = [x for x in (_number(r.get("seconds")) for r in records) if x is not None]
+    if records and len(seconds) == len(records):
+        hours: float | None = sum(seconds) / 3600
+    else:  # no timed metrics beside it: the header's hours of its own run (to the epoch it holds)
+        hours = None if info.training_seconds is None else info.training_seconds / 3600
+    # the header's best epoch counts within its own run (the shipped metrics number on from the source's epochs)
+    chosen = info.best_epoch if info.best_epoch and (not records or info.best_epoch <= len(records)) else None
+    if not curve and info.epochs:  # no metrics beside it: its own run's epochs, of the recipe's size
+        train_size, val_size = recipe.get("train_size"), recipe.get("val_size")
+        per_epoch = (
+            train_size
+            if isinstance(train_size, int)
+            else TRAINING_DIGITS - (val_size if isinstance(val_size, int) else 0)
+        )
+        seen = info.epochs * per_epoch
+    lr = recipe.get("lr")
+    accuracy, examples = info.test_accuracy, info.test_examples
+    if (
+        claim == "affnist"
+    ):  # the affNIST-like set's figure, which `capsnet.checkpoints.export` keeps in a mnist-40 header
+        accuracy, examples = _number(info.extra.get("affnist_like_accuracy")), info.extra.get("affnist_like_examples")
+    return ClaimRow(
+        network=network,
+        paper_error=PAPER_ERROR[claim][network],
+        error=None if accuracy is None else 1.0 - accuracy,
+        test_examples=examples if isinstance(examples, int) else None,
+        examples_seen=seen,
+        hours=hours,
+        epochs=len(records) if records else info.epochs,
+        chosen_epoch=chosen,
+        lr=float(lr) if isinstance(lr, (int, float)) else None,
+        chosen_on="validation" if "val_accuracy" in (info.extra or {}) else "test",
+        curve=tuple(curve),
+        lr_candidates=_candidates((info.extra or {}).get("lr_candidates")),
+        started_from=started_from,
+    )
+
+
+def _number(value: object) -> float | None:
+    """A header's number, read tolerantly: None for anything else."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _candidates(value: object) -> tuple[float, ...]:
+    """A header's `lr_candidates`, read tolerantly: a list of numbers, else none."""
+    if not isinstance(value, list) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+        return ()
+    return tuple(sorted(float(v) for v in value))
+
+
+def verdict(claim: str, capsnet: str | Path, cnn: str | Path) -> Verdict:
+    """The verdict on `claim` ("multimnist" or "affnist") from a CapsNet and a CNN checkpoint (their headers and
+    metrics); raises CheckpointError for an unreadable file."""
+    if claim not in PAPER_ERROR:
+        raise ValueError(f"unknown claim {claim!r}; choose from {', '.join(PAPER_ERROR)}")
+    return Verdict(claim, (_row("capsnet", claim, Path(capsnet)), _row("cnn", claim, Path(cnn))))

@@ -1,0 +1,139 @@
+"""Not like any class: a calibrated signal that an input resembles nothing the network was trained on.
+
+A CapsNet always has a longest capsule, so it always names a class: a single dot is read
+as some digit. But it also says how sure it is (the winner's length |v|) and, better, it can
+redraw the input from the winner's capsule: a digit it knows comes back close to the input,
+a scribble comes back as the nearest digit, far from what was drawn. Both readings are
+calibrated on the correctly classified test images: an input is flagged when its
+reconstruction error is above what 99.5% of them reach, or its winner shorter than all but
+0.5% of theirs. `score` is the larger of the two ratios to their threshold: above 1, flagged.
+
+The thresholds are computed from an evaluation (`from_evaluation`), stored in each
+checkpoint's header by the trainer and by export (`CheckpointInfo.novelty`), and for an older
+checkpoint computed once from the test set and cached (`thresholds_for`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from capsnet.errors import CapsNetError
+from capsnet.evaluation import Evaluation
+from capsnet.files import write_json
+
+QUANTILE = 0.995  # the share of correctly classified test images each threshold lets through (together ~99%)
+CACHE_ENV = "CAPSNET_CACHE_DIR"
+
+
+@dataclass(frozen=True)
+class NoveltyThresholds:
+    """Where "like a class it knows" ends, from the correctly classified test images."""
+
+    reconstruction_error: float  # sum of squared pixel errors of the winner's reconstruction (of [0, 1] images)
+    length: float  # the winner's |v|
+    quantile: float = QUANTILE
+    examples: int = 0  # how many correct test images they were taken from
+    flagged_right: float = 0.0  # share of the correctly classified test images flagged
+    flagged_wrong: float = 0.0  # share of the misclassified ones flagged
+
+    def score(self, reconstruction_error: np.ndarray | float, length: np.ndarray | float) -> np.ndarray:
+        """max(error / its threshold, length threshold / length): above 1 means not like any class."""
+        error = np.asarray(reconstruction_error, dtype=np.float64)
+        winner = np.maximum(np.asarray(length, dtype=np.float64), 1e-6)
+        return np.maximum(error / max(self.reconstruction_error, 1e-9), self.length / winner)
+
+    def tripped(self, reconstruction_error: float, length: float) -> tuple[str, ...]:
+        """Which of the two tests one input fails: "reconstruction" (redrawn too far from it), "length" (winner short)."""
+        tests = []
+        if float(reconstruction_error) > self.reconstruction_error:
+            tests.append("reconstruction")
+        if float(length) < self.length:
+            tests.append("length")
+        return tuple(tests)
+
+    def flagged(self, reconstruction_error: np.ndarray | float, length: np.ndarray | float) -> np.ndarray:
+        return self.score(reconstruction_error, length) > 1.0
+
+    def to_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> NoveltyThresholds | None:
+        """Read from a header tolerantly: None unless both thresholds are positive numbers."""
+        if not isinstance(data, dict):
+            return None
+        try:
+            values = {k: float(data[k]) for k in ("reconstruction_error", "length")}
+            extra = {k: float(data[k]) for k in ("quantile", "flagged_right", "flagged_wrong") if k in data}
+            examples = int(data.get("examples", 0))
+        except (KeyError, TypeError, ValueError):
+            return None
+        if not all(np.isfinite(v) and v > 0 for v in values.values()):
+            return None
+        return cls(**values, **extra, examples=examples)
+
+    @classmethod
+    def from_evaluation(cls, result: Evaluation, quantile: float = QUANTILE) -> NoveltyThresholds | None:
+        """From the correctly classified examples of an evaluation (None if there are fewer than 20)."""
+        right = result.right
+        if int(right.sum()) < 20 or result.reconstruction_errors is None:  # too few, or a CNN (nothing redrawn)
+            return None
+        errors = result.reconstruction_errors[right].double()
+        lengths = result.winner_lengths[right].double()
+        made = cls(
+            reconstruction_error=float(torch.quantile(errors, quantile)),
+            length=float(torch.quantile(lengths, 1.0 - quantile)),
+            quantile=quantile,
+            examples=int(right.sum()),
+        )
+        flagged = torch.as_tensor(made.flagged(result.reconstruction_errors.numpy(), result.winner_lengths.numpy()))
+        wrong = ~right
+        return replace(
+            made,
+            flagged_right=float(flagged[right].float().mean()),
+            flagged_wrong=float(flagged[wrong].float().mean()) if bool(wrong.any()) else 0.0,
+        )
+
+
+def cache_dir() -> Path:
+    """Where computed thresholds are kept: $CAPSNET_CACHE_DIR, else ~/.cache/capsnet."""
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "capsnet")
+
+
+def thresholds_for(checkpoint: Any, data_dir: str | None = None) -> NoveltyThresholds:
+    """A checkpoint's thresholds: from its header, else from the cache, else computed on its test set and cached.
+
+    `checkpoint` is a loaded `capsnet.checkpoints.checkpoint.Checkpoint`. Raises the dataset's errors
+    (missing, damaged) when they must be computed and the test set cannot be read.
+    """
+    from capsnet.data.tasks import read_test_set
+    from capsnet.evaluation import Evaluation
+
+    stored = NoveltyThresholds.from_dict(checkpoint.info.novelty)
+    if stored is not None:
+        return stored
+    digest = hashlib.sha256(Path(checkpoint.path).read_bytes()).hexdigest()[:24]
+    cached = cache_dir() / f"novelty-{digest}.json"
+    try:
+        found = NoveltyThresholds.from_dict(json.loads(cached.read_text(encoding="utf-8")))
+    except (OSError, ValueError):
+        found = None
+    if found is not None:
+        return found
+    result = read_test_set(checkpoint.info.dataset_name, data_dir).evaluate(checkpoint.model)
+    made = NoveltyThresholds.from_evaluation(result) if isinstance(result, Evaluation) else None
+    if made is None:
+        raise CapsNetError(f"{checkpoint.path}: too few test images are classified right to calibrate on")
+    try:
+        write_json(cached, made.to_dict())
+    except (OSError, CapsNetError):  # a read-only or full home: computed again next time, and predict goes on
+        pass
+    return made

@@ -1,0 +1,50 @@
+"""A test set's readings as the Evaluate page shows them: reconstructions of a batch, the most confident mistakes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from capsnet.nn.capsnet import CapsNet
+
+
+@dataclass
+class Reconstructions:
+    """A batch read by the network: reconstructions from the predicted capsules."""
+
+    reconstructions: np.ndarray  # (B, 28, 28)
+    lengths: np.ndarray  # (B, K)
+    predictions: np.ndarray  # (B,)
+
+
+def reconstruct(model: CapsNet, images: torch.Tensor | np.ndarray, batch_size: int = 256) -> Reconstructions:
+    """Lengths, predictions and reconstructions (from the predicted capsule) of images (B, 1, 28, 28)."""
+    x = torch.as_tensor(images, dtype=torch.float32)
+    side = model.config.image_size
+    x = x.reshape(-1, 1, side, side)  # (B, 1, 28, 28)
+    device = model.device
+    recon, lengths, predictions = [], [], []
+    with torch.inference_mode():
+        for start in range(0, len(x), batch_size):  # batches, not examples
+            out = model(x[start : start + batch_size].to(device))
+            recon.append(out.reconstruction[:, 0].float().cpu())
+            lengths.append(out.lengths.float().cpu())
+            predictions.append(out.prediction.cpu())
+    if not recon:
+        empty = np.zeros((0, side, side), dtype=np.float32)
+        return Reconstructions(empty, np.zeros((0, model.config.num_classes), np.float32), np.zeros(0, np.int64))
+    return Reconstructions(
+        reconstructions=torch.cat(recon).numpy(),
+        lengths=torch.cat(lengths).numpy(),
+        predictions=torch.cat(predictions).numpy(),
+    )
+
+
+def misclassified(predictions: np.ndarray, labels: np.ndarray, lengths: np.ndarray, limit: int = 12) -> np.ndarray:
+    """Indices of wrongly classified examples, the most confidently wrong first (longest wrong capsule)."""
+    predictions, labels = np.asarray(predictions), np.asarray(labels)
+    wrong = np.flatnonzero(predictions != labels)
+    confidence = np.asarray(lengths)[wrong, predictions[wrong]]
+    return wrong[np.argsort(-confidence, kind="stable")][:limit]

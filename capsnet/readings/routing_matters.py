@@ -1,0 +1,329 @@
+"""Where routing matters: the test images whose answer changes with the number of routing iterations.
+
+For a CapsNet and its labelled test set, every image is read at r = 1..5 routing iterations (r = 1: uniform
+couplings, no routing at all). The convolutions and the votes u_hat_{j|i} are computed once per batch; only
+routing (`capsnet.nn.dynamic_routing.dynamic_routing`) runs again for each r, on the same votes. The result is a typed,
+JSON-serialisable `RoutingMatters`: the accuracy at each r, and every image whose prediction differs between
+any two r, with its prediction and capsule lengths at each r.
+
+It is kept once per model in a sidecar file beside the checkpoint, named like the shipped models' other
+sidecars: `checkpoints/mnist.safetensors` -> `checkpoints/mnist.routing.json`, a run's `best.safetensors` ->
+`best.routing.json` in its folder. The file names the SHA-256 of the checkpoint it was measured on, is written
+atomically, and is read back tolerantly: a missing, damaged or stale file (another checkpoint's, another test
+set's) is never trusted, only measured again.
+
+    python -m capsnet routing-matters checkpoints/mnist.safetensors   # measure and keep (once), print the summary
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from capsnet.checkpoints.checkpoint import Checkpoint
+from capsnet.data.tasks import LabelledSet
+from capsnet.files import FileReadError, read_regular_file, write_json
+from capsnet.nn.capsnet import CapsNet
+from capsnet.nn.dynamic_routing import dynamic_routing
+from capsnet.nn.layers import capsule_lengths
+from capsnet.nn.registry import network_of
+from capsnet.nn.squash import LOW_PRECISION
+
+ITERATIONS = (1, 2, 3, 4, 5)
+BATCH_SIZE = 128  # u_hat of 128 paper-sized examples is 94 MB (float32)
+FORMAT = 1  # the sidecar's layout; a file of another format is measured again
+SUFFIX = ".routing.json"
+MAX_FILE_BYTES = 32_000_000  # a sidecar is a few kB to a few hundred; a larger one is not read
+DECIMALS = 4  # capsule lengths are kept to 4 decimals
+
+
+@dataclass(frozen=True)
+class ChangedImage:
+    """A test image whose prediction differs between two numbers of routing iterations."""
+
+    index: int  # in the test set
+    label: int
+    predictions: tuple[int, ...]  # one per entry of RoutingMatters.iterations
+    lengths: tuple[tuple[float, ...], ...]  # (R, K): the capsule lengths at each r
+
+    def right(self) -> tuple[bool, ...]:
+        """Whether each r's prediction is the label."""
+        return tuple(p == self.label for p in self.predictions)
+
+
+@dataclass(frozen=True)
+class RoutingMatters:
+    """The accuracy at each number of routing iterations, and the images whose answer depends on it."""
+
+    dataset: str
+    checkpoint_sha256: str  # of the checkpoint file measured ("" when not measured from a file)
+    total: int  # test images read: the first `total` of the test set
+    iterations: tuple[int, ...]  # the r measured, ascending
+    trained_iterations: int  # the r the model was trained with
+    correct: tuple[int, ...]  # right answers at each r
+    differs_from_first: tuple[int, ...]  # images whose answer at r differs from the answer at iterations[0]
+    changed: tuple[ChangedImage, ...]  # in test-set order
+
+    @property
+    def accuracy(self) -> tuple[float, ...]:
+        return tuple(c / self.total for c in self.correct)
+
+    def shown_iterations(self, image: ChangedImage) -> int:
+        """The r at which to look at `image` on the Routing page: the model's own r if its answer there differs
+        from the one without routing (r = iterations[0]), else the first r whose answer does."""
+        first = image.predictions[0]
+        if self.trained_iterations in self.iterations:
+            if image.predictions[self.iterations.index(self.trained_iterations)] != first:
+                return self.trained_iterations
+        return next((r for r, p in zip(self.iterations, image.predictions) if p != first), self.iterations[-1])
+
+    def effect(self, image: ChangedImage) -> str:
+        """What routing does to `image`'s answer, the model's own r (else the last) against the first: "fixes" (wrong
+        without routing, right with it), "breaks" (the reverse), or "other" (a change elsewhere, or wrong both times)."""
+        own = self.trained_iterations if self.trained_iterations in self.iterations else self.iterations[-1]
+        before, after = image.right()[0], image.right()[self.iterations.index(own)]
+        return "fixes" if after and not before else "breaks" if before and not after else "other"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "what": "predictions at each number of routing iterations: capsnet/readings/routing_matters.py",
+            "dataset": self.dataset,
+            "checkpoint_sha256": self.checkpoint_sha256,
+            "total": self.total,
+            "iterations": list(self.iterations),
+            "trained_iterations": self.trained_iterations,
+            "correct": list(self.correct),
+            "differs_from_first": list(self.differs_from_first),
+            "changed": [
+                {
+                    "index": c.index,
+                    "label": c.label,
+                    "predictions": list(c.predictions),
+                    "lengths": [list(row) for row in c.lengths],
+                }
+                for c in self.changed
+            ],  # fmt: skip
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> RoutingMatters:
+        """The inverse of `to_dict`; ValueError (one line) for anything that is not one."""
+        try:
+            if data["format"] != FORMAT:
+                raise ValueError(f"format {data['format']!r}, not {FORMAT}")
+            iterations = _ints(data["iterations"], "iterations", low=1)
+            r, total = len(iterations), _int(data["total"], "total", low=1)
+            if r == 0 or list(iterations) != sorted(set(iterations)):
+                raise ValueError("iterations must be distinct and ascending")
+            changed = []
+            for item in data["changed"]:
+                lengths = tuple(tuple(_float(v) for v in row) for row in item["lengths"])
+                k = len(lengths[0]) if lengths else 0
+                predictions = _ints(item["predictions"], "predictions", low=0, high=k - 1)
+                if len(lengths) != r or len(predictions) != r or any(len(row) != k for row in lengths):
+                    raise ValueError("a changed image needs one prediction and one row of lengths per iteration")
+                label = _int(item["label"], "label", low=0, high=k - 1)
+                changed.append(ChangedImage(_int(item["index"], "index", 0, total - 1), label, predictions, lengths))
+            result = cls(
+                dataset=str(data["dataset"]),
+                checkpoint_sha256=str(data["checkpoint_sha256"]),
+                total=total,
+                iterations=iterations,
+                trained_iterations=_int(data["trained_iterations"], "trained_iterations", low=1),
+                correct=_ints(data["correct"], "correct", low=0, high=total),
+                differs_from_first=_ints(data["differs_from_first"], "differs_from_first", low=0, high=total),
+                changed=tuple(changed),
+            )
+        except (KeyError, TypeError, IndexError) as error:
+            raise ValueError(f"not a routing summary: {type(error).__name__} {error}") from None
+        if len(result.correct) != r or len(result.differs_from_first) != r:
+            raise ValueError("correct and differs_from_first need one count per iteration")
+        return result
+
+
+def _int(value: Any, name: str, low: int | None = None, high: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be a whole number, got {value!r}"[:120])
+    if (low is not None and value < low) or (high is not None and value > high):
+        raise ValueError(f"{name} {value} out of range")
+    return value
+
+
+def _ints(values: Any, name: str, low: int | None = None, high: int | None = None) -> tuple[int, ...]:
+    if not isinstance(values, list):
+        raise ValueError(f"{name} must be a list")
+    return tuple(_int(v, name, low, high) for v in values)
+
+
+def _float(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
+        raise ValueError(f"a length must be a finite number, got {value!r}"[:120])
+    return float(value)
+
+
+# ---------------------------------------------------------------- measuring
+
+
+def iteration_lengths(
+    model: CapsNet,
+    images: Tensor,
+    iterations: Sequence[int] = ITERATIONS,
+    batch_size: int = BATCH_SIZE,
+    on_batch: Callable[[int, int], None] | None = None,
+) -> Tensor:
+    """The capsule lengths of every image at each number of routing iterations: (N, R, K), float32, on the CPU.
+
+    Per batch the convolutions and the votes u_hat run once (`CapsNet.encode` with one iteration, then
+    `RoutingCapsules.predictions`); routing runs again for each r on those votes. `on_batch(done, total)` after
+    each batch. The model is used in inference mode and left as it was.
+    """
+    if not network_of(model).capsules:
+        raise ValueError(f"routing iterations apply to a CapsNet, not a {network_of(model).title}")
+    if len(iterations) == 0 or min(iterations) < 1:
+        raise ValueError(f"iterations must be at least 1, got {list(iterations)}")
+    if images.dim() != 4 or len(images) == 0:
+        raise ValueError(f"expected a non-empty batch of images (N, C, H, W), got {tuple(images.shape)}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    device, dtype = model.device, next(model.parameters()).dtype
+    was_training = model.training
+    model.eval()
+    parts = []
+    try:
+        with torch.inference_mode():
+            for start in range(0, len(images), batch_size):
+                x = images[start : start + batch_size].to(device, dtype)  # (B, C, H, W)
+                primary, _, _ = model.encode(x, routing_iterations=1)  # (B, N, P): conv1 and PrimaryCaps, once
+                votes = model.digits.predictions(primary)  # (B, K, N, D), once
+                votes = votes.float() if votes.dtype in LOW_PRECISION else votes  # routing runs in float32
+                poses = torch.stack([dynamic_routing(votes, r)[0] for r in iterations], dim=1)  # (B, R, K, D)
+                parts.append(capsule_lengths(poses).float().cpu())  # (B, R, K)
+                if on_batch is not None:
+                    on_batch(min(start + batch_size, len(images)), len(images))
+    finally:
+        model.train(was_training)
+    return torch.cat(parts)  # (N, R, K)
+
+
+def summarise(
+    lengths: Tensor | np.ndarray,
+    labels: Tensor | np.ndarray,
+    iterations: Sequence[int] = ITERATIONS,
+    dataset: str = "",
+    trained_iterations: int = 3,
+    checkpoint_sha256: str = "",
+) -> RoutingMatters:
+    """The summary of `iteration_lengths`' (N, R, K) lengths for test images with these (N,) labels."""
+    lengths = np.asarray(lengths, dtype=np.float32)
+    labels = np.asarray(labels, dtype=np.int64)
+    if lengths.ndim != 3 or lengths.shape[0] != len(labels) or lengths.shape[1] != len(iterations):
+        raise ValueError(
+            f"expected lengths (N, {len(iterations)}, K) for {len(labels)} labels, got {tuple(lengths.shape)}"
+        )
+    predictions = lengths.argmax(axis=2)  # (N, R)
+    changed = np.flatnonzero((predictions != predictions[:, :1]).any(axis=1))  # differs between some two r
+    rounded = np.round(lengths[changed], DECIMALS)  # (C, R, K)
+    return RoutingMatters(
+        dataset=dataset,
+        checkpoint_sha256=checkpoint_sha256,
+        total=len(labels),
+        iterations=tuple(int(r) for r in iterations),
+        trained_iterations=int(trained_iterations),
+        correct=tuple(int(c) for c in (predictions == labels[:, None]).sum(axis=0)),
+        differs_from_first=tuple(int(c) for c in (predictions != predictions[:, :1]).sum(axis=0)),
+        changed=tuple(
+            ChangedImage(
+                int(i),
+                int(labels[i]),
+                tuple(int(p) for p in predictions[i]),
+                tuple(tuple(float(v) for v in row) for row in rows),
+            )
+            for i, rows in zip(changed, rounded)
+        ),  # fmt: skip
+    )
+
+
+def measure(
+    model: CapsNet,
+    test: LabelledSet,
+    iterations: Sequence[int] = ITERATIONS,
+    checkpoint_sha256: str = "",
+    on_batch: Callable[[int, int], None] | None = None,
+) -> RoutingMatters:
+    """`model` on every image of `test` at each number of routing iterations (single images only, not pairs)."""
+    if test.pairs is not None:
+        raise ValueError(f"{test.info.title} examples are pairs of digits: this measure is for single images")
+    lengths = iteration_lengths(model, test.images, iterations, on_batch=on_batch)  # (N, R, K)
+    return summarise(
+        lengths, test.labels, iterations, test.info.name, model.config.routing_iterations, checkpoint_sha256
+    )
+
+
+# ---------------------------------------------------------------- kept beside the checkpoint
+
+
+def sidecar_path(checkpoint_path: str | os.PathLike) -> Path:
+    """Where a checkpoint's summary is kept: `mnist.safetensors` -> `mnist.routing.json`, beside it."""
+    return Path(checkpoint_path).with_suffix(SUFFIX)
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """The SHA-256 of a file's bytes: what a kept summary is keyed by."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def read_kept(
+    checkpoint_path: str | os.PathLike, sha256: str, total: int, iterations: Sequence[int] = ITERATIONS
+) -> RoutingMatters | None:
+    """The kept summary of the checkpoint whose bytes hash to `sha256`, on `total` test images; None when there
+    is none to trust (missing, unreadable, damaged, or measured on another checkpoint or another test set)."""
+    try:
+        data = json.loads(read_regular_file(sidecar_path(checkpoint_path), MAX_FILE_BYTES))
+        result = RoutingMatters.from_dict(data)
+    except (OSError, FileReadError, ValueError, UnicodeDecodeError, RecursionError):
+        return None
+    same = result.checkpoint_sha256 == sha256 and result.total == total and result.iterations == tuple(iterations)
+    return result if same else None
+
+
+def keep(checkpoint_path: str | os.PathLike, result: RoutingMatters) -> Path:
+    """Write `result` beside its checkpoint, atomically; FileWriteError (one line) when it cannot be."""
+    path = sidecar_path(checkpoint_path)
+    write_json(path, result.to_dict())
+    return path
+
+
+def kept_or_measured(
+    checkpoint: Checkpoint, test: LabelledSet, on_batch: Callable[[int, int], None] | None = None
+) -> RoutingMatters:
+    """The checkpoint's kept summary on all of `test`, else measured now and kept (once per checkpoint)."""
+    sha256 = file_sha256(checkpoint.path)
+    kept = read_kept(checkpoint.path, sha256, len(test))
+    if kept is not None:
+        return kept
+    result = measure(checkpoint.model, test, checkpoint_sha256=sha256, on_batch=on_batch)
+    keep(checkpoint.path, result)
+    return result
+
+
+def describe(result: RoutingMatters) -> str:
+    """A few lines for a terminal: the accuracy at each r and how many answers change."""
+    lines = [f"{result.dataset}: {result.total:,} test images, trained with r = {result.trained_iterations}"]
+    for r, accuracy, differs in zip(result.iterations, result.accuracy, result.differs_from_first):
+        lines.append(f"  r = {r}: accuracy {100 * accuracy:.2f}%, answer differs from r = 1 on {differs:,}")
+    lines.append(f"  {len(result.changed):,} images change their answer between some two r")
+    return "\n".join(lines)

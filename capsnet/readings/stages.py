@@ -1,0 +1,210 @@
+"""The network stage by stage: every tensor's shape and parameter count, and what each stage computes on one input.
+
+Sabour, Frosst & Hinton (2017), figures 1 and 2. The shapes come from a `CapsNetConfig` alone, so a
+tiny or a MultiMNIST model is described as it is built:
+
+    input (1, 28, 28) -> Conv1 (256, 20, 20) -> PrimaryCaps 32 x 6 x 6 capsules of 8-D = (1152, 8)
+      -> votes u_hat_{j|i} = W_ij u_i, 1152 x 10 matrices 16x8: (10, 1152, 16)
+      -> routing by agreement -> DigitCaps (10, 16) -> decoder 160 -> 512 -> 1024 -> 784 = (1, 28, 28)
+
+`stages` lists them with their parameters (they add up to the model's own count); `read_stages`
+runs one forward pass that keeps every intermediate result, and `capsule_view` picks one primary
+capsule and one digit capsule out of it: the capsule's pose, length and receptive field, its
+matrix W_ij and the vote it casts, and its couplings in each routing iteration.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from capsnet.nn.capsnet import CapsNet
+from capsnet.nn.config import CapsNetConfig
+from capsnet.readings.agreement import (
+    PrimaryReading,
+    Votes,
+    first_primary,
+    primary_reading,
+    receptive_fields,
+    votes_from_trace,
+)
+
+STAGE_KEYS = ("input", "conv1", "primary", "votes", "routing", "decoder")
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage of the network: what it does, the tensor it outputs (per example) and its parameters."""
+
+    key: str  # one of STAGE_KEYS
+    title: str
+    operation: str  # what the stage does, in a few words
+    shape: tuple[int, ...]  # its output, per example
+    parameters: int
+    steps: tuple[tuple[str, tuple[int, ...]], ...]  # the tensors on the way, (name, shape), ending with the output
+
+
+def _conv_parameters(in_channels: int, out_channels: int, kernel: int) -> int:
+    return in_channels * out_channels * kernel * kernel + out_channels  # weights + one bias per output channel
+
+
+def stages(config: CapsNetConfig) -> tuple[Stage, ...]:
+    """The six stages of `config`'s network, input first; their `parameters` sum to the model's count."""
+    c = config
+    side = c.image_size - c.conv1_kernel + 1  # Conv1's output side: 20 for 28x28 inputs
+    g, n, k, d, p = c.primary_grid, c.num_primary, c.num_classes, c.digit_dim, c.primary_dim
+    widths = (k * d, *c.decoder_hidden, c.image_pixels)  # 160 -> 512 -> 1024 -> 784
+    decoder = sum(a * b + b for a, b in zip(widths[:-1], widths[1:]))  # fully connected layers, with biases
+    image = (c.in_channels, c.image_size, c.image_size)
+    return (
+        Stage("input", "Input", "the image, pixels in [0, 1]", image, 0, (("x", image),)),
+        Stage(
+            "conv1",
+            "Conv1",
+            f"{c.conv1_channels} kernels {c.conv1_kernel}x{c.conv1_kernel}, stride 1, ReLU",
+            (c.conv1_channels, side, side),
+            _conv_parameters(c.in_channels, c.conv1_channels, c.conv1_kernel),
+            (("x", image), ("feature maps a", (c.conv1_channels, side, side))),
+        ),
+        Stage(
+            "primary",
+            "PrimaryCaps",
+            f"{c.primary_kernel}x{c.primary_kernel} convolution, stride {c.primary_stride}, "
+            f"{c.primary_types} types x {g}x{g} positions of {p}-D capsules, squashed",
+            (n, p),
+            _conv_parameters(c.conv1_channels, c.primary_types * p, c.primary_kernel),
+            (
+                ("convolution", (c.primary_types * p, g, g)),
+                ("grouped in capsules", (c.primary_types, p, g, g)),
+                ("capsules u_i", (n, p)),
+            ),
+        ),
+        Stage(
+            "votes",
+            "Votes",
+            f"one {d}x{p} matrix W_ij per pair: {n:,} x {k} matrices",
+            (k, n, d),
+            n * k * d * p,
+            (("u_i", (p,)), ("W_ij", (d, p)), ("votes u_hat_{j|i}", (k, n, d))),
+        ),
+        Stage(
+            "routing",
+            "DigitCaps",
+            f"routing by agreement, {c.routing_iterations} iterations: no weights of its own",
+            (k, d),
+            0,
+            (("couplings c_ij", (n, k)), ("sums s_j", (k, d)), ("capsules v_j", (k, d)), ("lengths |v_j|", (k,))),
+        ),
+        Stage(
+            "decoder",
+            "Decoder",
+            "all capsules but one masked, then fully connected " + " -> ".join(f"{w:,}" for w in widths),
+            image,
+            decoder,
+            (
+                ("masked capsules", (k, d)),
+                *((f"layer {i + 1}", (w,)) for i, w in enumerate(widths[1:])),
+                ("x_hat", image),
+            ),
+        ),
+    )
+
+
+def parameter_count(config: CapsNetConfig, decoder: bool = True) -> int:
+    """The network's parameters, stage by stage: 8,215,568 for the paper's (6,804,224 without the decoder)."""
+    return sum(s.parameters for s in stages(config) if decoder or s.key != "decoder")
+
+
+# ---------------------------------------------------------------- one input, stage by stage
+
+
+@dataclass
+class StageReading:
+    """One input's forward pass with every intermediate result, as NumPy arrays."""
+
+    image: np.ndarray  # (H, W) the input
+    features: np.ndarray  # (C1, S, S) Conv1's feature maps, after the ReLU
+    primary: np.ndarray  # (N, P) the primary capsules u_i
+    votes: Votes  # u_hat_{j|i} (K, N, D), and c_ij, s_j, v_j of each routing iteration
+    lengths: np.ndarray  # (K,) |v_j|
+    prediction: int
+    masked: np.ndarray  # (K, D) the decoder's input: every capsule but the prediction's zeroed
+    reconstruction: np.ndarray  # (H, W)
+
+    @property
+    def poses(self) -> np.ndarray:
+        """(K, D) the digit capsules v_j after the last iteration."""
+        return self.votes.poses[-1]
+
+
+def read_stages(model: CapsNet, image: np.ndarray, iterations: int | None = None) -> StageReading:
+    """One forward pass of one image (H, W) in [0, 1] (model in eval mode) that keeps every stage's output."""
+    if model.training:
+        raise ValueError("read_stages needs the model in eval mode (call model.eval())")
+    c = model.config
+    pixels = np.asarray(image, dtype=np.float32)
+    if pixels.size != c.image_pixels:
+        raise ValueError(f"expected one {c.image_size}x{c.image_size} image, got shape {pixels.shape}")
+    x = torch.from_numpy(pixels.copy()).view(1, c.in_channels, c.image_size, c.image_size).to(model.device)
+    with torch.inference_mode():
+        out = model(x, routing_iterations=iterations, return_trace=True, return_primary=True, return_features=True)
+    assert out.trace is not None and out.primary is not None and out.features is not None
+    prediction = int(out.prediction[0])
+    poses = out.poses[0].float().cpu().numpy()  # (K, D)
+    masked = np.zeros_like(poses)
+    masked[prediction] = poses[prediction]
+    return StageReading(
+        image=pixels.reshape(c.image_size, c.image_size) if c.in_channels == 1 else pixels.reshape(x.shape[1:]),
+        features=out.features[0].float().cpu().numpy(),
+        primary=out.primary.poses[0].float().cpu().numpy(),
+        votes=votes_from_trace(out.trace, out.primary.lengths),
+        lengths=out.lengths[0].float().cpu().numpy(),
+        prediction=prediction,
+        masked=masked,
+        reconstruction=out.reconstruction[0].float().cpu().numpy().reshape(pixels.shape),
+    )
+
+
+def strongest_maps(features: np.ndarray, count: int) -> np.ndarray:
+    """The indices of the `count` feature maps (C, S, S) with the largest mean activation, strongest first."""
+    means = np.asarray(features, dtype=np.float32).mean(axis=(1, 2))  # (C,)
+    return np.argsort(-means, kind="stable")[: max(0, int(count))]
+
+
+@dataclass
+class CapsuleView:
+    """One primary capsule i, one digit capsule j, and what passes between them."""
+
+    primary: PrimaryReading  # i: its position, length, couplings and agreements (as the Routing page reads it)
+    pose: np.ndarray  # (P,) u_i
+    field: np.ndarray  # (H, W) bool: the input pixels it sees
+    window: tuple[int, int]  # the top-left corner (row, column) of the Conv1 window it reads, as wide as its kernel
+    digit: int  # j
+    weight: np.ndarray  # (D, P) W_ij
+    vote: np.ndarray  # (D,) u_hat_{j|i} = W_ij u_i, as the forward pass computed it
+    vote_lengths: np.ndarray  # (K,) |u_hat_{j|i}| of its votes for every digit capsule
+
+
+def capsule_view(model: CapsNet, reading: StageReading, capsule: int | None, digit: int | None) -> CapsuleView:
+    """Primary capsule `capsule` (None: `agreement.first_primary`) and digit capsule `digit` (None: the prediction) of a reading.
+
+    W_ij is read from the model; everything else comes from the reading's forward pass.
+    """
+    c = model.config
+    capsule = first_primary(reading.votes, reading.image, c) if capsule is None else int(capsule)
+    primary = primary_reading(reading.votes, c, capsule)
+    j = reading.prediction if digit is None else c.check_class(digit)
+    weight = model.digits.weight[capsule, j].detach().float().cpu().numpy()  # (D, P)
+    votes = reading.votes.votes  # (K, N, D)
+    return CapsuleView(
+        primary=primary,
+        pose=reading.primary[capsule],
+        field=receptive_fields(c)[primary.y, primary.x],
+        window=(primary.y * c.primary_stride, primary.x * c.primary_stride),
+        digit=j,
+        weight=weight,
+        vote=votes[j, capsule],
+        vote_lengths=np.linalg.norm(votes[:, capsule], axis=-1),
+    )

@@ -1,0 +1,129 @@
+"""How a training run computes on the hardware it finds: bf16 autocast, the fused Adam, compilation.
+
+Chosen at run time from what torch and oneDNN report about the machine, never hard-coded:
+- a CPU that computes bf16 natively (AVX512-BF16 or AMX, and oneDNN's bf16 kernels available)
+  trains under bf16 autocast, with squash and routing kept in float32 (`capsnet.nn.layers`);
+  a CPU without them (AVX2 only) stays in float32, where oneDNN emulates bf16 and a training
+  step is about 13x slower (`benchmarks/README.md`);
+- on a CPU, Adam's per-parameter updates run as one fused kernel (`Adam(fused=True)`);
+- CUDA keeps its path: bf16 autocast, `torch.compile`, and the default (foreach) Adam, which the
+  compiler handles.
+Every choice can be forced (`--amp`, `--fused-adam`, `--compile` and their `--no-` forms); the
+run's log and its args.json say what was chosen and why.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import asdict, dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class CpuFeatures:
+    """What this CPU offers a training step, as torch and oneDNN report it."""
+
+    capability: str  # torch.backends.cpu.get_cpu_capability(): "AVX512", "AVX2", "DEFAULT", ...
+    avx512_bf16: bool  # the AVX512-BF16 dot products
+    amx: bool  # Intel AMX tiles (bf16 matrix products)
+    onednn_bf16: bool  # oneDNN's bf16 kernels can run here (natively or emulated)
+
+    @property
+    def native_bf16(self) -> bool:
+        """bf16 computed in hardware: the case where autocast pays on a CPU."""
+        return (self.avx512_bf16 or self.amx) and self.onednn_bf16
+
+    def describe(self) -> str:
+        """'AVX2, no native bf16' or 'AVX512 with AVX512-BF16 and AMX'."""
+        native = [name for name, has in (("AVX512-BF16", self.avx512_bf16), ("AMX", self.amx)) if has]
+        if native:
+            return f"{self.capability} with {' and '.join(native)}"
+        return f"{self.capability}, no native bf16"
+
+
+def _probe(name: str) -> bool:
+    """A torch.cpu feature probe (`_is_avx512_bf16_supported`, ...); False where this torch lacks it."""
+    probe = getattr(torch.cpu, name, None)
+    try:
+        return bool(probe()) if probe is not None else False
+    except RuntimeError:
+        return False
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_features() -> CpuFeatures:
+    """This machine's CPU features (read once)."""
+    try:
+        capability = torch.backends.cpu.get_cpu_capability()
+    except (AttributeError, RuntimeError):
+        capability = "unknown"
+    try:
+        onednn_bf16 = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        onednn_bf16 = False
+    return CpuFeatures(
+        capability=capability,
+        avx512_bf16=_probe("_is_avx512_bf16_supported"),
+        amx=_probe("_is_amx_tile_supported"),
+        onednn_bf16=onednn_bf16,
+    )
+
+
+@dataclass(frozen=True)
+class Acceleration:
+    """The run-time choices of a training run, and why they were made."""
+
+    amp: bool  # bf16 autocast
+    fused_adam: bool  # Adam(fused=True)
+    compile: bool  # torch.compile
+    reason: str  # one sentence: the hardware and what followed from it
+
+    @property
+    def precision(self) -> str:
+        return "bf16 autocast" if self.amp else "float32"
+
+    def describe(self) -> str:
+        """'float32, fused Adam (AVX2, no native bf16)'."""
+        parts = [self.precision, "fused Adam" if self.fused_adam else "foreach Adam"]
+        if self.compile:
+            parts.append("torch.compile")
+        return f"{', '.join(parts)} ({self.reason})"
+
+    def to_dict(self) -> dict[str, bool | str]:
+        return asdict(self)
+
+
+def choose_acceleration(
+    device: torch.device,
+    amp: bool | None = None,
+    fused_adam: bool | None = None,
+    compile: bool | None = None,
+    features: CpuFeatures | None = None,
+) -> Acceleration:
+    """The choices for `device`: each None is decided from the hardware, a bool is kept as asked."""
+    if device.type == "cuda":
+        reason = "CUDA"
+        auto_amp, auto_fused, auto_compile = True, False, True
+    elif device.type == "cpu":
+        features = features or cpu_features()
+        reason = features.describe()
+        auto_amp, auto_fused, auto_compile = features.native_bf16, True, False
+    else:  # Apple MPS and others: as before, plain float32
+        reason = device.type.upper()
+        auto_amp, auto_fused, auto_compile = False, False, False
+    chosen = Acceleration(
+        amp=auto_amp if amp is None else amp,
+        fused_adam=auto_fused if fused_adam is None else fused_adam,
+        compile=auto_compile if compile is None else compile,
+        reason=reason,
+    )
+    forced = [n for n, v in (("amp", amp), ("fused Adam", fused_adam), ("compile", compile)) if v is not None]
+    if forced:
+        chosen = Acceleration(chosen.amp, chosen.fused_adam, chosen.compile, f"{reason}; {', '.join(forced)} as asked")
+    return chosen
+
+
+def make_adam(parameters, lr: float, fused: bool) -> torch.optim.Adam:
+    """Adam, fused into one kernel per step when `fused` (the parameters' device must support it)."""
+    return torch.optim.Adam(parameters, lr=lr, fused=True) if fused else torch.optim.Adam(parameters, lr=lr)

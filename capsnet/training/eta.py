@@ -1,0 +1,84 @@
+"""How long a training run will take on this machine, from a measured speed.
+
+The speed is what an earlier run of the same network on the same input size measured here
+(`images_per_s` in its metrics.jsonl, same precision), or, without one, a few training steps
+timed now on synthetic batches (`measure_speed`). Evaluation after each epoch is counted at
+three times the training speed (a forward pass without backward or update).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from capsnet.data.datasets import dataset_info
+from capsnet.device import pick_device
+from capsnet.nn.registry import network
+from capsnet.training.acceleration import choose_acceleration, make_adam
+from capsnet.training.options import TrainOptions
+from capsnet.training.step import training_step
+
+EVALUATION_SPEEDUP = 3.0  # a forward pass costs about a third of a training step
+
+
+@dataclass(frozen=True)
+class Speed:
+    images_per_s: float
+    source: str  # where the figure comes from, for the user: "run 2026-...-mnist" or "measured now"
+
+
+def _same_network(args: dict[str, Any], options: TrainOptions, amp: bool) -> bool:
+    try:
+        same_size = dataset_info(str(args.get("dataset"))).image_size == dataset_info(options.dataset).image_size
+    except (KeyError, ValueError):
+        return False
+    acceleration = args.get("acceleration") if isinstance(args.get("acceleration"), dict) else {}
+    return (
+        same_size
+        and args.get("model", "capsnet") == options.model
+        and args.get("preset") == options.preset
+        and acceleration.get("amp") == amp  # runs from before the choice was recorded are not compared
+    )
+
+
+def recorded_speed(runs: Iterable[Any], options: TrainOptions) -> Speed | None:
+    """The speed the newest matching run measured (`runs`: `capsnet.training.runs.RunSummary`s, newest first)."""
+    amp = choose_acceleration(pick_device(options.device), options.amp, options.fused_adam, options.compile).amp
+    for run in runs:
+        speeds = [m.get("images_per_s") for m in run.metrics]
+        speeds = [s for s in speeds if isinstance(s, (int, float)) and s > 0]
+        if speeds and _same_network(run.args, options, amp):
+            return Speed(float(statistics.median(speeds)), f"run {run.name}")
+    return None
+
+
+def measure_speed(options: TrainOptions, batch: int = 8, steps: int = 2) -> Speed:
+    """Time `steps` training steps of the run's network on synthetic batches (after one warm-up step)."""
+    device = pick_device(options.device)
+    info = dataset_info(options.dataset)
+    acceleration = choose_acceleration(device, options.amp, options.fused_adam, options.compile)
+    config = options.network_config()
+    model = network(options.model).build(config).to(device).train()
+    optimizer = make_adam(model.parameters(), options.lr, acceleration.fused_adam)
+    images = torch.rand(batch, 1, info.image_size, info.image_size, device=device)
+    labels = torch.randint(0, config.num_classes, (batch,), device=device)
+    times = []
+    for step in range(steps + 1):
+        start = time.perf_counter()
+        training_step(model, optimizer, images, labels, images, config, acceleration.amp)  # the trainer's own step
+        if step:
+            times.append(time.perf_counter() - start)
+    threads = torch.get_num_threads()
+    return Speed(batch / statistics.median(times), f"measured now on {threads} of {os.cpu_count()} cores")
+
+
+def estimate_seconds(options: TrainOptions, train_examples: int, test_examples: int, speed: Speed) -> float:
+    """The run's training and per-epoch evaluation time at `speed`."""
+    per_epoch = train_examples / speed.images_per_s + test_examples / (EVALUATION_SPEEDUP * speed.images_per_s)
+    return options.epochs * per_epoch

@@ -1,0 +1,106 @@
+"""A run's start: its folder (new, or the one to resume), held by one trainer, and its stored options.
+
+`prepare` makes or opens the run folder (rank 0 names a new one for every process), takes its lock
+(`RunFolder.lock`: one trainer per folder), refuses a folder that already holds a run unless asked
+to --resume, reads a resumed run's options and lineage, and writes args.json for a new run with the
+acceleration chosen for this machine. The trainer (`capsnet.training.trainer`) then builds and fits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from capsnet.checkpoints.checkpoint import read_checkpoint_info
+from capsnet.errors import CapsNetError
+from capsnet.nn.registry import AnyConfig, network
+from capsnet.training.acceleration import Acceleration
+from capsnet.training.distributed import Distributed, from_main
+from capsnet.training.options import TrainOptions
+from capsnet.training.run_folder import FolderLock, RunFolder, RunFolderError, new_run_dir, runs_root
+
+NETWORK_CONFIG = "network_config"  # args.json's record of the network as built
+
+
+@dataclass
+class Prepared:
+    """A run ready to build: its options (a resumed run's stored ones), folder and lineage."""
+
+    options: TrainOptions
+    folder: RunFolder
+    origin: dict[str, Any] | None  # the checkpoint an --init run started from
+    args: dict[str, Any]  # what args.json is to hold, written once the run's state has loaded
+    acceleration: Acceleration  # bf16 or float32, fused Adam, compile: chosen for this machine
+    lock: FolderLock | None = None  # the main process's hold on the folder, released by `train`
+    config: AnyConfig | None = (
+        None  # a resumed run's network config, as it was built (a warm start's differs from its preset)
+    )
+
+
+def prepare(options: TrainOptions, env: Distributed, acceleration: Acceleration) -> Prepared:
+    """The run folder (rank 0 names a new one for every process), and a resumed run's stored options.
+
+    args.json records `acceleration`, the choices made for this machine (a resume on another one
+    chooses again, and records that).
+    """
+    if options.out:
+        path = Path(options.out)
+        if env.is_main:
+            try:
+                path.mkdir(parents=True, exist_ok=True)
+            except OSError as error:
+                raise RunFolderError(f"cannot use {path} as the run folder: {error.strerror or error}") from None
+    else:
+        path = Path(from_main(str(new_run_dir(runs_root(), options.dataset)) if env.is_main else None, env))
+    folder = RunFolder(path)
+    lock = folder.lock() if env.is_main else None  # one trainer per folder, before anything in it is read or written
+    try:
+        return _prepare_locked(options, env, acceleration, folder, lock)
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+
+
+def _prepare_locked(
+    options: TrainOptions, env: Distributed, acceleration: Acceleration, folder: RunFolder, lock: FolderLock | None
+) -> Prepared:
+    if not options.resume and env.is_main and folder.holds_a_run():
+        stored = folder.read_args()
+        what = f" ({stored.get('dataset', '?')}, {len(folder.read_metrics())} epochs)" if stored else ""
+        raise RunFolderError(
+            f"{folder.path} already holds a run{what}: continue it with --resume, or choose another --out"
+        )
+    origin, config = None, None
+    if options.resume:
+        stored = folder.read_args()
+        if not stored:
+            raise CapsNetError(f"--resume: cannot read the run's {RunFolder.ARGS} in {folder.path}")
+        options = options.resumed_from(stored).validate()
+        origin = stored.get("started_from")
+        if origin is None and stored.get("init") and Path(stored["init"]).is_file():  # begun before origins were kept
+            origin = read_checkpoint_info(stored["init"])[1].as_origin(stored["init"])
+        args = stored | {"epochs": options.epochs, "acceleration": acceleration.to_dict()}  # a later resume reads these
+        config = _resumed_config(stored, folder, options)
+    else:
+        if options.init:
+            origin = read_checkpoint_info(options.init)[1].as_origin(options.init)
+        args = options.to_dict() | ({"started_from": origin} if origin else {})
+        args["acceleration"] = acceleration.to_dict()
+        if env.is_main:
+            folder.write_args(args)
+    return Prepared(options, folder, origin, args, acceleration, lock, config)
+
+
+def _resumed_config(stored: dict[str, Any], folder: RunFolder, options: TrainOptions) -> AnyConfig | None:
+    """The config a run's network was built with: args.json's, else (a run begun before args.json kept it) the
+    header of its checkpoint; None when neither exists (the run is rebuilt from its options)."""
+    kept = stored.get(NETWORK_CONFIG)
+    try:
+        if isinstance(kept, dict):
+            return network(options.model).from_dict(kept)
+        made = folder.checkpoint()
+        return read_checkpoint_info(made)[0] if made is not None else None
+    except ValueError as error:
+        raise CapsNetError(f"--resume: the network stored in {folder.path} cannot be rebuilt: {error}") from None

@@ -1,0 +1,385 @@
+"""A training run's folder: where its files are, and how they are read and written.
+
+    runs/<timestamp>-<dataset>/
+        args.json          the run's options (`TrainOptions.to_dict`), written when it starts
+        progress.json      live progress (`Progress`), rewritten about once a second
+        metrics.jsonl      one JSON line per epoch (`EpochRecord`)
+        last.safetensors   the model after the latest epoch
+        best.safetensors   the model with the best test accuracy so far
+        train_state.pt     optimizer, schedule and position, for --resume (tensors and numbers only)
+        watch.safetensors  the training window: a few fixed test images and the network's answers, per snapshot
+                           (`capsnet.training.watch`)
+        train.log          the trainer's output, when the dashboard started it
+        .lock              held (flock) by the trainer writing the folder: one trainer per folder
+        *.pending.safetensors  an epoch's checkpoints staged until its state is saved (see capsnet.training.checkpointer)
+
+The trainer writes these files and everything else reads them, through this module only: the
+names and the progress schema live here. Reading is tolerant (a file being written, missing, or
+from an older version gives defaults, never an exception). The runs root is an argument, else
+$CAPSNET_RUNS_DIR, else ./runs; folders are named from the clock and the dataset, never from user text.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal, TypedDict
+
+from capsnet.errors import CapsNetError
+from capsnet.files import append_jsonl, atomic_write, read_json, read_jsonl, write_json
+
+RUNS_ENV = "CAPSNET_RUNS_DIR"
+PROGRESS_EVERY_S = 1.0  # progress.json is rewritten at most this often (always on a status change)
+
+Status = Literal["starting", "running", "finished", "stopped", "failed"]
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _finite(value: Any) -> bool:
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and value == value
+        and abs(value) != float("inf")
+    )
+
+
+class RunFolderError(CapsNetError):
+    """A run folder could not be created."""
+
+
+class EpochRecord(TypedDict, total=False):
+    """One line of metrics.jsonl."""
+
+    epoch: int
+    train_loss: float
+    train_accuracy: float
+    train_images: int
+    test_loss: float
+    test_accuracy: float
+    lr: float
+    seconds: float
+    images_per_s: float
+    val_loss: float  # with --val-size: on the training images held out
+    val_accuracy: float
+
+
+_NUMERIC = frozenset(EpochRecord.__annotations__)  # every field of a metrics line is a number
+
+
+@dataclass
+class Progress:
+    """progress.json: where a run is, for other processes (the dashboard's sidebar and runs page)."""
+
+    status: Status = "starting"
+    pid: int = 0
+    dataset: str = ""
+    epochs: int = 0  # the epochs the run goes to
+    epoch: int = 0  # the epoch in progress, from 1
+    batches: int = 0  # batches per epoch (per process)
+    batch: int = 0  # batches done in this epoch
+    started: float = 0.0  # time.time() at the start of this process
+    updated: float = 0.0
+    loss: float | None = None  # running means over this epoch
+    accuracy: float | None = None
+    images_per_s: float | None = None
+    eta_s: float | None = None
+    best_accuracy: float | None = None
+    reason: str = ""  # why a failed run failed, in one line
+
+    @property
+    def fraction_done(self) -> float:
+        """How much of the whole run is done, in [0, 1]."""
+        total = self.epochs * self.batches
+        return min(max(((self.epoch - 1) * self.batches + self.batch) / total, 0.0), 1.0) if total else 0.0
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Progress | None:
+        """Read tolerantly: a field of the wrong type keeps its default; not an object gives None."""
+        if not isinstance(data, dict):
+            return None
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            value, default = data.get(f.name), f.default
+            numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if isinstance(default, str) and isinstance(value, str):
+                values[f.name] = value
+            elif isinstance(default, int) and numeric:
+                values[f.name] = int(value)
+            elif (isinstance(default, float) or default is None) and numeric:
+                values[f.name] = float(value)
+        if values.get("status") not in ("starting", "running", "finished", "stopped", "failed"):
+            values.pop("status", None)
+        return cls(**values)
+
+
+@dataclass
+class RunFolder:
+    """One run's folder and its files."""
+
+    path: Path
+
+    ARGS = "args.json"
+    PROGRESS = "progress.json"
+    METRICS = "metrics.jsonl"
+    LAST = "last.safetensors"
+    BEST = "best.safetensors"
+    STATE = "train_state.pt"
+    LOG = "train.log"
+    LOCK = ".lock"
+    WATCH = "watch.safetensors"  # the training window's snapshots (`capsnet.training.watch`)
+    RUN_FILES = (METRICS, STATE, LAST, BEST)  # what a run that has trained leaves: never overwritten but by --resume
+
+    @staticmethod
+    def pending(name: str) -> str:
+        """The staged form of a checkpoint's file name: last.pending.safetensors."""
+        stem, _, suffix = name.partition(".")
+        return f"{stem}.pending.{suffix}"
+
+    def __post_init__(self) -> None:
+        self.path = Path(self.path)
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    def file(self, name: str) -> Path:
+        return self.path / name
+
+    @property
+    def state_path(self) -> Path:
+        return self.path / self.STATE
+
+    @property
+    def log_path(self) -> Path:
+        return self.path / self.LOG
+
+    def looks_like_a_run(self) -> bool:
+        """Whether the folder holds any of a run's files."""
+        markers = (self.ARGS, self.PROGRESS, self.METRICS, self.LOG, "request.json")
+        return self.path.is_dir() and any((self.path / m).exists() for m in markers)
+
+    # ------------------------------------------------------------ reading
+
+    def read_progress(self) -> Progress | None:
+        try:
+            return Progress.from_dict(read_json(self.path / self.PROGRESS))
+        except (OSError, ValueError):
+            return None
+
+    def read_metrics(self) -> list[EpochRecord]:
+        """The epochs' records, each with a whole `epoch` >= 1; a field of the wrong type is left out of its record
+        (a hand-edited or damaged file costs those values, never its reader)."""
+        records: list[EpochRecord] = []
+        for raw in read_jsonl(self.path / self.METRICS):
+            if not isinstance(raw, dict) or not _whole(raw.get("epoch")) or raw["epoch"] < 1:
+                continue
+            record = {k: v for k, v in raw.items() if k in _NUMERIC and _finite(v)}
+            records.append(record)  # type: ignore[arg-type]
+        return records
+
+    def read_args(self) -> dict[str, Any]:
+        """args.json as stored ({} if absent or unreadable); `TrainOptions.from_dict` makes options of it.
+
+        A run started by an older dashboard that failed before its trainer wrote args.json has
+        the dashboard's request.json instead.
+        """
+        for name in (self.ARGS, "request.json"):
+            try:
+                data = read_json(self.path / name)
+            except (OSError, ValueError):
+                continue
+            if isinstance(data, dict):
+                return data
+        return {}
+
+    def checkpoint(self) -> Path | None:
+        """The run's best model (or its latest), if an epoch has finished."""
+        for name in (self.BEST, self.LAST):
+            if (self.path / name).is_file():
+                return self.path / name
+        return None
+
+    def has_state(self) -> bool:
+        return (self.path / self.STATE).is_file()
+
+    def holds_a_run(self) -> bool:
+        """Whether a run has trained here (metrics, a state or checkpoints): args.json alone is a run not yet begun."""
+        return any((self.path / name).exists() for name in self.RUN_FILES)
+
+    def log_tail(self, lines: int = 40, max_bytes: int = 64_000) -> str:
+        """The last `lines` lines of train.log ('' if it has none)."""
+        try:
+            with open(self.path / self.LOG, "rb") as handle:
+                handle.seek(0, os.SEEK_END)
+                handle.seek(max(0, handle.tell() - max_bytes))
+                text = handle.read().decode("utf-8", errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    # ------------------------------------------------------------ writing
+
+    def write_args(self, args: dict[str, Any]) -> None:
+        write_json(self.path / self.ARGS, args)
+
+    def append_metrics(self, record: EpochRecord) -> None:
+        append_jsonl(self.path / self.METRICS, dict(record))
+
+    def write_metrics(self, records: list[EpochRecord]) -> None:
+        """Replace metrics.jsonl with `records`, atomically (a resume reconciling it with the saved state)."""
+        text = "".join(json.dumps(dict(r)) + "\n" for r in records)
+        atomic_write(self.path / self.METRICS, lambda handle: handle.write(text.encode()))
+
+    def remove_stale_temporaries(self) -> list[Path]:
+        """Delete the temporary files of writes a killed trainer never finished (`.<name>.<random>.tmp`)."""
+        removed = []
+        for stale in self.path.glob(".*.tmp"):
+            try:
+                stale.unlink()
+                removed.append(stale)
+            except OSError:
+                pass
+        return removed
+
+    def lock(self) -> FolderLock:
+        """Take the folder's lock, held until released or the process ends (even by kill -9); RunFolderError if
+        another trainer holds it."""
+        return FolderLock.take(self.path / self.LOCK)
+
+    def write_progress(self, progress: Progress) -> None:
+        write_json(self.path / self.PROGRESS, dataclasses.asdict(progress))
+
+
+class FolderLock:
+    """An exclusive lock on a run folder: `flock` on its .lock file (released by the OS with the process)."""
+
+    def __init__(self, handle: Any) -> None:
+        self._handle = handle
+
+    @classmethod
+    def take(cls, path: Path) -> FolderLock:
+        try:
+            import fcntl
+        except ImportError:  # Windows: no advisory locks; one trainer per folder is then up to the user
+            return cls(None)
+        try:
+            handle = open(path, "a+", encoding="utf-8")
+        except OSError as error:
+            raise RunFolderError(f"cannot write {path}: {error.strerror or error}") from None
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.seek(0)
+            holder = handle.read().strip()[:20]
+            handle.close()
+            raise RunFolderError(
+                f"{path.parent} is in use by another training process{f' (pid {holder})' if holder else ''}: "
+                "wait for it to finish or stop it, or choose another --out"
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(str(os.getpid()))
+        handle.flush()
+        return cls(handle)
+
+    def release(self) -> None:
+        if self._handle is not None:
+            self._handle.close()  # closing the file releases the flock
+            self._handle = None
+
+
+@dataclass
+class ProgressWriter:
+    """Keeps a run's `Progress` and rewrites progress.json at most every PROGRESS_EVERY_S (at once when forced)."""
+
+    folder: RunFolder
+    progress: Progress
+    enabled: bool = True  # only one process of a distributed run writes
+    last: float = field(default=0.0, init=False)
+
+    def update(self, force: bool = False, **fields: Any) -> None:
+        self.progress = dataclasses.replace(self.progress, **fields)
+        now = time.time()
+        if self.enabled and (force or now - self.last >= PROGRESS_EVERY_S):
+            self.last = now
+            self.progress.updated = now
+            self.folder.write_progress(self.progress)
+
+    def batch_done(
+        self,
+        batch: int,
+        loss: float,
+        accuracy: float,
+        speed: float,
+        *,
+        epoch: int,
+        done_before: int,
+        images_left: int,
+        batch_size: int,
+    ) -> None:
+        """After `batch` batches of epoch `epoch` (from 1) in this process, plus `done_before` from before a resume.
+
+        `images_left`: the images of the epochs after this one; `speed` in images/s over all processes.
+        """
+        done = done_before + batch
+        remaining = (self.progress.batches - done) * batch_size + images_left
+        self.update(
+            epoch=epoch,
+            batch=done,
+            loss=loss,
+            accuracy=accuracy,
+            images_per_s=speed,
+            eta_s=remaining / max(speed, 1e-9),
+        )
+
+
+# ---------------------------------------------------------------- the runs root
+
+
+def runs_root(root: str | os.PathLike | None = None) -> Path:
+    """The runs folder: `root`, else $CAPSNET_RUNS_DIR, else ./runs."""
+    return Path(root or os.environ.get(RUNS_ENV) or "runs")
+
+
+def new_run_dir(root: str | os.PathLike, dataset: str) -> Path:
+    """Create and return `root/<timestamp>-<dataset>`, with a suffix if a run took that name this second."""
+    root = Path(root)
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    for suffix in [""] + [f"-{n}" for n in range(2, 100)]:
+        run_dir = root / f"{stamp}-{dataset}{suffix}"
+        try:
+            run_dir.mkdir(parents=True)
+            return run_dir
+        except FileExistsError:
+            continue
+        except OSError as error:
+            raise RunFolderError(f"cannot create a run folder in {root}: {error.strerror or error}") from None
+    raise RunFolderError(f"could not create a new run folder in {root}")
+
+
+def run_folders(root: str | os.PathLike | None = None) -> list[RunFolder]:
+    """Every run folder in the runs root, newest first (by modification time, then name)."""
+    root = runs_root(root)
+    try:
+        entries = [p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")]
+    except OSError:
+        return []
+    folders = [RunFolder(p) for p in entries]
+    folders = [f for f in folders if f.looks_like_a_run()]
+
+    def newest(folder: RunFolder) -> tuple[float, str]:
+        try:
+            return folder.path.stat().st_mtime, folder.name
+        except OSError:
+            return 0.0, folder.name
+
+    return sorted(folders, key=newest, reverse=True)

@@ -1,0 +1,32 @@
+"""One optimisation step, the same for the trainer, the time estimate and the benchmarks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from capsnet.nn.registry import AnyConfig, network_of
+
+
+def training_step(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    targets: torch.Tensor,
+    config: AnyConfig,
+    amp: bool,
+) -> tuple[Any, Any]:
+    """One optimisation step: forward (bf16 autocast if `amp`), the network's loss, backward, update.
+
+    `targets` are what the reconstructions are compared with: the images, or MultiMNIST's digits alone.
+    Returns the model's output and the `CapsuleLoss`, still on the device.
+    """
+    with torch.autocast(images.device.type, dtype=torch.bfloat16, enabled=amp):
+        out = model(images, labels)
+        loss = network_of(config).loss(out, targets, labels, config)
+    optimizer.zero_grad(set_to_none=True)
+    loss.total.backward()
+    optimizer.step()
+    return out, loss
