@@ -1,7 +1,7 @@
 """The CNN beside the CapsNet: the baseline for the open model's dataset, and robustness curves of both.
 
 The baseline is the shipped `checkpoints/baselines/<dataset>-cnn.safetensors`, else the newest
-CNN run on that dataset (`capsnet.checkpoints.catalog.baseline_for`), loaded once per file with
+CNN run on that dataset (`capsnet.training.catalog.baseline_for`), loaded once per file with
 `st.cache_resource`. Robustness is the test accuracy with every test image turned (or scaled)
 alike, one cached point per (model, setting) and persisted on disk, so each model's curves are
 measured once, a point at a time under a progress bar, and then read back at once.
@@ -19,10 +19,10 @@ import numpy as np
 import streamlit as st
 import torch
 
-from capsnet.checkpoints import catalog
 from capsnet.checkpoints.checkpoint import Checkpoint, CheckpointError, load_checkpoint
 from capsnet.nn.cnn import CNNConfig
 from capsnet.readings import affnist, claims
+from capsnet.training import catalog
 from dashboard import models, state
 
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from capsnet.checkpoints.catalog import CheckpointEntry
 from capsnet.data.datasets import DATASETS, dataset_info
 from capsnet.nn.config import MAX_ROUTING_ITERATIONS
+from capsnet.training.catalog import CheckpointEntry
 from dashboard import guards, state, widgets
 
 APPLIED = "url_applied"  # the session's first run has read its link

@@ -21,7 +21,6 @@ import numpy as np
 import streamlit as st
 import torch
 
-from capsnet.checkpoints import catalog
 from capsnet.checkpoints.checkpoint import Checkpoint, CheckpointError, load_checkpoint
 from capsnet.checkpoints.header import CheckpointInfo
 from capsnet.data.datasets import (
@@ -43,6 +42,7 @@ from capsnet.readings import stages as arch
 from capsnet.readings.agreement import Votes
 from capsnet.readings.equivariance import Transform, TransformedReading
 from capsnet.readings.novelty import NoveltyThresholds, thresholds_for
+from capsnet.training import catalog
 from dashboard import state
 
 MNIST_DIGITS = [str(d) for d in range(10)]

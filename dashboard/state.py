@@ -15,9 +15,8 @@ import streamlit as st
 import torch
 from threadpoolctl import threadpool_limits
 
-from capsnet.checkpoints import catalog
 from capsnet.device import inference_threads
-from capsnet.training import run_folder
+from capsnet.training import catalog, run_folder
 
 # session-state keys shared by the pages
 MODEL_PATH = "model_path"  # the chosen checkpoint (str), or None

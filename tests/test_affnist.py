@@ -144,8 +144,8 @@ def test_train_on_mnist_40_and_measure_on_the_affnist_like_set(data_dir: Path, t
         assert line["examples"] == 200 and 0 <= line["affnist_like_accuracy"] <= 1
         assert line["moved_mnist_accuracy"] > 0.2, lines  # twice chance: both learned from digits anywhere on 40x40
     # an export keeps the affNIST-like figure in the header, and the affine verdict reads it from there
-    from capsnet.checkpoints.export import export_checkpoint
     from capsnet.readings.claims import verdict
+    from capsnet.training.export import export_checkpoint
 
     exported = {}
     for model, run in runs.items():

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from capsnet.checkpoints import catalog
 from capsnet.checkpoints.checkpoint import save_checkpoint
 from capsnet.files import write_json
 from capsnet.nn.capsnet import CapsNet
 from capsnet.nn.config import CapsNetConfig
+from capsnet.training import catalog
 
 INFO = {"dataset": "mnist", "dataset_title": "MNIST", "test_accuracy": 0.991, "epochs": 30}
 

@@ -65,8 +65,8 @@ def test_the_verdict_follows_the_figures(tmp_path: Path) -> None:
 def test_learning_rates_chosen_on_validation_are_equal_terms(tmp_path: Path) -> None:
     """Two networks whose learning rates differ are on equal terms when each was the best of the same candidates on
     its own validation split (export --lr-search records it); the record is refused for a run without validation."""
-    from capsnet.checkpoints.export import record_lr_search
     from capsnet.errors import CapsNetError
+    from capsnet.training.export import record_lr_search
 
     caps, cnn = (load_checkpoint(p, architectures=("capsnet", "cnn")) for p in SHIPPED)
     paths = []

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from capsnet.checkpoints.export import lineage_metrics
+from capsnet.training.export import lineage_metrics
 
 
 def write_log(path: Path, epochs: range, **extra: object) -> None:

@@ -150,7 +150,7 @@ def test_train_and_evaluate_multimnist_from_the_cli(data_dir: Path, tmp_path: Pa
         wrong = subprocess.run([sys.executable, *command], capture_output=True, text=True, timeout=120,
                                env=os.environ.copy())  # fmt: skip
         assert wrong.returncode == 2 and len(wrong.stderr.strip().splitlines()) == 1, wrong.stderr  # one line
-    from capsnet.checkpoints.export import export_checkpoint
+    from capsnet.training.export import export_checkpoint
 
     info = export_checkpoint(run / "best.safetensors", tmp_path / "out" / "multimnist.safetensors", device="cpu",
                              test_pairs=400)  # fmt: skip

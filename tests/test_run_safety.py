@@ -255,7 +255,7 @@ def test_predict_reads_regular_files_only_and_goes_on_without_a_cache(
 
 
 def test_export_with_a_damaged_metrics_line_keeps_the_good_lines(tiny_run: Path, tmp_path: Path) -> None:
-    from capsnet.checkpoints.export import export_checkpoint
+    from capsnet.training.export import export_checkpoint
 
     run = tmp_path / "run"
     shutil.copytree(tiny_run, run)

@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from capsnet.checkpoints import catalog
 from capsnet.files import write_json
-from capsnet.training import run_folder, runs
+from capsnet.training import catalog, run_folder, runs
 from capsnet.training.options import TrainOptions
 from capsnet.training.run_folder import RunFolder
 from capsnet.training.runs import RunInProgressError

@@ -270,7 +270,7 @@ def test_torchrun_with_two_processes(data_dir: Path, tmp_path: Path) -> None:
 
 
 def test_export_stores_float16_and_the_accuracy_of_the_exported_file(tiny_checkpoint: Path, tmp_path: Path) -> None:
-    from capsnet.checkpoints.export import export_checkpoint
+    from capsnet.training.export import export_checkpoint
 
     target = tmp_path / "mnist.safetensors"
     info = export_checkpoint(tiny_checkpoint, target, device="cpu")

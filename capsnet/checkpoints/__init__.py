@@ -1,2 +1,4 @@
-"""Checkpoints: safetensors files that describe themselves (save, load, the typed header), the export that ships
-one, and the catalogue of those a user can open."""
+"""Checkpoints: safetensors files that describe themselves: save (atomic), load (never runs code), the typed header.
+
+Shipping one (`capsnet.training.export`) and listing those a user can open (`capsnet.training.catalog`) are training's.
+"""

@@ -1,12 +1,12 @@
-"""`python -m capsnet export`: the command line of `capsnet.checkpoints.export`."""
+"""`python -m capsnet export`: the command line of `capsnet.training.export`."""
 
 from __future__ import annotations
 
 import json
 import sys
 
-from capsnet.checkpoints.export import calibrate_checkpoint, export_checkpoint, record_lr_search
 from capsnet.errors import ArgumentParser, run_cli
+from capsnet.training.export import calibrate_checkpoint, export_checkpoint, record_lr_search
 
 
 def main(argv: list[str] | None = None) -> int:

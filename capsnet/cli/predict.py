@@ -17,13 +17,13 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from capsnet.checkpoints.catalog import default_checkpoint, list_checkpoints
 from capsnet.checkpoints.checkpoint import Checkpoint, load_checkpoint
 from capsnet.data.preprocess import as_model_input, preprocess_upload
 from capsnet.device import pick_device
 from capsnet.errors import ArgumentParser, CapsNetError, run_cli
 from capsnet.files import read_regular_file
 from capsnet.readings.novelty import NoveltyThresholds, thresholds_for
+from capsnet.training.catalog import default_checkpoint, list_checkpoints
 
 PROG = "python -m capsnet predict"
 
