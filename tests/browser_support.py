@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from capsnet.training.runs import LOCK_NAME
+
 REPO = Path(__file__).resolve().parent.parent
 APP = REPO / "dashboard" / "app.py"
 
@@ -176,11 +178,11 @@ def stop_training(runs_dir: Path, timeout_s: float = 30.0) -> None:
     Only a process whose command line names this temporary runs folder is signalled.
     """
     try:
-        pid = int(json.loads((runs_dir / ".active.json").read_text()).get("pid") or 0)
+        pid = int(json.loads((runs_dir / LOCK_NAME).read_text()).get("pid") or 0)
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
     except (OSError, ValueError, AttributeError):
         return
-    if pid <= 1 or b"capsnet.training.trainer" not in cmdline or str(runs_dir).encode() not in cmdline:
+    if pid <= 1 or b"-m capsnet train" not in cmdline or str(runs_dir).encode() not in cmdline:
         return
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:

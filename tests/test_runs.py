@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -15,7 +16,7 @@ import pytest
 from capsnet.files import write_json
 from capsnet.training import catalog, run_folder, runs
 from capsnet.training.options import TrainOptions
-from capsnet.training.run_folder import RunFolder
+from capsnet.training.run_folder import FolderLock, RunFolder
 from capsnet.training.runs import RunInProgressError
 from dashboard.train_form import form_options
 
@@ -109,27 +110,50 @@ def test_one_run_at_a_time_and_cancel(root: Path, fake_python: str) -> None:
         stopped = runs.cancel_run(root)
     assert stopped is not None and stopped.pid == run.pid
     assert wait_for(lambda: runs.active_run(root) is None, 10)
-    assert not (root / runs.LOCK_NAME).exists()  # cleared once the process is gone
+    assert not FolderLock.held(root / runs.LOCK_NAME)  # released by the OS once the process is gone
     assert runs.cancel_run(root) is None
 
 
-def test_a_stale_lock_is_cleared(root: Path, fake_python: str) -> None:
+def test_a_killed_trainer_frees_the_machine_at_once(root: Path, fake_python: str) -> None:
+    """kill -9 runs no clean-up: the operating system releases the flock, so the next start is not refused."""
+    run = runs.start_run(TrainOptions(epochs=1), root, python=fake_python)
+    assert FolderLock.held(root / runs.LOCK_NAME)  # the dashboard let go of its copy: the trainer holds it
+    os.kill(run.pid, signal.SIGKILL)
+    assert wait_for(lambda: runs.active_run(root) is None, 10)
+    again = runs.start_run(TrainOptions(epochs=1), root, python=fake_python)
+    assert runs.active_run(root).pid == again.pid
+    runs.cancel_run(root)
+    assert wait_for(lambda: runs.active_run(root) is None, 10)
+
+
+def test_a_lock_file_that_no_process_holds_is_no_run(root: Path, fake_python: str) -> None:
+    """What the file says (a dead trainer's pid, or this live process's: a recycled pid) counts only while a
+    process holds the lock."""
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     root.mkdir()
-    write_json(root / runs.LOCK_NAME, {"pid": dead.pid, "run": "old", "dataset": "mnist", "started": 0})
-    assert runs.active_run(root) is None
-    assert not (root / runs.LOCK_NAME).exists()
+    for pid in (dead.pid, os.getpid()):
+        write_json(root / runs.LOCK_NAME, {"pid": pid, "run": "old", "dataset": "mnist", "started": 0})
+        assert runs.active_run(root) is None
     run = runs.start_run(TrainOptions(epochs=1), root, python=fake_python)
     runs.cancel_run(root)
     assert wait_for(lambda: runs.active_run(root) is None, 10), run
 
 
-def test_a_lock_held_by_another_program_is_not_a_trainer(root: Path) -> None:
-    """A recycled pid (some other live process) does not keep the machine busy."""
-    root.mkdir()
-    write_json(root / runs.LOCK_NAME, {"pid": os.getpid(), "run": "old", "dataset": "mnist", "started": 0})
-    assert runs.active_run(root) is None
+def test_a_command_line_run_holds_its_folder(root: Path) -> None:
+    """A run started from the command line counts while its trainer holds its folder's lock, and not after."""
+    folder = make_run(root, "cli-run", {"status": "running", "pid": os.getpid()})
+    assert runs.active_run(root) is None  # progress.json says running, but no trainer holds the folder
+    lock = RunFolder(folder).lock()
+    try:
+        active = runs.active_run(root)
+        assert active is not None and active.name == "cli-run" and not active.from_dashboard
+        assert runs.read_run(folder, root).status == "running"
+        with pytest.raises(RunInProgressError, match="started from the command line"):
+            runs.start_run(TrainOptions(epochs=1), root, python=sys.executable)
+    finally:
+        lock.release()
+    assert runs.active_run(root) is None and runs.read_run(folder, root).status == "failed"
 
 
 def make_run(root: Path, name: str, progress: dict | None, epochs_done: int = 0, log: str = "") -> Path:

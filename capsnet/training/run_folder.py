@@ -255,6 +255,10 @@ class RunFolder:
         another trainer holds it."""
         return FolderLock.take(self.path / self.LOCK)
 
+    def in_use(self) -> bool:
+        """Whether a trainer holds the folder's lock now (a killed one never does: the OS released it)."""
+        return FolderLock.held(self.path / self.LOCK)
+
     def write_progress(self, progress: Progress) -> None:
         write_json(self.path / self.PROGRESS, dataclasses.asdict(progress))
 
@@ -295,6 +299,25 @@ class FolderLock:
         if self._handle is not None:
             self._handle.close()  # closing the file releases the flock
             self._handle = None
+
+    @staticmethod
+    def held(path: Path) -> bool:
+        """Whether some process holds the `flock` on `path` (False for a missing file, and where flock does not exist)."""
+        try:
+            import fcntl
+        except ImportError:
+            return False
+        try:
+            handle = open(path, "rb")
+        except OSError:
+            return False
+        with handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)  # shared: two readers never refuse each other
+            except OSError:
+                return True
+            fcntl.flock(handle, fcntl.LOCK_UN)
+            return False
 
 
 @dataclass

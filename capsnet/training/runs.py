@@ -2,10 +2,11 @@
 
 A run is `python -m capsnet train ... --out <runs root>/<timestamp>-<dataset>` started as a
 detached process (its own session, output to the run folder's train.log), so a page switch or a
-closed browser tab never stops it. One run at a time per machine: `<runs root>/.active.json`
-holds the pid and folder of the run the dashboard started; it is created atomically (O_CREAT |
-O_EXCL), and a lock whose process has died is cleared by the next reader. A run started from the
-command line into the same root also counts as running (its progress.json names a live pid).
+closed browser tab never stops it. One run at a time per machine: the run the dashboard started
+holds `<runs root>/.active.lock` (`flock`, taken before the run folder is made and inherited by the
+trainer), which the operating system releases when the trainer ends, even by kill -9; the file
+says which run holds it. A run started from the command line into the same root also counts as
+running: its trainer holds its own folder's lock (`capsnet.training.run_folder.FolderLock`).
 
 What a run folder holds, and how it is read, is `capsnet.training.run_folder`; this module only adds
 what needs the processes: whether a run is alive, and so what its status really is.
@@ -22,19 +23,25 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from capsnet.device import pick_device
 from capsnet.errors import CapsNetError
-from capsnet.files import write_json
 from capsnet.nn.registry import Network, network
 from capsnet.training.options import TrainOptions
-from capsnet.training.run_folder import EpochRecord, Progress, RunFolder, new_run_dir, run_folders, runs_root
+from capsnet.training.run_folder import (
+    EpochRecord,
+    FolderLock,
+    Progress,
+    RunFolder,
+    new_run_dir,
+    run_folders,
+    runs_root,
+)
 
-LOCK_NAME = ".active.json"
-STARTUP_GRACE_S = 15.0  # a lock being written is not stale for this long
+LOCK_NAME = ".active.lock"  # flock'ed while the dashboard's run lives; it holds JSON saying which run that is
 
-_CHILDREN: dict[int, subprocess.Popen] = {}  # processes this interpreter started, to read their exit code
+_CHILDREN: dict[int, subprocess.Popen] = {}  # processes this interpreter started, reaped once they end
 
 
 class RunError(CapsNetError):
@@ -45,123 +52,53 @@ class RunInProgressError(RunError):
     """Another training run is already going on this machine."""
 
 
-# ---------------------------------------------------------------- processes
-
-
-def pid_alive(pid: int | None) -> bool:
-    """Whether process `pid` exists and is not a zombie (our own finished children are reaped here)."""
-    if not pid or pid <= 0:
-        return False
-    child = _CHILDREN.get(pid)
-    if child is not None:
-        if child.poll() is None:
-            return True
-        return False
-    if hasattr(os, "WNOHANG"):
-        try:
-            done, _ = os.waitpid(pid, os.WNOHANG)
-            if done == pid:
-                return False  # our child, just finished: now reaped
-            return True  # our child, still running
-        except ChildProcessError:
-            pass  # not our child
-        except OSError:
-            pass
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # exists, owned by someone else
-    except OSError:
-        return False
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat.rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
-
-
-def is_trainer(pid: int) -> bool:
-    """Whether `pid` runs the trainer (guards against a recycled pid). True where /proc cannot tell."""
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return sys.platform != "linux" and pid_alive(pid)
-    return b"capsnet\0train\0" in cmdline or b"capsnet.cli.train" in cmdline or b"capsnet-train" in cmdline
-
-
-def _trainer_alive(pid: int | None) -> bool:
-    return bool(pid) and pid_alive(pid) and is_trainer(int(pid))  # type: ignore[arg-type]
-
-
 # ---------------------------------------------------------------- the lock
 
 
 @dataclass
 class ActiveRun:
-    """The run that holds the machine."""
+    """The run that holds the machine (pid 0: a run being started, whose trainer has no pid yet)."""
 
     pid: int
     run_dir: Path
     dataset: str
     started: float
-    from_dashboard: bool = True  # False: a command-line run found through its progress.json
+    from_dashboard: bool = True  # False: a command-line run found through its run folder's lock
 
     @property
     def name(self) -> str:
         return self.run_dir.name
 
 
-def _read_lock(lock: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(lock.read_text(encoding="utf-8"))
-        return data if isinstance(data, dict) else None
-    except FileNotFoundError:
-        raise
-    except (OSError, ValueError):
-        return None
+def _reap() -> None:
+    """Collect the exit status of the trainers this process started and that have ended (no zombies left)."""
+    for pid, child in list(_CHILDREN.items()):
+        if child.poll() is not None:
+            del _CHILDREN[pid]
 
 
 def active_run(root: str | os.PathLike | None = None, include_external: bool = True) -> ActiveRun | None:
-    """The run now going on in this runs root, or None. Clears a stale lock (its process is gone).
+    """The run now going on in this runs root, or None.
 
-    With `include_external`, a run started from the command line (no lock, but a
-    progress.json with status running and a live trainer pid) counts too.
+    The dashboard's run holds `<root>/.active.lock` (`flock`): taken as the run starts, inherited by the trainer,
+    released by the operating system when the trainer ends, however it ends. With `include_external`, a run
+    started from the command line into the root counts too: its trainer holds its folder's lock.
     """
+    _reap()
     root = runs_root(root)
     lock = root / LOCK_NAME
-    try:
-        data = _read_lock(lock)
-    except FileNotFoundError:
-        data = None
-        lock_exists = False
-    else:
-        lock_exists = True
-    if lock_exists:
-        if data is None:  # being written right now, or garbage
-            try:
-                age = time.time() - lock.stat().st_mtime
-            except FileNotFoundError:
-                age = 0.0
-            if age < STARTUP_GRACE_S:
-                return ActiveRun(pid=0, run_dir=root / "(starting)", dataset="", started=time.time())
-            _remove_stale(lock, data)
-        else:
-            pid = int(data.get("pid") or 0)
-            starting = data.get("starting") and pid_alive(pid)  # the dashboard that is starting it
-            if starting or _trainer_alive(pid):
-                return ActiveRun(
-                    pid=pid,
-                    run_dir=root / str(data.get("run", "")),
-                    dataset=str(data.get("dataset", "")),
-                    started=float(data.get("started") or 0.0),
-                )
-            _remove_stale(lock, data)
+    if FolderLock.held(lock):
+        data = _lock_says(lock)
+        return ActiveRun(
+            pid=_count(data.get("pid")),
+            run_dir=root / (str(data.get("run") or "") or "(starting)"),
+            dataset=str(data.get("dataset") or ""),
+            started=float(data.get("started") or 0.0) if isinstance(data.get("started"), (int, float)) else 0.0,
+        )
     if include_external:
         for folder in run_folders(root):
             progress = folder.read_progress()
-            if progress is not None and progress.status == "running" and _trainer_alive(progress.pid):
+            if progress is not None and progress.status == "running" and folder.in_use():
                 return ActiveRun(
                     pid=progress.pid,
                     run_dir=folder.path,
@@ -172,29 +109,43 @@ def active_run(root: str | os.PathLike | None = None, include_external: bool = T
     return None
 
 
-def _remove_stale(lock: Path, seen: dict[str, Any] | None) -> None:
-    """Remove `lock` if it still holds what we judged stale (another tab may have replaced it)."""
+def _lock_says(lock: Path) -> dict[str, Any]:
+    """Which run holds the lock, as its JSON says ({} while the starting dashboard writes it, or if damaged)."""
     try:
-        if _read_lock(lock) == seen:
-            lock.unlink()
-    except FileNotFoundError:
-        pass
+        data = json.loads(lock.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
-def _take_lock(root: Path, payload: dict[str, Any]) -> Path:
+def _take_lock(root: Path, run: str) -> IO[str]:
+    """Take the root's lock for a run about to start; the returned file is handed to the trainer's process."""
+    try:
+        import fcntl
+    except ImportError:  # no flock (Windows): one run at a time is then up to the user
+        return open(os.devnull, "w", encoding="utf-8")
     lock = root / LOCK_NAME
-    for _ in range(3):
-        try:
-            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            running = active_run(root, include_external=False)  # clears a stale lock
-            if running is not None:
-                raise RunInProgressError(_busy_message(running)) from None
-            continue
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(payload, handle)
-        return lock
-    raise RunInProgressError(f"could not take the training lock {lock}; try again")
+    try:
+        handle = open(lock, "a+", encoding="utf-8")
+    except OSError as error:
+        raise RunError(f"cannot write {lock}: {error.strerror or error}") from None
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.close()
+        running = active_run(root, include_external=False)
+        raise RunInProgressError(
+            _busy_message(running) if running else "a training run is starting; try again"
+        ) from None
+    _write_lock(handle, {"pid": 0, "run": run, "dataset": "", "started": time.time()})
+    return handle
+
+
+def _write_lock(handle: IO[str], payload: dict[str, Any]) -> None:
+    handle.seek(0)
+    handle.truncate()
+    handle.write(json.dumps(payload))
+    handle.flush()
 
 
 def _busy_message(run: ActiveRun) -> str:
@@ -214,7 +165,8 @@ def trainer_command(options: TrainOptions, python: str | None = None) -> list[st
     return [python or sys.executable, "-m", "capsnet", "train", *options.to_argv()]
 
 
-def _spawn(command: list[str], folder: RunFolder, lock: Path, dataset: str, log_mode: str) -> ActiveRun:
+def _spawn(command: list[str], folder: RunFolder, lock: IO[str], dataset: str, log_mode: str) -> ActiveRun:
+    """Start the trainer with the root's lock: the trainer inherits it, and this process lets go of its copy."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     kwargs: dict[str, Any] = {}
     if os.name == "posix":
@@ -222,7 +174,7 @@ def _spawn(command: list[str], folder: RunFolder, lock: Path, dataset: str, log_
     else:
         kwargs["creationflags"] = getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0)
     try:
-        with open(folder.log_path, log_mode, encoding="utf-8") as log:
+        with lock, open(folder.log_path, log_mode, encoding="utf-8") as log:
             log.write(f"$ {' '.join(command)}\n")
             log.flush()
             process = subprocess.Popen(
@@ -232,14 +184,14 @@ def _spawn(command: list[str], folder: RunFolder, lock: Path, dataset: str, log_
                 stderr=subprocess.STDOUT,
                 env=env,
                 close_fds=True,
+                pass_fds=(lock.fileno(),) if os.name == "posix" else (),
                 **kwargs,
             )
+            started = time.time()
+            _write_lock(lock, {"pid": process.pid, "run": folder.name, "dataset": dataset, "started": started})
     except OSError as error:
-        lock.unlink(missing_ok=True)
         raise RunError(f"could not start the trainer: {error}") from None
     _CHILDREN[process.pid] = process
-    started = time.time()
-    write_json(lock, {"pid": process.pid, "run": folder.name, "dataset": dataset, "started": started})
     return ActiveRun(pid=process.pid, run_dir=folder.path, dataset=dataset, started=started)
 
 
@@ -256,13 +208,13 @@ def start_run(options: TrainOptions, root: str | os.PathLike | None = None, pyth
     external = active_run(root)
     if external is not None:
         raise RunInProgressError(_busy_message(external))
-    lock = _take_lock(root, {"pid": os.getpid(), "starting": True, "run": "", "started": time.time()})
+    lock = _take_lock(root, "")
     try:
         folder = RunFolder(new_run_dir(root, options.dataset))
         options = dataclasses.replace(options, out=str(folder.path), progress=False)
         folder.write_args(options.to_dict())  # readable at once; the trainer writes it again as it starts
     except BaseException:
-        lock.unlink(missing_ok=True)
+        lock.close()  # releases the lock
         raise
     return _spawn(trainer_command(options, python), folder, lock, options.dataset, "w")
 
@@ -274,7 +226,7 @@ def cancel_run(root: str | os.PathLike | None = None) -> ActiveRun | None:
     command line are left alone.
     """
     run = active_run(root, include_external=False)
-    if run is None or not run.pid or not _trainer_alive(run.pid):
+    if run is None or not run.pid:  # none, or one whose trainer is not started yet
         return None
     try:
         os.kill(run.pid, signal.SIGTERM)
@@ -295,7 +247,7 @@ def resume_run(name: str, root: str | os.PathLike | None = None, python: str | N
     busy = active_run(root)
     if busy is not None:
         raise RunInProgressError(_busy_message(busy))
-    lock = _take_lock(root, {"pid": os.getpid(), "starting": True, "run": name, "started": time.time()})
+    lock = _take_lock(root, name)
     stored = TrainOptions.from_dict(run.args)
     options = TrainOptions(
         out=str(run.path), resume=True, epochs=run.epochs_total or stored.epochs, device=stored.device, progress=False
@@ -378,13 +330,13 @@ def read_run(
     progress = folder.read_progress()
     args = folder.read_args()
     holder = active if isinstance(active, ActiveRun) and active.run_dir.name == folder.name else None
-    holder_alive = holder is not None and _trainer_alive(holder.pid)
+    holder_alive = holder is not None and holder.pid > 0  # the root's lock is held: its trainer lives
     reason = ""
     if progress is None or progress.status == "starting":  # none yet, or none that says anything
         status = "starting" if holder is not None else "failed"
         reason = "" if holder is not None else "the trainer exited before training started"
     elif progress.status == "running":
-        if _trainer_alive(progress.pid) or holder_alive:
+        if folder.in_use() or holder_alive:
             status = "running"
         else:
             status, reason = "failed", "the trainer stopped without finishing (killed, or out of memory?)"
