@@ -227,6 +227,7 @@ class PairEvaluation:
     loss: float
     correct: int
     total: int
+    answers: Tensor | None = None  # (N, 2) each pair's two longest capsules (highest scores), in ascending order
 
     @property
     def accuracy(self) -> float:
@@ -258,17 +259,23 @@ def evaluate_pairs(
     digits, labels = digits.to(device), labels.to(device)
     net = network_of(model)
     options = {"routing_iterations": routing_iterations} if net.capsules else {}
-    loss_sum, correct = 0.0, 0
+    loss_sum, correct, answers = 0.0, 0, []
     for start in range(0, len(pairs), batch_size):
         batch = pairs.take(digits, labels, start, start + batch_size)
         out = model(batch.images, batch.labels, **options)
         loss = net.loss(out, batch.parts, batch.labels, model.config)
         loss_sum += loss.total.item() * len(batch)
         correct += int(right_answers(out.scores, batch.labels).sum())
+        answers.append(out.scores.topk(2, dim=1).indices.sort(dim=1).values.cpu())  # (B, 2)
         if on_batch is not None:
             on_batch(min(start + batch_size, len(pairs)), len(pairs))
     model.train(was_training)
-    return PairEvaluation(loss=loss_sum / max(len(pairs), 1), correct=correct, total=len(pairs))
+    return PairEvaluation(
+        loss=loss_sum / max(len(pairs), 1),
+        correct=correct,
+        total=len(pairs),
+        answers=torch.cat(answers) if answers else torch.zeros(0, 2, dtype=torch.long),
+    )
 
 
 def format_report(result: Evaluation, class_names: list[str], title: str = "") -> str:

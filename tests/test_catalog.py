@@ -63,3 +63,9 @@ def test_checkpoints_dir_argument_then_environment_then_package(
     assert catalog.checkpoints_dir() == tmp_path / "env"
     monkeypatch.delenv(catalog.CHECKPOINTS_ENV)
     assert catalog.checkpoints_dir() == Path(catalog.__file__).resolve().parent.parent / "checkpoints"
+
+
+def test_the_shipped_checkpoints_are_found_without_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no CAPSNET_CHECKPOINTS_DIR, the shipped models are the repository's checkpoints/ folder."""
+    monkeypatch.delenv(catalog.CHECKPOINTS_ENV, raising=False)
+    assert (catalog.checkpoints_dir() / "mnist.safetensors").is_file()

@@ -35,7 +35,7 @@ def checkpoints_dir(path: str | os.PathLike | None = None) -> Path:
         return Path(path)
     if os.environ.get(CHECKPOINTS_ENV):
         return Path(os.environ[CHECKPOINTS_ENV])
-    return Path(__file__).resolve().parent.parent / "checkpoints"
+    return Path(__file__).resolve().parents[2] / "checkpoints"  # capsnet/training/catalog.py -> the repository
 
 
 @dataclass
