@@ -62,7 +62,7 @@ def test_checkpoints_dir_argument_then_environment_then_package(
     assert catalog.checkpoints_dir(tmp_path / "arg") == tmp_path / "arg"
     assert catalog.checkpoints_dir() == tmp_path / "env"
     monkeypatch.delenv(catalog.CHECKPOINTS_ENV)
-    assert catalog.checkpoints_dir() == Path(catalog.__file__).resolve().parent.parent / "checkpoints"
+    assert catalog.checkpoints_dir() == Path(__file__).resolve().parents[1] / "checkpoints"
 
 
 def test_the_shipped_checkpoints_are_found_without_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
