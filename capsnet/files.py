@@ -6,6 +6,7 @@ user-facing error naming the file, so the CLIs print it as one line.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -168,3 +169,12 @@ def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
     except FileNotFoundError:
         return []
     return records
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """The SHA-256 of a file's bytes: what a kept summary is keyed by."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -32,6 +32,7 @@ from capsnet.data.datasets import (
 )
 from capsnet.errors import CapsNetError
 from capsnet.evaluation import Evaluation, evaluate, merge_evaluations
+from capsnet.files import file_sha256
 from capsnet.nn.config import CapsNetConfig
 from capsnet.readings import decoding, reconstruction
 from capsnet.readings import equivariance as eq
@@ -183,7 +184,7 @@ class Model(Loaded):
             parts.append(_routing_chunk(self.key, self.dataset, start, stop, self.net))
             if on_chunk is not None:
                 on_chunk(stop, len(labels))
-        sha256 = rm.file_sha256(self.checkpoint.path)
+        sha256 = file_sha256(self.checkpoint.path)
         result = rm.summarise(np.concatenate(parts), labels.numpy(), rm.ITERATIONS, self.dataset,
                               self.config.routing_iterations, sha256)  # fmt: skip
         try:
@@ -327,7 +328,7 @@ def _stages(model_key: str, image: np.ndarray, _model: Any) -> arch.StageReading
 @st.cache_data(max_entries=8, show_spinner=False)
 def _routing_kept(model_key: str, path: str, total: int) -> rm.RoutingMatters:
     """The summary kept beside the checkpoint at `path`; LookupError (not cached) when there is none to trust."""
-    kept = rm.read_kept(path, rm.file_sha256(path), total)
+    kept = rm.read_kept(path, file_sha256(path), total)
     if kept is None:
         raise LookupError(f"no routing summary kept for {path}")
     return kept

@@ -19,7 +19,7 @@ from capsnet.checkpoints.checkpoint import load_checkpoint
 from capsnet.data.datasets import dataset_info
 from capsnet.data.multimnist import Pairs
 from capsnet.data.tasks import LabelledSet, read_test_set
-from capsnet.files import FileWriteError
+from capsnet.files import FileWriteError, file_sha256
 from capsnet.readings import routing_matters as rm
 
 COUNT = 300  # test images: enough for the tiny model to change some answers with r
@@ -92,7 +92,7 @@ def test_the_summary_is_kept_once_and_a_damaged_one_is_measured_again(run_copy: 
     sidecar = rm.sidecar_path(run_copy)
     assert sidecar == run_copy.parent / "best.routing.json"
     measured = rm.kept_or_measured(checkpoint, test_images)
-    assert sidecar.is_file() and measured.checkpoint_sha256 == rm.file_sha256(run_copy)
+    assert sidecar.is_file() and measured.checkpoint_sha256 == file_sha256(run_copy)
     assert rm.read_kept(run_copy, measured.checkpoint_sha256, count) == measured  # the round trip
     stamp = sidecar.stat().st_mtime_ns
     assert rm.kept_or_measured(checkpoint, test_images) == measured and sidecar.stat().st_mtime_ns == stamp  # once
@@ -163,9 +163,7 @@ def test_the_page_measures_lists_the_changes_and_opens_one_on_the_routing_page(
     assert _values(bars["y"]).tolist() == list(expected.differs_from_first)
     np.testing.assert_allclose(_values(line["y"]), expected.accuracy)
     shown = kept.parent / "best.safetensors"  # the app's copy of the run's checkpoint
-    assert rm.read_kept(shown, rm.file_sha256(shown), COUNT) == replace(
-        expected, checkpoint_sha256=rm.file_sha256(shown)
-    )
+    assert rm.read_kept(shown, file_sha256(shown), COUNT) == replace(expected, checkpoint_sha256=file_sha256(shown))
     listed = [int(b.key.removeprefix("rm_open_")) for b in at.button if (b.key or "").startswith("rm_open_")]
     assert listed == [c.index for c in expected.changed][:12]
 

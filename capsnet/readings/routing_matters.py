@@ -17,7 +17,6 @@ set's) is never trusted, only measured again.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Callable, Sequence
@@ -31,7 +30,7 @@ from torch import Tensor
 
 from capsnet.checkpoints.checkpoint import Checkpoint
 from capsnet.data.tasks import LabelledSet
-from capsnet.files import FileReadError, read_regular_file, write_json
+from capsnet.files import FileReadError, file_sha256, read_regular_file, write_json
 from capsnet.nn.capsnet import CapsNet
 from capsnet.nn.dynamic_routing import dynamic_routing
 from capsnet.nn.layers import capsule_lengths
@@ -275,15 +274,6 @@ def measure(
 def sidecar_path(checkpoint_path: str | os.PathLike) -> Path:
     """Where a checkpoint's summary is kept: `mnist.safetensors` -> `mnist.routing.json`, beside it."""
     return Path(checkpoint_path).with_suffix(SUFFIX)
-
-
-def file_sha256(path: str | os.PathLike) -> str:
-    """The SHA-256 of a file's bytes: what a kept summary is keyed by."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def read_kept(

@@ -1,0 +1,64 @@
+"""The shipped checkpoints' manifest: an entry proves a file's bytes and how today's code reads them."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from capsnet.checkpoints import manifest
+from capsnet.nn.capsnet import CapsNet
+
+
+@pytest.fixture
+def shipped(tiny_checkpoint: Path, tmp_path: Path, data_dir: Path) -> Path:
+    """A checkpoints folder holding one file in a subfolder, with its manifest entry."""
+    (tmp_path / "baselines").mkdir()
+    path = tmp_path / "baselines" / "tiny.safetensors"
+    shutil.copy(tiny_checkpoint, path)
+    manifest.record(path, tmp_path)
+    return path
+
+
+def test_an_entry_records_the_bytes_and_the_first_answers(shipped: Path) -> None:
+    entry = manifest.read_manifest(shipped.parents[1])["baselines/tiny.safetensors"]
+    assert entry.bytes == shipped.stat().st_size and len(entry.sha256) == 64
+    assert entry.network == "capsnet" and entry.dataset == "mnist"
+    assert len(entry.answers) == manifest.FIRST and set(entry.answers) <= set("0123456789")
+    assert manifest.check(shipped, shipped.parents[1]) == entry
+
+
+def test_changed_bytes_are_refused(shipped: Path) -> None:
+    data = bytearray(shipped.read_bytes())
+    data[-1] ^= 1  # one bit of one weight
+    shipped.write_bytes(bytes(data))
+    with pytest.raises(manifest.ManifestError, match="SHA-256 differs.*export it again"):
+        manifest.check(shipped, shipped.parents[1])
+
+
+def test_code_that_reads_the_weights_differently_is_caught(shipped: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A change in the forward pass (here: the capsules' order reversed) changes the answers: the check fails."""
+    forward = CapsNet.forward
+
+    def reversed_classes(self, *args, **kwargs):
+        out = forward(self, *args, **kwargs)
+        flipped = torch.flip(out.lengths, dims=[1])
+        return dataclasses.replace(out, lengths=flipped, prediction=flipped.argmax(dim=1))
+
+    monkeypatch.setattr(CapsNet, "forward", reversed_classes)
+    with pytest.raises(manifest.ManifestError, match="changes .* of its answers on the first 1000"):
+        manifest.check(shipped, shipped.parents[1])
+
+
+def test_a_missing_entry_and_a_damaged_manifest_are_one_line(shipped: Path, tmp_path: Path) -> None:
+    other = tmp_path / "other.safetensors"
+    shutil.copy(shipped, other)
+    with pytest.raises(manifest.ManifestError, match="other.safetensors has no entry"):
+        manifest.check(other, tmp_path)
+    (tmp_path / manifest.MANIFEST_NAME).write_text(json.dumps({"files": {"x": {"sha256": 1}}}))
+    with pytest.raises(manifest.ManifestError, match="is damaged"):
+        manifest.read_manifest(tmp_path)
