@@ -6,12 +6,12 @@ PORT ?= 8501
 # the datasets: $CAPSNET_DATA_DIR if set, else ../shared/datasets where it exists, else ./data
 export CAPSNET_DATA_DIR ?= $(firstword $(wildcard $(abspath ../shared/datasets)) $(CURDIR)/data)
 
-.PHONY: run test lint bench clean
+.PHONY: run test lint bench screenshots clean
 
-$(BIN)/.installed: pyproject.toml
+$(BIN)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev]' -c constraints.txt
 	touch $@
 
 run: $(BIN)/.installed  ## start the dashboard on the shipped model
@@ -23,6 +23,9 @@ test: $(BIN)/.installed  ## run the whole test suite (real data from $$CAPSNET_D
 lint: $(BIN)/.installed
 	$(BIN)/ruff check capsnet dashboard tests benchmarks docs
 	$(BIN)/ruff format --check capsnet dashboard tests benchmarks docs
+
+screenshots: $(BIN)/.installed  ## retake the README's screenshots (docs/*.png) with the shipped model
+	CAPSNET_SCREENSHOTS_DIR=docs CAPSNET_SCREENSHOTS_CHECKPOINT=checkpoints/mnist.safetensors $(BIN)/python -m pytest -m browser
 
 bench: $(BIN)/.installed
 	$(BIN)/python benchmarks/bench_model.py

@@ -244,6 +244,16 @@ def wait_rendered(page: Any, timeout_ms: int = RERUN_MS) -> None:
     page.wait_for_function(_RENDERED_JS, polling=200, timeout=timeout_ms)
 
 
+@dataclass(frozen=True)
+class Screenshots:
+    """The README's screenshots, taken only when asked for: $CAPSNET_SCREENSHOTS_DIR names their folder."""
+
+    folder: Path | None
+
+    def take(self, page: Any, name: str) -> Path | None:
+        return None if self.folder is None else full_page_screenshot(page, self.folder / name)
+
+
 def full_page_screenshot(page: Any, path: Path, max_height: int = 6000) -> Path:
     """The whole page: Streamlit scrolls inside stMain and the sidebar, so the viewport is stretched to fit both."""
     wait_rendered(page)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from browser_support import CHROMIUM_ARGS, PAGE_LOAD_MS, RERUN_MS, VIEWPORT, find_chromium
+from browser_support import CHROMIUM_ARGS, PAGE_LOAD_MS, RERUN_MS, VIEWPORT, Screenshots, find_chromium
 
 try:
     from playwright.sync_api import sync_playwright
@@ -152,9 +152,9 @@ def page(browser) -> Iterator:
 
 
 @pytest.fixture(scope="session")
-def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """$CAPSNET_SCREENSHOTS_DIR (the README's screenshots are made there), else a temporary folder."""
+def screenshots() -> Screenshots:
+    """The README's screenshots, written to $CAPSNET_SCREENSHOTS_DIR when it is set (and not at all otherwise)."""
     folder = os.environ.get("CAPSNET_SCREENSHOTS_DIR")
-    path = Path(folder) if folder else tmp_path_factory.mktemp("screenshots")
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+    return Screenshots(Path(folder) if folder else None)

@@ -3,8 +3,8 @@
 The app runs on a tiny model trained on real MNIST (the session's `tiny_checkpoint`),
 shipped to it as `mnist.safetensors` in a temporary checkpoints folder; its runs go
 to a temporary runs folder. Each test opens its own browser session. Full-page
-screenshots of the five pages go to $CAPSNET_SCREENSHOTS_DIR (the README's are made
-with CAPSNET_SCREENSHOTS_DIR=docs), else to a temporary folder.
+screenshots of the pages go to $CAPSNET_SCREENSHOTS_DIR when it is set (`make screenshots` retakes the README's
+in docs/), and are not taken otherwise.
 
 Needs Chromium (Debian: `apt-get install chromium`): skipped without it, except in CI
 (`CI` set), where a missing browser is a failure.
@@ -24,11 +24,11 @@ from browser_support import (
     PAGE_LOAD_MS,
     RERUN_MS,
     App,
+    Screenshots,
     canvas_box,
     choose_option,
     draw_one,
     draw_zero,
-    full_page_screenshot,
     go_to,
     sidebar,
     streamlit_app,
@@ -88,7 +88,7 @@ def draw_and_predict(page, draw=draw_one) -> str:
 # ---------------------------------------------------------------- Draw
 
 
-def test_draw_a_digit_and_see_the_prediction(page, app: App, screenshots: Path) -> None:
+def test_draw_a_digit_and_see_the_prediction(page, app: App, screenshots: Screenshots) -> None:
     open_app(page, app)
     empty_notice = page.get_by_text("Draw a digit on the canvas: the prediction appears here.")
     expect(empty_notice).to_be_visible(timeout=PAGE_LOAD_MS)
@@ -109,7 +109,7 @@ def test_draw_a_digit_and_see_the_prediction(page, app: App, screenshots: Path) 
     assert all(w == h and w >= 28 for w, h in sizes), sizes
     reconstruct_as = page.locator(".st-key-reconstruct_as input")
     expect(reconstruct_as).to_have_value("the prediction")
-    full_page_screenshot(page, screenshots / "draw.png")
+    screenshots.take(page, "draw.png")
 
     # the canvas's own toolbar, shown on hover above the canvas, covers neither the Input choices nor Clear
     box = canvas_box(page)
@@ -204,7 +204,7 @@ def overlap(a: dict[str, float] | None, b: dict[str, float] | None) -> bool:
 # ---------------------------------------------------------------- Capsule dimensions
 
 
-def test_moving_a_dimension_slider_changes_the_reconstruction(page, app: App, screenshots: Path) -> None:
+def test_moving_a_dimension_slider_changes_the_reconstruction(page, app: App, screenshots: Screenshots) -> None:
     open_app(page, app)
     digit = draw_and_predict(page)
     go_to(page, "Capsule dimensions")
@@ -229,7 +229,7 @@ def test_moving_a_dimension_slider_changes_the_reconstruction(page, app: App, sc
     after_bytes = page.request.get(edited.get_attribute("src")).body()
     assert after_bytes[:8] == b"\x89PNG\r\n\x1a\n" and after_bytes != before_bytes
     expect(page.get_by_text(f"from capsule {digit}")).to_be_visible()
-    full_page_screenshot(page, screenshots / "dimensions.png")
+    screenshots.take(page, "dimensions.png")
 
 
 # ---------------------------------------------------------------- Routing
@@ -257,7 +257,7 @@ def routing_steps(figure) -> int:
     return figure.locator("g.slider-label-group").count()
 
 
-def test_routing_animation_plays_one_frame_per_iteration(page, app: App, screenshots: Path) -> None:
+def test_routing_animation_plays_one_frame_per_iteration(page, app: App, screenshots: Screenshots) -> None:
     open_app(page, app)
     draw_and_predict(page)
     go_to(page, "Routing")
@@ -282,7 +282,7 @@ def test_routing_animation_plays_one_frame_per_iteration(page, app: App, screens
     bars = {state.split(" | ")[0]: state.split(" | ")[1] for state in log}  # the last bars seen in each frame
     first, last = bars["iteration: 1"].split(), bars[f"iteration: {iterations}"].split()
     assert len(first) == len(last) == 10 and first != last, log  # routing changed the capsule lengths
-    full_page_screenshot(page, screenshots / "routing.png")
+    screenshots.take(page, "routing.png")
 
     iterations_slider.focus()
     page.keyboard.press("ArrowRight")
@@ -308,7 +308,7 @@ _RECORD_VOTES = """
 """
 
 
-def test_a_shared_link_opens_the_view_and_the_votes_step_and_play(page, app: App, screenshots: Path) -> None:
+def test_a_shared_link_opens_the_view_and_the_votes_step_and_play(page, app: App, screenshots: Screenshots) -> None:
     open_app(page, app, "/routing?checkpoint=mnist&test=3&iterations=2")
     step = page.locator(".st-key-routing_step")  # the buttons, what they set, and what Play does instead
     expect(step).to_contain_text("Charts open on iteration 2 of 2", timeout=PAGE_LOAD_MS)
@@ -343,7 +343,7 @@ def test_a_shared_link_opens_the_view_and_the_votes_step_and_play(page, app: App
     expect(label).to_have_text("iteration 2 of 2")  # Play moved this chart, and its label with it
     expect(step).to_contain_text("Charts open on iteration 1 of 2")  # the page's setting, which Play leaves alone
     expect(page.locator(f".st-key-votes_other{CURRENT} .scatterlayer .trace").nth(3)).to_have_text("iteration 1 of 2")
-    full_page_screenshot(page, screenshots / "routing.png")
+    screenshots.take(page, "routing.png")
 
 
 def test_a_click_on_a_vote_selects_its_primary_capsule_in_every_view(page, app: App) -> None:
@@ -383,7 +383,7 @@ def test_a_click_on_a_vote_selects_its_primary_capsule_in_every_view(page, app: 
 # ---------------------------------------------------------------- Transform lens
 
 
-def test_turning_the_input_in_the_transform_lens(page, app: App, screenshots: Path) -> None:
+def test_turning_the_input_in_the_transform_lens(page, app: App, screenshots: Screenshots) -> None:
     ship_affine_pair(app.checkpoints_dir, capsnet=0.62, cnn=0.7)  # the pair the affine claim's verdict reads
     shipped = Path(__file__).resolve().parents[1] / "checkpoints"
     if os.environ.get("CAPSNET_SCREENSHOTS_CHECKPOINT") and (shipped / "mnist-40.safetensors").is_file():
@@ -445,13 +445,13 @@ def test_turning_the_input_in_the_transform_lens(page, app: App, screenshots: Pa
         "CNN baseline, the kept file",
     ]
     wait_rendered(page)
-    full_page_screenshot(page, screenshots / "transform.png")
+    screenshots.take(page, "transform.png")
 
 
 # ---------------------------------------------------------------- Overlapping digits
 
 
-def test_overlapping_digits_from_a_link(page, app: App, screenshots: Path) -> None:
+def test_overlapping_digits_from_a_link(page, app: App, screenshots: Screenshots) -> None:
     open_app(page, app, "/overlap?checkpoint=multimnist")
     answer = page.get_by_test_id("stMetric").filter(has_text="CapsNet: the two longest capsules")
     expect(answer).to_be_visible(timeout=PAGE_LOAD_MS)
@@ -477,7 +477,7 @@ def test_overlapping_digits_from_a_link(page, app: App, screenshots: Path) -> No
     wait_rendered(page)
     after = page.request.get(segmented.locator("img").get_attribute("src")).body()
     assert after[:8] == b"\x89PNG\r\n\x1a\n" and after != before  # another pair, redrawn in red and green
-    full_page_screenshot(page, screenshots / "overlap.png")
+    screenshots.take(page, "overlap.png")
     shift_keys = ("first_dy", "first_dx", "second_dy", "second_dx")
 
     def shifts() -> list[int]:
@@ -518,7 +518,7 @@ def test_overlapping_digits_from_a_link(page, app: App, screenshots: Path) -> No
 # ---------------------------------------------------------------- Training from the sidebar
 
 
-def test_train_from_the_sidebar_and_pick_the_new_model(page, app: App, screenshots: Path) -> None:
+def test_train_from_the_sidebar_and_pick_the_new_model(page, app: App, screenshots: Screenshots) -> None:
     open_app(page, app, "/training")
     bar = sidebar(page)
     expect(page.get_by_text("No training runs yet")).to_be_visible(timeout=PAGE_LOAD_MS)
@@ -561,7 +561,7 @@ def test_train_from_the_sidebar_and_pick_the_new_model(page, app: App, screensho
     assert any(text.endswith("· shipped") for text in listed), listed  # short enough for the sidebar's box
     expect(picker).to_have_value(re.compile(rf"{accuracy}% · run {re.escape(name)}"), timeout=RERUN_MS)
     expect(bar.get_by_text(f"test accuracy {accuracy}% · 2 epochs")).to_be_visible(timeout=RERUN_MS)
-    full_page_screenshot(page, screenshots / "training.png")
+    screenshots.take(page, "training.png")
 
 
 FAKE_TRAINER = """
@@ -617,7 +617,7 @@ def test_a_run_started_elsewhere_is_followed_live_on_the_training_page(page, app
 # ---------------------------------------------------------------- Evaluate
 
 
-def test_evaluate_the_model_on_the_test_set(page, app: App, screenshots: Path) -> None:
+def test_evaluate_the_model_on_the_test_set(page, app: App, screenshots: Screenshots) -> None:
     open_app(page, app, "/evaluate")
     metric = page.get_by_test_id("stMetric").filter(has_text="Test accuracy").get_by_test_id("stMetricValue")
     expect(metric).to_have_text(re.compile(r"^\d{1,3}\.\d\d%$"), timeout=PAGE_LOAD_MS)
@@ -627,7 +627,7 @@ def test_evaluate_the_model_on_the_test_set(page, app: App, screenshots: Path) -
     expect(first_1000).to_be_checked()
     expect(page.locator(".st-key-confusion .main-svg").first).to_be_visible(timeout=RERUN_MS)
     expect(page.get_by_text(re.compile(r"^Predicted: "))).to_be_visible(timeout=RERUN_MS)
-    full_page_screenshot(page, screenshots / "evaluate.png")
+    screenshots.take(page, "evaluate.png")
 
     everything = page.locator(".st-key-eval_size").get_by_role("radio", name=re.compile("all 10,000"))
     expect(everything).to_contain_text("takes a while on a CPU")
@@ -639,7 +639,7 @@ def test_evaluate_the_model_on_the_test_set(page, app: App, screenshots: Path) -
 # ---------------------------------------------------------------- Architecture
 
 
-def test_clicking_a_stage_of_the_architecture_shows_its_computation(page, app: App, screenshots: Path) -> None:
+def test_clicking_a_stage_of_the_architecture_shows_its_computation(page, app: App, screenshots: Screenshots) -> None:
     page.goto(app.url + "/architecture?test=0", timeout=PAGE_LOAD_MS)
     # the primary capsules first: the chosen capsule's receptive field, its type's lengths and its pose
     expect(page.locator(f".st-key-arch_field{CURRENT} .main-svg").first).to_be_visible(timeout=PAGE_LOAD_MS)
@@ -657,7 +657,7 @@ def test_clicking_a_stage_of_the_architecture_shows_its_computation(page, app: A
     expect(page.get_by_role("radio", name="Votes")).to_be_checked()
     expect(page.locator(".katex-display").first).to_contain_text("W")
     wait_rendered(page)
-    full_page_screenshot(page, screenshots / "architecture.png")
+    screenshots.take(page, "architecture.png")
     # and back by the keyboard-reachable radio: the decoder's masked input
     page.locator(f".st-key-arch_stage{CURRENT}").get_by_text("Decoder", exact=True).click()
     expect(page.locator(f".st-key-arch_masked{CURRENT} .main-svg").first).to_be_visible(timeout=RERUN_MS)
@@ -667,7 +667,7 @@ def test_clicking_a_stage_of_the_architecture_shows_its_computation(page, app: A
 # ---------------------------------------------------------------- Routing playground
 
 
-def test_step_the_routing_playground_and_click_a_vote(page, app: App, screenshots: Path) -> None:
+def test_step_the_routing_playground_and_click_a_vote(page, app: App, screenshots: Screenshots) -> None:
     page.goto(app.url + "/playground?checkpoint=mnist&test=3")
     shown = page.locator(f".st-key-playground_shown{CURRENT}")
     expect(shown).to_contain_text("Iteration 1 of 3", timeout=PAGE_LOAD_MS)
@@ -710,13 +710,13 @@ def test_step_the_routing_playground_and_click_a_vote(page, app: App, screenshot
     expect(shown).to_contain_text("Iteration 2 of 3")  # the toy keeps its own iteration
     wait_rendered(page)
     assert points.evaluate_all("ps => ps.map(p => p.getAttribute('d'))") != sizes  # iteration 2's weights
-    full_page_screenshot(page, screenshots / "playground.png")
+    screenshots.take(page, "playground.png")
 
 
 # ---------------------------------------------------------------- Start here
 
 
-def test_the_guided_path_opens_each_step_and_ticks_it(page, app: App, screenshots: Path) -> None:
+def test_the_guided_path_opens_each_step_and_ticks_it(page, app: App, screenshots: Screenshots) -> None:
     open_app(page, app, "/start")
     steps = page.locator("[class*='st-key-step_']")
     expect(steps).to_have_count(10, timeout=PAGE_LOAD_MS)
@@ -731,4 +731,4 @@ def test_the_guided_path_opens_each_step_and_ticks_it(page, app: App, screenshot
     expect(page.locator(".st-key-step_1")).to_contain_text("visited", timeout=RERUN_MS)
     expect(page.get_by_text("1 of 10 steps visited")).to_be_visible()
     wait_rendered(page)
-    full_page_screenshot(page, screenshots / "start.png")
+    screenshots.take(page, "start.png")

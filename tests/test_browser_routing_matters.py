@@ -17,7 +17,7 @@ import pytest
 from browser_support import (
     PAGE_LOAD_MS,
     RERUN_MS,
-    full_page_screenshot,
+    Screenshots,
     streamlit_app,
     wait_rendered,
 )
@@ -33,7 +33,9 @@ pytestmark = pytest.mark.browser
 SHIPPED = Path(__file__).resolve().parents[1] / "checkpoints" / "mnist.safetensors"
 
 
-def test_a_changed_image_opens_on_the_routing_page(page, data_dir: Path, tmp_path: Path, screenshots: Path) -> None:
+def test_a_changed_image_opens_on_the_routing_page(
+    page, data_dir: Path, tmp_path: Path, screenshots: Screenshots
+) -> None:
     kept = rm.RoutingMatters.from_dict(json.loads(rm.sidecar_path(SHIPPED).read_text()))
     first = kept.changed[0]
     r = kept.shown_iterations(first)
@@ -47,7 +49,7 @@ def test_a_changed_image_opens_on_the_routing_page(page, data_dir: Path, tmp_pat
         assert main.get_by_test_id("stPlotlyChart").count() == 1
         buttons = main.get_by_role("button", name=re.compile(r"^Routing at r = \d$"))
         assert buttons.count() == min(12, len(kept.changed))
-        full_page_screenshot(page, screenshots / "routing_matters.png")
+        screenshots.take(page, "routing_matters.png")
 
         buttons.first.click()
         page.wait_for_url(re.compile(r"/routing\?"), timeout=RERUN_MS)

@@ -20,7 +20,7 @@ from browser_support import (
     PAGE_LOAD_MS,
     RERUN_MS,
     App,
-    full_page_screenshot,
+    Screenshots,
     streamlit_app,
     wait_rendered,
 )
@@ -58,7 +58,7 @@ def add_epoch_snapshot(run_dir: Path) -> None:
     Watcher(RunFolder(run_dir), model, window, history.batches, resume_at=(1, 0)).epoch_done(2)
 
 
-def test_the_window_follows_the_run_and_replays_it(page, watched: tuple[App, Path], screenshots: Path) -> None:
+def test_the_window_follows_the_run_and_replays_it(page, watched: tuple[App, Path], screenshots: Screenshots) -> None:
     app, run_dir = watched
     tab = page
     tab.goto(app.url + "/training")
@@ -81,4 +81,4 @@ def test_the_window_follows_the_run_and_replays_it(page, watched: tuple[App, Pat
     if os.environ.get("CAPSNET_SCREENSHOTS_DIR"):  # the README's screenshot shows the newest snapshot
         tab.keyboard.press("End")
         expect(caption).to_contain_text("epoch 2:", timeout=RERUN_MS)
-        full_page_screenshot(tab, screenshots / "watch.png")
+        screenshots.take(tab, "watch.png")
