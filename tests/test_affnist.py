@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from cli_support import capsnet
 
 from capsnet.checkpoints.checkpoint import load_checkpoint, read_checkpoint_info
 from capsnet.cli import affnist as affnist_cli
@@ -123,20 +121,15 @@ def test_one_affine_test_set_measures_several_models(data_dir: Path) -> None:
 
 @pytest.mark.slow
 def test_train_on_mnist_40_and_measure_on_the_affnist_like_set(data_dir: Path, tmp_path: Path) -> None:
-    env = {**os.environ, "OMP_NUM_THREADS": "2"}
     runs = {}
     for model in ("capsnet", "cnn"):
         runs[model] = tmp_path / model
-        train = subprocess.run(
-            [sys.executable, "-m", "capsnet", "train", "--dataset", "mnist-40", "--model", model, "--preset", "tiny",
+        train = capsnet("train", "--dataset", "mnist-40", "--model", model, "--preset", "tiny",
              "--epochs", "1", "--train-size", "4000", "--batch-size", "64", "--lr", "0.003", "--test-size", "200", "--out", str(runs[model]),
-             "--no-progress", "--device", "cpu"], capture_output=True, text=True, timeout=300, env=env,
-        )  # fmt: skip
+             "--no-progress", "--device", "cpu")  # fmt: skip
         assert train.returncode == 0, train.stderr[-2000:]
-    report = subprocess.run(
-        [sys.executable, "-m", "capsnet", "affnist", *(str(r / "best.safetensors") for r in runs.values()),
-         "--limit", "200", "--json"], capture_output=True, text=True, timeout=300, env=env,
-    )  # fmt: skip
+    report = capsnet("affnist", *(str(r / "best.safetensors") for r in runs.values()),
+         "--limit", "200", "--json")  # fmt: skip
     assert report.returncode == 0, report.stderr[-2000:]
     lines = [json.loads(line) for line in report.stdout.strip().splitlines()]
     assert [line["network"] for line in lines] == ["capsnet", "cnn"]
@@ -163,10 +156,7 @@ def test_train_on_mnist_40_and_measure_on_the_affnist_like_set(data_dir: Path, t
     assert [seen for seen, _ in v.rows[0].curve] == [4000]  # the run's own test error after its one epoch
     # a 28x28 checkpoint among them is refused by its path before anything is measured or printed
     mnist = REPO / "checkpoints" / "mnist.safetensors"
-    wrong = subprocess.run(
-        [sys.executable, "-m", "capsnet", "affnist", str(exported["capsnet"]), str(mnist)],
-        capture_output=True, text=True, timeout=120, env=env,
-    )  # fmt: skip
+    wrong = capsnet("affnist", str(exported["capsnet"]), str(mnist))  # fmt: skip
     assert wrong.returncode == 2 and wrong.stdout == ""
     assert f"{mnist} reads 28x28 images" in wrong.stderr and "train on --dataset mnist-40" in wrong.stderr
     assert len(wrong.stderr.strip().splitlines()) == 1

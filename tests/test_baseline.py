@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
+from cli_support import capsnet
 
 from capsnet.checkpoints.checkpoint import CheckpointError, load_checkpoint, read_checkpoint_info, save_checkpoint
 from capsnet.evaluation import evaluate, right_answers
@@ -142,13 +140,10 @@ def test_the_catalogue_lists_the_baselines_apart(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("dataset", ["mnist", "multimnist"])
 def test_train_evaluate_and_export_a_cnn_from_the_cli(data_dir: Path, tmp_path: Path, dataset: str) -> None:
-    env = {**os.environ, "OMP_NUM_THREADS": "2"}
     run = tmp_path / "cnn"
-    train = subprocess.run(
-        [sys.executable, "-m", "capsnet", "train", "--model", "cnn", "--preset", "tiny", "--dataset", dataset,
+    train = capsnet("train", "--model", "cnn", "--preset", "tiny", "--dataset", dataset,
          "--epochs", "1", "--train-size", "3000", "--test-size", "300", "--batch-size", "64", "--out", str(run),
-         "--no-progress", "--device", "cpu"], capture_output=True, text=True, timeout=300, env=env,
-    )  # fmt: skip
+         "--no-progress", "--device", "cpu")  # fmt: skip
     assert train.returncode == 0, train.stderr[-2000:]
     record = json.loads(train.stdout.strip().splitlines()[-1])
     checkpoint = load_checkpoint(run / "best.safetensors", architectures=("cnn",))
@@ -157,22 +152,15 @@ def test_train_evaluate_and_export_a_cnn_from_the_cli(data_dir: Path, tmp_path: 
     if dataset == "mnist":
         assert record["test_accuracy"] > 0.2  # twice chance: it learns (3,000 pairs teach a tiny CNN too little)
     assert record["train_loss"] < (2.3 if dataset == "mnist" else 10 * 0.6932)  # below a guess's loss
-    report = subprocess.run(
-        [sys.executable, "-m", "capsnet", "evaluate", str(run / "best.safetensors"), "--limit", "300", "--json"],
-        capture_output=True, text=True, timeout=300, env=env,
-    )  # fmt: skip
+    report = capsnet("evaluate", str(run / "best.safetensors"), "--limit", "300", "--json")  # fmt: skip
     assert report.returncode == 0, report.stderr[-2000:]
     assert json.loads(report.stdout)["total"] == 300
-    routed = subprocess.run(  # an option the CNN does not read is refused in one line, not dropped
-        [sys.executable, "-m", "capsnet", "evaluate", str(run / "best.safetensors"), "--routing-iterations", "5"],
-        capture_output=True, text=True, timeout=120, env=env,
-    )  # fmt: skip
+    # an option the CNN does not read is refused in one line, not dropped
+    routed = capsnet("evaluate", str(run / "best.safetensors"), "--routing-iterations", "5")
     assert routed.returncode != 0 and "--routing-iterations does not apply to it" in routed.stderr
     assert len(routed.stderr.strip().splitlines()) == 1
-    explain = subprocess.run(  # the capsule-only CLIs refuse it in one line
-        [sys.executable, "-m", "capsnet", "predict", str(run / "best.safetensors"), "--checkpoint", str(run / "best.safetensors")],
-        capture_output=True, text=True, timeout=120, env=env,
-    )  # fmt: skip
+    # the capsule-only CLIs refuse it in one line
+    explain = capsnet("predict", str(run / "best.safetensors"), "--checkpoint", str(run / "best.safetensors"))
     assert explain.returncode == 2 and "a CNN baseline" in explain.stderr
     assert len(explain.stderr.strip().splitlines()) == 1
     if dataset == "mnist":

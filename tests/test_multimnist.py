@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from cli_support import capsnet
 
 from capsnet.data import multimnist as mm
 from capsnet.data.datasets import load_dataset, stored_tensors
@@ -122,10 +120,8 @@ def test_pair_evaluation_against_a_loop(data_dir: Path) -> None:
 def test_train_and_evaluate_multimnist_from_the_cli(data_dir: Path, tmp_path: Path) -> None:
     run = tmp_path / "mm"
     args = ["--dataset", "multimnist", "--preset", "tiny", "--epochs", "1", "--train-size", "2000"]
-    train = subprocess.run(
-        [sys.executable, "-m", "capsnet", "train", *args, "--test-size", "300", "--out", str(run), "--no-progress",
-         "--device", "cpu"], capture_output=True, text=True, timeout=300, env=os.environ.copy(),
-    )  # fmt: skip
+    train = capsnet("train", *args, "--test-size", "300", "--out", str(run), "--no-progress",
+         "--device", "cpu")  # fmt: skip
     assert train.returncode == 0, train.stderr[-2000:]
     record = json.loads(train.stdout.strip().splitlines()[-1])
     assert record["train_images"] == 2000 and 0 <= record["test_accuracy"] <= 1
@@ -136,10 +132,7 @@ def test_train_and_evaluate_multimnist_from_the_cli(data_dir: Path, tmp_path: Pa
     assert (
         checkpoint.info.test_accuracy == pytest.approx(record["test_accuracy"]) and checkpoint.info.test_examples == 300
     )
-    report = subprocess.run(
-        [sys.executable, "-m", "capsnet", "evaluate", str(run / "best.safetensors"), "--limit", "400", "--json"],
-        capture_output=True, text=True, timeout=300, env=os.environ.copy(),
-    )  # fmt: skip
+    report = capsnet("evaluate", str(run / "best.safetensors"), "--limit", "400", "--json")  # fmt: skip
     assert report.returncode == 0, report.stderr[-2000:]
     summary = json.loads(report.stdout)
     assert summary["dataset"] == "multimnist" and summary["total"] == 400 and 0 <= summary["error"] <= 1
@@ -147,8 +140,7 @@ def test_train_and_evaluate_multimnist_from_the_cli(data_dir: Path, tmp_path: Pa
     for command in (["-m", "capsnet", "evaluate", str(run / "best.safetensors"), "--dataset", "mnist"],
                     ["-m", "capsnet", "predict", str(run / "best.safetensors"), "--checkpoint", str(run / "best.safetensors")],
                     ["-m", "capsnet", "export", str(run / "best.safetensors"), "--calibrate"]):  # fmt: skip
-        wrong = subprocess.run([sys.executable, *command], capture_output=True, text=True, timeout=120,
-                               env=os.environ.copy())  # fmt: skip
+        wrong = capsnet(*command[2:])
         assert wrong.returncode == 2 and len(wrong.stderr.strip().splitlines()) == 1, wrong.stderr  # one line
     from capsnet.training.export import export_checkpoint
 

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_support import capsnet
 from PIL import Image, ImageDraw
 
 from capsnet.data.datasets import load_dataset
@@ -18,8 +17,7 @@ CHECKPOINT = Path(__file__).resolve().parents[1] / "checkpoints" / "mnist.safete
 
 
 def predict(*args: str) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "capsnet", "predict", *args, "--checkpoint", str(CHECKPOINT)]
-    return subprocess.run(command, capture_output=True, text=True, timeout=120, env=os.environ.copy())
+    return capsnet("predict", *args, "--checkpoint", str(CHECKPOINT))
 
 
 @pytest.fixture
