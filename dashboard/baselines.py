@@ -3,8 +3,9 @@
 The baseline is the shipped `checkpoints/baselines/<dataset>-cnn.safetensors`, else the newest
 CNN run on that dataset (`capsnet.training.catalog.baseline_for`), loaded once per file with
 `st.cache_resource`. Robustness is the test accuracy with every test image turned (or scaled)
-alike, one cached point per (model, setting) and persisted on disk, so each model's curves are
-measured once, a point at a time under a progress bar, and then read back at once.
+alike, measured a point at a time under a progress bar and kept as the checkpoint's "robustness"
+entry in the measurement store (`capsnet.checkpoints.measurements`), so each model's curves are
+measured once per machine and then read back at once.
 """
 
 from __future__ import annotations
@@ -19,11 +20,15 @@ import numpy as np
 import streamlit as st
 import torch
 
+from capsnet.checkpoints import measurements
 from capsnet.checkpoints.checkpoint import Checkpoint, CheckpointError, load_checkpoint
+from capsnet.errors import CapsNetError
 from capsnet.nn.cnn import CNNConfig
 from capsnet.readings import affnist, claims
 from capsnet.training import catalog
 from dashboard import models, state
+
+ROBUSTNESS = "robustness"  # the measurement store's name for a checkpoint's robustness curves
 
 
 @dataclass(frozen=True)
@@ -110,36 +115,49 @@ def _scores(key: str, image: np.ndarray, _net: Any) -> np.ndarray:
 
 
 def robustness(
-    key: str,
-    net: Any,
+    handle: models.Loaded,
     dataset: str,
     kind: str,
     limit: int,
     on_step: Callable[[int, int], None] | None = None,
 ) -> affnist.Sweep:
-    """Accuracy on the first `limit` test images, all turned (kind "rotation") or scaled alike, per sweep setting."""
-    values = affnist.ANGLES if kind == "rotation" else affnist.SCALES
+    """Accuracy on the first `limit` test images, all turned (kind "rotation") or scaled alike, per sweep setting:
+    kept in the measurement store, else measured a point at a time (`on_step(done, total)`) and kept."""
+    values = tuple(float(v) for v in (affnist.ANGLES if kind == "rotation" else affnist.SCALES))
+    name = f"{kind}@{limit}"
+    path = handle.checkpoint.path
+    kept = measurements.read(path, ROBUSTNESS) or {}
+    try:
+        sweep = affnist.Sweep.from_dict(kept[name])
+        if sweep.values == values and sweep.examples == limit:
+            return sweep
+    except (KeyError, TypeError, ValueError):
+        pass
     points = []
     for k, value in enumerate(values):
-        points.append(_point(key, dataset, kind, float(value), limit, net))
+        points.append(_point(handle.key, dataset, kind, value, limit, handle.net))
         if on_step is not None:
             on_step(k + 1, len(values))
-    return affnist.Sweep(kind, tuple(float(v) for v in values), tuple(points), limit)
+    sweep = affnist.Sweep(kind, values, tuple(points), limit)
+    try:
+        measurements.write(path, ROBUSTNESS, {**kept, name: sweep.to_dict()})
+    except CapsNetError:  # a read-only home: measured again in the next session
+        pass
+    return sweep
 
 
 def robustness_curves(
-    networks: dict[str, tuple[str, Any]], dataset: str, limit: int, on_progress: Callable[[float, str], None]
+    networks: dict[str, models.Loaded], dataset: str, limit: int, on_progress: Callable[[float, str], None]
 ) -> dict[str, dict[str, affnist.Sweep]]:
-    """{"rotation": {name: Sweep}, "scale": {...}} for each named (key, net); `on_progress(fraction, what)`."""
+    """{"rotation": {name: Sweep}, "scale": {...}} for each named network; `on_progress(fraction, what)`."""
     jobs = [(kind, name) for kind in ("rotation", "scale") for name in networks]
     curves: dict[str, dict[str, affnist.Sweep]] = {"rotation": {}, "scale": {}}
     for k, (kind, name) in enumerate(jobs):
-        key, net = networks[name]
 
         def step(done: int, total: int, k: int = k, what: str = f"{name}, {kind}") -> None:
             on_progress((k + done / total) / len(jobs), what)
 
-        curves[kind][name] = robustness(key, net, dataset, kind, limit, step)
+        curves[kind][name] = robustness(networks[name], dataset, kind, limit, step)
     return curves
 
 
@@ -155,12 +173,12 @@ def reading_rate(key: str, _net: Any) -> float:
     return len(batch) / max(time.perf_counter() - start, 1e-6)
 
 
-def robustness_seconds(networks: dict[str, tuple[str, Any]], limit: int) -> float:
+def robustness_seconds(networks: dict[str, models.Loaded], limit: int) -> float:
     """How long the robustness curves of `networks` take to measure from scratch, `limit` images a point, here."""
-    return sum(affnist.sweep_images(limit) / reading_rate(key, net) for key, net in networks.values())
+    return sum(affnist.sweep_images(limit) / reading_rate(h.key, h.net) for h in networks.values())
 
 
-@st.cache_data(max_entries=512, show_spinner=False, persist="disk")
+@st.cache_data(max_entries=512, show_spinner=False)
 def _point(key: str, dataset: str, kind: str, value: float, limit: int, _net: Any) -> float:
     images, labels = models.test_set(dataset)
     return affnist.accuracy_sweep(_net, images[:limit], labels[:limit], kind, [value]).accuracy[0]

@@ -328,7 +328,7 @@ def _stages(model_key: str, image: np.ndarray, _model: Any) -> arch.StageReading
 @st.cache_data(max_entries=8, show_spinner=False)
 def _routing_kept(model_key: str, path: str, total: int) -> rm.RoutingMatters:
     """The summary kept beside the checkpoint at `path`; LookupError (not cached) when there is none to trust."""
-    kept = rm.read_kept(path, file_sha256(path), total)
+    kept = rm.read_kept(path, total)
     if kept is None:
         raise LookupError(f"no routing summary kept for {path}")
     return kept

@@ -15,6 +15,8 @@ import pytest
 import torch
 from browser_support import CHROMIUM_ARGS, PAGE_LOAD_MS, RERUN_MS, VIEWPORT, Screenshots, find_chromium
 
+from capsnet.checkpoints.measurements import CACHE_ENV
+
 try:
     from playwright.sync_api import sync_playwright
 except ImportError:  # pragma: no cover - the dev extra installs it
@@ -46,6 +48,18 @@ def data_dir() -> Path:
 @pytest.fixture(autouse=True)
 def _seed() -> None:
     torch.manual_seed(0)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _measurement_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The measurement store of the whole session (and of the apps it starts): a temporary folder, never ~/.cache."""
+    before = os.environ.get(CACHE_ENV)
+    os.environ[CACHE_ENV] = str(tmp_path_factory.mktemp("cache"))
+    yield Path(os.environ[CACHE_ENV])
+    if before is None:
+        os.environ.pop(CACHE_ENV, None)
+    else:
+        os.environ[CACHE_ENV] = before
 
 
 @pytest.fixture(scope="module")

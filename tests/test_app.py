@@ -22,6 +22,8 @@ from dashboard_fixtures import (  # noqa: F401
 from PIL import Image
 from streamlit.testing.v1 import AppTest
 
+from capsnet.checkpoints import measurements
+from capsnet.readings import affnist
 from capsnet.training.options import TrainOptions
 from dashboard import pages
 
@@ -613,7 +615,11 @@ def test_the_transform_lens_follows_the_sliders(app_with_run) -> None:  # noqa: 
     assert at.slider(key="lens_rotation").value == 0.0 and transformed() == before
 
 
-def test_the_transform_lens_sets_the_capsnet_beside_a_cnn(app_with_run, tiny_baselines) -> None:  # noqa: F811
+def test_the_transform_lens_sets_the_capsnet_beside_a_cnn(
+    app_with_run,  # noqa: F811
+    tiny_baselines,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     _, checkpoints = app_with_run
     at = pick_test_image(new_app().run(), 1)
     at.switch_page("app_pages/transform.py").run()
@@ -657,6 +663,20 @@ def test_the_transform_lens_sets_the_capsnet_beside_a_cnn(app_with_run, tiny_bas
     assert len(plotly_values(rotation["data"][0]["x"])) == 13 and len(plotly_values(scale["data"][1]["y"])) == 9
     upright = plotly_values(rotation["data"][0]["y"])[6]  # 0 degrees: the plain accuracy on those 100 images
     assert 0 <= upright <= 100
+    # kept in the measurement store, by each checkpoint's SHA-256: a new session reads them without measuring
+    capsnet = Path(at.sidebar.selectbox(key="checkpoint_picker").value)
+    kept = measurements.read(capsnet, "robustness")
+    assert kept is not None and kept["rotation@100"]["accuracy"][6] * 100 == pytest.approx(upright)
+    clear_streamlit_caches()
+    monkeypatch.setattr(affnist, "accuracy_sweep", lambda *a, **k: pytest.fail("measured again"))
+    at = new_app()
+    at.query_params.update(checkpoint="20250101-000000-mnist")
+    at = pick_test_image(at.run(), 1)
+    at.switch_page("app_pages/transform.py").run()
+    at.selectbox(key="lens_robustness_size").set_value(100)
+    at.toggle(key="lens_robustness").set_value(True).run()
+    no_exception(at)
+    assert plotly_values(chart(at, "lens_robustness_rotation")["data"][0]["y"])[6] == pytest.approx(upright)
 
 
 @pytest.mark.slow

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from capsnet.checkpoints import measurements
 from capsnet.checkpoints.checkpoint import load_checkpoint, save_checkpoint
 from capsnet.evaluation import evaluate
 from capsnet.nn.capsnet import CapsNet
@@ -49,14 +50,14 @@ def test_thresholds_are_read_tolerantly() -> None:
 def test_an_older_checkpoint_is_calibrated_once_then_cached(
     tiny_checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(novelty.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(measurements.CACHE_ENV, str(tmp_path / "cache"))
     loaded = load_checkpoint(tiny_checkpoint)
     assert NoveltyThresholds.from_dict(loaded.info.novelty) is not None  # the trainer stored them
     assert novelty.thresholds_for(loaded) == NoveltyThresholds.from_dict(loaded.info.novelty)
     older = save_checkpoint(tmp_path / "old.safetensors", loaded.model, loaded.info.replace(novelty=None))
     made = novelty.thresholds_for(load_checkpoint(older))  # computed on the real test set
     assert 0 < made.flagged_right <= 2 * (1 - made.quantile) + 0.001 and made.examples > 8000  # two thresholds
-    assert len(list((tmp_path / "cache").glob("novelty-*.json"))) == 1
+    assert len(list((tmp_path / "cache" / "measurements").glob("*.novelty.json"))) == 1
 
     def no_evaluation(*args: object, **kwargs: object) -> None:
         raise AssertionError("the cached thresholds should have been used")

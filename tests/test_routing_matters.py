@@ -15,6 +15,7 @@ import torch
 from dashboard_fixtures import APP, app_dirs, app_run, app_with_run, clear_streamlit_caches  # noqa: F401
 from streamlit.testing.v1 import AppTest
 
+from capsnet.checkpoints import measurements
 from capsnet.checkpoints.checkpoint import load_checkpoint
 from capsnet.data.datasets import dataset_info
 from capsnet.data.multimnist import Pairs
@@ -86,20 +87,25 @@ def test_the_summary_is_json_and_refuses_what_it_is_not(app_run: Path, test_imag
         rm.measure(net, LabelledSet(dataset_info("multimnist"), digits, torch.arange(4), pairs))
 
 
-def test_the_summary_is_kept_once_and_a_damaged_one_is_measured_again(run_copy: Path, test_images) -> None:
+def test_the_summary_is_kept_once_and_a_damaged_one_is_measured_again(
+    run_copy: Path, test_images, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(measurements.CACHE_ENV, str(tmp_path / "cache"))
     test_images, count = test_images.first(KEPT_COUNT), KEPT_COUNT
     checkpoint = load_checkpoint(run_copy)
     sidecar = rm.sidecar_path(run_copy)
     assert sidecar == run_copy.parent / "best.routing.json"
     measured = rm.kept_or_measured(checkpoint, test_images)
     assert sidecar.is_file() and measured.checkpoint_sha256 == file_sha256(run_copy)
-    assert rm.read_kept(run_copy, measured.checkpoint_sha256, count) == measured  # the round trip
+    assert rm.read_kept(run_copy, count) == measured  # the round trip
     stamp = sidecar.stat().st_mtime_ns
     assert rm.kept_or_measured(checkpoint, test_images) == measured and sidecar.stat().st_mtime_ns == stamp  # once
 
-    assert rm.read_kept(run_copy, "0" * 64, count) is None  # another checkpoint's
-    assert rm.read_kept(run_copy, measured.checkpoint_sha256, count + 1) is None  # another test set's
     text = sidecar.read_text()
+    sidecar.write_text(text.replace(measured.checkpoint_sha256, "0" * 64))
+    assert rm.read_kept(run_copy, count) is None  # another checkpoint's
+    sidecar.write_text(text)
+    assert rm.read_kept(run_copy, count + 1) is None  # another test set's
     damaged = {
         "cut short": text[: len(text) // 2],
         "not JSON": "\x00\xff garbage",
@@ -110,14 +116,19 @@ def test_the_summary_is_kept_once_and_a_damaged_one_is_measured_again(run_copy: 
     for what, content in damaged.items():
         assert content != text, what
         sidecar.write_text(content)
-        assert rm.read_kept(run_copy, measured.checkpoint_sha256, count) is None, what
+        assert rm.read_kept(run_copy, count) is None, what
         assert rm.kept_or_measured(checkpoint, test_images) == measured, what  # measured again...
         assert json.loads(sidecar.read_text()) == measured.to_dict(), what  # ...and kept whole
     sidecar.unlink()
-    sidecar.mkdir()  # a folder where the file should be: not read, and the measure says why it cannot keep it
-    assert rm.read_kept(run_copy, measured.checkpoint_sha256, count) is None
-    with pytest.raises(FileWriteError, match="best.routing.json"):
-        rm.kept_or_measured(checkpoint, test_images)
+    sidecar.mkdir()  # a folder where the file should be: not read, and the entry goes to the user's store instead
+    assert rm.read_kept(run_copy, count) is None
+    assert rm.kept_or_measured(checkpoint, test_images) == measured
+    assert (tmp_path / "cache" / "measurements" / f"{measured.checkpoint_sha256}.routing.json").is_file()
+    assert rm.read_kept(run_copy, count) == measured  # read back from the store
+    (tmp_path / "not-a-folder").write_text("")  # nowhere to keep it: one line naming the store's file
+    monkeypatch.setenv(measurements.CACHE_ENV, str(tmp_path / "not-a-folder"))
+    with pytest.raises(FileWriteError, match="routing.json"):
+        rm.keep(run_copy, measured)
 
 
 def _values(array: list | dict) -> np.ndarray:
@@ -163,7 +174,7 @@ def test_the_page_measures_lists_the_changes_and_opens_one_on_the_routing_page(
     assert _values(bars["y"]).tolist() == list(expected.differs_from_first)
     np.testing.assert_allclose(_values(line["y"]), expected.accuracy)
     shown = kept.parent / "best.safetensors"  # the app's copy of the run's checkpoint
-    assert rm.read_kept(shown, file_sha256(shown), COUNT) == replace(expected, checkpoint_sha256=file_sha256(shown))
+    assert rm.read_kept(shown, COUNT) == replace(expected, checkpoint_sha256=file_sha256(shown))
     listed = [int(b.key.removeprefix("rm_open_")) for b in at.button if (b.key or "").startswith("rm_open_")]
     assert listed == [c.index for c in expected.changed][:12]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+from capsnet.checkpoints import measurements
 from capsnet.checkpoints.checkpoint import load_checkpoint
 from capsnet.data.tasks import read_test_set
 from capsnet.errors import ArgumentParser, CapsNetError, run_cli
@@ -30,7 +31,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"\r{name}: {done:,}/{total:,}", end="", flush=True)
 
             result = kept_or_measured(checkpoint, test, progress)
-            print(f"\n{describe(result)}\nkept in {sidecar_path(path)}")
+            where = sidecar_path(path) if sidecar_path(path).is_file() else measurements.store_dir()
+            print(f"\n{describe(result)}\nkept in {where}")
         return 0
 
     return run_cli(run, parser.prog)

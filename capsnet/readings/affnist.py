@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from capsnet.data.datasets import placed
+from capsnet.data.datasets import as_tensors, load_dataset, placed, stored_tensors
 from capsnet.errors import CapsNetError
 from capsnet.nn.registry import AnyModel
 from capsnet.readings.equivariance import Transform, transform
@@ -99,7 +99,6 @@ class AffineTestSet:
 
 def affine_test_set(data_dir: str | None = None, limit: int | None = None) -> AffineTestSet:
     """The (first `limit`) MNIST test digits, moved on 40x40 as the mnist-40 test set does, and made affNIST-like."""
-    from capsnet.data.datasets import as_tensors, load_dataset, stored_tensors
 
     test = load_dataset("mnist", train=False, data_dir=data_dir)
     digits, labels = stored_tensors(test)
@@ -144,6 +143,15 @@ class Sweep:
     def to_dict(self) -> dict:
         return {"kind": self.kind, "values": list(self.values), "accuracy": list(self.accuracy),
                 "examples": self.examples}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Sweep:
+        """The inverse of `to_dict`; ValueError, TypeError or KeyError for anything that is not one."""
+        sweep = cls(str(data["kind"]), tuple(float(v) for v in data["values"]),
+                    tuple(float(a) for a in data["accuracy"]), int(data["examples"]))  # fmt: skip
+        if len(sweep.values) != len(sweep.accuracy) or not all(0.0 <= a <= 1.0 for a in sweep.accuracy):
+            raise ValueError("not a sweep: one accuracy in [0, 1] per value")
+        return sweep
 
 
 def sweep_images(limit: int) -> int:

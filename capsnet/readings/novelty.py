@@ -10,27 +10,25 @@ reconstruction error is above what 99.5% of them reach, or its winner shorter th
 
 The thresholds are computed from an evaluation (`from_evaluation`), stored in each
 checkpoint's header by the trainer and by export (`CheckpointInfo.novelty`), and for an older
-checkpoint computed once from the test set and cached (`thresholds_for`).
+checkpoint computed once from the test set and kept in the measurement store
+(`capsnet.checkpoints.measurements`, read by `thresholds_for`).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from capsnet.checkpoints import measurements
+from capsnet.data.tasks import read_test_set
 from capsnet.errors import CapsNetError
 from capsnet.evaluation import Evaluation
-from capsnet.files import write_json
 
 QUANTILE = 0.995  # the share of correctly classified test images each threshold lets through (together ~99%)
-CACHE_ENV = "CAPSNET_CACHE_DIR"
+KIND = "novelty"  # the measurement store's name for an older checkpoint's calibration
 
 
 @dataclass(frozen=True)
@@ -103,29 +101,16 @@ class NoveltyThresholds:
         )
 
 
-def cache_dir() -> Path:
-    """Where computed thresholds are kept: $CAPSNET_CACHE_DIR, else ~/.cache/capsnet."""
-    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "capsnet")
-
-
 def thresholds_for(checkpoint: Any, data_dir: str | None = None) -> NoveltyThresholds:
-    """A checkpoint's thresholds: from its header, else from the cache, else computed on its test set and cached.
+    """A checkpoint's thresholds: from its header, else from the measurement store, else computed on its test set and kept.
 
     `checkpoint` is a loaded `capsnet.checkpoints.checkpoint.Checkpoint`. Raises the dataset's errors
     (missing, damaged) when they must be computed and the test set cannot be read.
     """
-    from capsnet.data.tasks import read_test_set
-    from capsnet.evaluation import Evaluation
-
     stored = NoveltyThresholds.from_dict(checkpoint.info.novelty)
     if stored is not None:
         return stored
-    digest = hashlib.sha256(Path(checkpoint.path).read_bytes()).hexdigest()[:24]
-    cached = cache_dir() / f"novelty-{digest}.json"
-    try:
-        found = NoveltyThresholds.from_dict(json.loads(cached.read_text(encoding="utf-8")))
-    except (OSError, ValueError):
-        found = None
+    found = NoveltyThresholds.from_dict(measurements.read(checkpoint.path, KIND))
     if found is not None:
         return found
     result = read_test_set(checkpoint.info.dataset_name, data_dir).evaluate(checkpoint.model)
@@ -133,7 +118,7 @@ def thresholds_for(checkpoint: Any, data_dir: str | None = None) -> NoveltyThres
     if made is None:
         raise CapsNetError(f"{checkpoint.path}: too few test images are classified right to calibrate on")
     try:
-        write_json(cached, made.to_dict())
+        measurements.write(checkpoint.path, KIND, made.to_dict())
     except (OSError, CapsNetError):  # a read-only or full home: computed again next time, and predict goes on
         pass
     return made

@@ -6,18 +6,17 @@ routing (`capsnet.nn.dynamic_routing.dynamic_routing`) runs again for each r, on
 JSON-serialisable `RoutingMatters`: the accuracy at each r, and every image whose prediction differs between
 any two r, with its prediction and capsule lengths at each r.
 
-It is kept once per model in a sidecar file beside the checkpoint, named like the shipped models' other
-sidecars: `checkpoints/mnist.safetensors` -> `checkpoints/mnist.routing.json`, a run's `best.safetensors` ->
-`best.routing.json` in its folder. The file names the SHA-256 of the checkpoint it was measured on, is written
-atomically, and is read back tolerantly: a missing, damaged or stale file (another checkpoint's, another test
-set's) is never trusted, only measured again.
+It is kept once per model as the checkpoint's "routing" entry in the measurement store
+(`capsnet.checkpoints.measurements`): beside a checkpoint as `mnist.routing.json` when the CLI measures it (so
+the shipped models carry theirs), else in the user's store. The entry names the SHA-256 of the checkpoint it
+was measured on and is read back tolerantly: a missing, damaged or stale entry (another checkpoint's, another
+test set's) is never trusted, only measured again.
 
     python -m capsnet routing-matters checkpoints/mnist.safetensors   # measure and keep (once), print the summary
 """
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -28,9 +27,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from capsnet.checkpoints import measurements
 from capsnet.checkpoints.checkpoint import Checkpoint
 from capsnet.data.tasks import LabelledSet
-from capsnet.files import FileReadError, file_sha256, read_regular_file, write_json
 from capsnet.nn.capsnet import CapsNet
 from capsnet.nn.dynamic_routing import dynamic_routing
 from capsnet.nn.layers import capsule_lengths
@@ -40,8 +39,7 @@ from capsnet.nn.squash import LOW_PRECISION
 ITERATIONS = (1, 2, 3, 4, 5)
 BATCH_SIZE = 128  # u_hat of 128 paper-sized examples is 94 MB (float32)
 FORMAT = 1  # the sidecar's layout; a file of another format is measured again
-SUFFIX = ".routing.json"
-MAX_FILE_BYTES = 32_000_000  # a sidecar is a few kB to a few hundred; a larger one is not read
+KIND = "routing"  # the measurement store's name for this reading
 DECIMALS = 4  # capsule lengths are kept to 4 decimals
 
 
@@ -268,43 +266,41 @@ def measure(
     )
 
 
-# ---------------------------------------------------------------- kept beside the checkpoint
+# ---------------------------------------------------------------- kept in the measurement store
 
 
 def sidecar_path(checkpoint_path: str | os.PathLike) -> Path:
-    """Where a checkpoint's summary is kept: `mnist.safetensors` -> `mnist.routing.json`, beside it."""
-    return Path(checkpoint_path).with_suffix(SUFFIX)
+    """Where a checkpoint's summary ships beside it: `mnist.safetensors` -> `mnist.routing.json`."""
+    return measurements.beside(checkpoint_path, KIND)
 
 
 def read_kept(
-    checkpoint_path: str | os.PathLike, sha256: str, total: int, iterations: Sequence[int] = ITERATIONS
+    checkpoint_path: str | os.PathLike, total: int, iterations: Sequence[int] = ITERATIONS
 ) -> RoutingMatters | None:
-    """The kept summary of the checkpoint whose bytes hash to `sha256`, on `total` test images; None when there
-    is none to trust (missing, unreadable, damaged, or measured on another checkpoint or another test set)."""
+    """The kept summary of this checkpoint on `total` test images; None when there is none to trust (missing,
+    unreadable, damaged, or measured on another checkpoint or another test set)."""
+    data = measurements.read(checkpoint_path, KIND)
     try:
-        data = json.loads(read_regular_file(sidecar_path(checkpoint_path), MAX_FILE_BYTES))
         result = RoutingMatters.from_dict(data)
-    except (OSError, FileReadError, ValueError, UnicodeDecodeError, RecursionError):
+    except (ValueError, TypeError, KeyError, AttributeError):
         return None
-    same = result.checkpoint_sha256 == sha256 and result.total == total and result.iterations == tuple(iterations)
-    return result if same else None
+    return result if result.total == total and result.iterations == tuple(iterations) else None
 
 
 def keep(checkpoint_path: str | os.PathLike, result: RoutingMatters) -> Path:
-    """Write `result` beside its checkpoint, atomically; FileWriteError (one line) when it cannot be."""
-    path = sidecar_path(checkpoint_path)
-    write_json(path, result.to_dict())
-    return path
+    """Keep `result` as the checkpoint's "routing" entry: beside it (a run's folder, the shipped ones), else in the
+    user's store; FileWriteError (one line) when neither can be written."""
+    return measurements.write(checkpoint_path, KIND, result.to_dict(), ship=True)
 
 
 def kept_or_measured(
     checkpoint: Checkpoint, test: LabelledSet, on_batch: Callable[[int, int], None] | None = None
 ) -> RoutingMatters:
     """The checkpoint's kept summary on all of `test`, else measured now and kept (once per checkpoint)."""
-    sha256 = file_sha256(checkpoint.path)
-    kept = read_kept(checkpoint.path, sha256, len(test))
+    kept = read_kept(checkpoint.path, len(test))
     if kept is not None:
         return kept
+    sha256 = measurements.checkpoint_sha256(checkpoint.path)
     result = measure(checkpoint.model, test, checkpoint_sha256=sha256, on_batch=on_batch)
     keep(checkpoint.path, result)
     return result

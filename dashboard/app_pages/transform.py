@@ -127,7 +127,7 @@ limit = size.selectbox(
     "Test images per point", ROBUSTNESS_SIZES, index=1, key="lens_robustness_size", format_func="{:,}".format,
     help="Each network reads this many test images at each of the sweeps' points, the first time; then kept on disk.",
 )  # fmt: skip
-networks = {"CapsNet": (model.key, model.net), **({"CNN": (cnn.key, cnn.net)} if cnn is not None else {})}
+networks = {"CapsNet": model, **({"CNN": cnn} if cnn is not None else {})}
 size.caption(texts.robustness_cost(int(limit), len(networks), baselines.robustness_seconds(networks, int(limit))))
 if measure.toggle("Measure accuracy as the test set turns and scales", key="lens_robustness"):
     if guards.try_test_set(model.dataset) is None:
