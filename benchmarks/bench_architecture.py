@@ -4,7 +4,7 @@
     python benchmarks/bench_architecture.py --checkpoint checkpoints/mnist.safetensors
 
 What a rerun of the page computes, without Streamlit around it: a new input is one forward pass
-that keeps every stage (`capsnet.readings.stages.read_stages`) plus the shown stage's figures; a click
+that keeps every stage (`capsnet.readings.explain.explain`) plus the shown stage's figures; a click
 on a stage or a new capsule reads the cached pass back (`st.cache_data` unpickles a copy: timed
 here as a pickle round trip) and builds that stage's view and figures. Figures are timed to their
 JSON, as Streamlit serialises them. Median and best of `--repeats` after a warm-up, on the dashboard's
@@ -28,6 +28,7 @@ from capsnet.checkpoints.checkpoint import load_checkpoint
 from capsnet.device import describe_device, inference_threads
 from capsnet.nn.capsnet import CapsNet
 from capsnet.nn.config import CapsNetConfig
+from capsnet.readings import explain as ex
 from capsnet.readings import stages as arch
 from dashboard.figures import architecture as arch_fig
 
@@ -44,7 +45,7 @@ def a_seven() -> np.ndarray:
     return digit
 
 
-def stage_figures(model: CapsNet, reading: arch.StageReading, view: arch.CapsuleView, stage: str) -> list[str]:
+def stage_figures(model: CapsNet, reading: ex.Explanation, view: arch.CapsuleView, stage: str) -> list[str]:
     """The JSON of every figure the page draws for `stage` (the diagram included)."""
     c = model.config
     stages = arch.stages(c)
@@ -92,13 +93,13 @@ def main(argv: list[str] | None = None) -> int:
         model, what = CapsNet(CapsNetConfig.preset("paper")).eval(), "the paper's CapsNet, random weights"
     c = model.config
     digit = a_seven()
-    reading = arch.read_stages(model, digit)
+    reading = ex.explain(model, digit)
     cached = pickle.dumps(reading)
     rng = np.random.default_rng(0)
 
     def new_input(stage: str) -> Callable[[], object]:
         def run() -> object:
-            fresh = arch.read_stages(model, digit + np.float32(rng.random() * 1e-3))
+            fresh = ex.explain(model, digit + np.float32(rng.random() * 1e-3))
             return stage_figures(model, fresh, arch.capsule_view(model, fresh, None, None), stage)
 
         return run
@@ -117,8 +118,8 @@ def main(argv: list[str] | None = None) -> int:
 
     rows: list[tuple[str, tuple[float, float]]] = [
         (
-            "one forward pass keeping every stage (read_stages)",
-            timed_ms(lambda: arch.read_stages(model, digit), args.repeats),
+            "one forward pass keeping every stage (explain)",
+            timed_ms(lambda: ex.explain(model, digit), args.repeats),
         ),
         ("cache hit: the reading unpickled", timed_ms(lambda: pickle.loads(cached), args.repeats)),
         ("new input: forward + the PrimaryCaps view (JSON)", timed_ms(new_input("primary"), args.repeats)),

@@ -157,10 +157,11 @@ class Model(Loaded):
 
     def stages(
         self, image: np.ndarray, capsule: int | None, digit: int | None
-    ) -> tuple[arch.StageReading, arch.CapsuleView]:
-        """Every stage's output for one input (one forward pass, cached per input), and what passes between primary
-        capsule `capsule` (None: the longest where the ink is) and digit capsule `digit` (None: the prediction): no new pass."""
-        reading = _stages(self.key, image, self.net)
+    ) -> tuple[ex.Explanation, arch.CapsuleView]:
+        """Every stage's output for one input (its explanation: the Routing page's own cached forward pass), and what
+        passes between primary capsule `capsule` (None: the longest where the ink is) and digit capsule `digit`
+        (None: the prediction): no new pass."""
+        reading = self.explain(image)
         return reading, arch.capsule_view(self.net, reading, capsule, digit)
 
     def routing_matters(
@@ -318,11 +319,6 @@ def _reconstructions(
 ) -> reconstruction.Reconstructions:
     images, _ = test_set(dataset)
     return reconstruction.reconstruct(_model, images[list(indices)])
-
-
-@st.cache_data(max_entries=16, show_spinner=False)
-def _stages(model_key: str, image: np.ndarray, _model: Any) -> arch.StageReading:
-    return arch.read_stages(_model, image)
 
 
 @st.cache_data(max_entries=8, show_spinner=False)

@@ -14,6 +14,7 @@ from streamlit.testing.v1 import AppTest
 
 from capsnet.nn.capsnet import CapsNet
 from capsnet.nn.config import CapsNetConfig
+from capsnet.readings import explain as ex
 from capsnet.readings import stages as arch
 from capsnet.readings.agreement import first_primary, receptive_fields
 from dashboard.figures import architecture as arch_fig
@@ -28,8 +29,8 @@ def image() -> np.ndarray:
 
 
 @pytest.fixture(scope="module")
-def reading(model: CapsNet, image: np.ndarray) -> arch.StageReading:
-    return arch.read_stages(model, image)
+def reading(model: CapsNet, image: np.ndarray) -> ex.Explanation:
+    return ex.explain(model, image)
 
 
 @pytest.mark.parametrize("preset", ["paper", "tiny", "multimnist", "official"])
@@ -72,7 +73,7 @@ def test_every_stage_outputs_the_shape_it_states(size: int) -> None:
     torch.manual_seed(0)
     config = dataclasses.replace(CapsNetConfig.preset("tiny"), image_size=size)
     net = CapsNet(config).eval()
-    reading = arch.read_stages(net, np.random.default_rng(0).random((size, size), dtype=np.float32))
+    reading = ex.explain(net, np.random.default_rng(0).random((size, size), dtype=np.float32))
     shapes = {s.key: s.shape for s in arch.stages(config)}
     assert reading.features.shape == shapes["conv1"]
     assert reading.primary.shape == shapes["primary"]
@@ -96,7 +97,7 @@ def test_the_forward_pass_can_return_conv1s_feature_maps(model: CapsNet, image: 
     torch.testing.assert_close(out.poses, plain.poses)  # the same pass, nothing else changed
 
 
-def test_a_reading_is_one_forward_pass(model: CapsNet, image: np.ndarray, reading: arch.StageReading) -> None:
+def test_a_reading_is_one_forward_pass(model: CapsNet, image: np.ndarray, reading: ex.Explanation) -> None:
     x = torch.from_numpy(image).view(1, 1, 28, 28)
     with torch.no_grad():
         out = model(x, return_primary=True, return_features=True)
@@ -110,16 +111,16 @@ def test_a_reading_is_one_forward_pass(model: CapsNet, image: np.ndarray, readin
     assert kept.tolist() == [reading.prediction]
     np.testing.assert_allclose(reading.masked[reading.prediction], reading.poses[reading.prediction])
     with pytest.raises(ValueError, match="28x28"):
-        arch.read_stages(model, np.zeros((20, 20), np.float32))
+        ex.explain(model, np.zeros((20, 20), np.float32))
     model.train()
     try:
         with pytest.raises(ValueError, match="eval mode"):
-            arch.read_stages(model, image)
+            ex.explain(model, image)
     finally:
         model.eval()
 
 
-def test_a_capsules_view_is_its_matrix_its_vote_and_its_field(model: CapsNet, reading: arch.StageReading) -> None:
+def test_a_capsules_view_is_its_matrix_its_vote_and_its_field(model: CapsNet, reading: ex.Explanation) -> None:
     config = model.config
     i, j = 2 * config.primary_grid**2 + 3 * config.primary_grid + 4, 7  # type 2, (3, 4): 0-based type index 2
     view = arch.capsule_view(model, reading, i, j)
@@ -153,14 +154,14 @@ def test_a_capsules_view_is_its_matrix_its_vote_and_its_field(model: CapsNet, re
         arch.capsule_view(model, reading, 0, 10)
 
 
-def test_the_strongest_feature_maps_come_first(reading: arch.StageReading) -> None:
+def test_the_strongest_feature_maps_come_first(reading: ex.Explanation) -> None:
     order = arch.strongest_maps(reading.features, 5)
     means = reading.features.mean(axis=(1, 2))
     assert len(order) == 5 and np.all(np.diff(means[order]) <= 0)
     assert means[order[-1]] >= np.sort(means)[-5]
 
 
-def test_the_figures(model: CapsNet, reading: arch.StageReading) -> None:
+def test_the_figures(model: CapsNet, reading: ex.Explanation) -> None:
     stages = arch.stages(model.config)
     fig = arch_fig.diagram_figure(stages, "votes")
     bars = fig.data[0]
@@ -245,7 +246,7 @@ def test_the_page_shows_each_stage_of_the_chosen_model(app_with_run, app_run) ->
     no_exception(at)
     net = load_checkpoint(app_run / "best.safetensors").model
     images, _ = as_tensors(load_dataset("mnist", train=False))
-    expected = arch.capsule_view(net, arch.read_stages(net, images[0, 0].numpy()), index, 5)
+    expected = arch.capsule_view(net, ex.explain(net, images[0, 0].numpy()), index, 5)
     product = chart(at, "arch_product")["data"]
     np.testing.assert_allclose(values(product[0]["z"]).reshape(16, 8), expected.weight, rtol=1e-5)
     np.testing.assert_allclose(values(product[2]["z"]).ravel(), expected.vote, rtol=1e-4, atol=1e-6)

@@ -131,3 +131,38 @@ def test_nan_weights_are_refused(tmp_path: Path) -> None:
     path = save_checkpoint(tmp_path / "nan.safetensors", model, INFO)
     with pytest.raises(CheckpointError, match="NaN"):
         load_checkpoint(path)
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.bool])
+def test_weights_that_are_not_floating_point_are_refused(tmp_path: Path, dtype: torch.dtype) -> None:
+    """A weight stored as integers or booleans is no trained network's: one line, not a silent cast to float."""
+    path = save_checkpoint(tmp_path / "m.safetensors", CapsNet(CapsNetConfig.preset("tiny")), INFO)
+    with safe_open(str(path), framework="pt") as handle:
+        metadata, tensors = handle.metadata(), {name: handle.get_tensor(name) for name in handle.keys()}
+    name = sorted(tensors)[0]
+    tensors[name] = tensors[name].to(dtype)
+    save_file(tensors, str(path), metadata=metadata)
+    with pytest.raises(CheckpointError, match=f"weight {name} is stored as {str(dtype).removeprefix('torch.')}"):
+        load_checkpoint(path)
+
+
+def test_loading_builds_the_network_once_and_opens_the_file_once(
+    saved: tuple[CapsNet, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The network is built on the meta device (no random parameters drawn only to be overwritten), then takes the
+    file's tensors; the file is opened once."""
+    import capsnet.checkpoints.checkpoint as module
+
+    opened, initialised = [], []
+    real_open, real_init = module.safe_open, torch.nn.init.normal_
+    monkeypatch.setattr(module, "safe_open", lambda *a, **k: opened.append(a) or real_open(*a, **k))
+
+    def normal_(*args, **kwargs):
+        initialised.append((args[0] if args else kwargs["tensor"]).device.type)
+        return real_init(*args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.init, "normal_", normal_)
+    loaded = load_checkpoint(saved[1])
+    assert len(opened) == 1
+    assert initialised and set(initialised) == {"meta"}  # W_ij's normal init ran on no memory at all
+    assert all(p.device.type == "cpu" and p.dtype == torch.float32 for p in loaded.model.parameters())

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
 from capsnet.checkpoints.header import CheckpointInfo
 from capsnet.errors import CapsNetError
@@ -89,14 +89,7 @@ def save_checkpoint(
     return path
 
 
-def _read_header(path: Path) -> tuple[AnyConfig, CheckpointInfo]:
-    if not path.is_file():
-        raise CheckpointError(f"{path}: no such checkpoint file")
-    try:
-        with safe_open(str(path), framework="pt") as handle:
-            metadata = handle.metadata() or {}
-    except (SafetensorError, OSError, ValueError) as error:
-        raise CheckpointError(f"{path}: not a readable safetensors file ({error})") from None
+def _check_header(path: Path, metadata: Mapping[str, str]) -> tuple[AnyConfig, CheckpointInfo]:
     if metadata.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not a capsnet checkpoint (no 'format: {FORMAT}' in its header)")
     if metadata.get("format_version") != FORMAT_VERSION:
@@ -116,19 +109,32 @@ def _read_header(path: Path) -> tuple[AnyConfig, CheckpointInfo]:
     return config, CheckpointInfo.from_dict(info)
 
 
-def _expected_shapes(config: AnyConfig) -> dict[str, tuple[int, ...]]:
-    """The state dict's shapes for `config`, from a model on the meta device (no memory allocated)."""
-    with torch.device("meta"):
-        model = network_of(config).build(config)
-    return {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}
-
-
-def _stored_shapes(path: Path) -> dict[str, tuple[int, ...]]:
+def _open(path: Path) -> Any:
+    """The file opened for reading (its header parsed, no weights read); CheckpointError naming what is wrong."""
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no such checkpoint file")
     try:
-        with safe_open(str(path), framework="pt") as handle:
-            return {name: tuple(handle.get_slice(name).get_shape()) for name in handle.keys()}
+        return safe_open(str(path), framework="pt")
     except (SafetensorError, OSError, ValueError) as error:
-        raise CheckpointError(f"{path}: damaged weights ({error})") from None
+        raise CheckpointError(f"{path}: not a readable safetensors file ({error})") from None
+
+
+def _read_header(path: Path) -> tuple[AnyConfig, CheckpointInfo]:
+    with _open(path) as handle:
+        return _check_header(path, handle.metadata() or {})
+
+
+def _misfit(expected: Mapping[str, tuple[int, ...]], stored: Mapping[str, tuple[int, ...]]) -> str:
+    """What keeps the stored weights from fitting the config's ("" when they fit)."""
+    missing = sorted(set(expected) - set(stored))
+    unexpected = sorted(set(stored) - set(expected))
+    wrong = [k for k in expected if k in stored and stored[k] != expected[k]]
+    parts = (
+        f"missing {', '.join(missing)}" if missing else "",
+        f"unexpected {', '.join(unexpected)}" if unexpected else "",
+        f"wrong shape for {', '.join(wrong)}" if wrong else "",
+    )
+    return "; ".join(part for part in parts if part)
 
 
 def read_checkpoint_info(path: str | os.PathLike) -> tuple[AnyConfig, CheckpointInfo]:
@@ -147,35 +153,32 @@ def load_checkpoint(
     does not fit the stored config.
     """
     path = Path(path)
-    config, info = _read_header(path)
-    found = network_of(config)
-    if found.name not in architectures:
-        wanted = " or ".join(network(a).described for a in architectures)
-        raise CheckpointError(f"{path}: {found.described}, where {wanted} is needed")
-    # compare the shapes in the file's header with the config's before reading or allocating anything
-    expected, stored = _expected_shapes(config), _stored_shapes(path)
-    missing = sorted(set(expected) - set(stored))
-    unexpected = sorted(set(stored) - set(expected))
-    wrong = [k for k in expected if k in stored and stored[k] != expected[k]]
-    if missing or unexpected or wrong:
-        details = "; ".join(
-            part
-            for part in (
-                f"missing {', '.join(missing)}" if missing else "",
-                f"unexpected {', '.join(unexpected)}" if unexpected else "",
-                f"wrong shape for {', '.join(wrong)}" if wrong else "",
-            )
-            if part
+    with _open(path) as handle:  # the file is opened once: header, shapes, then the weights
+        config, info = _check_header(path, handle.metadata() or {})
+        found = network_of(config)
+        if found.name not in architectures:
+            wanted = " or ".join(network(a).described for a in architectures)
+            raise CheckpointError(f"{path}: {found.described}, where {wanted} is needed")
+        with torch.device("meta"):  # the network's structure, no memory: its weights are the file's
+            model = found.build(config)
+        try:
+            stored = {name: tuple(handle.get_slice(name).get_shape()) for name in handle.keys()}
+            # the shapes in the file's header against the config's, before reading or allocating anything
+            misfit = _misfit({name: tuple(t.shape) for name, t in model.state_dict().items()}, stored)
+            if misfit:
+                raise CheckpointError(f"{path}: weights do not fit the stored config ({misfit})")
+            tensors = {name: handle.get_tensor(name) for name in handle.keys()}
+        except (SafetensorError, OSError, ValueError) as error:
+            raise CheckpointError(f"{path}: damaged weights ({error})") from None
+    not_float = next((name for name, v in tensors.items() if not v.is_floating_point()), None)
+    if not_float is not None:
+        raise CheckpointError(
+            f"{path}: weight {not_float} is stored as {str(tensors[not_float].dtype).removeprefix('torch.')}, "
+            "not as floating-point numbers: not a checkpoint of a trained network"
         )
-        raise CheckpointError(f"{path}: weights do not fit the stored config ({details})")
-    try:
-        tensors = load_file(str(path), device="cpu")
-    except (SafetensorError, OSError, ValueError) as error:
-        raise CheckpointError(f"{path}: damaged weights ({error})") from None
-    model = network_of(config).build(config)
-    tensors = {k: v.float() if v.is_floating_point() else v for k, v in tensors.items()}
-    if not all(torch.isfinite(v).all() for v in tensors.values() if v.is_floating_point()):
+    tensors = {k: v.float() for k, v in tensors.items()}
+    if not all(torch.isfinite(v).all() for v in tensors.values()):
         raise CheckpointError(f"{path}: weights hold NaN or infinite values")
-    model.load_state_dict(tensors)
+    model.load_state_dict(tensors, assign=True)  # the meta network takes the loaded tensors as its own
     model.eval().to(device)
     return Checkpoint(path=path, model=model, config=config, info=info)

@@ -18,7 +18,6 @@ from typing import Literal
 import numpy as np
 import torch
 
-from capsnet.data.preprocess import as_model_input
 from capsnet.nn.capsnet import CapsNet
 from capsnet.readings.agreement import Votes, votes_from_trace
 
@@ -29,11 +28,11 @@ Weighting = Literal["length", "mean"]
 class Explanation:
     """One input image read by the network, with everything the pages draw."""
 
-    image: np.ndarray  # (28, 28) the input, in [0, 1]
+    image: np.ndarray  # (H, W) the input, in [0, 1]
     lengths: np.ndarray  # (K,) |v_j| after the last routing iteration
     prediction: int  # argmax_j |v_j|
     poses: np.ndarray  # (K, D) the digit capsules v_j
-    reconstruction: np.ndarray  # (28, 28) decoded from the capsule of `decode_class`
+    reconstruction: np.ndarray  # (H, W) decoded from the capsule of `decode_class`
     decode_class: int  # the class whose capsule was decoded (the prediction unless asked otherwise)
     reconstruction_error: (
         float  # sum of squared pixel errors of the winner's reconstruction (`capsnet.readings.novelty`)
@@ -42,6 +41,15 @@ class Explanation:
     votes: Votes  # every vote u_hat_{j|i}, c_ij, s_j, v_j and agreement of each iteration: the one pass's trace
     primary_types: int
     primary_grid: int
+    features: np.ndarray  # (C1, S, S) Conv1's feature maps, after the ReLU (the Architecture page's first stage)
+    primary: np.ndarray  # (N, P) the primary capsules u_i
+
+    @property
+    def masked(self) -> np.ndarray:
+        """(K, D) the decoder's input: every digit capsule but the decoded one zeroed."""
+        masked = np.zeros_like(self.poses)
+        masked[self.decode_class] = self.poses[self.decode_class]
+        return masked
 
     @property
     def coupling(self) -> np.ndarray:
@@ -75,7 +83,8 @@ def explain(
     routing_iterations: int | None = None,
     decode_class: int | None = None,
 ) -> Explanation:
-    """Read one 28x28 image: lengths, prediction, reconstruction, routing trace and primary capsules.
+    """Read one image in one forward pass that keeps every stage: Conv1's maps, the primary capsules, the routing
+    trace (votes, couplings, s_j, v_j), lengths, prediction and reconstruction.
 
     `routing_iterations` (any r >= 1) overrides the model's own r for this reading only;
     `decode_class` reconstructs from another class's capsule than the predicted one.
@@ -90,14 +99,14 @@ def explain(
     side = model.config.image_size
     if image.size != side * side:
         raise ValueError(f"expected one {side}x{side} image, got {image.size} pixels")
-    x = as_model_input(image.reshape(side, side)).to(model.device)  # (1, 1, 28, 28)
+    x = torch.from_numpy(image.copy()).view(1, 1, side, side).to(model.device)  # (1, 1, H, W)
     with torch.inference_mode():
-        out = model(x, routing_iterations=iterations, return_trace=True, return_primary=True)
+        out = model(x, routing_iterations=iterations, return_trace=True, return_primary=True, return_features=True)
         prediction = int(out.prediction[0])
         chosen = prediction if decode_class is None else model.config.check_class(decode_class)
         reconstruction = out.reconstruction if chosen == prediction else model.decode(out.poses, chosen)
         error = float((out.reconstruction.float() - x.float()).square().sum())  # out.reconstruction: the winner's
-    assert out.trace is not None and out.primary is not None
+    assert out.trace is not None and out.primary is not None and out.features is not None
     c = model.config
     return Explanation(
         image=image.reshape(side, side),
@@ -111,6 +120,8 @@ def explain(
         votes=votes_from_trace(out.trace, out.primary.lengths),
         primary_types=c.primary_types,
         primary_grid=c.primary_grid,
+        features=out.features[0].float().cpu().numpy(),
+        primary=out.primary.poses[0].float().cpu().numpy(),
     )
 
 

@@ -7,8 +7,9 @@ tiny or a MultiMNIST model is described as it is built:
       -> votes u_hat_{j|i} = W_ij u_i, 1152 x 10 matrices 16x8: (10, 1152, 16)
       -> routing by agreement -> DigitCaps (10, 16) -> decoder 160 -> 512 -> 1024 -> 784 = (1, 28, 28)
 
-`stages` lists them with their parameters (they add up to the model's own count); `read_stages`
-runs one forward pass that keeps every intermediate result, and `capsule_view` picks one primary
+`stages` lists them with their parameters (they add up to the model's own count). What they compute on
+one input is its explanation (`capsnet.readings.explain.explain`: one forward pass that keeps every
+intermediate result, the same reading the Routing page draws), and `capsule_view` picks one primary
 capsule and one digit capsule out of it: the capsule's pose, length and receptive field, its
 matrix W_ij and the vote it casts, and its couplings in each routing iteration.
 """
@@ -18,18 +19,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
 from capsnet.nn.capsnet import CapsNet
 from capsnet.nn.config import CapsNetConfig
 from capsnet.readings.agreement import (
     PrimaryReading,
-    Votes,
     first_primary,
     primary_reading,
     receptive_fields,
-    votes_from_trace,
 )
+from capsnet.readings.explain import Explanation
 
 STAGE_KEYS = ("input", "conv1", "primary", "votes", "routing", "decoder")
 
@@ -118,53 +117,7 @@ def parameter_count(config: CapsNetConfig, decoder: bool = True) -> int:
 
 
 # ---------------------------------------------------------------- one input, stage by stage
-
-
-@dataclass
-class StageReading:
-    """One input's forward pass with every intermediate result, as NumPy arrays."""
-
-    image: np.ndarray  # (H, W) the input
-    features: np.ndarray  # (C1, S, S) Conv1's feature maps, after the ReLU
-    primary: np.ndarray  # (N, P) the primary capsules u_i
-    votes: Votes  # u_hat_{j|i} (K, N, D), and c_ij, s_j, v_j of each routing iteration
-    lengths: np.ndarray  # (K,) |v_j|
-    prediction: int
-    masked: np.ndarray  # (K, D) the decoder's input: every capsule but the prediction's zeroed
-    reconstruction: np.ndarray  # (H, W)
-
-    @property
-    def poses(self) -> np.ndarray:
-        """(K, D) the digit capsules v_j after the last iteration."""
-        return self.votes.poses[-1]
-
-
-def read_stages(model: CapsNet, image: np.ndarray, iterations: int | None = None) -> StageReading:
-    """One forward pass of one image (H, W) in [0, 1] (model in eval mode) that keeps every stage's output."""
-    if model.training:
-        raise ValueError("read_stages needs the model in eval mode (call model.eval())")
-    c = model.config
-    pixels = np.asarray(image, dtype=np.float32)
-    if pixels.size != c.image_pixels:
-        raise ValueError(f"expected one {c.image_size}x{c.image_size} image, got shape {pixels.shape}")
-    x = torch.from_numpy(pixels.copy()).view(1, c.in_channels, c.image_size, c.image_size).to(model.device)
-    with torch.inference_mode():
-        out = model(x, routing_iterations=iterations, return_trace=True, return_primary=True, return_features=True)
-    assert out.trace is not None and out.primary is not None and out.features is not None
-    prediction = int(out.prediction[0])
-    poses = out.poses[0].float().cpu().numpy()  # (K, D)
-    masked = np.zeros_like(poses)
-    masked[prediction] = poses[prediction]
-    return StageReading(
-        image=pixels.reshape(c.image_size, c.image_size) if c.in_channels == 1 else pixels.reshape(x.shape[1:]),
-        features=out.features[0].float().cpu().numpy(),
-        primary=out.primary.poses[0].float().cpu().numpy(),
-        votes=votes_from_trace(out.trace, out.primary.lengths),
-        lengths=out.lengths[0].float().cpu().numpy(),
-        prediction=prediction,
-        masked=masked,
-        reconstruction=out.reconstruction[0].float().cpu().numpy().reshape(pixels.shape),
-    )
+# One input's stages are the explanation's (`capsnet.readings.explain.explain`): the same forward pass, kept whole.
 
 
 def strongest_maps(features: np.ndarray, count: int) -> np.ndarray:
@@ -187,7 +140,7 @@ class CapsuleView:
     vote_lengths: np.ndarray  # (K,) |u_hat_{j|i}| of its votes for every digit capsule
 
 
-def capsule_view(model: CapsNet, reading: StageReading, capsule: int | None, digit: int | None) -> CapsuleView:
+def capsule_view(model: CapsNet, reading: Explanation, capsule: int | None, digit: int | None) -> CapsuleView:
     """Primary capsule `capsule` (None: `agreement.first_primary`) and digit capsule `digit` (None: the prediction) of a reading.
 
     W_ij is read from the model; everything else comes from the reading's forward pass.
