@@ -22,8 +22,8 @@ from capsnet.training.catalog import CheckpointEntry
 from dashboard import guards, state, widgets
 
 APPLIED = "url_applied"  # the session's first run has read its link
+CAPSULE_OF_PAGE = {"routing": state.ROUTING_CAPSULE, "dimensions": state.DIMENSIONS_CLASS}  # a link's capsule=
 NOTICES = "url_notices"  # what could not be used, said once
-TEST_SOURCE = "Test image"  # the Draw page's input source for test images
 
 
 def checkpoint_name(entry: CheckpointEntry) -> str:
@@ -57,7 +57,7 @@ def read_link(entries: list[CheckpointEntry]) -> None:
                 f"The link's iterations {shown!r} is not a number from 1 to {MAX_ROUTING_ITERATIONS}: ignored."
             )
         else:
-            st.session_state["routing_iterations"] = value
+            state.set_routing_iterations(value)
     known = chosen is not None and chosen.dataset in DATASETS  # a header may name a dataset this version lacks
     classes = len(dataset_info(chosen.dataset).classes) if known else 10
     if "capsule" in params:
@@ -65,7 +65,7 @@ def read_link(entries: list[CheckpointEntry]) -> None:
         if value is None:
             notices.append(f"The link's capsule {params['capsule']!r} is not a class from 0 to {classes - 1}: ignored.")
         else:
-            st.session_state["routing_digit"] = st.session_state["dims_class"] = value
+            state.choose_capsule(value)
     if "test" in params:
         dataset = chosen.dataset if chosen is not None and chosen.dataset else "mnist"
         data = guards.try_test_set(dataset)
@@ -89,11 +89,11 @@ def write_link(entry: CheckpointEntry | None, page: str) -> None:
     params: dict[str, str] = {}
     if entry is not None:
         params["checkpoint"] = checkpoint_name(entry)
-    if st.session_state.get("input_source") == TEST_SOURCE and st.session_state.get("test_index") is not None:
-        params["test"] = str(int(st.session_state["test_index"]))
-    if page == "routing" and st.session_state.get("routing_iterations") is not None:
-        params["iterations"] = str(int(st.session_state["routing_iterations"]))
-    capsule = {"routing": "routing_digit", "dimensions": "dims_class"}.get(page)
+    if state.chosen_test_image() is not None:
+        params["test"] = str(state.chosen_test_image())
+    if page == "routing" and state.routing_iterations() is not None:
+        params["iterations"] = str(state.routing_iterations())
+    capsule = CAPSULE_OF_PAGE.get(page)
     if capsule is not None:
         chosen = widgets.capsule_choice(st.session_state.get(capsule))
         if chosen is not None:
@@ -111,8 +111,7 @@ def open_test_image(index: int, dataset: str) -> None:
         return
     images, labels = data
     index = int(np.clip(index, 0, len(images) - 1))
-    st.session_state["input_source"] = TEST_SOURCE
-    st.session_state["test_index"] = index
+    state.choose_test_image(index)
     state.set_input(images[index, 0].numpy(), f"test image #{index}", int(labels[index]))
 
 

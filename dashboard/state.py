@@ -29,6 +29,14 @@ WATCHED_RUN = "watched_run"
 FINISHED_RUN = "finished_run"
 VISITED = "visited_pages"  # the url paths of the pages opened in this session (frozenset)
 PRIMARY = "selected_primary"  # the primary capsule selected in any view (int index i), or None: the linked views
+TEST_SOURCE = "Test image"  # the INPUT_SOURCE of a test image
+# widgets whose values other modules set or read (a link sets them; they outlive their page): one name each
+INPUT_SOURCE = "input_source"  # the Draw page's input: "Draw", "Test image" or "Upload"
+TEST_INDEX = "test_index"  # the test image chosen on the Draw page (int)
+ROUTING_ITERATIONS = "routing_iterations"  # the Routing page's r (int): set by a link, by Where routing matters
+ROUTING_CAPSULE = "routing_digit"  # the Routing page's capsule (a class index, or the prediction)
+DIMENSIONS_CLASS = "dims_class"  # the Capsule dimensions page's capsule
+RECONSTRUCT_AS = "reconstruct_as"  # the Draw page's "redraw as" capsule
 
 
 def selected_primary() -> int | None:
@@ -87,12 +95,8 @@ def init() -> None:
         WATCHED_RUN: None,
         FINISHED_RUN: None,
         PRIMARY: None,
-        "canvas_nonce": 0,
-        "canvas_json": None,
-        "canvas_seed": None,
-        "canvas_digit": None,
-        "input_source": "Draw",  # the Draw page's input; a link or a click on a test image may set it
-        "test_index": 0,
+        INPUT_SOURCE: "Draw",  # the Draw page's input; a link or a click on a test image may set it
+        TEST_INDEX: 0,
     }
     for key, value in defaults.items():
         if key not in st.session_state:
@@ -101,13 +105,61 @@ def init() -> None:
 
 # widget values that must outlive their page: Streamlit drops a widget's value from the session at the end of a
 # run in which the widget is not drawn; assigning each to itself at the start of every run keeps it
-KEPT_WIDGETS = ("input_source", "test_index", "routing_iterations", "routing_digit", "dims_class", "reconstruct_as")
+KEPT_WIDGETS = (INPUT_SOURCE, TEST_INDEX, ROUTING_ITERATIONS, ROUTING_CAPSULE, DIMENSIONS_CLASS, RECONSTRUCT_AS)
 
 
 def keep_widget_values() -> None:
     for key in KEPT_WIDGETS:
         if key in st.session_state:
             st.session_state[key] = st.session_state[key]
+
+
+def routing_iterations() -> int | None:
+    """The Routing page's number of iterations as the session holds it (None before the page or a link set it)."""
+    value = st.session_state.get(ROUTING_ITERATIONS)
+    return None if value is None else int(value)
+
+
+def set_routing_iterations(value: int) -> None:
+    """Open the Routing page at `value` iterations (a link, an image opened from Where routing matters)."""
+    st.session_state[ROUTING_ITERATIONS] = int(value)
+
+
+def chosen_test_image() -> int | None:
+    """The test image that is the current input, or None when the input is a drawing or an upload."""
+    if st.session_state.get(INPUT_SOURCE) != TEST_SOURCE or st.session_state.get(TEST_INDEX) is None:
+        return None
+    return int(st.session_state[TEST_INDEX])
+
+
+def test_index() -> int:
+    """The Draw page's test-image index (0 before one is chosen)."""
+    return int(st.session_state.get(TEST_INDEX) or 0)
+
+
+def set_test_index(index: int) -> None:
+    st.session_state[TEST_INDEX] = int(index)
+
+
+def show_test_images() -> None:
+    """Make the Draw page's input a test image (a model of a dataset that cannot be drawn opens there)."""
+    st.session_state[INPUT_SOURCE] = TEST_SOURCE
+
+
+def redraw_as() -> int | None:
+    """The Draw page's "redraw as" choice, as its select box holds it (`dashboard.widgets.capsule_choice` reads it)."""
+    return st.session_state.get(RECONSTRUCT_AS)
+
+
+def choose_capsule(index: int) -> None:
+    """Show capsule `index` on the pages that pick a capsule (Routing, Capsule dimensions): a link's capsule=."""
+    st.session_state[ROUTING_CAPSULE] = st.session_state[DIMENSIONS_CLASS] = int(index)
+
+
+def choose_test_image(index: int) -> None:
+    """Make test image `index` the Draw page's choice (the input itself is set with `set_input`)."""
+    st.session_state[INPUT_SOURCE] = TEST_SOURCE
+    st.session_state[TEST_INDEX] = int(index)
 
 
 def note_page(url_path: str) -> None:

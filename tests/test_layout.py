@@ -198,3 +198,25 @@ def test_the_public_api_is_reexported() -> None:
         assert getattr(capsnet, name) is getattr(importlib.import_module(module), name), name
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         capsnet.nope  # noqa: B018
+
+
+SESSION_KEY = re.compile(
+    r"""session_state(?:\.get\(|\[|\.pop\(|\.setdefault\()\s*["']([\w-]+)["']"""
+    r"""|["']([\w-]+)["']\s+(?:not\s+)?in\s+st\.session_state"""
+    r"""|\bkey\s*=\s*["']([\w-]+)["']"""
+)
+DEFAULT_KEY = re.compile(r"""^\s+["']([\w-]+)["']\s*:""")  # a key of dashboard.state's defaults
+
+
+def test_session_keys_shared_between_modules_are_named_once() -> None:
+    """A session-state key (or widget key) that two modules use is a constant of dashboard.state, never a string
+    literal written in each: a typo would otherwise split one piece of state in two."""
+    used: dict[str, set[str]] = {}
+    for path in modules("dashboard"):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            matches = [*SESSION_KEY.finditer(line), *(DEFAULT_KEY.finditer(line) if path.name == "state.py" else [])]
+            for match in matches:
+                key = next(g for g in match.groups() if g)
+                used.setdefault(key, set()).add(str(path.relative_to(REPO)))
+    shared = {key: sorted(where) for key, where in used.items() if len(where) > 1}
+    assert not shared, f"string keys shared between modules (make each a dashboard.state constant): {shared}"

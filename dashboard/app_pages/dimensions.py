@@ -35,7 +35,7 @@ prediction = result.prediction
 choice = widgets.capsule_selectbox(
     "Capsule to edit",
     names,
-    key="dims_class",
+    key=state.DIMENSIONS_CLASS,
     predicted_label="the winning capsule",
     help=f"Edit the winner (now {names[prediction]}), or see what another class's capsule holds for this input.",
 )

@@ -14,24 +14,31 @@ from dashboard import figures, guards, models, pages, state, texts, widgets
 
 UPLOAD_MB = 25  # a phone's photo of a digit is often 3-8 MB; decoding is bounded by pixels (capsnet.data.preprocess)
 
-SOURCES = ["Draw", "Test image", "Upload"]
+SOURCES = ["Draw", state.TEST_SOURCE, "Upload"]
+# the canvas, this page's own state: kept across page changes (the drawing is restored when the page is entered again)
+CANVAS_NONCE = "canvas_nonce"  # bumped to clear the canvas
+CANVAS_JSON = "canvas_json"  # the strokes, to redraw them
+CANVAS_SEED = "canvas_seed"  # the strokes the canvas was last opened with
+CANVAS_DIGIT = "canvas_digit"  # the drawing, preprocessed
+for _key, _default in ((CANVAS_NONCE, 0), (CANVAS_JSON, None), (CANVAS_SEED, None), (CANVAS_DIGIT, None)):
+    st.session_state.setdefault(_key, _default)
 CANVAS_SIZE = 280
 PREVIEW_SCALE = 6
 
 
 def clear_canvas() -> None:
     """Remount an empty canvas and forget the drawing."""
-    st.session_state["canvas_nonce"] += 1
-    st.session_state["canvas_json"] = None
-    st.session_state["canvas_seed"] = None
-    st.session_state["canvas_digit"] = None
+    st.session_state[CANVAS_NONCE] += 1
+    st.session_state[CANVAS_JSON] = None
+    st.session_state[CANVAS_SEED] = None
+    st.session_state[CANVAS_DIGIT] = None
 
 
 def draw_input(noun: str) -> tuple[np.ndarray | None, str, int | None]:
     """The canvas: white stroke on black, about 280x280, with a clear button."""
     if state.page_just_entered():
         # coming back to this page: redraw what was on the canvas before
-        st.session_state["canvas_seed"] = st.session_state.get("canvas_json")
+        st.session_state[CANVAS_SEED] = st.session_state.get(CANVAS_JSON)
     # Clear sits above the canvas, on the left: the canvas's own toolbar (undo, redo, ...; it cannot be switched
     # off) pops up on hover in the space above the canvas's right end, beside the button, not over the Input choices
     st.button("Clear", key="clear_canvas", icon=":material/ink_eraser:", on_click=clear_canvas)
@@ -42,29 +49,29 @@ def draw_input(noun: str) -> tuple[np.ndarray | None, str, int | None]:
         height=CANVAS_SIZE,
         width=CANVAS_SIZE,
         drawing_mode="freedraw",
-        initial_drawing=st.session_state.get("canvas_seed"),
+        initial_drawing=st.session_state.get(CANVAS_SEED),
         return_image_data=True,
-        key=f"canvas_{st.session_state['canvas_nonce']}",
+        key=f"canvas_{st.session_state[CANVAS_NONCE]}",
     )
     st.caption(f"Draw one {noun}, large, with the mouse or a finger. Release to see what the network reads.")
     objects = (result.json_data or {}).get("objects") or []
     rgba = result.image_data
     if rgba is None:
         # the canvas has sent nothing since it was mounted: reuse the restored drawing's digit
-        digit = st.session_state.get("canvas_digit") if st.session_state.get("canvas_seed") else None
+        digit = st.session_state.get(CANVAS_DIGIT) if st.session_state.get(CANVAS_SEED) else None
         return digit, "your drawing", None
-    st.session_state["canvas_json"] = result.json_data if objects else None
+    st.session_state[CANVAS_JSON] = result.json_data if objects else None
     try:
         digit = preprocess_canvas(rgba)
     except PreprocessError:
-        st.session_state["canvas_digit"] = None
+        st.session_state[CANVAS_DIGIT] = None
         return None, "", None
-    st.session_state["canvas_digit"] = digit
+    st.session_state[CANVAS_DIGIT] = digit
     return digit, "your drawing", None
 
 
 def _random_index(count: int) -> None:
-    st.session_state["test_index"] = random.randrange(count)
+    state.set_test_index(random.randrange(count))
 
 
 def test_image_input(dataset: str, class_names: list[str]) -> tuple[np.ndarray | None, str, int | None]:
@@ -75,9 +82,9 @@ def test_image_input(dataset: str, class_names: list[str]) -> tuple[np.ndarray |
     images, labels = data
     count = len(images)
     c1, c2 = st.columns([3, 1], vertical_alignment="bottom")
-    if int(st.session_state.get("test_index") or 0) >= count:
-        st.session_state["test_index"] = count - 1
-    index = c1.number_input("Test image index", min_value=0, max_value=count - 1, step=1, key="test_index")
+    if state.test_index() >= count:
+        state.set_test_index(count - 1)
+    index = c1.number_input("Test image index", min_value=0, max_value=count - 1, step=1, key=state.TEST_INDEX)
     c2.button("Random", key="random_test_image", icon=":material/casino:", on_click=_random_index, args=(count,))
     true_class = int(labels[int(index)])
     st.caption(f"Test image #{int(index)} (indices 0 to {count - 1:,}) · true class: **{class_names[true_class]}**")
@@ -118,7 +125,7 @@ config = model.config if model is not None else CapsNetConfig()
 if st.session_state.get("draw_dataset") != dataset:  # a model of another dataset: its own default input
     st.session_state["draw_dataset"] = dataset
     if noun != "digit":
-        st.session_state["input_source"] = "Test image"
+        state.show_test_images()
 
 st.title(f"Draw {texts.a(noun)}", anchor=False)
 st.markdown(
@@ -138,11 +145,11 @@ with left:
         "Input",
         SOURCES,
         required=True,
-        key="input_source",
+        key=state.INPUT_SOURCE,
         format_func=lambda s: s,
         help="Where the input comes from",
     )
-    if source == "Test image":
+    if source == state.TEST_SOURCE:
         digit, label, true_class = test_image_input(dataset, names)
     elif source == "Upload":
         digit, label, true_class = upload_input(noun)
@@ -179,7 +186,7 @@ if model is None:
     st.stop()
 
 st.divider()
-decode_choice = widgets.capsule_choice(st.session_state.get("reconstruct_as"))
+decode_choice = widgets.capsule_choice(state.redraw_as())
 result = model.explain(digit, decode_class=decode_choice)
 prediction = result.prediction
 lengths = result.lengths
@@ -234,7 +241,7 @@ with side_col:
     widgets.capsule_selectbox(  # read back from session state above, before the result is computed
         "Reconstruct as",
         names,
-        key="reconstruct_as",
+        key=state.RECONSTRUCT_AS,
         predicted_label="the prediction",
         item="class",
         help=f"Decode the winning capsule (now {names[prediction]}), or the capsule of any other class.",

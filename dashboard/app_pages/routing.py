@@ -64,22 +64,22 @@ if model is None or image is None:
 names, k = model.class_names, config.num_classes
 c1, c2, _ = st.columns([1.2, 1, 1.2])
 # the slider reaches 5, the model's own r, or what a link asked for (at most the config's bound): never clamped silently
-asked = min(int(st.session_state.get("routing_iterations") or 1), MAX_ROUTING_ITERATIONS)
+asked = min(state.routing_iterations() or 1, MAX_ROUTING_ITERATIONS)
 most = max(MAX_ITERATIONS, config.routing_iterations, asked)
 iterations = c1.slider(
     "Routing iterations",
     min_value=1,
     max_value=most,
-    key="routing_iterations",
+    key=state.ROUTING_ITERATIONS,
     help=f"How many times to run the loop for this input. The model was trained with {config.routing_iterations}.",
-    **({} if "routing_iterations" in st.session_state else {"value": config.routing_iterations}),
+    **({} if state.routing_iterations() is not None else {"value": config.routing_iterations}),
 )
 result = model.explain(image, int(iterations))  # one forward pass: its trace carries the votes too
 prediction = result.prediction
 choice = widgets.capsule_selectbox(
     "Capsule to look at",
     names,
-    key="routing_digit",
+    key=state.ROUTING_CAPSULE,
     predicted_label="the prediction",
     help=f"Whose votes to show: the winning capsule (now {names[prediction]}) or any other.",
     container=c2,

@@ -7,7 +7,7 @@ from typing import Any
 import streamlit as st
 
 from capsnet.readings.routing_matters import RoutingMatters
-from dashboard import figures, guards, links, pages
+from dashboard import figures, guards, links, pages, state
 from dashboard.figures import routing_matters as rmf
 
 PER_PAGE = 12
@@ -142,7 +142,7 @@ def _changed_list(result: RoutingMatters, images: Any, names: list[str], noun: s
                 help=f"Make test {noun} #{index} the input and open the Routing page with {at} iterations.",
             ):  # fmt: skip
                 links.open_test_image(index, dataset)
-                st.session_state["routing_iterations"] = at
+                state.set_routing_iterations(at)
                 st.switch_page(pages.ROUTING.path)
 
 
