@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from capsnet.data.tasks import LabelledSet, Task
 from capsnet.nn.registry import AnyModel, network_of
 
 
@@ -208,18 +209,6 @@ def merge_evaluations(parts: list[Evaluation]) -> Evaluation:
     )
 
 
-def right_answers(lengths: Tensor, labels: Tensor) -> Tensor:
-    """(B,) bool: the longest capsule (highest score) is the label (B,); or, for L labels (B, L), the L longest
-    are exactly those."""
-    if labels.dim() == 1:
-        return lengths.argmax(dim=1) == labels
-    present = labels.shape[1]
-    values, indices = lengths.topk(min(present + 1, lengths.shape[1]), dim=1)  # (B, L + 1)
-    top = indices[:, :present].sort(dim=1).values  # (B, L)
-    decided = values[:, present - 1] > values[:, present] if values.shape[1] > present else True  # no tie at the cut
-    return (top == labels.sort(dim=1).values).all(dim=1) & decided
-
-
 @dataclass
 class PairEvaluation:
     """MultiMNIST evaluated as the paper does: a pair is right when its two longest capsules are its two classes."""
@@ -265,7 +254,7 @@ def evaluate_pairs(
         out = model(batch.images, batch.labels, **options)
         loss = net.loss(out, batch.parts, batch.labels, model.config)
         loss_sum += loss.total.item() * len(batch)
-        correct += int(right_answers(out.scores, batch.labels).sum())
+        correct += int(Task.right(out.scores, batch.labels).sum())
         answers.append(out.scores.topk(2, dim=1).indices.sort(dim=1).values.cpu())  # (B, 2)
         if on_batch is not None:
             on_batch(min(start + batch_size, len(pairs)), len(pairs))
@@ -299,3 +288,21 @@ def format_report(result: Evaluation, class_names: list[str], title: str = "") -
     for k, row in enumerate(result.confusion.tolist()):
         lines.append(f"{k:>4} " + "".join(f"{v:>{width}}" for v in row))
     return "\n".join(lines)
+
+
+def evaluate_set(
+    model: AnyModel,
+    test: LabelledSet,
+    batch_size: int | None = None,
+    device: torch.device | str | None = None,
+    routing_iterations: int | None = None,
+    on_batch: Callable[[int, int], None] | None = None,
+) -> Evaluation | PairEvaluation:
+    """`model` on a labelled set: an `Evaluation`, or for pairs a `PairEvaluation` judged as the paper does.
+
+    `batch_size` defaults to the task's own (`Task.eval_batch`: 500 images, 250 pairs).
+    """
+    size = batch_size or test.task.eval_batch
+    if test.task.pairs:
+        return evaluate_pairs(model, test.images, test.labels, test.pairs, size, device, on_batch, routing_iterations)
+    return evaluate(model, test.images, test.labels, size, device, routing_iterations, on_batch)

@@ -35,7 +35,7 @@ def require_model(pairs: bool = False) -> models.Model | None:
         if model.reads_pairs:
             st.page_link(pages.OVERLAP.path, label=f"Go to the {pages.OVERLAP.title} page", icon=pages.OVERLAP.icon)
         return None
-    if model is not None and not pairs and model.config.image_size != 28:  # mnist-40: the affNIST experiment
+    if model is not None and not pairs and model.task.kind == "placed":  # mnist-40: the affNIST experiment
         st.info(texts.larger_canvas(model.config.image_size), icon=":material/swap_horiz:")
         return None
     return model

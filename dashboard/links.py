@@ -17,6 +17,7 @@ import numpy as np
 import streamlit as st
 
 from capsnet.data.datasets import DATASETS, dataset_info
+from capsnet.data.tasks import task
 from capsnet.nn.config import MAX_ROUTING_ITERATIONS
 from capsnet.training.catalog import CheckpointEntry
 from dashboard import guards, state, widgets
@@ -104,7 +105,7 @@ def write_link(entry: CheckpointEntry | None, page: str) -> None:
 
 def open_test_image(index: int, dataset: str) -> None:
     """Make test image `index` of `dataset` the current input of every page (and the Draw page's choice)."""
-    if dataset in DATASETS and dataset_info(dataset).image_size != 28:  # 36x36 pairs or 40x40 digits: not an input
+    if dataset in DATASETS and not task(dataset).takes_drawings:  # 36x36 pairs or 40x40 digits: not an input
         return
     data = guards.try_test_set(dataset)
     if data is None:

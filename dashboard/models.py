@@ -30,6 +30,7 @@ from capsnet.data.datasets import (
     load_dataset,
     stored_tensors,
 )
+from capsnet.data.tasks import Task, task
 from capsnet.errors import CapsNetError
 from capsnet.evaluation import Evaluation, evaluate, merge_evaluations
 from capsnet.files import file_sha256
@@ -128,9 +129,15 @@ class Model(Loaded):
         return merge_evaluations(parts)
 
     @property
+    def task(self) -> Task:
+        """What one input of this model is (`capsnet.data.tasks.Task`): its size, whether it is a pair or a drawing."""
+        known = self.dataset in DATASETS
+        return task(self.dataset) if known else Task("image", self.config.image_size)
+
+    @property
     def reads_pairs(self) -> bool:
         """A MultiMNIST model: it reads two overlapping digits on 36x36, on the Overlapping digits page only."""
-        return self.dataset in DATASETS and dataset_info(self.dataset).pairs
+        return self.task.pairs
 
     def explain_pair(self, image: np.ndarray) -> ex.PairExplanation:
         """The two longest capsules of an overlay, and each digit redrawn from its own capsule."""

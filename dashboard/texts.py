@@ -12,6 +12,7 @@ import math
 
 from capsnet.data.augment import SHIFT
 from capsnet.data.datasets import DATASETS
+from capsnet.data.tasks import Task
 from capsnet.nn.config import CapsNetConfig
 from capsnet.readings import affnist
 from capsnet.readings.decoding import DEFAULT_DIMENSION_STD
@@ -337,7 +338,7 @@ def baseline_result(name: str, capsnet_accuracy: float | None, cnn_accuracy: flo
 def robustness(dataset: str) -> str:
     """What the turned-or-scaled curves measure, for a model trained on `dataset` (and its CNN)."""
     info = DATASETS.get(dataset)
-    if info is not None and info.image_size > 28 and not info.pairs:
+    if info is not None and Task.of(info).kind == "placed":
         trained = f"on upright digits placed anywhere on {info.image_size}x{info.image_size} (moved by up to "
         trained += f"{info.shift} pixels each way)"
     else:

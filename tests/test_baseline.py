@@ -11,7 +11,8 @@ import torch.nn.functional as F
 from cli_support import capsnet
 
 from capsnet.checkpoints.checkpoint import CheckpointError, load_checkpoint, read_checkpoint_info, save_checkpoint
-from capsnet.evaluation import evaluate, right_answers
+from capsnet.data.tasks import Task
+from capsnet.evaluation import evaluate
 from capsnet.nn.capsnet import CapsNet
 from capsnet.nn.cnn import CNN_PRESETS, BaselineCNN, CNNConfig, cnn_loss
 from capsnet.nn.config import CapsNetConfig
@@ -108,7 +109,7 @@ def test_evaluation_of_a_cnn_against_a_loop() -> None:
     assert result.correct == int((logits.argmax(1) == labels).sum()) and result.total == 37
     assert result.loss == pytest.approx(F.cross_entropy(logits, labels).item(), rel=1e-5)
     assert not result.capsules and result.dimension_mean is None and result.reconstruction_errors is None
-    assert right_answers(result.lengths, labels).sum() == result.correct
+    assert Task.right(result.lengths, labels).sum() == result.correct
 
 
 def test_the_trainer_and_form_offer_the_cnn() -> None:

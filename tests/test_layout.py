@@ -220,3 +220,14 @@ def test_session_keys_shared_between_modules_are_named_once() -> None:
                 used.setdefault(key, set()).add(str(path.relative_to(REPO)))
     shared = {key: sorted(where) for key, where in used.items() if len(where) > 1}
     assert not shared, f"string keys shared between modules (make each a dashboard.state constant): {shared}"
+
+
+def test_what_kind_of_example_is_asked_of_the_task() -> None:
+    """No module compares an image size with 28, nor a dataset's pairs flag, outside capsnet/data: it asks the
+    dataset's `Task` (capsnet.data.tasks) whether a drawing can be its input, whether it is a pair, its size."""
+    asked_elsewhere = re.compile(r"[!=]= ?28\b|[<>] ?28\b|\binfo\.pairs\b|dataset_info\([^)]*\)\.pairs")
+    for path in modules("capsnet", "dashboard"):
+        if path.parent.name == "data":
+            continue
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            assert not asked_elsewhere.search(line), f"{path.relative_to(REPO)}:{number}: ask the task: {line.strip()}"

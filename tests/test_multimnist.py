@@ -12,7 +12,8 @@ from cli_support import capsnet
 
 from capsnet.data import multimnist as mm
 from capsnet.data.datasets import load_dataset, stored_tensors
-from capsnet.evaluation import evaluate_pairs, right_answers
+from capsnet.data.tasks import Task
+from capsnet.evaluation import evaluate_pairs
 from capsnet.nn.capsnet import CapsNet
 from capsnet.nn.config import CapsNetConfig
 from capsnet.nn.losses import margin_loss, reconstruction_loss
@@ -82,11 +83,11 @@ def test_two_label_margin_and_reconstruction_losses() -> None:
 
 def test_a_pair_is_right_when_its_two_longest_capsules_are_its_classes() -> None:
     lengths = torch.tensor([[0.9, 0.1, 0.8, 0.0], [0.9, 0.85, 0.1, 0.0], [0.2, 0.3, 0.9, 0.95]])
-    assert right_answers(lengths, torch.tensor([[2, 0], [0, 2], [3, 2]])).tolist() == [True, False, True]
-    assert right_answers(lengths, torch.tensor([0, 1, 3])).tolist() == [True, False, True]
+    assert Task.right(lengths, torch.tensor([[2, 0], [0, 2], [3, 2]])).tolist() == [True, False, True]
+    assert Task.right(lengths, torch.tensor([0, 1, 3])).tolist() == [True, False, True]
     tied = torch.tensor([[0.9, 0.5, 0.5, 0.0]])  # the second place is a tie: neither pair can be called right
-    assert right_answers(tied, torch.tensor([[0, 1]])).tolist() == [False]
-    assert right_answers(tied, torch.tensor([[0, 2]])).tolist() == [False]
+    assert Task.right(tied, torch.tensor([[0, 1]])).tolist() == [False]
+    assert Task.right(tied, torch.tensor([[0, 2]])).tolist() == [False]
 
 
 def test_each_digit_is_redrawn_from_its_own_capsule() -> None:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 
-from capsnet.data import multimnist
+from capsnet.data import multimnist, tasks
 from capsnet.data.datasets import as_tensors, load_dataset, stored_tensors
 from capsnet.data.tasks import read_test_set
-from capsnet.evaluation import Evaluation, PairEvaluation, evaluate, evaluate_pairs
+from capsnet.evaluation import Evaluation, PairEvaluation, evaluate, evaluate_pairs, evaluate_set
 from capsnet.nn.capsnet import CapsNet
 from capsnet.nn.cnn import BaselineCNN, CNNConfig
 from capsnet.nn.config import CapsNetConfig
@@ -26,7 +27,7 @@ def test_single_images_and_their_first_n(data_dir: Path) -> None:
     assert len(sample) == 30 and torch.equal(sample.images, test.sample(30, seed=3).images)  # seeded
     torch.manual_seed(0)
     model = CapsNet(CapsNetConfig.preset("tiny")).eval()
-    result = first.evaluate(model, batch_size=16)
+    result = evaluate_set(model, first, batch_size=16)
     expected = evaluate(model, images[:50], labels[:50], batch_size=16)
     assert isinstance(result, Evaluation) and result.correct == expected.correct and result.capsules
     torch.testing.assert_close(result.lengths, expected.lengths)
@@ -49,6 +50,29 @@ def test_pairs_are_the_fixed_test_pairs_and_keep_their_digits(data_dir: Path) ->
     assert torch.equal(first.images, digits)  # the pairs name digits of the whole set
     torch.manual_seed(0)
     cnn = BaselineCNN(CNNConfig.preset("tiny", image_size=36, multi_label=True)).eval()
-    result = first.evaluate(cnn)
+    result = evaluate_set(cnn, first)
     expected = evaluate_pairs(cnn, digits, labels, first.pairs)
     assert isinstance(result, PairEvaluation) and (result.correct, result.total) == (expected.correct, 40)
+
+
+@pytest.mark.parametrize(
+    ("name", "kind", "size", "present", "drawings"),
+    [("mnist", "image", 28, 1, True), ("fashion-mnist", "image", 28, 1, True), ("mnist-40", "placed", 40, 1, False),
+     ("multimnist", "pair", 36, 2, False)],
+)  # fmt: skip
+def test_the_task_answers_what_the_code_would_branch_on(
+    name: str, kind: str, size: int, present: int, drawings: bool
+) -> None:
+    task = tasks.task(name)
+    assert (task.kind, task.input_size, task.present, task.takes_drawings) == (kind, size, present, drawings)
+    assert task.pairs == (kind == "pair") and task.eval_batch == (250 if task.pairs else 500)
+    with pytest.raises(ValueError, match="cifar"):
+        tasks.task("cifar")
+
+
+def test_the_rule_for_a_right_answer() -> None:
+    scores = torch.tensor([[0.9, 0.1, 0.8, 0.0], [0.1, 0.2, 0.3, 0.9]])
+    assert tasks.Task.right(scores, torch.tensor([0, 3])).tolist() == [True, True]
+    assert tasks.Task.right(scores, torch.tensor([[2, 0], [3, 1]])).tolist() == [True, False]  # the two highest
+    tied = torch.tensor([[0.9, 0.5, 0.5, 0.0]])
+    assert tasks.Task.right(tied, torch.tensor([[0, 1]])).tolist() == [False]  # a tie at the cut is not right

@@ -18,7 +18,7 @@ from typing import Any
 from capsnet.checkpoints.checkpoint import Checkpoint, load_checkpoint
 from capsnet.data.tasks import read_test_set
 from capsnet.errors import CapsNetError
-from capsnet.evaluation import Evaluation
+from capsnet.evaluation import Evaluation, evaluate_set
 from capsnet.files import atomic_path, file_sha256
 from capsnet.nn.registry import ARCHITECTURES
 
@@ -50,7 +50,7 @@ class ManifestEntry:
 def first_answers(checkpoint: Checkpoint, data_dir: str | os.PathLike | None = None) -> str:
     """What `checkpoint` answers on the first `FIRST` examples of its test set."""
     test = read_test_set(checkpoint.info.dataset_name, data_dir).first(FIRST)
-    result = test.evaluate(checkpoint.model)
+    result = evaluate_set(checkpoint.model, test)
     if isinstance(result, Evaluation):
         answers = "".join(str(k) for k in result.predictions.tolist())
     else:

@@ -59,7 +59,7 @@ def _sweeps(models: list, limit: int | None, data_dir: str | None, as_json: bool
     for checkpoint in models:
         test = read_test_set(checkpoint.info.dataset_name, data_dir).first(limit)
         info = test.info
-        if test.pairs is not None:
+        if test.task.pairs:
             raise CapsNetError(f"{checkpoint.path}: a sweep reads one {info.noun} per image, not MultiMNIST's pairs")
         images, labels = test.images, test.labels
         sweeps = [accuracy_sweep(checkpoint.model, images, labels, kind) for kind in ("rotation", "scale")]

@@ -10,7 +10,7 @@ from capsnet.data.datasets import dataset_info
 from capsnet.data.tasks import read_test_set
 from capsnet.device import pick_device
 from capsnet.errors import ArgumentParser, CapsNetError, run_cli
-from capsnet.evaluation import format_report
+from capsnet.evaluation import evaluate_set, format_report
 from capsnet.nn.registry import ARCHITECTURES, network_of
 
 
@@ -46,8 +46,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"{info.title} is {info.image_size}x{info.image_size}: evaluate it on its own dataset"
             )
         test = read_test_set(name, args.data_dir).first(args.limit)
-        result = test.evaluate(checkpoint.model, args.batch_size, device, args.routing_iterations)
-        if test.pairs is not None:  # MultiMNIST: the fixed test pairs, judged as the paper does
+        result = evaluate_set(checkpoint.model, test, args.batch_size, device, args.routing_iterations)
+        if test.task.pairs:  # MultiMNIST: the fixed test pairs, judged as the paper does
             facts = {"loss": result.loss, "accuracy": result.accuracy, "error": result.error}
             if args.json:
                 print(json.dumps({**facts, "correct": result.correct, "total": result.total, "dataset": name,

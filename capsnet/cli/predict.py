@@ -18,7 +18,9 @@ from dataclasses import asdict, dataclass
 import torch
 
 from capsnet.checkpoints.checkpoint import Checkpoint, load_checkpoint
+from capsnet.data.datasets import DATASETS
 from capsnet.data.preprocess import as_model_input, preprocess_upload
+from capsnet.data.tasks import task
 from capsnet.device import pick_device
 from capsnet.errors import ArgumentParser, CapsNetError, run_cli
 from capsnet.files import read_regular_file
@@ -107,9 +109,9 @@ def main(argv: list[str] | None = None) -> int:
                 raise CapsNetError("no checkpoint: pass --checkpoint, or train one (python -m capsnet train)")
             path = chosen.path
         checkpoint = load_checkpoint(path, device=pick_device(args.device))
-        if checkpoint.config.image_size != 28:
-            pairs = checkpoint.info.dataset == "multimnist"
-            what = "pairs of digits (MultiMNIST)" if pairs else "digits placed anywhere on it (mnist-40)"
+        read = task(checkpoint.info.dataset_name) if checkpoint.info.dataset_name in DATASETS else None
+        if read is not None and not read.takes_drawings:
+            what = "pairs of digits (MultiMNIST)" if read.pairs else "digits placed anywhere on it (mnist-40)"
             raise CapsNetError(f"{path} reads {checkpoint.config.image_size}x{checkpoint.config.image_size} {what}; "
                                "predict reads one 28x28 digit or item per file")  # fmt: skip
         results = predict_files(checkpoint, thresholds_for(checkpoint, args.data_dir), args.images)

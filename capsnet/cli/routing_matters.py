@@ -24,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
         for path in args.checkpoints:
             checkpoint = load_checkpoint(path)
             test = read_test_set(checkpoint.info.dataset_name, args.data_dir)
-            if test.pairs is not None:
+            if test.task.pairs:
                 raise CapsNetError(f"{path} reads pairs of digits: this measure is for single images")
 
             def progress(done: int, total: int, name: str = str(path)) -> None:

@@ -1,20 +1,22 @@
-"""What one example is, per dataset, and the one way to read a labelled set and evaluate a network on it.
+"""The task type: what one example of a dataset is, and every question whose answer depends on it.
 
-An example is one of three kinds (`capsnet.data.datasets.DatasetInfo`):
-- a single 28x28 image (MNIST, Fashion-MNIST);
-- a digit placed on a larger canvas (mnist-40: centred on 40x40 for testing, moved anywhere in training);
-- a pair of digits of different classes overlaid on 36x36 (MultiMNIST, section 6 of the paper): its test
+An example is one of three kinds (`Task.kind`):
+- "image": a single 28x28 image (MNIST, Fashion-MNIST), which a drawing or an upload can also be;
+- "placed": a digit placed on a larger canvas (mnist-40: centred on 40x40 for testing, moved anywhere in training);
+- "pair": two digits of different classes overlaid on 36x36 (MultiMNIST, section 6 of the paper): its test
   set is the fixed pairs of `capsnet.data.multimnist.test_pairs`, made from the uint8 test digits a batch at a
   time as they are evaluated, and an answer is right when the two highest scores are the two digits.
-A `LabelledSet` holds either kind, so the CLIs, the trainer and the dashboard read a test set (or its
-first n examples, or a seeded subset) and evaluate on it with one call each, whatever the dataset.
+The code asks a `Task` (`task(name)`) instead of branching on image sizes or pairs: its input size, whether
+a drawing can be its input, how many classes one example holds, the rule for a right answer, and how many
+examples an evaluation batch holds. A `LabelledSet` holds a test set of either kind, so the CLIs, the
+trainer and the dashboard read one (or its first n examples, or a seeded subset) with one call each.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import Tensor
@@ -22,8 +24,59 @@ from torch.utils.data import Dataset
 
 from capsnet.data.datasets import DatasetInfo, as_tensors, dataset_info, load_dataset, stored_tensors
 from capsnet.data.multimnist import TEST_PAIRS_PER_DIGIT, TEST_SEED, Pairs, test_pairs
-from capsnet.evaluation import Evaluation, PairEvaluation, evaluate, evaluate_pairs
-from capsnet.nn.registry import AnyModel
+from capsnet.data.preprocess import MNIST_SIZE
+
+TaskKind = Literal["image", "placed", "pair"]
+
+
+@dataclass(frozen=True)
+class Task:
+    """What one example of a dataset is, and the answers to every question that depends on it."""
+
+    kind: TaskKind
+    input_size: int  # the side of the network's input: 28, 40 (placed) or 36 (pairs)
+
+    @classmethod
+    def of(cls, info: DatasetInfo) -> Task:
+        kind: TaskKind = "pair" if info.pairs else "placed" if info.image_size != MNIST_SIZE else "image"
+        return cls(kind, info.image_size)
+
+    @property
+    def pairs(self) -> bool:
+        """Whether an example overlays two digits (its labels are (L,) classes, its test set fixed pairs)."""
+        return self.kind == "pair"
+
+    @property
+    def present(self) -> int:
+        """How many classes one example holds: chance is one in comb(K, present)."""
+        return 2 if self.pairs else 1
+
+    @property
+    def takes_drawings(self) -> bool:
+        """Whether a drawing, an upload or a single 28x28 test image can be the input (the Draw page, predict)."""
+        return self.kind == "image"
+
+    @property
+    def eval_batch(self) -> int:
+        """Examples per evaluation batch: 500 images, or 250 pairs (made on the fly, twice the tensors)."""
+        return 250 if self.pairs else 500
+
+    @staticmethod
+    def right(scores: Tensor, labels: Tensor) -> Tensor:
+        """(B,) bool, the rule for a right answer: the highest score (longest capsule) is the label (B,); or, for
+        L labels (B, L), the L highest are exactly those, with no tie at the cut."""
+        if labels.dim() == 1:
+            return scores.argmax(dim=1) == labels
+        present = labels.shape[1]
+        values, indices = scores.topk(min(present + 1, scores.shape[1]), dim=1)  # (B, L + 1)
+        top = indices[:, :present].sort(dim=1).values  # (B, L)
+        decided = values[:, present - 1] > values[:, present] if values.shape[1] > present else True
+        return (top == labels.sort(dim=1).values).all(dim=1) & decided
+
+
+def task(name: str) -> Task:
+    """The task of dataset `name` (ValueError naming the known ones for another)."""
+    return Task.of(dataset_info(name))
 
 
 @dataclass(frozen=True)
@@ -34,6 +87,10 @@ class LabelledSet:
     images: Tensor  # (N, 1, H, W) float in [0, 1]; for pairs the uint8 digits (M, 1, 28, 28) they are made of
     labels: Tensor  # (N,) the images' labels, or the digits'
     pairs: Pairs | None = None  # MultiMNIST: which two digits, and their shifts, make each example
+
+    @property
+    def task(self) -> Task:
+        return Task.of(self.info)
 
     def __len__(self) -> int:
         """The number of examples: images, or pairs."""
@@ -56,25 +113,6 @@ class LabelledSet:
             pairs = Pairs(self.pairs.first[keep], self.pairs.second[keep], self.pairs.offsets[keep])
             return LabelledSet(self.info, self.images, self.labels, pairs)
         return LabelledSet(self.info, self.images[keep], self.labels[keep])
-
-    def evaluate(
-        self,
-        model: AnyModel,
-        batch_size: int | None = None,
-        device: torch.device | str | None = None,
-        routing_iterations: int | None = None,
-        on_batch: Callable[[int, int], None] | None = None,
-    ) -> Evaluation | PairEvaluation:
-        """`model` on these examples: an `Evaluation`, or for pairs a `PairEvaluation` judged as the paper does.
-
-        `batch_size` defaults to each evaluation's own (500 images, 250 pairs).
-        """
-        sized = {} if batch_size is None else {"batch_size": batch_size}
-        if self.pairs is not None:
-            return evaluate_pairs(model, self.images, self.labels, self.pairs, device=device, on_batch=on_batch,
-                                  routing_iterations=routing_iterations, **sized)  # fmt: skip
-        return evaluate(model, self.images, self.labels, device=device, routing_iterations=routing_iterations,
-                        on_batch=on_batch, **sized)  # fmt: skip
 
 
 def labelled(info: DatasetInfo, examples: Dataset, pairs_per_digit: int, seed: int) -> LabelledSet:

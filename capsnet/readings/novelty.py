@@ -25,7 +25,7 @@ import torch
 from capsnet.checkpoints import measurements
 from capsnet.data.tasks import read_test_set
 from capsnet.errors import CapsNetError
-from capsnet.evaluation import Evaluation
+from capsnet.evaluation import Evaluation, evaluate_set
 
 QUANTILE = 0.995  # the share of correctly classified test images each threshold lets through (together ~99%)
 KIND = "novelty"  # the measurement store's name for an older checkpoint's calibration
@@ -113,7 +113,7 @@ def thresholds_for(checkpoint: Any, data_dir: str | None = None) -> NoveltyThres
     found = NoveltyThresholds.from_dict(measurements.read(checkpoint.path, KIND))
     if found is not None:
         return found
-    result = read_test_set(checkpoint.info.dataset_name, data_dir).evaluate(checkpoint.model)
+    result = evaluate_set(checkpoint.model, read_test_set(checkpoint.info.dataset_name, data_dir))
     made = NoveltyThresholds.from_evaluation(result) if isinstance(result, Evaluation) else None
     if made is None:
         raise CapsNetError(f"{checkpoint.path}: too few test images are classified right to calibrate on")

@@ -258,7 +258,7 @@ def measure(
     on_batch: Callable[[int, int], None] | None = None,
 ) -> RoutingMatters:
     """`model` on every image of `test` at each number of routing iterations (single images only, not pairs)."""
-    if test.pairs is not None:
+    if test.task.pairs:
         raise ValueError(f"{test.info.title} examples are pairs of digits: this measure is for single images")
     lengths = iteration_lengths(model, test.images, iterations, on_batch=on_batch)  # (N, R, K)
     return summarise(

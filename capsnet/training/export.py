@@ -27,10 +27,10 @@ from capsnet.checkpoints import manifest
 from capsnet.checkpoints.checkpoint import load_checkpoint, save_checkpoint
 from capsnet.checkpoints.header import CheckpointInfo, trained_epochs
 from capsnet.data.datasets import DATASETS, dataset_info
-from capsnet.data.tasks import read_test_set
+from capsnet.data.tasks import read_test_set, task
 from capsnet.device import pick_device
 from capsnet.errors import CapsNetError
-from capsnet.evaluation import Evaluation, PairEvaluation
+from capsnet.evaluation import Evaluation, PairEvaluation, evaluate_set
 from capsnet.files import atomic_path, read_jsonl, writable
 from capsnet.nn.registry import ARCHITECTURES, AnyModel, network_of
 from capsnet.readings import affnist
@@ -56,10 +56,10 @@ def export_checkpoint(
     run = load_checkpoint(source, device=pick_device(device), architectures=ARCHITECTURES)
     name = run.info.dataset_name
     test = read_test_set(name, data_dir)
-    test = test.first(test_pairs) if test.pairs is not None else test
+    test = test.first(test_pairs) if test.task.pairs else test
 
     def measure(model: AnyModel) -> Evaluation | PairEvaluation:
-        return test.evaluate(model)
+        return evaluate_set(model, test)
 
     before = measure(run.model)
     # the stored weights are measured in a staging file; `target` is written once, with the final header
@@ -111,9 +111,9 @@ def calibrate_checkpoint(path: str | Path, data_dir: str | None = None, device: 
     checkpoint = load_checkpoint(path, device=pick_device(device), architectures=ARCHITECTURES)
     if not network_of(checkpoint.config).capsules:
         raise CapsNetError(f"{path}: a CNN baseline redraws nothing, so it has no not-like-any-class thresholds")
-    if checkpoint.info.dataset in DATASETS and dataset_info(checkpoint.info.dataset).pairs:
+    if checkpoint.info.dataset in DATASETS and task(checkpoint.info.dataset).pairs:
         raise CapsNetError(f"{path}: a MultiMNIST model has no not-like-any-class thresholds to calibrate")
-    result = read_test_set(checkpoint.info.dataset_name, data_dir).evaluate(checkpoint.model)
+    result = evaluate_set(checkpoint.model, read_test_set(checkpoint.info.dataset_name, data_dir))
     assert isinstance(result, Evaluation)  # single examples: pairs were refused above
     thresholds = NoveltyThresholds.from_evaluation(result)
     info = checkpoint.info.replace(novelty=thresholds.to_dict() if thresholds else None)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from capsnet.data.datasets import DATASETS, dataset_info
+from capsnet.data.tasks import Task
 from capsnet.device import DEVICE_CHOICES
 from capsnet.errors import ArgumentParser, InvalidArgumentError
 from capsnet.nn.config import MAX_ROUTING_ITERATIONS, PRESETS
@@ -188,7 +189,8 @@ class TrainOptions:
         """The config of this run's network: its preset at the dataset's input size, with the options it reads."""
         chosen, info = network(self.model), dataset_info(self.dataset)
         own = {name: getattr(self, name) for name in chosen.run_options}
-        return chosen.config_for(self.preset, info.image_size, info.pairs, **own)
+        read = Task.of(info)
+        return chosen.config_for(self.preset, read.input_size, read.pairs, **own)
 
     # ------------------------------------------------------------ stored forms
 

@@ -14,8 +14,9 @@ from torch.utils.data.distributed import DistributedSampler
 from capsnet.data.augment import epoch_batches
 from capsnet.data.datasets import dataset_info, load_dataset, placed, stored_tensors, subset
 from capsnet.data.multimnist import TEST_PAIRS_PER_DIGIT, TEST_SEED, epoch_pairs
-from capsnet.data.tasks import LabelledSet, labelled
+from capsnet.data.tasks import LabelledSet, Task, labelled
 from capsnet.errors import CapsNetError
+from capsnet.evaluation import evaluate_set
 from capsnet.nn.registry import AnyModel
 from capsnet.training.distributed import Distributed
 from capsnet.training.options import TrainOptions
@@ -39,12 +40,12 @@ class Data:
     @property
     def pairs(self) -> bool:
         """Whether an example is a pair of digits (MultiMNIST): two classes present, partners drawn every epoch."""
-        return self.test.pairs is not None
+        return self.test.task.pairs
 
     @property
     def present(self) -> int:
         """How many classes are present in one example: 2 in a MultiMNIST pair, else 1."""
-        return 2 if self.pairs else 1
+        return self.test.task.present
 
     def epoch(self, batch_size: int, seed: int, start_batch: int = 0) -> Iterator[tuple[Tensor, Tensor, Tensor]]:
         """This process's training batches of one epoch, from `start_batch`, on the device: (images, labels, the
@@ -62,15 +63,16 @@ class Data:
 
     def evaluate(self, model: AnyModel, device: torch.device) -> Any:
         """The test set's `Evaluation` (or, for MultiMNIST, its `PairEvaluation`)."""
-        return self.test.evaluate(model, device=device)
+        return evaluate_set(model, self.test, device=device)
 
     def evaluate_validation(self, model: AnyModel, device: torch.device) -> Any:
         """The validation split's `Evaluation` (`PairEvaluation` for MultiMNIST), or None without --val-size."""
-        return None if self.val is None else self.val.evaluate(model, device=device)
+        return None if self.val is None else evaluate_set(model, self.val, device=device)
 
 
 def load_data(options: TrainOptions, device: torch.device, env: Distributed) -> Data:
     info = dataset_info(options.dataset)
+    task = Task.of(info)
     full = load_dataset(options.dataset, train=True, data_dir=options.data_dir, download=options.download)
     val = None
     if options.val_size:  # a seeded split of the training set, before any subset of it is taken
@@ -83,11 +85,11 @@ def load_data(options: TrainOptions, device: torch.device, env: Distributed) -> 
     train_set = subset(full, options.train_size, options.seed)
     test_set = load_dataset(options.dataset, train=False, data_dir=options.data_dir, download=options.download)
     train_images, train_labels = stored_tensors(train_set)
-    if not info.pairs and info.image_size != train_images.shape[-1]:
+    if task.kind == "placed":
         train_images = placed(train_images, info.image_size)  # centred: the shifts move them anywhere on it
     train_images, train_labels = train_images.to(device), train_labels.to(device)
     sampler = DistributedSampler(train_set, num_replicas=env.world, rank=env.rank, shuffle=True, seed=options.seed)
-    if info.pairs:  # the fixed test pairs (a seeded subset of them with --test-size), made as they are evaluated
+    if task.pairs:  # the fixed test pairs (a seeded subset of them with --test-size), made as they are evaluated
         test = labelled(info, test_set, TEST_PAIRS_PER_DIGIT, TEST_SEED).sample(options.test_size, options.seed)
         return Data(train_images, train_labels, sampler, test, False, val)
     test = labelled(info, subset(test_set, options.test_size, options.seed), TEST_PAIRS_PER_DIGIT, TEST_SEED)

@@ -31,9 +31,9 @@ from tqdm import tqdm
 from capsnet.checkpoints.checkpoint import load_checkpoint
 from capsnet.data.augment import augment_seed
 from capsnet.data.datasets import dataset_info
+from capsnet.data.tasks import Task
 from capsnet.device import describe_device, pick_device, seed_everything
 from capsnet.errors import CapsNetError
-from capsnet.evaluation import right_answers
 from capsnet.nn.registry import AnyConfig, AnyModel, network, network_of
 from capsnet.nn.warm_start import warm_config, warm_start
 from capsnet.training.acceleration import Acceleration, choose_acceleration, make_adam
@@ -165,7 +165,7 @@ def train_one_epoch(
         if schedule is not None:
             schedule.after_batch()
         batches += 1
-        right = right_answers(out.scores, labels).sum()
+        right = Task.right(out.scores, labels).sum()
         loss_sum += loss.total.detach().float() * len(images)
         correct += right
         seen += len(images)

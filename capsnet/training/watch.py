@@ -63,14 +63,14 @@ def window_examples(test: LabelledSet, count: int = WINDOW_SIZE, seed: int = WIN
     if total == 0 or count < 1:
         raise ValueError(f"a window needs at least one test example and count >= 1, got {total} and {count}")
     order = torch.randperm(total, generator=torch.Generator().manual_seed(seed))  # (N,)
-    classes = (test.labels[test.pairs.first] if test.pairs is not None else test.labels)[order].long()  # (N,)
+    classes = (test.labels[test.pairs.first] if test.task.pairs else test.labels)[order].long()  # (N,)
     position = torch.arange(total)
     first = torch.full((test.info.num_classes,), total).scatter_reduce(0, classes, position, reduce="amin")  # (K,)
     picked = first[first < total]  # positions in `order` of each present class's first example, by class
     others = torch.ones(total, dtype=torch.bool)
     others[picked] = False
     chosen = order[torch.cat([picked, position[others]])[:count]]  # (n,)
-    if test.pairs is not None:
+    if test.task.pairs:
         p = test.pairs
         batch = Pairs(p.first[chosen], p.second[chosen], p.offsets[chosen]).take(
             test.images, test.labels, 0, len(chosen)
