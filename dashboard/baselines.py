@@ -51,12 +51,12 @@ class Baseline(models.Loaded):
 @st.cache_data(ttl=3, max_entries=4, show_spinner=False)
 def baseline_entries(checkpoints: str, root: str) -> list[catalog.CheckpointEntry]:
     """The CNN baselines (headers only), refreshed at most every 3 seconds."""
-    return catalog.list_checkpoints(checkpoints, root, architecture="cnn")
+    return catalog.list_checkpoints(checkpoints, root, network="cnn")
 
 
 @st.cache_resource(max_entries=4, show_spinner="Loading the CNN baseline...")
 def _load(path: str, mtime: float) -> Checkpoint:
-    return load_checkpoint(path, device="cpu", architectures=("cnn",))
+    return load_checkpoint(path, device="cpu", networks=("cnn",))
 
 
 def open_baseline(dataset: str) -> tuple[Baseline | None, str]:

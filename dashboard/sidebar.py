@@ -105,7 +105,7 @@ def train_form() -> None:
                 format_func=lambda name: DATASETS[name].title, key="train_dataset",
             )  # fmt: skip
             choice = st.selectbox(
-                "Model", list(form.MODEL_LABELS), index=list(form.MODEL_LABELS).index((d.model, d.preset)),
+                "Model", list(form.MODEL_LABELS), index=list(form.MODEL_LABELS).index((d.network, d.preset)),
                 format_func=form.MODEL_LABELS.get, key="train_preset",
                 help="The tiny models have the same structure with narrower layers: they train in minutes on a CPU. "
                 "The CNN baseline is the paper's comparison: the pages set the shipped one (or, without it, the newest "
@@ -145,7 +145,7 @@ def train_form() -> None:
             with notice.container():
                 try:
                     options = form.form_options(
-                        recipe=recipe, dataset=dataset, model=network, preset=preset, epochs=int(epochs),
+                        recipe=recipe, dataset=dataset, network=network, preset=preset, epochs=int(epochs),
                         batch_size=int(batch), lr=float(lr),
                         routing_iterations=int(iterations), train_size=int(train_size), test_size=int(test_size),
                         device=device,
@@ -188,7 +188,7 @@ def _eta_text(
     seconds = eta.estimate_seconds(options, train_examples, test_examples, speed)
     epochs = f"{options.epochs} epoch{'s' if options.epochs != 1 else ''}"
     return (
-        f"On this machine: about {texts.format_duration(seconds)} for {epochs} of the {options.model} "
+        f"On this machine: about {texts.format_duration(seconds)} for {epochs} of the {options.network} "
         f"{options.preset} model on {options.dataset} ({speed.images_per_s:.0f} images/s, {speed.source})."
     )
 

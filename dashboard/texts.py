@@ -307,7 +307,7 @@ def larger_canvas(size: int) -> str:
 
 def no_baseline(dataset: str) -> str:
     return (
-        f"No CNN baseline for this dataset yet: train one with `python -m capsnet train --model cnn --dataset {dataset}` "
+        f"No CNN baseline for this dataset yet: train one with `python -m capsnet train --network cnn --dataset {dataset}` "
         f"(or ship one as `checkpoints/baselines/{dataset}-cnn.safetensors`)."
     )
 

@@ -11,9 +11,9 @@ import math
 
 import torch
 
+from capsnet.nn import registry
 from capsnet.nn.cnn import CNN_PRESETS
 from capsnet.nn.config import MAX_ROUTING_ITERATIONS, PRESETS
-from capsnet.nn.registry import network
 from capsnet.training.options import TrainOptions
 
 DEFAULTS = TrainOptions()
@@ -28,7 +28,8 @@ LEARNING_RATE = (1e-6, 1.0)
 def _parameters(name: str, preset: str) -> str:
     """'8.2 M' for the paper's model: counted on the meta device, nothing allocated."""
     with torch.device("meta"):
-        count = network(name).build(network(name).preset(preset)).num_parameters()
+        net = registry.network(name)
+        count = net.build(net.preset(preset)).num_parameters()
     return f"{count / 1e6:.1f} M" if count >= 1e6 else f"{count / 1e3:.0f} k"
 
 
@@ -53,7 +54,7 @@ def form_options(
     *,
     recipe: str = DEFAULTS.recipe,
     dataset: str = DEFAULTS.dataset,
-    model: str = DEFAULTS.model,
+    network: str = DEFAULTS.network,
     preset: str = DEFAULTS.preset,
     epochs: int = DEFAULTS.epochs,
     batch_size: int = DEFAULTS.batch_size,
@@ -76,15 +77,19 @@ def form_options(
     low, high = LEARNING_RATE
     if isinstance(lr, bool) or not isinstance(lr, (int, float)) or math.isnan(lr) or not low <= lr <= high:
         raise ValueError(f"learning rate must lie between {low:g} and {high:g}, got {lr!r}")
-    if (model, preset) not in MODEL_LABELS:
+    if (network, preset) not in MODEL_LABELS:
         known = ", ".join(f"{m} {p}" for m, p in MODEL_LABELS)
-        raise ValueError(f"the model must be one of {known}, got {model} {preset}")
+        raise ValueError(f"the model must be one of {known}, got {network} {preset}")
     # the form shows every field at once: an option the chosen network does not read stays at its default
-    own = {"routing_iterations": routing_iterations} if "routing_iterations" in network(model).run_options else {}
+    own = (
+        {"routing_iterations": routing_iterations}
+        if "routing_iterations" in registry.network(network).run_options
+        else {}
+    )
     return TrainOptions.from_recipe(
         recipe,
         dataset=dataset,
-        model=model,
+        network=network,
         preset=preset,
         epochs=epochs,
         batch_size=batch_size,

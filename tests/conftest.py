@@ -104,7 +104,7 @@ def _train_tiny(out: Path, dataset: str, model: str = "capsnet") -> Path:
     from capsnet.training.options import TrainOptions
     from capsnet.training.trainer import train
 
-    train(TrainOptions(dataset=dataset, model=model, preset="tiny", epochs=1, train_size=1000, test_size=200,
+    train(TrainOptions(dataset=dataset, network=model, preset="tiny", epochs=1, train_size=1000, test_size=200,
                        out=str(out), progress=False, device="cpu"))  # fmt: skip
     return out / "best.safetensors"
 

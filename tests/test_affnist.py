@@ -124,7 +124,7 @@ def test_train_on_mnist_40_and_measure_on_the_affnist_like_set(data_dir: Path, t
     runs = {}
     for model in ("capsnet", "cnn"):
         runs[model] = tmp_path / model
-        train = capsnet("train", "--dataset", "mnist-40", "--model", model, "--preset", "tiny",
+        train = capsnet("train", "--dataset", "mnist-40", "--network", model, "--preset", "tiny",
              "--epochs", "1", "--train-size", "4000", "--batch-size", "64", "--lr", "0.003", "--test-size", "200", "--out", str(runs[model]),
              "--no-progress", "--device", "cpu")  # fmt: skip
         assert train.returncode == 0, train.stderr[-2000:]
@@ -144,7 +144,7 @@ def test_train_on_mnist_40_and_measure_on_the_affnist_like_set(data_dir: Path, t
     for model, run in runs.items():
         exported[model] = tmp_path / "shipped" / f"{model}.safetensors"
         info = export_checkpoint(run / "best.safetensors", exported[model], device="cpu")
-        measured = affnist.measure(load_checkpoint(exported[model], architectures=("capsnet", "cnn")).model)
+        measured = affnist.measure(load_checkpoint(exported[model], networks=("capsnet", "cnn")).model)
         assert info.extra["affnist_like_accuracy"] == measured.affnist_like_accuracy
         assert info.extra["moved_mnist_accuracy"] == measured.moved_mnist_accuracy == info.test_accuracy
         assert info.extra["affnist_like_examples"] == 10_000

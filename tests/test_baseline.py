@@ -89,14 +89,14 @@ def test_checkpoints_name_their_architecture(tmp_path: Path) -> None:
     assert config == CNN_PRESETS["tiny"] and info.dataset == "mnist"
     with pytest.raises(CheckpointError, match="a CNN baseline, where a Capsule Network is needed"):
         load_checkpoint(path)  # the explaining code needs capsules: refused in one line, not a crash later
-    loaded = load_checkpoint(path, architectures=("capsnet", "cnn"))
-    assert loaded.architecture == "cnn" and isinstance(loaded.model, BaselineCNN)
+    loaded = load_checkpoint(path, networks=("capsnet", "cnn"))
+    assert loaded.network == "cnn" and isinstance(loaded.model, BaselineCNN)
     x = torch.rand(3, 1, 28, 28)
     torch.testing.assert_close(loaded.model(x).scores, cnn.half().float()(x).scores)
     capsnet = save_checkpoint(tmp_path / "caps.safetensors", CapsNet(CapsNetConfig.preset("tiny")), {})
     with pytest.raises(CheckpointError, match="a Capsule Network, where a CNN baseline is needed"):
-        load_checkpoint(capsnet, architectures=("cnn",))
-    with pytest.raises(ValueError, match="unknown architecture 'rnn'"):
+        load_checkpoint(capsnet, networks=("cnn",))
+    with pytest.raises(ValueError, match="unknown network 'rnn'"):
         network("rnn")
 
 
@@ -113,10 +113,10 @@ def test_evaluation_of_a_cnn_against_a_loop() -> None:
 
 
 def test_the_trainer_and_form_offer_the_cnn() -> None:
-    assert "--model" in TrainOptions.parser().format_help()
-    options = TrainOptions.parse_args(["--model", "cnn", "--preset", "tiny"])
-    assert options.model == "cnn" and options.to_argv() == ["--model", "cnn", "--preset", "tiny"]
-    assert "model" in TrainOptions.run_fields()  # a resumed run keeps its network
+    assert "--network" in TrainOptions.parser().format_help()
+    options = TrainOptions.parse_args(["--network", "cnn", "--preset", "tiny"])
+    assert options.network == "cnn" and options.to_argv() == ["--network", "cnn", "--preset", "tiny"]
+    assert "network" in TrainOptions.run_fields()  # a resumed run keeps its network
 
 
 def test_the_catalogue_lists_the_baselines_apart(tmp_path: Path) -> None:
@@ -132,7 +132,7 @@ def test_the_catalogue_lists_the_baselines_apart(tmp_path: Path) -> None:
                     {"dataset": "multimnist"})  # fmt: skip
     capsnets = catalog.list_checkpoints(shipped, tmp_path / "runs")
     assert [e.path.name for e in capsnets] == ["mnist.safetensors"]
-    baselines = catalog.list_checkpoints(shipped, tmp_path / "runs", architecture="cnn")
+    baselines = catalog.list_checkpoints(shipped, tmp_path / "runs", network="cnn")
     assert [(e.source, e.dataset) for e in baselines] == [("shipped", "mnist"), ("run", "multimnist")]
     assert catalog.baseline_for("mnist", baselines).path.name == "mnist-cnn.safetensors"
     assert catalog.baseline_for("multimnist", baselines).source == "run"
@@ -142,13 +142,13 @@ def test_the_catalogue_lists_the_baselines_apart(tmp_path: Path) -> None:
 @pytest.mark.parametrize("dataset", ["mnist", "multimnist"])
 def test_train_evaluate_and_export_a_cnn_from_the_cli(data_dir: Path, tmp_path: Path, dataset: str) -> None:
     run = tmp_path / "cnn"
-    train = capsnet("train", "--model", "cnn", "--preset", "tiny", "--dataset", dataset,
+    train = capsnet("train", "--network", "cnn", "--preset", "tiny", "--dataset", dataset,
          "--epochs", "1", "--train-size", "3000", "--test-size", "300", "--batch-size", "64", "--out", str(run),
          "--no-progress", "--device", "cpu")  # fmt: skip
     assert train.returncode == 0, train.stderr[-2000:]
     record = json.loads(train.stdout.strip().splitlines()[-1])
-    checkpoint = load_checkpoint(run / "best.safetensors", architectures=("cnn",))
-    assert checkpoint.info.recipe["model"] == "cnn" and checkpoint.config.multi_label == (dataset == "multimnist")
+    checkpoint = load_checkpoint(run / "best.safetensors", networks=("cnn",))
+    assert checkpoint.info.recipe["network"] == "cnn" and checkpoint.config.multi_label == (dataset == "multimnist")
     assert checkpoint.config.image_size == (36 if dataset == "multimnist" else 28)
     if dataset == "mnist":
         assert record["test_accuracy"] > 0.2  # twice chance: it learns (3,000 pairs teach a tiny CNN too little)

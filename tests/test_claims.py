@@ -68,7 +68,7 @@ def test_learning_rates_chosen_on_validation_are_equal_terms(tmp_path: Path) -> 
     from capsnet.errors import CapsNetError
     from capsnet.training.export import record_lr_search
 
-    caps, cnn = (load_checkpoint(p, architectures=("capsnet", "cnn")) for p in SHIPPED)
+    caps, cnn = (load_checkpoint(p, networks=("capsnet", "cnn")) for p in SHIPPED)
     paths = []
     for checkpoint, name, lr in ((caps, "multimnist", 3e-4), (cnn, "multimnist-cnn", 1e-3)):
         info = checkpoint.info.replace(recipe={**checkpoint.info.recipe, "lr": lr}, extra={"val_accuracy": 0.5})
@@ -101,7 +101,7 @@ def test_a_warm_started_models_budget_counts_its_own_run(tmp_path: Path) -> None
     paths = []
     for name, source, before in (("multimnist", "mnist", 60_000), ("multimnist-cnn", "mnist-cnn", 20_000)):
         checkpoint = load_checkpoint(
-            SHIPPED[0] if name == "multimnist" else SHIPPED[1], architectures=("capsnet", "cnn")
+            SHIPPED[0] if name == "multimnist" else SHIPPED[1], networks=("capsnet", "cnn")
         )
         path = save_checkpoint(tmp_path / f"{name}.safetensors", checkpoint.model, checkpoint.info)
         records = [{"epoch": 1, "train_images": before, "test_accuracy": 0.98, "seconds": 9000.0, "run": source}]
@@ -141,7 +141,7 @@ def test_an_affine_pair_without_the_affnist_like_figure_says_how_to_measure_it(t
     """A run's own best.safetensors holds no affNIST-like figure (only an export measures it): no verdict, and the
     statement names the network that lacks it and the command that measures it."""
     caps = REPO / "checkpoints" / "mnist-40.safetensors"
-    cnn = load_checkpoint(REPO / "checkpoints" / "baselines" / "mnist-40-cnn.safetensors", architectures=("cnn",))
+    cnn = load_checkpoint(REPO / "checkpoints" / "baselines" / "mnist-40-cnn.safetensors", networks=("cnn",))
     extra = {k: v for k, v in cnn.info.extra.items() if not k.startswith("affnist_like")}
     bare = save_checkpoint(tmp_path / "best.safetensors", cnn.model, cnn.info.replace(extra=extra))
     v = verdict("affnist", caps, bare)

@@ -1,4 +1,4 @@
-"""The network registry: each architecture's contract (config, presets, module, what it offers, its loss)."""
+"""The network registry: each network's contract (config, presets, module, what it offers, its loss)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def test_every_network_declares_its_contract() -> None:
     assert (cnn.config_type, cnn.module_type, cnn.presets) == (CNNConfig, BaselineCNN, tuple(CNN_PRESETS))
     assert capsnet.capsules and not cnn.capsules
     assert capsnet.run_options == ("routing_iterations",) and cnn.run_options == ()
-    with pytest.raises(ValueError, match="unknown architecture 'rnn'; this capsnet reads capsnet, cnn"):
+    with pytest.raises(ValueError, match="unknown network 'rnn'; this capsnet reads capsnet, cnn"):
         network("rnn")
 
 
@@ -51,6 +51,6 @@ def test_each_network_brings_its_own_loss(name: str) -> None:
 def test_a_run_builds_the_config_of_its_network_for_its_dataset() -> None:
     caps = TrainOptions(dataset="multimnist", preset="multimnist", routing_iterations=4).network_config()
     assert isinstance(caps, CapsNetConfig) and caps.image_size == 36 and caps.routing_iterations == 4
-    cnn = TrainOptions(dataset="multimnist", model="cnn", preset="multimnist").network_config()
+    cnn = TrainOptions(dataset="multimnist", network="cnn", preset="multimnist").network_config()
     assert isinstance(cnn, CNNConfig) and cnn.image_size == 36 and cnn.multi_label
-    assert TrainOptions(model="cnn").network_config() == CNNConfig.preset("paper")
+    assert TrainOptions(network="cnn").network_config() == CNNConfig.preset("paper")

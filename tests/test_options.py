@@ -65,8 +65,8 @@ def test_to_argv_gives_back_the_same_options(options: TrainOptions) -> None:
         ({"warmup": -0.1}, "--warmup must lie in"),
         ({"fused_adam": "yes"}, "--fused-adam must be true or false"),
         # an option another network reads is refused, not dropped; a preset the network lacks is named
-        ({"model": "cnn", "routing_iterations": 5}, r"--routing-iterations applies to the CapsNet only, not the CNN"),
-        ({"model": "cnn", "preset": "official"}, "the CNN baseline has no preset 'official'; choose from paper"),
+        ({"network": "cnn", "routing_iterations": 5}, r"--routing-iterations applies to the CapsNet only, not the CNN"),
+        ({"network": "cnn", "preset": "official"}, "the CNN baseline has no preset 'official'; choose from paper"),
     ],
 )
 def test_validation_names_the_option(changes: dict, message: str) -> None:
@@ -77,7 +77,7 @@ def test_validation_names_the_option(changes: dict, message: str) -> None:
 
 def test_resume_keeps_the_fields_that_define_the_run() -> None:
     assert set(TrainOptions.run_fields()) == {
-        "dataset", "model", "preset", "batch_size", "lr", "lr_decay", "routing_iterations", "seed", "train_size", "test_size",
+        "dataset", "network", "preset", "batch_size", "lr", "lr_decay", "routing_iterations", "seed", "train_size", "test_size",
         "hflip", "val_size", "recipe", "schedule", "warmup",
     }  # fmt: skip
     stored = TrainOptions(dataset="fashion-mnist", preset="tiny", lr=0.02, batch_size=64, seed=5, epochs=3)
@@ -105,17 +105,17 @@ def test_the_dashboards_form_starts_from_the_same_defaults() -> None:
     assert train_form.form_options() == TrainOptions()  # the form left alone trains exactly the CLI's default run
     assert train_form.form_options(train_size=500, test_size=200).train_size == 500
     assert {preset for _, preset in train_form.MODEL_LABELS} == set(PRESETS)  # every model the CLI can train
-    assert train_form.form_options(model="cnn", preset="tiny").to_argv() == ["--model", "cnn", "--preset", "tiny"]
+    assert train_form.form_options(network="cnn", preset="tiny").to_argv() == ["--network", "cnn", "--preset", "tiny"]
     # the form shows the routing field for every network: a CNN run leaves it at its default instead of failing
     # one bound for the routing iterations: the config's, which the CLI and links use too
     assert train_form.form_options(routing_iterations=MAX_ROUTING_ITERATIONS).routing_iterations == 20
     with pytest.raises(ValueError, match="routing iterations must be a whole number from 1 to 20"):
         train_form.form_options(routing_iterations=MAX_ROUTING_ITERATIONS + 1)
-    cnn = train_form.form_options(model="cnn", preset="tiny", routing_iterations=5)
+    cnn = train_form.form_options(network="cnn", preset="tiny", routing_iterations=5)
     assert cnn.routing_iterations == TrainOptions().routing_iterations
     assert train_form.form_options(routing_iterations=5).routing_iterations == 5
     with pytest.raises(ValueError, match="model must be one of"):
-        train_form.form_options(model="cnn", preset="nonesuch")
+        train_form.form_options(network="cnn", preset="nonesuch")
 
 
 def test_a_recipe_sets_defaults_and_explicit_options_win() -> None:

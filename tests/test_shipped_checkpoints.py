@@ -36,7 +36,7 @@ def test_every_shipped_file_has_a_manifest_entry() -> None:
 def test_a_shipped_file_is_what_its_export_measured(name: str, data_dir: Path) -> None:
     """The bytes are the measured ones, and today's code gives the same answers on the first 1,000 test examples."""
     entry = manifest.check(CHECKPOINTS / name, CHECKPOINTS)
-    info = load_checkpoint(CHECKPOINTS / name, architectures=("capsnet", "cnn")).info
+    info = load_checkpoint(CHECKPOINTS / name, networks=("capsnet", "cnn")).info
     assert entry.test_accuracy == pytest.approx(info.test_accuracy)  # the header's whole-set figure
 
 
@@ -81,7 +81,7 @@ def test_shipped_cnn_baselines(name: str) -> None:
     path = CHECKPOINTS / "baselines" / f"{name}-cnn.safetensors"
     assert path.is_file(), f"checkpoints/baselines/{path.name} is missing: the project ships it"
     assert path.stat().st_size < 17e6
-    checkpoint = load_checkpoint(path, architectures=("cnn",))
+    checkpoint = load_checkpoint(path, networks=("cnn",))
     info = checkpoint.info
     pairs = name == "multimnist"
     assert info.dataset == name and info.weights_dtype == "float16" and info.recipe["model"] == "cnn"
@@ -98,7 +98,7 @@ def test_shipped_affine_pair(network: str) -> None:
     its header (which the Transform lens's verdict reads) was measured by its export on all 10,000 digits."""
     path = CHECKPOINTS / ("mnist-40.safetensors" if network == "capsnet" else "baselines/mnist-40-cnn.safetensors")
     assert path.is_file(), f"checkpoints/{path.relative_to(CHECKPOINTS)} is missing: the project ships it"
-    checkpoint = load_checkpoint(path, architectures=(network,))
+    checkpoint = load_checkpoint(path, networks=(network,))
     info = checkpoint.info
     assert info.dataset == affnist.TRAINING_SET and info.weights_dtype == "float16" and path.stat().st_size < 28e6
     if network == "capsnet":  # warm-started from the shipped MNIST model: its config, on 40x40

@@ -1,8 +1,9 @@
 """Self-describing checkpoints: safetensors weights with the config and facts in the header.
 
 Loading never runs code (safetensors holds only tensors and strings). The header's
-metadata holds "format" = "capsnet", the "architecture" ("capsnet", or "cnn" for the
-baseline; absent in files written before there were two), its config as JSON and an "info"
+metadata holds "format" = "capsnet", the "network" ("capsnet", or "cnn" for the baseline;
+files written before it was named so say "architecture", and those before there were two networks
+say neither: a CapsNet), its config as JSON and an "info"
 JSON object (`CheckpointInfo`): dataset, class names, epochs, accuracies, training
 time, hardware, versions and per-class DigitCaps dimension statistics.
 """
@@ -43,8 +44,8 @@ class Checkpoint:
     info: CheckpointInfo = field(default_factory=CheckpointInfo)
 
     @property
-    def architecture(self) -> str:
-        """The network: "capsnet" or "cnn"."""
+    def network(self) -> str:
+        """The network's name: "capsnet" or "cnn"."""
         return network_of(self.config).name
 
     @property
@@ -77,7 +78,7 @@ def save_checkpoint(
     metadata = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
-        "architecture": network_of(model.config).name,
+        "network": network_of(model.config).name,
         "config": json.dumps(model.config.to_dict()),
         "info": json.dumps(info.to_dict() if isinstance(info, CheckpointInfo) else dict(info)),
     }
@@ -98,7 +99,8 @@ def _check_header(path: Path, metadata: Mapping[str, str]) -> tuple[AnyConfig, C
             f"this capsnet reads {FORMAT_VERSION!r}"
         )
     try:
-        config = network(metadata.get("architecture", "capsnet")).from_dict(json.loads(metadata["config"]))
+        name = metadata.get("network") or metadata.get("architecture") or "capsnet"  # older files: see above
+        config = network(name).from_dict(json.loads(metadata["config"]))
         info = json.loads(metadata.get("info") or "{}")
     except (KeyError, TypeError, ValueError) as error:
         raise CheckpointError(f"{path}: invalid config or info in the header ({error})") from None
@@ -143,21 +145,21 @@ def read_checkpoint_info(path: str | os.PathLike) -> tuple[AnyConfig, Checkpoint
 
 
 def load_checkpoint(
-    path: str | os.PathLike, device: str | torch.device = "cpu", architectures: tuple[str, ...] = ("capsnet",)
+    path: str | os.PathLike, device: str | torch.device = "cpu", networks: tuple[str, ...] = ("capsnet",)
 ) -> Checkpoint:
     """Rebuild the model from the stored config and load its weights (as float32, eval mode).
 
-    Only the `architectures` asked for are accepted: a Capsule Network unless the caller can
+    Only the `networks` asked for are accepted: a Capsule Network unless the caller can
     also use the CNN baseline (`("capsnet", "cnn")`). Raises CheckpointError naming the file
-    and what is wrong if it is missing, truncated, corrupted, of another architecture, or
+    and what is wrong if it is missing, truncated, corrupted, of another network, or
     does not fit the stored config.
     """
     path = Path(path)
     with _open(path) as handle:  # the file is opened once: header, shapes, then the weights
         config, info = _check_header(path, handle.metadata() or {})
         found = network_of(config)
-        if found.name not in architectures:
-            wanted = " or ".join(network(a).described for a in architectures)
+        if found.name not in networks:
+            wanted = " or ".join(network(a).described for a in networks)
             raise CheckpointError(f"{path}: {found.described}, where {wanted} is needed")
         with torch.device("meta"):  # the network's structure, no memory: its weights are the file's
             model = found.build(config)

@@ -20,7 +20,7 @@ from capsnet.data.tasks import read_test_set
 from capsnet.errors import CapsNetError
 from capsnet.evaluation import Evaluation, evaluate_set
 from capsnet.files import atomic_path, file_sha256
-from capsnet.nn.registry import ARCHITECTURES
+from capsnet.nn.registry import NETWORK_NAMES
 
 MANIFEST_NAME = "manifest.json"
 FIRST = 1000  # the test examples whose answers an entry keeps
@@ -77,12 +77,12 @@ def record(
     """Write `path`'s entry (a file inside `folder`, just exported and measured) into `folder`'s manifest."""
     path, folder = Path(path), Path(folder)
     name = path.resolve().relative_to(folder.resolve()).as_posix()
-    checkpoint = load_checkpoint(path, device="cpu", architectures=ARCHITECTURES)
+    checkpoint = load_checkpoint(path, device="cpu", networks=NETWORK_NAMES)
     info = checkpoint.info
     entry = ManifestEntry(
         sha256=file_sha256(path),
         bytes=path.stat().st_size,
-        network=checkpoint.architecture,
+        network=checkpoint.network,
         dataset=info.dataset_name,
         test_accuracy=float(info.test_accuracy or 0.0),
         answers=first_answers(checkpoint, data_dir),
@@ -109,8 +109,8 @@ def check(
             f"{name} is not the file its manifest entry measured (SHA-256 differs): export it again with "
             "`python -m capsnet export`, which measures it on the whole test set and writes its entry"
         )
-    checkpoint = load_checkpoint(path, device="cpu", architectures=ARCHITECTURES)
-    network, dataset = checkpoint.architecture, checkpoint.info.dataset_name
+    checkpoint = load_checkpoint(path, device="cpu", networks=NETWORK_NAMES)
+    network, dataset = checkpoint.network, checkpoint.info.dataset_name
     if (network, dataset) != (entry.network, entry.dataset):
         raise ManifestError(
             f"{name} reads as a {network} on {dataset}; its entry says {entry.network} on {entry.dataset}"

@@ -9,7 +9,7 @@ from capsnet.checkpoints.checkpoint import load_checkpoint
 from capsnet.data.tasks import read_test_set
 from capsnet.device import pick_device
 from capsnet.errors import ArgumentParser, CapsNetError, run_cli
-from capsnet.nn.registry import ARCHITECTURES
+from capsnet.nn.registry import NETWORK_NAMES
 from capsnet.readings.affnist import accuracy_sweep, affine_test_set, measure, refuse_other_sizes
 
 
@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     def body() -> int:
 
         device = pick_device(args.device)
-        models = [load_checkpoint(p, device=device, architectures=ARCHITECTURES) for p in args.checkpoints]
+        models = [load_checkpoint(p, device=device, networks=NETWORK_NAMES) for p in args.checkpoints]
         if args.sweep:
             return _sweeps(models, args.limit, args.data_dir, args.json)
         for checkpoint in models:  # every one refused before any work, and by its path
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
         test = affine_test_set(args.data_dir, args.limit)  # built once for all the checkpoints
         for checkpoint in models:
             result = measure(checkpoint.model, test=test)
-            facts = {"checkpoint": str(checkpoint.path), "network": checkpoint.architecture,
+            facts = {"checkpoint": str(checkpoint.path), "network": checkpoint.network,
                      "moved_mnist_accuracy": result.moved_mnist_accuracy,
                      "affnist_like_accuracy": result.affnist_like_accuracy, "examples": result.examples}  # fmt: skip
             if args.json:
@@ -64,10 +64,10 @@ def _sweeps(models: list, limit: int | None, data_dir: str | None, as_json: bool
         images, labels = test.images, test.labels
         sweeps = [accuracy_sweep(checkpoint.model, images, labels, kind) for kind in ("rotation", "scale")]
         if as_json:
-            print(json.dumps({"checkpoint": str(checkpoint.path), "network": checkpoint.architecture,
+            print(json.dumps({"checkpoint": str(checkpoint.path), "network": checkpoint.network,
                               **{s.kind: s.to_dict() for s in sweeps}}))  # fmt: skip
             continue
-        print(f"{checkpoint.path} ({checkpoint.architecture}), {len(labels)} {info.title} test images:")
+        print(f"{checkpoint.path} ({checkpoint.network}), {len(labels)} {info.title} test images:")
         for sweep in sweeps:
             unit = "°" if sweep.kind == "rotation" else "x"
             cells = "  ".join(f"{v:+g}{unit} {100 * a:.1f}%" if unit == "°" else f"{v:g}{unit} {100 * a:.1f}%"

@@ -11,7 +11,7 @@ from capsnet.data.tasks import read_test_set
 from capsnet.device import pick_device
 from capsnet.errors import ArgumentParser, CapsNetError, run_cli
 from capsnet.evaluation import evaluate_set, format_report
-from capsnet.nn.registry import ARCHITECTURES, network_of
+from capsnet.nn.registry import NETWORK_NAMES, network_of
 
 
 def build_parser() -> ArgumentParser:
@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def run() -> int:
         device = pick_device(args.device)
-        checkpoint = load_checkpoint(args.checkpoint, device=device, architectures=ARCHITECTURES)
+        checkpoint = load_checkpoint(args.checkpoint, device=device, networks=NETWORK_NAMES)
         net = network_of(checkpoint.config)
         if args.routing_iterations is not None and "routing_iterations" not in net.run_options:
             raise CapsNetError(f"{checkpoint.path} holds {net.described}: --routing-iterations does not apply to it")

@@ -1,6 +1,6 @@
-"""The networks a checkpoint can hold, as a registry: one `Network` contract per architecture.
+"""The networks a checkpoint can hold, as a registry: one `Network` contract per network.
 
-In the spirit of timm's `create_model`: each architecture declares its name, its config type and
+In the spirit of timm's `create_model`: each network declares its name, its config type and
 presets, its module, what it offers (capsules: poses, routing and reconstructions) and its own
 loss, and every caller asks the registry (`network("cnn")`, `network_of(model_or_config)`) instead
 of testing types. "capsnet" is the paper's Capsule Network (`capsnet.nn.capsnet`), "cnn" its baseline
@@ -27,7 +27,7 @@ AnyModel = CapsNet | BaselineCNN
 
 @dataclass(frozen=True)
 class Network:
-    """What one architecture is and offers."""
+    """What one network is and offers: "network" is the one name for it, in the CLI (`--network`), the header and the code."""
 
     name: str  # the registry key, stored in checkpoint headers and run arguments: "capsnet" or "cnn"
     title: str  # for people: "CapsNet", "CNN baseline"
@@ -85,13 +85,13 @@ NETWORKS: dict[str, Network] = {
         run_options=(), pairs_field="multi_label", _loss=_cnn_loss,
     ),
 }  # fmt: skip
-ARCHITECTURES = tuple(NETWORKS)
+NETWORK_NAMES = tuple(NETWORKS)
 
 
 def network(name: str) -> Network:
     """The registered network called `name`; ValueError naming the known ones otherwise."""
     if name not in NETWORKS:
-        raise ValueError(f"unknown architecture {name!r}; this capsnet reads {', '.join(NETWORKS)}")
+        raise ValueError(f"unknown network {name!r}; this capsnet reads {', '.join(NETWORKS)}")
     return NETWORKS[name]
 
 

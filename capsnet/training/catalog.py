@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from capsnet.checkpoints.checkpoint import CheckpointError, read_checkpoint_info
-from capsnet.nn.registry import network, network_of
+from capsnet.nn import registry
+from capsnet.nn.registry import network_of
 from capsnet.training.run_folder import run_folders
 
 CHECKPOINTS_ENV = "CAPSNET_CHECKPOINTS_DIR"
@@ -50,7 +51,7 @@ class CheckpointEntry:
     epochs: int | None = None
     run: str = ""
     error: str = ""  # set when the file cannot be read; the entry is then not selectable
-    architecture: str = "capsnet"  # or "cnn"
+    network: str = "capsnet"  # or "cnn"
 
     @property
     def label(self) -> str:
@@ -70,7 +71,7 @@ def _describe(path: Path, source: str, run: str = "") -> CheckpointEntry:
     except CheckpointError as error:
         return CheckpointEntry(path=path, source=source, run=run, error=str(error))
     return CheckpointEntry(
-        architecture=network_of(config).name,
+        network=network_of(config).name,
         path=path,
         source=source,
         dataset=info.dataset,
@@ -82,15 +83,15 @@ def _describe(path: Path, source: str, run: str = "") -> CheckpointEntry:
 
 
 def list_checkpoints(
-    checkpoints: str | os.PathLike | None = None, root: str | os.PathLike | None = None, architecture: str = "capsnet"
+    checkpoints: str | os.PathLike | None = None, root: str | os.PathLike | None = None, network: str = "capsnet"
 ) -> list[CheckpointEntry]:
     """The shipped checkpoints (mnist, fashion-mnist, then any other) and each run's best model, newest run first.
 
-    Only those of `architecture`: the Capsule Networks, or with "cnn" the baselines (shipped in
+    Only those of `network`: the Capsule Networks, or with "cnn" the baselines (shipped in
     baselines/). Broken files are listed with `error` set (with the Capsule Networks), so the
     picker can name them.
     """
-    folder = checkpoints_dir(checkpoints) / ("" if network(architecture).capsules else BASELINES)
+    folder = checkpoints_dir(checkpoints) / ("" if registry.network(network).capsules else BASELINES)
     shipped: list[Path] = []
     if folder.is_dir():
         files = sorted(folder.glob("*.safetensors"))
@@ -101,7 +102,7 @@ def list_checkpoints(
         checkpoint = folder.checkpoint()
         if checkpoint is not None:
             entries.append(_describe(checkpoint, "run", folder.name))
-    return [e for e in entries if e.architecture == architecture]
+    return [e for e in entries if e.network == network]
 
 
 def trained_on(dataset: str, entries: list[CheckpointEntry]) -> CheckpointEntry | None:
@@ -113,7 +114,7 @@ def trained_on(dataset: str, entries: list[CheckpointEntry]) -> CheckpointEntry 
 
 def baseline_for(dataset: str, baselines: list[CheckpointEntry]) -> CheckpointEntry | None:
     """The CNN to compare a `dataset` model with: the shipped one, else the newest run's."""
-    return trained_on(dataset, [e for e in baselines if not network(e.architecture).capsules])
+    return trained_on(dataset, [e for e in baselines if not registry.network(e.network).capsules])
 
 
 def default_checkpoint(entries: list[CheckpointEntry]) -> CheckpointEntry | None:

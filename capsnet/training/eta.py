@@ -21,7 +21,7 @@ from capsnet.data.datasets import dataset_info
 from capsnet.device import pick_device
 from capsnet.nn.registry import network
 from capsnet.training.acceleration import choose_acceleration, make_adam
-from capsnet.training.options import TrainOptions
+from capsnet.training.options import TrainOptions, stored_network
 from capsnet.training.step import training_step
 
 EVALUATION_SPEEDUP = 3.0  # a forward pass costs about a third of a training step
@@ -41,7 +41,7 @@ def _same_network(args: dict[str, Any], options: TrainOptions, amp: bool) -> boo
     acceleration = args.get("acceleration") if isinstance(args.get("acceleration"), dict) else {}
     return (
         same_size
-        and args.get("model", "capsnet") == options.model
+        and stored_network(args) == options.network
         and args.get("preset") == options.preset
         and acceleration.get("amp") == amp  # runs from before the choice was recorded are not compared
     )
@@ -64,7 +64,7 @@ def measure_speed(options: TrainOptions, batch: int = 8, steps: int = 2) -> Spee
     info = dataset_info(options.dataset)
     acceleration = choose_acceleration(device, options.amp, options.fused_adam, options.compile)
     config = options.network_config()
-    model = network(options.model).build(config).to(device).train()
+    model = network(options.network).build(config).to(device).train()
     optimizer = make_adam(model.parameters(), options.lr, acceleration.fused_adam)
     images = torch.rand(batch, 1, info.image_size, info.image_size, device=device)
     labels = torch.randint(0, config.num_classes, (batch,), device=device)

@@ -32,7 +32,7 @@ from capsnet.device import pick_device
 from capsnet.errors import CapsNetError
 from capsnet.evaluation import Evaluation, PairEvaluation, evaluate_set
 from capsnet.files import atomic_path, read_jsonl, writable
-from capsnet.nn.registry import ARCHITECTURES, AnyModel, network_of
+from capsnet.nn.registry import NETWORK_NAMES, AnyModel, network_of
 from capsnet.readings import affnist
 from capsnet.readings.novelty import NoveltyThresholds
 from capsnet.training.catalog import checkpoints_dir
@@ -53,7 +53,7 @@ def export_checkpoint(
     source, target = Path(source), Path(target)
     dtype = torch.float16 if half else None
     writable(target)  # before the minutes of evaluation, not after
-    run = load_checkpoint(source, device=pick_device(device), architectures=ARCHITECTURES)
+    run = load_checkpoint(source, device=pick_device(device), networks=NETWORK_NAMES)
     name = run.info.dataset_name
     test = read_test_set(name, data_dir)
     test = test.first(test_pairs) if test.task.pairs else test
@@ -66,7 +66,7 @@ def export_checkpoint(
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f".{target.name}.", dir=target.parent) as staging:
         staged = save_checkpoint(Path(staging) / target.name, run.model, run.info, dtype=dtype)
-        exported = load_checkpoint(staged, device=pick_device(device), architectures=ARCHITECTURES)
+        exported = load_checkpoint(staged, device=pick_device(device), networks=NETWORK_NAMES)
     after = measure(exported.model)
     info = run.info.replace(
         test_accuracy=after.accuracy,
@@ -108,7 +108,7 @@ def calibrate_checkpoint(path: str | Path, data_dir: str | None = None, device: 
     """
     path = Path(path)
     writable(path)
-    checkpoint = load_checkpoint(path, device=pick_device(device), architectures=ARCHITECTURES)
+    checkpoint = load_checkpoint(path, device=pick_device(device), networks=NETWORK_NAMES)
     if not network_of(checkpoint.config).capsules:
         raise CapsNetError(f"{path}: a CNN baseline redraws nothing, so it has no not-like-any-class thresholds")
     if checkpoint.info.dataset in DATASETS and task(checkpoint.info.dataset).pairs:
@@ -131,7 +131,7 @@ def record_lr_search(path: str | Path, candidates: list[float]) -> CheckpointInf
     """
     path = Path(path)
     writable(path)
-    checkpoint = load_checkpoint(path, architectures=ARCHITECTURES)
+    checkpoint = load_checkpoint(path, networks=NETWORK_NAMES)
     info = checkpoint.info
     lr = (info.recipe or {}).get("lr")
     if "val_accuracy" not in (info.extra or {}):

@@ -22,12 +22,14 @@ from capsnet.data.tasks import Task
 from capsnet.device import DEVICE_CHOICES
 from capsnet.errors import ArgumentParser, InvalidArgumentError
 from capsnet.nn.config import MAX_ROUTING_ITERATIONS, PRESETS
-from capsnet.nn.registry import ARCHITECTURES, NETWORKS, AnyConfig, network
+from capsnet.nn.registry import NETWORK_NAMES, NETWORKS, AnyConfig, network
 from capsnet.training.recipes import RECIPES
 from capsnet.training.schedule import SCHEDULES
 
 MAX_SEED = 2**32 - 1  # NumPy's seeds
 
+# options renamed since runs were first stored (args.json, headers' recipes), and the old flags still accepted
+RENAMED = {"model": "network"}  # one name for the network: --network, a header's "network", capsnet.nn.registry
 # the model presets of runs begun before the presets were named after the network rather than the dataset
 LEGACY_PRESETS = {"mnist": "paper", "fashion-mnist": "paper", None: "paper"}
 
@@ -58,10 +60,10 @@ class TrainOptions:
         metadata=option("a named set of defaults for the options below (capsnet.training.recipes): paper, or fast for a short "
                         "CPU budget; options given explicitly still win", choices=tuple(RECIPES), defines_run=True),
     )  # fmt: skip
-    model: str = field(
+    network: str = field(
         default="capsnet",
         metadata=option("network: the paper's Capsule Network, or its CNN baseline (capsnet.nn.cnn)",
-                        choices=ARCHITECTURES, defines_run=True),
+                        choices=NETWORK_NAMES, defines_run=True),
     )  # fmt: skip
     preset: str = field(
         default="paper",
@@ -167,7 +169,7 @@ class TrainOptions:
             raise InvalidArgumentError(f"--warmup must lie in [0, 1), got {self.warmup}")
         if not 0 < self.lr_decay <= 1:
             raise InvalidArgumentError(f"--lr-decay must lie in (0, 1], got {self.lr_decay}")
-        chosen = network(self.model)
+        chosen = network(self.network)
         if self.preset not in chosen.presets:
             raise InvalidArgumentError(
                 f"the {chosen.title} has no preset {self.preset!r}; choose from {', '.join(chosen.presets)}"
@@ -177,7 +179,7 @@ class TrainOptions:
             for name in set(other.run_options) - set(chosen.run_options):
                 if getattr(self, name) != defaults[name]:
                     raise InvalidArgumentError(
-                        f"{_flag(name)} applies to the {other.title} only, not the {chosen.title} (--model {self.model})"
+                        f"{_flag(name)} applies to the {other.title} only, not the {chosen.title} (--network {self.network})"
                     )
         if self.resume and not self.out:
             raise InvalidArgumentError("--resume needs --out, the run folder to continue")
@@ -187,7 +189,7 @@ class TrainOptions:
 
     def network_config(self) -> AnyConfig:
         """The config of this run's network: its preset at the dataset's input size, with the options it reads."""
-        chosen, info = network(self.model), dataset_info(self.dataset)
+        chosen, info = network(self.network), dataset_info(self.dataset)
         own = {name: getattr(self, name) for name in chosen.run_options}
         read = Task.of(info)
         return chosen.config_for(self.preset, read.input_size, read.pairs, **own)
@@ -211,6 +213,7 @@ class TrainOptions:
     def from_dict(cls, data: dict[str, Any]) -> TrainOptions:
         """Options from a stored args.json: unknown keys (older or newer versions) are ignored."""
         known = {f.name for f in dataclasses.fields(cls)}
+        data = {**{new: data[old] for old, new in RENAMED.items() if old in data and new not in data}, **data}
         values = {k: v for k, v in data.items() if k in known}
         if (
             "preset" in values
@@ -261,8 +264,9 @@ class TrainOptions:
                 convert = ArgumentParser.positive_int if kind is int else ArgumentParser.positive_float
             elif kind is int:
                 convert = ArgumentParser.whole_number
+            names = [_flag(f.name), *(_flag(old) for old, new in RENAMED.items() if new == f.name)]
             parser.add_argument(
-                _flag(f.name), type=convert, default=f.default, choices=meta["choices"], help=meta["help"] + shown
+                *names, dest=f.name, type=convert, default=f.default, choices=meta["choices"], help=meta["help"] + shown
             )
         return parser
 
@@ -298,3 +302,8 @@ def _base_type(hint: Any) -> type:
     """int for `int | None`, and so on."""
     args = [a for a in typing.get_args(hint) if a is not type(None)]
     return args[0] if args else hint
+
+
+def stored_network(args: dict[str, Any]) -> str:
+    """The network a stored args.json names ("network", or "model" before it was renamed; a CapsNet before both)."""
+    return str(args.get("network") or args.get("model") or "capsnet")

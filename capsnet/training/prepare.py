@@ -99,7 +99,7 @@ def _resumed_config(stored: dict[str, Any], folder: RunFolder, options: TrainOpt
     kept = stored.get(NETWORK_CONFIG)
     try:
         if isinstance(kept, dict):
-            return network(options.model).from_dict(kept)
+            return network(options.network).from_dict(kept)
         made = folder.checkpoint()
         return read_checkpoint_info(made)[0] if made is not None else None
     except ValueError as error:

@@ -28,7 +28,7 @@ from typing import IO, Any
 from capsnet.device import pick_device
 from capsnet.errors import CapsNetError
 from capsnet.nn.registry import Network, network
-from capsnet.training.options import TrainOptions
+from capsnet.training.options import TrainOptions, stored_network
 from capsnet.training.run_folder import (
     EpochRecord,
     FolderLock,
@@ -287,7 +287,7 @@ class RunSummary:
     def network(self) -> Network | None:
         """The run's network (args.json's; runs from before the CNN are CapsNets), or None if it names none known."""
         try:
-            return network(str(self.args.get("model") or "capsnet"))
+            return network(stored_network(self.args))
         except ValueError:
             return None
 

@@ -214,13 +214,13 @@ def build(
     info = dataset_info(options.dataset)
     # the CNN takes a sigmoid per class where several digits are present
     config = resumed if resumed is not None else options.network_config()
-    net = network(options.model)
+    net = network(options.network)
     if config.num_classes != info.num_classes:
         raise CapsNetError(
             f"preset {options.preset} has {config.num_classes} classes, {info.title} has {info.num_classes}"
         )
     if options.init:
-        start = load_checkpoint(options.init, architectures=(options.model,))
+        start = load_checkpoint(options.init, networks=(options.network,))
         if start.config == config:
             model = net.build(config)
             model.load_state_dict(start.model.state_dict())
