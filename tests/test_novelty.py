@@ -62,7 +62,7 @@ def test_an_older_checkpoint_is_calibrated_once_then_cached(
     def no_evaluation(*args: object, **kwargs: object) -> None:
         raise AssertionError("the cached thresholds should have been used")
 
-    monkeypatch.setattr("capsnet.data.tasks.LabelledSet.evaluate", no_evaluation)
+    monkeypatch.setattr("capsnet.readings.novelty.evaluate_set", no_evaluation)
     assert novelty.thresholds_for(load_checkpoint(older)) == made
 
 

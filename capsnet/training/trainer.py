@@ -1,4 +1,4 @@
-"""Training: Adam with exponential learning-rate decay, margin + reconstruction loss.
+"""The training loop: Adam on the network's own loss (the CapsNet's margin + reconstruction), on the run's schedule.
 
     python -m capsnet train --dataset mnist --epochs 50
     torchrun --nproc_per_node=4 -m capsnet train --dataset mnist --epochs 50
