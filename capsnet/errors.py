@@ -42,6 +42,18 @@ class ArgumentParser(argparse.ArgumentParser):
         return value
 
     @staticmethod
+    def whole_number_in(low: int, high: int) -> Callable[[str], int]:
+        """An argparse type: a whole number from `low` to `high`."""
+
+        def convert(text: str) -> int:
+            value = ArgumentParser.whole_number(text)
+            if not low <= value <= high:
+                raise argparse.ArgumentTypeError(f"must be from {low} to {high}, got {value}")
+            return value
+
+        return convert
+
+    @staticmethod
     def positive_float(text: str) -> float:
         try:
             value = float(text)

@@ -100,9 +100,7 @@ def test_a_warm_started_models_budget_counts_its_own_run(tmp_path: Path) -> None
 
     paths = []
     for name, source, before in (("multimnist", "mnist", 60_000), ("multimnist-cnn", "mnist-cnn", 20_000)):
-        checkpoint = load_checkpoint(
-            SHIPPED[0] if name == "multimnist" else SHIPPED[1], networks=("capsnet", "cnn")
-        )
+        checkpoint = load_checkpoint(SHIPPED[0] if name == "multimnist" else SHIPPED[1], networks=("capsnet", "cnn"))
         path = save_checkpoint(tmp_path / f"{name}.safetensors", checkpoint.model, checkpoint.info)
         records = [{"epoch": 1, "train_images": before, "test_accuracy": 0.98, "seconds": 9000.0, "run": source}]
         records += [

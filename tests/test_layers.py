@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from cli_support import capsnet
 
+from capsnet.errors import InvalidArgumentError
+from capsnet.nn.capsnet import CapsNet
+from capsnet.nn.config import CapsNetConfig
 from capsnet.nn.dynamic_routing import _DynamicRouting, _route, dynamic_routing
 from capsnet.nn.layers import RoutingCapsules
 from capsnet.nn.squash import squash
@@ -126,7 +130,7 @@ class TestRouting:
         assert torch.allclose(actual, expected, atol=1e-12)
 
     def test_rejects_zero_iterations(self) -> None:
-        with pytest.raises(ValueError, match="at least 1"):
+        with pytest.raises(ValueError, match="from 1 to 20"):
             dynamic_routing(torch.randn(1, 2, 3, 4), 0)
         with pytest.raises(ValueError, match="backward"):
             dynamic_routing(torch.randn(1, 2, 3, 4), 1, backward="fast")
@@ -171,3 +175,22 @@ class TestRoutingCapsules:
     def test_bad_input_shape(self) -> None:
         with pytest.raises(ValueError, match="expected child capsules"):
             RoutingCapsules(20, 8, 10, 16)(torch.randn(2, 19, 8), 3)
+
+
+@pytest.mark.parametrize("iterations", [0, -1, 21, 1_000_000, 2.5, True])
+def test_a_routing_count_out_of_bounds_is_one_clear_error(iterations) -> None:
+    """The one bound on r (1 to MAX_ROUTING_ITERATIONS), wherever a count enters: routing itself, the forward pass,
+    and the evaluation CLI (before anything is loaded)."""
+    u_hat = torch.randn(2, 10, 8, 16)
+    with pytest.raises(InvalidArgumentError, match="routing iterations must be from 1 to 20"):
+        dynamic_routing(u_hat, iterations)
+    model = CapsNet(CapsNetConfig.preset("tiny")).eval()
+    with pytest.raises(InvalidArgumentError, match="routing iterations must be from 1 to 20"):
+        model(torch.rand(1, 1, 28, 28), routing_iterations=iterations)
+
+
+@pytest.mark.parametrize("value", ["0", "21", "1000000"])
+def test_the_evaluation_cli_bounds_the_routing_count(value: str) -> None:
+    result = capsnet("evaluate", "checkpoints/mnist.safetensors", "--routing-iterations", value)
+    assert result.returncode == 2 and "--routing-iterations: must be from 1 to 20" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and result.stdout == ""

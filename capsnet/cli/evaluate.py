@@ -11,6 +11,7 @@ from capsnet.data.tasks import read_test_set
 from capsnet.device import pick_device
 from capsnet.errors import ArgumentParser, CapsNetError, run_cli
 from capsnet.evaluation import evaluate_set, format_report
+from capsnet.nn.dynamic_routing import MAX_ROUTING_ITERATIONS
 from capsnet.nn.registry import NETWORK_NAMES, network_of
 
 
@@ -23,7 +24,10 @@ def build_parser() -> ArgumentParser:
     parser.add_argument("--data-dir", default=None, help="dataset root (default: $CAPSNET_DATA_DIR, else ./data)")
     parser.add_argument("--batch-size", type=parser.positive_int, default=500)
     parser.add_argument("--limit", type=parser.positive_int, default=None, help="evaluate on the first N test images")
-    parser.add_argument("--routing-iterations", type=parser.positive_int, default=None)
+    parser.add_argument(
+        "--routing-iterations", type=parser.whole_number_in(1, MAX_ROUTING_ITERATIONS), default=None,
+        help=f"routing iterations r, from 1 to {MAX_ROUTING_ITERATIONS} (default: the checkpoint's)",
+    )  # fmt: skip
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or mps")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
     return parser

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from capsnet.errors import InvalidArgumentError
+from capsnet.nn.dynamic_routing import MAX_ROUTING_ITERATIONS
 
 INITS = ("torch", "official")
-MAX_ROUTING_ITERATIONS = 20  # a header asking for more is refused (a million would hang whoever reads it)
 
 
 @dataclass(frozen=True)

@@ -14,12 +14,27 @@ letting autograd keep a u_hat-sized tensor per operation.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from numbers import Integral
 from typing import Any, Literal
 
 import torch
 from torch import Tensor
 
+from capsnet.errors import InvalidArgumentError
 from capsnet.nn.squash import squash
+
+MAX_ROUTING_ITERATIONS = 20  # the paper uses 3; more is refused everywhere (a million would hang whoever asked)
+
+
+def check_iterations(iterations: int) -> int:
+    """`iterations` when it is a routing count from 1 to MAX_ROUTING_ITERATIONS; InvalidArgumentError (one line)."""
+    if (
+        isinstance(iterations, bool)
+        or not isinstance(iterations, Integral)
+        or not 1 <= iterations <= MAX_ROUTING_ITERATIONS
+    ):
+        raise InvalidArgumentError(f"routing iterations must be from 1 to {MAX_ROUTING_ITERATIONS}, got {iterations!r}")
+    return int(iterations)
 
 
 @dataclass
@@ -141,8 +156,7 @@ def dynamic_routing(
     Returns:
         v: parent poses (B, K, D), and the trace when asked for.
     """
-    if iterations < 1:
-        raise ValueError(f"routing needs at least 1 iteration, got {iterations}")
+    check_iterations(iterations)
     if u_hat.dim() != 4:
         raise ValueError(f"u_hat must be (B, K, N, D), got shape {tuple(u_hat.shape)}")
     if backward not in ("auto", "manual", "autograd"):
