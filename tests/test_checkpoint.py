@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -166,3 +167,23 @@ def test_loading_builds_the_network_once_and_opens_the_file_once(
     assert len(opened) == 1
     assert initialised and set(initialised) == {"meta"}  # W_ij's normal init ran on no memory at all
     assert all(p.device.type == "cpu" and p.dtype == torch.float32 for p in loaded.model.parameters())
+
+
+def test_what_stands_in_a_checkpoints_place_is_named(tmp_path: Path) -> None:
+    """A folder, a pipe, a link to a device or a broken link named *.safetensors: one line saying what it is."""
+    import os
+
+    (tmp_path / "folder.safetensors").mkdir()
+    os.mkfifo(tmp_path / "pipe.safetensors")
+    (tmp_path / "zero.safetensors").symlink_to("/dev/zero")
+    (tmp_path / "broken.safetensors").symlink_to(tmp_path / "gone")
+    expected = {
+        "folder": "a folder, not a checkpoint file",
+        "pipe": "a pipe (FIFO), not a checkpoint file",
+        "zero": "a device (through a link), not a checkpoint file",
+        "broken": "a broken link",
+        "missing": "no such checkpoint file",
+    }
+    for name, message in expected.items():
+        with pytest.raises(CheckpointError, match=re.escape(message)):
+            load_checkpoint(tmp_path / f"{name}.safetensors")

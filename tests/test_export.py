@@ -5,6 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import torch
+from cli_support import capsnet
+
+from capsnet.checkpoints.checkpoint import save_checkpoint
+from capsnet.nn.capsnet import CapsNet
+from capsnet.nn.config import CapsNetConfig
 from capsnet.training.export import lineage_metrics
 
 
@@ -45,3 +51,26 @@ def test_a_shipped_origin_brings_its_whole_lineage(tmp_path: Path) -> None:
     info = {"epochs": 2, "total_epochs": 10, "started_from": origin}
     records = lineage_metrics(tmp_path / "c" / "last.safetensors", info)
     assert [r[:2] for r in epochs_and_runs(records)] == [(e, "old") for e in range(1, 9)] + [(9, "c"), (10, "c")]
+
+
+def test_an_export_never_writes_over_its_source(tmp_path: Path) -> None:
+    """`export run/best.safetensors run/best.safetensors` would replace the float32 source with float16: refused."""
+    source = save_checkpoint(tmp_path / "run" / "best.safetensors", CapsNet(CapsNetConfig.preset("tiny")), {})
+    before = source.read_bytes()
+    for target in (source, tmp_path / "run" / "." / "best.safetensors"):
+        result = capsnet("export", str(source), str(target))
+        assert result.returncode == 2 and "is the source itself" in result.stderr, result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1
+    assert source.read_bytes() == before
+
+
+def test_weights_beyond_float16_are_named_with_the_way_out(tmp_path: Path) -> None:
+    model = CapsNet(CapsNetConfig.preset("tiny"))
+    with torch.no_grad():
+        model.decoder.net[0].weight[0, 0] = 1e6  # finite in float32, infinite in float16
+    source = save_checkpoint(tmp_path / "run" / "best.safetensors", model, {"dataset": "mnist"})
+    result = capsnet("export", str(source), str(tmp_path / "shipped.safetensors"))
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert str(source) in result.stderr and "decoder.net.0.weight" in result.stderr
+    assert "beyond float16" in result.stderr and "--float32" in result.stderr
+    assert not (tmp_path / "shipped.safetensors").exists()

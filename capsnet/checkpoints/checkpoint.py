@@ -114,11 +114,29 @@ def _check_header(path: Path, metadata: Mapping[str, str]) -> tuple[AnyConfig, C
 def _open(path: Path) -> Any:
     """The file opened for reading (its header parsed, no weights read); CheckpointError naming what is wrong."""
     if not path.is_file():
-        raise CheckpointError(f"{path}: no such checkpoint file")
+        raise CheckpointError(f"{path}: {_not_a_file(path)}")
     try:
         return safe_open(str(path), framework="pt")
     except (SafetensorError, OSError, ValueError) as error:
         raise CheckpointError(f"{path}: not a readable safetensors file ({error})") from None
+
+
+def _not_a_file(path: Path) -> str:
+    """What stands at `path` instead of a checkpoint file, in a few words."""
+    if path.is_symlink() and not path.exists():
+        return f"a broken link (to {os.readlink(path)}), not a checkpoint file"
+    if not path.exists():
+        return "no such checkpoint file"
+    if path.is_dir():
+        return "a folder, not a checkpoint file"
+    what = (
+        "a pipe (FIFO)"
+        if path.is_fifo()
+        else "a device"
+        if path.is_char_device() or path.is_block_device()
+        else "not a regular file"
+    )
+    return f"{what}{' (through a link)' if path.is_symlink() else ''}, not a checkpoint file"
 
 
 def _read_header(path: Path) -> tuple[AnyConfig, CheckpointInfo]:

@@ -52,8 +52,12 @@ def export_checkpoint(
     """
     source, target = Path(source), Path(target)
     dtype = torch.float16 if half else None
+    if target.exists() and source.exists() and target.resolve() == source.resolve():
+        raise CapsNetError(f"{target} is the source itself: export to another file (the source stays as trained)")
     writable(target)  # before the minutes of evaluation, not after
     run = load_checkpoint(source, device=pick_device(device), networks=NETWORK_NAMES)
+    if half:
+        _refuse_float16_overflow(run.model, source)
     name = run.info.dataset_name
     test = read_test_set(name, data_dir)
     test = test.first(test_pairs) if test.task.pairs else test
@@ -98,6 +102,17 @@ def export_checkpoint(
     if target.resolve().is_relative_to(shipped.resolve()):  # a shipped file: its manifest entry proves it in CI
         manifest.record(target, shipped, data_dir)
     return info
+
+
+def _refuse_float16_overflow(model: AnyModel, source: Path) -> None:
+    """One line naming the cause, the file and the way out, when a weight is too large for float16 (65504)."""
+    limit = torch.finfo(torch.float16).max
+    for name, tensor in model.state_dict().items():
+        if tensor.is_floating_point() and bool((tensor.abs() > limit).any()):
+            largest = float(tensor.abs().max())
+            raise CapsNetError(
+                f"{source}: weight {name} reaches {largest:.3g}, beyond float16's {limit:g}: export it with --float32"
+            )
 
 
 def calibrate_checkpoint(path: str | Path, data_dir: str | None = None, device: str = "auto") -> CheckpointInfo:
