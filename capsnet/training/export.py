@@ -92,7 +92,8 @@ def export_checkpoint(
             novelty=thresholds.to_dict() if thresholds else None,
         )
     if name == affnist.TRAINING_SET:  # the paper's affine test: also read the affNIST-like set
-        info = info.replace(extra={**info.extra, **affnist.measure(exported.model, data_dir).header_facts()})
+        measured = affnist.measure(exported.model, data_dir, moved_accuracy=after.accuracy)  # the same moved digits
+        info = info.replace(extra={**info.extra, **measured.header_facts()})
     records = lineage_metrics(source, info)  # read before anything is written: a bad log must not leave half an export
     save_checkpoint(target, exported.model, info, dtype=dtype)
     if records:
