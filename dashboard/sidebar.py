@@ -59,9 +59,9 @@ def model_picker() -> None:
             parts = [info.title or model.dataset]
             if info.test_accuracy is not None:
                 parts.append(f"test accuracy {100 * info.test_accuracy:.2f}%")
-            epochs = info.trained_epochs
+            epochs = info.epochs_said({name: d.title for name, d in DATASETS.items()})
             if epochs:
-                parts.append(f"{epochs} epoch{'s' if epochs != 1 else ''}")
+                parts.append(epochs)
             if info.hardware:
                 parts.append(info.hardware)
             parts.append(f"`{models.display_path(model.checkpoint.path)}`")  # the whole name the box may cut

@@ -847,3 +847,13 @@ def test_the_guided_path_visits_every_page_once_and_ticks_what_was_opened(app_wi
     no_exception(at)
     assert ticked() == 2
     assert "2 of 10 steps visited" in at.get("progress")[0].proto.text
+
+
+def test_the_sidebar_says_a_warm_started_models_epochs_as_the_pages_do(app_dirs) -> None:  # noqa: F811
+    """The shipped MultiMNIST model: "107 on MNIST + 8 on MultiMNIST", never a sum of 115 (issue 31, item 12)."""
+    _, checkpoints = app_dirs
+    shutil.copy(Path(APP).parents[1] / "checkpoints" / "multimnist.safetensors", checkpoints)
+    at = new_app().run()
+    no_exception(at)
+    captions = " ".join(c.value for c in at.sidebar.caption)
+    assert "107 on MNIST + 8 on MultiMNIST" in captions and "115" not in captions

@@ -69,3 +69,18 @@ def test_the_shipped_checkpoints_are_found_without_a_setting(monkeypatch: pytest
     """With no CAPSNET_CHECKPOINTS_DIR, the shipped models are the repository's checkpoints/ folder."""
     monkeypatch.delenv(catalog.CHECKPOINTS_ENV, raising=False)
     assert (catalog.checkpoints_dir() / "mnist.safetensors").is_file()
+
+
+def test_a_warm_started_model_says_its_epochs_on_each_dataset() -> None:
+    """The sidebar's figure and the pages' agree: 107 on MNIST + 8 on MultiMNIST, not 115 (issue 31, item 12)."""
+    from capsnet.checkpoints.checkpoint import read_checkpoint_info
+
+    shipped = Path(__file__).resolve().parents[1] / "checkpoints"
+    _, info = read_checkpoint_info(shipped / "multimnist.safetensors")
+    assert info.epochs_said({"mnist": "MNIST", "multimnist": "MultiMNIST"}) == "107 on MNIST + 8 on MultiMNIST"
+    _, info = read_checkpoint_info(shipped / "mnist.safetensors")
+    assert info.epochs_said() == "107 epochs"
+    entry = next(
+        e for e in catalog.list_checkpoints(shipped, shipped / "none") if e.path.name == "multimnist.safetensors"
+    )
+    assert entry.epochs_said == "107 on MNIST + 8 on MultiMNIST"

@@ -110,6 +110,19 @@ class CheckpointInfo:
         """All the epochs behind the checkpoint: its run's, plus those of the checkpoint an --init run started from."""
         return self.total_epochs if self.total_epochs is not None else self.epochs
 
+    def epochs_said(self, titles: Mapping[str, str] | None = None) -> str:
+        """The epochs behind the checkpoint in words: "8 epochs", or, for a warm start from a model of another dataset,
+        "107 on MNIST + 8 on MultiMNIST" (`titles` names the datasets); "" when the header says none."""
+        own = self.epochs
+        origin = self.started_from or {}
+        before = trained_epochs(origin) if origin else None
+        names = titles or {}
+        if own and before and origin.get("dataset") and origin.get("dataset") != self.dataset:
+            first, then = (names.get(str(d), str(d)) for d in (origin["dataset"], self.dataset))
+            return f"{before} on {first} + {own} on {then}"
+        total = self.trained_epochs
+        return f"{total} epoch{'s' if total != 1 else ''}" if total else ""
+
     @property
     def all_training_seconds(self) -> float | None:
         return self.total_training_seconds if self.total_training_seconds is not None else self.training_seconds

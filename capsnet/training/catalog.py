@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from capsnet.checkpoints.checkpoint import CheckpointError, read_checkpoint_info
+from capsnet.data.datasets import DATASETS
 from capsnet.nn import registry
 from capsnet.nn.registry import network_of
 from capsnet.training.run_folder import run_folders
@@ -48,7 +49,8 @@ class CheckpointEntry:
     dataset: str = ""
     dataset_title: str = ""
     test_accuracy: float | None = None
-    epochs: int | None = None
+    epochs: int | None = None  # all the epochs behind it, warm starts included
+    epochs_said: str = ""  # the same in words: "8 epochs", or "107 on MNIST + 8 on MultiMNIST" for a warm start
     run: str = ""
     error: str = ""  # set when the file cannot be read; the entry is then not selectable
     network: str = "capsnet"  # or "cnn"
@@ -61,8 +63,7 @@ class CheckpointEntry:
         if self.source == "shipped":  # the file is named only when it is not the dataset's own shipped model
             canonical = self.path.name == f"{self.dataset}.safetensors"
             return f"{title} · {acc} · shipped" + ("" if canonical else f" ({self.path.name})")
-        epochs = f", {self.epochs} epoch{'s' if self.epochs != 1 else ''}" if self.epochs else ""
-        return f"{title} · {acc} · run {self.run}{epochs}"
+        return f"{title} · {acc} · run {self.run}" + (f", {self.epochs_said}" if self.epochs_said else "")
 
 
 def _describe(path: Path, source: str, run: str = "") -> CheckpointEntry:
@@ -78,6 +79,7 @@ def _describe(path: Path, source: str, run: str = "") -> CheckpointEntry:
         dataset_title=info.title,
         test_accuracy=info.test_accuracy,
         epochs=info.trained_epochs,
+        epochs_said=info.epochs_said({name: d.title for name, d in DATASETS.items()}),
         run=run,
     )
 
