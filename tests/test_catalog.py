@@ -13,6 +13,7 @@ from capsnet.files import write_json
 from capsnet.nn.capsnet import CapsNet
 from capsnet.nn.config import CapsNetConfig
 from capsnet.training import catalog
+from capsnet.training.run_folder import run_folders
 
 INFO = {"dataset": "mnist", "dataset_title": "MNIST", "test_accuracy": 0.991, "epochs": 30}
 
@@ -84,3 +85,26 @@ def test_a_warm_started_model_says_its_epochs_on_each_dataset() -> None:
         e for e in catalog.list_checkpoints(shipped, shipped / "none") if e.path.name == "multimnist.safetensors"
     )
     assert entry.epochs_said == "107 on MNIST + 8 on MultiMNIST"
+
+
+def test_links_out_of_the_folders_are_not_listed(tmp_path: Path) -> None:
+    """A link in the checkpoints or a run folder that leads outside them (or to a device) is never listed or opened
+    (issue 31, item 30); a link that stays inside is."""
+    shipped, runs = tmp_path / "checkpoints", tmp_path / "runs"
+    shipped.mkdir()
+    outside = tmp_path / "elsewhere.safetensors"
+    outside.write_bytes(b"not for the app")
+    (shipped / "mnist.safetensors").symlink_to(outside)
+    (shipped / "zero.safetensors").symlink_to("/dev/zero")
+    run = runs / "20250101-000000-mnist"
+    run.mkdir(parents=True)
+    (run / "args.json").write_text("{}")
+    (run / "best.safetensors").symlink_to(outside)
+    assert [f.name for f in run_folders(runs)] == [run.name]  # a run, whose checkpoint is a link out
+    assert catalog.list_checkpoints(shipped, runs) == []
+    (shipped / "inside.safetensors").write_bytes(b"x")
+    (shipped / "alias.safetensors").symlink_to(shipped / "inside.safetensors")
+    assert sorted(e.path.name for e in catalog.list_checkpoints(shipped, runs)) == [
+        "alias.safetensors",
+        "inside.safetensors",
+    ]

@@ -19,7 +19,7 @@ from capsnet.checkpoints.checkpoint import CheckpointError, read_checkpoint_info
 from capsnet.data.datasets import DATASETS
 from capsnet.nn import registry
 from capsnet.nn.registry import network_of
-from capsnet.training.run_folder import run_folders
+from capsnet.training.run_folder import run_folders, runs_root
 
 CHECKPOINTS_ENV = "CAPSNET_CHECKPOINTS_DIR"
 SHIPPED = (
@@ -84,6 +84,15 @@ def _describe(path: Path, source: str, run: str = "") -> CheckpointEntry:
     )
 
 
+def _inside(path: Path, folder: Path) -> bool:
+    """Whether `path` is a regular file that resolves inside `folder`: a link out of it (to /etc/shadow, say)
+    or to a device is never listed, so never opened."""
+    try:
+        return path.is_file() and path.resolve().is_relative_to(folder.resolve())
+    except OSError:
+        return False
+
+
 def list_checkpoints(
     checkpoints: str | os.PathLike | None = None, root: str | os.PathLike | None = None, network: str = "capsnet"
 ) -> list[CheckpointEntry]:
@@ -96,13 +105,13 @@ def list_checkpoints(
     folder = checkpoints_dir(checkpoints) / ("" if registry.network(network).capsules else BASELINES)
     shipped: list[Path] = []
     if folder.is_dir():
-        files = sorted(folder.glob("*.safetensors"))
+        files = sorted(p for p in folder.glob("*.safetensors") if _inside(p, folder))
         order = {name: k for k, name in enumerate(SHIPPED)}
         shipped = sorted(files, key=lambda p: (order.get(p.name, len(order)), p.name))
     entries = [_describe(path, "shipped") for path in shipped]
     for folder in run_folders(root):
         checkpoint = folder.checkpoint()
-        if checkpoint is not None:
+        if checkpoint is not None and _inside(checkpoint, runs_root(root)):
             entries.append(_describe(checkpoint, "run", folder.name))
     return [e for e in entries if e.network == network]
 
