@@ -28,6 +28,13 @@ def inference_threads() -> int:
         return 1
 
 
+def available_devices() -> tuple[str, ...]:
+    """The device choices that this machine has: auto and cpu, then cuda and mps where present."""
+    mps = getattr(torch.backends, "mps", None)
+    present = {"cuda": torch.cuda.is_available(), "mps": bool(mps and mps.is_available())}
+    return tuple(d for d in DEVICE_CHOICES if present.get(d, True))
+
+
 def pick_device(name: str = "auto") -> torch.device:
     """`auto`: CUDA if present, else Apple MPS, else CPU. A named device that is absent is an InvalidArgumentError (a ValueError)."""
     if name not in DEVICE_CHOICES and not name.startswith("cuda:"):

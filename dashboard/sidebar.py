@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from capsnet.data.datasets import DATASETS
-from capsnet.device import DEVICE_CHOICES
+from capsnet.device import available_devices
 from capsnet.errors import CapsNetError
 from capsnet.training import eta, runs
 from capsnet.training.eta import Speed
@@ -67,7 +67,7 @@ def model_picker() -> None:
             parts.append(f"`{models.display_path(model.checkpoint.path)}`")  # the whole name the box may cut
             st.caption(" · ".join(parts))
     for entry in broken:
-        st.error(f"Cannot read {entry.path.name}: {entry.error}", icon=":material/broken_image:")
+        st.error(f"Cannot read {entry.name}: {entry.error}", icon=":material/broken_image:")
 
 
 # ---------------------------------------------------------------- train form
@@ -133,9 +133,10 @@ def train_form() -> None:
                 "Test examples", *form.TEST_SIZE, value=form.TEST_SIZE[1], step=1000, key="test_size",
                 help=f"Evaluate after each epoch on a random subset ({form.TEST_SIZE[1]:,} = the whole test set).",
             )  # fmt: skip
+            choices = list(available_devices())  # only what this machine has: no refusal to read afterwards
             device = st.selectbox(
-                "Device", list(DEVICE_CHOICES), index=list(DEVICE_CHOICES).index(d.device), key="train_device",
-                help="auto: a GPU if there is one",
+                "Device", choices, index=choices.index(d.device) if d.device in choices else 0, key="train_device",
+                help="auto: a GPU if there is one (this machine's devices only)",
             )  # fmt: skip
             submitted = st.form_submit_button("Start training", type="primary", icon=":material/play_arrow:")
         # one slot, present on every run, for the start message: the caption below keeps its place, so no stale

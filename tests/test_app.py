@@ -277,6 +277,7 @@ def test_the_shipped_mnist_checkpoint_opens_first_and_broken_files_are_named(app
     assert Path(picker.value).name == "mnist.safetensors"
     assert len(picker.options) == 2  # the shipped one and the run; the broken one is not selectable
     assert any("fashion-mnist.safetensors" in e.value for e in at.sidebar.error)
+    assert not any(str(checkpoints) in e.value for e in at.sidebar.error)  # a name, not the server's path (item 28)
     pick_test_image(at, 0)
     assert prediction(at) is not None
     # the one choice: picking the run in the box opens it, and it stays chosen across pages and reruns
@@ -857,3 +858,13 @@ def test_the_sidebar_says_a_warm_started_models_epochs_as_the_pages_do(app_dirs)
     no_exception(at)
     captions = " ".join(c.value for c in at.sidebar.caption)
     assert "107 on MNIST + 8 on MultiMNIST" in captions and "115" not in captions
+
+
+def test_the_form_offers_only_this_machines_devices(app_dirs, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    """No cuda or mps on a machine without them (issue 31, item 13); with a GPU, cuda is offered."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert new_app().run().sidebar.selectbox(key="train_device").options == ["auto", "cpu"]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert "cuda" in new_app().run().sidebar.selectbox(key="train_device").options

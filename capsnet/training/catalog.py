@@ -56,6 +56,11 @@ class CheckpointEntry:
     network: str = "capsnet"  # or "cnn"
 
     @property
+    def name(self) -> str:
+        """The file's name under its folder: `mnist.safetensors`, or `<run>/best.safetensors`."""
+        return f"{self.run}/{self.path.name}" if self.run else self.path.name
+
+    @property
     def label(self) -> str:
         """One short line for a picker (the sidebar's is about 30 characters wide): what, how good, from where."""
         title = self.dataset_title or self.dataset or "unknown dataset"
@@ -70,7 +75,9 @@ def _describe(path: Path, source: str, run: str = "") -> CheckpointEntry:
     try:
         config, info = read_checkpoint_info(path)
     except CheckpointError as error:
-        return CheckpointEntry(path=path, source=source, run=run, error=str(error))
+        entry = CheckpointEntry(path=path, source=source, run=run)
+        entry.error = str(error).replace(str(path), entry.name)  # a name under its folder, never the server's path
+        return entry
     return CheckpointEntry(
         network=network_of(config).name,
         path=path,
