@@ -345,6 +345,8 @@ def test_the_training_page_lists_runs_and_a_second_start_is_refused(app_with_run
         no_exception(at)
         chart(at, "training_curves")
         assert at.dataframe
+        table = at.dataframe[0].value  # a run of every example and one of 300: one type per column (item 19)
+        assert sorted(table["examples"]) == ["300", "all"], list(table["examples"])
     finally:
         runs.cancel_run(runs_root)
 

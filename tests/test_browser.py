@@ -732,3 +732,13 @@ def test_the_guided_path_opens_each_step_and_ticks_it(page, app: App, screenshot
     expect(page.get_by_text("1 of 10 steps visited")).to_be_visible()
     wait_rendered(page)
     screenshots.take(page, "start.png")
+
+
+# ---------------------------------------------------------------- the server, after every page above
+
+
+def test_the_server_logged_no_traceback(app: App) -> None:
+    """The last test of this module: while the pages above ran, the server printed no traceback (a dataframe that
+    pyarrow cannot convert, an exception in a fragment) that a page swallowed (issue 31, item 19)."""
+    log = app.log.read_text(errors="replace")
+    assert "Traceback" not in log, log[log.index("Traceback") :][:3000]

@@ -83,7 +83,8 @@ def _row(run: runs.RunSummary) -> dict[str, object]:
         "best test accuracy": run.best_accuracy,
         "last train loss": last.get("train_loss"),
         "training time": texts.format_duration(seconds) if run.metrics else "—",
-        "examples": examples if isinstance(examples, int) and not isinstance(examples, bool) else "all",
+        # one type per column (text): a column of numbers and "all" makes pyarrow raise on every rerun
+        "examples": f"{examples:,}" if isinstance(examples, int) and not isinstance(examples, bool) else "all",
     }
 
 
