@@ -442,7 +442,7 @@ def test_the_sidebar_form_offers_the_command_lines_defaults(app_with_run) -> Non
     no_exception(at)
     defaults = TrainOptions()
     assert at.sidebar.selectbox(key="train_dataset").value == defaults.dataset
-    assert at.sidebar.selectbox(key="train_preset").value == (defaults.model, defaults.preset)
+    assert at.sidebar.selectbox(key="train_preset").value == (defaults.network, defaults.preset)
     assert at.sidebar.number_input(key="train_epochs").value == defaults.epochs
     assert at.sidebar.number_input(key="train_batch").value == defaults.batch_size
     assert at.sidebar.number_input(key="train_lr").value == pytest.approx(defaults.lr)
