@@ -49,7 +49,13 @@ def test_a_folder_holding_a_run_is_not_overwritten(data_dir: Path, tmp_path: Pat
     fresh = tmp_path / "fresh"
     fresh.mkdir()
     (fresh / "args.json").write_text("{}")
+    # ... and what a kill -9 in that run's first epoch left half written is removed, as --resume does (item 27)
+    leftovers = [".last.pending.safetensors.k3j2.tmp", ".watch.safetensors.x81q.tmp", "best.pending.safetensors"]
+    for name in leftovers:
+        (fresh / name).write_bytes(b"half")
     assert [r["epoch"] for r in train(tiny(fresh, epochs=1))] == [1]
+    assert not any((fresh / name).exists() for name in leftovers)
+    assert not list(fresh.glob(".*.tmp")) and not list(fresh.glob("*.pending.safetensors"))
 
 
 def test_two_trainers_never_share_a_folder(data_dir: Path, tmp_path: Path) -> None:

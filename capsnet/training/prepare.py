@@ -84,6 +84,8 @@ def _prepare_locked(
         args = stored | {"epochs": options.epochs, "acceleration": acceleration.to_dict()}  # a later resume reads these
         config = _resumed_config(stored, folder, options)
     else:
+        if env.is_main:
+            folder.remove_uncommitted()  # a run killed in its first epoch left its writes half done
         if options.init:
             origin = read_checkpoint_info(options.init)[1].as_origin(options.init)
         args = options.to_dict() | ({"started_from": origin} if origin else {})

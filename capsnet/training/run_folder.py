@@ -250,6 +250,18 @@ class RunFolder:
                 pass
         return removed
 
+    def remove_uncommitted(self) -> list[Path]:
+        """What a trainer killed before its first commit left behind: the temporaries of its writes and its staged
+        checkpoints (a new run in the folder starts clean, as a resumed one does)."""
+        removed = self.remove_stale_temporaries()
+        for staged in self.path.glob(f"*.pending{Path(self.LAST).suffix}"):
+            try:
+                staged.unlink()
+                removed.append(staged)
+            except OSError:
+                pass
+        return removed
+
     def lock(self) -> FolderLock:
         """Take the folder's lock, held until released or the process ends (even by kill -9); RunFolderError if
         another trainer holds it."""
