@@ -330,3 +330,11 @@ def test_the_claim_figure_puts_each_kept_file_at_the_examples_it_had_seen() -> N
     assert [t.x[0] for t in kept] == [64_000, 56_000]
     assert [t.y[0] for t in kept] == pytest.approx([100 * r.error for r in v.rows])
     assert sorted(shape.y0 for shape in fig.layout.shapes) == pytest.approx([5.2, 8.1])
+
+
+def test_a_one_epoch_run_shows_its_splits_apart() -> None:
+    """Two lone dots of one colour would say nothing: test and train differ by marker (issue 31, item 9)."""
+    record = {"epoch": 1, "train_loss": 0.4, "test_loss": 0.3, "train_accuracy": 0.9, "test_accuracy": 0.92}
+    fig = figures.training_curves({"one": [record]})
+    symbols = {t.name: t.marker.symbol for t in fig.data}
+    assert "markers" in fig.data[0].mode and symbols == {"test": "circle", "train": "circle-open"}

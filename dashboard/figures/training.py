@@ -17,7 +17,8 @@ TICKED_EPOCHS = 20  # runs up to this long get a tick on every epoch; longer one
 
 
 def training_curves(runs: Mapping[str, Sequence[Mapping[str, Any]]], height: int = 400) -> go.Figure:
-    """Loss and accuracy per epoch for several runs side by side (test solid, train dotted).
+    """Loss and accuracy per epoch for several runs side by side (test solid with filled dots, train dotted with open
+    ones: a run of one epoch is two dots, told apart by their marker).
 
     The legend has one group per run, titled with its name, holding a "test" (solid) and a "train"
     (dotted) entry: clicking an entry shows or hides the whole run.
@@ -34,6 +35,7 @@ def training_curves(runs: Mapping[str, Sequence[Mapping[str, Any]]], height: int
             ("test_accuracy", 2, "solid", "test"),
             ("train_accuracy", 2, "dot", "train"),
         ):
+            symbol = "circle" if label == "test" else "circle-open"
             values = [r.get(key) for r in records]
             fig.add_trace(
                 go.Scatter(
@@ -45,7 +47,7 @@ def training_curves(runs: Mapping[str, Sequence[Mapping[str, Any]]], height: int
                     legendgrouptitle=dict(text=name),
                     showlegend=col == 1,  # one entry per line style, the accuracy panel's twins share them
                     line=dict(color=colour, dash=dash),
-                    marker=dict(size=5),
+                    marker=dict(size=5 if label == "test" else 7, symbol=symbol),
                     hovertemplate=f"{name}<br>epoch %{{x}}<br>{key.replace('_', ' ')} = %{{y:.4f}}<extra></extra>",
                 ),
                 row=1,
