@@ -9,6 +9,7 @@ the config, so it says what the model in use really has.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 from capsnet.data.augment import SHIFT
 from capsnet.data.datasets import DATASETS
@@ -16,6 +17,7 @@ from capsnet.data.tasks import Task
 from capsnet.nn.config import CapsNetConfig
 from capsnet.readings import affnist
 from capsnet.readings.decoding import DEFAULT_DIMENSION_STD
+from capsnet.training.recipes import Recipe
 
 
 def a(noun: str) -> str:
@@ -225,11 +227,16 @@ def decoding_spinner(config: CapsNetConfig, steps: int) -> str:
     return f"Decoding {config.digit_dim * steps} variants..."
 
 
-def training(config: CapsNetConfig) -> str:
+def training(config: CapsNetConfig, recipes: Mapping[str, Recipe]) -> str:
+    """The page's introduction; each recipe says its own schedule (the paper's decays per epoch, fast's per batch)."""
+    said = "\n".join(f"- **{r.title}** recipe (`--recipe {name}`): {r.summary}" for name, r in recipes.items())
     return f"""
 **How CapsNet is trained.** Every batch, the loss adds the *margin loss* of the capsule lengths
 and a small *reconstruction loss* (the sum of squared pixel errors times {config.reconstruction_weight:g},
-so that it does not dominate). Adam with a learning rate that decays every epoch minimises it.
+so that it does not dominate). Adam minimises it, with the learning rate its run's recipe sets:
+
+{said}
+
 The training images are shifted by up to {SHIFT} pixels, as in the paper.
 """
 

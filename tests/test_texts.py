@@ -36,7 +36,7 @@ def test_texts_say_what_the_model_in_use_holds() -> None:
     assert "88 variants" in texts.figure4(other, [-0.25, -0.2, -0.15, -0.1, -0.05, 0, 0.05, 0.1, 0.15, 0.2, 0.25])
     assert "144 in this model" in texts.procedure(other) and "1/5" in texts.procedure(other)
     assert "8-dimensional" in texts.capsule(other) and "8 dimensions" in texts.dimensions(other)
-    assert "0.0005" in texts.training(paper) and "0.0005" in texts.loss_help(paper)
+    assert "0.0005" in texts.training(paper, {}) and "0.0005" in texts.loss_help(paper)
     assert "no usable statistics" in texts.dimension_ranges(False, "3")
     assert "mean ± 2 std" in texts.dimension_ranges(True, "3")
 
@@ -69,3 +69,15 @@ def test_the_transform_lens_says_how_the_open_model_was_trained() -> None:
     assert "both trained for this test" in claim_texts.affnist_claim("mnist-40")
     for name in ("mnist", "fashion-mnist", "unknown"):
         assert "not for this test" in claim_texts.affnist_claim(name)
+
+
+def test_the_training_intro_says_each_recipes_schedule() -> None:
+    """Not "a learning rate that decays every epoch" for the fast recipe, which warms up and decays per batch
+    (issue 31, item 11)."""
+    from capsnet.nn.config import CapsNetConfig
+    from capsnet.training.recipes import RECIPES
+
+    said = texts.training(CapsNetConfig(), RECIPES)
+    assert "decays every epoch" not in said
+    assert "multiplied by 0.96 after every epoch" in said and "cosine decay to zero by the last batch" in said
+    assert "`--recipe fast`" in said and "`--recipe paper`" in said

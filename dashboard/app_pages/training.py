@@ -9,6 +9,7 @@ from capsnet.errors import CapsNetError
 from capsnet.nn.config import CapsNetConfig
 from capsnet.training import run_folder, runs, watch
 from capsnet.training.options import TrainOptions
+from capsnet.training.recipes import RECIPES
 from dashboard import figures, state, texts
 from dashboard.figures import training as training_figures
 
@@ -217,7 +218,7 @@ def _window() -> None:
 
 
 st.title("Training runs", anchor=False)
-st.markdown(texts.training(CapsNetConfig.preset(TrainOptions().preset)))
+st.markdown(texts.training(CapsNetConfig.preset(TrainOptions().preset), RECIPES))
 st.session_state[LIVE] = None
 every = LIVE_S if runs.active_run(state.runs_root()) else IDLE_S
 st.fragment(run_every=every)(_live_page)()
