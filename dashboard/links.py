@@ -67,7 +67,13 @@ def read_link(entries: list[CheckpointEntry]) -> None:
             notices.append(f"The link's capsule {params['capsule']!r} is not a class from 0 to {classes - 1}: ignored.")
         else:
             state.choose_capsule(value)
-    if "test" in params:
+    if "test" in params and known and not task(chosen.dataset).takes_drawings:  # type: ignore[union-attr]
+        title = dataset_info(chosen.dataset).title  # type: ignore[union-attr]
+        notices.append(
+            f"The link's test image {str(params['test'])[:20]!r} is one 28x28 image, and the model the link opens "
+            f"reads {title}: ignored (pick its examples on its own page)."
+        )
+    elif "test" in params:
         dataset = chosen.dataset if chosen is not None and chosen.dataset else "mnist"
         data = guards.try_test_set(dataset)
         count = len(data[0]) if data is not None else 0

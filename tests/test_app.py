@@ -870,3 +870,15 @@ def test_the_form_offers_only_this_machines_devices(app_dirs, monkeypatch: pytes
     assert new_app().run().sidebar.selectbox(key="train_device").options == ["auto", "cpu"]
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert "cuda" in new_app().run().sidebar.selectbox(key="train_device").options
+
+
+def test_a_test_image_in_a_link_to_a_pairs_model_is_said_to_be_ignored(app_dirs) -> None:  # noqa: F811
+    """`test=3` opening the MultiMNIST model: a notice, not silence (issue 31, item 18)."""
+    _, checkpoints = app_dirs
+    shutil.copy(Path(APP).parents[1] / "checkpoints" / "multimnist.safetensors", checkpoints)
+    at = new_app()
+    at.query_params.update(checkpoint="multimnist", test="3")
+    at.run()
+    no_exception(at)
+    notices = " ".join(w.value for w in at.warning)
+    assert "test image '3' is one 28x28 image" in notices and "MultiMNIST" in notices, notices
