@@ -13,6 +13,8 @@ value that cannot be used is dropped with a notice, never an exception.
 
 from __future__ import annotations
 
+from urllib.parse import urlparse
+
 import numpy as np
 import streamlit as st
 
@@ -20,7 +22,7 @@ from capsnet.data.datasets import DATASETS, dataset_info
 from capsnet.data.tasks import task
 from capsnet.nn.config import MAX_ROUTING_ITERATIONS
 from capsnet.training.catalog import CheckpointEntry
-from dashboard import guards, state, widgets
+from dashboard import guards, pages, state, widgets
 
 APPLIED = "url_applied"  # the session's first run has read its link
 CAPSULE_OF_PAGE = {"routing": state.ROUTING_CAPSULE, "dimensions": state.DIMENSIONS_CLASS}  # a link's capsule=
@@ -39,6 +41,10 @@ def read_link(entries: list[CheckpointEntry]) -> None:
     st.session_state[APPLIED] = True
     params = st.query_params
     notices: list[str] = []
+    asked = _asked_page()
+    if asked and asked not in {p.url_path for p in pages.PAGES}:
+        shown = asked if len(asked) <= 40 else asked[:40] + "..."
+        notices.append(f"The link's page {shown!r} does not exist here: the {pages.DRAW.title} page is shown.")
     usable = [e for e in entries if not e.error]
     chosen = state.chosen_checkpoint(entries)  # the model the sidebar will open
     if "checkpoint" in params:
@@ -84,6 +90,18 @@ def read_link(entries: list[CheckpointEntry]) -> None:
         else:
             open_test_image(value, dataset)
     st.session_state[NOTICES] = notices
+
+
+def _asked_page() -> str:
+    """The page the browser's address names: its path's last part ("" for the app's root, or when unknown)."""
+    try:
+        url = st.context.url or ""
+    except (AttributeError, RuntimeError):  # no browser session (a script run, an older Streamlit)
+        return ""
+    base = str(st.get_option("server.baseUrlPath") or "").strip("/")
+    path = urlparse(url).path.strip("/")
+    path = path[len(base) :].strip("/") if base and path.startswith(base) else path
+    return path.rsplit("/", 1)[-1]
 
 
 def show_notices() -> None:

@@ -308,6 +308,15 @@ _RECORD_VOTES = """
 """
 
 
+def test_a_link_to_no_page_says_so(page, app: App) -> None:
+    """/no-such-page shows the Draw page with a notice, not silently (issue 31, item 18)."""
+    open_app(page, app, "/no-such-page")
+    expect(page.get_by_text("The link's page 'no-such-page' does not exist here")).to_be_visible(timeout=PAGE_LOAD_MS)
+    open_app(page, app, "/routing?test=3")
+    expect(page.get_by_text(re.compile(r"Input: test image #3"))).to_be_visible(timeout=PAGE_LOAD_MS)
+    assert page.get_by_text("does not exist here").count() == 0  # a real page: no notice
+
+
 def test_a_shared_link_opens_the_view_and_the_votes_step_and_play(page, app: App, screenshots: Screenshots) -> None:
     open_app(page, app, "/routing?checkpoint=mnist&test=3&iterations=2")
     step = page.locator(".st-key-routing_step")  # the buttons, what they set, and what Play does instead
