@@ -277,7 +277,10 @@ NOVELTY = """
 capsule. On the test images it classifies right, the redrawing is close to the input and the
 winner is long; each threshold lets through all but 1 in 200 of them (together about 1 in 110 is
 flagged). An input past either threshold is one the network has no good description for: a dot,
-a scribble, noise, a letter. The score is the larger of the two ratios to their threshold.
+a scribble, grey noise, many letters (an X, an H). It flags what is unlike the digits it knows, not
+everything that is no digit: an A can pass as a 4 and a bar as a 7, and a photo of noise, which the
+preprocessing crops and shrinks to a 20x20 blob, as a 0. The score is the larger of the two ratios
+to their threshold.
 """
 
 

@@ -34,6 +34,11 @@ def files(data_dir: Path, tmp_path: Path) -> dict[str, Path]:
     ImageDraw.Draw(letter).line([(30, 30), (170, 170)], fill=0, width=14)
     ImageDraw.Draw(letter).line([(170, 30), (30, 170)], fill=0, width=14)
     letter.save(made["x"])
+    made["h"] = tmp_path / "letter-h.png"
+    letter = Image.new("L", (200, 200), 255)
+    for stroke in ([(50, 30), (50, 170)], [(150, 30), (150, 170)], [(50, 100), (150, 100)]):
+        ImageDraw.Draw(letter).line(stroke, fill=0, width=14)
+    letter.save(made["h"])
     made["text"] = tmp_path / "notes.png"
     made["text"].write_text("not an image")
     made["missing"] = tmp_path / "missing.png"
@@ -41,16 +46,17 @@ def files(data_dir: Path, tmp_path: Path) -> dict[str, Path]:
 
 
 def test_predictions_with_the_not_like_any_class_flag(files: dict[str, Path]) -> None:
-    result = predict(str(files["digit0"]), str(files["noise"]), str(files["digit1"]), str(files["x"]), "--json")
+    names = ("digit0", "noise", "digit1", "x", "h")
+    result = predict(*(str(files[k]) for k in names), "--json")
     assert result.returncode == 0, result.stderr
     rows = [json.loads(line) for line in result.stdout.splitlines()]
-    assert [r["file"] for r in rows] == [str(files[k]) for k in ("digit0", "noise", "digit1", "x")]
-    seven, noise, two, letter = rows
+    assert [r["file"] for r in rows] == [str(files[k]) for k in names]
+    seven, noise, two, letter, h = rows
     assert (seven["class_name"], two["class_name"]) == ("7", "2")
     assert len(seven["lengths"]) == 10 and max(seven["lengths"]) == seven["lengths"][7]
     assert not seven["not_like_any_class"] and not two["not_like_any_class"] and seven["novelty_score"] < 1
     assert noise["not_like_any_class"] and noise["novelty_score"] > 1  # noise looks like no digit
-    assert letter["not_like_any_class"]  # nor does a letter X
+    assert letter["not_like_any_class"] and h["not_like_any_class"]  # nor do the letters X and H (the page says so)
 
 
 def test_bad_files_get_one_line_each_and_the_rest_go_on(files: dict[str, Path]) -> None:
