@@ -156,12 +156,15 @@ def append_jsonl(path: str | os.PathLike, record: dict[str, Any]) -> None:
         raise _cannot_write(Path(path), error) from None
 
 
-def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """All complete JSON lines of `path` (a line being written is skipped); [] if absent."""
+def read_jsonl(path: str | os.PathLike, limit: int | None = None) -> list[dict[str, Any]]:
+    """The complete JSON lines of `path` (a line being written is skipped), at most `limit` of them, read lazily
+    (a huge file costs only the lines taken); [] if absent."""
     records = []
     try:
         with open(path, encoding="utf-8", errors="replace") as handle:  # damaged bytes cost their line only
             for line in handle:
+                if limit is not None and len(records) >= limit:
+                    break
                 try:
                     records.append(json.loads(line))
                 except json.JSONDecodeError:

@@ -209,3 +209,32 @@ def test_a_real_tiny_run_trains_in_the_background(root: Path, data_dir: Path) ->
     assert summary.epochs_done == 1 and summary.checkpoint is not None
     entries = catalog.list_checkpoints(root / "none", root)
     assert [e.run for e in entries] == [run.run_dir.name] and not entries[0].error
+
+
+def test_a_huge_metrics_file_is_read_only_as_far_as_the_run_goes(root: Path) -> None:
+    """200,000 lines for a run of 2 epochs: "2/2", read in a moment, not "200000/2" in 23 s (issue 31, item 29)."""
+    run_dir = make_run(root, "huge", {"status": "finished", "pid": 0, "epochs": 2})
+    line = json.dumps({"epoch": 1, "train_loss": 0.5, "test_accuracy": 0.5}) + "\n"
+    (run_dir / "metrics.jsonl").write_text(line * 200_000)
+    start = time.perf_counter()
+    summary = runs.read_run(run_dir, root)
+    assert summary.epochs_done == 2 and summary.epochs_total == 2 and summary.status == "finished"
+    assert time.perf_counter() - start < 5  # generous: it reads 2 lines, not 200,000
+
+
+@pytest.mark.parametrize(
+    ("epochs_done", "state", "status"), [(3, False, "finished"), (2, True, "stopped"), (2, False, "failed")]
+)
+def test_a_garbage_progress_file_yields_to_the_committed_epochs(
+    root: Path, epochs_done: int, state: bool, status: str
+) -> None:
+    """progress.json unreadable, 2 or 3 of 3 epochs recorded: the committed state says what the run is."""
+    run_dir = make_run(root, "r", None, epochs_done=epochs_done)
+    (run_dir / "progress.json").write_bytes(b"\x00garbage{")
+    if state:
+        (run_dir / "train_state.pt").write_bytes(b"state")
+    summary = runs.read_run(run_dir, root)
+    assert summary.status == status and summary.epochs_done == epochs_done
+    if status == "failed":
+        assert "progress.json is unreadable; 2 epoch(s) were recorded" in summary.reason
+    assert "exited before training started" not in summary.reason

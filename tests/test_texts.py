@@ -83,7 +83,6 @@ def test_the_training_intro_says_each_recipes_schedule() -> None:
     assert "`--recipe fast`" in said and "`--recipe paper`" in said
 
 
-
 def test_the_novelty_promise_says_what_it_cannot_tell_from_a_digit() -> None:
     """Flagged, as measured: a dot, a scribble, grey noise, X and H; not always: an A, a bar, a photo of noise
     (issue 31, items 10 and 22: the promise changed to what the shipped model does)."""

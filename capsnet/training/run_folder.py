@@ -175,11 +175,12 @@ class RunFolder:
         except (OSError, ValueError):
             return None
 
-    def read_metrics(self) -> list[EpochRecord]:
+    def read_metrics(self, limit: int | None = None) -> list[EpochRecord]:
         """The epochs' records, each with a whole `epoch` >= 1; a field of the wrong type is left out of its record
-        (a hand-edited or damaged file costs those values, never its reader)."""
+        (a hand-edited or damaged file costs those values, never its reader). `limit`: read at most that many
+        lines (the dashboard's bound: a file of 200,000 lines is not read whole on every rerun)."""
         records: list[EpochRecord] = []
-        for raw in read_jsonl(self.path / self.METRICS):
+        for raw in read_jsonl(self.path / self.METRICS, limit):
             if not isinstance(raw, dict) or not _whole(raw.get("epoch")) or raw["epoch"] < 1:
                 continue
             record = {k: v for k, v in raw.items() if k in _NUMERIC and _finite(v)}

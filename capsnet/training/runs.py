@@ -39,6 +39,7 @@ from capsnet.training.run_folder import (
     runs_root,
 )
 
+MAX_EPOCHS_SHOWN = 10_000  # the most epoch records a run's summary reads (a run's own count bounds it first)
 LOCK_NAME = ".active.lock"  # flock'ed while the dashboard's run lives; it holds JSON saying which run that is
 
 _CHILDREN: dict[int, subprocess.Popen] = {}  # processes this interpreter started, reaped once they end
@@ -332,7 +333,15 @@ def read_run(
     holder = active if isinstance(active, ActiveRun) and active.run_dir.name == folder.name else None
     holder_alive = holder is not None and holder.pid > 0  # the root's lock is held: its trainer lives
     reason = ""
-    if progress is None or progress.status == "starting":  # none yet, or none that says anything
+    epochs_total = (progress.epochs if progress and progress.epochs else 0) or _count(args.get("epochs"))
+    # what the trainer committed, never more than the run's epochs (a longer file is not this run's record)
+    metrics = folder.read_metrics(limit=min(epochs_total or MAX_EPOCHS_SHOWN, MAX_EPOCHS_SHOWN))
+    if (progress is None or progress.status == "starting") and metrics and not holder_alive:
+        # progress.json unreadable (or never past "starting"), but epochs were committed: trust those
+        done = len(metrics) >= max(epochs_total, 1)
+        status = "finished" if done else "stopped" if folder.has_state() else "failed"
+        reason = "" if status != "failed" else f"progress.json is unreadable; {len(metrics)} epoch(s) were recorded"
+    elif progress is None or progress.status == "starting":  # none yet, or none that says anything
         status = "starting" if holder is not None else "failed"
         reason = "" if holder is not None else "the trainer exited before training started"
     elif progress.status == "running":
@@ -352,8 +361,8 @@ def read_run(
         folder=folder,
         status=status,
         dataset=str(args.get("dataset") or (progress.dataset if progress else ""))[:60],
-        epochs_total=(progress.epochs if progress and progress.epochs else 0) or _count(args.get("epochs")),
-        metrics=folder.read_metrics(),
+        epochs_total=epochs_total,
+        metrics=metrics,
         progress=progress,
         args=args,
         reason=reason,
