@@ -14,6 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from cli_support import capsnet
 
 from capsnet.checkpoints.checkpoint import read_checkpoint_info
 from capsnet.cli.train import main
@@ -311,3 +312,21 @@ def test_a_really_full_disk(data_dir: Path, small_disk: Path) -> None:
     )
     progress = read_json(out / "progress.json")
     assert progress["status"] == "failed" and progress["best_accuracy"] == 0.0 and "no space" in progress["reason"]
+
+
+def test_a_disk_full_before_the_run_starts(data_dir: Path, small_disk: Path) -> None:
+    """Nothing can be written at all: one line naming the file and the cause, no traceback, no empty lock left
+    (issue 31, item 21)."""
+    filler = small_disk / "filler"
+    with open(filler, "wb") as handle:
+        try:
+            while True:
+                handle.write(b"\0" * (1 << 16))
+                handle.flush()
+        except OSError:
+            pass
+    out = small_disk / "run"
+    result = capsnet("train", *T, "--epochs", "1", "--out", str(out))
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "no space left on device" in result.stderr.lower()
+    assert not (out / ".lock").exists()

@@ -21,6 +21,7 @@ $CAPSNET_RUNS_DIR, else ./runs; folders are named from the clock and the dataset
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -31,7 +32,7 @@ from pathlib import Path
 from typing import Any, Literal, TypedDict
 
 from capsnet.errors import CapsNetError
-from capsnet.files import append_jsonl, atomic_write, read_json, read_jsonl, write_json
+from capsnet.files import append_jsonl, atomic_write, read_json, read_jsonl, write_failure, write_json
 
 RUNS_ENV = "CAPSNET_RUNS_DIR"
 PROGRESS_EVERY_S = 1.0  # progress.json is rewritten at most this often (always on a status change)
@@ -302,10 +303,16 @@ class FolderLock:
                 f"{path.parent} is in use by another training process{f' (pid {holder})' if holder else ''}: "
                 "wait for it to finish or stop it, or choose another --out"
             ) from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(str(os.getpid()))
-        handle.flush()
+        try:
+            handle.seek(0)
+            handle.truncate()
+            handle.write(str(os.getpid()))
+            handle.flush()
+        except OSError as error:  # a full disk at the run's start: one line, and no empty lock file left behind
+            with contextlib.suppress(OSError):
+                handle.close()  # it tries the unwritten bytes once more, and fails alike
+            path.unlink(missing_ok=True)
+            raise write_failure(path, error) from None
         return cls(handle)
 
     def release(self) -> None:
