@@ -88,7 +88,7 @@ def draw_and_predict(page, draw=draw_one) -> str:
 # ---------------------------------------------------------------- Draw
 
 
-def test_draw_a_digit_and_see_the_prediction(page, app: App, screenshots: Screenshots) -> None:
+def test_draw_a_digit_and_see_the_prediction(page, app: App, screenshots: Screenshots, tmp_path: Path) -> None:
     open_app(page, app)
     empty_notice = page.get_by_text("Draw a digit on the canvas: the prediction appears here.")
     expect(empty_notice).to_be_visible(timeout=PAGE_LOAD_MS)
@@ -132,6 +132,25 @@ def test_draw_a_digit_and_see_the_prediction(page, app: App, screenshots: Screen
     expect(images).to_have_count(3)
     expect(reconstruct_as).to_have_value("the prediction")  # not the blank "Choose an option"
     wait_rendered(page)
+
+    # to Upload, an upload, and back: the drawing is still there, and still read (issue 31, item 17)
+    page.get_by_role("radio", name="Upload").click()
+    expect(page.get_by_text("Upload a PNG or JPEG image of a digit.")).to_be_visible(timeout=RERUN_MS)
+    from PIL import Image
+
+    upload = tmp_path / "one.png"
+    paper = Image.new("L", (90, 120), 255)
+    paper.paste(0, (40, 20, 50, 100))  # a dark 1 on white paper
+    paper.save(upload)
+    page.locator("[data-testid=stFileUploaderDropzoneInput]").set_input_files(str(upload))
+    expect(page.get_by_text("input: upload one.png")).to_be_visible(timeout=RERUN_MS)
+    wait_idle(page)
+    page.get_by_role("radio", name="Draw").click()
+    expect(page.get_by_text("input: your drawing")).to_be_visible(timeout=RERUN_MS)
+    expect(prediction(page)).to_have_text(zero, timeout=RERUN_MS)
+    page.get_by_role("radio", name="Test image").click()
+    page.get_by_role("radio", name="Draw").click()
+    expect(prediction(page)).to_have_text(zero, timeout=RERUN_MS)
 
 
 def test_offline_formula_and_upload_errors(page, app: App, tmp_path: Path) -> None:

@@ -20,7 +20,14 @@ CANVAS_NONCE = "canvas_nonce"  # bumped to clear the canvas
 CANVAS_JSON = "canvas_json"  # the strokes, to redraw them
 CANVAS_SEED = "canvas_seed"  # the strokes the canvas was last opened with
 CANVAS_DIGIT = "canvas_digit"  # the drawing, preprocessed
-for _key, _default in ((CANVAS_NONCE, 0), (CANVAS_JSON, None), (CANVAS_SEED, None), (CANVAS_DIGIT, None)):
+CANVAS_SHOWN = "canvas_shown"  # whether the last run of this page drew the canvas (else it remounts: restore it)
+for _key, _default in (
+    (CANVAS_NONCE, 0),
+    (CANVAS_JSON, None),
+    (CANVAS_SEED, None),
+    (CANVAS_DIGIT, None),
+    (CANVAS_SHOWN, False),
+):
     st.session_state.setdefault(_key, _default)
 CANVAS_SIZE = 280
 PREVIEW_SCALE = 6
@@ -36,9 +43,10 @@ def clear_canvas() -> None:
 
 def draw_input(noun: str) -> tuple[np.ndarray | None, str, int | None]:
     """The canvas: white stroke on black, about 280x280, with a clear button."""
-    if state.page_just_entered():
-        # coming back to this page: redraw what was on the canvas before
+    if state.page_just_entered() or not st.session_state[CANVAS_SHOWN]:
+        # coming back to this page, or to Draw from a test image or an upload: redraw what was on the canvas
         st.session_state[CANVAS_SEED] = st.session_state.get(CANVAS_JSON)
+    st.session_state[CANVAS_SHOWN] = True
     # Clear sits above the canvas, on the left: the canvas's own toolbar (undo, redo, ...; it cannot be switched
     # off) pops up on hover in the space above the canvas's right end, beside the button, not over the Input choices
     st.button("Clear", key="clear_canvas", icon=":material/ink_eraser:", on_click=clear_canvas)
@@ -155,6 +163,8 @@ with left:
         digit, label, true_class = upload_input(noun)
     else:
         digit, label, true_class = draw_input(noun)
+    if source != "Draw":
+        st.session_state[CANVAS_SHOWN] = False  # the canvas is not drawn: the next Draw remounts it
 state.set_input(digit, label, true_class)
 
 with right:
