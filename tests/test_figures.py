@@ -338,3 +338,14 @@ def test_a_one_epoch_run_shows_its_splits_apart() -> None:
     fig = figures.training_curves({"one": [record]})
     symbols = {t.name: t.marker.symbol for t in fig.data}
     assert "markers" in fig.data[0].mode and symbols == {"test": "circle", "train": "circle-open"}
+
+
+def test_no_length_label_sits_on_the_m_minus_line() -> None:
+    """Labels of 0.01-0.08 were struck through by the dashed m- = 0.1 line (issue 31, item 15)."""
+    lengths = np.array([0.01, 0.03, 0.05, 0.07, 0.08, 0.09, 0.1, 0.2, 0.5, 0.95])
+    fig = figures.lengths_bar(lengths, [str(k) for k in range(10)], m_minus=0.1)
+    (labels,) = [t for t in fig.data if getattr(t, "mode", None) == "text"]
+    assert list(labels.text) == [f"{v:.2f}" for v in lengths]
+    for value, start in zip(lengths, labels.y):
+        assert start >= value  # above its bar
+        assert not 0.1 - 0.05 < start < 0.1 + 0.01 - 1e-9, (value, start)  # its text starts at or above the line

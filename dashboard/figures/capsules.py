@@ -9,6 +9,19 @@ import plotly.graph_objects as go
 
 from dashboard.figures.style import MARGIN_LABEL_SPACE, OTHER, WINNER, layout, margin_lines
 
+LABEL_GAP = 0.01  # between a bar's top and its label, in units of |v|
+LINE_CLEARANCE = 0.05  # a label (about 12 px tall on the 1.08 axis) that would start within this of m- starts above it
+
+
+def label_heights(lengths: np.ndarray, m_minus: float) -> list[float]:
+    """Where each bar's value label starts: just above the bar, or, for a bar that ends near the m- line, above
+    the line, so the dashed line never strikes a label through."""
+    heights = []
+    for v in np.asarray(lengths, dtype=float):
+        y = v + LABEL_GAP
+        heights.append(m_minus + LABEL_GAP if m_minus - LINE_CLEARANCE < y < m_minus + LABEL_GAP else y)
+    return heights
+
 
 def lengths_bar(
     lengths: np.ndarray,
@@ -25,19 +38,27 @@ def lengths_bar(
         raise ValueError(f"{len(lengths)} lengths but {len(class_names)} class names")
     winner = int(np.argmax(lengths)) if prediction is None else int(prediction)
     colours = [WINNER if k == winner else OTHER for k in range(len(lengths))]
+    said = [f"{v:.2f}" for v in lengths]
     fig = go.Figure(
         go.Bar(
             x=list(class_names),
             y=lengths,
             marker_color=colours,
-            text=[f"{v:.2f}" for v in lengths],
-            textposition="outside",
+            text=said if compact else None,
+            textposition="outside" if compact else "none",
             hovertemplate="capsule %{x}<br>|v| = %{y:.3f}<extra></extra>",
             name="|v|",
         )
     )
     if not compact:
         margin_lines(fig, m_plus, m_minus)
+        # each bar's value just above it, but never on the dashed m- line: a short bar's label goes over the line
+        fig.add_trace(
+            go.Scatter(
+                x=list(class_names), y=label_heights(lengths, m_minus), text=said, mode="text",
+                textposition="top center", hoverinfo="skip", showlegend=False, name="value",
+            )
+        )  # fmt: skip
     fig.update_yaxes(range=[0, 1.08], title=None if compact else "capsule length |v|")
     fig.update_xaxes(type="category", title=None if compact else "class capsule")
     return layout(
