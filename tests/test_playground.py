@@ -236,7 +236,9 @@ def test_the_page_steps_moves_and_resets(app_dirs) -> None:  # noqa: F811
     squash_mark = chart(at, "playground_squash")["data"][1]
     assert (squash_mark["x"], squash_mark["y"]) == ([2.0], [pytest.approx(0.8)])
 
+    assert any("Iteration **3 of 3**" in m.value for m in at.markdown)  # the reset kept the iteration shown
     at.selectbox(key="playground_preset").set_value("no agreement").run()
+    assert any("Iteration **1 of" in m.value for m in at.markdown)  # a new preset opens at iteration 1 (item 16)
     assert np.abs(bars(at) - 1 / 3).max() < 0.1 and any("cancel" in c.value for c in at.caption)
     at.slider(key="playground_iterations").set_value(1).run()  # one iteration: nothing to step through
     assert any("Iteration **1 of 1**" in m.value for m in at.markdown)

@@ -78,6 +78,12 @@ def _load_preset() -> None:
     _follow_choice()
 
 
+def _choose_preset() -> None:
+    """Another situation: its votes, opened at its first iteration (a reset keeps the iteration shown)."""
+    st.session_state[STEP] = 1
+    _load_preset()
+
+
 def _move_vote() -> None:
     st.session_state[VOTES] = pg.move_vote(
         st.session_state[VOTES], st.session_state[PARENT], st.session_state[CHILD],
@@ -139,7 +145,7 @@ def _child_reading(routing: pg.Routing, step: int, child: int) -> str:
 def _toy() -> None:
     """Everything about the toy votes: a click, a step or a moved vote reruns this alone."""
     top = st.columns([1.3, 1, 1.1], vertical_alignment="bottom")
-    top[0].selectbox("Situation", pg.PRESETS, key=PRESET, on_change=_load_preset)
+    top[0].selectbox("Situation", pg.PRESETS, key=PRESET, on_change=_choose_preset)
     top[1].slider("Routing iterations r", 1, MAX_ITERATIONS, key=ITERATIONS)
     top[2].button("Reset to the preset", key="playground_reset", icon=":material/restart_alt:", on_click=_load_preset,
                   help="Put every moved vote back where the situation has it.")  # fmt: skip
