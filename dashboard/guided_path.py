@@ -7,13 +7,28 @@ from dataclasses import dataclass
 
 from dashboard import pages
 
-START_INTRO = """
-You have read *Dynamic Routing Between Capsules* (Sabour, Frosst & Hinton, 2017) and want to see
-its ideas work. This path takes you through them in the order the paper builds them: the
-network's shapes, the squash and routing on a toy you can move, then a trained network reading
-your own drawing, what its capsules encode, and the paper's two claims put to the test. Each
-step opens a page; come back here for the next. About 30 minutes in all.
+START_PRIMER = """
+**What is a capsule?** A neuron of an ordinary network outputs one number. A *capsule* outputs a
+vector: its **length** (always below 1) says how sure the capsule is that the thing it stands for
+is present, and its **direction** says how that thing looks: its pose, slant, thickness. In the
+picture, the capsule for a 7 is long (a 7 is there, slanted right) and the one for a 3 is short.
+A CapsNet has a layer of small capsules for parts and one capsule per digit; each part *votes* for
+each digit's vector, and **routing by agreement** sends a part's vote to the digits whose other
+votes agree with it. That is the paper's idea, *Dynamic Routing Between Capsules* (Sabour, Frosst
+& Hinton, 2017).
 """
+
+START_INTRO = """
+This path takes you through the paper's ideas in the order it builds them: the network's shapes,
+the squash and routing on a toy you can move, then a trained network reading your own drawing,
+what its capsules encode, and the paper's two claims put to the test. Each step opens a page; come
+back here for the next. About 30 minutes in all.
+"""
+
+START_POINTER = (
+    "New to capsules? **Start here**: what a capsule is, in one picture, then a guided path through the pages "
+    "(about 30 minutes)."
+)
 
 START_AFTER = """
 **After the path.** The paper's claims are contested (Gu & Tresp 2019; Gu, Tresp & Hu 2021): the

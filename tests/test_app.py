@@ -882,3 +882,21 @@ def test_a_test_image_in_a_link_to_a_pairs_model_is_said_to_be_ignored(app_dirs)
     no_exception(at)
     notices = " ".join(w.value for w in at.warning)
     assert "test image '3' is one 28x28 image" in notices and "MultiMNIST" in notices, notices
+
+
+def test_a_first_visit_is_pointed_to_the_primer_and_the_path(app_with_run) -> None:  # noqa: F811
+    """The landing page points to Start here until it is opened; Start here opens with what a capsule is, in a few
+    sentences and one picture, before the steps (issue 31, item 3)."""
+    at = new_app().run()
+    no_exception(at)
+    assert any("New to capsules?" in i.value for i in at.info)
+    assert any(link.proto.page == "start" for link in at.get("page_link"))
+    at.switch_page("app_pages/start.py").run()
+    no_exception(at)
+    text = " ".join(m.value for m in at.markdown)
+    assert "What is a capsule?" in text and "You have read" not in text
+    assert text.index("What is a capsule?") < text.index("This path takes you")
+    arrows = chart(at, "start_primer")["layout"]["annotations"]
+    assert [a["text"] for a in arrows if a.get("text")][0].startswith("a 7, slanted right: |v| = 0.92")
+    at.switch_page("app_pages/draw.py").run()
+    assert not any("New to capsules?" in i.value for i in at.info)  # once Start here was opened

@@ -10,7 +10,7 @@ from streamlit_drawable_canvas import st_canvas
 
 from capsnet.data.preprocess import PreprocessError, preprocess_canvas, preprocess_upload
 from capsnet.nn.config import CapsNetConfig
-from dashboard import figures, guards, models, pages, state, texts, widgets
+from dashboard import figures, guards, guided_path, models, pages, state, texts, widgets
 
 UPLOAD_MB = 25  # a phone's photo of a digit is often 3-8 MB; decoding is bounded by pixels (capsnet.data.preprocess)
 
@@ -136,6 +136,10 @@ if st.session_state.get("draw_dataset") != dataset:  # a model of another datase
         state.show_test_images()
 
 st.title(f"Draw {texts.a(noun)}", anchor=False)
+if pages.START.url_path not in state.visited_pages():  # a first visit: the way to the primer and the path
+    with st.container(key="start_pointer"):
+        st.info(guided_path.START_POINTER, icon=pages.START.icon)
+        st.page_link(pages.START.path, label=f"Open {pages.START.title}", icon=pages.START.icon)
 st.markdown(
     f"Draw {texts.a(noun)}, pick one from the test set or upload a picture, and see how a **Capsule Network** reads it: "
     "which class capsule grows longest, and what it redraws from that capsule alone."

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import streamlit as st
 
-from dashboard import guided_path, state
+from dashboard import figures, guided_path, state
 
 st.title("Start here", anchor=False)
+primer, picture = st.columns([3, 2], vertical_alignment="center")
+primer.markdown(guided_path.START_PRIMER)
+with picture:
+    st.plotly_chart(figures.capsule_primer_figure(), key="start_primer", config={"displayModeBar": False})
 st.markdown(guided_path.START_INTRO)
 visited = state.visited_pages()
 done = sum(step.page.url_path in visited for step in guided_path.GUIDED_PATH)

@@ -13,7 +13,7 @@ from dashboard.figures.agreement import (
     votes_figure,
 )
 from dashboard.figures.baseline import claim_figure, comparison_figure, robustness_figure
-from dashboard.figures.capsules import dimension_profile_figure, lengths_bar
+from dashboard.figures.capsules import capsule_primer_figure, dimension_profile_figure, lengths_bar
 from dashboard.figures.equivariance import pose_figure, rotation_sweep_figure
 from dashboard.figures.evaluation import confusion_figure, per_class_accuracy_figure
 from dashboard.figures.images import (
@@ -36,6 +36,7 @@ from dashboard.figures.training import MARKED_EPOCHS, TICKED_EPOCHS, training_cu
 
 __all__ = [
     "primary_coupling_figure",
+    "capsule_primer_figure",
     "MARGIN_LABEL_SPACE",
     "MARKED_EPOCHS",
     "OTHER",

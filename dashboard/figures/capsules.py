@@ -96,3 +96,26 @@ def dimension_profile_figure(
     fig.update_xaxes(type="category", title="dimension")
     fig.update_yaxes(title="value")
     return layout(fig, height, legend=dict(orientation="h", y=1.12), barmode="overlay")
+
+
+# the primer's capsules: (what it stands for, length, pose angle in degrees)
+PRIMER_CAPSULES = (("a 7, slanted right", 0.92, 62.0), ("a 3", 0.12, 200.0), ("a 1, upright", 0.35, 95.0))
+
+
+def capsule_primer_figure(height: int = 300) -> go.Figure:
+    """What a capsule is, in one picture: a vector whose length (below 1) is how sure it is that its entity is
+    present, and whose direction is that entity's pose. Three capsules, drawn as arrows in the unit circle."""
+    fig = go.Figure()
+    angles = np.linspace(0, 2 * np.pi, 121)
+    fig.add_trace(go.Scatter(x=np.cos(angles), y=np.sin(angles), mode="lines", line=dict(color=OTHER, dash="dot"),
+                             hoverinfo="skip", showlegend=False))  # fmt: skip
+    for name, length, degrees in PRIMER_CAPSULES:
+        x, y = length * np.cos(np.radians(degrees)), length * np.sin(np.radians(degrees))
+        colour = WINNER if length > 0.5 else OTHER
+        fig.add_annotation(x=x, y=y, ax=0, ay=0, xref="x", yref="y", axref="x", ayref="y", showarrow=True,
+                           arrowhead=2, arrowwidth=3, arrowcolor=colour)  # fmt: skip
+        fig.add_annotation(x=x, y=y, text=f"{name}: |v| = {length:.2f}", showarrow=False, yshift=12,
+                           font=dict(color=colour))  # fmt: skip
+    fig.update_xaxes(range=[-1.15, 1.15], visible=False, scaleanchor="y")
+    fig.update_yaxes(range=[-1.15, 1.15], visible=False)
+    return layout(fig, height, showlegend=False, margin=dict(l=10, r=10, t=10, b=10))
