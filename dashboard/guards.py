@@ -12,6 +12,8 @@ import streamlit as st
 import torch
 
 from capsnet.data.datasets import DATASETS, DatasetDamagedError, DatasetNotFoundError, dataset_info
+from capsnet.data.tasks import task
+from capsnet.training import catalog
 from dashboard import baselines, models, pages, state, texts
 
 
@@ -32,13 +34,30 @@ def require_model(pairs: bool = False) -> models.Model | None:
         )
     if model is not None and model.reads_pairs != pairs:
         st.info(texts.wrong_kind_of_model(model.reads_pairs), icon=":material/swap_horiz:")
+        other = _model_reading(pairs)
+        if other is not None:  # one click to a model that reads what this page does (and, on it, one click back)
+            st.button(f"Open {other.label}", key="switch_model", icon=":material/swap_horiz:", type="primary",
+                      on_click=state.switch_checkpoint, args=(str(other.path),))  # fmt: skip
         if model.reads_pairs:
             st.page_link(pages.OVERLAP.path, label=f"Go to the {pages.OVERLAP.title} page", icon=pages.OVERLAP.icon)
         return None
+    if model is not None and state.switched_from():
+        st.button("Back to the model you had open", key="switch_back", icon=":material/undo:",
+                  on_click=state.switch_back)  # fmt: skip
     if model is not None and not pairs and model.task.kind == "placed":  # mnist-40: the affNIST experiment
         st.info(texts.larger_canvas(model.config.image_size), icon=":material/swap_horiz:")
         return None
     return model
+
+
+def _model_reading(pairs: bool) -> catalog.CheckpointEntry | None:
+    """A usable checkpoint whose inputs are pairs (or single 28x28 images): a shipped one first, else the newest run."""
+    entries = models.checkpoint_entries(str(state.checkpoints_dir()), str(state.runs_root()))
+    for entry in entries:
+        read = task(entry.dataset) if entry.dataset in DATASETS else None
+        if not entry.error and read is not None and (read.pairs if pairs else read.takes_drawings):
+            return entry
+    return None
 
 
 def require_input() -> np.ndarray | None:

@@ -77,7 +77,8 @@ GUIDED_PATH = (
          "whether the capsule's pose changes smoothly with the transform (equivariance), and which network stays "
          "right longer."),
     Step(pages.OVERLAP, "Overlapping digits: the segmentation claim",
-         "Overlay two digits and see each redrawn from its own capsule; read the verdict on the test pairs.",
+         "Overlay two digits and see each redrawn from its own capsule; read the verdict on the test pairs. The page "
+         "reads pairs with the MultiMNIST model: one click opens it, and one click brings back the model you had.",
          "the paper's figures beside what these models reach on a CPU, with the CNN trained on the same pairs."),
     Step(pages.TRAINING, "Train a model and watch its capsules learn",
          "Start a tiny run from the sidebar and open it here: the capsule lengths and reconstructions of a few "

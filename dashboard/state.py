@@ -29,6 +29,7 @@ WATCHED_RUN = "watched_run"
 FINISHED_RUN = "finished_run"
 VISITED = "visited_pages"  # the url paths of the pages opened in this session (frozenset)
 PRIMARY = "selected_primary"  # the primary capsule selected in any view (int index i), or None: the linked views
+SWITCHED_FROM = "switched_from"  # the checkpoint a page's one-click switch replaced (the way back), or None
 TEST_SOURCE = "Test image"  # the INPUT_SOURCE of a test image
 # widgets whose values other modules set or read (a link sets them; they outlive their page): one name each
 INPUT_SOURCE = "input_source"  # the Draw page's input: "Draw", "Test image" or "Upload"
@@ -63,6 +64,25 @@ def chosen_checkpoint(entries: list[catalog.CheckpointEntry]) -> catalog.Checkpo
 def choose_checkpoint(path: str | os.PathLike) -> None:
     """Make the checkpoint at `path` the chosen one (a link, the picker)."""
     st.session_state[MODEL_PATH] = str(path)
+
+
+def switch_checkpoint(path: str | os.PathLike) -> None:
+    """Open the checkpoint at `path` for a page that reads another kind of input, remembering the one it replaces."""
+    st.session_state[SWITCHED_FROM] = st.session_state.get(MODEL_PATH)
+    choose_checkpoint(path)
+
+
+def switched_from() -> str | None:
+    """The checkpoint a page's switch replaced (to offer the way back), or None."""
+    return st.session_state.get(SWITCHED_FROM) or None
+
+
+def switch_back() -> None:
+    """Reopen the checkpoint the last switch replaced."""
+    previous = switched_from()
+    st.session_state[SWITCHED_FROM] = None
+    if previous:
+        choose_checkpoint(previous)
 
 
 def chosen_path() -> str | None:

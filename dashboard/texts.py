@@ -297,11 +297,13 @@ def wrong_kind_of_model(reads_pairs: bool) -> str:
     if reads_pairs:
         return (
             "The model chosen in the sidebar is a **MultiMNIST** model: it reads two overlapping digits on 36x36, "
-            "not one on 28x28. Explore it on the **Overlapping digits** page, or pick another model in the sidebar."
+            "not one on 28x28. Explore it on the **Overlapping digits** page, or open a model of single digits "
+            "(below, or in the sidebar)."
         )
     return (
         "This page reads **two overlapping digits** (MultiMNIST, 36x36), and the model chosen in the sidebar reads "
-        "one. Pick a MultiMNIST model in the sidebar, or train one: "
+        "one. Open the shipped MultiMNIST model with the button below (one click back when you are done), pick "
+        "another in the sidebar, or train one: "
         "`python -m capsnet train --dataset multimnist --preset multimnist --epochs 30` (its preset has the official "
         "code's initial scales, so it learns at the default learning rate)."
     )

@@ -900,3 +900,24 @@ def test_a_first_visit_is_pointed_to_the_primer_and_the_path(app_with_run) -> No
     assert [a["text"] for a in arrows if a.get("text")][0].startswith("a 7, slanted right: |v| = 0.92")
     at.switch_page("app_pages/draw.py").run()
     assert not any("New to capsules?" in i.value for i in at.info)  # once Start here was opened
+
+
+def test_one_click_opens_the_multimnist_model_and_one_brings_back_the_other(app_with_run, app_run) -> None:  # noqa: F811
+    """Step 8 with the default model: no dead end (issue 31, item 2)."""
+    _, checkpoints = app_with_run
+    shutil.copy(app_run / "best.safetensors", checkpoints / "mnist.safetensors")  # the default: an MNIST model
+    shutil.copy(Path(APP).parents[1] / "checkpoints" / "multimnist.safetensors", checkpoints)
+    at = new_app().run()
+    first = at.session_state["model_path"]
+    assert Path(first).name == "mnist.safetensors"
+    at.switch_page("app_pages/overlap.py").run()
+    no_exception(at)
+    assert any("Open the shipped MultiMNIST model" in i.value for i in at.info)
+    at.button(key="switch_model").click().run()
+    no_exception(at)
+    assert Path(at.session_state["model_path"]).name == "multimnist.safetensors"
+    assert at.get("plotly_chart") or at.image  # the page draws the pair now
+    at.button(key="switch_back").click().run()
+    no_exception(at)
+    assert at.session_state["model_path"] == first
+    assert any("Open the shipped MultiMNIST model" in i.value for i in at.info)
