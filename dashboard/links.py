@@ -25,6 +25,7 @@ from capsnet.training.catalog import CheckpointEntry
 from dashboard import guards, pages, state, widgets
 
 APPLIED = "url_applied"  # the session's first run has read its link
+DEFAULT_TEST_IMAGE = 0  # a first visit's input: test image #0 (a 7 in MNIST, an ankle boot in Fashion-MNIST)
 CAPSULE_OF_PAGE = {"routing": state.ROUTING_CAPSULE, "dimensions": state.DIMENSIONS_CLASS}  # a link's capsule=
 NOTICES = "url_notices"  # what could not be used, said once
 
@@ -89,6 +90,9 @@ def read_link(entries: list[CheckpointEntry]) -> None:
                 notices.append(f"The link's test image {params['test']!r} is not an index from 0 to {count - 1:,}.")
         else:
             open_test_image(value, dataset)
+    if state.current_input() is None and (not known or task(chosen.dataset).takes_drawings):  # type: ignore[union-attr]
+        # a first visit has an input: every page that reads one shows it at once (the Draw page says which)
+        open_test_image(DEFAULT_TEST_IMAGE, chosen.dataset if known else "mnist")  # type: ignore[union-attr]
     st.session_state[NOTICES] = notices
 
 

@@ -80,6 +80,9 @@ def test_without_a_checkpoint_the_app_says_so(app_dirs) -> None:  # noqa: F811
     at = new_app().run()
     no_exception(at)
     assert any("No trained model yet" in w.value for w in at.sidebar.warning)
+    assert at.segmented_control(key="input_source").value == "Test image"  # a first visit opens on test image #0
+    assert at.session_state["input_label"] == "test image #0"
+    at.segmented_control(key="input_source").set_value("Draw").run()
     assert any("Draw a digit" in i.value for i in at.info)
     at.segmented_control(key="input_source").set_value("Test image").run()
     no_exception(at)
@@ -921,3 +924,18 @@ def test_one_click_opens_the_multimnist_model_and_one_brings_back_the_other(app_
     no_exception(at)
     assert at.session_state["model_path"] == first
     assert any("Open the shipped MultiMNIST model" in i.value for i in at.info)
+
+
+def test_a_first_visit_has_an_input_on_every_page(app_with_run) -> None:  # noqa: F811
+    """Test image #0 is the input of a first visit, so Architecture, Routing, Capsule dimensions and the Transform
+    lens show it instead of "No input yet" (issue 31, item 1); a link's own test image wins."""
+    at = new_app().run()
+    assert at.session_state["input_label"] == "test image #0" and prediction(at) is not None
+    for page in ("app_pages/architecture.py", "app_pages/routing.py", "app_pages/dimensions.py",
+                 "app_pages/transform.py"):  # fmt: skip
+        at.switch_page(page).run()
+        no_exception(at)
+        assert not any("No input yet" in i.value for i in at.info), page
+    linked = new_app()
+    linked.query_params.update(test="5")
+    assert linked.run().session_state["input_label"] == "test image #5"

@@ -78,7 +78,14 @@ def prediction(page):
 
 
 def draw_and_predict(page, draw=draw_one) -> str:
-    """Draw on the Draw page's canvas; the predicted class shown once the network has read it."""
+    """Draw on the Draw page's canvas (a first visit opens on test image #0: choose Draw first); the predicted class
+    shown once the network has read it."""
+    draw_radio = page.get_by_role("radio", name="Draw")
+    if not draw_radio.is_checked():
+        draw_radio.click()
+        expect(page.get_by_text("Draw a digit on the canvas: the prediction appears here.")).to_be_visible(
+            timeout=RERUN_MS
+        )
     draw(page)
     value = prediction(page)
     expect(value).to_have_text(re.compile(r"^\s*\d\s*$"), timeout=RERUN_MS)
@@ -90,8 +97,12 @@ def draw_and_predict(page, draw=draw_one) -> str:
 
 def test_draw_a_digit_and_see_the_prediction(page, app: App, screenshots: Screenshots, tmp_path: Path) -> None:
     open_app(page, app)
+    # a first visit opens on test image #0, read at once (issue 31, item 1); the canvas is one click away
+    expect(page.get_by_text("input: test image #0")).to_be_visible(timeout=PAGE_LOAD_MS)
+    expect(prediction(page)).to_have_text(re.compile(r"^\s*\d\s*$"), timeout=PAGE_LOAD_MS)
+    page.get_by_role("radio", name="Draw").click()
     empty_notice = page.get_by_text("Draw a digit on the canvas: the prediction appears here.")
-    expect(empty_notice).to_be_visible(timeout=PAGE_LOAD_MS)
+    expect(empty_notice).to_be_visible(timeout=RERUN_MS)
     wait_idle(page)
     expect(page.get_by_test_id("stMetricValue")).to_have_count(0)  # an empty canvas predicts nothing
 
