@@ -225,6 +225,7 @@ class TrainOptions:
 
     def resumed_from(self, stored: dict[str, Any]) -> TrainOptions:
         """These options with the run-defining fields that `stored` (a resumed run's args.json) holds."""
+        stored = {**{new: stored[old] for old, new in RENAMED.items() if old in stored}, **stored}  # older names
         known = TrainOptions.from_dict(stored)
         return dataclasses.replace(self, **{name: getattr(known, name) for name in self.run_fields() if name in stored})
 
