@@ -131,7 +131,6 @@ def test_a_recipe_sets_defaults_and_explicit_options_win() -> None:
         TrainOptions.from_recipe("slow")
 
 
-
 def test_a_run_stored_under_the_old_name_resumes_as_its_network() -> None:
     """An args.json written before "model" was renamed "network" resumes the CNN it trained, not a CapsNet."""
     stored = {"dataset": "mnist", "model": "cnn", "preset": "paper", "epochs": 8}
