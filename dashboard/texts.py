@@ -9,7 +9,9 @@ the config, so it says what the model in use really has.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+
+import numpy as np
 
 from capsnet.data.augment import SHIFT
 from capsnet.data.datasets import DATASETS
@@ -140,6 +142,38 @@ def votes_reading(name: str, moved_share: float, children: int, k: int, iteratio
             if moved_share < 0.5
             else ": routing reweighs much of the evidence for this input; the large red and blue points moved most."
         )
+    )
+
+
+BARELY = 0.005  # a coupling within this of 1/K has barely moved: it is said so, not called a favourite
+
+
+def primary_coupling(length: float, coupling: np.ndarray, names: Sequence[str], step: int) -> str:
+    """The selected primary capsule after iteration `step`: where its vote goes, or that routing barely moved it."""
+    k = len(coupling)
+    favourite = int(np.argmax(coupling))
+    said = f"Its pose is {length:.2f} long (how sure it is that its feature is in its square); after iteration {step} "
+    if abs(float(coupling[favourite]) - 1 / k) < BARELY:
+        return said + (
+            f"its couplings have barely moved: every one is within {BARELY:.1%} of 1/{k} = {1 / k:.1%}, as before "
+            "routing (a capsule that is short, or whose votes agree with no consensus more than another's)."
+        )
+    return said + (
+        f"it sends {float(coupling[favourite]):.1%} of its vote to capsule {names[favourite]}, "
+        f"against 1/{k} = {1 / k:.1%} for each before routing."
+    )
+
+
+def vote_share(mass: np.ndarray, names: Sequence[str], capsule: int) -> str:
+    """What the share chart shows: each vote weighted by its capsule's length, and how the winner's share moves."""
+    share = np.asarray(mass, dtype=np.float64) / np.maximum(np.asarray(mass).sum(axis=1, keepdims=True), 1e-12)
+    first, last = float(share[0, capsule]), float(share[-1, capsule])
+    moves = " -> ".join(f"{100 * float(v):.2f}%" for v in share[:, capsule])
+    change = "barely changes" if abs(last - first) < BARELY else ("grows" if last > first else "shrinks")
+    return (
+        f"Each vote counts as much as its primary capsule is sure of its feature (|u_i|), so the many capsules "
+        f"that detect nothing do not drown the rest. Capsule {names[capsule]}'s share {change} over the "
+        f"iterations: {moves}."
     )
 
 

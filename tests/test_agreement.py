@@ -156,3 +156,16 @@ def test_a_primary_capsules_reading_is_its_row_of_the_trace(model: CapsNet, imag
     assert ag.first_primary(votes, image, config) == int(np.argmax(score))
     with pytest.raises(ValueError, match="primary capsule"):
         ag.primary_reading(votes, config, config.num_primary)
+
+
+def test_vote_mass_weighted_by_length_ignores_the_capsules_that_detect_nothing() -> None:
+    """Issue 31, item 4: a thousand inactive children with uniform couplings held every share at 1/K."""
+    coupling = np.full((2, 1000, 10), 0.1)  # (r, N, K): 999 idle children, uniform
+    coupling[1, 0] = [0.55] + [0.05] * 9  # iteration 2: the one active child leans to capsule 0
+    lengths = np.zeros(1000)
+    lengths[0] = 0.9
+    plain = ag.vote_mass(coupling)
+    weighted = ag.vote_mass(coupling, lengths)
+    assert plain[1, 0] / plain[1].sum() < 0.101  # drowned
+    np.testing.assert_allclose(weighted.sum(axis=1), [0.9, 0.9])  # each row sums to sum |u_i|
+    np.testing.assert_allclose(weighted[:, 0] / weighted.sum(axis=1), [0.1, 0.55])  # what routing did

@@ -89,3 +89,17 @@ def test_the_novelty_promise_says_what_it_cannot_tell_from_a_digit() -> None:
     assert "many letters (an X, an H)" in texts.NOVELTY
     assert "an A can pass as a 4 and a bar as a 7" in texts.NOVELTY and "a photo of noise" in texts.NOVELTY
     assert "a letter." not in texts.NOVELTY
+
+
+def test_a_capsule_that_barely_moved_is_said_so() -> None:
+    """Issue 31, item 5: 10% against 1/10 = 10% is no favourite."""
+    import numpy as np
+
+    names = [str(k) for k in range(10)]
+    still = texts.primary_coupling(0.02, np.array([0.1004] + [0.09996] * 9), names, 3)
+    assert "barely moved" in still and "sends" not in still
+    leaning = texts.primary_coupling(0.8, np.array([0.3] + [0.7 / 9] * 9), names, 3)
+    assert "sends 30.0% of its vote to capsule 0" in leaning
+    mass = np.array([[1.0] * 10, [1.3] + [1.0] * 9])
+    said = texts.vote_share(mass, names, 0)
+    assert "|u_i|" in said and "Capsule 0's share grows" in said and "10.00% -> 12.62%" in said

@@ -121,13 +121,19 @@ def vote_view(votes: Votes, digit: int) -> VoteView:
     )
 
 
-def vote_mass(coupling: np.ndarray) -> np.ndarray:
+def vote_mass(coupling: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
     """How much of all the vote mass each digit capsule receives in each iteration: (r, N, K) -> (r, K).
 
-    Each child's couplings sum to 1 over the parents, so each row sums to N (1,152 in the
-    paper's model); divide by N for shares. Uniform routing gives every capsule N/K.
+    Each child's couplings sum to 1 over the parents, so unweighted each row sums to N (1,152 in the paper's
+    model); uniform routing gives every capsule N/K. With `weights` (N,), the primary capsules' lengths |u_i|,
+    each child's couplings count as much as it is sure of its feature: the evidence actually present, which
+    the thousand or so near-zero capsules of an input no longer drown (each row then sums to sum |u_i|).
     """
-    return np.asarray(coupling, dtype=np.float64).sum(axis=1)
+    coupling = np.asarray(coupling, dtype=np.float64)
+    if weights is None:
+        return coupling.sum(axis=1)
+    w = np.asarray(weights, dtype=np.float64).reshape(1, -1, 1)  # (1, N, 1)
+    return (coupling * w).sum(axis=1)  # (r, K)
 
 
 # ---------------------------------------------------------------- back to the input

@@ -185,18 +185,12 @@ def _one_iteration(
             key="primary_coupling",
             config={"displayModeBar": False},
         )  # fmt: skip
-        favourite = one.favourite
-        st.caption(
-            f"Its pose is {one.length:.2f} long (how sure it is that its feature is in its square); after iteration "
-            f"{step} it sends {one.coupling[step - 1, favourite]:.0%} of its vote to capsule {names[favourite]}, "
-            f"against 1/{k} = {1 / k:.0%} for each before routing."
-        )
+        st.caption(texts.primary_coupling(one.length, one.coupling[step - 1], names, step))
     share_left, share_right = st.columns(2, gap="large")
     with share_left:
-        st.plotly_chart(
-            figures.vote_share_figure(ag.vote_mass(votes.coupling), names), key="vote_share",
-            config={"displayModeBar": False},
-        )  # fmt: skip
+        mass = ag.vote_mass(votes.coupling, votes.primary_lengths)  # weighted by |u_i|: the evidence present
+        st.plotly_chart(figures.vote_share_figure(mass, names), key="vote_share", config={"displayModeBar": False})
+        st.caption(texts.vote_share(mass, names, prediction))
     with share_right:
         st.plotly_chart(
             figures.coupling_distribution_figure(main.coupling, names[digit], k),

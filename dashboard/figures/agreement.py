@@ -170,7 +170,8 @@ def coupling_distribution_figure(coupling: np.ndarray, name: str, num_classes: i
 
 
 def vote_share_figure(mass: np.ndarray, class_names: Sequence[str], height: int = 320) -> go.Figure:
-    """The share of all the vote mass each digit capsule receives, per iteration: (r, K), stacked to 100%."""
+    """The share of all the vote mass each digit capsule receives, per iteration: (r, K), stacked to 100%
+    (the mass weighted by each primary capsule's length: `capsnet.readings.agreement.vote_mass`)."""
     mass = np.asarray(mass, dtype=np.float64)
     share = mass / np.maximum(mass.sum(axis=1, keepdims=True), 1e-12)  # (r, K)
     r, k = share.shape
@@ -181,7 +182,7 @@ def vote_share_figure(mass: np.ndarray, class_names: Sequence[str], height: int 
             type="bar", x=x, y=share[:, j], name=str(class_names[j]),
             marker=dict(color=CLASS_COLOURS[j % len(CLASS_COLOURS)], line=dict(width=2 if j == winner else 0, color="#fafafa")),
             text=[f"{v:.0%}" if v >= 0.06 else "" for v in share[:, j]], textposition="inside",
-            hovertemplate=f"capsule {class_names[j]}<br>%{{x}}: %{{y:.1%}} of the vote mass<extra></extra>",
+            hovertemplate=f"capsule {class_names[j]}<br>%{{x}}: %{{y:.2%}} of the weighted votes<extra></extra>",
         )
         for j in range(k)
     ]  # fmt: skip
@@ -190,10 +191,10 @@ def vote_share_figure(mass: np.ndarray, class_names: Sequence[str], height: int 
         layout=dict(
             height=height,
             margin=dict(l=84, r=80, t=40, b=38),
-            title=dict(text="Where the votes go"),
+            title=dict(text="Where the evidence goes"),
             legend=dict(title=dict(text="capsule"), traceorder="normal"),
             barmode="stack",
-            yaxis=dict(tickformat=".0%", range=[0, 1], title=dict(text="share of all votes")),
+            yaxis=dict(tickformat=".0%", range=[0, 1], title=dict(text="share of the votes, by |u_i|")),
         ),
     )
 
