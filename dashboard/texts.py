@@ -177,6 +177,17 @@ def vote_share(mass: np.ndarray, names: Sequence[str], capsule: int) -> str:
     )
 
 
+def pair_overlay(config: CapsNetConfig, first: str, second: str) -> str:
+    """How to read the two-digit stroke map: the same red and green as the redraw above it."""
+    side = config.conv1_kernel + config.primary_kernel - 1
+    return (
+        f"Each primary capsule sees a {side}x{side} patch of the input. A stroke is red when more of the votes cast "
+        f"from it go to capsule {first} than to capsule {second}, green for the reverse, and grey when they split "
+        "evenly: the colours of the redraw above. In a trained network most couplings move little, so the colour "
+        "scale spans this input's own range."
+    )
+
+
 def overlay(config: CapsNetConfig) -> str:
     side = config.conv1_kernel + config.primary_kernel - 1
     return (

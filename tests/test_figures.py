@@ -349,3 +349,17 @@ def test_no_length_label_sits_on_the_m_minus_line() -> None:
     for value, start in zip(lengths, labels.y):
         assert start >= value  # above its bar
         assert not 0.1 - 0.05 < start < 0.1 + 0.01 - 1e-9, (value, start)  # its text starts at or above the line
+
+
+def test_the_pair_stroke_map_leans_red_or_green_and_leaves_ties_grey() -> None:
+    """Issue 31, item 7: an argmax over nearly uniform couplings painted strokes for the wrong digit; the map now
+    shows how much more each stroke votes for the first digit than the second, in the redraw's colours."""
+    image = np.zeros((4, 4), np.float32)
+    image[0, :] = image[3, :] = 1.0  # two strokes
+    votes = np.full((4, 4, 10), 0.1)
+    votes[0, :, 7] += 0.02  # the top stroke leans to capsule 7
+    votes[3, :, 0] += 0.01  # the bottom one to capsule 0
+    fig = figures.vote_overlay_figure(image, votes, [str(k) for k in range(10)], pair=(7, 0))
+    z = np.asarray(fig.data[1].z, dtype=float)
+    assert (z[0] > 0).all() and (z[3] < 0).all() and np.isnan(z[1]).all()  # red, green, and no ink
+    assert fig.data[1].zmid == 0 and "(red)" in fig.layout.title.text and "(green)" in fig.layout.title.text

@@ -152,9 +152,9 @@ with view:
 st.subheader("Which strokes vote for which digit", anchor=False)
 pixels = ag.pixel_votes(reading.coupling[-1], reading.primary_lengths, model.config)  # (36, 36, K)
 st.plotly_chart(
-    figures.vote_overlay_figure(image, pixels, names), key="overlap_votes", config={"displayModeBar": False}
+    figures.vote_overlay_figure(image, pixels, names, pair=top), key="overlap_votes", config={"displayModeBar": False}
 )
-st.caption(texts.overlay(model.config))
+st.caption(texts.pair_overlay(model.config, names[top[0]], names[top[1]]))
 
 st.subheader("Does the paper's claim hold here?", anchor=False)
 claim = baselines.claim_verdict(model)

@@ -206,8 +206,11 @@ def vote_overlay_figure(
     digit: int | None = None,
     height: int = 360,
     box: tuple[int, int, int] | None = None,
+    pair: tuple[int, int] | None = None,
 ) -> go.Figure:
-    """The input, its strokes coloured by the digit capsule they vote for (or, with `digit`, by their coupling to it).
+    """The input, its strokes coloured by the digit capsule they vote for (or, with `digit`, by their coupling to it;
+    with `pair`, the two capsules a MultiMNIST model read: red for the first, green for the second, as the redraw
+    beside it colours them, by how much more of the stroke's votes go to one than to the other: a tie stays grey).
 
     pixel_votes (H, W, K): the vote mass reaching each capsule through each pixel (`capsnet.readings.agreement.pixel_votes`).
     Only ink is coloured, by the class with the most mass; ink where no class leads (uniform routing) stays grey.
@@ -219,7 +222,19 @@ def vote_overlay_figure(
     share = votes / np.maximum(votes.sum(axis=-1, keepdims=True), 1e-12)  # (H, W, K)
     ink = image > 0.15
     base = dict(type="heatmap", z=image, colorscale="gray", showscale=False, hoverinfo="skip", zmin=0, zmax=1)
-    if digit is None:
+    if pair is not None:
+        a, b = pair
+        lean = share[..., a] - share[..., b]  # (H, W) > 0: more of the stroke's votes go to the first
+        reach = max(float(np.abs(lean[ink]).max()) if ink.any() else 0.0, 1e-3)
+        top = dict(
+            type="heatmap", z=np.where(ink, lean, np.nan).astype(np.float32), zmin=-reach, zmax=reach, zmid=0.0,
+            colorscale=[[0.0, PAIR_GREEN], [0.5, "#9e9e9e"], [1.0, PAIR_RED]], opacity=0.95, hoverongaps=False,
+            colorbar=dict(title=dict(text=f"{class_names[a]} − {class_names[b]}"), thickness=10),
+            hovertemplate="pixel (%{y}, %{x})<br>share to capsule " + str(class_names[a]) + " minus to "
+                          + str(class_names[b]) + ": %{z:+.2%}<extra></extra>",
+        )  # fmt: skip
+        title = f"Which strokes vote for {class_names[a]} (red) or {class_names[b]} (green)"
+    elif digit is None:
         best = share.argmax(axis=-1)  # (H, W)
         lead = share.max(axis=-1) - 1.0 / k  # how far the top class is above uniform
         z = np.where(ink & (lead > 1e-4), best, np.nan).astype(np.float32)  # a tie (uniform routing) leans nowhere
@@ -262,6 +277,9 @@ def vote_overlay_figure(
             yaxis=dict(hidden, autorange="reversed", scaleanchor="x"),
         ),
     )
+
+
+PAIR_RED, PAIR_GREEN = "#ff4b4b", "#21c354"  # the redraw's two digits (`images.segmentation_image`: red, green)
 
 
 def _discrete(colours: list[str]) -> list[list]:
