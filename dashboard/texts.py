@@ -177,6 +177,16 @@ def vote_share(mass: np.ndarray, names: Sequence[str], capsule: int) -> str:
     )
 
 
+def robustness_interval(examples: int) -> str:
+    """How wide the robustness curves' error bars are, so that a gap between the networks can be judged."""
+    widest = 100 * 1.96 * 0.5 / examples**0.5
+    return (
+        f"Each bar is its point's 95% sampling interval: with {examples:,} images a point is known to within "
+        f"±{widest:.1f} points at worst (at 50% accuracy), less near 100%. A gap between the networks narrower "
+        "than their bars is no difference; measure with more images per point to tell."
+    )
+
+
 def pair_overlay(config: CapsNetConfig, first: str, second: str) -> str:
     """How to read the two-digit stroke map: the same red and green as the redraw above it."""
     side = config.conv1_kernel + config.primary_kernel - 1

@@ -9,7 +9,7 @@ import plotly.graph_objects as go
 import pytest
 
 from capsnet.readings.decoding import PERTURBATION_STEPS
-from dashboard import figures
+from dashboard import figures, texts
 
 NAMES = [str(d) for d in range(10)]
 
@@ -324,12 +324,23 @@ def test_the_claim_figure_puts_each_kept_file_at_the_examples_it_had_seen() -> N
     root = Path(__file__).resolve().parents[1] / "checkpoints"
     v = verdict("multimnist", root / "multimnist.safetensors", root / "baselines" / "multimnist-cnn.safetensors")
     fig = figures.claim_figure(v)
-    lines, kept = fig.data[:2], fig.data[2:]
-    assert [t.name for t in lines] == ["CapsNet here", "CNN baseline here"] and len(lines[0].x) == 8
-    assert [t.name for t in kept] == ["CapsNet, the kept file", "CNN baseline, the kept file"]
+    traces = {t.name: t for t in fig.data}
+    lines = [traces["CapsNet here"], traces["CNN baseline here"]]
+    assert len(lines[0].x) == 8
+    kept = [traces["CapsNet, the kept file"], traces["CNN baseline, the kept file"]]
     assert [t.x[0] for t in kept] == [64_000, 56_000]
     assert [t.y[0] for t in kept] == pytest.approx([100 * r.error for r in v.rows])
-    assert sorted(shape.y0 for shape in fig.layout.shapes) == pytest.approx([5.2, 8.1])
+    paper = [traces["CapsNet, paper: 5.2%"], traces["CNN baseline, paper: 8.1%"]]
+    assert [tuple(t.y) for t in paper] == [(5.2, 5.2), (8.1, 8.1)] and paper[0].line.dash == "dash"
+    assert fig.layout.yaxis.type == "log"  # 2% and 35% both readable (issue 31, item 8)
+
+
+def test_robustness_points_carry_their_sampling_interval() -> None:
+    """Issue 31, item 8: at 100 images a point, gaps of 2-7 points between the networks need their interval."""
+    fig = figures.robustness_figure([0, 10], {"CapsNet": [0.5, 0.9], "CNN": [0.4, 1.0]}, "rotation", examples=100)
+    np.testing.assert_allclose(fig.data[0].error_y.array, [9.8, 100 * 1.96 * (0.09 / 100) ** 0.5])
+    assert list(fig.data[1].error_y.array)[1] == 0.0
+    assert "±9.8 points" in texts.robustness_interval(100)
 
 
 def test_a_one_epoch_run_shows_its_splits_apart() -> None:

@@ -139,9 +139,11 @@ if measure.toggle("Measure accuracy as the test set turns and scales", key="lens
         sweeps = curves[kind]
         values = next(iter(sweeps.values())).values
         column.plotly_chart(
-            figures.robustness_figure(values, {n: s.accuracy for n, s in sweeps.items()}, kind, current),
+            figures.robustness_figure(values, {n: s.accuracy for n, s in sweeps.items()}, kind, current,
+                                      examples=int(limit)),
             key=f"lens_robustness_{kind}", config={"displayModeBar": False},
         )  # fmt: skip
+    st.caption(texts.robustness_interval(int(limit)))
 st.subheader("Does the paper's claim hold here?", anchor=False)
 st.markdown(claim_texts.affnist_claim(model.dataset))
 claim = baselines.affine_verdict()

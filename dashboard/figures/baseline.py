@@ -40,16 +40,21 @@ def robustness_figure(
     kind: str,
     current: float | None = None,
     height: int = 300,
+    examples: int | None = None,
 ) -> go.Figure:
-    """Test accuracy (%) of each network against the rotation angle (degrees) or the scale, `current` marked."""
+    """Test accuracy (%) of each network against the rotation angle (degrees) or the scale, `current` marked; with
+    `examples` (the images per point), each point's 95% sampling interval as an error bar."""
     colours = {"CapsNet": WINNER, "CNN": CNN}
     fig = go.Figure()
     for name, accuracy in curves.items():
+        p = np.asarray(accuracy, dtype=float)
+        bars = None if not examples else dict(type="data", array=100 * sampling_interval(p, examples), thickness=1.2)
         fig.add_trace(
             go.Scatter(
-                x=list(values), y=100 * np.asarray(accuracy, dtype=float), mode="lines+markers", name=name,
+                x=list(values), y=100 * p, mode="lines+markers", name=name, error_y=bars,
                 line=dict(color=colours.get(name, OTHER), width=2.5),
-                hovertemplate=f"{name}<br>%{{x}}: %{{y:.1f}}%<extra></extra>",
+                hovertemplate=f"{name}<br>%{{x}}: %{{y:.1f}}%" + (" ± %{error_y.array:.1f}" if examples else "")
+                + "<extra></extra>",
             )
         )  # fmt: skip
     if current is not None:
@@ -59,6 +64,12 @@ def robustness_figure(
     fig.update_yaxes(title="test accuracy (%)", range=[0, 101])
     what = "turned" if kind == "rotation" else "scaled"
     return layout(fig, height, title=f"Every test image {what} alike", legend=dict(orientation="h", y=-0.3))
+
+
+def sampling_interval(accuracy: np.ndarray, examples: int) -> np.ndarray:
+    """The half-width of the 95% interval of an accuracy measured on `examples` images: 1.96 standard errors."""
+    p = np.clip(np.asarray(accuracy, dtype=float), 0.0, 1.0)
+    return 1.96 * np.sqrt(p * (1 - p) / max(int(examples), 1))
 
 
 def claim_figure(verdict: Verdict, height: int = 320) -> go.Figure:
@@ -77,10 +88,6 @@ def claim_figure(verdict: Verdict, height: int = 320) -> go.Figure:
                 hovertemplate=f"{name}<br>%{{x:,}} examples: %{{y:.1f}}% error<extra></extra>",
             )
         )  # fmt: skip
-        fig.add_hline(
-            y=100 * row.paper_error, line=dict(color=colours[row.network], dash="dash", width=1.5),
-            annotation_text=f"{name}, paper: {100 * row.paper_error:.1f}%", annotation_position="top left",
-        )  # fmt: skip
     for row in verdict.rows:
         kept = row.kept_examples
         if row.error is None or kept is None:
@@ -94,6 +101,17 @@ def claim_figure(verdict: Verdict, height: int = 320) -> go.Figure:
                 "<extra></extra>",
             )
         )  # fmt: skip
+    widest = max([s for row in verdict.rows for s, _ in row.curve] + [r.kept_examples or 0 for r in verdict.rows] + [1])
+    for row in verdict.rows:  # the paper's fully trained figures, dashed, across the whole range
+        name = NETWORKS[row.network]
+        fig.add_trace(
+            go.Scatter(
+                x=[0, widest], y=[100 * row.paper_error] * 2, mode="lines", name=f"{name}, paper: "
+                f"{100 * row.paper_error:.1f}%", line=dict(color=colours[row.network], dash="dash", width=1.5),
+                hovertemplate=f"{name}, the paper's: {100 * row.paper_error:.1f}%<extra></extra>",
+            )
+        )  # fmt: skip
     fig.update_xaxes(title="training examples seen", rangemode="tozero")
-    fig.update_yaxes(title="test error (%)", rangemode="tozero")
+    # errors from a first epoch's 35% down to a kept file's 2%: on a log scale both ends are readable
+    fig.update_yaxes(title="test error (%, log scale)", type="log")
     return layout(fig, height, title="Test error as training goes on", legend=dict(orientation="h", y=-0.3))
