@@ -173,9 +173,13 @@ def test_the_plane_figure_draws_the_weights() -> None:
     np.testing.assert_allclose(last.data[3].x, [0.0, plane.poses[2, 0, 0]], atol=1e-6)  # v_1's arrow, from 0
     s_mark = last.data[6]
     reach = last.layout.xaxis.range[1]
-    assert np.all(np.hypot(s_mark.x, s_mark.y) < reach) and s_mark.text[0].startswith("|s| = ")  # far: at the edge
+    assert np.all(np.hypot(s_mark.x, s_mark.y) < reach)  # a far sum is drawn at the edge...
+    assert s_mark.text is None and "|s| = " in last.layout.title.text  # ...and its length said in the title, where
+    # it covers no vote (the label under it covered the chosen vote's ring: issue 31, item 16)
     bars = figs.coupling_bars_figure(plane.coupling[-1], plane.parents, names)
     np.testing.assert_allclose(np.sum([t.x for t in bars.data], axis=0), 1.0, atol=1e-6)
+    assert all(t.textangle == 0 for t in bars.data)  # narrow segments' labels never turn on their side
+    assert all(label == "" for t in bars.data for v, label in zip(t.x, t.text) if v < figs.MIN_LABELLED)
 
 
 # ---------------------------------------------------------------- the page

@@ -79,10 +79,9 @@ def plane_figure(
         )  # fmt: skip
     traces.append(
         dict(
-            type="scatter", x=shown[:, 0], y=shown[:, 1], mode="markers+text", name="s_j (weighted sum)",
+            type="scatter", x=shown[:, 0], y=shown[:, 1], mode="markers", name="s_j (weighted sum)",
             marker=dict(symbol="x", size=12, color=[colour(p) for p in parents], line=dict(width=1, color=LIGHT)),
-            text=[f"|s| = {v:.1f}" if far else "" for v, far in zip(norms, outside)], textposition="bottom center",
-            textfont=dict(size=10, color=LIGHT), customdata=np.stack([sums[t, :, 0], sums[t, :, 1], norms], axis=-1),
+            customdata=np.stack([sums[t, :, 0], sums[t, :, 1], norms], axis=-1),
             hovertext=[f"s for {name}" + (", drawn at the edge" if far else "") for name, far in zip(names, outside)],
             hovertemplate="%{hovertext} = (%{customdata[0]:.2f}, %{customdata[1]:.2f}), "
                           "|s| = %{customdata[2]:.2f}<extra></extra>",
@@ -106,7 +105,15 @@ def plane_figure(
         layout=dict(
             height=height,
             margin=dict(l=50, r=20, t=50, b=90),
-            title=dict(text=f"Iteration {t + 1} of {r}: arrows are v_j, crosses s_j", x=0.0, xanchor="left"),
+            # a sum beyond the view is drawn at its edge and its length said here, where it covers no vote
+            title=dict(
+                text=f"Iteration {t + 1} of {r}: arrows are v_j, crosses s_j"
+                + "".join(
+                    f"; |s| = {v:.1f} for {name} (at the edge)" for v, far, name in zip(norms, outside, names) if far
+                ),
+                x=0.0,
+                xanchor="left",
+            ),
             legend=dict(orientation="h", y=-0.12),
             shapes=[circle],
             xaxis=dict(axis),
@@ -115,6 +122,9 @@ def plane_figure(
             dragmode="pan",
         ),
     )
+
+
+MIN_LABELLED = 0.12  # a bar segment narrower than this (of a row's 1) is not labelled: its number would not fit
 
 
 def coupling_bars_figure(
@@ -127,7 +137,8 @@ def coupling_bars_figure(
     bars = [
         dict(
             type="bar", orientation="h", x=coupling[:, p], y=labels, name=names[p], marker=dict(color=colour(parent)),
-            text=[f"{v:.2f}" for v in coupling[:, p]], textposition="inside", insidetextanchor="middle",
+            text=[f"{v:.2f}" if v >= MIN_LABELLED else "" for v in coupling[:, p]], textposition="inside",
+            insidetextanchor="middle", textangle=0,  # never turned on its side in a narrow segment
             hovertemplate=f"%{{y}}: c to {names[p]} = %{{x:.3f}}<extra></extra>",
         )
         for p, parent in enumerate(parents)
