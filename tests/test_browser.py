@@ -775,6 +775,30 @@ def test_the_guided_path_opens_each_step_and_ticks_it(page, app: App, screenshot
     screenshots.take(page, "start.png")
 
 
+def test_a_first_visit_walks_the_whole_path_without_a_dead_end(page, app: App) -> None:
+    """Issue 31's first contact: from a first visit, every step of Start here opens a page that shows something
+    (an input, or a one-click way to a model that reads it), never only "No input yet" or "Pick a ... model"."""
+    from dashboard import guided_path
+
+    open_app(page, app, "/start")
+    expect(page.get_by_text("What is a capsule?")).to_be_visible(timeout=PAGE_LOAD_MS)
+    main = page.get_by_test_id("stMain")
+    for number, step in enumerate(guided_path.GUIDED_PATH, start=1):
+        page.locator(f".st-key-step_{number}").get_by_role("link", name=f"Open {step.page.title}").click()
+        expect(page.get_by_role("heading", name=step.page.title).first).to_be_visible(timeout=PAGE_LOAD_MS)
+        wait_idle(page)
+        assert main.get_by_text("No input yet").count() == 0, step.page.title
+        if step.page.url_path == "overlap":  # a page for another kind of model: one click away, and it opens
+            expect(page.locator(".st-key-switch_model")).to_be_visible(timeout=RERUN_MS)
+            page.locator(".st-key-switch_model").get_by_role("button").click()
+            expect(main.get_by_text("CapsNet: the two longest capsules")).to_be_visible(timeout=PAGE_LOAD_MS)
+            page.locator(".st-key-switch_back").get_by_role("button").click()
+            wait_idle(page)
+        page.get_by_test_id("stSidebarNav").get_by_role("link", name="Start here").click()
+        expect(page.locator(f".st-key-step_{number}")).to_contain_text("visited", timeout=RERUN_MS)
+    expect(page.get_by_text("10 of 10 steps visited")).to_be_visible()
+
+
 # ---------------------------------------------------------------- the server, after every page above
 
 
