@@ -9,9 +9,7 @@ the config, so it says what the model in use really has.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-
-import numpy as np
+from collections.abc import Mapping
 
 from capsnet.data.augment import SHIFT
 from capsnet.data.datasets import DATASETS
@@ -84,99 +82,6 @@ network sees it the way it saw its training data.
 """
 
 
-def procedure(config: CapsNetConfig) -> str:
-    g, k = config.primary_grid, config.num_classes
-    return f"""
-**Routing by agreement (Procedure 1 of the paper).** Each of the primary capsules $i$
-({config.primary_types} types on a {g}x{g} grid: {config.num_primary:,} in this model) *predicts*
-every class capsule $j$ (the paper's DigitCaps) through a learned matrix: $\\hat u_{{j|i}} = W_{{ij}} u_i$. Routing decides how
-much of each prediction goes to each class capsule with **coupling coefficients** $c_{{ij}}$ that
-sum to 1 over $j$. They start equal ($b_{{ij}} = 0$, so $c_{{ij}} = 1/{k}$); each iteration then
-raises $b_{{ij}}$ where the prediction **agrees** with the class capsule's current output
-($\\hat u_{{j|i}} \\cdot v_j$ is large), so primary capsules send more of their vote to the parent
-they agree with.
-"""
-
-
-PROCEDURE_LATEX = [
-    r"c_{ij} = \frac{\exp b_{ij}}{\sum_k \exp b_{ik}}",
-    r"s_j = \sum_i c_{ij}\, \hat u_{j|i}, \qquad v_j = \operatorname{squash}(s_j)",
-    r"b_{ij} \leftarrow b_{ij} + \hat u_{j|i} \cdot v_j",
-]
-
-
-def aggregation(config: CapsNetConfig) -> str:
-    g = config.primary_grid
-    return f"""
-**How the {config.num_primary:,} couplings are summarised.** For each of the primary-capsule *types*
-(rows) the heatmap shows the mean of $c_{{ij}}$ over its {g}x{g} positions, each position counting in
-proportion to its capsule's length $\\lVert u_i \\rVert$: a
-capsule that detected nothing predicts nothing and keeps the uniform $1/{config.num_classes}$, so
-weighting shows where the evidence that is really there is sent. Each capsule's couplings sum to 1
-over the class capsules, so a row of the change from uniform, $c_{{ij}} - 1/{config.num_classes}$, sums to 0:
-what one class gains, the others lose.
-"""
-
-
-def votes_reading(name: str, moved_share: float, children: int, k: int, iterations: int) -> str:
-    """How to read the votes figures, with how much routing moved the couplings for this input."""
-    if iterations == 1:
-        return (
-            f"**Reading the votes.** Each point is one primary capsule's vote for capsule {name}, on two axes that "
-            f"stay fixed: to the right, along the consensus v_j. With one iteration every vote has the same weight, "
-            f"1/{k}: s_j is their sum weighted by 1/{k} (not a mean: with {children:,} votes it can lie far from "
-            f"every one of them), and v_j its squash. Uniform couplings prefer nothing, so nothing is coloured yet. "
-            f"Add iterations to watch agreement reweigh them."
-        )
-    return (
-        f"**Reading the votes.** Each point is one primary capsule's vote for capsule {name}, on two axes that stay "
-        f"fixed across iterations: to the right, along the consensus v_j (further right: more agreement); "
-        f"upwards, the main way the votes differ. Size and colour are the weight c_ij routing gives the vote "
-        f"(red: more than the uniform 1/{k}, blue: less); ✕ is their weighted sum s_j (a sum over {children:,} "
-        f"votes, not a mean, so it can lie far outside them), ◆ the capsule v_j = squash(s_j). Press **Play**: "
-        f"votes that agree with the consensus gain weight, outliers lose it. Here {moved_share:.0%} of the "
-        f"{children:,} couplings to capsule {name} moved more than 0.01 from 1/{k}"
-        + (
-            ": in this trained network most couplings move little; routing tidies up the few votes that "
-            "disagree, and those are the large red and blue points."
-            if moved_share < 0.5
-            else ": routing reweighs much of the evidence for this input; the large red and blue points moved most."
-        )
-    )
-
-
-BARELY = 0.005  # a coupling within this of 1/K has barely moved: it is said so, not called a favourite
-
-
-def primary_coupling(length: float, coupling: np.ndarray, names: Sequence[str], step: int) -> str:
-    """The selected primary capsule after iteration `step`: where its vote goes, or that routing barely moved it."""
-    k = len(coupling)
-    favourite = int(np.argmax(coupling))
-    said = f"Its pose is {length:.2f} long (how sure it is that its feature is in its square); after iteration {step} "
-    if abs(float(coupling[favourite]) - 1 / k) < BARELY:
-        return said + (
-            f"its couplings have barely moved: every one is within {BARELY:.1%} of 1/{k} = {1 / k:.1%}, as before "
-            "routing (a capsule that is short, or whose votes agree with no consensus more than another's)."
-        )
-    return said + (
-        f"it sends {float(coupling[favourite]):.1%} of its vote to capsule {names[favourite]}, "
-        f"against 1/{k} = {1 / k:.1%} for each before routing."
-    )
-
-
-def vote_share(mass: np.ndarray, names: Sequence[str], capsule: int) -> str:
-    """What the share chart shows: each vote weighted by its capsule's length, and how the winner's share moves."""
-    share = np.asarray(mass, dtype=np.float64) / np.maximum(np.asarray(mass).sum(axis=1, keepdims=True), 1e-12)
-    first, last = float(share[0, capsule]), float(share[-1, capsule])
-    moves = " -> ".join(f"{100 * float(v):.2f}%" for v in share[:, capsule])
-    change = "barely changes" if abs(last - first) < BARELY else ("grows" if last > first else "shrinks")
-    return (
-        f"Each vote counts as much as its primary capsule is sure of its feature (|u_i|), so the many capsules "
-        f"that detect nothing do not drown the rest. Capsule {names[capsule]}'s share {change} over the "
-        f"iterations: {moves}."
-    )
-
-
 def robustness_interval(examples: int) -> str:
     """How wide the robustness curves' error bars are, so that a gap between the networks can be judged."""
     widest = 100 * 1.96 * 0.5 / examples**0.5
@@ -184,31 +89,6 @@ def robustness_interval(examples: int) -> str:
         f"Each bar is its point's 95% sampling interval: with {examples:,} images a point is known to within "
         f"±{widest:.1f} points at worst (at 50% accuracy), less near 100%. A gap between the networks narrower "
         "than their bars is no difference; measure with more images per point to tell."
-    )
-
-
-def pair_overlay(config: CapsNetConfig, first: str, second: str) -> str:
-    """How to read the two-digit stroke map: the same red and green as the redraw above it."""
-    side = config.conv1_kernel + config.primary_kernel - 1
-    return (
-        f"Each primary capsule sees a {side}x{side} patch of the input. A stroke is red when more of the votes cast "
-        f"from it go to capsule {first} than to capsule {second}, green for the reverse, and grey when they split "
-        "evenly: the colours of the redraw above. In a trained network most couplings move little, so the colour "
-        "scale spans this input's own range."
-    )
-
-
-def overlay(config: CapsNetConfig) -> str:
-    side = config.conv1_kernel + config.primary_kernel - 1
-    return (
-        f"Each primary capsule sees a {side}x{side} patch of the input (its receptive field). A stroke takes the "
-        "colour of the class capsule that most of the votes cast from it go to, each vote weighted by its coupling "
-        "and by how sure its capsule is (its length), in the iteration shown. "
-        + (
-            "The last row and column of pixels reach no capsule at all: the strides of this architecture skip them."
-            if (config.image_size - config.conv1_kernel + 1 - config.primary_kernel) % config.primary_stride
-            else ""
-        )
     )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from dashboard import claim_texts, texts
+from dashboard import claim_texts, routing_texts, texts
 
 
 def test_format_duration() -> None:
@@ -30,11 +30,15 @@ def test_texts_say_what_the_model_in_use_holds() -> None:
     paper = CapsNetConfig()
     assert "m⁺ = 0.9" in texts.margins(paper) and "0.9 and 0.1" in texts.margins_title(paper)
     assert "176 variants" in texts.figure4(paper, [-0.25, -0.2, -0.15, -0.1, -0.05, 0, 0.05, 0.1, 0.15, 0.2, 0.25])
-    assert "1,152" in texts.procedure(paper) and "1/10" in texts.procedure(paper) and "6x6" in texts.aggregation(paper)
+    assert (
+        "1,152" in routing_texts.procedure(paper)
+        and "1/10" in routing_texts.procedure(paper)
+        and "6x6" in routing_texts.aggregation(paper)
+    )
     other = CapsNetConfig(m_plus=0.8, m_minus=0.2, digit_dim=8, primary_types=4, num_classes=5)
     assert "m⁺ = 0.8" in texts.margins(other) and "0.8 and 0.2" in texts.margins_title(other)
     assert "88 variants" in texts.figure4(other, [-0.25, -0.2, -0.15, -0.1, -0.05, 0, 0.05, 0.1, 0.15, 0.2, 0.25])
-    assert "144 in this model" in texts.procedure(other) and "1/5" in texts.procedure(other)
+    assert "144 in this model" in routing_texts.procedure(other) and "1/5" in routing_texts.procedure(other)
     assert "8-dimensional" in texts.capsule(other) and "8 dimensions" in texts.dimensions(other)
     assert "0.0005" in texts.training(paper, {}) and "0.0005" in texts.loss_help(paper)
     assert "no usable statistics" in texts.dimension_ranges(False, "3")
@@ -43,14 +47,13 @@ def test_texts_say_what_the_model_in_use_holds() -> None:
 
 def test_the_votes_reading_never_contradicts_its_own_figure() -> None:
     from capsnet.nn.config import CapsNetConfig
-    from dashboard import texts
 
-    assert "move little" in texts.votes_reading("3", 0.1, 1152, 10, 3)
-    many = texts.votes_reading("3", 0.52, 1152, 10, 3)  # the probe's case: 52% moved, yet "most move little"
+    assert "move little" in routing_texts.votes_reading("3", 0.1, 1152, 10, 3)
+    many = routing_texts.votes_reading("3", 0.52, 1152, 10, 3)  # the probe's case: 52% moved, yet "most move little"
     assert "move little" not in many and "52%" in many and "not a mean" in many
-    one = texts.votes_reading("3", 0.0, 1152, 10, 1)
+    one = routing_texts.votes_reading("3", 0.0, 1152, 10, 1)
     assert "prefer nothing" in one and "not a mean" in one
-    assert "sums to 0" in texts.aggregation(CapsNetConfig())
+    assert "sums to 0" in routing_texts.aggregation(CapsNetConfig())
 
 
 def test_the_robustness_cost_is_said_in_the_units_it_takes() -> None:
@@ -96,10 +99,10 @@ def test_a_capsule_that_barely_moved_is_said_so() -> None:
     import numpy as np
 
     names = [str(k) for k in range(10)]
-    still = texts.primary_coupling(0.02, np.array([0.1004] + [0.09996] * 9), names, 3)
+    still = routing_texts.primary_coupling(0.02, np.array([0.1004] + [0.09996] * 9), names, 3)
     assert "barely moved" in still and "sends" not in still
-    leaning = texts.primary_coupling(0.8, np.array([0.3] + [0.7 / 9] * 9), names, 3)
+    leaning = routing_texts.primary_coupling(0.8, np.array([0.3] + [0.7 / 9] * 9), names, 3)
     assert "sends 30.0% of its vote to capsule 0" in leaning
     mass = np.array([[1.0] * 10, [1.3] + [1.0] * 9])
-    said = texts.vote_share(mass, names, 0)
+    said = routing_texts.vote_share(mass, names, 0)
     assert "|u_i|" in said and "Capsule 0's share grows" in said and "10.00% -> 12.62%" in said

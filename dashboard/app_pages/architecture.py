@@ -6,7 +6,7 @@ import streamlit as st
 
 from capsnet.nn.config import CapsNetConfig
 from capsnet.readings import stages as arch
-from dashboard import guards, state, texts, widgets
+from dashboard import guards, routing_texts, state, widgets
 from dashboard.figures import architecture as arch_fig
 from dashboard.figures import pixel_image
 
@@ -48,7 +48,7 @@ def formulas(key: str, c: CapsNetConfig) -> list[str]:
             rf"\hat u_{{j|i}} = W_{{ij}}\, u_i, \qquad W_{{ij}} \in \mathbb{{R}}^{{{d} \times {p}}}",
             rf"i = 1, \dots, {n_text}, \quad j = 1, \dots, {c.num_classes}",
         ],
-        "routing": [*texts.PROCEDURE_LATEX, r"P(\text{class } j) = \lVert v_j \rVert"],
+        "routing": [*routing_texts.PROCEDURE_LATEX, r"P(\text{class } j) = \lVert v_j \rVert"],
         "decoder": [
             r"m_j = v_j \text{ if } j = \arg\max_k \lVert v_k \rVert, \text{ else } 0",
             r"h_1 = \operatorname{ReLU}(W_1 m + b_1)",

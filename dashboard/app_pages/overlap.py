@@ -14,7 +14,7 @@ from streamlit_drawable_canvas import st_canvas
 from capsnet.data.multimnist import PAD, overlay, two_highest
 from capsnet.data.preprocess import PreprocessError, preprocess_canvas
 from capsnet.readings import agreement as ag
-from dashboard import baselines, claim_texts, figures, guards, models, texts, widgets
+from dashboard import baselines, claim_texts, figures, guards, models, routing_texts, texts, widgets
 
 SHIFTS = ("first_dy", "first_dx", "second_dy", "second_dx")
 SOURCES = ("Test digits", "Draw two")
@@ -154,7 +154,7 @@ pixels = ag.pixel_votes(reading.coupling[-1], reading.primary_lengths, model.con
 st.plotly_chart(
     figures.vote_overlay_figure(image, pixels, names, pair=top), key="overlap_votes", config={"displayModeBar": False}
 )
-st.caption(texts.pair_overlay(model.config, names[top[0]], names[top[1]]))
+st.caption(routing_texts.pair_overlay(model.config, names[top[0]], names[top[1]]))
 
 st.subheader("Does the paper's claim hold here?", anchor=False)
 claim = baselines.claim_verdict(model)

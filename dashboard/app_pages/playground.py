@@ -7,7 +7,7 @@ import streamlit as st
 
 from capsnet.nn.config import CapsNetConfig
 from capsnet.readings import playground as pg
-from dashboard import guards, models, state, texts, widgets
+from dashboard import guards, models, routing_texts, state, widgets
 from dashboard.figures import playground as figs
 
 MAX_ITERATIONS = 5
@@ -268,7 +268,7 @@ intro_col, formula_col = st.columns([1.4, 1], gap="large")
 with intro_col:
     st.markdown(INTRO)
 with formula_col:
-    for line in texts.PROCEDURE_LATEX:
+    for line in routing_texts.PROCEDURE_LATEX:
         st.latex(line)
     st.caption("b_ij starts at 0, so the first iteration's couplings are uniform: 1/3 here.")
 _init()

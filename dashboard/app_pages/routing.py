@@ -8,7 +8,7 @@ import streamlit as st
 from capsnet.nn.config import MAX_ROUTING_ITERATIONS, CapsNetConfig
 from capsnet.readings import agreement as ag
 from capsnet.readings import explain as ex
-from dashboard import figures, guards, state, texts, widgets
+from dashboard import figures, guards, routing_texts, state, widgets
 
 MAX_ITERATIONS = 5  # the slider's end (or the model's own r, if more)
 STEP = "routing_step"  # the iteration shown, from 1
@@ -51,9 +51,9 @@ model = guards.require_model()
 config = model.config if model is not None else CapsNetConfig()
 explain_col, formula_col = st.columns([1.4, 1], gap="large")
 with explain_col:
-    st.markdown(texts.procedure(config))
+    st.markdown(routing_texts.procedure(config))
 with formula_col:
-    for line in texts.PROCEDURE_LATEX:
+    for line in routing_texts.PROCEDURE_LATEX:
         st.latex(line)
     st.caption("Repeated r times (3 in the paper). The squash keeps each |v_j| below 1.")
 
@@ -154,7 +154,7 @@ def _one_iteration(
                 selection_mode="points",
             )  # fmt: skip
     main = views[0]
-    st.markdown(texts.votes_reading(names[digit], main.moved_share, config.num_primary, k, r))
+    st.markdown(routing_texts.votes_reading(names[digit], main.moved_share, config.num_primary, k, r))
     if r > 1:
         t, y, x = config.primary_position(main.largest)
         st.caption(
@@ -175,7 +175,9 @@ def _one_iteration(
             key="vote_overlay",
             config={"displayModeBar": False},
         )
-        st.caption(texts.overlay(config) + " The dotted square is the selected primary capsule's receptive field.")
+        st.caption(
+            routing_texts.overlay(config) + " The dotted square is the selected primary capsule's receptive field."
+        )
     with share_col:
         st.plotly_chart(
             figures.primary_coupling_figure(
@@ -185,12 +187,12 @@ def _one_iteration(
             key="primary_coupling",
             config={"displayModeBar": False},
         )  # fmt: skip
-        st.caption(texts.primary_coupling(one.length, one.coupling[step - 1], names, step))
+        st.caption(routing_texts.primary_coupling(one.length, one.coupling[step - 1], names, step))
     share_left, share_right = st.columns(2, gap="large")
     with share_left:
         mass = ag.vote_mass(votes.coupling, votes.primary_lengths)  # weighted by |u_i|: the evidence present
         st.plotly_chart(figures.vote_share_figure(mass, names), key="vote_share", config={"displayModeBar": False})
-        st.caption(texts.vote_share(mass, names, prediction))
+        st.caption(routing_texts.vote_share(mass, names, prediction))
     with share_right:
         st.plotly_chart(
             figures.coupling_distribution_figure(main.coupling, names[digit], k),
@@ -211,7 +213,7 @@ def _one_iteration(
         config={"displayModeBar": False},
     )
     with st.expander("How is the heatmap computed?", icon=":material/functions:"):
-        st.markdown(texts.aggregation(config))
+        st.markdown(routing_texts.aggregation(config))
 
     # drawn only while open (on_change="rerun"): closed, it costs neither this run nor the browser a chart; the label
     # stays the same for every capsule, so the expander stays open when another capsule is chosen
