@@ -10,7 +10,6 @@ export CAPSNET_DATA_DIR ?= $(firstword $(wildcard $(abspath ../shared/datasets))
 
 $(BIN)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]' -c constraints.txt
 	touch $@
 
