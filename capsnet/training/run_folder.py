@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal, TypedDict
+from typing import IO, Any, Literal, TypedDict
 
 from capsnet.errors import CapsNetError
 from capsnet.files import append_jsonl, atomic_write, read_json, read_jsonl, write_failure, write_json
@@ -277,6 +277,28 @@ class RunFolder:
         write_json(self.path / self.PROGRESS, dataclasses.asdict(progress))
 
 
+def exclusive_lock(path: Path) -> IO[str] | str:
+    """`path` opened and `flock`ed (exclusive, not waiting): the open file, which holds the lock until it is closed
+    (by the OS, however the process ends); or, when another process holds it, what the file says (its holder).
+    RunFolderError (one line) when it cannot be opened. Without flock (Windows) the file is returned unlocked."""
+    try:
+        handle = open(path, "a+", encoding="utf-8")
+    except OSError as error:
+        raise RunFolderError(f"cannot write {path}: {error.strerror or error}") from None
+    try:
+        import fcntl
+    except ImportError:
+        return handle
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.seek(0)
+        said = handle.read().strip()
+        handle.close()
+        return said
+    return handle
+
+
 class FolderLock:
     """An exclusive lock on a run folder: `flock` on its .lock file (released by the OS with the process)."""
 
@@ -285,20 +307,9 @@ class FolderLock:
 
     @classmethod
     def take(cls, path: Path) -> FolderLock:
-        try:
-            import fcntl
-        except ImportError:  # Windows: no advisory locks; one trainer per folder is then up to the user
-            return cls(None)
-        try:
-            handle = open(path, "a+", encoding="utf-8")
-        except OSError as error:
-            raise RunFolderError(f"cannot write {path}: {error.strerror or error}") from None
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            handle.seek(0)
-            holder = handle.read().strip()[:20]
-            handle.close()
+        handle = exclusive_lock(path)
+        if isinstance(handle, str):  # another trainer holds it; the file says which
+            holder = handle[:20]
             raise RunFolderError(
                 f"{path.parent} is in use by another training process{f' (pid {holder})' if holder else ''}: "
                 "wait for it to finish or stop it, or choose another --out"

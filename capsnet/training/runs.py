@@ -34,6 +34,7 @@ from capsnet.training.run_folder import (
     FolderLock,
     Progress,
     RunFolder,
+    exclusive_lock,
     new_run_dir,
     run_folders,
     runs_root,
@@ -121,19 +122,8 @@ def _lock_says(lock: Path) -> dict[str, Any]:
 
 def _take_lock(root: Path, run: str) -> IO[str]:
     """Take the root's lock for a run about to start; the returned file is handed to the trainer's process."""
-    try:
-        import fcntl
-    except ImportError:  # no flock (Windows): one run at a time is then up to the user
-        return open(os.devnull, "w", encoding="utf-8")
-    lock = root / LOCK_NAME
-    try:
-        handle = open(lock, "a+", encoding="utf-8")
-    except OSError as error:
-        raise RunError(f"cannot write {lock}: {error.strerror or error}") from None
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        handle.close()
+    handle = exclusive_lock(root / LOCK_NAME)  # without flock (Windows): one run at a time is up to the user
+    if isinstance(handle, str):  # held
         running = active_run(root, include_external=False)
         raise RunInProgressError(
             _busy_message(running) if running else "a training run is starting; try again"
