@@ -59,3 +59,18 @@ def capsule_loss(
     margin = margin_loss(lengths.float(), labels, config.m_plus, config.m_minus, config.down_weight)
     recon = reconstruction_loss(reconstruction.float(), images.float(), config.reconstruction_weight)
     return CapsuleLoss(total=margin + recon, margin=margin, reconstruction=recon)
+
+
+def spread_loss(activations: Tensor, labels: Tensor, margin: float) -> Tensor:
+    """The EM paper's spread loss on class activations (B, K) and labels (B,), mean over the batch.
+
+    L = sum_{i != t} max(0, m - (a_t - a_i))^2: every wrong class must stay a margin m below the target's
+    activation (Hinton, Sabour & Frosst 2018, section 3.1). The margin grows from 0.2 to 0.9 during training
+    (`EMCapsNetConfig.margin`), which keeps dead capsules from being pushed apart too early.
+    """
+    if labels.dim() != 1:
+        raise ValueError(f"the spread loss takes one label per image (B,), got {tuple(labels.shape)}")
+    target = activations.gather(1, labels.view(-1, 1))  # a_t: (B, 1)
+    gaps = F.relu(margin - (target - activations)) ** 2  # (B, K); the target's own term is m^2
+    wrong = 1.0 - F.one_hot(labels, activations.shape[1]).to(activations.dtype)  # (B, K)
+    return (gaps * wrong).sum(dim=1).mean()

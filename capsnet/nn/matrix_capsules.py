@@ -1,0 +1,150 @@
+"""Layers of matrix capsules: primary capsules, convolutional capsules and class capsules, routed by EM.
+
+Hinton, Sabour & Frosst (2018), "Matrix capsules with EM routing", ICLR. https://openreview.net/forum?id=HJWLfGWRb
+
+A capsule grid is held as poses (B, T, 16, H, W), the 4x4 pose matrix of each of T types at each cell flattened
+row-major, and activations (B, T, H, W). A child's vote for a parent is its pose times a learned 4x4 matrix,
+V_ij = M_i W_ij; W depends on the child's type, the parent's type and (in a convolutional layer) the child's place
+in the kernel, never on the position of the kernel: transformation matrices are shared like convolution weights.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from capsnet.nn.em_routing import EMTrace, em_routing
+
+POSE = 4  # a pose is a 4x4 matrix
+POSE_ENTRIES = POSE * POSE  # 16
+
+
+class PrimaryMatrixCapsules(nn.Module):
+    """A 1x1 convolution per cell: B pose matrices (16 linear outputs each) and B sigmoid activations."""
+
+    def __init__(self, in_channels: int, types: int) -> None:
+        super().__init__()
+        self.types = types
+        self.pose = nn.Conv2d(in_channels, types * POSE_ENTRIES, kernel_size=1)
+        self.activation = nn.Conv2d(in_channels, types, kernel_size=1)
+
+    def forward(self, features: Tensor) -> tuple[Tensor, Tensor]:
+        batch, _, height, width = features.shape
+        poses = self.pose(features).view(batch, self.types, POSE_ENTRIES, height, width)  # (B, T, 16, H, W)
+        return poses, torch.sigmoid(self.activation(features))  # (B, T, H, W)
+
+
+def _route_float32(
+    votes: Tensor, child_a: Tensor, layer: ConvCapsules | ClassCapsules, iterations: int, trace: bool
+) -> tuple[Tensor, Tensor, EMTrace | None]:
+    """EM routing in float32 (under autocast and in a half-precision model alike), results in float32."""
+    with torch.autocast(votes.device.type, enabled=False):
+        return em_routing(
+            votes.float(), child_a.float(), layer.child_index, layer.children_count,
+            layer.beta_u.float(), layer.beta_a.float(), iterations, trace,
+        )  # fmt: skip
+
+
+def _votes(poses: Tensor, weight: Tensor) -> Tensor:
+    """V = M W for every slot: poses (B, L, I, 16) and W (I, J, 4, 4) -> votes (B, L, J, I, 16).
+
+    One batched product per slot i over the whole batch and every position: (B*L*4, 4) @ (4, J*4).
+    """
+    batch, positions, slots, _ = poses.shape
+    parents = weight.shape[1]
+    rows = poses.view(batch, positions, slots, POSE, POSE).permute(2, 0, 1, 3, 4)  # (I, B, L, 4, 4)
+    rows = rows.reshape(slots, batch * positions * POSE, POSE)  # (I, B*L*4, 4)
+    w = weight.permute(0, 2, 1, 3).reshape(slots, POSE, parents * POSE)  # (I, 4, J*4)
+    out = torch.bmm(rows, w.to(rows.dtype))  # (I, B*L*4, J*4)
+    out = out.view(slots, batch, positions, POSE, parents, POSE)  # (I, B, L, 4, J, 4)
+    return out.permute(1, 2, 4, 0, 3, 5).reshape(batch, positions, parents, slots, POSE_ENTRIES)  # (B, L, J, I, 16)
+
+
+class ConvCapsules(nn.Module):
+    """A convolutional capsule layer: each K x K window of child capsules routed by EM to J parent types there.
+
+    Holds one 4x4 W per (child type, kernel cell, parent type) and a beta_u and beta_a per parent type:
+    K*K*T_in*J*16 + 2J parameters (147,520 for 3x3, 32 -> 32).
+    """
+
+    def __init__(self, in_types: int, out_types: int, kernel: int, stride: int, in_size: int) -> None:
+        super().__init__()
+        if in_size < kernel:
+            raise ValueError(
+                f"a {kernel}x{kernel} capsule convolution needs a grid of at least {kernel}, got {in_size}"
+            )
+        self.in_types, self.out_types, self.kernel, self.stride, self.in_size = (
+            in_types,
+            out_types,
+            kernel,
+            stride,
+            in_size,
+        )
+        self.out_size = (in_size - kernel) // stride + 1
+        slots = in_types * kernel * kernel
+        self.weight = nn.Parameter(torch.empty(slots, out_types, POSE, POSE))  # W: (T_in*K*K, J, 4, 4)
+        nn.init.normal_(self.weight, std=0.5)
+        self.beta_u = nn.Parameter(torch.zeros(out_types))
+        self.beta_a = nn.Parameter(torch.zeros(out_types))
+        self.children_count = in_types * in_size * in_size
+        # the child in each slot (type, ky, kx) of each window: type * H * W + the cell under that kernel entry
+        cells = torch.arange(in_size * in_size, dtype=torch.float64).view(1, 1, in_size, in_size)
+        under = F.unfold(cells, kernel, stride=stride).round().long()[0]  # (K*K, L) the cell of each kernel entry
+        index = torch.arange(in_types).view(-1, 1, 1) * in_size * in_size + under  # (T_in, K*K, L)
+        self.register_buffer("child_index", index.reshape(slots, -1).t().contiguous(), persistent=False)  # (L, I)
+
+    def forward(
+        self, poses: Tensor, activations: Tensor, iterations: int, trace: bool = False
+    ) -> tuple[Tensor, Tensor, EMTrace | None]:
+        """Child grid (B, T_in, 16, H, W), (B, T_in, H, W) -> parent grid (B, J, 16, H', W'), (B, J, H', W')."""
+        batch = poses.shape[0]
+        k, s, n = self.kernel, self.stride, self.out_size
+        windows = F.unfold(poses.flatten(1, 2), k, stride=s)  # (B, T_in*16*K*K, L)
+        windows = windows.view(batch, self.in_types, POSE_ENTRIES, k * k, n * n)  # (B, T_in, 16, K*K, L)
+        windows = windows.permute(0, 4, 1, 3, 2).reshape(batch, n * n, -1, POSE_ENTRIES)  # (B, L, T_in*K*K, 16)
+        child_a = F.unfold(activations, k, stride=s).transpose(1, 2)  # (B, L, T_in*K*K)
+        votes = _votes(windows, self.weight)  # (B, L, J, I, 16)
+        mean, out_a, routed = _route_float32(votes, child_a, self, iterations, trace)  # (B, L, J, 16), (B, L, J)
+        out_poses = mean.permute(0, 2, 3, 1).reshape(batch, self.out_types, POSE_ENTRIES, n, n)  # (B, J, 16, H', W')
+        return out_poses, out_a.transpose(1, 2).reshape(batch, self.out_types, n, n), routed  # (B, J, H', W')
+
+
+class ClassCapsules(nn.Module):
+    """The class capsules: every child capsule of the last grid routed by EM to one capsule per class.
+
+    One 4x4 W per (child type, class), shared by every position of that type, and coordinate addition: the scaled
+    (row, column) of the centre of each child's receptive field is added to the first two entries of the right-hand
+    column of its votes (pose entries 3 and 7), so the class poses can still say where the parts were.
+    """
+
+    def __init__(self, in_types: int, classes: int, in_size: int, coordinate_addition: bool = True) -> None:
+        super().__init__()
+        self.in_types, self.classes, self.in_size = in_types, classes, in_size
+        self.weight = nn.Parameter(torch.empty(in_types, classes, POSE, POSE))  # W: (T_in, K, 4, 4)
+        nn.init.normal_(self.weight, std=0.5)
+        self.beta_u = nn.Parameter(torch.zeros(classes))
+        self.beta_a = nn.Parameter(torch.zeros(classes))
+        self.children_count = in_types * in_size * in_size
+        self.register_buffer("child_index", torch.arange(self.children_count).view(1, -1), persistent=False)  # (1, I)
+        centre = (torch.arange(in_size, dtype=torch.float32) + 0.5) / in_size  # (H,) in (0, 1)
+        offsets = torch.zeros(in_size, in_size, POSE_ENTRIES)  # (H, W, 16)
+        if coordinate_addition:
+            offsets[:, :, 3] = centre.view(-1, 1)  # row, into entry (0, 3)
+            offsets[:, :, 7] = centre.view(1, -1)  # column, into entry (1, 3)
+        self.register_buffer("offsets", offsets.view(-1, POSE_ENTRIES), persistent=False)  # (H*W, 16)
+
+    def forward(
+        self, poses: Tensor, activations: Tensor, iterations: int, trace: bool = False
+    ) -> tuple[Tensor, Tensor, EMTrace | None]:
+        """Child grid (B, T_in, 16, H, W), (B, T_in, H, W) -> class poses (B, K, 16), activations (B, K)."""
+        batch, types, _, height, width = poses.shape
+        cells = height * width
+        # a type's children share their W: every (example, cell) is a "position" and the child types are the slots
+        rows = poses.permute(0, 3, 4, 1, 2).reshape(1, batch * cells, types, POSE_ENTRIES)  # (1, B*H*W, T, 16)
+        votes = _votes(rows, self.weight).view(batch, cells, self.classes, types, POSE_ENTRIES)  # (B, H*W, K, T, 16)
+        votes = votes.permute(0, 2, 3, 1, 4) + self.offsets.to(votes.dtype)  # coordinate addition: (B, K, T, H*W, 16)
+        votes = votes.reshape(batch, 1, self.classes, types * cells, POSE_ENTRIES)  # (B, 1, K, I, 16), i = (type, y, x)
+        child_a = activations.reshape(batch, 1, types * cells)  # (B, 1, I), slot (type, y, x)
+        mean, out_a, routed = _route_float32(votes, child_a, self, iterations, trace)  # (B, 1, K, 16), (B, 1, K)
+        return mean[:, 0], out_a[:, 0], routed

@@ -1,0 +1,225 @@
+"""EM routing (capsnet.nn.em_routing) against a slow float64 reference written from the paper's Procedure 1 in plain
+loops, values and gradients, and on the pitfalls Gritzman (2019) lists."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from capsnet.nn.em_capsnet import EM_PRESETS, EMCapsNet
+from capsnet.nn.em_routing import (
+    EPSILON,
+    VARIANCE_FLOOR,
+    child_softmax,
+    em_routing,
+    inverse_temperature,
+    reach_counts,
+)
+from capsnet.nn.matrix_capsules import ClassCapsules, ConvCapsules
+
+
+def reference_em(votes, acts, child_index, children, beta_u, beta_a, iterations):
+    """Procedure 1 of the EM paper, one example, parent and child at a time, in float64 (each pose entry h a vector).
+
+    votes (B, P, J, I, H), acts (B, P, I); returns mu (B, P, J, H) and a (B, P, J). The data assigned to a parent is
+    scaled by J / I (pitfall 3), every sigma^2 has the floor, and a child's R_ij sums to 1 over every parent it
+    reaches, at every position (pitfall 1).
+    """
+    batch, positions, parents, slots, _ = votes.shape
+    slot_of = {}  # child -> its (p, i) slots
+    for p in range(positions):
+        for i in range(slots):
+            slot_of.setdefault(int(child_index[p, i]), []).append((p, i))
+    means, activations = [], []
+    for b in range(batch):
+        R = {(p, j, i): 1.0 / (len(slot_of[int(child_index[p, i])]) * parents)
+             for p in range(positions) for j in range(parents) for i in range(slots)}  # fmt: skip
+        for t in range(iterations):
+            lam = 1.0 * (1 - 0.95 ** (t + 1))
+            mu, var, act = {}, {}, {}
+            for p in range(positions):
+                for j in range(parents):
+                    r = [R[p, j, i] * acts[b, p, i] for i in range(slots)]
+                    n = sum(r)
+                    mu[p, j] = sum(r[i] * votes[b, p, j, i] for i in range(slots)) / (n + EPSILON)
+                    spread = sum(r[i] * (votes[b, p, j, i] - mu[p, j]) ** 2 for i in range(slots)) / (n + EPSILON)
+                    var[p, j] = spread + VARIANCE_FLOOR
+                    cost = (beta_u[j] + 0.5 * torch.log(var[p, j])) * n * parents / slots
+                    act[p, j] = torch.sigmoid(lam * (beta_a[j] - cost.sum()))
+            if t < iterations - 1:  # E-step
+                weight = {}
+                for p in range(positions):
+                    for j in range(parents):
+                        for i in range(slots):
+                            d = votes[b, p, j, i] - mu[p, j]
+                            density = torch.exp(-0.5 * (d * d / var[p, j]).sum()) / torch.sqrt(
+                                torch.prod(2 * math.pi * var[p, j])
+                            )
+                            weight[p, j, i] = act[p, j] * density
+                for slots_of_child in slot_of.values():
+                    total = sum(weight[p, j, i] for p, i in slots_of_child for j in range(parents))
+                    for p, i in slots_of_child:
+                        for j in range(parents):
+                            R[p, j, i] = weight[p, j, i] / total
+        means.append(torch.stack([torch.stack([mu[p, j] for j in range(parents)]) for p in range(positions)]))
+        activations.append(torch.stack([torch.stack([act[p, j] for j in range(parents)]) for p in range(positions)]))
+    return torch.stack(means), torch.stack(activations)
+
+
+def _inputs(positions, parents, slots, batch=2, seed=0, spread=1.0):
+    g = torch.Generator().manual_seed(seed)
+    votes = torch.randn(batch, positions, parents, slots, 16, generator=g, dtype=torch.float64) * spread
+    acts = torch.rand(batch, positions, slots, generator=g, dtype=torch.float64)
+    beta_u = torch.randn(parents, generator=g, dtype=torch.float64) * 0.5
+    beta_a = torch.randn(parents, generator=g, dtype=torch.float64) * 0.5
+    return [x.requires_grad_() for x in (votes, acts, beta_u, beta_a)]
+
+
+def _check_against_reference(votes, acts, beta_u, beta_a, child_index, children, iterations, backward):
+    g = torch.Generator().manual_seed(1)
+    mean, act, _ = em_routing(votes, acts, child_index, children, beta_u, beta_a, iterations, backward=backward)
+    w_mean = torch.randn(mean.shape, generator=g, dtype=torch.float64)
+    w_act = torch.randn(act.shape, generator=g, dtype=torch.float64)
+    grads = torch.autograd.grad((mean * w_mean).sum() + (act * w_act).sum(), (votes, acts, beta_u, beta_a))
+    ref_mean, ref_act = reference_em(votes, acts, child_index, children, beta_u, beta_a, iterations)
+    ref_grads = torch.autograd.grad((ref_mean * w_mean).sum() + (ref_act * w_act).sum(), (votes, acts, beta_u, beta_a))
+    torch.testing.assert_close(mean, ref_mean, rtol=1e-9, atol=1e-10)
+    torch.testing.assert_close(act, ref_act, rtol=1e-9, atol=1e-10)
+    for name, got, want in zip(("votes", "activations", "beta_u", "beta_a"), grads, ref_grads):
+        torch.testing.assert_close(got, want, rtol=1e-7, atol=1e-9, msg=lambda m, n=name: f"d/d{n}: {m}")
+
+
+@pytest.mark.parametrize("iterations", [1, 2, 3])
+@pytest.mark.parametrize("preset", sorted(EM_PRESETS))
+def test_class_layer_matches_the_reference(preset, iterations):
+    """Each preset's class capsules (every child reaches every class once), both backward passes."""
+    c = EM_PRESETS[preset]
+    layer = ClassCapsules(c.convcaps2_types, c.num_classes, c.convcaps2_grid)
+    slots = layer.children_count
+    if slots > 100:  # the reference is slow: the preset's fan-in per class, but fewer positions of it
+        slots = c.convcaps2_types * 2
+    index = torch.arange(slots).view(1, -1)
+    votes, acts, beta_u, beta_a = _inputs(1, c.num_classes, slots, spread=0.5)
+    for backward in ("manual", "autograd"):
+        _check_against_reference(votes, acts, beta_u, beta_a, index, slots, iterations, backward)
+
+
+@pytest.mark.parametrize("iterations", [1, 2, 3])
+def test_convolutional_layer_matches_the_reference(iterations):
+    """A 3x3 stride-1 capsule convolution, where a child sits in up to 9 windows that compete for it."""
+    layer = ConvCapsules(in_types=2, out_types=3, kernel=3, stride=1, in_size=4)  # 2x2 windows of 18 slots
+    positions, slots = layer.child_index.shape
+    votes, acts, beta_u, beta_a = _inputs(positions, 3, slots, seed=3)
+    for backward in ("manual", "autograd"):
+        _check_against_reference(votes, acts, beta_u, beta_a, layer.child_index, layer.children_count, iterations,
+                                 backward)  # fmt: skip
+
+
+def test_inverse_temperature_grows_towards_its_final_value():
+    lambdas = [inverse_temperature(t) for t in (1, 2, 3)]
+    assert lambdas == pytest.approx([0.05, 0.0975, 0.142625])
+    assert lambdas == sorted(lambdas) and all(0 < x < 1 for x in lambdas)
+    with pytest.raises(ValueError):
+        inverse_temperature(0)
+
+
+def test_parents_at_different_positions_compete_for_a_child():
+    """Pitfall 1: a child's assignments sum to 1 over every parent it reaches, not to 1 at each position."""
+    layer = ConvCapsules(in_types=2, out_types=3, kernel=3, stride=1, in_size=5)
+    positions, slots = layer.child_index.shape
+    votes, acts, beta_u, beta_a = (x.detach().float() for x in _inputs(positions, 3, slots, seed=5))
+    _, _, trace = em_routing(votes, acts, layer.child_index, layer.children_count, beta_u, beta_a, 3, trace=True)
+    counts = reach_counts(layer.child_index, layer.children_count)
+    assert counts.max() == 9  # the centre child of the 5x5 grid sits in all nine 3x3 windows
+    for t in range(3):
+        per_slot = trace.assignments[:, t].sum(dim=2)  # (B, P, I): summed over the parent types
+        per_child = torch.zeros(2, layer.children_count).index_add_(1, layer.child_index.flatten(), per_slot.flatten(1))
+        torch.testing.assert_close(per_child, torch.ones_like(per_child))
+        # so at one position a shared child gives only part of itself
+        centre = (layer.child_index == 12).nonzero()[0]
+        assert per_slot[:, centre[0], centre[1]].max() < 0.99
+
+
+def test_child_softmax_matches_a_softmax_over_each_childs_parents():
+    index = torch.tensor([[0, 1], [1, 2]])  # child 1 in both positions
+    logits = torch.randn(3, 2, 4, 2)
+    got = child_softmax(logits, index, 3)
+    both = torch.cat([logits[:, 0, :, 1], logits[:, 1, :, 0]], dim=1).softmax(dim=1)  # child 1's 8 parents
+    torch.testing.assert_close(torch.cat([got[:, 0, :, 1], got[:, 1, :, 0]], dim=1), both)
+    torch.testing.assert_close(got[:, 0, :, 0], logits[:, 0, :, 0].softmax(dim=1))
+
+
+@pytest.mark.parametrize("backward", ["manual", "autograd"])
+def test_a_parent_with_one_child_or_none_stays_finite(backward):
+    """Pitfall 2: one active child (sigma^2 = 0 without the floor) or no active child (n_j = 0): no NaN, no inf."""
+    votes, acts, beta_u, beta_a = (x.detach().float() for x in _inputs(1, 4, 6, seed=7))
+    index = torch.arange(6).view(1, -1)
+    for child_a in (torch.tensor([1.0, 0, 0, 0, 0, 0]), torch.zeros(6), torch.full((6,), 1e-30)):
+        a = child_a.expand(2, 1, 6).clone().requires_grad_()
+        v = votes.clone().requires_grad_()
+        mean, act, _ = em_routing(v, a, index, 6, beta_u, beta_a, 3, backward=backward)
+        (mean.sum() + act.sum()).backward()
+        for x in (mean, act, v.grad, a.grad):
+            assert torch.isfinite(x).all()
+        if child_a[0] == 1:  # one child: the parent sits on its vote
+            torch.testing.assert_close(mean[0, 0], votes[0, 0, :, 0], rtol=1e-4, atol=1e-4)
+
+
+def test_the_data_assigned_to_a_parent_is_normalised():
+    """Pitfall 3: every child counted twice (twice the fan-in, the same votes) leaves the parents as they were."""
+    votes, acts, beta_u, beta_a = (x.detach() for x in _inputs(1, 3, 8, seed=9))
+    mean, act, _ = em_routing(votes, acts, torch.arange(8).view(1, -1), 8, beta_u, beta_a, 3)
+    twice_v, twice_a = torch.cat([votes, votes], dim=3), torch.cat([acts, acts], dim=2)
+    mean2, act2, _ = em_routing(twice_v, twice_a, torch.arange(16).view(1, -1), 16, beta_u, beta_a, 3)
+    torch.testing.assert_close(mean2, mean)
+    torch.testing.assert_close(act2, act)
+
+
+def test_routing_is_separate_for_each_example():
+    """The assignments are never shared across the batch: changing one example changes only its own parents."""
+    votes, acts, beta_u, beta_a = (x.detach() for x in _inputs(1, 3, 8, batch=3, seed=11))
+    mean, act, _ = em_routing(votes, acts, torch.arange(8).view(1, -1), 8, beta_u, beta_a, 3)
+    changed = votes.clone()
+    changed[2] = torch.randn_like(changed[2])
+    mean2, act2, _ = em_routing(changed, acts, torch.arange(8).view(1, -1), 8, beta_u, beta_a, 3)
+    torch.testing.assert_close(mean2[:2], mean[:2])
+    torch.testing.assert_close(act2[:2], act[:2])
+    assert not torch.allclose(mean2[2], mean[2])
+
+
+def test_the_trace_holds_every_iteration():
+    votes, acts, beta_u, beta_a = (x.detach().float() for x in _inputs(1, 4, 6, seed=13))
+    mean, act, trace = em_routing(votes, acts, torch.arange(6).view(1, -1), 6, beta_u, beta_a, 3, trace=True)
+    assert trace.assignments.shape == (2, 3, 1, 4, 6)
+    assert trace.means.shape == trace.variances.shape == (2, 3, 1, 4, 16)
+    assert trace.activations.shape == (2, 3, 1, 4)
+    torch.testing.assert_close(trace.assignments[:, 0], torch.full((2, 1, 4, 6), 0.25))  # uniform start
+    torch.testing.assert_close(trace.means[:, -1], mean)
+    torch.testing.assert_close(trace.activations[:, -1], act)
+    assert (trace.variances >= VARIANCE_FLOOR).all()
+
+
+def test_bad_arguments_are_refused_in_one_line():
+    votes, acts, beta_u, beta_a = (x.detach() for x in _inputs(1, 3, 8))
+    index = torch.arange(8).view(1, -1)
+    with pytest.raises(ValueError, match="votes must be"):
+        em_routing(votes[0], acts, index, 8, beta_u, beta_a, 3)
+    with pytest.raises(ValueError, match="activations must be"):
+        em_routing(votes, acts[:, :, :4], index, 8, beta_u, beta_a, 3)
+    with pytest.raises(ValueError, match="routing iterations"):
+        em_routing(votes, acts, index, 8, beta_u, beta_a, 0)
+
+
+def test_bf16_autocast_gives_finite_values_and_gradients_close_to_float32():
+    torch.manual_seed(0)
+    model = EMCapsNet(EM_PRESETS["tiny"])
+    images, labels = torch.rand(4, 1, 28, 28), torch.tensor([0, 1, 2, 3])
+    out32 = model(images, labels)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out16 = model(images, labels)
+    out16.activations.sum().backward()
+    assert torch.isfinite(out16.activations).all()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+    torch.testing.assert_close(out16.activations.float(), out32.activations, atol=0.05, rtol=0.05)
