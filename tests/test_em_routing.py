@@ -37,7 +37,7 @@ def reference_em(votes, acts, child_index, children, beta_u, beta_a, iterations)
         R = {(p, j, i): 1.0 / (len(slot_of[int(child_index[p, i])]) * parents)
              for p in range(positions) for j in range(parents) for i in range(slots)}  # fmt: skip
         for t in range(iterations):
-            lam = 1.0 * (1 - 0.95 ** (t + 1))
+            lam = 0.3 * (1 - 0.95 ** (t + 1))
             mu, var, act = {}, {}, {}
             for p in range(positions):
                 for j in range(parents):
@@ -119,7 +119,7 @@ def test_convolutional_layer_matches_the_reference(iterations):
 
 def test_inverse_temperature_grows_towards_its_final_value():
     lambdas = [inverse_temperature(t) for t in (1, 2, 3)]
-    assert lambdas == pytest.approx([0.05, 0.0975, 0.142625])
+    assert lambdas == pytest.approx([0.015, 0.02925, 0.0427875])
     assert lambdas == sorted(lambdas) and all(0 < x < 1 for x in lambdas)
     with pytest.raises(ValueError):
         inverse_temperature(0)

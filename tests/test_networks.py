@@ -8,22 +8,26 @@ import torch
 from capsnet.nn.capsnet import CapsNet
 from capsnet.nn.cnn import CNN_PRESETS, BaselineCNN, CNNConfig
 from capsnet.nn.config import PRESETS, CapsNetConfig
+from capsnet.nn.em_capsnet import EM_PRESETS, EMCapsNet, EMCapsNetConfig
 from capsnet.nn.registry import NETWORKS, network, network_of
 from capsnet.training.options import TrainOptions
 
 
 def test_every_network_declares_its_contract() -> None:
-    assert set(NETWORKS) == {"capsnet", "cnn"}
+    assert set(NETWORKS) == {"capsnet", "cnn", "em"}
     capsnet, cnn = network("capsnet"), network("cnn")
     assert (capsnet.config_type, capsnet.module_type, capsnet.presets) == (CapsNetConfig, CapsNet, tuple(PRESETS))
     assert (cnn.config_type, cnn.module_type, cnn.presets) == (CNNConfig, BaselineCNN, tuple(CNN_PRESETS))
     assert capsnet.capsules and not cnn.capsules
     assert capsnet.run_options == ("routing_iterations",) and cnn.run_options == ()
-    with pytest.raises(ValueError, match="unknown network 'rnn'; this capsnet reads capsnet, cnn"):
+    em = network("em")
+    assert (em.config_type, em.module_type, em.presets) == (EMCapsNetConfig, EMCapsNet, tuple(EM_PRESETS))
+    assert not em.capsules and not em.baseline and cnn.baseline and not em.pairs
+    with pytest.raises(ValueError, match="unknown network 'rnn'; this capsnet reads capsnet, cnn, em"):
         network("rnn")
 
 
-@pytest.mark.parametrize("name", ["capsnet", "cnn"])
+@pytest.mark.parametrize("name", ["capsnet", "cnn", "em"])
 def test_a_network_is_found_from_its_config_or_its_model(name: str) -> None:
     net = network(name)
     config = net.preset("tiny")
@@ -32,11 +36,11 @@ def test_a_network_is_found_from_its_config_or_its_model(name: str) -> None:
     with pytest.raises(ValueError, match="needs a"):
         net.build(network("cnn" if name == "capsnet" else "capsnet").preset("tiny"))
     # the task sets the input size, and the CNN's sigmoid per class where an example holds several digits
-    task = net.config_for("tiny", 36, pairs=True)
-    assert task.image_size == 36 and getattr(task, "multi_label", True)
+    task = net.config_for("tiny", 36, pairs=net.pairs)
+    assert task.image_size == 36 and (net.pairs_field is None or getattr(task, net.pairs_field))
 
 
-@pytest.mark.parametrize("name", ["capsnet", "cnn"])
+@pytest.mark.parametrize("name", ["capsnet", "cnn", "em"])
 def test_each_network_brings_its_own_loss(name: str) -> None:
     torch.manual_seed(0)
     net = network(name)

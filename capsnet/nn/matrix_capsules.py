@@ -84,14 +84,15 @@ class ConvCapsules(nn.Module):
         self.out_size = (in_size - kernel) // stride + 1
         slots = in_types * kernel * kernel
         self.weight = nn.Parameter(torch.empty(slots, out_types, POSE, POSE))  # W: (T_in*K*K, J, 4, 4)
-        nn.init.normal_(self.weight, std=0.5)
+        nn.init.normal_(self.weight, std=1.0)
         self.beta_u = nn.Parameter(torch.zeros(out_types))
         self.beta_a = nn.Parameter(torch.zeros(out_types))
         self.children_count = in_types * in_size * in_size
-        # the child in each slot (type, ky, kx) of each window: type * H * W + the cell under that kernel entry
-        cells = torch.arange(in_size * in_size, dtype=torch.float64).view(1, 1, in_size, in_size)
+        # the child in each slot (type, ky, kx) of each window: type * H * W + the cell under that kernel entry (on
+        # the CPU even when the network is built on the meta device to be loaded: these are derived, never stored)
+        cells = torch.arange(in_size * in_size, dtype=torch.float64, device="cpu").view(1, 1, in_size, in_size)
         under = F.unfold(cells, kernel, stride=stride).round().long()[0]  # (K*K, L) the cell of each kernel entry
-        index = torch.arange(in_types).view(-1, 1, 1) * in_size * in_size + under  # (T_in, K*K, L)
+        index = torch.arange(in_types, device="cpu").view(-1, 1, 1) * in_size * in_size + under  # (T_in, K*K, L)
         self.register_buffer("child_index", index.reshape(slots, -1).t().contiguous(), persistent=False)  # (L, I)
 
     def forward(
@@ -122,13 +123,14 @@ class ClassCapsules(nn.Module):
         super().__init__()
         self.in_types, self.classes, self.in_size = in_types, classes, in_size
         self.weight = nn.Parameter(torch.empty(in_types, classes, POSE, POSE))  # W: (T_in, K, 4, 4)
-        nn.init.normal_(self.weight, std=0.5)
+        nn.init.normal_(self.weight, std=1.0)
         self.beta_u = nn.Parameter(torch.zeros(classes))
         self.beta_a = nn.Parameter(torch.zeros(classes))
         self.children_count = in_types * in_size * in_size
-        self.register_buffer("child_index", torch.arange(self.children_count).view(1, -1), persistent=False)  # (1, I)
-        centre = (torch.arange(in_size, dtype=torch.float32) + 0.5) / in_size  # (H,) in (0, 1)
-        offsets = torch.zeros(in_size, in_size, POSE_ENTRIES)  # (H, W, 16)
+        index = torch.arange(self.children_count, device="cpu").view(1, -1)  # (1, I); derived, on the CPU (see above)
+        self.register_buffer("child_index", index, persistent=False)
+        centre = (torch.arange(in_size, dtype=torch.float32, device="cpu") + 0.5) / in_size  # (H,) in (0, 1)
+        offsets = torch.zeros(in_size, in_size, POSE_ENTRIES, device="cpu")  # (H, W, 16)
         if coordinate_addition:
             offsets[:, :, 3] = centre.view(-1, 1)  # row, into entry (0, 3)
             offsets[:, :, 7] = centre.view(1, -1)  # column, into entry (1, 3)

@@ -4,7 +4,7 @@ In the spirit of timm's `create_model`: each network declares its name, its conf
 presets, its module, what it offers (capsules: poses, routing and reconstructions) and its own
 loss, and every caller asks the registry (`network("cnn")`, `network_of(model_or_config)`) instead
 of testing types. "capsnet" is the paper's Capsule Network (`capsnet.nn.capsnet`), "cnn" its baseline
-(`capsnet.nn.cnn`). Both forward passes take (images, labels) and return an output with `scores`
+(`capsnet.nn.cnn`), "em" the matrix capsules of the second paper, routed by EM (`capsnet.nn.em_capsnet`). Both forward passes take (images, labels) and return an output with `scores`
 (B, K) and `prediction` (B,), so the trainer and the evaluation treat them alike.
 """
 
@@ -14,15 +14,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from capsnet.nn.capsnet import CapsNet, CapsNetOutput
 from capsnet.nn.cnn import CNN_PRESETS, BaselineCNN, CNNConfig, CNNOutput, cnn_loss
 from capsnet.nn.config import PRESETS, CapsNetConfig
-from capsnet.nn.losses import CapsuleLoss, capsule_loss
+from capsnet.nn.em_capsnet import EM_PRESETS, EMCapsNet, EMCapsNetConfig, EMCapsNetOutput
+from capsnet.nn.losses import CapsuleLoss, capsule_loss, reconstruction_loss, spread_loss
 
-AnyConfig = CapsNetConfig | CNNConfig
-AnyModel = CapsNet | BaselineCNN
+AnyConfig = CapsNetConfig | CNNConfig | EMCapsNetConfig
+AnyModel = CapsNet | BaselineCNN | EMCapsNet
 
 
 @dataclass(frozen=True)
@@ -35,8 +37,10 @@ class Network:
     config_type: type
     module_type: type
     presets: tuple[str, ...]
-    capsules: bool  # capsule poses, routing by agreement, reconstructions
+    capsules: bool  # vector capsules: lengths, dynamic routing's trace, reconstructions (the dashboard's views)
+    baseline: bool  # a baseline the capsule networks are compared with (shipped in checkpoints/baselines/)
     run_options: tuple[str, ...]  # training options (`TrainOptions` fields) that only this network reads
+    pairs: bool  # can read a task with several labels per example (MultiMNIST's pairs)
     pairs_field: str | None  # the config field that a task with several labels per example sets, if any
     _loss: Callable[..., CapsuleLoss]
 
@@ -59,30 +63,47 @@ class Network:
             raise ValueError(f"a {self.title} needs a {self.config_type.__name__}, got {type(config).__name__}")
         return self.module_type(config)
 
-    def loss(self, out: CapsNetOutput | CNNOutput, targets: Tensor, labels: Tensor, config: AnyConfig) -> CapsuleLoss:
-        """The training loss: margin + reconstruction for the CapsNet, cross-entropy for the CNN.
+    def loss(self, out: Any, targets: Tensor, labels: Tensor, config: AnyConfig, progress: float = 1.0) -> CapsuleLoss:
+        """The training loss: margin + reconstruction for the CapsNet, cross-entropy for the CNN, spread loss (+
+        reconstruction, with a decoder) for the EM network.
 
-        `targets` are what a CapsNet's reconstructions are compared with (the images, or MultiMNIST's digits alone).
+        `targets` are what reconstructions are compared with (the images, or MultiMNIST's digits alone); `progress`
+        (0 to 1) is how far training is, for the EM network's annealed margin (1 when evaluating).
         """
-        return self._loss(out, targets, labels, config)
+        return self._loss(out, targets, labels, config, progress)
 
 
-def _capsnet_loss(out: CapsNetOutput, targets: Tensor, labels: Tensor, config: CapsNetConfig) -> CapsuleLoss:
+def _capsnet_loss(out: CapsNetOutput, targets: Tensor, labels: Tensor, config: CapsNetConfig, _: float) -> CapsuleLoss:
     return capsule_loss(out.lengths, out.reconstruction, targets, labels, config)
 
 
-def _cnn_loss(out: CNNOutput, targets: Tensor, labels: Tensor, config: CNNConfig) -> CapsuleLoss:
+def _cnn_loss(out: CNNOutput, targets: Tensor, labels: Tensor, config: CNNConfig, _: float) -> CapsuleLoss:
     return cnn_loss(out.logits, labels, config)
+
+
+def _em_loss(
+    out: EMCapsNetOutput, targets: Tensor, labels: Tensor, config: EMCapsNetConfig, progress: float
+) -> CapsuleLoss:
+    spread = spread_loss(out.activations.float(), labels, config.margin(progress))
+    if out.reconstruction is None:
+        return CapsuleLoss(total=spread, margin=spread, reconstruction=torch.zeros((), device=spread.device))
+    recon = reconstruction_loss(out.reconstruction.float(), targets.float(), config.reconstruction_weight)
+    return CapsuleLoss(total=spread + recon, margin=spread, reconstruction=recon)
 
 
 NETWORKS: dict[str, Network] = {
     "capsnet": Network(
         "capsnet", "CapsNet", "a Capsule Network", CapsNetConfig, CapsNet, tuple(PRESETS), capsules=True,
-        run_options=("routing_iterations",), pairs_field=None, _loss=_capsnet_loss,
+        baseline=False, run_options=("routing_iterations",), pairs=True, pairs_field=None, _loss=_capsnet_loss,
     ),
     "cnn": Network(
         "cnn", "CNN baseline", "a CNN baseline", CNNConfig, BaselineCNN, tuple(CNN_PRESETS), capsules=False,
-        run_options=(), pairs_field="multi_label", _loss=_cnn_loss,
+        baseline=True, run_options=(), pairs=True, pairs_field="multi_label", _loss=_cnn_loss,
+    ),
+    "em": Network(
+        "em", "EM CapsNet", "a matrix-capsule network routed by EM", EMCapsNetConfig, EMCapsNet, tuple(EM_PRESETS),
+        capsules=False, baseline=False, run_options=("routing_iterations",), pairs=False, pairs_field=None,
+        _loss=_em_loss,
     ),
 }  # fmt: skip
 NETWORK_NAMES = tuple(NETWORKS)

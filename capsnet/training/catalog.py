@@ -109,7 +109,7 @@ def list_checkpoints(
     baselines/). Broken files are listed with `error` set (with the Capsule Networks), so the
     picker can name them.
     """
-    folder = checkpoints_dir(checkpoints) / ("" if registry.network(network).capsules else BASELINES)
+    folder = checkpoints_dir(checkpoints) / (BASELINES if registry.network(network).baseline else "")
     shipped: list[Path] = []
     if folder.is_dir():
         files = sorted(p for p in folder.glob("*.safetensors") if _inside(p, folder))
@@ -132,7 +132,7 @@ def trained_on(dataset: str, entries: list[CheckpointEntry]) -> CheckpointEntry 
 
 def baseline_for(dataset: str, baselines: list[CheckpointEntry]) -> CheckpointEntry | None:
     """The CNN to compare a `dataset` model with: the shipped one, else the newest run's."""
-    return trained_on(dataset, [e for e in baselines if not registry.network(e.network).capsules])
+    return trained_on(dataset, [e for e in baselines if registry.network(e.network).baseline])
 
 
 def default_checkpoint(entries: list[CheckpointEntry]) -> CheckpointEntry | None:

@@ -21,7 +21,7 @@ from capsnet.data.datasets import DATASETS, dataset_info
 from capsnet.data.tasks import Task
 from capsnet.device import DEVICE_CHOICES
 from capsnet.errors import ArgumentParser, InvalidArgumentError
-from capsnet.nn.config import MAX_ROUTING_ITERATIONS, PRESETS
+from capsnet.nn.config import MAX_ROUTING_ITERATIONS
 from capsnet.nn.registry import NETWORK_NAMES, NETWORKS, AnyConfig, network
 from capsnet.training.recipes import RECIPES
 from capsnet.training.schedule import SCHEDULES
@@ -67,8 +67,9 @@ class TrainOptions:
     )  # fmt: skip
     preset: str = field(
         default="paper",
-        metadata=option("model preset: the paper's network (on MultiMNIST's pairs), or a tiny one for tests and demos",
-                        choices=tuple(PRESETS), defines_run=True),
+        metadata=option("model preset: the paper's network (on MultiMNIST's pairs), or a tiny one for tests and demos; "
+                        "the EM network's: paper, small, small-decoder, tiny",
+                        choices=tuple(dict.fromkeys(p for n in NETWORKS.values() for p in n.presets)), defines_run=True),
     )  # fmt: skip
     epochs: int = field(default=10, metadata=option("total epochs (also when resuming)", positive=True))
     batch_size: int = field(default=128, metadata=option("images per batch", positive=True, defines_run=True))
@@ -174,6 +175,8 @@ class TrainOptions:
             raise InvalidArgumentError(
                 f"the {chosen.title} has no preset {self.preset!r}; choose from {', '.join(chosen.presets)}"
             )
+        if not chosen.pairs and Task.of(dataset_info(self.dataset)).pairs:
+            raise InvalidArgumentError(f"the {chosen.title} reads one digit per image, not {self.dataset}'s pairs")
         defaults = {f.name: f.default for f in dataclasses.fields(self)}
         for other in NETWORKS.values():  # an option of another network is refused, not dropped
             for name in set(other.run_options) - set(chosen.run_options):

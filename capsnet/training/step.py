@@ -17,15 +17,17 @@ def training_step(
     targets: torch.Tensor,
     config: AnyConfig,
     amp: bool,
+    progress: float = 1.0,
 ) -> tuple[Any, Any]:
     """One optimisation step: forward (bf16 autocast if `amp`), the network's loss, backward, update.
 
-    `targets` are what the reconstructions are compared with: the images, or MultiMNIST's digits alone.
+    `targets` are what the reconstructions are compared with: the images, or MultiMNIST's digits alone;
+    `progress` is how far the run is (0 to 1), which a loss with a schedule reads (the EM network's spread margin).
     Returns the model's output and the `CapsuleLoss`, still on the device.
     """
     with torch.autocast(images.device.type, dtype=torch.bfloat16, enabled=amp):
         out = model(images, labels)
-        loss = network_of(config).loss(out, targets, labels, config)
+        loss = network_of(config).loss(out, targets, labels, config, progress)
     optimizer.zero_grad(set_to_none=True)
     loss.total.backward()
     optimizer.step()

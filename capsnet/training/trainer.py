@@ -136,6 +136,7 @@ def train_one_epoch(
     bar: tqdm | None = None,
     watch: CollapseWatch | None = None,
     schedule: Schedule | None = None,
+    progress: tuple[float, float] = (1.0, 0.0),
 ) -> EpochSums:
     """One pass over `loader`'s (images, labels, reconstruction targets) batches, already on `device`.
 
@@ -143,7 +144,8 @@ def train_one_epoch(
     to report progress (at most every REPORT_EVERY_S), and the stop flag of a distributed run and
     the collapse watch only every SYNC_EVERY batches and at the end, when all processes check them
     together (so they all stop at the same batch, and agree whether the epoch was stopped).
-    Raises TrainingCollapsedError when the watch says so.
+    Raises TrainingCollapsedError when the watch says so. `progress` is (the run's progress at this
+    epoch's first batch, its growth per batch), for a loss with a schedule.
     """
     model.train()
     loss_sum = torch.zeros((), device=device)
@@ -161,7 +163,8 @@ def train_one_epoch(
             bar.set_postfix(loss=f"{mean_loss:.4f}", acc=f"{100 * accuracy:.2f}%", img_s=f"{speed:.0f}")
 
     for images, labels, targets in loader:
-        out, loss = training_step(model, optimizer, images, labels, targets, config, amp)
+        at = progress[0] + batches * progress[1]  # how far the run is, 0 to 1
+        out, loss = training_step(model, optimizer, images, labels, targets, config, amp, at)
         if schedule is not None:
             schedule.after_batch()
         batches += 1
@@ -253,6 +256,7 @@ def fit(
     data = load_data(options, device, env)
     per_process = len(data.sampler)
     batches = math.ceil(per_process / options.batch_size)
+    total_batches = max(options.epochs * batches, 1)
     accel = prepared.acceleration
     seed_everything(options.seed + env.rank)  # the weights do not depend on what loading the data drew
     model, optimizer, scheduler = build(options, device, accel, batches, resumed=prepared.config)
@@ -316,6 +320,7 @@ def fit(
                 sums = train_one_epoch(
                     net, loader, optimizer, model.config, device, amp, stop, env,
                     on_batch if env.is_main else None, bar, watch, scheduler,
+                    ((epoch * batches + done_before) / total_batches, 1 / total_batches),
                 )  # fmt: skip
                 if bar is not None:
                     bar.close()

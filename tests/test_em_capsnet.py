@@ -1,0 +1,133 @@
+"""The matrix-capsule network routed by EM (capsnet.nn.em_capsnet): presets, shapes, the spread loss and its margin,
+the decoder's mask, and a run of the real training CLI with it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from capsnet.checkpoints.checkpoint import load_checkpoint
+from capsnet.errors import InvalidArgumentError
+from capsnet.nn.em_capsnet import EM_PRESETS, EMCapsNet, EMCapsNetConfig
+from capsnet.nn.losses import spread_loss
+from capsnet.nn.matrix_capsules import ClassCapsules, ConvCapsules
+from capsnet.training.options import TrainOptions
+from tests.cli_support import capsnet
+
+
+def test_parameter_counts_match_the_papers_figures() -> None:
+    """The paper gives about 310K parameters for A = B = C = D = 32 and 68K for A = 64, B = 8, C = D = 16."""
+    paper, small = EMCapsNet(EM_PRESETS["paper"]), EMCapsNet(EM_PRESETS["small"])
+    # conv1 5*5*32+32, primary 32*32*16+512 + 32*32+32, 2 x (9*32*32*16 + 2*32), class 32*10*16 + 2*10
+    assert paper.num_parameters() == 832 + 17952 + 2 * (147456 + 64) + 5120 + 20 == 318_964
+    assert small.num_parameters() == 68_444
+    assert abs(paper.num_parameters() - 310_000) / 310_000 < 0.03
+    assert abs(small.num_parameters() - 68_000) / 68_000 < 0.01
+    # the parameter count does not depend on the input's size (W is shared by position); smallNORB's 32x32 crops
+    assert EMCapsNet(EMCapsNetConfig.preset("paper", image_size=32)).num_parameters() == 318_964
+    with_decoder = EMCapsNet(EM_PRESETS["small-decoder"])
+    assert with_decoder.num_parameters(decoder=False) == 68_444 and with_decoder.num_parameters() > 1_000_000
+
+
+def test_grids_follow_the_paper() -> None:
+    assert [EM_PRESETS["paper"].conv1_grid, EM_PRESETS["paper"].convcaps1_grid, EM_PRESETS["paper"].convcaps2_grid] == [
+        12,
+        5,
+        3,
+    ]
+    norb = EMCapsNetConfig.preset("paper", image_size=32)
+    assert (norb.conv1_grid, norb.convcaps1_grid, norb.convcaps2_grid) == (14, 6, 4)  # the paper's figure 1
+
+
+def test_forward_shapes_and_what_it_returns_on_request() -> None:
+    torch.manual_seed(0)
+    model = EMCapsNet(EM_PRESETS["tiny"]).eval()
+    out = model(torch.rand(3, 1, 28, 28), return_trace=True, return_primary=True, return_features=True)
+    assert out.poses.shape == (3, 10, 16) and out.activations.shape == (3, 10) and out.prediction.shape == (3,)
+    assert out.reconstruction is None  # no decoder in this preset
+    assert ((out.activations > 0) & (out.activations < 1)).all()
+    torch.testing.assert_close(out.scores, out.activations)
+    assert out.trace is not None and out.trace.assignments.shape == (3, 3, 1, 10, 4 * 3 * 3)
+    assert out.primary[0].shape == (3, 4, 16, 12, 12) and out.features.shape == (3, 8, 12, 12)
+    with pytest.raises(ValueError, match="expected images of shape"):
+        model(torch.rand(3, 1, 32, 32))
+
+
+def test_the_decoder_is_masked_by_the_label_in_training() -> None:
+    torch.manual_seed(0)
+    model = EMCapsNet(EMCapsNetConfig.preset("tiny", decoder_hidden=(16,))).train()
+    images = torch.rand(2, 1, 28, 28)
+    prediction = model.eval()(images).prediction
+    labels = (prediction + 1) % 10  # never the prediction
+    model.train()
+    out = model(images, labels)
+    torch.testing.assert_close(out.reconstruction, model.decode(out.poses, labels))
+    assert not torch.allclose(out.reconstruction, model.decode(out.poses, out.prediction))
+    with pytest.raises(ValueError, match="needs labels"):
+        model(images)
+
+
+def test_spread_loss_by_hand_and_its_margin_schedule() -> None:
+    a = torch.tensor([[0.9, 0.5, 0.1], [0.2, 0.3, 0.25]])
+    labels = torch.tensor([0, 1])
+    # example 0, a_t = 0.9: gaps 0.4 and 0.8; m = 0.5: (0.5 - 0.4)^2 + 0; m = 0.9: (0.9 - 0.4)^2 + (0.9 - 0.8)^2
+    # example 1, a_t = 0.3: gaps 0.1 and 0.05; m = 0.5: 0.4^2 + 0.45^2; m = 0.9: 0.8^2 + 0.85^2
+    assert spread_loss(a, labels, 0.5).item() == pytest.approx((0.01 + 0.16 + 0.2025) / 2)
+    assert spread_loss(a, labels, 0.9).item() == pytest.approx((0.25 + 0.01 + 0.64 + 0.7225) / 2)
+    c = EMCapsNetConfig()
+    assert [c.margin(p) for p in (0.0, 0.25, 0.5, 1.0)] == pytest.approx([0.2, 0.55, 0.9, 0.9])
+
+
+def test_convolutional_capsules_see_the_right_children() -> None:
+    layer = ConvCapsules(in_types=2, out_types=3, kernel=3, stride=2, in_size=7)
+    assert layer.out_size == 3 and layer.child_index.shape == (9, 18)
+    # position (1, 2) of the 3x3 parent grid reads rows 2-4, columns 4-6 of each child type
+    cells = {int(c) for c in layer.child_index[1 * 3 + 2]}
+    want = {t * 49 + y * 7 + x for t in range(2) for y in range(2, 5) for x in range(4, 7)}
+    assert cells == want
+    # the votes of a slot are its child's pose times that slot's W
+    torch.manual_seed(0)
+    poses, acts = torch.randn(1, 2, 16, 7, 7), torch.rand(1, 2, 7, 7)
+    _, _, trace = layer(poses, acts, 1, trace=True)
+    slot = 5  # type 0, kernel entry 5 = (1, 2)
+    child = poses[0, 0, :, 2 + 1, 4 + 2].view(4, 4)
+    torch.testing.assert_close(trace.votes[0, 5, :, slot], (child @ layer.weight[slot]).view(3, 16))
+
+
+def test_class_capsules_add_the_coordinates_of_each_child() -> None:
+    layer = ClassCapsules(in_types=1, classes=2, in_size=2)
+    torch.nn.init.zeros_(layer.weight)  # votes are the offsets alone
+    _, _, trace = layer(torch.zeros(1, 1, 16, 2, 2), torch.ones(1, 1, 2, 2), 1, trace=True)
+    votes = trace.votes[0, 0, 0]  # (I, 16), child i = (y, x) row-major
+    assert votes[:, 3].tolist() == [0.25, 0.25, 0.75, 0.75]  # row of the centre, scaled to (0, 1)
+    assert votes[:, 7].tolist() == [0.25, 0.75, 0.25, 0.75]  # column
+    assert votes[:, [0, 1, 2, 4, 5, 6, 8, 15]].abs().sum() == 0
+
+
+def test_options_refuse_pairs_for_the_em_network() -> None:
+    with pytest.raises(InvalidArgumentError, match="one digit per image"):
+        TrainOptions(network="em", preset="tiny", dataset="multimnist").validate()
+    with pytest.raises(InvalidArgumentError, match="no preset 'multimnist'"):
+        TrainOptions(network="em", preset="multimnist").validate()
+    assert isinstance(TrainOptions(network="em", preset="small").network_config(), EMCapsNetConfig)
+
+
+@pytest.mark.slow
+def test_the_training_cli_trains_resumes_and_evaluates_an_em_network(data_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "em"
+    common = ["--network", "em", "--preset", "tiny", "--train-size", "256", "--test-size", "128",
+              "--batch-size", "64", "--out", out, "--data-dir", data_dir, "--no-progress"]  # fmt: skip
+    first = capsnet("train", *common, "--epochs", "1")
+    assert first.returncode == 0, first.stderr
+    resumed = capsnet("train", *common, "--epochs", "2", "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    epochs = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [e["epoch"] for e in epochs] == [1, 2] and all(0 <= e["test_accuracy"] <= 1 for e in epochs)
+    loaded = load_checkpoint(out / "last.safetensors", networks=("em",))
+    assert isinstance(loaded.model, EMCapsNet) and loaded.model.config == EM_PRESETS["tiny"]
+    evaluated = capsnet("evaluate", out / "last.safetensors", "--data-dir", data_dir, "--limit", "128")
+    assert evaluated.returncode == 0, evaluated.stderr
+    assert "%" in evaluated.stdout
