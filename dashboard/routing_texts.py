@@ -126,3 +126,51 @@ def overlay(config: CapsNetConfig) -> str:
             else ""
         )
     )
+
+
+EM_LATEX = [
+    r"\mu_j = \frac{\sum_i R_{ij} a_i V_{ij}}{\sum_i R_{ij} a_i}, \qquad \sigma_j^2 = \frac{\sum_i R_{ij} a_i (V_{ij} - \mu_j)^2}{\sum_i R_{ij} a_i}",
+    r"a_j = \operatorname{logistic}\big(\lambda (\beta_a - \textstyle\sum_h (\beta_u + \log \sigma_j^h) \sum_i R_{ij} a_i)\big)",
+    r"R_{ij} = \frac{a_j\, \mathcal N(V_{ij};\, \mu_j, \sigma_j^2)}{\sum_k a_k\, \mathcal N(V_{ik};\, \mu_k, \sigma_k^2)}",
+]
+
+
+def routing_comparison(
+    coupling: np.ndarray,
+    lengths: np.ndarray,
+    assignments: np.ndarray,
+    activations: np.ndarray,
+    names: Sequence[str],
+    step: int,
+) -> str:
+    """One paragraph on the two algorithms at iteration `step` (from 1), from the numbers the two charts show.
+
+    coupling and assignments (r, N, K): dynamic routing's c_ij and EM's R_ij; lengths (r, K) |v_j|; activations
+    (r, K) a_j.
+    """
+    t = step - 1
+    k = coupling.shape[-1]
+    longest, active = int(np.argmax(lengths[t])), int(np.argmax(activations[t]))
+    if longest == active:
+        leaders = (f"Both favour **{names[longest]}**: the longest v_j (|v| = {lengths[t, longest]:.2f}) and the "
+                   f"most active Gaussian (a = {activations[t, active]:.2f}).")  # fmt: skip
+    else:
+        leaders = (f"They disagree: dynamic routing's longest v_j is **{names[longest]}**'s (|v| = "
+                   f"{lengths[t, longest]:.2f}), EM's most active parent is **{names[active]}** "
+                   f"(a = {activations[t, active]:.2f}).")  # fmt: skip
+    gap = np.abs(coupling[t] - assignments[t])  # (N, K)
+    if gap.max() < 0.02:
+        weights = (f"In iteration {step} both still weigh every vote alike: each child splits itself evenly, "
+                   f"1/{k} = {1 / k:.2f} to each parent, before any agreement has been measured.")  # fmt: skip
+    else:
+        child, parent = np.unravel_index(int(np.argmax(gap)), gap.shape)
+        weights = (f"The vote they weigh most differently is child {child + 1}'s for {names[parent]}: "
+                   f"c = {coupling[t, child, parent]:.2f} under dynamic routing, R = "
+                   f"{assignments[t, child, parent]:.2f} under EM.")  # fmt: skip
+    return (
+        f"{leaders} {weights} Dynamic routing gives a vote more weight when it points along v_j (the dot product "
+        "û·v_j), so a long vote in the right direction gains wherever it lies; EM gives it more when it is likely "
+        "under the parent's Gaussian, so a vote far from μ_j loses however long it is, a tight cluster makes an "
+        "active parent, and parents compete for each child's one unit of data. The toy's parents have no learned "
+        "costs (β_u = β_a = 0), so their activations stay near 0.5 and only their order means much."
+    )

@@ -728,6 +728,7 @@ def test_step_the_routing_playground_and_click_a_vote(page, app: App, screenshot
 
     # a click on child 9's vote for parent 1 (one of the five outvoted) chooses it
     vote = page.locator(f".st-key-playground_chart{CURRENT} .scatterlayer .trace").first.locator(".point").nth(8)
+    vote.scroll_into_view_if_needed()  # the two charts sit below the formulas: the mouse needs the point on screen
     box = vote.bounding_box()
     assert box is not None
     centre = (box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
@@ -752,6 +753,31 @@ def test_step_the_routing_playground_and_click_a_vote(page, app: App, screenshot
     wait_rendered(page)
     assert points.evaluate_all("ps => ps.map(p => p.getAttribute('d'))") != sizes  # iteration 2's weights
     screenshots.take(page, "playground.png")
+
+
+def test_the_playground_steps_both_routings_side_by_side(page, app: App) -> None:
+    page.goto(app.url + "/playground")
+    shown = page.locator(f".st-key-playground_shown{CURRENT}")
+    expect(shown).to_contain_text("Iteration 1 of 3", timeout=PAGE_LOAD_MS)
+    choose_option(page, page.locator(f".st-key-playground_preset{CURRENT}").get_by_role("combobox"), "a lone outlier")
+    comparison = page.locator(f".st-key-playground_comparison{CURRENT}")
+    expect(comparison).to_contain_text("evenly, 1/3 = 0.33 to each parent", timeout=RERUN_MS)
+    em_chart = page.locator(f".st-key-playground_em_chart{CURRENT}")
+    expect(em_chart.locator(".gtitle")).to_contain_text("Iteration 1 of 3", timeout=RERUN_MS)
+    for iteration in (2, 3):  # one stepper drives both charts
+        page.locator(f".st-key-playground_next{CURRENT}").get_by_role("button").click()
+        expect(shown).to_contain_text(f"Iteration {iteration} of 3", timeout=RERUN_MS)
+        expect(em_chart.locator(".gtitle")).to_contain_text(f"Iteration {iteration} of 3", timeout=RERUN_MS)
+        expect(page.locator(f".st-key-playground_chart{CURRENT} .gtitle")).to_contain_text(
+            f"Iteration {iteration} of 3"
+        )
+    # the far, long vote of child 12: dynamic routing keeps it, EM lets it go; the paragraph says what the charts show
+    expect(comparison).to_contain_text("child 12's for parent 1: c = 0.99 under dynamic routing, R = 0.00")
+    choose_option(page, page.locator(f".st-key-playground_child{CURRENT}").get_by_role("combobox"), "child 12")
+    expect(page.locator(f".st-key-playground_em_reading{CURRENT}")).to_contain_text(
+        "Under EM, child 12 gives 0.000 to parent 1", timeout=RERUN_MS
+    )
+    expect(page.locator(f".st-key-playground_child_reading{CURRENT}")).to_contain_text("Child 12 sends 0.99")
 
 
 # ---------------------------------------------------------------- Start here

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 from dashboard_fixtures import (  # noqa: F401
     APP,
     app_dirs,
@@ -16,9 +17,11 @@ from dashboard_fixtures import (  # noqa: F401
 from streamlit.testing.v1 import AppTest
 
 from capsnet.nn.config import CapsNetConfig
+from capsnet.nn.em_routing import em_routing
 from capsnet.readings import playground as pg
 from capsnet.readings.agreement import vote_view
 from capsnet.readings.explain import explain
+from dashboard import routing_texts
 from dashboard.figures import playground as figs
 
 PAGE = "app_pages/playground.py"
@@ -115,6 +118,70 @@ def test_moving_a_vote_away_from_the_cluster_loses_it_the_parent() -> None:
 # ---------------------------------------------------------------- the curves
 
 
+@pytest.mark.parametrize("preset", pg.PRESETS)
+def test_em_route_is_the_packages_em_routing(preset: str) -> None:
+    votes = pg.preset_votes(preset)
+    em = pg.em_route(votes, 3)
+    assert em.assignments.shape == (3, pg.CHILDREN, pg.PARENTS) and em.means.shape == (3, pg.PARENTS, 2)
+    np.testing.assert_allclose(em.assignments.sum(axis=-1), 1.0, atol=1e-5)  # each child's one unit of data
+    np.testing.assert_allclose(em.assignments[0], 1 / pg.PARENTS, atol=1e-6)  # a uniform start
+    v = torch.from_numpy(votes).view(1, 1, pg.PARENTS, pg.CHILDREN, 2)
+    zeros = torch.zeros(pg.PARENTS)
+    mean, act, _ = em_routing(v, torch.ones(1, 1, pg.CHILDREN), torch.arange(pg.CHILDREN).view(1, -1), pg.CHILDREN,
+                              zeros, zeros, 3)  # fmt: skip
+    np.testing.assert_allclose(em.means[-1], mean[0, 0].numpy(), atol=1e-6)
+    np.testing.assert_allclose(em.activations[-1], act[0, 0].numpy(), atol=1e-6)
+    with pytest.raises(ValueError, match="iterations"):
+        pg.em_route(votes, 0)
+
+
+def test_the_presets_show_where_the_two_algorithms_differ() -> None:
+    spread = pg.preset_votes("clusters of unequal spread")
+    dyn, em = pg.route(spread, 3), pg.em_route(spread, 3)
+    assert dyn.lengths[-1].argmax() == 1 and em.activations[-1].argmax() == 0  # the long sum against the tight one
+    assert dyn.coupling[-1, :, 1].mean() > 0.7 and em.assignments[-1, :, 0].mean() > 0.8
+
+    outlier = pg.preset_votes("a lone outlier")
+    dyn, em = pg.route(outlier, 3), pg.em_route(outlier, 3)
+    assert dyn.coupling[-1, 11, 0] > 0.9 and em.assignments[-1, 11, 0] < 0.05  # child 12's far, long vote
+
+    shared = pg.preset_votes("two parents wanting one cluster")
+    dyn, em = pg.route(shared, 3), pg.em_route(shared, 3)
+    assert min(dyn.lengths[-1, :2]) > 0.9  # dynamic routing: both parents keep the cluster
+    assert em.assignments[-1, :8, 0].mean() > 2 * em.assignments[-1, :8, 1].mean()  # EM: parent 1 takes it
+    assert em.activations[-1, 0] > em.activations[-1, 1]
+
+
+def test_the_comparison_says_what_the_charts_show() -> None:
+    votes = pg.preset_votes("clusters of unequal spread")
+    dyn, em = pg.route(votes, 3), pg.em_route(votes, 3)
+    names = ["parent 1", "parent 2", "parent 3"]
+    first = routing_texts.routing_comparison(dyn.coupling, dyn.lengths, em.assignments, em.activations, names, 1)
+    assert "evenly, 1/3 = 0.33 to each parent" in first
+    last = routing_texts.routing_comparison(dyn.coupling, dyn.lengths, em.assignments, em.activations, names, 3)
+    assert "They disagree" in last and "**parent 2**'s (|v| = 0.99" in last and "**parent 1** (a = 0.68" in last
+    outlier = pg.preset_votes("a lone outlier")
+    dyn, em = pg.route(outlier, 3), pg.em_route(outlier, 3)
+    text = routing_texts.routing_comparison(dyn.coupling, dyn.lengths, em.assignments, em.activations, names, 3)
+    assert (
+        "Both favour **parent 1**" in text
+        and "child 12's for parent 1: c = 0.99 under dynamic routing, R = 0.00" in text
+    )
+
+
+def test_the_em_plane_draws_each_parents_gaussian() -> None:
+    votes = pg.preset_votes("a lone outlier")
+    em = pg.em_route(votes, 3)
+    fig = figs.em_plane_figure(votes, em.assignments, em.means, em.stds, em.activations, ["a", "b", "c"], 2,
+                                selected=(0, 11)).to_dict()  # fmt: skip
+    sizes = plotly_values(fig["data"][0]["marker"]["size"])
+    assert sizes[11] < 6 and sizes[:11].min() > 10  # the outlier's vote for parent 1 keeps almost nothing
+    ellipse = fig["data"][3]  # parent 1's 1-sigma ellipse, centred on its mean
+    centre = (plotly_values(ellipse["x"]).mean(), plotly_values(ellipse["y"]).mean())
+    np.testing.assert_allclose(centre, em.means[2, 0], atol=0.02)
+    assert fig["layout"]["title"]["text"].startswith("Iteration 3 of 3")
+
+
 def test_the_squash_curve() -> None:
     norms, lengths = pg.squash_curve(4.0, 401)
     assert norms[0] == 0 and norms[-1] == 4.0 and lengths[0] == 0
@@ -209,8 +276,13 @@ def test_the_page_steps_moves_and_resets(app_dirs) -> None:  # noqa: F811
     assert at.button(key="playground_prev").disabled
     assert any("No trained model" in w.value for w in at.warning)  # the real model's part says why it is missing
 
+    em_chart = chart(at, "playground_em_chart")
+    assert em_chart["layout"]["title"]["text"].startswith("Iteration 1 of 3")
+    assert any("evenly" in m.value for m in at.markdown)  # the comparison: nothing measured yet
     at.button(key="playground_next").click().run()
     assert any("Iteration **2 of 3**" in m.value for m in at.markdown)
+    assert chart(at, "playground_em_chart")["layout"]["title"]["text"].startswith("Iteration 2 of 3")  # one stepper
+    assert any("Under EM, child 1 gives" in m.value and "**0.333**" not in m.value for m in at.markdown)
     second = bars(at)
     assert second[0, 0] > 0.5 and "**0.333**" not in reading(at)  # child 1, in the cluster, leans to parent 1
     at.button(key="playground_next").click().run()

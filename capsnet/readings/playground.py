@@ -3,8 +3,10 @@
 Sabour, Frosst & Hinton (2017), Procedure 1. Each child capsule i casts one vote u_hat_{j|i} for
 each parent j; here the votes are points in a plane, so every step of the procedure can be drawn.
 `preset_votes` makes the classic situations (one agreeing cluster among outliers, two clusters
-competing for one parent, no agreement at all), `move_vote` edits one vote, and `route` runs the
-project's own routing (`capsnet.nn.dynamic_routing.dynamic_routing`) on them. `real_plane` puts the real
+competing for one parent, no agreement at all) and three where dynamic routing and EM routing part ways
+(clusters of unequal spread, a lone outlier, two parents wanting one cluster), `move_vote` edits one vote,
+`route` runs the project's own dynamic routing (`capsnet.nn.dynamic_routing.dynamic_routing`) on them and
+`em_route` its EM routing (`capsnet.nn.em_routing.em_routing`, Hinton, Sabour & Frosst 2018) on the same votes. `real_plane` puts the real
 model's votes for one parent in the same form (through `capsnet.readings.agreement.vote_view`), so the same
 chart and controls show both. `squash_curve` and `margin_curves` draw equation 1 and equation 4
 with the project's `squash` and `margin_loss`.
@@ -19,11 +21,19 @@ import torch
 
 from capsnet.nn.config import CapsNetConfig
 from capsnet.nn.dynamic_routing import dynamic_routing
+from capsnet.nn.em_routing import em_routing
 from capsnet.nn.losses import margin_loss
 from capsnet.nn.squash import squash
 from capsnet.readings.agreement import Votes, vote_view
 
-PRESETS = ("agreeing cluster plus outliers", "two competing clusters", "no agreement")
+PRESETS = (
+    "agreeing cluster plus outliers",
+    "two competing clusters",
+    "no agreement",
+    "clusters of unequal spread",
+    "a lone outlier",
+    "two parents wanting one cluster",
+)
 PARENTS = 3  # K
 CHILDREN = 12  # N
 SEED = 0
@@ -55,6 +65,15 @@ def preset_votes(name: str, seed: int = SEED) -> np.ndarray:
     - "two competing clusters": parent 1's votes form two clusters on opposite sides, 7 children
       against 5; the votes for parents 2 and 3 are scattered.
     - "no agreement": every vote is scattered.
+    - "clusters of unequal spread": every child's vote for parent 1 lies in a tight, short cluster, its vote for
+      parent 2 in a wide cluster twice as far out; the votes for parent 3 are scattered. Dynamic routing favours the
+      long sum, EM the tight Gaussian.
+    - "a lone outlier": 11 votes for parent 1 agree, and child 12's lies far out along the same direction; the
+      votes for parents 2 and 3 are scattered. Its long vote agrees with v_1 by the dot product, yet lies far
+      outside parent 1's Gaussian.
+    - "two parents wanting one cluster": children 1-8 vote for parents 1 and 2 alike, a little tighter for parent 1;
+      children 9-12 and every vote for parent 3 are scattered. EM's parents compete for the data, dynamic
+      routing's share it.
     """
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}: choose one of {', '.join(PRESETS)}")
@@ -66,6 +85,15 @@ def preset_votes(name: str, seed: int = SEED) -> np.ndarray:
     elif name == PRESETS[1]:
         votes[0, :7] = _cluster(rng, 7, 1.2, 20.0)
         votes[0, 7:] = _cluster(rng, 5, 1.2, 190.0)
+    elif name == PRESETS[3]:
+        votes[0] = _cluster(rng, CHILDREN, 0.8, 60.0, spread=0.05)
+        votes[1] = _cluster(rng, CHILDREN, 1.6, 300.0, spread=0.45)
+    elif name == PRESETS[4]:
+        votes[0, :11] = _cluster(rng, 11, 1.0, 45.0, spread=0.1)
+        votes[0, 11] = _polar(np.array([2.9]), np.array([45.0]))[0]
+    elif name == PRESETS[5]:
+        votes[0, :8] = _cluster(rng, 8, 1.2, 70.0, spread=0.08)
+        votes[1, :8] = votes[0, :8] + rng.normal(0.0, 0.15, (8, 2))
     return votes.astype(np.float32)
 
 
@@ -120,6 +148,51 @@ def route(votes: np.ndarray, iterations: int) -> Routing:
         poses=trace.poses[0].numpy(),
         lengths=trace.lengths[0].numpy(),
         agreement=trace.agreement[0].numpy(),
+    )
+
+
+@dataclass
+class EMRouting:
+    """EM routing on the same votes, every iteration (`capsnet.nn.em_routing.EMTrace`, one example, every child active).
+
+    assignments[t] are the R_ij the M-step of iteration t+1 weighed (uniform 1/K at t = 0); means, stds and
+    activations[t] the Gaussians and a_j that M-step fitted.
+    """
+
+    votes: np.ndarray  # (K, N, D)
+    assignments: np.ndarray  # (r, N, K), sums to 1 over K
+    means: np.ndarray  # (r, K, D) mu_j
+    stds: np.ndarray  # (r, K, D) sigma_j per dimension
+    activations: np.ndarray  # (r, K) a_j
+    inverse_temperatures: tuple[float, ...]
+
+    @property
+    def iterations(self) -> int:
+        return self.assignments.shape[0]
+
+
+def em_route(votes: np.ndarray, iterations: int) -> EMRouting:
+    """Run the project's `em_routing` on votes (K, N, D) for `iterations` rounds: every child's activation 1, the
+    parents' learned costs beta_u and beta_a 0 (a parent's activation then says how tight its Gaussian is)."""
+    votes = np.asarray(votes, dtype=np.float32)
+    if votes.ndim != 3:
+        raise ValueError(f"votes must be (K, N, D), got shape {votes.shape}")
+    if not 1 <= int(iterations) <= 10:
+        raise ValueError(f"iterations must lie in 1..10, got {iterations}")
+    k, n, _ = votes.shape
+    with torch.inference_mode():
+        v = torch.from_numpy(votes).view(1, 1, k, n, -1)  # (B=1, P=1, J=K, I=N, D)
+        zeros = torch.zeros(k)
+        _, _, trace = em_routing(v, torch.ones(1, 1, n), torch.arange(n).view(1, -1), n, zeros, zeros,
+                                 int(iterations), trace=True)  # fmt: skip
+    assert trace is not None
+    return EMRouting(
+        votes=votes,
+        assignments=trace.assignments[0, :, 0].transpose(1, 2).numpy(),  # (r, K, N) -> (r, N, K)
+        means=trace.means[0, :, 0].numpy(),  # (r, K, D)
+        stds=trace.variances[0, :, 0].sqrt().numpy(),  # (r, K, D)
+        activations=trace.activations[0, :, 0].numpy(),  # (r, K)
+        inverse_temperatures=trace.inverse_temperatures,
     )
 
 

@@ -1,4 +1,5 @@
-"""Routing playground: Procedure 1 on a dozen votes in a plane that you can move, then on the real model's votes."""
+"""Routing playground: dynamic routing and EM routing side by side on a dozen votes in a plane that you can move, then
+dynamic routing on the real model's votes."""
 
 from __future__ import annotations
 
@@ -25,7 +26,10 @@ INTRO = (
     "û_j|i are points in a plane (in the real network they have 16 dimensions). Each child splits one unit of "
     "weight among the parents (c_ij); each parent sums the votes it gets (s_j), squashes the sum (v_j), and every "
     "vote that points the same way as v_j earns its child more weight for that parent in the next iteration. "
-    "Pick a situation, step through the iterations, and move a vote to see what changes."
+    "Beside it, **EM routing** (the second capsule paper) routes the same votes: each parent fits a Gaussian to the "
+    "votes assigned to it (R_ij), becomes active (a_j) when they cluster tightly, and each child's votes go to the "
+    "parents under whose Gaussian they are likely. Pick a situation, step through the iterations, and move a vote to "
+    "see what changes in both."
 )
 PRESET_HELP = {
     pg.PRESETS[0]: "Eight children agree on parent 1, four point elsewhere: watch the eight send parent 1 "
@@ -34,6 +38,15 @@ PRESET_HELP = {
     "group, and the smaller one moves its weight to parents 2 and 3, whose votes agree on nothing.",
     pg.PRESETS[2]: "Every parent's votes point all round the circle and cancel: each s_j stays short, the squash "
     "makes v_j shorter still, and the couplings hardly leave 1/3.",
+    pg.PRESETS[
+        3
+    ]: "Every child votes for parent 1 in a tight, short cluster and for parent 2 in a wide one twice as far "
+    "out: dynamic routing sends the children to the long sum (parent 2), EM to the tight Gaussian (parent 1).",
+    pg.PRESETS[4]: "Eleven votes for parent 1 agree; child 12's points the same way, three times as far: dynamic "
+    "routing gives it almost all of child 12 (a long vote agrees by the dot product), EM almost none (it lies far "
+    "outside parent 1's Gaussian).",
+    pg.PRESETS[5]: "Children 1-8 vote for parents 1 and 2 alike, a little tighter for parent 1: dynamic routing lets "
+    "both parents keep them (both v_j grow long), EM's parents compete and parent 1 takes most of the data.",
 }
 SQUASH_LATEX = r"v_j = \frac{\lVert s_j\rVert^2}{1 + \lVert s_j\rVert^2}\,\frac{s_j}{\lVert s_j\rVert}"
 MARGIN_LATEX = (
@@ -138,6 +151,14 @@ def _child_reading(routing: pg.Routing, step: int, child: int) -> str:
     return f"Child {child + 1} sends {shares}. Its agreements û·v_j after this iteration: {agree}."
 
 
+def _em_reading(em: pg.EMRouting, step: int, child: int) -> str:
+    r, std = em.assignments[step - 1, child], em.stds[step - 1]
+    shares = ", ".join(f"**{r[j]:.3f}** to {NAMES[j]}" for j in range(len(NAMES)))
+    spreads = ", ".join(f"σ = {std[j].mean():.2f}" for j in range(len(NAMES)))
+    return (f"Under EM, child {child + 1} gives {shares}. The Gaussians this M-step fitted: {spreads} "
+            f"(λ = {em.inverse_temperatures[step - 1]:.3f} in this iteration).")  # fmt: skip
+
+
 # ---------------------------------------------------------------- the toy
 
 
@@ -153,16 +174,29 @@ def _toy() -> None:
     votes = st.session_state[VOTES]
     routing = pg.route(votes, int(st.session_state[ITERATIONS]))
     plane = pg.toy_plane(routing)
-    step = _stepper(STEP, routing.iterations, "playground")
+    em = pg.em_route(votes, int(st.session_state[ITERATIONS]))
+    step = _stepper(STEP, routing.iterations, "playground")  # one iteration for both algorithms
     child, parent = int(st.session_state[CHILD]), int(st.session_state[PARENT])
 
-    chart_col, bars_col = st.columns([1.25, 1], gap="medium")
+    chart_col, em_col = st.columns(2, gap="medium")
     with chart_col:
+        st.markdown("**Dynamic routing** (Sabour et al. 2017): c_ij, s_j and v_j")
         st.plotly_chart(
             figs.plane_figure(plane.points, plane.coupling, plane.agreement, plane.sums, plane.poses,
                               plane.parents, NAMES, step - 1, selected=(parent, child)),
             key=CHART, on_select=_clicked, selection_mode="points", config={"displayModeBar": False},
         )  # fmt: skip
+    with em_col:
+        st.markdown("**EM routing** (Hinton et al. 2018): R_ij, each parent's Gaussian and a_j")
+        st.plotly_chart(
+            figs.em_plane_figure(votes, em.assignments, em.means, em.stds, em.activations, NAMES, step - 1,
+                                 selected=(parent, child)),
+            key="playground_em_chart", config={"displayModeBar": False},
+        )  # fmt: skip
+    with st.container(key="playground_comparison"):
+        st.markdown(routing_texts.routing_comparison(routing.coupling, routing.lengths, em.assignments,
+                                                     em.activations, NAMES, step))  # fmt: skip
+    bars_col, em_bars_col = st.columns(2, gap="medium")
     with bars_col:
         st.plotly_chart(
             figs.coupling_bars_figure(plane.coupling[step - 1], plane.parents, NAMES, selected=child),
@@ -170,6 +204,13 @@ def _toy() -> None:
         )  # fmt: skip
         with st.container(key="playground_child_reading"):
             st.markdown(_child_reading(routing, step, child))
+    with em_bars_col:
+        st.plotly_chart(
+            figs.coupling_bars_figure(em.assignments[step - 1], plane.parents, NAMES, selected=child, symbol="R"),
+            key="playground_em_bars", config={"displayModeBar": False},
+        )  # fmt: skip
+        with st.container(key="playground_em_reading"):
+            st.markdown(_em_reading(em, step, child))
 
     move_col, lengths_col = st.columns([1, 1.25], gap="large")
     with move_col:
@@ -188,6 +229,13 @@ def _toy() -> None:
     with lengths_col:
         st.plotly_chart(figs.lengths_figure(routing.lengths, plane.parents, NAMES, step - 1), key="playground_lengths",
                         config={"displayModeBar": False})  # fmt: skip
+        low, high = float(em.activations.min()), float(em.activations.max())
+        pad = max(0.02, (high - low) * 0.15)
+        st.plotly_chart(
+            figs.lengths_figure(em.activations, plane.parents, NAMES, step - 1, quantity="a_j",
+                                span=(max(0.0, low - pad), min(1.0, high + pad))),
+            key="playground_em_activations", config={"displayModeBar": False},
+        )  # fmt: skip
 
 
 @st.fragment
@@ -271,6 +319,10 @@ with formula_col:
     for line in routing_texts.PROCEDURE_LATEX:
         st.latex(line)
     st.caption("b_ij starts at 0, so the first iteration's couplings are uniform: 1/3 here.")
+    with st.expander("EM routing's M-step and E-step"):
+        for line in routing_texts.EM_LATEX:
+            st.latex(line)
+        st.caption("R_ij starts uniform (1/3 here); λ grows each iteration (0.3 (1 − 0.95^t)).")
 _init()
 _toy()
 st.subheader("The two curves behind it", anchor=False)

@@ -1,4 +1,5 @@
-"""The routing playground's figures: votes in a plane with their weights, couplings per child, squash and margin loss."""
+"""The routing playground's figures: votes in a plane with their weights (dynamic routing's c_ij and v_j, or EM's R_ij
+and Gaussians), the weights per child, squash and margin loss."""
 
 from __future__ import annotations
 
@@ -104,15 +105,17 @@ def plane_figure(
         data=traces,
         layout=dict(
             height=height,
-            margin=dict(l=50, r=20, t=50, b=90),
+            margin=dict(l=50, r=20, t=70, b=90),
             # a sum beyond the view is drawn at its edge and its length said here, where it covers no vote
             title=dict(
                 text=f"Iteration {t + 1} of {r}: arrows are v_j, crosses s_j"
-                + "".join(
-                    f"; |s| = {v:.1f} for {name} (at the edge)" for v, far, name in zip(norms, outside, names) if far
+                + ("<br>" if outside.any() else "")
+                + "; ".join(
+                    f"|s| = {v:.1f} for {name} (at the edge)" for v, far, name in zip(norms, outside, names) if far
                 ),
                 x=0.0,
                 xanchor="left",
+                font=dict(size=14),
             ),
             legend=dict(orientation="h", y=-0.12),
             shapes=[circle],
@@ -124,13 +127,107 @@ def plane_figure(
     )
 
 
+def _ellipse(centre: np.ndarray, radii: np.ndarray, points: int = 48) -> tuple[np.ndarray, np.ndarray]:
+    """The axis-aligned ellipse of `radii` (2,) around `centre` (2,), as a closed line: (x, y)."""
+    angle = np.linspace(0.0, 2 * np.pi, points)
+    return centre[0] + radii[0] * np.cos(angle), centre[1] + radii[1] * np.sin(angle)
+
+
+def em_plane_figure(
+    points: np.ndarray,
+    assignments: np.ndarray,
+    means: np.ndarray,
+    stds: np.ndarray,
+    activations: np.ndarray,
+    names: Sequence[str],
+    step: int,
+    selected: tuple[int, int] | None = None,
+    height: int = 520,
+) -> go.Figure:
+    """EM routing of the same votes: each vote sized and faded by its R_ij, each parent's Gaussian (mean and 1 and 2
+    sigma) as fitted by iteration `step`'s M-step.
+
+    points (K, N, 2); assignments (r, N, K); means and stds (r, K, 2); activations (r, K); `step` from 0. The axes
+    are the dynamic chart's (the votes and the unit circle), so the two charts can be read side by side.
+    """
+    points, assignments = np.asarray(points, dtype=np.float32), np.asarray(assignments, dtype=np.float32)
+    k, n, _ = points.shape
+    r = assignments.shape[0]
+    t = int(np.clip(step, 0, r - 1))
+    reach = max(float(np.abs(points).max()), 1.05) * 1.12
+    children = np.arange(n)
+    traces: list[dict] = []
+    for j in range(k):
+        weight = assignments[t, :, j]  # (N,)
+        traces.append(
+            dict(
+                type="scatter", x=points[j, :, 0], y=points[j, :, 1], name=f"votes for {names[j]}",
+                mode="markers+text", text=(children + 1).astype(str), textposition="top center",
+                textfont=dict(size=10, color=colour(j)), legendgroup=str(j),
+                customdata=np.stack([children, np.full(n, j), weight], axis=-1),
+                marker=dict(size=5 + 26 * weight, color=colour(j), opacity=0.25 + 0.75 * weight, line=dict(width=0)),
+                hovertemplate=f"child %{{text}} → {names[j]}<br>V = (%{{x:.2f}}, %{{y:.2f}})<br>"
+                              "R = %{customdata[2]:.3f}<extra></extra>",
+            )
+        )  # fmt: skip
+    for j in range(k):  # the Gaussian of each parent: 1 and 2 sigma, its mean a diamond
+        mean, std = np.asarray(means[t, j], dtype=np.float64), np.asarray(stds[t, j], dtype=np.float64)
+        for width, dash in ((2, "solid"), (1, "dot")):
+            x, y = _ellipse(mean, std * (1 if dash == "solid" else 2))
+            traces.append(
+                dict(
+                    type="scatter", x=np.clip(x, -reach, reach), y=np.clip(y, -reach, reach), mode="lines",
+                    legendgroup=str(j), showlegend=False, hoverinfo="skip",
+                    line=dict(color=colour(j), width=width, dash=dash),
+                )
+            )  # fmt: skip
+        traces.append(
+            dict(
+                type="scatter", x=[float(np.clip(mean[0], -reach, reach))], y=[float(np.clip(mean[1], -reach, reach))],
+                mode="markers", name=f"μ for {names[j]}", legendgroup=str(j), showlegend=False,
+                marker=dict(symbol="diamond", size=13, color=colour(j), line=dict(width=1, color=LIGHT)),
+                hovertemplate=f"μ for {names[j]} = ({mean[0]:.2f}, {mean[1]:.2f}), σ = ({std[0]:.2f}, {std[1]:.2f}), "
+                              f"a = {float(activations[t, j]):.3f}<extra></extra>",
+            )
+        )  # fmt: skip
+    if selected is not None:
+        j, i = selected
+        traces.append(
+            dict(
+                type="scatter", x=[float(points[j, i, 0])], y=[float(points[j, i, 1])], mode="markers",
+                name="chosen vote", hoverinfo="skip",
+                marker=dict(symbol="circle-open", size=24, color=LIGHT, line=dict(width=2)),
+            )
+        )  # fmt: skip
+    axis = dict(range=[-reach, reach], zeroline=True, zerolinecolor="#3a4150", autorange=False)
+    return go.Figure(
+        data=traces,
+        layout=dict(
+            height=height,
+            margin=dict(l=50, r=20, t=70, b=90),
+            title=dict(
+                text=f"Iteration {t + 1} of {r}: μ_j and its 1σ, 2σ ellipses", x=0.0, xanchor="left", font=dict(size=14)
+            ),
+            legend=dict(orientation="h", y=-0.12),
+            xaxis=dict(axis),
+            yaxis=dict(axis, scaleanchor="x", scaleratio=1),
+            dragmode="pan",
+        ),
+    )
+
+
 MIN_LABELLED = 0.12  # a bar segment narrower than this (of a row's 1) is not labelled: its number would not fit
 
 
 def coupling_bars_figure(
-    coupling: np.ndarray, parents: Sequence[int], names: Sequence[str], selected: int | None = None, height: int = 420
+    coupling: np.ndarray,
+    parents: Sequence[int],
+    names: Sequence[str],
+    selected: int | None = None,
+    height: int = 420,
+    symbol: str = "c",
 ) -> go.Figure:
-    """c_ij of each child (N, P) as one stacked bar per child: the softmax makes every bar reach 1."""
+    """c_ij (or EM's R_ij, `symbol` "R") of each child (N, P) as one stacked bar per child: every bar reaches 1."""
     coupling = np.asarray(coupling, dtype=np.float32)
     n = coupling.shape[0]
     labels = [f"child {i + 1}" + (" ◀" if selected == i else "") for i in range(n)]
@@ -139,7 +236,7 @@ def coupling_bars_figure(
             type="bar", orientation="h", x=coupling[:, p], y=labels, name=names[p], marker=dict(color=colour(parent)),
             text=[f"{v:.2f}" if v >= MIN_LABELLED else "" for v in coupling[:, p]], textposition="inside",
             insidetextanchor="middle", textangle=0,  # never turned on its side in a narrow segment
-            hovertemplate=f"%{{y}}: c to {names[p]} = %{{x:.3f}}<extra></extra>",
+            hovertemplate=f"%{{y}}: {symbol} to {names[p]} = %{{x:.3f}}<extra></extra>",
         )
         for p, parent in enumerate(parents)
     ]  # fmt: skip
@@ -149,7 +246,7 @@ def coupling_bars_figure(
             height=height,
             barmode="stack",
             margin=dict(l=80, r=10, t=40, b=60),
-            title=dict(text="c_ij of each child (a row sums to 1)", x=0.0, xanchor="left"),
+            title=dict(text=f"{symbol}_ij of each child (a row sums to 1)", x=0.0, xanchor="left"),
             xaxis=dict(range=[0, 1]),
             yaxis=dict(autorange="reversed"),
             legend=dict(orientation="h", y=-0.12, traceorder="normal"),
@@ -158,15 +255,22 @@ def coupling_bars_figure(
 
 
 def lengths_figure(
-    lengths: np.ndarray, parents: Sequence[int], names: Sequence[str], step: int, height: int = 300
+    lengths: np.ndarray,
+    parents: Sequence[int],
+    names: Sequence[str],
+    step: int,
+    height: int = 300,
+    quantity: str = "|v_j|",
+    span: tuple[float, float] = (0.0, 1.02),
 ) -> go.Figure:
-    """|v_j| after each iteration (r, P), one line per parent, the iteration shown marked."""
+    """|v_j| (or EM's a_j, `quantity` "a_j") after each iteration (r, P), one line per parent, the iteration shown
+    marked; `span` is the value axis."""
     lengths = np.asarray(lengths, dtype=np.float32)
     r = lengths.shape[0]
     lines = [
         dict(
             type="scatter", x=np.arange(1, r + 1), y=lengths[:, p], mode="lines+markers", name=names[p],
-            line=dict(color=colour(parent)), hovertemplate=f"{names[p]}: |v| = %{{y:.3f}}<extra></extra>",
+            line=dict(color=colour(parent)), hovertemplate=f"{names[p]}: {quantity} = %{{y:.3f}}<extra></extra>",
         )
         for p, parent in enumerate(parents)
     ]  # fmt: skip
@@ -177,9 +281,9 @@ def lengths_figure(
         layout=dict(
             height=height + (70 if len(lines) > 4 else 0),
             margin=dict(l=50, r=10, t=40, b=120 if len(lines) > 4 else 50),
-            title=dict(text="|v_j| after each iteration", x=0.0, xanchor="left"),
+            title=dict(text=f"{quantity} after each iteration", x=0.0, xanchor="left"),
             xaxis=dict(title=dict(text="iteration"), dtick=1, range=[0.7, r + 0.3]),
-            yaxis=dict(range=[0, 1.02], title=dict(text="|v_j|")),
+            yaxis=dict(range=list(span), title=dict(text=quantity)),
             shapes=[here],
             **({"legend": dict(orientation="h", y=-0.3)} if len(lines) > 4 else {}),
         ),
