@@ -302,7 +302,7 @@ def _finished_panel() -> None:
     if run.status == "finished":
         acc = f" Test accuracy {100 * run.best_accuracy:.2f}%." if run.best_accuracy is not None else ""
         where = (
-            "It is a CNN baseline: evaluate it with `python -m capsnet evaluate`."
+            f"It is {run.network.described}: evaluate it with `python -m capsnet evaluate`."
             if run.network is not None and not run.network.capsules
             else "Its model is in the picker above."
         )

@@ -12,8 +12,7 @@ import math
 import torch
 
 from capsnet.nn import registry
-from capsnet.nn.cnn import CNN_PRESETS
-from capsnet.nn.config import MAX_ROUTING_ITERATIONS, PRESETS
+from capsnet.nn.config import MAX_ROUTING_ITERATIONS
 from capsnet.training.options import TrainOptions
 
 DEFAULTS = TrainOptions()
@@ -44,8 +43,13 @@ MODEL_LABELS = {
     ("cnn", "paper"): f"CNN baseline, the paper's with two pools ({_parameters('cnn', 'paper')} parameters on 28x28)",
     ("cnn", "multimnist"): f"CNN baseline for 36x36 MultiMNIST ({_parameters('cnn', 'multimnist')} parameters)",
     ("cnn", "tiny"): f"Tiny CNN baseline ({_parameters('cnn', 'tiny')} parameters, a quick demo)",
+    ("em", "paper"): f"EM routing, matrix capsules, the paper's A=B=C=D=32 ({_parameters('em', 'paper')} parameters)",
+    ("em", "small"): f"EM routing, the paper's small network ({_parameters('em', 'small')} parameters)",
+    ("em", "small-decoder"): "EM routing, the small network with a decoder "
+    f"({_parameters('em', 'small-decoder')} parameters)",
+    ("em", "tiny"): f"Tiny EM network ({_parameters('em', 'tiny')} parameters, a quick demo)",
 }
-assert set(MODEL_LABELS) == {("capsnet", p) for p in PRESETS} | {("cnn", p) for p in CNN_PRESETS}, (
+assert set(MODEL_LABELS) == {(n.name, p) for n in registry.NETWORKS.values() for p in n.presets}, (
     "every model preset needs a label in the form"
 )
 

@@ -8,6 +8,8 @@ import pytest
 
 from capsnet.errors import CapsNetError
 from capsnet.nn.config import MAX_ROUTING_ITERATIONS, PRESETS
+from capsnet.nn.em_capsnet import EM_PRESETS
+from capsnet.nn.registry import NETWORKS
 from capsnet.training.options import TrainOptions
 from dashboard import train_form
 
@@ -104,7 +106,10 @@ def test_the_dashboards_form_starts_from_the_same_defaults() -> None:
     assert train_form.DEFAULTS == TrainOptions()
     assert train_form.form_options() == TrainOptions()  # the form left alone trains exactly the CLI's default run
     assert train_form.form_options(train_size=500, test_size=200).train_size == 500
-    assert {preset for _, preset in train_form.MODEL_LABELS} == set(PRESETS)  # every model the CLI can train
+    # every model the CLI can train
+    assert set(train_form.MODEL_LABELS) == {(n.name, p) for n in NETWORKS.values() for p in n.presets}
+    assert {preset for name, preset in train_form.MODEL_LABELS if name == "capsnet"} == set(PRESETS)
+    assert train_form.form_options(network="em", preset="small").network_config() == EM_PRESETS["small"]
     assert train_form.form_options(network="cnn", preset="tiny").to_argv() == ["--network", "cnn", "--preset", "tiny"]
     # the form shows the routing field for every network: a CNN run leaves it at its default instead of failing
     # one bound for the routing iterations: the config's, which the CLI and links use too

@@ -32,7 +32,9 @@ class Network:
     """What one network is and offers: "network" is the one name for it, in the CLI (`--network`), the header and the code."""
 
     name: str  # the registry key, stored in checkpoint headers and run arguments: "capsnet" or "cnn"
-    title: str  # for people: "CapsNet", "CNN baseline"
+    title: str  # for people: "CapsNet", "CNN baseline", "EM CapsNet"
+    short: str  # before a preset's name in a table: "" (the CapsNet's presets stand alone), "CNN", "EM"
+    scores: str  # what its class scores are, for people: "capsule lengths", "class probabilities", ...
     described: str  # in a sentence: "a Capsule Network", "a CNN baseline"
     config_type: type
     module_type: type
@@ -93,15 +95,17 @@ def _em_loss(
 
 NETWORKS: dict[str, Network] = {
     "capsnet": Network(
-        "capsnet", "CapsNet", "a Capsule Network", CapsNetConfig, CapsNet, tuple(PRESETS), capsules=True,
+        "capsnet", "CapsNet", "", "capsule lengths", "a Capsule Network", CapsNetConfig, CapsNet, tuple(PRESETS), capsules=True,
         baseline=False, run_options=("routing_iterations",), pairs=True, pairs_field=None, _loss=_capsnet_loss,
     ),
     "cnn": Network(
-        "cnn", "CNN baseline", "a CNN baseline", CNNConfig, BaselineCNN, tuple(CNN_PRESETS), capsules=False,
+        "cnn", "CNN baseline", "CNN", "class probabilities (a CNN has no capsules to redraw from)", "a CNN baseline",
+        CNNConfig, BaselineCNN, tuple(CNN_PRESETS), capsules=False,
         baseline=True, run_options=(), pairs=True, pairs_field="multi_label", _loss=_cnn_loss,
     ),
     "em": Network(
-        "em", "EM CapsNet", "a matrix-capsule network routed by EM", EMCapsNetConfig, EMCapsNet, tuple(EM_PRESETS),
+        "em", "EM CapsNet", "EM", "class capsules' activations a_j (EM routing)", "a matrix-capsule network routed by EM",
+        EMCapsNetConfig, EMCapsNet, tuple(EM_PRESETS),
         capsules=False, baseline=False, run_options=("routing_iterations",), pairs=False, pairs_field=None,
         _loss=_em_loss,
     ),

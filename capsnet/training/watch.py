@@ -119,7 +119,7 @@ class WindowHistory:
     """A run's window and its snapshots, as `read_window` reads them."""
 
     dataset: str
-    capsules: bool  # scores are capsule lengths, and there are reconstructions; else a CNN's class probabilities
+    capsules: bool  # scores are capsule lengths, and there are reconstructions; else a CNN's or EM network's scores
     batches: int  # per epoch
     m_plus: float
     m_minus: float
@@ -129,6 +129,7 @@ class WindowHistory:
     batch: np.ndarray  # (S,) that epoch's batches done (`batches`: at its end)
     scores: np.ndarray  # (S, n, K) float32
     reconstructions: np.ndarray | None  # (S, n, H, W) float32 in [0, 1], CapsNet only
+    network: str = "capsnet"  # the registry's name ("cnn" for a file older than the name that has no capsules)
 
     def __len__(self) -> int:
         return len(self.epochs)
@@ -192,6 +193,7 @@ def read_window(folder: RunFolder | str | Path) -> WindowHistory | None:
         return WindowHistory(
             dataset=str(meta.get("dataset", "")),
             capsules=capsules,
+            network=str(meta.get("network") or ("capsnet" if capsules else "cnn")),
             batches=max(int(meta.get("batches", "0")), 1),
             m_plus=float(meta.get("m_plus", "nan")),
             m_minus=float(meta.get("m_minus", "nan")),
@@ -242,7 +244,7 @@ class Watcher:
         c = model.config
         self.meta = {
             "format": FORMAT, "version": VERSION, "dataset": test.info.name, "batches": str(batches),
-            "capsules": "true" if network_of(model).capsules else "false",
+            "capsules": "true" if network_of(model).capsules else "false", "network": network_of(model).name,
             "m_plus": str(getattr(c, "m_plus", "nan")), "m_minus": str(getattr(c, "m_minus", "nan")),
         }  # fmt: skip
         images, labels = window_examples(test)

@@ -7,6 +7,7 @@ import streamlit as st
 from capsnet.data.datasets import dataset_info
 from capsnet.errors import CapsNetError
 from capsnet.nn.config import CapsNetConfig
+from capsnet.nn.registry import NETWORKS, network
 from capsnet.training import run_folder, runs, watch
 from capsnet.training.options import TrainOptions
 from capsnet.training.recipes import RECIPES
@@ -47,12 +48,13 @@ def _resume(name: str) -> None:
 
 
 def _model_label(run: runs.RunSummary) -> str:
-    """The network and its preset: "paper", "tiny", or "CNN paper" for the baseline ("?" for a damaged args.json)."""
+    """The network and its preset: "paper", "tiny", "CNN paper" for the baseline, "EM small" ("?" for a damaged
+    args.json)."""
     preset = TrainOptions.from_dict(run.args).preset
     preset = preset if isinstance(preset, str) else "?"
     if run.network is None:
         return "?"
-    return preset if run.network.capsules else f"CNN {preset}"
+    return f"{run.network.short} {preset}".strip()
 
 
 def _table(all_runs: list[runs.RunSummary]) -> list[dict[str, object]]:
@@ -213,7 +215,7 @@ def _window() -> None:
     )
     st.plotly_chart(figure, key="training_window", config={"displayModeBar": False})
     right = int(history.right(s).sum())
-    kind = "capsule lengths" if history.capsules else "class probabilities (a CNN has no capsules to redraw from)"
+    kind = network(history.network).scores if history.network in NETWORKS else "class scores"
     st.caption(f"{name}, {chosen}: {right} of {len(history.labels)} right; bars are {kind}.")
 
 
