@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import torch
 
 from capsnet.checkpoints.checkpoint import load_checkpoint, save_checkpoint
 from capsnet.files import read_jsonl
+from capsnet.readings import claims
 from capsnet.readings.claims import verdict
 
 REPO = Path(__file__).resolve().parents[1]
@@ -115,8 +117,8 @@ def test_a_warm_started_models_budget_counts_its_own_run(tmp_path: Path) -> None
     assert [seen for seen, _ in v.rows[0].curve] == [8000, 16_000]
     assert [(r.epochs, r.hours) for r in v.rows] == [(2, 1.0), (2, 1.0)]  # the source's epoch and hours not counted
     assert (
-        "from unequal starts (the CapsNet from a model that had seen 60,000 MNIST digits, the CNN from one that had seen 20,000)"
-        in v.statement()
+        "from unequal starts (the CapsNet from a model that had seen 60,000 MNIST digits (99.64%), the CNN from one that "
+        "had seen 20,000 (99.00%))" in v.statement()
     )
 
 
@@ -187,3 +189,20 @@ def test_the_statement_says_the_starts_the_interval_and_the_stand_in(tmp_path: P
     tied = verdict("multimnist", path, SHIPPED[1]).statement()
     assert "within the test set's 95% sampling interval" in tied and "neither network ahead" in tied
     assert "paper's order," not in tied and "not reproduced" not in tied
+
+
+def test_converged_sources_are_said_with_their_figures() -> None:
+    """Issue 32: sources of unequal length but equal accuracy are named converged, with both figures; else the
+    headline says the starts were unequal, with their figures where the headers give them."""
+    base = dict(paper_error=0.0, test_examples=10_000, examples_seen=36_000, hours=1.0, epochs=3, chosen_epoch=3,
+                lr=3e-4, chosen_on="validation", curve=())  # fmt: skip
+    caps = claims.ClaimRow("capsnet", error=0.02, started_from=6_420_000, source_accuracy=0.9964, **base)
+    cnn = claims.ClaimRow("cnn", error=0.03, started_from=385_000, source_accuracy=0.9959, **base)
+    text = claims.Verdict("affnist", (caps, cnn)).statement()
+    assert ("each warm-started from a converged MNIST model (the CapsNet's at 99.64% after 6,420,000 digits, "
+            "the CNN's at 99.59% after 385,000)") in text  # fmt: skip
+    assert "unequal starts" not in text
+    early = dataclasses.replace(cnn, started_from=120_000, source_accuracy=0.99)
+    text = claims.Verdict("affnist", (caps, early)).statement()
+    assert ("from unequal starts (the CapsNet from a model that had seen 6,420,000 MNIST digits (99.64%), "
+            "the CNN from one that had seen 120,000 (99.00%))") in text  # fmt: skip
