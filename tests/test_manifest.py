@@ -62,3 +62,20 @@ def test_a_missing_entry_and_a_damaged_manifest_are_one_line(shipped: Path, tmp_
     (tmp_path / manifest.MANIFEST_NAME).write_text(json.dumps({"files": {"x": {"sha256": 1}}}))
     with pytest.raises(manifest.ManifestError, match="is damaged"):
         manifest.read_manifest(tmp_path)
+
+
+def test_rewriting_a_shipped_files_header_keeps_its_entry_true(
+    shipped: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`export --lr-search` rewrites the header of a shipped file: its manifest entry is written anew with it (it
+    used to keep the old SHA-256, and CI refused the file)."""
+    from capsnet.checkpoints.checkpoint import load_checkpoint, save_checkpoint
+    from capsnet.training.export import record_lr_search
+
+    monkeypatch.setenv("CAPSNET_CHECKPOINTS_DIR", str(shipped.parents[1]))
+    checkpoint = load_checkpoint(shipped)
+    extra = {**checkpoint.info.extra, "val_accuracy": 0.9}
+    save_checkpoint(shipped, checkpoint.model, checkpoint.info.replace(extra=extra))  # a run with a validation split
+    lr = checkpoint.info.recipe["lr"]
+    record_lr_search(shipped, [lr, lr / 3], str(data_dir))
+    assert manifest.check(shipped, shipped.parents[1]).sha256 == manifest.file_sha256(shipped)

@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
                 candidates = [float(v) for v in args.lr_search.split(",")]
             except ValueError:
                 parser.error(f"--lr-search takes learning rates separated by commas, got {args.lr_search!r}")
-            info = record_lr_search(args.source, candidates)
+            info = record_lr_search(args.source, candidates, args.data_dir)
             print(json.dumps({"checkpoint": args.source, "lr_candidates": info.extra["lr_candidates"]}))
             return 0
         if args.calibrate:

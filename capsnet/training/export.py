@@ -99,10 +99,15 @@ def export_checkpoint(
     if records:
         with atomic_path(target.with_suffix(".metrics.jsonl")) as tmp:
             tmp.write_text("".join(json.dumps(record) + "\n" for record in records), encoding="utf-8")
-    shipped = checkpoints_dir()
-    if target.resolve().is_relative_to(shipped.resolve()):  # a shipped file: its manifest entry proves it in CI
-        manifest.record(target, shipped, data_dir)
+    _record_if_shipped(target, data_dir)
     return info
+
+
+def _record_if_shipped(path: Path, data_dir: str | None = None) -> None:
+    """A file in the shipped folder gets its manifest entry written anew (its bytes changed): the entry proves it in CI."""
+    shipped = checkpoints_dir()
+    if path.resolve().is_relative_to(shipped.resolve()):
+        manifest.record(path, shipped, data_dir)
 
 
 def _refuse_float16_overflow(model: AnyModel, source: Path) -> None:
@@ -135,10 +140,11 @@ def calibrate_checkpoint(path: str | Path, data_dir: str | None = None, device: 
     info = checkpoint.info.replace(novelty=thresholds.to_dict() if thresholds else None)
     dtype = torch.float16 if checkpoint.info.weights_dtype == "float16" else None
     save_checkpoint(path, checkpoint.model, info, dtype=dtype)
+    _record_if_shipped(path, data_dir)
     return info
 
 
-def record_lr_search(path: str | Path, candidates: list[float]) -> CheckpointInfo:
+def record_lr_search(path: str | Path, candidates: list[float], data_dir: str | None = None) -> CheckpointInfo:
     """Say in a checkpoint's header that its learning rate was the best of `candidates` on its validation split.
 
     The run that chose it must have held out a validation split (its header's `val_accuracy`), and its
@@ -157,6 +163,7 @@ def record_lr_search(path: str | Path, candidates: list[float]) -> CheckpointInf
     info = info.replace(extra={**(info.extra or {}), "lr_candidates": sorted(float(c) for c in candidates)})
     dtype = torch.float16 if info.weights_dtype == "float16" else None
     save_checkpoint(path, checkpoint.model, info, dtype=dtype)
+    _record_if_shipped(path, data_dir)  # the header changed, so the bytes did: the manifest entry follows
     return info
 
 
