@@ -23,7 +23,7 @@ from torch import Tensor, nn
 
 from capsnet.nn.config import CapsNetConfig
 from capsnet.nn.dynamic_routing import RoutingTrace
-from capsnet.nn.layers import PrimaryCapsules, RoutingCapsules, capsule_lengths, one_hot_mask
+from capsnet.nn.layers import PrimaryCapsules, RoutingCapsules, capsule_lengths, decoder_input
 
 
 @dataclass
@@ -141,15 +141,7 @@ class CapsNet(nn.Module):
         Any 16-D vector can be decoded by placing it in that class's row.
         """
         c = self.config
-        if poses.dim() != 3 or tuple(poses.shape[1:]) != (c.num_classes, c.digit_dim):
-            raise ValueError(f"expected poses of shape (B, {c.num_classes}, {c.digit_dim}), got {tuple(poses.shape)}")
-        classes = torch.as_tensor(class_index, device=poses.device, dtype=torch.long)
-        classes = classes.expand(poses.shape[0]) if classes.dim() == 0 else classes
-        if classes.shape != poses.shape[:1]:
-            raise ValueError(f"class_index must be an int or shape ({poses.shape[0]},), got {tuple(classes.shape)}")
-        if ((classes < 0) | (classes >= c.num_classes)).any():
-            raise ValueError(f"class_index must lie in [0, {c.num_classes}), got {classes.tolist()}")
-        return self.decoder(one_hot_mask(poses, classes))  # (B, C, H, W)
+        return self.decoder(decoder_input(poses, class_index, c.num_classes, c.digit_dim))  # (B, C, H, W)
 
     def forward(
         self,

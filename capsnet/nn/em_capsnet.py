@@ -32,7 +32,7 @@ from capsnet.nn.capsnet import Decoder
 from capsnet.nn.config import config_from_fields, preset_of
 from capsnet.nn.dynamic_routing import MAX_ROUTING_ITERATIONS
 from capsnet.nn.em_routing import EMTrace
-from capsnet.nn.layers import one_hot_mask
+from capsnet.nn.layers import decoder_input
 from capsnet.nn.matrix_capsules import POSE_ENTRIES, ClassCapsules, ConvCapsules, PrimaryMatrixCapsules
 
 
@@ -206,13 +206,7 @@ class EMCapsNet(nn.Module):
         c = self.config
         if self.decoder is None:
             raise ValueError("this network has no decoder: train a preset with one (small-decoder) to redraw digits")
-        if poses.dim() != 3 or tuple(poses.shape[1:]) != (c.num_classes, POSE_ENTRIES):
-            raise ValueError(f"expected poses of shape (B, {c.num_classes}, {POSE_ENTRIES}), got {tuple(poses.shape)}")
-        classes = torch.as_tensor(class_index, device=poses.device, dtype=torch.long)
-        classes = classes.expand(poses.shape[0]) if classes.dim() == 0 else classes
-        if classes.shape != poses.shape[:1] or ((classes < 0) | (classes >= c.num_classes)).any():
-            raise ValueError(f"class_index must be classes in [0, {c.num_classes}), one or one per example")
-        return self.decoder(one_hot_mask(poses, classes))  # (B, C, H, W)
+        return self.decoder(decoder_input(poses, class_index, c.num_classes, POSE_ENTRIES))  # (B, C, H, W)
 
     def forward(
         self,

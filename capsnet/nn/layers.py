@@ -92,6 +92,20 @@ def capsule_lengths(poses: Tensor) -> Tensor:
     return torch.linalg.vector_norm(poses, dim=-1)
 
 
+def decoder_input(poses: Tensor, class_index: Tensor | int, num_classes: int, dim: int) -> Tensor:
+    """The class capsules (B, K, D) with all but `class_index`'s zeroed, what a decoder reads; ValueError for poses
+    of another shape or a class out of range. `class_index` is one class for the whole batch or one per example."""
+    if poses.dim() != 3 or tuple(poses.shape[1:]) != (num_classes, dim):
+        raise ValueError(f"expected poses of shape (B, {num_classes}, {dim}), got {tuple(poses.shape)}")
+    classes = torch.as_tensor(class_index, device=poses.device, dtype=torch.long)
+    classes = classes.expand(poses.shape[0]) if classes.dim() == 0 else classes
+    if classes.shape != poses.shape[:1]:
+        raise ValueError(f"class_index must be an int or shape ({poses.shape[0]},), got {tuple(classes.shape)}")
+    if ((classes < 0) | (classes >= num_classes)).any():
+        raise ValueError(f"class_index must lie in [0, {num_classes}), got {classes.tolist()}")
+    return one_hot_mask(poses, classes)  # (B, K, D)
+
+
 def one_hot_mask(poses: Tensor, classes: Tensor) -> Tensor:
     """Zero every capsule but `classes[b]` in each example: (B, K, D) -> (B, K, D)."""
     mask = F.one_hot(classes, poses.shape[1]).to(poses.dtype)  # (B, K)
