@@ -754,11 +754,7 @@ def test_step_the_routing_playground_and_click_a_vote(page, app: App, screenshot
     assert points.evaluate_all("ps => ps.map(p => p.getAttribute('d'))") != sizes  # iteration 2's weights
     screenshots.take(page, "playground.png")
 
-
-def test_the_playground_steps_both_routings_side_by_side(page, app: App) -> None:
-    page.goto(app.url + "/playground")
-    shown = page.locator(f".st-key-playground_shown{CURRENT}")
-    expect(shown).to_contain_text("Iteration 1 of 3", timeout=PAGE_LOAD_MS)
+    # the same votes routed by EM beside dynamic routing, one stepper for both
     choose_option(page, page.locator(f".st-key-playground_preset{CURRENT}").get_by_role("combobox"), "a lone outlier")
     comparison = page.locator(f".st-key-playground_comparison{CURRENT}")
     expect(comparison).to_contain_text("evenly, 1/3 = 0.33 to each parent", timeout=RERUN_MS)

@@ -77,18 +77,23 @@ def _inputs(positions, parents, slots, batch=2, seed=0, spread=1.0):
     return [x.requires_grad_() for x in (votes, acts, beta_u, beta_a)]
 
 
-def _check_against_reference(votes, acts, beta_u, beta_a, child_index, children, iterations, backward):
-    g = torch.Generator().manual_seed(1)
-    mean, act, _ = em_routing(votes, acts, child_index, children, beta_u, beta_a, iterations, backward=backward)
-    w_mean = torch.randn(mean.shape, generator=g, dtype=torch.float64)
-    w_act = torch.randn(act.shape, generator=g, dtype=torch.float64)
-    grads = torch.autograd.grad((mean * w_mean).sum() + (act * w_act).sum(), (votes, acts, beta_u, beta_a))
+def _check_against_reference(votes, acts, beta_u, beta_a, child_index, children, iterations):
+    """Both backward paths ("manual" and "autograd") against one run of the slow reference."""
+    inputs = (votes, acts, beta_u, beta_a)
     ref_mean, ref_act = reference_em(votes, acts, child_index, children, beta_u, beta_a, iterations)
-    ref_grads = torch.autograd.grad((ref_mean * w_mean).sum() + (ref_act * w_act).sum(), (votes, acts, beta_u, beta_a))
-    torch.testing.assert_close(mean, ref_mean, rtol=1e-9, atol=1e-10)
-    torch.testing.assert_close(act, ref_act, rtol=1e-9, atol=1e-10)
-    for name, got, want in zip(("votes", "activations", "beta_u", "beta_a"), grads, ref_grads):
-        torch.testing.assert_close(got, want, rtol=1e-7, atol=1e-9, msg=lambda m, n=name: f"d/d{n}: {m}")
+    g = torch.Generator().manual_seed(1)
+    w_mean = torch.randn(ref_mean.shape, generator=g, dtype=torch.float64)
+    w_act = torch.randn(ref_act.shape, generator=g, dtype=torch.float64)
+    ref_grads = torch.autograd.grad((ref_mean * w_mean).sum() + (ref_act * w_act).sum(), inputs)
+    for backward in ("manual", "autograd"):
+        mean, act, _ = em_routing(votes, acts, child_index, children, beta_u, beta_a, iterations, backward=backward)
+        grads = torch.autograd.grad((mean * w_mean).sum() + (act * w_act).sum(), inputs)
+        torch.testing.assert_close(mean, ref_mean, rtol=1e-9, atol=1e-10)
+        torch.testing.assert_close(act, ref_act, rtol=1e-9, atol=1e-10)
+        for name, got, want in zip(("votes", "activations", "beta_u", "beta_a"), grads, ref_grads):
+            torch.testing.assert_close(
+                got, want, rtol=1e-7, atol=1e-9, msg=lambda m, n=name, b=backward: f"{b}: d/d{n}: {m}"
+            )
 
 
 @pytest.mark.parametrize("iterations", [1, 2, 3])
@@ -102,8 +107,7 @@ def test_class_layer_matches_the_reference(preset, iterations):
         slots = c.convcaps2_types * 2
     index = torch.arange(slots).view(1, -1)
     votes, acts, beta_u, beta_a = _inputs(1, c.num_classes, slots, spread=0.5)
-    for backward in ("manual", "autograd"):
-        _check_against_reference(votes, acts, beta_u, beta_a, index, slots, iterations, backward)
+    _check_against_reference(votes, acts, beta_u, beta_a, index, slots, iterations)
 
 
 @pytest.mark.parametrize("iterations", [1, 2, 3])
@@ -112,9 +116,7 @@ def test_convolutional_layer_matches_the_reference(iterations):
     layer = ConvCapsules(in_types=2, out_types=3, kernel=3, stride=1, in_size=4)  # 2x2 windows of 18 slots
     positions, slots = layer.child_index.shape
     votes, acts, beta_u, beta_a = _inputs(positions, 3, slots, seed=3)
-    for backward in ("manual", "autograd"):
-        _check_against_reference(votes, acts, beta_u, beta_a, layer.child_index, layer.children_count, iterations,
-                                 backward)  # fmt: skip
+    _check_against_reference(votes, acts, beta_u, beta_a, layer.child_index, layer.children_count, iterations)
 
 
 def test_inverse_temperature_grows_towards_its_final_value():
