@@ -52,11 +52,14 @@ GUIDED_PATH = (
          "ten 16-dimensional digit capsules and back to pixels through the decoder. Click each stage.",
          "most of the 8.2 M parameters sit in PrimaryCaps (5.3 M), then the W_ij (1.5 M: one 16x8 matrix per primary "
          "and digit capsule, turning each primary capsule into a vote for every digit capsule) and the decoder."),
-    Step(pages.PLAYGROUND, "Play with the squash and routing by agreement",
+    Step(pages.PLAYGROUND, "Play with routing by agreement, and EM routing beside it",
          "Pick a preset of 2-D votes (an agreeing cluster with outliers, two competing clusters), then step "
-         "Procedure 1 one iteration at a time. Move a vote and step again.",
+         "Procedure 1 one iteration at a time. Move a vote and step again. Beside it the second capsule paper's EM "
+         "routing routes the same votes: pick \"a lone outlier\" or \"clusters of unequal spread\" to see them part "
+         "ways.",
          "votes that agree with the consensus v_j gain coupling c_ij, outliers lose it; the squash keeps every "
-         "length below 1."),
+         "length below 1. EM fits a Gaussian per parent instead: a long vote far from the cluster wins under the dot "
+         "product and loses under the Gaussian."),
     Step(pages.DRAW, "Draw a digit and read the capsule lengths",
          "Draw a digit (or pick a test image). The bars are the lengths of the ten digit capsules; the longest wins.",
          "a length is a probability that the digit is present, not a softmax share: several can be long at once, "
