@@ -38,13 +38,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from capsnet.nn.dynamic_routing import check_iterations
+from capsnet.nn.dynamic_routing import Backward, check_iterations
 
 EPSILON = 1e-8  # added to n_j before dividing by it: a parent nobody is assigned to has mean 0, not 0/0
 VARIANCE_FLOOR = 1e-4  # added to every sigma^2: a parent with one child has a narrow Gaussian, not a zero-width one
@@ -275,9 +275,6 @@ class _EMRouting(torch.autograd.Function):
         votes = both[..., :half]
         grad_votes = g_both[..., :half] + 2 * votes * g_both[..., half:]
         return grad_votes, grad_child_a.squeeze(2), grad_beta_u, grad_beta_a, None, None, None
-
-
-Backward = Literal["auto", "manual", "autograd"]
 
 
 def em_routing(

@@ -17,6 +17,15 @@ def colour(parent: int) -> str:
     return CLASS_COLOURS[int(parent) % len(CLASS_COLOURS)]
 
 
+def _chosen_ring(points: np.ndarray, selected: tuple[int, int]) -> dict:
+    """A ring around the chosen vote (parent, child) of points (P, N, 2): the same in both routings' charts."""
+    p, i = selected
+    return dict(
+        type="scatter", x=[float(points[p, i, 0])], y=[float(points[p, i, 1])], mode="markers", name="chosen vote",
+        hoverinfo="skip", marker=dict(symbol="circle-open", size=24, color=LIGHT, line=dict(width=2)),
+    )  # fmt: skip
+
+
 def plane_figure(
     points: np.ndarray,
     coupling: np.ndarray,
@@ -89,14 +98,7 @@ def plane_figure(
         )
     )  # fmt: skip
     if selected is not None:
-        p, i = selected
-        traces.append(
-            dict(
-                type="scatter", x=[float(points[p, i, 0])], y=[float(points[p, i, 1])], mode="markers",
-                name="chosen vote", hoverinfo="skip",
-                marker=dict(symbol="circle-open", size=24, color=LIGHT, line=dict(width=2)),
-            )
-        )  # fmt: skip
+        traces.append(_chosen_ring(points, selected))
     circle = dict(
         type="circle", xref="x", yref="y", x0=-1, y0=-1, x1=1, y1=1, line=dict(color=OTHER, dash="dot", width=1)
     )
@@ -191,14 +193,7 @@ def em_plane_figure(
             )
         )  # fmt: skip
     if selected is not None:
-        j, i = selected
-        traces.append(
-            dict(
-                type="scatter", x=[float(points[j, i, 0])], y=[float(points[j, i, 1])], mode="markers",
-                name="chosen vote", hoverinfo="skip",
-                marker=dict(symbol="circle-open", size=24, color=LIGHT, line=dict(width=2)),
-            )
-        )  # fmt: skip
+        traces.append(_chosen_ring(points, selected))
     axis = dict(range=[-reach, reach], zeroline=True, zerolinecolor="#3a4150", autorange=False)
     return go.Figure(
         data=traces,
