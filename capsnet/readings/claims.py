@@ -118,7 +118,7 @@ class Verdict:
         )
         starts = ""
         sources = (caps.source_accuracy, cnn.source_accuracy)
-        if caps.started_from != cnn.started_from and None not in sources and self.converged_sources:
+        if caps.started_from != cnn.started_from and self.converged_sources:
             starts = (  # unequal lengths of training, but both sources had stopped improving: said, with figures
                 f", each warm-started from a converged MNIST model (the CapsNet's at {100 * sources[0]:.2f}% after "
                 f"{caps.started_from:,} digits, the CNN's at {100 * sources[1]:.2f}% after {cnn.started_from:,})"
