@@ -59,7 +59,7 @@ def votes_reading(name: str, moved_share: float, children: int, k: int, iteratio
         f"fixed across iterations: to the right, along the consensus v_j (further right: more agreement); "
         f"upwards, the main way the votes differ. Size and colour are the weight c_ij routing gives the vote "
         f"(red: more than the uniform 1/{k}, blue: less); ✕ is their weighted sum s_j (a sum over {children:,} "
-        f"votes, not a mean, so it can lie far outside them), ◆ the capsule v_j = squash(s_j). Press **Play**: "
+        f"votes, not a mean, so it can lie far outside them), ◆ the capsule v_j = squash(s_j). Step through the iterations (◀ ▶ above): "
         f"votes that agree with the consensus gain weight, outliers lose it. Here {moved_share:.0%} of the "
         f"{children:,} couplings to capsule {name} moved more than 0.01 from 1/{k}"
         + (

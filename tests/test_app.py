@@ -209,7 +209,7 @@ def test_moving_a_slider_changes_the_reconstruction(app_with_run) -> None:  # no
 
 
 @pytest.mark.parametrize("iterations", [1, 4])
-def test_the_routing_figure_has_one_frame_per_iteration(app_with_run, iterations: int) -> None:  # noqa: F811
+def test_every_routing_chart_draws_the_pages_one_iteration(app_with_run, iterations: int) -> None:  # noqa: F811
     at = pick_test_image(new_app().run(), 2)
     at.switch_page("app_pages/routing.py").run()
     no_exception(at)
@@ -217,15 +217,20 @@ def test_the_routing_figure_has_one_frame_per_iteration(app_with_run, iterations
     at.session_state["routing_maps_open"] = True
     at.slider(key="routing_iterations").set_value(iterations).run()
     no_exception(at)
-    spec = chart(at, "routing_animation")
-    if iterations == 1:  # nothing to play: no frames, no slider, no Play
+    keys = ("coupling_by_type", "coupling_maps", "votes_chosen", "votes_other")
+    for key in keys:  # one iteration for the whole page (issue 31, item 6): no chart plays on its own
+        spec = chart(at, key)
         assert not spec.get("frames") and not spec["layout"].get("sliders") and not spec["layout"].get("updatemenus")
-        assert not chart(at, "coupling_maps").get("frames") and not chart(at, "votes_chosen").get("frames")
-    else:
-        assert len(spec["frames"]) == iterations
-        assert len(spec["layout"]["sliders"][0]["steps"]) == iterations
-        assert len(chart(at, "coupling_maps")["frames"]) == iterations
-        assert len(chart(at, "votes_chosen")["frames"]) == iterations
+    if iterations > 1:  # each chart names the iteration the page's stepper chose: the last at first, then the first
+        assert chart(at, "votes_chosen")["data"][3]["text"] == [f"iteration {iterations} of {iterations}"]
+        assert chart(at, "coupling_maps")["layout"]["title"]["text"].endswith(f"iteration {iterations} of {iterations}")
+        for _ in range(iterations - 1):
+            at.button(key="routing_prev").click().run()
+        shown = f"iteration 1 of {iterations}"
+        assert chart(at, "votes_chosen")["data"][3]["text"] == [shown]
+        assert chart(at, "votes_other")["data"][3]["text"] == [shown]
+        assert chart(at, "coupling_maps")["layout"]["title"]["text"].endswith(shown)
+        assert all(shown in a["text"] for a in chart(at, "coupling_by_type")["layout"]["annotations"][:2])
     assert len(chart(at, "iteration_lengths")["data"][0]["x"]) == iterations
     assert any("Procedure 1" in m.value for m in at.markdown)
     assert at.latex  # the formulas are shown
@@ -427,7 +432,7 @@ def test_a_model_trained_with_six_routing_iterations_opens_everywhere(app_dirs, 
     if page.endswith("routing.py"):
         slider = at.slider(key="routing_iterations")
         assert slider.value == 6 and slider.max >= 6
-        assert len(chart(at, "routing_animation")["frames"]) == 6
+        assert chart(at, "votes_chosen")["data"][3]["text"] == ["iteration 6 of 6"]
 
 
 def test_the_dimensions_page_says_where_its_ranges_come_from(app_dirs, app_run) -> None:  # noqa: F811
@@ -519,18 +524,18 @@ def test_the_routing_page_steps_through_the_votes(app_with_run) -> None:  # noqa
     at = pick_test_image(new_app().run(), 2)
     at.switch_page("app_pages/routing.py").run()
     no_exception(at)
-    assert any("Charts open on **iteration 3 of 3**" in m.value for m in at.markdown)
-    assert any("▶ Play animates that chart alone, in your browser" in c.value for c in at.caption)  # not the header
+    assert any("Showing **iteration 3 of 3**" in m.value for m in at.markdown)
+    assert any("step every chart on this page" in c.value for c in at.caption)  # what the buttons do
     chosen, other = chart(at, "votes_chosen"), chart(at, "votes_other")
-    assert len(chosen["frames"]) == 3 and len(plotly_values(chosen["data"][0]["x"])) == 8 * 36  # every capsule votes
+    assert len(plotly_values(chosen["data"][0]["x"])) == 8 * 36  # every capsule votes
     assert chosen["layout"]["title"]["text"] != other["layout"]["title"]["text"]  # the winner beside the runner-up
     sizes_last = chosen["data"][0]["marker"]["size"]
     at.button(key="routing_prev").click().run()
     no_exception(at)
-    assert any("Charts open on **iteration 2 of 3**" in m.value for m in at.markdown)
+    assert any("Showing **iteration 2 of 3**" in m.value for m in at.markdown)
     assert chart(at, "votes_chosen")["data"][0]["marker"]["size"] != sizes_last  # the weights of iteration 2
     assert chart(at, "votes_chosen")["data"][3]["text"] == ["iteration 2 of 3"]  # the chart names what it shows
-    assert chart(at, "routing_animation")["layout"]["sliders"][0]["active"] == 1
+    assert "iteration 2 of 3" in chart(at, "coupling_by_type")["layout"]["annotations"][0]["text"]
     at.button(key="routing_prev").click().run()
     assert at.button(key="routing_prev").disabled and not at.button(key="routing_next").disabled
     share = chart(at, "vote_share")
@@ -542,7 +547,7 @@ def test_the_routing_page_steps_through_the_votes(app_with_run) -> None:  # noqa
     at.slider(key="routing_iterations").set_value(1).run()  # one iteration: nothing to step or play
     no_exception(at)
     assert not [b for b in at.button if b.key in ("routing_prev", "routing_next")]
-    assert not chart(at, "votes_chosen").get("frames")
+    assert len(chart(at, "votes_chosen")["data"]) == 4  # the votes, s_j, v_j and the selected ring: no label
     assert sum("after the first iteration, with uniform couplings" in m.value for m in at.markdown) == 0
 
 

@@ -264,78 +264,52 @@ def test_moving_a_dimension_slider_changes_the_reconstruction(page, app: App, sc
 
 # ---------------------------------------------------------------- Routing
 
-_RECORD_ROUTING = """
-(root) => {
-  const plot = root.querySelector('.js-plotly-plot');
-  const read = () => {
-    const current = [...plot.querySelectorAll('g.slider-group > text.slider-label')].map(t => t.textContent).join('');
-    const bars = [...plot.querySelectorAll('text.bartext')].map(t => t.textContent).join(' ');
-    return current + ' | ' + bars;
-  };
-  window.__e2eRouting = [read()];
-  window.__e2eAnimated = false;
-  plot.on('plotly_animated', () => { window.__e2eAnimated = true; });
-  window.__e2eTimer = setInterval(() => {
-    const state = read(), log = window.__e2eRouting;
-    if (log[log.length - 1] !== state) log.push(state);
-  }, 20);
-}
-"""
+
+def iteration_shown(page) -> dict[str, str]:
+    """What each routing chart says it draws: the vote plots' corner label, the per-type chart's two titles."""
+    return {
+        "votes_chosen": page.locator(f".st-key-votes_chosen{CURRENT} .scatterlayer .trace").nth(3).text_content(),
+        "votes_other": page.locator(f".st-key-votes_other{CURRENT} .scatterlayer .trace").nth(3).text_content(),
+        "by_type": " / ".join(
+            page.locator(f".st-key-coupling_by_type{CURRENT} .annotation-text").all_text_contents()[:2]
+        ),
+    }
 
 
-def routing_steps(figure) -> int:
-    return figure.locator("g.slider-label-group").count()
-
-
-def test_routing_animation_plays_one_frame_per_iteration(page, app: App, screenshots: Screenshots) -> None:
+def test_one_iteration_for_the_whole_routing_page(page, app: App, screenshots: Screenshots) -> None:
+    """The page's stepper drives every chart (issue 31, item 6): no chart has a Play of its own that would leave the
+    others behind, and each chart names the iteration the header shows."""
     open_app(page, app)
     draw_and_predict(page)
     go_to(page, "Routing")
-    figure = page.locator(".st-key-routing_animation")
-    play = figure.locator(".updatemenu-button").filter(has_text="Play")
-    expect(play).to_be_visible(timeout=RERUN_MS)
-    iterations_slider = page.locator(".st-key-routing_iterations").get_by_role("slider")
-    iterations = int(iterations_slider.input_value())
-    assert iterations == 3  # the tiny model was trained with the paper's 3
-    assert routing_steps(figure) == iterations
+    step = page.locator(".st-key-routing_step")
+    expect(step).to_contain_text("Showing iteration 3 of 3", timeout=RERUN_MS)  # the tiny model's r, the paper's 3
     wait_rendered(page)
-    expect(figure.locator("g.slider-group > text.slider-label")).to_have_text(f"iteration: {iterations}")
-
-    figure.evaluate(_RECORD_ROUTING)
-    play.click()
-    page.wait_for_function("() => window.__e2eAnimated === true", timeout=60_000, polling=100)
-    log: list[str] = page.evaluate("() => { clearInterval(window.__e2eTimer); return window.__e2eRouting; }")
-    shown = [state.split(" | ")[0] for state in log]
-    assert shown[0] == f"iteration: {iterations}" and shown[-1] == f"iteration: {iterations}", log
-    frames = list(dict.fromkeys(shown[1:]))  # the frames in the order they were shown
-    assert frames == [f"iteration: {t}" for t in range(1, iterations + 1)], log
-    bars = {state.split(" | ")[0]: state.split(" | ")[1] for state in log}  # the last bars seen in each frame
-    first, last = bars["iteration: 1"].split(), bars[f"iteration: {iterations}"].split()
-    assert len(first) == len(last) == 10 and first != last, log  # routing changed the capsule lengths
+    assert page.locator(".updatemenu-button").count() == 0 and page.locator("g.slider-group").count() == 0
+    shown = iteration_shown(page)
+    assert shown["votes_chosen"] == shown["votes_other"] == "iteration 3 of 3", shown
+    assert shown["by_type"].count("iteration 3 of 3") == 2, shown
+    bars = page.locator(f".st-key-coupling_by_type{CURRENT} text.bartext").all_text_contents()
+    for t in (2, 1):
+        page.get_by_role("button", name="◀ Previous").click()
+        expect(step).to_contain_text(f"Showing iteration {t} of 3", timeout=RERUN_MS)
+        wait_rendered(page)
+        shown = iteration_shown(page)
+        assert shown["votes_chosen"] == shown["votes_other"] == f"iteration {t} of 3", shown
+        assert shown["by_type"].count(f"iteration {t} of 3") == 2, shown
+    assert page.locator(f".st-key-coupling_by_type{CURRENT} text.bartext").all_text_contents() != bars  # routing moved
+    expect(page.get_by_role("button", name="◀ Previous")).to_be_disabled()
     screenshots.take(page, "routing.png")
 
+    iterations_slider = page.locator(".st-key-routing_iterations").get_by_role("slider")
     iterations_slider.focus()
     page.keyboard.press("ArrowRight")
     page.keyboard.press("ArrowRight")
     expect(page.get_by_text("With 5 iterations")).to_be_visible(timeout=RERUN_MS)
-    expect(figure.locator("g.slider-label-group")).to_have_count(5, timeout=RERUN_MS)
-    expect(figure.locator("g.slider-group > text.slider-label")).to_have_text("iteration: 5")
+    expect(step).to_contain_text("Showing iteration 5 of 5", timeout=RERUN_MS)  # a new r opens on its last
+    wait_rendered(page)
+    assert iteration_shown(page)["votes_chosen"] == "iteration 5 of 5"
     assert int(iterations_slider.input_value()) == 5
-
-
-_RECORD_VOTES = """
-(root) => {
-  const plot = root.querySelector('.js-plotly-plot');
-  window.__e2eFrames = [];
-  window.__e2eEmpty = 0;
-  window.__e2eDone = false;
-  plot.on('plotly_animatingframe', (event) => window.__e2eFrames.push(event.name));
-  plot.on('plotly_animated', () => { window.__e2eDone = true; });
-  window.__e2eTimer = setInterval(() => {  // a blank frame would show no vote at all
-    if (plot.querySelectorAll('.scatterlayer .trace:first-child .point').length === 0) window.__e2eEmpty += 1;
-  }, 15);
-}
-"""
 
 
 def test_a_link_to_no_page_says_so(page, app: App) -> None:
@@ -347,11 +321,11 @@ def test_a_link_to_no_page_says_so(page, app: App) -> None:
     assert page.get_by_text("does not exist here").count() == 0  # a real page: no notice
 
 
-def test_a_shared_link_opens_the_view_and_the_votes_step_and_play(page, app: App, screenshots: Screenshots) -> None:
+def test_a_shared_link_opens_the_view_and_the_votes_step(page, app: App) -> None:
     open_app(page, app, "/routing?checkpoint=mnist&test=3&iterations=2")
-    step = page.locator(".st-key-routing_step")  # the buttons, what they set, and what Play does instead
-    expect(step).to_contain_text("Charts open on iteration 2 of 2", timeout=PAGE_LOAD_MS)
-    expect(step).to_contain_text("A chart's own ▶ Play animates that chart alone, in your browser")
+    step = page.locator(".st-key-routing_step")  # the buttons, and what they set
+    expect(step).to_contain_text("Showing iteration 2 of 2", timeout=PAGE_LOAD_MS)
+    expect(step).to_contain_text("step every chart on this page")
     expect(page.get_by_text(re.compile(r"Input: test image #3"))).to_be_visible()
     assert int(page.locator(".st-key-routing_iterations").get_by_role("slider").input_value()) == 2
     wait_rendered(page)
@@ -365,24 +339,12 @@ def test_a_shared_link_opens_the_view_and_the_votes_step_and_play(page, app: App
     label = votes.locator(".scatterlayer .trace").nth(3).locator("text")  # the chart names the iteration it shows
     expect(label).to_have_text("iteration 2 of 2")
     page.get_by_role("button", name="◀ Previous").click()
-    expect(step).to_contain_text("Charts open on iteration 1 of 2", timeout=RERUN_MS)
+    expect(step).to_contain_text("Showing iteration 1 of 2", timeout=RERUN_MS)
     wait_rendered(page)
     expect(label).to_have_text("iteration 1 of 2")
     assert points.evaluate_all("ps => ps.map(p => p.getAttribute('d'))") != sizes  # the weights of iteration 1
     expect(page.get_by_role("button", name="◀ Previous")).to_be_disabled()
-
-    votes.evaluate(_RECORD_VOTES)
-    votes.locator(".updatemenu-button").filter(has_text="Play").click()
-    page.wait_for_function("() => window.__e2eDone === true", timeout=60_000, polling=100)
-    frames, empty = page.evaluate(
-        "() => { clearInterval(window.__e2eTimer); return [window.__e2eFrames, window.__e2eEmpty]; }"
-    )
-    assert frames == ["1", "2"], frames  # both iterations, in order
-    assert empty == 0  # and never a blank plot between them
-    expect(label).to_have_text("iteration 2 of 2")  # Play moved this chart, and its label with it
-    expect(step).to_contain_text("Charts open on iteration 1 of 2")  # the page's setting, which Play leaves alone
     expect(page.locator(f".st-key-votes_other{CURRENT} .scatterlayer .trace").nth(3)).to_have_text("iteration 1 of 2")
-    screenshots.take(page, "routing.png")
 
 
 def test_a_click_on_a_vote_selects_its_primary_capsule_in_every_view(page, app: App) -> None:

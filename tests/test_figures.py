@@ -41,43 +41,44 @@ def _assert_margin_labels_outside(fig: go.Figure, axis: str) -> None:
 
 
 @pytest.mark.parametrize("iterations", [1, 3, 5])
-def test_routing_animation_has_one_frame_per_iteration(iterations: int) -> None:
+def test_coupling_by_type_draws_the_iteration_the_page_chose(iterations: int) -> None:
+    """The page's stepper owns the iteration (issue 31, item 6): the figure draws that one, names it, and has no Play
+    of its own; one colour scale for every iteration, so stepping compares like with like."""
     rng = np.random.default_rng(0)
     by_type = rng.dirichlet(np.ones(10), size=(iterations, 32)).astype(np.float32)  # (r, 32, 10)
     lengths = rng.uniform(0, 1, size=(iterations, 10))
-    fig = figures.routing_animation(by_type, lengths, NAMES)
-    assert isinstance(fig.data[0], go.Heatmap) and isinstance(fig.data[1], go.Bar)
     change = by_type - 0.1  # couplings are shown as their change from uniform, 1/K
-    np.testing.assert_allclose(np.asarray(fig.data[0].z), change[-1], atol=1e-6)  # opens on the last iteration
-    np.testing.assert_allclose(np.asarray(fig.data[0].customdata), by_type[-1], atol=1e-6)  # c itself on hover
-    reach = np.abs(change).max()  # one diverging scale for every frame, centred at 0
-    assert (
-        fig.data[0].zmid == 0.0
-        and fig.data[0].zmin == pytest.approx(-reach)
-        and fig.data[0].zmax == pytest.approx(reach)
-    )
-    if iterations == 1:  # nothing to play
+    reach = np.abs(change).max()
+    for step in range(iterations):
+        fig = figures.coupling_by_type_figure(by_type, lengths, NAMES, step=step)
+        assert isinstance(fig.data[0], go.Heatmap) and isinstance(fig.data[1], go.Bar)
+        np.testing.assert_allclose(np.asarray(fig.data[0].z), change[step], atol=1e-6)
+        np.testing.assert_allclose(np.asarray(fig.data[0].customdata), by_type[step], atol=1e-6)  # c itself on hover
+        np.testing.assert_allclose(np.asarray(fig.data[1].y), lengths[step])
+        assert fig.data[0].zmid == 0.0 and fig.data[0].zmin == pytest.approx(-reach)
+        assert fig.data[0].zmax == pytest.approx(reach)
         assert not fig.frames and not fig.layout.sliders and not fig.layout.updatemenus
-        return
-    assert len(fig.frames) == iterations
-    assert [f.name for f in fig.frames] == [str(t + 1) for t in range(iterations)]
-    np.testing.assert_allclose(np.asarray(fig.frames[0].data[0].z), change[0], atol=1e-6)
-    np.testing.assert_allclose(np.asarray(fig.frames[-1].data[1].y), lengths[-1])
-    assert len(fig.layout.sliders[0].steps) == iterations and fig.layout.sliders[0].active == iterations - 1
-    labels = [b.label for b in fig.layout.updatemenus[0].buttons]
-    assert any("Play" in label for label in labels) and any("Pause" in label for label in labels)
-    play = fig.layout.updatemenus[0].buttons[0].args[1]
-    assert play["transition"]["duration"] == 0  # a transition over a heatmap's redraw would show a blank plot
-    assert figures.routing_animation(by_type, lengths, NAMES, step=0).layout.sliders[0].active == 0
-    _assert_margin_labels_outside(fig, "2")
+        titles = [a.text for a in fig.layout.annotations if a.yref == "paper"]
+        named = f", iteration {step + 1} of {iterations}" if iterations > 1 else ""
+        assert titles == ["Coupling per type, c − 1/K" + named, "Capsule lengths |v|" + named]
+    default = figures.coupling_by_type_figure(by_type, lengths, NAMES)  # the last iteration unless told
+    np.testing.assert_allclose(np.asarray(default.data[0].z), change[-1], atol=1e-6)
+    # the heatmap, its colour bar and the bars in bands of their own: the bar's ticks end before the bars begin
+    colorbar = default.data[0].colorbar
+    assert default.layout.xaxis.domain[1] <= colorbar.x and colorbar.xanchor == "left"
+    assert default.layout.xaxis2.domain[0] - colorbar.x >= 0.15
+    _assert_margin_labels_outside(default, "2")
     with pytest.raises(ValueError, match="shapes"):
-        figures.routing_animation(by_type, lengths[:, :5], NAMES)
+        figures.coupling_by_type_figure(by_type, lengths[:, :5], NAMES)
 
 
 def test_coupling_maps_figure_tiles_every_primary_capsule() -> None:
     maps = np.random.default_rng(1).uniform(0, 1, size=(3, 32, 6, 6)).astype(np.float32)
     fig = figures.coupling_maps_figure(maps, "7")
-    assert len(fig.frames) == 3
+    assert not fig.frames and not fig.layout.sliders  # the page's stepper chooses the iteration
+    assert fig.layout.title.text == "Coupling to 7, c − 1/K, iteration 3 of 3"
+    np.testing.assert_allclose(np.asarray(figures.coupling_maps_figure(maps, "7", step=0).data[0].z)[:6, :6],
+                               maps[0, 0] - 0.1, atol=1e-6)  # fmt: skip
     z = np.asarray(fig.data[0].z, dtype=float)
     assert z.shape == (4 * 7 - 1, 8 * 7 - 1)
     assert np.isfinite(z).sum() == 32 * 36  # all 1152 capsules, NaN gaps between the blocks
@@ -103,9 +104,6 @@ def test_coupling_maps_figure_is_as_tall_as_its_tiles(types: int) -> None:
     assert abs(_plot_height(fig) - tiles_height) <= 1
     strip = figures.coupling_maps_figure(maps[:, :8], "3", columns=8, width=width)  # one row of 8 blocks: a low figure
     assert _plot_height(strip) < 0.5 * _plot_height(fig) and strip.layout.height < fig.layout.height - 100
-    # the slider, then the play buttons under it, all in the bottom margin
-    slider, buttons = fig.layout.sliders[0], fig.layout.updatemenus[0]
-    assert 0 > slider.y > buttons.y and -buttons.y * _plot_height(fig) < fig.layout.margin.b - 30
     assert fig.layout.yaxis.scaleanchor == "x" and fig.layout.xaxis.constrain == "domain"
 
 
@@ -248,7 +246,7 @@ def test_tile_maps_lays_out_blocks_with_gaps() -> None:
 
 
 def test_the_votes_axes_hold_every_iteration_and_two_plots_can_share_a_colour_scale() -> None:
-    """Next and Play must not rescale the axes (s_j grows far beyond the votes as couplings concentrate), and the
+    """Stepping must not rescale the axes (s_j grows far beyond the votes as couplings concentrate), and the
     winner's and runner-up's plots compare on one colour scale."""
     rng = np.random.default_rng(0)
     n, r, k = 8 * 6 * 6, 3, 10
@@ -273,33 +271,30 @@ def test_the_votes_axes_hold_every_iteration_and_two_plots_can_share_a_colour_sc
 
 
 @pytest.mark.parametrize("iterations", [3, 5])
-def test_a_votes_frame_carries_only_what_changes(iterations: int) -> None:
-    """The votes figure is redrawn on every click of the Routing page: its points and their labels go once, a frame
-    sends each vote's size, colour and hover numbers (float32), s_j, v_j and the iteration's label, never x and y."""
+def test_the_votes_figure_draws_one_iteration_and_sends_it_compactly(iterations: int) -> None:
+    """The votes figure is redrawn on every click of the Routing page's stepper: it carries the chosen iteration's
+    sizes, colours and hover numbers (float32), s_j, v_j and a label naming it, no frames and no Play of its own."""
     rng = np.random.default_rng(3)
     n, r, k = 32 * 6 * 6, iterations, 10
     points = rng.normal(size=(n, 2)) * 0.3
     coupling = rng.dirichlet(np.ones(k), size=(r, n))[..., 0]  # (r, N), float64 in: the figure sends float32
     agreement, sums, poses = rng.normal(size=(r, n)), rng.normal(size=(r, 2)), rng.normal(size=(r, 2)) * 0.3
-    fig = figures.votes_figure(points, coupling, agreement, sums, poses, "3", k, 6, step=1)
-    assert len(fig.frames) == r
-    for t, frame in enumerate(fig.frames):
-        votes = frame.data[0]
-        assert votes.x is None and votes.y is None and votes.text is None  # plotly.js keeps the trace's
+    for step in (0, r - 1):
+        fig = figures.votes_figure(points, coupling, agreement, sums, poses, "3", k, 6, step=step)
+        assert not fig.frames and not fig.layout.updatemenus and not fig.layout.sliders
+        votes = fig.data[0]
         assert np.asarray(votes.customdata).dtype == np.float32 and np.asarray(votes.customdata).shape == (n, 3)
-        np.testing.assert_allclose(np.asarray(votes.customdata)[:, 0], coupling[t], rtol=1e-6)
-        assert frame.data[3].text == (f"iteration {t + 1} of {r}",)
+        np.testing.assert_allclose(np.asarray(votes.customdata)[:, 0], coupling[step], rtol=1e-6)
+        np.testing.assert_allclose(np.asarray(votes.marker.size), 3 + 60 * coupling[step], rtol=1e-5)
+        assert fig.data[1].x == (pytest.approx(sums[step, 0]),) and fig.data[2].y == (pytest.approx(poses[step, 1]),)
+        assert fig.data[3].text == (f"iteration {step + 1} of {r}",)  # inside the fixed axes, top left
+        assert fig.layout.xaxis.range[0] == fig.data[3].x[0] and fig.layout.yaxis.range[1] == fig.data[3].y[0]
     assert fig.data[0].text[0] == "type 1, position (0, 0)" and fig.data[0].text[-1] == "type 32, position (5, 5)"
-    assert fig.data[3].text == (f"iteration 2 of {r}",)  # the label opens on the step shown, inside the fixed axes
-    assert fig.layout.xaxis.range[0] == fig.data[3].x[0] and fig.layout.yaxis.range[1] == fig.data[3].y[0]
-    # what it must carry, at float32 in base64 (4/3 bytes a byte): x and y once, then in the data and in each
-    # frame five numbers a vote; plus each vote's label once and some 20 kB of layout; float64 or x and y in every
-    # frame (the figure before: 436 kB for r = 3) would not fit
-    numbers = n * (2 + 5 * (r + 1))
+    # float32 in base64 (4/3 bytes a byte): x, y and five numbers a vote, each vote's label, some 20 kB of layout
     size = len(fig.to_json())
-    assert size <= 6 * numbers + 30 * n + 20_000, size
+    assert size <= 6 * n * 7 + 30 * n + 20_000, size
     single = figures.votes_figure(points, coupling[:1], agreement[:1], sums[:1], poses[:1], "3", k, 6, step=0)
-    assert not single.frames and len(single.data) == 3  # one iteration: nothing to play, no label
+    assert len(single.data) == 3  # one iteration: no label
 
 
 def test_the_coupling_maps_outline_the_selected_capsules_cell() -> None:

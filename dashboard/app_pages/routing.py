@@ -13,10 +13,7 @@ from dashboard import figures, guards, routing_texts, state, widgets
 MAX_ITERATIONS = 5  # the slider's end (or the model's own r, if more)
 STEP = "routing_step"  # the iteration shown, from 1
 OVERLAYS = {"votes": "the capsule each stroke votes for", "coupling": "how strongly it votes for the chosen capsule"}
-STEP_CAPTION = (  # what the buttons do, and what Play does not: it runs in the browser, out of the page's reach
-    "◀ ▶ set the iteration every chart and the stroke overlay open on. A chart's own ▶ Play animates that chart "
-    "alone, in your browser: its label or slider names the iteration it shows."
-)
+STEP_CAPTION = "◀ ▶ step every chart on this page, and the stroke overlay, through the routing iterations together."
 
 
 VOTE_PLOTS = ("votes_chosen", "votes_other")  # the two vote plots' keys: a click on a vote selects its capsule
@@ -123,10 +120,10 @@ def _one_iteration(
     k, r, votes = config.num_classes, result.iterations, result.votes
     step = int(np.clip(st.session_state.get(STEP, r), 1, r))
     st.session_state[STEP] = step
-    if r > 1:  # the buttons set the iteration each chart is drawn on; Play runs in the browser and tells no one
+    if r > 1:  # one iteration for the whole page: the buttons set it, and every chart below draws it
         with st.container(key="routing_step"):
-            label, back, forward, note = st.columns([1.7, 0.8, 0.8, 2.9], vertical_alignment="center")
-            label.markdown(f"Charts open on **iteration {step} of {r}**")
+            label, back, forward, note = st.columns([1.5, 1, 1, 2.6], vertical_alignment="center")
+            label.markdown(f"Showing **iteration {step} of {r}**")
             back.button("◀ Previous", key="routing_prev", on_click=_move, args=(-1, r), disabled=step == 1,
                         use_container_width=True)  # fmt: skip
             forward.button("Next ▶", key="routing_next", on_click=_move, args=(1, r), disabled=step == r,
@@ -206,10 +203,10 @@ def _one_iteration(
         result.coupling, result.primary_lengths, result.primary_types, result.primary_grid, "length"
     )  # (r, types, K)
     st.plotly_chart(
-        figures.routing_animation(
+        figures.coupling_by_type_figure(
             by_type, result.iteration_lengths, names, config.m_plus, config.m_minus, step=step - 1
         ),
-        key="routing_animation",
+        key="coupling_by_type",
         config={"displayModeBar": False},
     )
     with st.expander("How is the heatmap computed?", icon=":material/functions:"):

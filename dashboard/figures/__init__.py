@@ -26,10 +26,10 @@ from dashboard.figures.images import (
 )
 from dashboard.figures.routing import (
     TILE_SIDES,
+    coupling_by_type_figure,
     coupling_maps_figure,
     iteration_lengths_figure,
     primary_lengths_figure,
-    routing_animation,
 )
 from dashboard.figures.style import MARGIN_LABEL_SPACE, OTHER, WINNER
 from dashboard.figures.training import MARKED_EPOCHS, TICKED_EPOCHS, training_curves
@@ -59,7 +59,7 @@ __all__ = [
     "primary_lengths_figure",
     "robustness_figure",
     "rotation_sweep_figure",
-    "routing_animation",
+    "coupling_by_type_figure",
     "segmentation_image",
     "tile_columns",
     "tile_maps",

@@ -36,20 +36,16 @@ def votes_figure(
     reach: float | None = None,
     selected: int | None = None,
 ) -> go.Figure:
-    """One digit capsule's N votes in 2-D, sized and coloured by their coupling c_ij, one frame per iteration.
+    """One digit capsule's N votes in 2-D, sized and coloured by their coupling c_ij in iteration `step`.
 
     points (N, 2): the votes in a basis fixed across iterations; coupling and agreement (r, N);
-    sums and poses (r, 2): s_j and v_j, projected. `step` (from 0) is the iteration the figure
-    opens on; with more than one iteration, Play animates them in the browser, the points staying
-    in place while their weights change (no redraw between frames, so no blank frame), and a label
-    in the plot's corner names the iteration shown. The axes are fixed to hold the votes and every
-    iteration's s_j and v_j, so neither Next nor Play rescales them; `reach` sets the colour
-    scale's +- end (give two figures one, to compare them), else their own. `selected` rings the vote of
-    that primary capsule (the linked views' selection); clicking a vote selects its capsule.
-
-    The points and their hover labels are sent once: a frame carries only what changes (each
-    vote's size, colour and hover numbers, s_j, v_j and the label), float32, and plotly.js merges
-    it into the traces (`tests/test_figures.py` bounds the figure's JSON).
+    sums and poses (r, 2): s_j and v_j, projected. `step` (from 0) is the iteration drawn; the page's
+    own stepper chooses it for every chart at once, so the figure has no Play of its own. With more
+    than one iteration a label in the plot's corner names the iteration shown, and the axes are fixed
+    to hold the votes and every iteration's s_j and v_j, so stepping never rescales them. `reach` sets
+    the colour scale's +- end (give two figures one, to compare them), else their own. `selected`
+    rings the vote of that primary capsule (the linked views' selection); clicking a vote selects its
+    capsule. The arrays are sent as float32 (`tests/test_figures.py` bounds the figure's JSON).
     """
     points, coupling, agreement = (np.asarray(a, dtype=np.float32) for a in (points, coupling, agreement))
     sums, poses = np.asarray(sums, dtype=np.float32), np.asarray(poses, dtype=np.float32)
@@ -60,75 +56,49 @@ def votes_figure(
     low, high = every.min(axis=0), every.max(axis=0)
     pad = 0.06 * np.maximum(high - low, 1e-3)
     ranges = [[float(low[a] - pad[a]), float(high[a] + pad[a])] for a in (0, 1)]
-    frames_names = [str(t + 1) for t in range(r)]
     step = int(np.clip(step, 0, r - 1))
-    sizes = 3 + 60 * coupling  # (r, N) px
-    hover = np.stack([coupling, change, agreement], axis=-1)  # (r, N, 3): c, c - 1/K, û·v
-    lengths = np.hypot(poses[:, 0], poses[:, 1])  # (r,) |v_j|, projected
+    sizes = 3 + 60 * coupling[step]  # (N,) px
+    hover = np.stack([coupling[step], change[step], agreement[step]], axis=-1)  # (N, 3): c, c - 1/K, û·v
+    length = float(np.hypot(*poses[step]))  # |v_j|, projected
 
-    def changing(t: int) -> list[dict]:
-        """What iteration t sets: the votes' sizes, colours and hover numbers, s_j, v_j and (with frames) the label."""
-        traces = [
-            dict(type="scatter", marker=dict(size=sizes[t], color=change[t]), customdata=hover[t]),
-            dict(type="scatter", x=[float(sums[t, 0])], y=[float(sums[t, 1])]),
-            dict(type="scatter", x=[float(poses[t, 0])], y=[float(poses[t, 1])], customdata=[float(lengths[t])]),
-        ]
-        if r > 1:
-            traces.append(dict(type="scatter", text=[f"iteration {t + 1} of {r}"]))
-        return traces
-
-    # plain dicts: the figure validates each once (a go.Frame of go.Scatter objects is validated three times)
-    votes, sum_mark, pose_mark, *label = changing(step)
-    votes.update(
-        x=points[:, 0], y=points[:, 1], text=_capsule_labels(n // (grid * grid), grid), mode="markers", name="votes",
+    # plain dicts: the figure validates each once
+    votes = dict(
+        type="scatter", x=points[:, 0], y=points[:, 1], text=_capsule_labels(n // (grid * grid), grid),
+        mode="markers", name="votes", customdata=hover,
         hovertemplate="%{text}<br>c = %{customdata[0]:.3f} (%{customdata[1]:+.3f} from uniform)<br>"
                       "agreement û·v = %{customdata[2]:.3f}<extra></extra>",
+        marker=dict(
+            size=sizes, color=change[step], colorscale=DIVERGING, cmin=-reach, cmax=reach, cmid=0.0,
+            line=dict(width=0), opacity=0.85, colorbar=dict(title="c − 1/K", thickness=10, len=0.8),
+        ),
     )  # fmt: skip
-    votes["marker"].update(
-        colorscale=DIVERGING, cmin=-reach, cmax=reach, cmid=0.0, line=dict(width=0), opacity=0.85,
-        colorbar=dict(title="c − 1/K", thickness=10, len=0.8),
-    )  # fmt: skip
-    sum_mark.update(
-        mode="markers", name="s_j (weighted sum)",
+    sum_mark = dict(
+        type="scatter", x=[float(sums[step, 0])], y=[float(sums[step, 1])], mode="markers", name="s_j (weighted sum)",
         marker=dict(symbol="x", size=14, color="#fafafa", line=dict(width=2)),
         hovertemplate="s_j, the weighted sum of the votes<extra></extra>",
     )  # fmt: skip
-    pose_mark.update(
-        mode="markers", name="v_j = squash(s_j)",
-        marker=dict(symbol="diamond", size=14, color=WINNER, line=dict(width=1, color="#fafafa")),
+    pose_mark = dict(
+        type="scatter", x=[float(poses[step, 0])], y=[float(poses[step, 1])], customdata=[length], mode="markers",
+        name="v_j = squash(s_j)", marker=dict(symbol="diamond", size=14, color=WINNER, line=dict(width=1, color="#fafafa")),
         hovertemplate="v_j = squash(s_j): |v_j| = %{customdata:.3f}<extra></extra>",
     )  # fmt: skip
-    for mark in label:  # the iteration shown, in the top left corner of the fixed axes: it follows Play
-        mark.update(
-            x=[ranges[0][0]], y=[ranges[1][1]], mode="text", textposition="bottom right", showlegend=False,
-            hoverinfo="skip", textfont=dict(size=13, color="#fafafa"),
-        )  # fmt: skip
-    traces = list(range(3 + len(label)))
-    frames = [dict(data=changing(t), traces=traces, name=frames_names[t]) for t in range(r)] if r > 1 else None
-    ring = []  # after the animated traces: it stays where it is while Play runs (the vote does not move)
+    label = []  # the iteration shown, in the top left corner of the fixed axes
+    if r > 1:
+        label.append(dict(
+            type="scatter", x=[ranges[0][0]], y=[ranges[1][1]], text=[f"iteration {step + 1} of {r}"], mode="text",
+            textposition="bottom right", showlegend=False, hoverinfo="skip", textfont=dict(size=13, color="#fafafa"),
+        ))  # fmt: skip
+    ring = []
     if selected is not None:
         ring.append(dict(
             type="scatter", x=[float(points[selected, 0])], y=[float(points[selected, 1])], mode="markers",
             name="the selected capsule's vote", hoverinfo="skip",
             marker=dict(symbol="circle-open", size=22, color="#fafafa", line=dict(width=2.5)),
         ))  # fmt: skip
-    extra: dict = {}
-    if r > 1:
-        play = dict(frame=dict(duration=1000, redraw=False), transition=dict(duration=600, easing="cubic-in-out"))
-        extra["updatemenus"] = [
-            dict(
-                type="buttons", direction="left", showactive=False, x=1.0, y=1.02, xanchor="right", yanchor="bottom",
-                buttons=[
-                    dict(label="▶ Play", method="animate", args=[frames_names, dict(play, mode="immediate", fromcurrent=False)]),
-                    dict(label="❚❚ Pause", method="animate", args=[[None], dict(mode="immediate", frame=dict(duration=0, redraw=False))]),
-                ],
-            )
-        ]  # fmt: skip
     axis = dict(zeroline=True, zerolinecolor="#3a4150", autorange=False)
     # the whole figure in one construction: each update_* call would validate it again
     return go.Figure(
         data=[votes, sum_mark, pose_mark, *label, *ring],
-        frames=frames,
         layout=dict(
             height=height,
             margin=dict(l=78, r=88, t=70, b=114),  # room for the axis titles, colour bar and legend (`style.layout`)
@@ -136,7 +106,6 @@ def votes_figure(
             legend=dict(orientation="h", y=-0.2),
             xaxis=dict(axis, title=dict(text="along v_j: agreement / |v_j|"), range=ranges[0]),
             yaxis=dict(axis, title=dict(text="across: the votes' main spread"), range=ranges[1]),
-            **extra,
         ),
     )
 

@@ -9,25 +9,24 @@ import plotly.graph_objects as go
 
 from dashboard.figures.agreement import DIVERGING
 from dashboard.figures.images import tile_columns, tile_maps
-from dashboard.figures.style import MARGIN_LABEL_SPACE, OTHER, WINNER, layout, margin_marks, play_controls
+from dashboard.figures.style import MARGIN_LABEL_SPACE, OTHER, WINNER, layout, margin_marks
 
 
-def routing_animation(
+def coupling_by_type_figure(
     by_type: np.ndarray,
     iteration_lengths: np.ndarray,
     class_names: Sequence[str],
     m_plus: float = 0.9,
     m_minus: float = 0.1,
-    height: int = 620,
+    height: int = 520,
     step: int | None = None,
 ) -> go.Figure:
-    """Routing by agreement, one frame per iteration.
+    """Routing by agreement in iteration `step` (from 0; default the last), summed up per primary-capsule type.
 
-    Left: coupling c_ij aggregated per primary-capsule type (types x K heatmap), as its change
-    from uniform, c - 1/K, on a diverging scale centred at 0 (one scale for every frame); right:
-    the digit-capsule lengths after that iteration. With more than one iteration, play/pause
-    buttons and a slider run in the browser; the figure opens on iteration `step` (from 0;
-    default the last).
+    Left: coupling c_ij aggregated per type (types x K heatmap), as its change from uniform, c - 1/K,
+    on a diverging scale centred at 0 whose ends are the same for every iteration, so stepping
+    through them compares like with like; right: the class-capsule lengths after that iteration.
+    by_type (r, types, K), iteration_lengths (r, K).
     """
     by_type = np.asarray(by_type, dtype=np.float32)  # float32: half the bytes, more digits than the hover shows
     iteration_lengths = np.asarray(iteration_lengths, dtype=float)
@@ -36,88 +35,49 @@ def routing_animation(
         raise ValueError(
             f"shapes do not match: coupling {by_type.shape}, lengths {iteration_lengths.shape}, {len(class_names)} names"
         )
-    names = [str(t + 1) for t in range(r)]
+    shown = r - 1 if step is None else int(np.clip(step, 0, r - 1))
     x = list(class_names)
-    y = [f"type {t + 1}" for t in range(types)]
-    change = by_type - 1.0 / k
+    change = by_type - 1.0 / k  # (r, types, K)
     reach = max(float(np.abs(change).max()), 1e-3)
-
-    def heatmap(t: int) -> dict:
-        return dict(
-            type="heatmap",
-            z=change[t],
-            x=x,
-            y=y,
-            zmin=-reach,
-            zmax=reach,
-            zmid=0.0,
-            colorscale=DIVERGING,
-            customdata=by_type[t],
-            colorbar=dict(title=dict(text="c − 1/K"), x=0.51, len=0.9, thickness=12),
-            hovertemplate="%{y} → capsule %{x}<br>c = %{customdata:.3f} (%{z:+.3f} from uniform)<extra></extra>",
-        )
-
-    def heights(t: int) -> dict:
-        """What iteration t sets in the bars: their heights, colours and labels."""
-        lengths = iteration_lengths[t]
-        winner = int(np.argmax(lengths))
-        return dict(
-            type="bar",
-            y=lengths,
-            marker=dict(color=[WINNER if j == winner else OTHER for j in range(k)]),
-            text=[f"{v:.2f}" for v in lengths],
-        )
-
-    last = r - 1 if step is None else int(np.clip(step, 0, r - 1))
+    heatmap = dict(
+        type="heatmap", z=change[shown], x=x, y=[f"type {t + 1}" for t in range(types)], zmin=-reach, zmax=reach,
+        zmid=0.0, colorscale=DIVERGING, customdata=by_type[shown],
+        colorbar=dict(title=dict(text="c − 1/K", side="top"), x=0.45, xanchor="left", len=0.9, thickness=12),
+        hovertemplate="%{y} → capsule %{x}<br>c = %{customdata:.3f} (%{z:+.3f} from uniform)<extra></extra>",
+    )  # fmt: skip
+    lengths = iteration_lengths[shown]
+    winner = int(np.argmax(lengths))
     bars = dict(
-        heights(last),
-        x=x,
-        textposition="outside",
-        hovertemplate="capsule %{x}<br>|v| = %{y:.3f}<extra></extra>",
-        xaxis="x2",
-        yaxis="y2",
-    )
-
-    def frame(t: int) -> dict:
-        # a frame carries only what changes; plotly.js merges it into the traces. Plain dicts, not graph
-        # objects: the figure validates each once (a go.Frame of go.Heatmap would be validated three times)
-        return dict(
-            data=[dict(type="heatmap", z=change[t], customdata=by_type[t]), heights(t)], traces=[0, 1], name=names[t]
-        )
-
+        type="bar", x=x, y=lengths, text=[f"{v:.2f}" for v in lengths], textposition="outside",
+        marker=dict(color=[WINNER if j == winner else OTHER for j in range(k)]),
+        hovertemplate="capsule %{x}<br>|v| = %{y:.3f}<extra></extra>", xaxis="x2", yaxis="y2",
+    )  # fmt: skip
+    suffix = f", iteration {shown + 1} of {r}" if r > 1 else ""
+    titles = (("Coupling per type, c − 1/K" + suffix, 0.0), ("Capsule lengths |v|" + suffix, 0.62))
     # the whole layout in one go: each later update_layout would re-validate all of it (tens of ms)
     margin_shapes, margin_notes = margin_marks(m_plus, m_minus, axis="2")
     return go.Figure(
-        data=[heatmap(last), bars],
-        frames=[frame(t) for t in range(r)] if r > 1 else None,
+        data=[heatmap, bars],
         layout=dict(
             height=height,
-            margin=dict(l=68, r=MARGIN_LABEL_SPACE, t=40, b=164 if r > 1 else 76),
+            margin=dict(l=68, r=MARGIN_LABEL_SPACE, t=48, b=76),
             showlegend=False,
             shapes=margin_shapes,
-            **(play_controls(names, last, "iteration") if r > 1 else {}),
-            xaxis=dict(domain=[0.0, 0.5], type="category", title="class capsule"),
+            # the heatmap, its colour bar (with its ticks) and the bars each in a band of their own: nothing overprints
+            xaxis=dict(domain=[0.0, 0.42], type="category", title="class capsule"),
             yaxis=dict(autorange="reversed"),
-            xaxis2=dict(domain=[0.64, 1.0], type="category", title="class capsule", anchor="y2"),
+            xaxis2=dict(domain=[0.62, 1.0], type="category", title="class capsule", anchor="y2"),
             yaxis2=dict(range=[0, 1.1], anchor="x2"),
             annotations=[
                 *(
-                    dict(
-                        text=text,
-                        x=x,
-                        y=1.0,
-                        xref="paper",
-                        yref="paper",
-                        showarrow=False,
-                        yanchor="bottom",
-                        font=dict(size=14),
-                    )
-                    for text, x in (("Coupling per primary-capsule type, c − 1/K", 0.25), ("Capsule lengths |v|", 0.82))
+                    dict(text=text, x=x0, y=1.0, xref="paper", yref="paper", showarrow=False, xanchor="left",
+                         yanchor="bottom", font=dict(size=13))
+                    for text, x0 in titles
                 ),
                 *margin_notes,
             ],
         ),
-    )
+    )  # fmt: skip
 
 
 def _tile_hover(types: int, grid: int, columns: int) -> np.ndarray:
@@ -128,8 +88,6 @@ def _tile_hover(types: int, grid: int, columns: int) -> np.ndarray:
 
 TILE_TOP, TILE_BOTTOM, TILE_SIDES = 40, 10, 118  # px around tiled maps: title, nothing, margins + colour bar
 TILE_LEFT = 18  # px left of tiled maps (the rest of TILE_SIDES is right, for the colour bar)
-CONTROLS_HEIGHT = 154  # px under an animated figure for its slider and, under that, its play buttons
-SLIDER_BELOW, BUTTONS_BELOW = 6, 106  # px from the plot area's bottom to the slider's and the buttons' tops
 
 
 def _tiled_height(tiles: np.ndarray, width: int, bottom: int) -> tuple[int, int]:
@@ -155,7 +113,8 @@ def coupling_maps_figure(
     step: int | None = None,
     selected: tuple[int, int, int] | None = None,
 ) -> go.Figure:
-    """Coupling of every primary capsule to one digit capsule, as a grid of types x (6x6 positions), one frame per iteration.
+    """Coupling of every primary capsule to one digit capsule in iteration `step` (from 0; default the last), as a
+    grid of types x (6x6 positions); maps (r, types, G, G).
 
     Shown as the change from uniform, c - 1/K, on a diverging scale centred at 0. The blocks are
     laid out about twice as wide as tall (`tile_columns`) and, unless `height` is given, the
@@ -167,15 +126,13 @@ def coupling_maps_figure(
     columns = columns or tile_columns(types)
     tiles = tile_maps(maps, columns)  # (r, H, W)
     type_ids = _tile_hover(types, grid, columns)  # (H, W)
-    names = [str(t + 1) for t in range(r)]
     finite = maps[np.isfinite(maps)]
     reach = max(float(np.abs(finite).max()) if finite.size else 0.0, 1e-3)
     customdata = np.stack([type_ids, *np.indices(type_ids.shape) % (grid + 1)], axis=-1)  # (H, W, 3): type, y, x
 
-    auto_height, plot = _tiled_height(tiles, width, CONTROLS_HEIGHT)
-    if height is not None:
-        plot = max(height - TILE_TOP - CONTROLS_HEIGHT, 1)
+    auto_height, _ = _tiled_height(tiles, width, TILE_BOTTOM)
     shown = r - 1 if step is None else int(np.clip(step, 0, r - 1))
+    suffix = f", iteration {shown + 1} of {r}" if r > 1 else ""
     heatmap = dict(
         type="heatmap",
         z=tiles[shown],
@@ -190,16 +147,6 @@ def coupling_maps_figure(
         ygap=0,
         hovertemplate=f"type %{{customdata[0]}}, position (%{{customdata[1]}}, %{{customdata[2]}})<br>c to {digit_name}: %{{z:+.3f}} from uniform<extra></extra>",
     )
-    frames = [dict(data=[dict(type="heatmap", z=tiles[t])], traces=[0], name=names[t]) for t in range(r)]  # only z
-    # the slider across the whole width, the buttons under it: side by side they would overlap
-    controls = (
-        play_controls(
-            names, shown, "iteration", slider_y=-SLIDER_BELOW / plot, buttons_y=-BUTTONS_BELOW / plot, slider_x=0.0
-        )
-        if r > 1
-        else {}
-    )
-    bottom = CONTROLS_HEIGHT if r > 1 else TILE_BOTTOM
     shapes = []
     if selected is not None:  # its cell in its type's block: blocks are (grid + 1) apart, `columns` to a row
         kind, y, x = selected
@@ -209,14 +156,12 @@ def coupling_maps_figure(
     # the whole figure in one construction: each update_* call would validate it again
     return go.Figure(
         data=[heatmap],
-        frames=frames if r > 1 else None,
         layout=dict(
             shapes=shapes,
-            height=height or auto_height - CONTROLS_HEIGHT + bottom,
-            margin=dict(l=TILE_LEFT, r=TILE_SIDES - TILE_LEFT, t=TILE_TOP, b=bottom),
-            title=dict(text=f"Coupling to capsule {digit_name}, c − 1/K: one {grid}x{grid} block per type"),
+            height=height or auto_height,
+            margin=dict(l=TILE_LEFT, r=TILE_SIDES - TILE_LEFT, t=TILE_TOP, b=TILE_BOTTOM),
+            title=dict(text=f"Coupling to {digit_name}, c − 1/K{suffix}"),
             **_square_axes(),
-            **controls,
         ),
     )
 

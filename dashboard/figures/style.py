@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import plotly.graph_objects as go
@@ -76,66 +75,4 @@ def margin_lines(fig: go.Figure, m_plus: float, m_minus: float, axis: str = "") 
     shapes, notes = margin_marks(m_plus, m_minus, axis)
     fig.update_layout(
         shapes=[*(fig.layout.shapes or ()), *shapes], annotations=[*(fig.layout.annotations or ()), *notes]
-    )
-
-
-def play_controls(
-    names: Sequence[str],
-    active: int,
-    label: str,
-    duration: int = 900,
-    slider_y: float = -0.13,
-    buttons_y: float = -0.2,
-    slider_x: float = 0.18,
-) -> dict[str, Any]:
-    """Plotly updatemenus (play / pause) and a slider over the frames called `names`.
-
-    `slider_y` and `buttons_y` are their tops, as fractions of the plot area's height below its bottom;
-    the slider spans from `slider_x` (a fraction of the plot area's width) to the right edge.
-    """
-    step_args = dict(mode="immediate", frame=dict(duration=0, redraw=True), transition=dict(duration=0))
-    # frames that redraw (heatmaps) get no transition: a transition over a redraw shows an empty plot in between
-    return dict(
-        updatemenus=[
-            dict(
-                type="buttons",
-                direction="left",
-                showactive=False,
-                x=0.0,
-                y=buttons_y,
-                xanchor="left",
-                yanchor="top",
-                pad=dict(t=0, r=10),
-                buttons=[
-                    dict(
-                        label="▶ Play",
-                        method="animate",
-                        args=[
-                            list(names),
-                            dict(
-                                frame=dict(duration=duration, redraw=True),
-                                transition=dict(duration=0),
-                                mode="immediate",
-                            ),
-                        ],
-                    ),
-                    dict(
-                        label="❚❚ Pause",
-                        method="animate",
-                        args=[[None], dict(mode="immediate", frame=dict(duration=0, redraw=False))],
-                    ),
-                ],
-            )
-        ],
-        sliders=[
-            dict(
-                active=active,
-                x=slider_x,
-                len=1.0 - slider_x,
-                y=slider_y,
-                yanchor="top",
-                currentvalue=dict(prefix=f"{label}: ", visible=True),
-                steps=[dict(label=name, method="animate", args=[[name], step_args]) for name in names],
-            )
-        ],
     )
