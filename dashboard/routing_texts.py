@@ -26,7 +26,8 @@ they agree with.
 
 PROCEDURE_LATEX = [
     r"c_{ij} = \frac{\exp b_{ij}}{\sum_k \exp b_{ik}}",
-    r"s_j = \sum_i c_{ij}\, \hat u_{j|i}, \qquad v_j = \operatorname{squash}(s_j)",
+    r"s_j = \sum_i c_{ij}\, \hat u_{j|i}",
+    r"v_j = \operatorname{squash}(s_j)",
     r"b_{ij} \leftarrow b_{ij} + \hat u_{j|i} \cdot v_j",
 ]
 
@@ -129,9 +130,14 @@ def overlay(config: CapsNetConfig) -> str:
 
 
 EM_LATEX = [
-    r"\mu_j = \frac{\sum_i R_{ij} a_i V_{ij}}{\sum_i R_{ij} a_i}, \qquad \sigma_j^2 = \frac{\sum_i R_{ij} a_i (V_{ij} - \mu_j)^2}{\sum_i R_{ij} a_i}",
-    r"a_j = \operatorname{logistic}\big(\lambda (\beta_a - \textstyle\sum_h (\beta_u + \log \sigma_j^h) \sum_i R_{ij} a_i)\big)",
-    r"R_{ij} = \frac{a_j\, \mathcal N(V_{ij};\, \mu_j, \sigma_j^2)}{\sum_k a_k\, \mathcal N(V_{ik};\, \mu_k, \sigma_k^2)}",
+    # one short formula a line: the playground shows them in two half-width columns (M-step, E-step)
+    r"n_j = \textstyle\sum_i R_{ij} a_i",
+    r"\mu_j = \frac{1}{n_j} \sum_i R_{ij} a_i V_{ij}",
+    r"\sigma_j^2 = \frac{1}{n_j} \sum_i R_{ij} a_i (V_{ij} - \mu_j)^2",
+    r"\text{cost}_j = \textstyle\sum_h (\beta_u + \log \sigma_j^h)\, n_j",
+    r"a_j = \operatorname{logistic}(\lambda (\beta_a - \text{cost}_j))",
+    r"p_{ij} = \mathcal N(V_{ij};\, \mu_j, \sigma_j^2)",
+    r"R_{ij} = \frac{a_j\, p_{ij}}{\sum_k a_k\, p_{ik}}",
 ]
 
 

@@ -57,9 +57,9 @@ the orange one. Several long capsules mean the network sees several possible cla
 """
 
 
-MARGIN_LATEX = (  # on two lines, tightly spaced: one line does not fit the Draw page's narrow column
-    r"\begin{aligned} L_k = {} & T_k \max(0, m^+ - \lVert v_k \rVert)^2 \\"
-    r" & + \lambda (1 - T_k) \max(0, \lVert v_k \rVert - m^-)^2 \end{aligned}"
+MARGIN_LATEX = (  # on two lines, neither indented: one line does not fit a narrow column at 1,100 px
+    r"\begin{gathered} L_k = T_k \max(0, m^+ - \lVert v_k \rVert)^2 \\"
+    r" +\, \lambda (1 - T_k) \max(0, \lVert v_k \rVert - m^-)^2 \end{gathered}"
 )
 
 

@@ -352,3 +352,49 @@ def draw_zero(page: Any) -> None:
     """A "0": a closed tall ellipse."""
     points = [(0.5 + 0.24 * math.sin(t), 0.5 - 0.34 * math.cos(t)) for t in (2 * math.pi * k / 36 for k in range(38))]
     stroke(page, points, steps=2)
+
+
+NARROW = {"width": 1100, "height": 4200}  # a laptop window; tall, so that a whole page is laid out at once
+_OVERFLOW_JS = """
+() => {
+  const out = [];
+  const r2 = (r) => [Math.round(r.left), Math.round(r.top), Math.round(r.right), Math.round(r.bottom)];
+  const inside = (a, b, tol) => a.left >= b.left - tol && a.right <= b.right + tol && a.top >= b.top - tol && a.bottom <= b.bottom + tol;
+  const overlap = (a, b, tol) => Math.min(a.right, b.right) - Math.max(a.left, b.left) > tol && Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top) > tol;
+  // an axis's own tick labels are laid out by plotly (rotated labels have overlapping boxes, not overlapping glyphs)
+  const sameAxis = (a, b) => { const g = a.closest('g[class$="axislayer-above"]'); return g !== null && g === b.closest('g[class$="axislayer-above"]'); };
+  const keyOf = (el) => { const k = el.closest('[class*="st-key-"]'); return k ? [...k.classList].find(c => c.startsWith('st-key-')) : ''; };
+  // 1. plotly: every text inside the figure's box, and no two texts over each other
+  for (const plot of document.querySelectorAll('.js-plotly-plot')) {
+    const box = plot.getBoundingClientRect();
+    if (box.width === 0) continue;
+    const texts = [...plot.querySelectorAll('svg text')].filter(t => t.textContent.trim() && !t.closest('.hoverlayer'))
+      .map(t => ({t, r: t.getBoundingClientRect()})).filter(x => x.r.width > 0);
+    for (const {t, r} of texts) if (!inside(r, box, 1)) out.push(`plot ${keyOf(plot)}: "${t.textContent.trim()}" cut ${r2(r)} outside ${r2(box)}`);
+    for (let i = 0; i < texts.length; i++) for (let j = i + 1; j < texts.length; j++)
+      if (overlap(texts[i].r, texts[j].r, 2) && !sameAxis(texts[i].t, texts[j].t)) out.push(`plot ${keyOf(plot)}: "${texts[i].t.textContent.trim()}" over "${texts[j].t.textContent.trim()}"`);
+  }
+  // 2. page text: nothing wider than the box that clips it
+  const main = document.querySelector('[data-testid=stMain]') || document.body;
+  for (const el of main.querySelectorAll('*')) {
+    const table = el.classList.contains('dvn-scroller');  // a dataframe's grid: its text is drawn on a canvas
+    if ((!table && !el.textContent.trim()) || el.closest('.js-plotly-plot') || el.closest('.katex-mathml')) continue;
+    if (el.closest('[data-testid=stSidebar]')) continue;
+    const style = getComputedStyle(el);
+    const clips = ['hidden', 'clip', 'auto', 'scroll'].includes(style.overflowX) || style.textOverflow === 'ellipsis';
+    if (clips && el.scrollWidth > el.clientWidth + 3) out.push(`text ${keyOf(el)} ${el.tagName}.${el.className}: "${el.textContent.trim().slice(0, 60)}" is ${el.scrollWidth} px in ${el.clientWidth}`);
+  }
+  return out;
+}
+"""
+
+
+def overflowing_text(page: Any) -> list[str]:
+    """Every text of the page's main area that does not fit its box (issue 31, item 14), one line each.
+
+    A chart's text (titles, annotations, legends, bar labels, colour-bar ticks) must lie inside the chart and not
+    over another text (an axis's own tick labels excepted: plotly lays them out); a page text (markdown, a metric's
+    label, a button, a formula, a table's grid) must not be wider than a box that clips it (3 px of slack: KaTeX's
+    glyphs overhang their box by 2 px).
+    """
+    return list(page.evaluate(_OVERFLOW_JS))

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from browser_support import (
     CURRENT,
+    NARROW,
     PAGE_LOAD_MS,
     RERUN_MS,
     App,
@@ -30,6 +31,7 @@ from browser_support import (
     draw_one,
     draw_zero,
     go_to,
+    overflowing_text,
     sidebar,
     streamlit_app,
     wait_idle,
@@ -310,6 +312,22 @@ def test_one_iteration_for_the_whole_routing_page(page, app: App, screenshots: S
     wait_rendered(page)
     assert iteration_shown(page)["votes_chosen"] == "iteration 5 of 5"
     assert int(iterations_slider.input_value()) == 5
+
+
+def test_no_text_overflows_its_box_at_1100_px(page, app: App) -> None:
+    """At 1,100 px (a laptop window) no title, label, button, formula or table is cut, and no chart text overprints
+    another (issue 31, item 14): the Draw, Routing (every view open) and Evaluate pages."""
+    page.set_viewport_size(NARROW)
+    for path in ("/?test=3", "/routing?test=3", "/evaluate"):
+        open_app(page, app, path)
+        expect(page.get_by_test_id("stMain").locator("h1").first).to_be_visible(timeout=PAGE_LOAD_MS)
+        if path.startswith("/routing"):
+            page.get_by_text("Every primary capsule's coupling to the capsule looked at").click()
+            expect(page.locator(f".st-key-coupling_maps{CURRENT}")).to_be_visible(timeout=RERUN_MS)
+        if path == "/evaluate":
+            expect(page.get_by_test_id("stDataFrame")).to_be_visible(timeout=PAGE_LOAD_MS)
+        wait_rendered(page, timeout_ms=PAGE_LOAD_MS)
+        assert overflowing_text(page) == [], path
 
 
 def test_a_link_to_no_page_says_so(page, app: App) -> None:

@@ -15,9 +15,11 @@ from pathlib import Path
 
 import pytest
 from browser_support import (
+    NARROW,
     PAGE_LOAD_MS,
     RERUN_MS,
     Screenshots,
+    overflowing_text,
     streamlit_app,
     wait_rendered,
 )
@@ -43,16 +45,21 @@ def test_a_changed_image_opens_on_the_routing_page(
         shutil.copy(rm.sidecar_path(SHIPPED), app.checkpoints_dir / "mnist.routing.json")
         page.goto(app.url + "/routing-matters", timeout=PAGE_LOAD_MS)
         main = page.get_by_test_id("stMain")
-        expect(main.get_by_text("Changed answers (of 10,000)")).to_be_visible(timeout=PAGE_LOAD_MS)
+        expect(main.get_by_text("of 10,000", exact=True)).to_be_visible(timeout=PAGE_LOAD_MS)
         wait_rendered(page)
         expect(main.get_by_test_id("stMetricValue").last).to_have_text(f"{len(kept.changed):,}")
         assert main.get_by_test_id("stPlotlyChart").count() == 1
         buttons = main.get_by_role("button", name=re.compile(r"^Routing at r = \d$"))
         assert buttons.count() == min(12, len(kept.changed))
         screenshots.take(page, "routing_matters.png")
+        page.set_viewport_size(NARROW)  # a 1,100 px window: every label whole (issue 31, item 14)
+        page.wait_for_timeout(1500)  # the charts follow the new width
+        wait_rendered(page)
+        assert overflowing_text(page) == []
 
         buttons.first.click()
         page.wait_for_url(re.compile(r"/routing\?"), timeout=RERUN_MS)
         expect(main.get_by_text(f"test image #{first.index}").first).to_be_visible(timeout=RERUN_MS)
         wait_rendered(page)
         assert f"test={first.index}" in page.url and f"iterations={r}" in page.url, page.url
+        assert overflowing_text(page) == []  # the Routing page of the shipped model, at 1,100 px

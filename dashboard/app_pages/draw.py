@@ -89,7 +89,7 @@ def test_image_input(dataset: str, class_names: list[str]) -> tuple[np.ndarray |
         return None, "", None
     images, labels = data
     count = len(images)
-    c1, c2 = st.columns([3, 1], vertical_alignment="bottom")
+    c1, c2 = st.columns([1.7, 1], vertical_alignment="bottom")  # "Random" whole at 1,100 px
     if state.test_index() >= count:
         state.set_test_index(count - 1)
     index = c1.number_input("Test image index", min_value=0, max_value=count - 1, step=1, key=state.TEST_INDEX)

@@ -86,54 +86,52 @@ c1.metric("Test accuracy", f"{100 * result.accuracy:.2f}%", border=True)
 c2.metric(f"Mistakes (of {result.total:,})", f"{result.total - result.correct:,}", border=True)
 c3.metric("Test loss", f"{result.loss:.4f}", border=True, help=texts.loss_help(model.config))
 c4.metric(
-    "Accuracy recorded at training",
+    "At training",
     f"{100 * stored:.2f}%" if stored is not None else "—",
     border=True,
-    help="From the checkpoint's header: the test set (or the subset) the run evaluated on; "
+    help="The accuracy recorded at training, from the checkpoint's header: the test set (or the subset) the run evaluated on; "
     "for a shipped model, the full test set, measured on the exported file.",
 )
 
-table_col, chart_col = st.columns([1.35, 1.4], gap="large")
-with table_col:
-    st.subheader("Per class", anchor=False)
-    named = any(name != str(k) for k, name in enumerate(names))  # MNIST's names are the class numbers
-    st.dataframe(
-        [
-            {
-                "class": k,
-                **({"name": names[k]} if named else {}),
-                "accuracy": acc,
-                "correct": f"{c}/{t}",
-                "precision": pr,
-            }
-            for k, (acc, c, t, pr) in enumerate(
-                zip(result.class_accuracy(), result.class_correct, result.class_total, result.class_precision())
-            )
-        ],
-        hide_index=True,
-        key="per_class_table",
-        column_config={
-            "accuracy": st.column_config.ProgressColumn(
-                "recall (accuracy)",
-                format="percent",
-                min_value=0.0,
-                max_value=1.0,
-                help="Of the test images of this class, the share read as this class.",
-            ),
-            "precision": st.column_config.ProgressColumn(
-                format="percent",
-                min_value=0.0,
-                max_value=1.0,
-                help="Of the test images read as this class, the share that are this class.",
-            ),
-        },  # fmt: skip
-    )
-with chart_col:
-    st.plotly_chart(
-        figures.per_class_accuracy_figure(result.class_accuracy(), names),
-        key="per_class_chart",
-        config={"displayModeBar": False},
-    )
+# the table across the page, the chart under it: side by side, a narrow window cut the table's last columns
+st.subheader("Per class", anchor=False)
+named = any(name != str(k) for k, name in enumerate(names))  # MNIST's names are the class numbers
+st.dataframe(
+    [
+        {
+            "class": k,
+            **({"name": names[k]} if named else {}),
+            "accuracy": acc,
+            "correct": f"{c}/{t}",
+            "precision": pr,
+        }
+        for k, (acc, c, t, pr) in enumerate(
+            zip(result.class_accuracy(), result.class_correct, result.class_total, result.class_precision())
+        )
+    ],
+    hide_index=True,
+    key="per_class_table",
+    column_config={
+        "accuracy": st.column_config.ProgressColumn(
+            "recall (accuracy)",
+            format="percent",
+            min_value=0.0,
+            max_value=1.0,
+            help="Of the test images of this class, the share read as this class.",
+        ),
+        "precision": st.column_config.ProgressColumn(
+            format="percent",
+            min_value=0.0,
+            max_value=1.0,
+            help="Of the test images read as this class, the share that are this class.",
+        ),
+    },  # fmt: skip
+)
+st.plotly_chart(
+    figures.per_class_accuracy_figure(result.class_accuracy(), names),
+    key="per_class_chart",
+    config={"displayModeBar": False},
+)
 
 st.subheader("Confusion matrix", anchor=False)
 st.plotly_chart(

@@ -8,7 +8,7 @@ import streamlit as st
 
 from capsnet.nn.config import CapsNetConfig
 from capsnet.readings import playground as pg
-from dashboard import guards, models, routing_texts, state, widgets
+from dashboard import guards, models, routing_texts, state, texts, widgets
 from dashboard.figures import playground as figs
 
 MAX_ITERATIONS = 5
@@ -49,10 +49,6 @@ PRESET_HELP = {
     "both parents keep them (both v_j grow long), EM's parents compete and parent 1 takes most of the data.",
 }
 SQUASH_LATEX = r"v_j = \frac{\lVert s_j\rVert^2}{1 + \lVert s_j\rVert^2}\,\frac{s_j}{\lVert s_j\rVert}"
-MARGIN_LATEX = (
-    r"\begin{aligned} L_k = {} & T_k \max(0,\ m^+ - \lVert v_k\rVert)^2 \\"
-    r" & + \lambda (1 - T_k) \max(0,\ \lVert v_k\rVert - m^-)^2 \end{aligned}"
-)
 
 
 # ---------------------------------------------------------------- state and callbacks
@@ -257,7 +253,7 @@ def _curves() -> None:
         st.caption("Short sums shrink to almost nothing (|v| grows like |s|² near 0), long ones approach 1 but never "
                    "reach it: a length can be read as a probability.")  # fmt: skip
     with margin_col:
-        st.latex(MARGIN_LATEX)
+        st.latex(texts.MARGIN_LATEX)
         axis, present_curve, absent_curve = pg.margin_curves(PAPER)
         st.plotly_chart(
             figs.margin_figure(axis, present_curve, absent_curve, PAPER.m_plus, PAPER.m_minus, np.array([length]),
@@ -312,17 +308,20 @@ def _real(model: models.Model, image: np.ndarray) -> None:
 
 
 st.title("Routing playground", anchor=False)
-intro_col, formula_col = st.columns([1.4, 1], gap="large")
+intro_col, formula_col = st.columns([1.25, 1], gap="large")
 with intro_col:
     st.markdown(INTRO)
 with formula_col:
     for line in routing_texts.PROCEDURE_LATEX:
         st.latex(line)
     st.caption("b_ij starts at 0, so the first iteration's couplings are uniform: 1/3 here.")
-    with st.expander("EM routing's M-step and E-step"):
-        for line in routing_texts.EM_LATEX:
-            st.latex(line)
-        st.caption("R_ij starts uniform (1/3 here); λ grows each iteration (0.3 (1 − 0.95^t)).")
+with st.expander("EM routing's M-step and E-step"):  # the page's width: its formulas are long
+    m_col, e_col = st.columns(2, gap="large")
+    half = len(routing_texts.EM_LATEX) - 2  # the M-step (mu, sigma, cost, a), then the E-step (p, R)
+    for column, lines in ((m_col, routing_texts.EM_LATEX[:half]), (e_col, routing_texts.EM_LATEX[half:])):
+        for line in lines:
+            column.latex(line)
+    st.caption("R_ij starts uniform (1/3 here); λ grows each iteration (0.3 (1 − 0.95^t)).")
 _init()
 _toy()
 st.subheader("The two curves behind it", anchor=False)

@@ -46,7 +46,7 @@ st.markdown(
 )
 model = guards.require_model()
 config = model.config if model is not None else CapsNetConfig()
-explain_col, formula_col = st.columns([1.4, 1], gap="large")
+explain_col, formula_col = st.columns([1.25, 1], gap="large")
 with explain_col:
     st.markdown(routing_texts.procedure(config))
 with formula_col:

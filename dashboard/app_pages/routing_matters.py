@@ -70,17 +70,22 @@ if error:
 rs, accuracy, trained = result.iterations, result.accuracy, result.trained_iterations
 own = trained if trained in rs else rs[-1]
 best = max(range(len(rs)), key=lambda n: (accuracy[n], -abs(rs[n] - own)))
+# short labels, the details in the delta line and the help: four to a row fit a 1,100 px window
+quiet = dict(delta_color="off", delta_arrow="off", border=True)
 c1, c2, c3, c4 = st.columns(4)
-c1.metric("Accuracy, r = 1 (no routing)", f"{100 * accuracy[0]:.2f}%", border=True)
-c2.metric(
-    f"Accuracy, r = {own}" + (" (trained)" if own == trained else ""),
-    f"{100 * accuracy[rs.index(own)]:.2f}%",
-    f"{result.correct[rs.index(own)] - result.correct[0]:+,} right answers",
-    border=True,
+c1.metric(
+    "r = 1", f"{100 * accuracy[0]:.2f}%", "no routing", **quiet, help="The plain sum of the votes: one iteration."
 )
-c3.metric("Best r", f"{rs[best]} ({100 * accuracy[best]:.2f}%)", border=True)
+c2.metric(
+    f"r = {own}",
+    f"{100 * accuracy[rs.index(own)]:.2f}%",
+    f"{result.correct[rs.index(own)] - result.correct[0]:+,} right",
+    border=True,
+    help=f"Right answers gained over r = 1. The model was trained with r = {trained}.",
+)
+c3.metric("Best r", f"{rs[best]}", f"{100 * accuracy[best]:.2f}%", **quiet, help="The r with the highest accuracy.")
 c4.metric(
-    f"Changed answers (of {result.total:,})", f"{len(result.changed):,}", border=True,
+    "Changed", f"{len(result.changed):,}", f"of {result.total:,}", **quiet,
     help=f"Test {noun}s whose prediction differs between at least two of r = 1 to 5.",
 )  # fmt: skip
 st.plotly_chart(

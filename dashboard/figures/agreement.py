@@ -130,8 +130,10 @@ def coupling_distribution_figure(coupling: np.ndarray, name: str, num_classes: i
         data=boxes,
         layout=dict(
             height=height,
-            margin=dict(l=78, r=10, t=40, b=38),
-            title=dict(text=f"Couplings to capsule {name}, per iteration (dotted: uniform 1/{num_classes})"),
+            margin=dict(l=78, r=10, t=58, b=38),  # two title lines: a half-width chart cuts a long one
+            title=dict(
+                text=f"Couplings to capsule {name}, per iteration<br><sup>dotted: uniform 1/{num_classes}</sup>"
+            ),
             shapes=[uniform],
             yaxis=dict(title=dict(text=f"c to capsule {name}"), rangemode="tozero"),
         ),
@@ -215,7 +217,7 @@ def vote_overlay_figure(
             hovertemplate="pixel (%{y}, %{x})<br>most of its votes go to capsule %{customdata[1]}"
                           " (%{customdata[0]:.1%})<extra></extra>",
         )  # fmt: skip
-        title = "Which capsule each stroke votes for"
+        title = "Where each stroke votes"  # short: the chart is a third of the page
     else:
         change = share[..., digit] - 1.0 / k
         reach = max(float(np.abs(change[ink]).max()) if ink.any() else 0.0, 1e-3)
@@ -225,7 +227,7 @@ def vote_overlay_figure(
             hovertemplate="pixel (%{y}, %{x})<br>coupling to capsule " + str(class_names[digit])
                           + ": %{z:+.3f} from uniform<extra></extra>",
         )  # fmt: skip
-        title = f"How strongly each stroke votes for capsule {class_names[digit]}"
+        title = f"Each stroke's vote for {class_names[digit]}"
     hidden = dict(showticklabels=False, showgrid=False, zeroline=False)
     shapes = []
     if box is not None:

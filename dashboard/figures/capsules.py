@@ -65,8 +65,8 @@ def lengths_bar(
         fig,
         height,
         showlegend=False,
-        title=None if compact else "Capsule lengths: the probability that each class is present",
-        margin=dict(l=10, r=10 if compact else MARGIN_LABEL_SPACE, t=10 if compact else 40, b=10),
+        title=None if compact else "Capsule lengths<br><sup>the probability that each class is present</sup>",
+        margin=dict(l=10, r=10 if compact else MARGIN_LABEL_SPACE, t=10 if compact else 58, b=10),
     )
 
 

@@ -308,8 +308,8 @@ def squash_figure(
         data=data,
         layout=dict(
             height=height,
-            margin=dict(l=50, r=10, t=40, b=50),
-            title=dict(text="Squash: short vectors shrink to ~0, long ones to just below 1", x=0.0, xanchor="left"),
+            margin=dict(l=50, r=10, t=62, b=50),  # a two-line title: half a 1,100 px window cuts one long line
+            title=dict(text="Squash: short vectors shrink to ~0,<br>long ones to just below 1", x=0.0, xanchor="left"),
             xaxis=dict(title=dict(text="|s_j|"), range=[0, float(norms[-1])]),
             yaxis=dict(title=dict(text="|v_j|"), range=[0, 1.05]),
             shapes=[one],
@@ -347,7 +347,7 @@ def margin_figure(
         layout=dict(
             height=height,
             margin=dict(l=50, r=10, t=50, b=50),
-            title=dict(text="Margin loss of one class against its length", x=0.0, xanchor="left", y=0.98),
+            title=dict(text="Margin loss of one class, by its length", x=0.0, xanchor="left", y=0.98),
             xaxis=dict(title=dict(text="|v_k|"), range=[0, 1]),
             yaxis=dict(title=dict(text="L_k"), rangemode="tozero"),
             shapes=shapes,
