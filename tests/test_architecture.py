@@ -166,7 +166,7 @@ def test_the_figures(model: CapsNet, reading: ex.Explanation) -> None:
     fig = arch_fig.diagram_figure(stages, "votes")
     bars = fig.data[0]
     assert list(bars.customdata) == list(arch.STAGE_KEYS)
-    assert "32 x 20 x 20" in bars.text[1] and "2,624 parameters" in bars.text[1]  # Conv1 of the tiny network
+    assert "32 x 20 x 20" in bars.text[1] and "2,624<br>parameters" in bars.text[1]  # Conv1 of the tiny network
     assert [c == arch_fig.CHOSEN for c in bars.marker.color] == [k == "votes" for k in arch.STAGE_KEYS]
     with pytest.raises(ValueError, match="unknown stage"):
         arch_fig.diagram_figure(stages, "pooling")

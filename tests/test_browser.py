@@ -316,9 +316,9 @@ def test_one_iteration_for_the_whole_routing_page(page, app: App, screenshots: S
 
 def test_no_text_overflows_its_box_at_1100_px(page, app: App) -> None:
     """At 1,100 px (a laptop window) no title, label, button, formula or table is cut, and no chart text overprints
-    another (issue 31, item 14): the Draw, Routing (every view open) and Evaluate pages."""
+    another (issue 31, item 14): Start here, Draw, Routing (every view open), Evaluate and the Architecture's stages."""
     page.set_viewport_size(NARROW)
-    for path in ("/?test=3", "/routing?test=3", "/evaluate"):
+    for path in ("/start", "/?test=3", "/routing?test=3", "/evaluate", "/architecture?test=3"):
         open_app(page, app, path)
         expect(page.get_by_test_id("stMain").locator("h1").first).to_be_visible(timeout=PAGE_LOAD_MS)
         if path.startswith("/routing"):
@@ -328,6 +328,13 @@ def test_no_text_overflows_its_box_at_1100_px(page, app: App) -> None:
             expect(page.get_by_test_id("stDataFrame")).to_be_visible(timeout=PAGE_LOAD_MS)
         wait_rendered(page, timeout_ms=PAGE_LOAD_MS)
         assert overflowing_text(page) == [], path
+    for stage in ("Input", "Conv1", "Votes", "DigitCaps", "Decoder"):  # the page opens on PrimaryCaps
+        page.locator(f".st-key-arch_stage{CURRENT}").get_by_text(stage, exact=True).click()
+        expect(page.get_by_test_id("stMain").get_by_role("heading", name=stage, exact=True)).to_be_visible(
+            timeout=RERUN_MS
+        )
+        wait_rendered(page)
+        assert overflowing_text(page) == [], stage
 
 
 def test_a_link_to_no_page_says_so(page, app: App) -> None:

@@ -33,24 +33,26 @@ def formulas(key: str, c: CapsNetConfig) -> list[str]:
         "input": [rf"x \in [0, 1]^{{{c.in_channels} \times {c.image_size} \times {c.image_size}}}"],
         "conv1": [
             r"a_k = \operatorname{ReLU}\big(w_k \star x + b_k\big)",
-            rf"w_k \in \mathbb{{R}}^{{{c.in_channels} \times {c.conv1_kernel} \times {c.conv1_kernel}}}, \quad "
+            rf"w_k \in \mathbb{{R}}^{{{c.in_channels} \times {c.conv1_kernel} \times {c.conv1_kernel}}}",
             rf"k = 1, \dots, {c.conv1_channels}",
             rf"a \in \mathbb{{R}}^{{{c.conv1_channels} \times {side} \times {side}}}",
         ],
         "primary": [
-            rf"s = {scale}(W \star_{{{c.primary_stride}}} a) + b \in \mathbb{{R}}^{{{c.primary_types * p} \times {g}"
-            rf" \times {g}}}",
+            rf"s = {scale}(W \star_{{{c.primary_stride}}} a) + b",
+            rf"s \in \mathbb{{R}}^{{{c.primary_types * p} \times {g} \times {g}}}",
             rf"s \to {n_text} \text{{ vectors }} s_i \in \mathbb{{R}}^{{{p}}}",
-            r"u_i = \operatorname{squash}(s_i) = \frac{\lVert s_i \rVert^2}{1 + \lVert s_i \rVert^2}"
-            r"\frac{s_i}{\lVert s_i \rVert}",
+            r"u_i = \frac{\lVert s_i \rVert^2}{1 + \lVert s_i \rVert^2} \frac{s_i}{\lVert s_i \rVert}",
         ],
         "votes": [
-            rf"\hat u_{{j|i}} = W_{{ij}}\, u_i, \qquad W_{{ij}} \in \mathbb{{R}}^{{{d} \times {p}}}",
-            rf"i = 1, \dots, {n_text}, \quad j = 1, \dots, {c.num_classes}",
+            r"\hat u_{j|i} = W_{ij}\, u_i",
+            rf"W_{{ij}} \in \mathbb{{R}}^{{{d} \times {p}}}",
+            rf"i = 1, \dots, {n_text}",
+            rf"j = 1, \dots, {c.num_classes}",
         ],
         "routing": [*routing_texts.PROCEDURE_LATEX, r"P(\text{class } j) = \lVert v_j \rVert"],
         "decoder": [
-            r"m_j = v_j \text{ if } j = \arg\max_k \lVert v_k \rVert, \text{ else } 0",
+            r"m_j = v_j \text{ if } j = \arg\max_k \lVert v_k \rVert",
+            r"m_j = 0 \text{ otherwise}",
             r"h_1 = \operatorname{ReLU}(W_1 m + b_1)",
             r"h_2 = \operatorname{ReLU}(W_2 h_1 + b_2)",
             r"\hat x = \sigma(W_3 h_2 + b_3)",
@@ -131,7 +133,7 @@ st.caption(
     "the decoder: the sum of the boxes. Hover a box for the tensors on the way."
 )
 
-view_col, formula_col = st.columns([1.7, 1], gap="large")
+view_col, formula_col = st.columns([1.5, 1], gap="large")  # one formula a line, each whole at 1,100 px
 with formula_col:
     st.subheader(titles[stage], anchor=False)
     for line in formulas(stage, config):
@@ -178,12 +180,12 @@ with view_col:
     elif stage == "primary":
         field_col, grid_col = st.columns(2)
         field_col.plotly_chart(
-            arch_fig.receptive_field_figure(reading.image, view.field, "its receptive field on the input"),
+            arch_fig.receptive_field_figure(reading.image, view.field, "its receptive field"),
             key="arch_field", config={"displayModeBar": False},
         )  # fmt: skip
         lengths = reading.votes.primary_lengths.reshape(config.primary_types, g, g)[view.primary.kind]  # (G, G)
         grid_col.plotly_chart(
-            arch_fig.grid_lengths_figure(lengths, view.primary.y, view.primary.x, f"lengths of type {view.primary.kind + 1}, every position"),
+            arch_fig.grid_lengths_figure(lengths, view.primary.y, view.primary.x, f"type {view.primary.kind + 1}, every position"),
             key="arch_grid", config={"displayModeBar": False},
         )  # fmt: skip
         st.plotly_chart(

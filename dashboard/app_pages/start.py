@@ -20,7 +20,7 @@ st.progress(
 for number, step in enumerate(guided_path.GUIDED_PATH, start=1):
     seen = step.page.url_path in visited
     with st.container(border=True, key=f"step_{number}"):
-        head, link = st.columns([3, 1], vertical_alignment="center")
+        head, link = st.columns([1.5, 1], vertical_alignment="center")  # the longest link whole at 1,100 px
         head.markdown(f"**{number}. {step.title}**" + ("  \n:green[:material/check_circle: visited]" if seen else ""))
         link.page_link(step.page.path, label=f"Open {step.page.title}", icon=step.page.icon)
         st.markdown(step.do)

@@ -43,7 +43,7 @@ def _rect(x0: float, x1: float, y0: float, y1: float, width: float = 2, **refs: 
     return dict(type="rect", x0=x0, x1=x1, y0=y0, y1=y1, line=dict(color=FIELD, width=width), **refs)
 
 
-def diagram_figure(stages: Sequence[Stage], chosen: str, height: int = 250) -> go.Figure:
+def diagram_figure(stages: Sequence[Stage], chosen: str, height: int = 300) -> go.Figure:
     """The stages as a row of boxes joined by arrows, `chosen` highlighted; a click on a box selects it.
 
     The boxes are the bars of one bar trace whose customdata is each stage's key, so that a
@@ -55,8 +55,8 @@ def diagram_figure(stages: Sequence[Stage], chosen: str, height: int = 250) -> g
         raise ValueError(f"unknown stage {chosen!r}; choose from {', '.join(keys)}")
     count = len(stages)
     texts = [
-        f"<b>{s.title}</b><br>{shape_text(s.shape)}<br>"
-        + (f"{s.parameters:,} parameters" if s.parameters else "no parameters")
+        f"<b>{s.title}</b><br>{shape_text(s.shape)}<br>"  # the count over its noun: a box is a sixth of the page
+        + (f"{s.parameters:,}<br>parameters" if s.parameters else "no<br>parameters")
         for s in stages
     ]
     hover = [
@@ -97,7 +97,7 @@ def diagram_figure(stages: Sequence[Stage], chosen: str, height: int = 250) -> g
         x=list(range(count)),
         y=[-0.06] * count,
         mode="text",
-        text=[_wrap(s.operation, 30) for s in stages],
+        text=[_wrap(s.operation, 17) for s in stages],  # as wide as a box at 1,100 px
         textposition="bottom center",
         textfont=dict(size=11),
         hoverinfo="skip",
@@ -107,7 +107,7 @@ def diagram_figure(stages: Sequence[Stage], chosen: str, height: int = 250) -> g
         height,
         dict(l=0, r=0, t=0, b=0),
         xaxis=dict(HIDDEN, range=[-0.5, count - 0.5]),
-        yaxis=dict(HIDDEN, range=[-0.55, 1.02]),
+        yaxis=dict(HIDDEN, range=[-0.78, 1.02]),  # under the boxes, captions of up to six lines
         showlegend=False,
         bargap=0.0,
         clickmode="event+select",
@@ -277,7 +277,8 @@ def matrix_product_figure(weight: np.ndarray, pose: np.ndarray, vote: np.ndarray
         )  # fmt: skip
         layout[f"xaxis{axis}"] = dict(domain=domains[i], anchor=f"y{axis}", showgrid=False, showticklabels=i == 0,
                                       dtick=1)  # fmt: skip
-        layout[f"yaxis{axis}"] = dict(anchor=f"x{axis}", autorange="reversed", showgrid=False, dtick=1)
+        layout[f"yaxis{axis}"] = dict(anchor=f"x{axis}", autorange="reversed", showgrid=False, dtick=1,
+                                      showticklabels=i == 0)  # fmt: skip
         notes.append(dict(text=title, x=sum(domains[i]) / 2, y=1.0, xref="paper", yref="paper", xanchor="center",
                           yanchor="bottom", showarrow=False, font=dict(size=13)))  # fmt: skip
     return _figure(data, height, dict(l=30, r=10, t=30, b=20), annotations=notes, **layout)
@@ -311,8 +312,8 @@ def routing_figure(coupling: np.ndarray, lengths: np.ndarray, names: Sequence[st
     rows = [f"iteration {t + 1}" for t in range(r)]
     top = max(float(coupling.max()), 2.0 / k)  # couplings stay near 1/K in most trained networks: a scale to see them
     panels = (
-        (coupling, "Blues", top, "c = %{z:.3f}", "couplings c_ij of the chosen capsule i", [0.0, 0.46]),
-        (lengths, ACTIVATION, 1.0, "|v| = %{z:.3f}", "lengths |v_j| after each iteration", [0.54, 1.0]),
+        (coupling, "Blues", top, "c = %{z:.3f}", "couplings c_ij of capsule i", [0.0, 0.46]),
+        (lengths, ACTIVATION, 1.0, "|v| = %{z:.3f}", "lengths |v_j|", [0.54, 1.0]),
     )
     data, layout, notes = [], {}, []
     for i, (z, scale, high, label, title, domain) in enumerate(panels):
