@@ -95,6 +95,21 @@ def affine_verdict() -> claims.Verdict | None:
     return _verdict("affnist", str(capsnet.path), str(cnn.path), *keys)
 
 
+def start_free_verdict(claim: str) -> claims.Verdict | None:
+    """The start-free pair's verdict on `claim`, from its record among the shipped checkpoints (None if none is
+    there or it cannot be read: the page then shows the warm-started pair alone)."""
+    path = state.checkpoints_dir() / "claims" / claims.START_FREE.format(claim=claim)
+    try:
+        return _record(str(path), os.path.getmtime(path))
+    except (OSError, CapsNetError):
+        return None
+
+
+@st.cache_data(max_entries=4, show_spinner=False)
+def _record(path: str, mtime: float) -> claims.Verdict:
+    return claims.read_record(path)
+
+
 @st.cache_data(max_entries=8, show_spinner=False)
 def _verdict(claim: str, capsnet: str, cnn: str, capsnet_key: str, cnn_key: str) -> claims.Verdict | None:
     try:

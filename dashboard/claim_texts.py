@@ -16,14 +16,24 @@ project's own, measured on its shipped files: read them with their budgets.
 """
 
 
-def claim_table(verdict) -> list[dict[str, object]]:
+def start_text(row) -> str:
+    """Where a row's network began: the MNIST model it was warm-started from, or its initial weights."""
+    if row.started_from == 0 and row.source_accuracy is None:
+        return "from scratch"
+    figure = "" if row.source_accuracy is None else f" at {100 * row.source_accuracy:.2f}%"
+    return f"warm: an MNIST model{figure} ({row.started_from:,} digits)"
+
+
+def claim_table(verdict, start_free=None) -> list[dict[str, object]]:
     """The verdict's rows as a table: network, the paper's error, ours, and how ours was reached (a warm-started
-    model's examples, hours and epochs are its own run's on the claim's data)."""
+    model's examples, hours and epochs are its own run's on the claim's data); then, if given, the start-free
+    pair's rows (both networks trained from scratch on the same claim), each row saying where it started."""
     from capsnet.readings.claims import NETWORKS
 
     return [
         {
             "network": NETWORKS[r.network],
+            "start": start_text(r),
             "paper's test error": f"{100 * r.paper_error:.1f}%",
             "here": "—"
             if r.error is None
@@ -34,7 +44,7 @@ def claim_table(verdict) -> list[dict[str, object]]:
             "learning rate": "—" if r.lr is None else f"{r.lr:g}",
             "epoch kept": (f"{r.chosen_epoch}, " if r.chosen_epoch else "") + f"chosen on {r.chosen_on}",
         }
-        for r in verdict.rows
+        for r in (*verdict.rows, *(start_free.rows if start_free is not None else ()))
     ]
 
 

@@ -79,10 +79,12 @@ def primary_capsule_picker(config: CapsNetConfig, default: int, container: Any =
     return chosen
 
 
-def claim_verdict(verdict: Verdict, key: str, curve: str) -> None:
-    """A claim's verdict: the statement, the table, and the test error against the examples seen (`curve` says
-    what that error was measured on)."""
+def claim_verdict(verdict: Verdict, key: str, curve: str, start_free: Verdict | None = None) -> None:
+    """A claim's verdict: the statement, the table (with the start-free pair's rows and statement, if given), and
+    the test error against the examples seen (`curve` says what that error was measured on)."""
     st.markdown(verdict.statement())
-    st.dataframe(claim_texts.claim_table(verdict), hide_index=True)
+    if start_free is not None:
+        st.markdown("**Without any warm start.** " + start_free.statement())
+    st.dataframe(claim_texts.claim_table(verdict, start_free), hide_index=True)
     st.plotly_chart(figures.claim_figure(verdict), key=key, config={"displayModeBar": False})
     st.caption(curve)

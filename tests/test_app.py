@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import shutil
@@ -648,9 +649,10 @@ def test_the_transform_lens_sets_the_capsnet_beside_a_cnn(
     # the affine claim's verdict reads the mnist-40 pair, whichever model is open: their affNIST-like figures
     verdict = " ".join(m.value for m in at.markdown)
     assert (
-        "Here the CNN baseline is ahead, with the same budget of 2,000 training examples each: 30.00% test error"
-        in verdict
+        "Here the CNN baseline is ahead, with the same budget of 2,000 training examples each, both from scratch "
+        "(no warm start): 30.00% test error" in verdict
     )
+    assert "Without any warm start" not in verdict  # no start-free record shipped: the pair alone
     assert "38.00%" in verdict and "not reproduced" in verdict and "disputed" in verdict
     table = at.dataframe[-1].value
     assert list(table["network"]) == ["CapsNet", "CNN baseline"] and list(table["paper's test error"]) == [
@@ -658,6 +660,21 @@ def test_the_transform_lens_sets_the_capsnet_beside_a_cnn(
         "34.0%",
     ]
     assert list(table["here"]) == ["38.00% (10,000 test examples)", "30.00% (10,000 test examples)"]
+    # a start-free pair's record beside the shipped files: its statement under the pair's, its rows in the table
+    from capsnet.readings import claims
+
+    pair = claims.verdict(
+        "affnist", checkpoints / "mnist-40.safetensors", checkpoints / "baselines" / "mnist-40-cnn.safetensors"
+    )
+    scratch = dataclasses.replace(pair, rows=tuple(dataclasses.replace(r, error=r.error - 0.1) for r in pair.rows))
+    claims.record_verdict(scratch, checkpoints / "claims" / "affnist-from-scratch.json")
+    at.run()
+    no_exception(at)
+    assert any(m.value.startswith("**Without any warm start.** Here the CNN baseline is ahead") and "20.00%" in m.value
+               for m in at.markdown)  # fmt: skip
+    table = at.dataframe[-1].value
+    assert list(table["start"]) == ["from scratch"] * 4 and list(table["network"])[2:] == ["CapsNet", "CNN baseline"]
+    assert list(table["here"])[2:] == ["28.00% (10,000 test examples)", "20.00% (10,000 test examples)"]
     curves = chart(at, "lens_claim")["data"]
     assert [plotly_values(t["x"]).tolist() for t in curves[:2]] == [[1000, 2000], [1000, 2000]]
     assert [t["name"] for t in curves[2:4]] == ["CapsNet, the kept file", "CNN baseline, the kept file"]

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from capsnet.checkpoints.checkpoint import load_checkpoint, save_checkpoint
+from capsnet.errors import CapsNetError
 from capsnet.files import read_jsonl
 from capsnet.readings import claims
 from capsnet.readings.claims import verdict
@@ -208,3 +209,51 @@ def test_converged_sources_are_said_with_their_figures() -> None:
     text = claims.Verdict("affnist", (caps, early)).statement()
     assert ("from unequal starts (the CapsNet from a model that had seen 6,420,000 MNIST digits (99.64%), "
             "the CNN from one that had seen 120,000 (99.00%))") in text  # fmt: skip
+
+
+def test_a_verdict_kept_as_a_record_reads_back_the_same(tmp_path: Path) -> None:
+    """Issue 32, item 3: the start-free pair ships as a JSON record of its verdict; it reads back row for row, says
+    its starts, and a damaged record is refused in one line."""
+    pair = (
+        REPO / "checkpoints" / "mnist-40.safetensors",
+        REPO / "checkpoints" / "baselines" / "mnist-40-cnn.safetensors",
+    )
+    kept = verdict("affnist", *pair)
+    path = tmp_path / "claims" / claims.START_FREE.format(claim="affnist")
+    claims.record_verdict(kept, path)
+    again = claims.read_record(path)
+    assert again == kept and again.statement() == kept.statement()
+    scratch = dataclasses.replace(kept, rows=tuple(dataclasses.replace(r, started_from=0, source_accuracy=None)
+                                                   for r in kept.rows))  # fmt: skip
+    assert scratch.from_scratch and not kept.from_scratch
+    assert ", both from scratch (no warm start): " in scratch.statement().split(". ")[0]
+    from dashboard.claim_texts import claim_table
+
+    table = claim_table(kept, scratch)
+    assert [row["start"] for row in table] == [
+        "warm: an MNIST model at 99.64% (6,420,000 digits)",
+        "warm: an MNIST model at 99.59% (385,000 digits)",
+        "from scratch",
+        "from scratch",
+    ]
+    for damage in ("{", '{"version": 1, "claim": "affnist", "rows": [{"network": "cnn"}]}', "[]"):
+        path.write_text(damage)
+        with pytest.raises(CapsNetError, match="cannot read the claim record") as caught:
+            claims.read_record(path)
+        assert "\n" not in str(caught.value)
+
+
+def test_the_claims_command_prints_the_verdict_and_keeps_it(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from capsnet.cli.claims import main
+
+    pair = [
+        str(REPO / "checkpoints" / "mnist-40.safetensors"),
+        str(REPO / "checkpoints" / "baselines" / "mnist-40-cnn.safetensors"),
+    ]
+    out = tmp_path / "record.json"
+    assert main(["affnist", *pair, "--record", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("Here the ") and f"kept in {out}" in printed
+    assert claims.read_record(out).statement() in printed
+    assert main(["affnist", pair[0], str(tmp_path / "missing.safetensors")]) == 2
+    assert "missing.safetensors" in capsys.readouterr().err

@@ -8,4 +8,5 @@ COMMANDS = {
     "export": ("capsnet.cli.export", "turn a run's checkpoint into a shipped one (float16, re-measured)"),
     "affnist": ("capsnet.cli.affnist", "mnist-40 models on the affNIST-like set, or rotation and scale sweeps"),
     "routing-matters": ("capsnet.cli.routing_matters", "accuracy at r = 1..5 routing iterations, kept on disk"),
+    "claims": ("capsnet.cli.claims", "the paper's claim for a CapsNet and its CNN, printed or kept as a record"),
 }

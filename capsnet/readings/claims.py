@@ -11,15 +11,22 @@ examples, hours and epochs are those of its own run on the claim's data, not of 
 from. For the affine claim the test error is the one on the affNIST-like set (`capsnet.readings.affnist`),
 kept in the header by `capsnet.training.export`; the curve after each epoch is then the runs' own test error,
 on MNIST digits moved on 40x40.
+
+A verdict can also be kept as a small JSON record (`record_verdict`, `read_record`) instead of its two checkpoints:
+the start-free pair (both networks trained from scratch on the claim's data, `START_FREE`) is shipped that way, as
+a row of its own beside the warm-started pair, without adding two models to the shipped files.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from capsnet.checkpoints.checkpoint import read_checkpoint_info
-from capsnet.files import read_jsonl
+from capsnet.errors import CapsNetError
+from capsnet.files import read_json, read_jsonl, write_json
 
 PAPER_ERROR = {  # the paper's test errors, fully trained
     "multimnist": {"capsnet": 0.052, "cnn": 0.081},
@@ -27,6 +34,8 @@ PAPER_ERROR = {  # the paper's test errors, fully trained
 }
 NETWORKS = {"capsnet": "CapsNet", "cnn": "CNN baseline"}
 TRAINING_DIGITS = 60_000  # MNIST's training set: one pair per digit and epoch
+START_FREE = "{claim}-from-scratch.json"  # the start-free pair's record, in the shipped checkpoints' claims/ folder
+RECORD_VERSION = 1
 
 
 # two warm-start sources within this of each other's MNIST test accuracy count as equally converged: the shipped
@@ -97,6 +106,11 @@ class Verdict:
         caps, cnn = self.rows
         return caps.examples_seen == cnn.examples_seen
 
+    @property
+    def from_scratch(self) -> bool:
+        """Neither network began from another model: both trained from their initial weights on the claim's data."""
+        return all(r.started_from == 0 and r.source_accuracy is None for r in self.rows)
+
     def statement(self) -> str:
         """The verdict in plain words."""
         caps, cnn = self.rows
@@ -116,7 +130,7 @@ class Verdict:
             if self.equal_budgets
             else f"with budgets of {caps.examples_seen:,} training examples (CapsNet) and {cnn.examples_seen:,} (CNN)"
         )
-        starts = ""
+        starts = ", both from scratch (no warm start)" if self.from_scratch else ""
         sources = (caps.source_accuracy, cnn.source_accuracy)
         if caps.started_from != cnn.started_from and self.converged_sources:
             starts = (  # unequal lengths of training, but both sources had stopped improving: said, with figures
@@ -248,3 +262,33 @@ def verdict(claim: str, capsnet: str | Path, cnn: str | Path) -> Verdict:
     if claim not in PAPER_ERROR:
         raise ValueError(f"unknown claim {claim!r}; choose from {', '.join(PAPER_ERROR)}")
     return Verdict(claim, (_row("capsnet", claim, Path(capsnet)), _row("cnn", claim, Path(cnn))))
+
+
+def record_verdict(verdict: Verdict, path: str | Path) -> None:
+    """Keep `verdict` as a JSON record at `path` (written atomically): its claim and both rows, every field."""
+    rows = [dataclasses.asdict(r) for r in verdict.rows]
+    write_json(path, {"version": RECORD_VERSION, "claim": verdict.claim, "rows": rows})
+
+
+def read_record(path: str | Path) -> Verdict:
+    """The verdict kept by `record_verdict`; raises CapsNetError, in one line, for a file that is not one."""
+    try:
+        data = read_json(path)
+        if not isinstance(data, dict) or data.get("version") != RECORD_VERSION or data.get("claim") not in PAPER_ERROR:
+            raise ValueError(f"not a version-{RECORD_VERSION} claim record")
+        rows = tuple(_row_from_dict(r) for r in data["rows"])
+        if [r.network for r in rows] != ["capsnet", "cnn"]:
+            raise ValueError("its rows must be a CapsNet, then a CNN")
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise CapsNetError(f"{path}: cannot read the claim record: {error}") from None
+    return Verdict(data["claim"], rows)
+
+
+def _row_from_dict(data: Any) -> ClaimRow:
+    fields = {f.name for f in dataclasses.fields(ClaimRow)}
+    if not isinstance(data, dict) or not set(data) <= fields:
+        raise ValueError(f"a row must be an object with the fields {', '.join(sorted(fields))}")
+    row = dict(data)
+    row["curve"] = tuple((int(seen), float(error)) for seen, error in row.get("curve", ()))
+    row["lr_candidates"] = tuple(float(c) for c in row.get("lr_candidates", ()))
+    return ClaimRow(**row)

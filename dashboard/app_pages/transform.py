@@ -150,5 +150,5 @@ claim = baselines.affine_verdict()
 if claim is None:
     st.caption(claim_texts.NO_AFFINE_PAIR)
 else:
-    widgets.claim_verdict(claim, "lens_claim", claim_texts.AFFNIST_CURVE)
+    widgets.claim_verdict(claim, "lens_claim", claim_texts.AFFNIST_CURVE, baselines.start_free_verdict("affnist"))
 st.markdown(claim_texts.DISPUTE)
