@@ -261,3 +261,19 @@ def test_the_claims_command_prints_the_verdict_and_keeps_it(tmp_path: Path, caps
     assert claims.read_record(out).statement() in printed
     assert main(["affnist", pair[0], str(tmp_path / "missing.safetensors")]) == 2
     assert "missing.safetensors" in capsys.readouterr().err
+
+
+def test_the_shipped_start_free_record_is_a_pair_from_scratch_on_the_warm_pairs_budget() -> None:
+    """Issue 32, item 3: the start-free affNIST-like pair, shipped as a record: both networks from scratch, on the
+    same budget as the warm-started pair, measured on all 10,000 affNIST-like digits; its statement says so."""
+    start_free = claims.read_record(REPO / "checkpoints" / "claims" / claims.START_FREE.format(claim="affnist"))
+    warm = verdict(
+        "affnist",
+        REPO / "checkpoints" / "mnist-40.safetensors",
+        REPO / "checkpoints" / "baselines" / "mnist-40-cnn.safetensors",
+    )
+    assert start_free.claim == "affnist" and start_free.from_scratch and start_free.equal_budgets
+    assert [r.examples_seen for r in start_free.rows] == [r.examples_seen for r in warm.rows] == [36_000, 36_000]
+    assert [r.test_examples for r in start_free.rows] == [10_000, 10_000]
+    assert all(r.chosen_on == "validation" and r.error is not None for r in start_free.rows)
+    assert ", both from scratch (no warm start): " in start_free.statement()
