@@ -292,6 +292,7 @@ def test_one_iteration_for_the_whole_routing_page(page, app: App, screenshots: S
     assert shown["votes_chosen"] == shown["votes_other"] == "iteration 3 of 3", shown
     assert shown["by_type"].count("iteration 3 of 3") == 2, shown
     bars = page.locator(f".st-key-coupling_by_type{CURRENT} text.bartext").all_text_contents()
+    screenshots.take(page, "routing.png")  # the last iteration: routing done
     for t in (2, 1):
         page.get_by_role("button", name="◀ Previous").click()
         expect(step).to_contain_text(f"Showing iteration {t} of 3", timeout=RERUN_MS)
@@ -301,7 +302,6 @@ def test_one_iteration_for_the_whole_routing_page(page, app: App, screenshots: S
         assert shown["by_type"].count(f"iteration {t} of 3") == 2, shown
     assert page.locator(f".st-key-coupling_by_type{CURRENT} text.bartext").all_text_contents() != bars  # routing moved
     expect(page.get_by_role("button", name="◀ Previous")).to_be_disabled()
-    screenshots.take(page, "routing.png")
 
     iterations_slider = page.locator(".st-key-routing_iterations").get_by_role("slider")
     iterations_slider.focus()
