@@ -88,6 +88,7 @@ def draw_and_predict(page, draw=draw_one) -> str:
         expect(page.get_by_text("Draw a digit on the canvas: the prediction appears here.")).to_be_visible(
             timeout=RERUN_MS
         )
+    wait_idle(page)  # after a Clear the canvas is drawn anew: a stroke on the old one would be lost
     draw(page)
     value = prediction(page)
     expect(value).to_have_text(re.compile(r"^\s*\d\s*$"), timeout=RERUN_MS)
