@@ -1,4 +1,4 @@
-"""Every figure builder: the right traces, frames and marks, and no Streamlit involved."""
+"""Every figure builder: the right traces and marks, and no Streamlit involved."""
 
 from __future__ import annotations
 
