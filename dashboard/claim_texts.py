@@ -18,7 +18,7 @@ project's own, measured on its shipped files: read them with their budgets.
 
 def start_text(row) -> str:
     """Where a row's network began: the MNIST model it was warm-started from, or its initial weights."""
-    if row.started_from == 0 and row.source_accuracy is None:
+    if row.from_scratch:
         return "from scratch"
     figure = "" if row.source_accuracy is None else f" at {100 * row.source_accuracy:.2f}%"
     return f"warm: an MNIST model{figure} ({row.started_from:,} digits)"

@@ -129,13 +129,15 @@ def overlay(config: CapsNetConfig) -> str:
     )
 
 
-EM_LATEX = [
-    # one short formula a line: the playground shows them in two half-width columns (M-step, E-step)
+# one short formula a line: the playground shows the M-step and the E-step in two half-width columns
+EM_M_STEP_LATEX = [
     r"n_j = \textstyle\sum_i R_{ij} a_i",
     r"\mu_j = \frac{1}{n_j} \sum_i R_{ij} a_i V_{ij}",
     r"\sigma_j^2 = \frac{1}{n_j} \sum_i R_{ij} a_i (V_{ij} - \mu_j)^2",
     r"\text{cost}_j = \textstyle\sum_h (\beta_u + \log \sigma_j^h)\, n_j",
     r"a_j = \operatorname{logistic}(\lambda (\beta_a - \text{cost}_j))",
+]
+EM_E_STEP_LATEX = [
     r"p_{ij} = \mathcal N(V_{ij};\, \mu_j, \sigma_j^2)",
     r"R_{ij} = \frac{a_j\, p_{ij}}{\sum_k a_k\, p_{ik}}",
 ]

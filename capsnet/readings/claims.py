@@ -63,6 +63,11 @@ class ClaimRow:
     source_accuracy: float | None = None  # the test accuracy of the model it was warm-started from, if stated
 
     @property
+    def from_scratch(self) -> bool:
+        """It began from its initial weights, not from another model."""
+        return self.started_from == 0 and self.source_accuracy is None
+
+    @property
     def kept_examples(self) -> int | None:
         """The training examples the kept checkpoint had seen: at its chosen epoch on the curve, else at the last."""
         if not self.curve:
@@ -109,7 +114,7 @@ class Verdict:
     @property
     def from_scratch(self) -> bool:
         """Neither network began from another model: both trained from their initial weights on the claim's data."""
-        return all(r.started_from == 0 and r.source_accuracy is None for r in self.rows)
+        return all(r.from_scratch for r in self.rows)
 
     def statement(self) -> str:
         """The verdict in plain words."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
+from capsnet.nn import em_routing
 from capsnet.nn.config import CapsNetConfig
 from capsnet.readings import playground as pg
 from dashboard import guards, models, routing_texts, state, texts, widgets
@@ -317,11 +318,13 @@ with formula_col:
     st.caption("b_ij starts at 0, so the first iteration's couplings are uniform: 1/3 here.")
 with st.expander("EM routing's M-step and E-step"):  # the page's width: its formulas are long
     m_col, e_col = st.columns(2, gap="large")
-    half = len(routing_texts.EM_LATEX) - 2  # the M-step (mu, sigma, cost, a), then the E-step (p, R)
-    for column, lines in ((m_col, routing_texts.EM_LATEX[:half]), (e_col, routing_texts.EM_LATEX[half:])):
+    for column, lines in ((m_col, routing_texts.EM_M_STEP_LATEX), (e_col, routing_texts.EM_E_STEP_LATEX)):
         for line in lines:
             column.latex(line)
-    st.caption("R_ij starts uniform (1/3 here); λ grows each iteration (0.3 (1 − 0.95^t)).")
+    st.caption(
+        f"R_ij starts uniform (1/3 here); λ grows each iteration ({em_routing.LAMBDA_FINAL:g} (1 − "
+        f"{em_routing.LAMBDA_RATE:g}^t))."
+    )
 _init()
 _toy()
 st.subheader("The two curves behind it", anchor=False)
