@@ -37,6 +37,7 @@ class Evaluation:
     dimension_mean: Tensor | None = None  # (K, D) over correctly classified examples of each class
     dimension_std: Tensor | None = None  # (K, D)
     reconstruction_errors: Tensor | None = None  # (N,) sum of squared pixel errors, decoded from the winning capsule
+    loss_name: str = "cross-entropy"  # the network's loss (`Network.loss_name`), for a network without capsules
 
     @property
     def capsules(self) -> bool:
@@ -162,6 +163,7 @@ def evaluate(
         labels=truth,
         predictions=prediction,
         lengths=torch.cat(lengths),
+        loss_name=net.loss_name,
         **(
             dict(dimension_mean=mean.float(), dimension_std=std.float(), reconstruction_errors=torch.cat(errors))
             if capsules
@@ -205,6 +207,7 @@ def merge_evaluations(parts: list[Evaluation]) -> Evaluation:
         labels=torch.cat([p.labels for p in parts]),
         predictions=torch.cat([p.predictions for p in parts]),
         lengths=torch.cat([p.lengths for p in parts]),
+        loss_name=parts[0].loss_name,
         **capsules,
     )
 
@@ -270,8 +273,8 @@ def evaluate_pairs(
 def format_report(result: Evaluation, class_names: list[str], title: str = "") -> str:
     """The human report: loss, accuracy, `Class 3: 99.31% (1003/1010)` lines, confusion matrix."""
     lines = [title] if title else []
-    if not result.capsules:  # the CNN baseline: no capsules, no reconstruction
-        lines.append(f"Test loss: {result.loss:.5f} (cross-entropy)")
+    if not result.capsules:  # the CNN baseline or the EM network: its own loss, no poses to summarise
+        lines.append(f"Test loss: {result.loss:.5f} ({result.loss_name})")
     else:
         lines.append(
             f"Test loss: {result.loss:.5f} (margin {result.margin_loss:.5f}, "

@@ -1,10 +1,12 @@
-"""Datasets: MNIST and Fashion-MNIST through `torchvision.datasets`, and the sets made from MNIST.
+"""Datasets: MNIST and Fashion-MNIST through `torchvision.datasets`, the sets made from MNIST, and smallNORB.
 
 The data root is `--data-dir`, else the environment variable CAPSNET_DATA_DIR,
 else `./data`. Pixels are floats in [0, 1]. Training takes the stored uint8 arrays
 whole (`stored_tensors`) and augments them a batch at a time (`capsnet.data.augment`).
 MultiMNIST overlays two digits on 36x36 (`capsnet.data.multimnist`); "mnist-40" is the paper's
-setting for affNIST (section 5.2): each digit anywhere on a 40x40 canvas (`placed`).
+setting for affNIST (section 5.2): each digit anywhere on a 40x40 canvas (`placed`). smallNORB, the EM paper's
+dataset, is read from its official files where a user has them (`capsnet.data.smallnorb`): stored 48x48, read
+as 32x32 crops.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from torch.utils.data import Dataset, Subset
 from torchvision import datasets
 from torchvision.transforms import v2
 
+from capsnet.data import smallnorb
 from capsnet.data.augment import shift_and_flip
 from capsnet.errors import CapsNetError, InvalidArgumentError
 
@@ -44,6 +47,8 @@ class DatasetInfo:
     image_size: int = 28  # the side of the network's input
     pairs: bool = False  # MultiMNIST: each example overlays two digits of different classes (capsnet.data.multimnist)
     shift: int = 2  # training shifts in pixels per axis: the paper's 2, or anywhere on a larger canvas
+    stored_size: int = 28  # the side of the stored images; larger than image_size: the networks read crops of them
+    source: str = ""  # where to get the files when they cannot be downloaded here (named when they are missing)
 
     @property
     def num_classes(self) -> int:
@@ -95,6 +100,21 @@ DATASETS: dict[str, DatasetInfo] = {
         noun="digit",
         image_size=40,
         shift=6,
+    ),  # fmt: skip
+    # the EM paper's dataset (section 5): five categories of toys, 48x48 photos read as 32x32 crops (random in
+    # training, the centre in testing); never downloaded, read where a user has the official files
+    "smallnorb": DatasetInfo(
+        "smallnorb",
+        "smallNORB",
+        smallnorb.SmallNORB.folder,
+        smallnorb.CLASSES,
+        hflip=False,
+        tv_class=smallnorb.SmallNORB,
+        noun="photo",
+        image_size=smallnorb.INPUT_SIZE,
+        shift=(smallnorb.STORED_SIZE - smallnorb.INPUT_SIZE) // 2,
+        stored_size=smallnorb.STORED_SIZE,
+        source=smallnorb.URL,
     ),  # fmt: skip
 }
 
@@ -157,9 +177,10 @@ def load_dataset(
             f"{info.title} in {raw.resolve()} is damaged: {present} could not be unpacked (incomplete or corrupted "
             f"archives; {reason}); replace them with intact copies"
         )
+    fetch = f"; its files are published at {info.source}" if info.source else ""
     raise DatasetNotFoundError(
         f"{info.title} not found in {(root / info.folder / 'raw').resolve()} ({reason}); "
-        f"pass --data-dir or set CAPSNET_DATA_DIR to a folder that holds {info.folder}/raw"
+        f"pass --data-dir or set CAPSNET_DATA_DIR to a folder that holds {info.folder}/raw{fetch}"
     )
 
 
@@ -201,10 +222,13 @@ def as_tensors(dataset: Dataset, image_size: int = 28, seed: int = 0) -> tuple[t
     """All images (N, 1, 28, 28) as floats in [0, 1], as TO_TENSOR makes them, and labels (N,).
 
     With a larger `image_size` (a dataset's `DatasetInfo.image_size`), each image lies at its own
-    random position on that canvas, seeded by `seed`: the test set of "mnist-40".
+    random position on that canvas, seeded by `seed`: the test set of "mnist-40". With a smaller one, each
+    image's centre crop: the test set of smallNORB.
     """
     images, labels = stored_tensors(dataset)
-    if image_size != images.shape[-1]:
+    if image_size < images.shape[-1]:
+        images = centre_crop(images, image_size)
+    elif image_size != images.shape[-1]:
         images = placed(images, image_size, seed)
     return v2.functional.to_dtype(images, torch.float32, scale=True), labels
 
@@ -221,3 +245,12 @@ def placed(digits: torch.Tensor, size: int, seed: int | None = None) -> torch.Te
     room = min(top, left)  # the move that keeps a centred image on the canvas
     offsets = torch.randint(-room, room + 1, (n, 2), generator=torch.Generator().manual_seed(seed))
     return shift_and_flip(canvas, offsets, shift=room)
+
+
+def centre_crop(images: torch.Tensor, size: int) -> torch.Tensor:
+    """The centre size x size of images (N, C, H, W): (N, C, size, size)."""
+    h, w = images.shape[-2:]
+    if size > min(h, w):
+        raise ValueError(f"cannot crop {size}x{size} from {h}x{w} images")
+    top, left = (h - size) // 2, (w - size) // 2
+    return images[..., top : top + size, left : left + size]

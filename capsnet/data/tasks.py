@@ -1,8 +1,9 @@
 """The task type: what one example of a dataset is, and every question whose answer depends on it.
 
-An example is one of three kinds (`Task.kind`):
+An example is one of four kinds (`Task.kind`):
 - "image": a single 28x28 image (MNIST, Fashion-MNIST), which a drawing or an upload can also be;
 - "placed": a digit placed on a larger canvas (mnist-40: centred on 40x40 for testing, moved anywhere in training);
+- "crop": a crop of a larger stored photo (smallNORB: 32x32 of 48x48, random in training, the centre in testing);
 - "pair": two digits of different classes overlaid on 36x36 (MultiMNIST, section 6 of the paper): its test
   set is the fixed pairs of `capsnet.data.multimnist.test_pairs`, made from the uint8 test digits a batch at a
   time as they are evaluated, and an answer is right when the two highest scores are the two digits.
@@ -26,7 +27,7 @@ from capsnet.data.datasets import DatasetInfo, as_tensors, dataset_info, load_da
 from capsnet.data.multimnist import TEST_PAIRS_PER_DIGIT, TEST_SEED, Pairs, test_pairs
 from capsnet.data.preprocess import MNIST_SIZE
 
-TaskKind = Literal["image", "placed", "pair"]
+TaskKind = Literal["image", "placed", "crop", "pair"]
 
 
 @dataclass(frozen=True)
@@ -34,11 +35,16 @@ class Task:
     """What one example of a dataset is, and the answers to every question that depends on it."""
 
     kind: TaskKind
-    input_size: int  # the side of the network's input: 28, 40 (placed) or 36 (pairs)
+    input_size: int  # the side of the network's input: 28, 40 (placed), 32 (crops) or 36 (pairs)
 
     @classmethod
     def of(cls, info: DatasetInfo) -> Task:
-        kind: TaskKind = "pair" if info.pairs else "placed" if info.image_size != MNIST_SIZE else "image"
+        kind: TaskKind = (
+            "pair" if info.pairs
+            else "crop" if info.image_size < info.stored_size
+            else "placed" if info.image_size != MNIST_SIZE
+            else "image"
+        )  # fmt: skip
         return cls(kind, info.image_size)
 
     @property

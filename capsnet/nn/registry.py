@@ -35,6 +35,7 @@ class Network:
     title: str  # for people: "CapsNet", "CNN baseline", "EM CapsNet"
     short: str  # before a preset's name in a table: "" (the CapsNet's presets stand alone), "CNN", "EM"
     scores: str  # what its class scores are, for people: "capsule lengths", "class probabilities", ...
+    loss_name: str  # what its loss is, for people: "margin loss", "cross-entropy", "spread loss"
     described: str  # in a sentence: "a Capsule Network", "a CNN baseline"
     config_type: type
     module_type: type
@@ -95,16 +96,18 @@ def _em_loss(
 
 NETWORKS: dict[str, Network] = {
     "capsnet": Network(
-        "capsnet", "CapsNet", "", "capsule lengths", "a Capsule Network", CapsNetConfig, CapsNet, tuple(PRESETS), capsules=True,
+        "capsnet", "CapsNet", "", "capsule lengths", "margin loss", "a Capsule Network", CapsNetConfig, CapsNet, tuple(PRESETS), capsules=True,
         baseline=False, run_options=("routing_iterations",), pairs=True, pairs_field=None, _loss=_capsnet_loss,
     ),
     "cnn": Network(
-        "cnn", "CNN baseline", "CNN", "class probabilities (a CNN has no capsules to redraw from)", "a CNN baseline",
+        "cnn", "CNN baseline", "CNN", "class probabilities (a CNN has no capsules to redraw from)", "cross-entropy",
+        "a CNN baseline",
         CNNConfig, BaselineCNN, tuple(CNN_PRESETS), capsules=False,
         baseline=True, run_options=(), pairs=True, pairs_field="multi_label", _loss=_cnn_loss,
     ),
     "em": Network(
-        "em", "EM CapsNet", "EM", "class capsules' activations a_j (EM routing)", "a matrix-capsule network routed by EM",
+        "em", "EM CapsNet", "EM", "class capsules' activations a_j (EM routing)", "spread loss",
+        "a matrix-capsule network routed by EM",
         EMCapsNetConfig, EMCapsNet, tuple(EM_PRESETS),
         capsules=False, baseline=False, run_options=("routing_iterations",), pairs=False, pairs_field=None,
         _loss=_em_loss,

@@ -191,11 +191,12 @@ class TrainOptions:
         return self
 
     def network_config(self) -> AnyConfig:
-        """The config of this run's network: its preset at the dataset's input size, with the options it reads."""
+        """The config of this run's network: its preset at the dataset's input size and number of classes, with the
+        options it reads."""
         chosen, info = network(self.network), dataset_info(self.dataset)
         own = {name: getattr(self, name) for name in chosen.run_options}
         read = Task.of(info)
-        return chosen.config_for(self.preset, read.input_size, read.pairs, **own)
+        return chosen.config_for(self.preset, read.input_size, read.pairs, num_classes=info.num_classes, **own)
 
     # ------------------------------------------------------------ stored forms
 

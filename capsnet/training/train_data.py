@@ -12,7 +12,7 @@ from torch.utils.data import Subset
 from torch.utils.data.distributed import DistributedSampler
 
 from capsnet.data.augment import epoch_batches
-from capsnet.data.datasets import dataset_info, load_dataset, placed, stored_tensors, subset
+from capsnet.data.datasets import centre_crop, dataset_info, load_dataset, placed, stored_tensors, subset
 from capsnet.data.multimnist import TEST_PAIRS_PER_DIGIT, TEST_SEED, epoch_pairs
 from capsnet.data.tasks import LabelledSet, Task, labelled
 from capsnet.errors import CapsNetError
@@ -29,13 +29,14 @@ class Data:
     """The training set on the device as uint8 (batches are gathered and augmented there), the test set and the
     validation split (`capsnet.data.tasks.LabelledSet`s on the CPU)."""
 
-    train_images: torch.Tensor  # (N, 1, 28, 28) uint8 (centred on the larger canvas of "mnist-40")
+    train_images: torch.Tensor  # (N, 1, 28, 28) uint8 (centred on the larger canvas of "mnist-40"; 48x48 smallNORB)
     train_labels: torch.Tensor  # (N,)
     sampler: DistributedSampler
     test: LabelledSet  # with --test-size a seeded subset (of MultiMNIST's fixed test pairs: the pairs)
     hflip: bool
     val: LabelledSet | None = None  # --val-size: training examples held out (MultiMNIST: one pair per held-out digit)
     shift: int = 2  # the training shifts, pixels per axis
+    crop: int = 0  # smallNORB: the side of the centre crop taken after the shift (a random crop), 0 for none
 
     @property
     def pairs(self) -> bool:
@@ -49,7 +50,8 @@ class Data:
 
     def epoch(self, batch_size: int, seed: int, start_batch: int = 0) -> Iterator[tuple[Tensor, Tensor, Tensor]]:
         """This process's training batches of one epoch, from `start_batch`, on the device: (images, labels, the
-        images the decoder must redraw). Single examples are shifted (and flipped where the dataset says); MultiMNIST
+        images the decoder must redraw). Single examples are shifted (and flipped where the dataset says; smallNORB's
+        then cropped to their centre, which makes a random crop of the stored photo); MultiMNIST
         digits get a new partner and new shifts every epoch, and each digit is redrawn alone, from its own capsule."""
         order = list(self.sampler)
         if self.pairs:
@@ -59,6 +61,8 @@ class Data:
             return
         for images, labels in epoch_batches(self.train_images, self.train_labels, order, batch_size, seed=seed,
                                             shift=self.shift, hflip=self.hflip, start_batch=start_batch):  # fmt: skip
+            if self.crop:
+                images = centre_crop(images, self.crop)  # (B, 1, 32, 32) of (B, 1, 48, 48)
             yield images, labels, images
 
     def evaluate(self, model: AnyModel, device: torch.device) -> Any:
@@ -94,4 +98,5 @@ def load_data(options: TrainOptions, device: torch.device, env: Distributed) -> 
         return Data(train_images, train_labels, sampler, test, False, val)
     test = labelled(info, subset(test_set, options.test_size, options.seed), TEST_PAIRS_PER_DIGIT, TEST_SEED)
     hflip = info.hflip if options.hflip is None else options.hflip
-    return Data(train_images, train_labels, sampler, test, hflip, val, shift=info.shift)
+    crop = info.image_size if task.kind == "crop" else 0
+    return Data(train_images, train_labels, sampler, test, hflip, val, shift=info.shift, crop=crop)
