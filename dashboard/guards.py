@@ -25,9 +25,19 @@ def current_model(show_errors: bool = True) -> models.Model | None:
     return model
 
 
-def require_model(pairs: bool = False) -> models.Model | None:
-    """The model, or a notice saying how to get one (and None). `pairs`: the page reads MultiMNIST overlays."""
+def require_model(pairs: bool = False, em: bool = False) -> models.Model | None:
+    """The model, or a notice saying how to get one (and None). `pairs`: the page reads MultiMNIST overlays; `em`:
+    the page reads the EM network too (the others say in one line why they do not, with one click to a CapsNet)."""
     model = current_model()
+    if model is not None and model.em and not em:
+        st.info(texts.not_for_em(), icon=":material/swap_horiz:")
+        other = _model_reading(pairs)
+        if other is not None:
+            st.button(f"Open {other.label}", key="switch_model", icon=":material/swap_horiz:", type="primary",
+                      on_click=state.switch_checkpoint, args=(str(other.path),))  # fmt: skip
+        st.page_link(pages.EVALUATE.path, label=f"Evaluate the EM model on the {pages.EVALUATE.title} page",
+                     icon=pages.EVALUATE.icon)  # fmt: skip
+        return None
     if model is None and state.chosen_path() is None:
         st.warning(
             texts.no_model_notice(str(models.display_path(state.checkpoints_dir()))), icon=":material/model_training:"
@@ -51,11 +61,13 @@ def require_model(pairs: bool = False) -> models.Model | None:
 
 
 def _model_reading(pairs: bool) -> catalog.CheckpointEntry | None:
-    """A usable checkpoint whose inputs are pairs (or single 28x28 images): a shipped one first, else the newest run."""
+    """A usable CapsNet checkpoint whose inputs are pairs (or single 28x28 images): a shipped one first, else the
+    newest run."""
     entries = models.checkpoint_entries(str(state.checkpoints_dir()), str(state.runs_root()))
     for entry in entries:
         read = task(entry.dataset) if entry.dataset in DATASETS else None
-        if not entry.error and read is not None and (read.pairs if pairs else read.takes_drawings):
+        usable = not entry.error and entry.network == "capsnet" and read is not None
+        if usable and (read.pairs if pairs else read.takes_drawings):
             return entry
     return None
 

@@ -35,6 +35,7 @@ from capsnet.errors import CapsNetError
 from capsnet.evaluation import Evaluation, evaluate, merge_evaluations
 from capsnet.files import file_sha256
 from capsnet.nn.config import CapsNetConfig
+from capsnet.nn.registry import network_of
 from capsnet.readings import decoding, reconstruction
 from capsnet.readings import equivariance as eq
 from capsnet.readings import explain as ex
@@ -48,6 +49,7 @@ from capsnet.training import catalog
 from dashboard import state
 
 MNIST_DIGITS = [str(d) for d in range(10)]
+CAPSULE_NETWORKS = ("capsnet", "em")  # what the picker lists: the CNN baselines are there to be compared with
 EVALUATION_CHUNK = 1000
 
 
@@ -77,11 +79,18 @@ class Loaded:
 
 @dataclass(frozen=True)
 class Model(Loaded):
-    """The chosen CapsNet checkpoint and its cached readings (the CNN's handle, `baselines.Baseline`, is a sibling)."""
+    """The chosen capsule network's checkpoint and its cached readings (the CNN's handle, `baselines.Baseline`, is a
+    sibling). Most readings are the CapsNet's (vector capsules, dynamic routing); `em` says when the model is the EM
+    network, which only the pages that read it are given (`dashboard.guards.require_model`)."""
 
     @property
     def config(self) -> CapsNetConfig:
         return self.checkpoint.config
+
+    @property
+    def em(self) -> bool:
+        """Whether this is the matrix-capsule network routed by EM (`capsnet.nn.em_capsnet`), not the CapsNet."""
+        return network_of(self.checkpoint.config).name == "em"
 
     def explain(
         self, image: np.ndarray, iterations: int | None = None, decode_class: int | None = None
@@ -211,14 +220,14 @@ class Model(Loaded):
 
 @st.cache_data(ttl=3, max_entries=4, show_spinner=False)
 def checkpoint_entries(checkpoints: str, root: str) -> list[catalog.CheckpointEntry]:
-    """The picker's list (headers only), refreshed at most every 3 seconds."""
-    return catalog.list_checkpoints(checkpoints, root)
+    """The picker's list (headers only) of both capsule networks, refreshed at most every 3 seconds."""
+    return catalog.list_checkpoints(checkpoints, root, network=CAPSULE_NETWORKS)
 
 
 @st.cache_resource(max_entries=4, show_spinner="Loading the model...")
 def load_model(path: str, mtime: float) -> Checkpoint:
     """The checkpoint at `path` as it was at `mtime`, loaded once and shared by every session (read-only)."""
-    return load_checkpoint(path, device="cpu")
+    return load_checkpoint(path, device="cpu", networks=CAPSULE_NETWORKS)
 
 
 def open_current() -> tuple[Model | None, str]:

@@ -15,6 +15,7 @@ from capsnet.data.augment import SHIFT
 from capsnet.data.datasets import DATASETS
 from capsnet.data.tasks import Task
 from capsnet.nn.config import CapsNetConfig
+from capsnet.nn.em_capsnet import EMCapsNetConfig
 from capsnet.readings import affnist
 from capsnet.readings.decoding import DEFAULT_DIMENSION_STD
 from capsnet.training.recipes import Recipe
@@ -176,8 +177,11 @@ The training images are shifted by up to {SHIFT} pixels, as in the paper.
 """
 
 
-def loss_help(config: CapsNetConfig) -> str:
-    return f"Margin loss + {config.reconstruction_weight:g} x reconstruction loss"
+def loss_help(config: CapsNetConfig | EMCapsNetConfig) -> str:
+    redraw = f" + {config.reconstruction_weight:g} x reconstruction loss"
+    if isinstance(config, EMCapsNetConfig):  # the EM network: the spread loss, at its final margin
+        return f"Spread loss at margin {config.margin_end:g}" + (redraw if config.decoder else "")
+    return "Margin loss" + redraw
 
 
 def evaluate(noun: str) -> str:
@@ -241,6 +245,13 @@ def wrong_kind_of_model(reads_pairs: bool) -> str:
         "another in the sidebar, or train one: "
         "`python -m capsnet train --dataset multimnist --preset multimnist --epochs 30` (its preset has the official "
         "code's initial scales, so it learns at the default learning rate)."
+    )
+
+
+def not_for_em() -> str:
+    return (
+        "This page reads a CapsNet's vector capsules and dynamic routing, not yet the chosen **EM network**'s matrix "
+        "capsules: evaluate it on the Evaluate page, or open a CapsNet (below, or in the sidebar)."
     )
 
 

@@ -961,3 +961,40 @@ def test_a_first_visit_has_an_input_on_every_page(app_with_run) -> None:  # noqa
     linked = new_app()
     linked.query_params.update(test="5")
     assert linked.run().session_state["input_label"] == "test image #5"
+
+
+def test_every_page_runs_on_an_em_model(app_dirs, data_dir: Path, tmp_path: Path) -> None:  # noqa: F811
+    """The EM network in the picker (issue 30): Evaluate reads it (activations as its scores, no decoder in the tiny
+    preset), every page that reads only the CapsNet says so in one line with a click to a CapsNet, none fails."""
+    from capsnet.training.trainer import train
+
+    _, checkpoints = app_dirs
+    run = tmp_path / "em-run"
+    train(TrainOptions(network="em", preset="tiny", dataset="mnist", epochs=1, batch_size=50, train_size=100,
+                       test_size=100, device="cpu", out=str(run), progress=False, data_dir=str(data_dir)))  # fmt: skip
+    shutil.copy(run / "best.safetensors", checkpoints / "mnist-em.safetensors")
+    shutil.copy(Path(APP).parents[1] / "checkpoints" / "mnist.safetensors", checkpoints)
+    at = new_app()
+    at.query_params.update(checkpoint="mnist-em")
+    at = at.run()
+    no_exception(at)
+    picker = at.sidebar.selectbox(key="checkpoint_picker")
+    assert Path(picker.value).name == "mnist-em.safetensors"
+    assert picker.format_func(picker.value).startswith("EM · MNIST · ")  # the network named first
+    assert picker.options[0].startswith("MNIST · ") and picker.options[1].startswith("EM · MNIST · ")  # CapsNet first
+    notices = [i.value for i in at.info if "EM network" in i.value]
+    assert len(notices) == 1 and "\n" not in notices[0]  # Draw reads vector capsules only: one line says so
+    for page in PAGES[1:]:
+        at.switch_page(page).run()
+        no_exception(at)
+        assert not at.error, [e.value for e in at.error]
+    at.switch_page(pages.EVALUATE.path).run()
+    assert [m.label for m in at.metric][:2] == ["Test accuracy", "Mistakes (of 1,000)"]
+    loss = [m for m in at.metric if m.label == "Test loss"][0]
+    assert loss.help.startswith("Spread loss at margin 0.9") and "reconstruction" not in loss.help
+    assert any("no decoder" in c.value for c in at.caption)
+    at.switch_page(pages.ROUTING.path).run()
+    assert any("EM network" in i.value for i in at.info)
+    at.button(key="switch_model").click().run()  # one click to the shipped CapsNet
+    no_exception(at)
+    assert Path(at.session_state["model_path"]).name == "mnist.safetensors"

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from capsnet.nn.capsnet import CapsNet
+from capsnet.nn.registry import AnyModel
 
 
 @dataclass
@@ -15,12 +15,15 @@ class Reconstructions:
     """A batch read by the network: reconstructions from the predicted capsules."""
 
     reconstructions: np.ndarray  # (B, 28, 28)
-    lengths: np.ndarray  # (B, K)
+    lengths: np.ndarray  # (B, K) the class scores: capsule lengths, or the EM network's activations a_j
     predictions: np.ndarray  # (B,)
 
 
-def reconstruct(model: CapsNet, images: torch.Tensor | np.ndarray, batch_size: int = 256) -> Reconstructions:
-    """Lengths, predictions and reconstructions (from the predicted capsule) of images (B, 1, 28, 28)."""
+def reconstruct(model: AnyModel, images: torch.Tensor | np.ndarray, batch_size: int = 256) -> Reconstructions:
+    """Lengths (the EM network: activations), predictions and reconstructions (from the predicted capsule) of images
+    (B, 1, 28, 28), by a network with a decoder."""
+    if getattr(model, "decoder", None) is None:
+        raise ValueError("this network has no decoder: nothing to redraw the inputs with")
     x = torch.as_tensor(images, dtype=torch.float32)
     side = model.config.image_size
     x = x.reshape(-1, 1, side, side)  # (B, 1, 28, 28)
@@ -30,7 +33,7 @@ def reconstruct(model: CapsNet, images: torch.Tensor | np.ndarray, batch_size: i
         for start in range(0, len(x), batch_size):  # batches, not examples
             out = model(x[start : start + batch_size].to(device))
             recon.append(out.reconstruction[:, 0].float().cpu())
-            lengths.append(out.lengths.float().cpu())
+            lengths.append(out.scores.float().cpu())
             predictions.append(out.prediction.cpu())
     if not recon:
         empty = np.zeros((0, side, side), dtype=np.float32)

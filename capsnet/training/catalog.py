@@ -27,6 +27,7 @@ SHIPPED = (
     "fashion-mnist.safetensors",
     "multimnist.safetensors",
     "mnist-40.safetensors",
+    "mnist-em.safetensors",
 )  # in picker order
 BASELINES = "baselines"  # the shipped CNNs: <dataset>-cnn.safetensors in this subfolder
 
@@ -53,7 +54,7 @@ class CheckpointEntry:
     epochs_said: str = ""  # the same in words: "8 epochs", or "107 on MNIST + 8 on MultiMNIST" for a warm start
     run: str = ""
     error: str = ""  # set when the file cannot be read; the entry is then not selectable
-    network: str = "capsnet"  # or "cnn"
+    network: str = "capsnet"  # or "cnn", "em"
 
     @property
     def name(self) -> str:
@@ -64,9 +65,11 @@ class CheckpointEntry:
     def label(self) -> str:
         """One short line for a picker (the sidebar's is about 30 characters wide): what, how good, from where."""
         title = self.dataset_title or self.dataset or "unknown dataset"
+        if not self.error and registry.network(self.network).short:  # "EM · MNIST · ...": which network, first
+            title = f"{registry.network(self.network).short} · {title}"
         acc = f"{100 * self.test_accuracy:.2f}%" if self.test_accuracy is not None else "accuracy unknown"
         if self.source == "shipped":  # the file is named only when it is not the dataset's own shipped model
-            canonical = self.path.name == f"{self.dataset}.safetensors"
+            canonical = self.path.name in (f"{self.dataset}.safetensors", f"{self.dataset}-{self.network}.safetensors")
             return f"{title} · {acc} · shipped" + ("" if canonical else f" ({self.path.name})")
         return f"{title} · {acc} · run {self.run}" + (f", {self.epochs_said}" if self.epochs_said else "")
 
@@ -101,15 +104,21 @@ def _inside(path: Path, folder: Path) -> bool:
 
 
 def list_checkpoints(
-    checkpoints: str | os.PathLike | None = None, root: str | os.PathLike | None = None, network: str = "capsnet"
+    checkpoints: str | os.PathLike | None = None,
+    root: str | os.PathLike | None = None,
+    network: str | tuple[str, ...] = "capsnet",
 ) -> list[CheckpointEntry]:
     """The shipped checkpoints (mnist, fashion-mnist, then any other) and each run's best model, newest run first.
 
-    Only those of `network`: the Capsule Networks, or with "cnn" the baselines (shipped in
-    baselines/). Broken files are listed with `error` set (with the Capsule Networks), so the
-    picker can name them.
+    Only those of `network` (a name or several): the Capsule Networks ("capsnet", "em"), or with "cnn" the
+    baselines (shipped in baselines/). Broken files are listed with `error` set (with the Capsule Networks), so
+    the picker can name them.
     """
-    folder = checkpoints_dir(checkpoints) / (BASELINES if registry.network(network).baseline else "")
+    wanted = (network,) if isinstance(network, str) else tuple(network)
+    baseline = {registry.network(name).baseline for name in wanted}
+    if len(baseline) != 1:
+        raise ValueError(f"the baselines are listed apart from the capsule networks, got {wanted}")
+    folder = checkpoints_dir(checkpoints) / (BASELINES if baseline.pop() else "")
     shipped: list[Path] = []
     if folder.is_dir():
         files = sorted(p for p in folder.glob("*.safetensors") if _inside(p, folder))
@@ -120,7 +129,7 @@ def list_checkpoints(
         checkpoint = folder.checkpoint()
         if checkpoint is not None and _inside(checkpoint, runs_root(root)):
             entries.append(_describe(checkpoint, "run", folder.name))
-    return [e for e in entries if e.network == network]
+    return [e for e in entries if e.network in wanted]
 
 
 def trained_on(dataset: str, entries: list[CheckpointEntry]) -> CheckpointEntry | None:

@@ -112,7 +112,9 @@ st.markdown(INTRO)
 if DIGIT in st.session_state:  # kept while a stage without the digit capsule's box is shown
     st.session_state[DIGIT] = st.session_state[DIGIT]
 model = guards.current_model(show_errors=False)
-config = model.config if model is not None else CapsNetConfig()
+config = model.config if model is not None and not model.em else CapsNetConfig()  # the EM network: not drawn yet
+if model is not None and model.em:
+    st.caption("The diagram is the paper's CapsNet: the EM network chosen in the sidebar is not drawn here yet.")
 stages = arch.stages(config)
 titles = {s.key: s.title for s in stages}
 st.session_state.setdefault(STAGE, "primary")

@@ -122,7 +122,7 @@ def upload_input(noun: str) -> tuple[np.ndarray | None, str, int | None]:
 
 
 model = guards.current_model()
-if model is not None and not model.task.takes_drawings:  # a MultiMNIST or mnist-40 model
+if model is not None and (model.em or not model.task.takes_drawings):  # EM, MultiMNIST or mnist-40: said why
     st.title("Draw a digit", anchor=False)
     guards.require_model()
     st.stop()

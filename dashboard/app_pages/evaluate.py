@@ -40,7 +40,7 @@ def _opened_notice(origin: str, columns: int = 4) -> None:
 
 
 st.title("Evaluate", anchor=False)
-model = guards.require_model()
+model = guards.require_model(em=True)  # the EM network too: its activations a_j are its class scores
 st.markdown(texts.evaluate(model.noun if model is not None else "digit"))
 if model is None:
     st.stop()
@@ -139,32 +139,37 @@ st.plotly_chart(
 )
 
 st.subheader("Originals over their reconstructions", anchor=False)
-seed = st.session_state.setdefault("eval_sample_seed", 0)
-if st.button("Other examples", key="eval_shuffle", icon=":material/shuffle:"):
-    seed = st.session_state["eval_sample_seed"] = seed + 1
-sample = tuple(int(i) for i in np.random.default_rng(seed).choice(limit, size=min(GRID_COUNT, limit), replace=False))
-recon = model.reconstructions(sample)
-originals = images[list(sample), 0].numpy()
-event = st.plotly_chart(
-    figures.image_rows_figure([originals, recon.reconstructions], ["original", "reconstruction"], ids=sample),
-    key="reconstruction_grid",
-    config={"displayModeBar": False},
-    on_select="rerun",
-    selection_mode="points",
-)
-picked = [int(point["customdata"]) for point in (event.selection.points if event else []) if "customdata" in point]
-if not picked:
-    st.session_state.pop(HANDLED, None)  # nothing selected now: the same image can be opened again
-elif picked != st.session_state.get(HANDLED):
-    st.session_state[HANDLED] = picked
-    _open(picked[0], model.dataset, "grid")
-    st.rerun()
-st.caption(
-    "Predicted: "
-    + ", ".join(f"{names[p]}" + ("" if p == labels[i] else " ✗") for i, p in zip(sample, recon.predictions))
-    + ". Click an image to make it the input of the other pages."
-)
-_opened_notice("grid")
+if getattr(model.net, "decoder", None) is None:  # an EM network trained without one
+    st.caption("This network has no decoder: it does not redraw its inputs.")
+else:
+    seed = st.session_state.setdefault("eval_sample_seed", 0)
+    if st.button("Other examples", key="eval_shuffle", icon=":material/shuffle:"):
+        seed = st.session_state["eval_sample_seed"] = seed + 1
+    sample = tuple(
+        int(i) for i in np.random.default_rng(seed).choice(limit, size=min(GRID_COUNT, limit), replace=False)
+    )
+    recon = model.reconstructions(sample)
+    originals = images[list(sample), 0].numpy()
+    event = st.plotly_chart(
+        figures.image_rows_figure([originals, recon.reconstructions], ["original", "reconstruction"], ids=sample),
+        key="reconstruction_grid",
+        config={"displayModeBar": False},
+        on_select="rerun",
+        selection_mode="points",
+    )
+    picked = [int(point["customdata"]) for point in (event.selection.points if event else []) if "customdata" in point]
+    if not picked:
+        st.session_state.pop(HANDLED, None)  # nothing selected now: the same image can be opened again
+    elif picked != st.session_state.get(HANDLED):
+        st.session_state[HANDLED] = picked
+        _open(picked[0], model.dataset, "grid")
+        st.rerun()
+    st.caption(
+        "Predicted: "
+        + ", ".join(f"{names[p]}" + ("" if p == labels[i] else " ✗") for i, p in zip(sample, recon.predictions))
+        + ". Click an image to make it the input of the other pages."
+    )
+    _opened_notice("grid")
 
 st.subheader("The most confident mistakes", anchor=False)
 predictions, lengths, truth = result.predictions.numpy(), result.lengths.numpy(), labels[:limit].numpy()
@@ -172,7 +177,8 @@ wrong = reconstruction.misclassified(predictions, truth, lengths, GALLERY_COUNT)
 if len(wrong) == 0:
     st.success("No mistakes on these test images.")
 else:
-    st.caption(f"Each with the lengths of its {len(names)} capsules: the red bar is the (wrong) winner.")
+    scores = "activations a_j of its" if model.em else "lengths of its"
+    st.caption(f"Each with the {scores} {len(names)} capsules: the red bar is the (wrong) winner.")
     cols = st.columns(GALLERY_COLUMNS)
     for n, index in enumerate(wrong.tolist()):
         with cols[n % GALLERY_COLUMNS]:
@@ -184,7 +190,9 @@ else:
                 output_format="PNG",
             )
             st.plotly_chart(
-                figures.lengths_bar(lengths[index], names, predicted, height=150, compact=True),
+                figures.lengths_bar(
+                    lengths[index], names, predicted, height=150, compact=True, symbol="a" if model.em else "|v|"
+                ),  # fmt: skip
                 key=f"mistake_{index}",
                 config={"displayModeBar": False, "staticPlot": True},
             )

@@ -31,8 +31,10 @@ def lengths_bar(
     m_minus: float = 0.1,
     height: int = 320,
     compact: bool = False,
+    symbol: str = "|v|",
 ) -> go.Figure:
-    """Bar chart of the K digit-capsule lengths |v_j|, the winner highlighted, margins 0.9 and 0.1 marked."""
+    """Bar chart of the K digit-capsule lengths |v_j|, the winner highlighted, margins 0.9 and 0.1 marked (not when
+    `compact`). `symbol` names the score in the hover: "a" for the EM network's activations."""
     lengths = np.asarray(lengths, dtype=float).reshape(-1)
     if len(lengths) != len(class_names):
         raise ValueError(f"{len(lengths)} lengths but {len(class_names)} class names")
@@ -46,8 +48,8 @@ def lengths_bar(
             marker_color=colours,
             text=said if compact else None,
             textposition="outside" if compact else "none",
-            hovertemplate="capsule %{x}<br>|v| = %{y:.3f}<extra></extra>",
-            name="|v|",
+            hovertemplate=f"capsule %{{x}}<br>{symbol} = %{{y:.3f}}<extra></extra>",
+            name=symbol,
         )
     )
     if not compact:
