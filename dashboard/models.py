@@ -44,6 +44,7 @@ from capsnet.readings import routing_matters as rm
 from capsnet.readings import stages as arch
 from capsnet.readings.agreement import Votes
 from capsnet.readings.equivariance import Transform, TransformedReading
+from capsnet.readings.explain_em import EMExplanation, explain_em
 from capsnet.readings.novelty import NoveltyThresholds, thresholds_for
 from capsnet.training import catalog
 from dashboard import state
@@ -97,6 +98,10 @@ class Model(Loaded):
     ) -> ex.Explanation:
         """`capsnet.readings.explain.explain` of one 28x28 input."""
         return _explanation(self.key, image, iterations, decode_class, self.net)
+
+    def explain_em(self, image: np.ndarray, decode_class: int | None = None) -> EMExplanation:
+        """`capsnet.readings.explain_em.explain_em` of one input: the EM network's activations and class routing."""
+        return _em_explanation(self.key, image, decode_class, self.net)
 
     def votes(self, image: np.ndarray, iterations: int | None = None) -> Votes:
         """Every vote u_hat_{j|i} and coupling of one input: the trace of `explain`'s one forward pass."""
@@ -278,6 +283,11 @@ def test_set(name: str) -> tuple[torch.Tensor, torch.Tensor]:
 @st.cache_data(max_entries=32, show_spinner=False)
 def _pair(model_key: str, image: np.ndarray, _model: Any) -> ex.PairExplanation:
     return ex.explain_pair(_model, image)
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def _em_explanation(model_key: str, image: np.ndarray, decode_class: int | None, _model: Any) -> EMExplanation:
+    return explain_em(_model, image, decode_class)
 
 
 @st.cache_data(max_entries=64, show_spinner=False)

@@ -248,6 +248,25 @@ def wrong_kind_of_model(reads_pairs: bool) -> str:
     )
 
 
+def em_capsule(config: EMCapsNetConfig) -> str:
+    return f"""
+**The EM network** (Hinton, Sabour & Frosst 2018, "Matrix capsules with EM routing") is the second capsule paper's
+design. Each capsule is an **activation** a (a number between 0 and 1: is the entity there?) and a **4x4 pose
+matrix** (how it sits: its {config.digit_dim} entries). A child capsule votes for a parent by multiplying its pose
+by a learned 4x4 matrix, and **EM routing** fits a Gaussian to each parent's votes, {config.routing_iterations}
+times: a parent whose votes lie close together (a small spread) and carry much of the children's data is active.
+The class with the highest activation wins; training pushes every other class a margin below it (the spread loss).
+"""
+
+
+EM_ROUTING_READING = """
+**Reading the two charts.** EM routing starts by sharing every child capsule of the last grid evenly among the
+classes (a share of 1/K each), fits each class's Gaussian to its votes (the M-step: the activation on the left),
+then gives each child to the classes whose Gaussians explain its votes best (the E-step: the shares on the right),
+and fits again. The prediction's activation rises as it gathers the children whose votes agree.
+"""
+
+
 def not_for_em() -> str:
     return (
         "This page reads a CapsNet's vector capsules and dynamic routing, not yet the chosen **EM network**'s matrix "

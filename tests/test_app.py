@@ -964,8 +964,9 @@ def test_a_first_visit_has_an_input_on_every_page(app_with_run) -> None:  # noqa
 
 
 def test_every_page_runs_on_an_em_model(app_dirs, data_dir: Path, tmp_path: Path) -> None:  # noqa: F811
-    """The EM network in the picker (issue 30): Evaluate reads it (activations as its scores, no decoder in the tiny
-    preset), every page that reads only the CapsNet says so in one line with a click to a CapsNet, none fails."""
+    """The EM network in the picker (issue 30): Draw and Evaluate read it (activations as its scores, its class
+    layer's routing, no decoder in the tiny preset), every page that reads only the CapsNet says so in one line with
+    a click to a CapsNet, none fails."""
     from capsnet.training.trainer import train
 
     _, checkpoints = app_dirs
@@ -982,8 +983,11 @@ def test_every_page_runs_on_an_em_model(app_dirs, data_dir: Path, tmp_path: Path
     assert Path(picker.value).name == "mnist-em.safetensors"
     assert picker.format_func(picker.value).startswith("EM · MNIST · ")  # the network named first
     assert picker.options[0].startswith("MNIST · ") and picker.options[1].startswith("EM · MNIST · ")  # CapsNet first
-    notices = [i.value for i in at.info if "EM network" in i.value]
-    assert len(notices) == 1 and "\n" not in notices[0]  # Draw reads vector capsules only: one line says so
+    assert prediction(at) is not None and not [i for i in at.info if "EM network" in i.value]  # Draw reads it
+    routed = chart(at, "em_class_routing")
+    shares = [plotly_values(t["y"]) for t in routed["data"] if t.get("xaxis") == "x2"]
+    assert len(shares) == 10 and all(abs(s[0] - 0.1) < 1e-6 for s in shares)  # every child shared evenly at first
+    assert any("no decoder" in c.value for c in at.caption)
     for page in PAGES[1:]:
         at.switch_page(page).run()
         no_exception(at)
@@ -994,7 +998,8 @@ def test_every_page_runs_on_an_em_model(app_dirs, data_dir: Path, tmp_path: Path
     assert loss.help.startswith("Spread loss at margin 0.9") and "reconstruction" not in loss.help
     assert any("no decoder" in c.value for c in at.caption)
     at.switch_page(pages.ROUTING.path).run()
-    assert any("EM network" in i.value for i in at.info)
+    notices = [i.value for i in at.info if "EM network" in i.value]
+    assert len(notices) == 1 and "\n" not in notices[0]  # the Routing page reads vector capsules only: one line
     at.button(key="switch_model").click().run()  # one click to the shipped CapsNet
     no_exception(at)
     assert Path(at.session_state["model_path"]).name == "mnist.safetensors"

@@ -374,3 +374,28 @@ def test_the_pair_stroke_map_leans_red_or_green_and_leaves_ties_grey() -> None:
     z = np.asarray(fig.data[1].z, dtype=float)
     assert (z[0] > 0).all() and (z[3] < 0).all() and np.isnan(z[1]).all()  # red, green, and no ink
     assert fig.data[1].zmid == 0 and "(red)" in fig.layout.title.text and "(green)" in fig.layout.title.text
+
+
+def test_the_em_class_routing_figure_draws_each_class_per_iteration() -> None:
+    names = [str(k) for k in range(10)]
+    activations = np.linspace(0.1, 0.9, 30, dtype=np.float32).reshape(3, 10)
+    shares = np.full((3, 10), 0.1, np.float32)
+    shares[1:] = 0.0625
+    shares[1:, 4], shares[1:, 5] = 0.5, 0.0  # class 4 gathers the data in the later iterations
+    fig = figures.em_class_routing_figure(activations, shares, names, prediction=4)
+    left = [t for t in fig.data if t.xaxis == "x"]
+    right = [t for t in fig.data if t.xaxis == "x2"]
+    assert len(left) == len(right) == 10 and left[-1].name == "4" and left[-1].line.color == figures.WINNER
+    assert list(left[-1].y) == pytest.approx(activations[:, 4].tolist()) and list(right[-1].x) == [1, 2, 3]
+    assert [a.text for a in fig.layout.annotations if a.text in names] == ["4", "4"]  # the winner named on both
+    with pytest.raises(ValueError, match="activations and shares"):
+        figures.em_class_routing_figure(activations, shares[:, :5], names, prediction=4)
+
+
+def test_the_activations_bar_marks_the_winner_and_says_each_value() -> None:
+    fig = figures.activations_bar(np.array([0.2, 0.91, 0.4]), ["a", "b", "c"], prediction=1)
+    bar = fig.data[0]
+    assert list(bar.marker.color) == [figures.OTHER, figures.WINNER, figures.OTHER]
+    assert list(bar.text) == ["0.20", "0.91", "0.40"] and "a = " in bar.hovertemplate
+    with pytest.raises(ValueError, match="class names"):
+        figures.activations_bar(np.ones(3), ["a"], prediction=0)

@@ -121,14 +121,56 @@ def upload_input(noun: str) -> tuple[np.ndarray | None, str, int | None]:
     return digit, f"upload {upload.name}", None
 
 
+def _em_reading(
+    model: models.Model, digit: np.ndarray, decode_choice: int | None, names: list[str], true_class: int | None
+) -> None:
+    """The EM network's reading of the input: its class activations, the redraw (with a decoder), its class routing."""
+    reading = model.explain_em(digit, decode_class=decode_choice)
+    prediction, activations = reading.prediction, reading.activations
+    chart_col, side_col = st.columns([1.5, 1], gap="large")
+    with chart_col:
+        st.plotly_chart(figures.activations_bar(activations, names, prediction), key="lengths_chart",
+                        config={"displayModeBar": False})  # fmt: skip
+    with side_col:
+        st.metric("Prediction", names[prediction], delta=f"a = {activations[prediction]:.2f}", delta_color="off",
+                  delta_arrow="off", help="The class whose capsule is most active.", border=True)  # fmt: skip
+        if true_class is not None:
+            verdict = "right" if true_class == prediction else "wrong"
+            st.caption(f"True class {names[true_class]}: the network is **{verdict}**.")
+        runner_up = reading.runner_up
+        st.caption(f"Next: {names[runner_up]}, a = {activations[runner_up]:.2f}.")
+        if reading.reconstruction is None:
+            st.caption("This EM network has no decoder: it does not redraw its input.")
+        else:
+            widgets.capsule_selectbox("Reconstruct as", names, key=state.RECONSTRUCT_AS,
+                                      predicted_label="the prediction", item="class",
+                                      help=f"Decode the winning pose (now {names[prediction]}), or another class's.")  # fmt: skip
+            shown = reading.decode_class
+            st.image(
+                [figures.pixel_image(reading.image, 5), figures.pixel_image(reading.reconstruction, 5)],
+                caption=["input", f"redrawn from the pose of {names[shown]}"
+                         + (" (the prediction)" if decode_choice is None else "")],
+                width=28 * 5, output_format="PNG",
+            )  # fmt: skip
+    st.subheader("EM routing in the class layer", anchor=False)
+    st.plotly_chart(
+        figures.em_class_routing_figure(reading.activations_by_iteration, reading.shares, names, prediction),
+        key="em_class_routing", config={"displayModeBar": False},
+    )  # fmt: skip
+    st.markdown(texts.EM_ROUTING_READING)
+    st.page_link(pages.PLAYGROUND.path, label="Route toy votes with EM and with dynamic routing, side by side",
+                 icon=pages.PLAYGROUND.icon)  # fmt: skip
+
+
 model = guards.current_model()
-if model is not None and (model.em or not model.task.takes_drawings):  # EM, MultiMNIST or mnist-40: said why
+if model is not None and not model.task.takes_drawings:  # a MultiMNIST or mnist-40 model: said why
     st.title("Draw a digit", anchor=False)
     guards.require_model()
     st.stop()
 names = models.class_names(model)
 dataset = model.dataset if model is not None else "mnist"
 noun = model.noun if model is not None else "digit"
+em = model is not None and model.em  # the EM network: its activations and class routing (`_em_reading`)
 config = model.config if model is not None else CapsNetConfig()
 if st.session_state.get("draw_dataset") != dataset:  # a model of another dataset: its own default input
     st.session_state["draw_dataset"] = dataset
@@ -142,14 +184,21 @@ if pages.START.url_path not in state.visited_pages():  # a first visit: the way 
         st.page_link(pages.START.path, label=f"Open {pages.START.title}", icon=pages.START.icon)
 st.markdown(
     f"Draw {texts.a(noun)}, pick one from the test set or upload a picture, and see how a **Capsule Network** reads it: "
-    "which class capsule grows longest, and what it redraws from that capsule alone."
+    + (
+        "which class capsule the EM network activates most, and how routing gave it the children whose votes agree."
+        if em
+        else "which class capsule grows longest, and what it redraws from that capsule alone."
+    )
 )
 if noun != "digit":
     st.info(texts.fashion_drawing(noun), icon=":material/checkroom:")
 with st.expander("What is a capsule?", icon=":material/help:"):
-    st.markdown(texts.capsule(config))
-    st.markdown(texts.SQUASH)
-    st.latex(texts.SQUASH_LATEX)
+    if em:
+        st.markdown(texts.em_capsule(config))
+    else:
+        st.markdown(texts.capsule(config))
+        st.markdown(texts.SQUASH)
+        st.latex(texts.SQUASH_LATEX)
 
 left, right = st.columns([1.2, 1], gap="large")
 with left:
@@ -201,6 +250,9 @@ if model is None:
 
 st.divider()
 decode_choice = widgets.capsule_choice(state.redraw_as())
+if em:
+    _em_reading(model, digit, decode_choice, names, true_class)
+    st.stop()
 result = model.explain(digit, decode_class=decode_choice)
 prediction = result.prediction
 lengths = result.lengths

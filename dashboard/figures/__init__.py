@@ -14,6 +14,7 @@ from dashboard.figures.agreement import (
 )
 from dashboard.figures.baseline import claim_figure, comparison_figure, robustness_figure
 from dashboard.figures.capsules import capsule_primer_figure, dimension_profile_figure, lengths_bar
+from dashboard.figures.em import activations_bar, em_class_routing_figure
 from dashboard.figures.equivariance import pose_figure, rotation_sweep_figure
 from dashboard.figures.evaluation import confusion_figure, per_class_accuracy_figure
 from dashboard.figures.images import (
@@ -35,6 +36,8 @@ from dashboard.figures.style import MARGIN_LABEL_SPACE, OTHER, WINNER
 from dashboard.figures.training import MARKED_EPOCHS, TICKED_EPOCHS, training_curves
 
 __all__ = [
+    "activations_bar",
+    "em_class_routing_figure",
     "primary_coupling_figure",
     "capsule_primer_figure",
     "MARGIN_LABEL_SPACE",

@@ -1,0 +1,68 @@
+"""One input read by the EM network, with its class layer's EM routing: what the Draw page shows of it.
+
+Hinton, Sabour & Frosst (2018), "Matrix capsules with EM routing", ICLR. A class capsule j has an activation a_j
+(the class score) and a 4x4 pose mu_j; routing assigns each child capsule i of the last grid to the classes by
+R_ij, iteration by iteration (`capsnet.nn.em_routing`). One forward pass with the trace; no Python loop over
+capsules. Runs without Streamlit and returns NumPy arrays.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from capsnet.nn.em_capsnet import EMCapsNet
+
+
+@dataclass
+class EMExplanation:
+    """One input image read by the EM network."""
+
+    image: np.ndarray  # (H, W) the input, in [0, 1]
+    activations: np.ndarray  # (K,) a_j after the last M-step
+    prediction: int  # argmax_j a_j
+    poses: np.ndarray  # (K, 16) mu_j, the 4x4 pose of each class capsule, row-major
+    reconstruction: np.ndarray | None  # (H, W) redrawn from `decode_class`'s pose; None without a decoder
+    decode_class: int
+    iterations: int  # EM iterations r
+    # the class layer's routing, one row per M-step t = 1..r
+    activations_by_iteration: np.ndarray  # (r, K) a_j as each M-step fitted it
+    shares: np.ndarray  # (r, K) the share of the children's data (sum_i R_ij a_i / sum_i a_i) each class was given
+    spreads: np.ndarray  # (r, K) each class's spread: the mean over the 16 pose entries of sigma_j
+
+    @property
+    def runner_up(self) -> int:
+        """The class with the second-highest activation."""
+        return int(np.argsort(-self.activations, kind="stable")[1])
+
+
+def explain_em(model: EMCapsNet, image: np.ndarray | torch.Tensor, decode_class: int | None = None) -> EMExplanation:
+    """Read one image (H, W) or (1, 1, H, W) in [0, 1]: activations, poses, the redraw and the class layer's routing."""
+    c = model.config
+    x = torch.as_tensor(image, dtype=torch.float32).reshape(1, c.in_channels, c.image_size, c.image_size)
+    if decode_class is not None:
+        decode_class = c.check_class(decode_class)
+    with torch.inference_mode():
+        out = model(x.to(model.device), decode_class=decode_class, return_trace=True)
+    trace = out.trace
+    assert trace is not None  # asked for
+    child_a = trace.child_activations[0, 0].double()  # (I,) a_i of the last grid's capsules
+    assignments = trace.assignments[0, :, 0].double()  # (r, K, I) R_ij as each M-step weighed them
+    shares = (assignments * child_a).sum(dim=-1) / child_a.sum().clamp(min=1e-12)  # (r, K)
+    spreads = trace.variances[0, :, 0].double().sqrt().mean(dim=-1)  # (r, K)
+    prediction = int(out.prediction[0])
+    recon = None if out.reconstruction is None else out.reconstruction[0, 0].float().cpu().numpy()
+    return EMExplanation(
+        image=x[0, 0].numpy(),
+        activations=out.activations[0].float().cpu().numpy(),
+        prediction=prediction,
+        poses=out.poses[0].float().cpu().numpy(),
+        reconstruction=recon,
+        decode_class=prediction if decode_class is None else decode_class,
+        iterations=trace.assignments.shape[1],
+        activations_by_iteration=trace.activations[0, :, 0].float().cpu().numpy(),
+        shares=shares.float().cpu().numpy(),
+        spreads=spreads.float().cpu().numpy(),
+    )
