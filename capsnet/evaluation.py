@@ -33,7 +33,7 @@ class Evaluation:
     labels: Tensor  # (N,)
     predictions: Tensor  # (N,)
     lengths: Tensor  # (N, K) capsule lengths (a CNN's class scores)
-    # what only a network with capsules gives (`Network.capsules`); None for the CNN baseline
+    # what only a network with capsules and a decoder gives; None for the CNN baseline (and an EM network without one)
     dimension_mean: Tensor | None = None  # (K, D) over correctly classified examples of each class
     dimension_std: Tensor | None = None  # (K, D)
     reconstruction_errors: Tensor | None = None  # (N,) sum of squared pixel errors, decoded from the winning capsule
@@ -114,11 +114,12 @@ def evaluate(
     device = torch.device(device) if device is not None else next(model.parameters()).device
     config = model.config
     net = network_of(model)
-    capsules = net.capsules
+    # poses and redraws to summarise: the CapsNet's, and the EM network's when it has a decoder
+    capsules = net.capsules or getattr(model, "decoder", None) is not None
     was_training = model.training
     model.eval()
     k, d = config.num_classes, config.digit_dim if capsules else 0
-    options = {"routing_iterations": routing_iterations} if capsules else {}
+    options = {"routing_iterations": routing_iterations} if net.capsules else {}
     sums = torch.zeros(3, dtype=torch.float64)
     predictions, lengths, errors = [], [], []
     pose_sum = torch.zeros(k, d, dtype=torch.float64)
@@ -131,7 +132,7 @@ def evaluate(
         sums += torch.tensor([loss.total.item(), loss.margin.item(), loss.reconstruction.item()]) * len(x)
         predictions.append(out.prediction.cpu())
         lengths.append(out.scores.float().cpu())
-        if not capsules:  # no poses, no decoder
+        if not capsules:  # no poses to summarise, no decoder
             if on_batch is not None:
                 on_batch(min(start + batch_size, len(images)), len(images))
             continue
@@ -273,11 +274,11 @@ def evaluate_pairs(
 def format_report(result: Evaluation, class_names: list[str], title: str = "") -> str:
     """The human report: loss, accuracy, `Class 3: 99.31% (1003/1010)` lines, confusion matrix."""
     lines = [title] if title else []
-    if not result.capsules:  # the CNN baseline or the EM network: its own loss, no poses to summarise
+    if not result.capsules:  # the CNN baseline, an EM network without a decoder: its own loss alone
         lines.append(f"Test loss: {result.loss:.5f} ({result.loss_name})")
-    else:
+    else:  # the class loss ("margin" or "spread") and the reconstruction's share
         lines.append(
-            f"Test loss: {result.loss:.5f} (margin {result.margin_loss:.5f}, "
+            f"Test loss: {result.loss:.5f} ({result.loss_name.removesuffix(' loss')} {result.margin_loss:.5f}, "
             f"reconstruction {result.reconstruction_loss:.5f})"
         )
     lines.append(f"Accuracy: {100 * result.accuracy:.2f}% ({result.correct}/{result.total})")

@@ -127,7 +127,20 @@ def sensitivity(moves: dict, name: str, top: int = 3) -> str:
     return "\n".join(lines)
 
 
-def dimensions(config: CapsNetConfig) -> str:
+NO_EM_DECODER = (
+    "This EM network has no decoder, so its poses cannot be redrawn: train one with a decoder "
+    "(`python -m capsnet train --network em --preset small-decoder`) to slide the 16 entries of its poses."
+)
+
+
+def dimensions(config: CapsNetConfig | EMCapsNetConfig) -> str:
+    if isinstance(config, EMCapsNetConfig):
+        return """
+**What do the 16 pose entries encode?** Each class capsule of the EM network holds a 4x4 **pose matrix**, the mean
+of the votes EM routing gave it; the network's decoder redraws the input from the winning class's 16 entries (the
+others masked out). Move a slider (one entry, by its row and column) and watch the reconstruction: the paper meant
+the pose to hold the viewpoint of the object, so some entries move, turn or stretch the drawing.
+"""
     return f"""
 **What do the {config.digit_dim} dimensions encode?** Nobody told the network what to store in
 each dimension of a class capsule; it learned whatever helps the decoder redraw the input. Move a

@@ -963,17 +963,21 @@ def test_a_first_visit_has_an_input_on_every_page(app_with_run) -> None:  # noqa
     assert linked.run().session_state["input_label"] == "test image #5"
 
 
-def test_every_page_runs_on_an_em_model(app_dirs, data_dir: Path, tmp_path: Path) -> None:  # noqa: F811
-    """The EM network in the picker (issue 30): Draw and Evaluate read it (activations as its scores, its class
-    layer's routing, no decoder in the tiny preset), every page that reads only the CapsNet says so in one line with
-    a click to a CapsNet, none fails."""
+def _em_checkpoint(data_dir: Path, folder: Path, preset: str) -> Path:
+    """An EM network trained for one epoch on 100 MNIST digits, as the run's best model."""
     from capsnet.training.trainer import train
 
+    train(TrainOptions(network="em", preset=preset, dataset="mnist", epochs=1, batch_size=50, train_size=100,
+                       test_size=100, device="cpu", out=str(folder), progress=False, data_dir=str(data_dir)))  # fmt: skip
+    return folder / "best.safetensors"
+
+
+def test_every_page_runs_on_an_em_model(app_dirs, data_dir: Path, tmp_path: Path) -> None:  # noqa: F811
+    """The EM network in the picker (issue 30): Draw, Dimensions and Evaluate read it (activations as its scores, its
+    class layer's routing, the 16 pose entries redrawn by its decoder), every page that reads only the CapsNet says so
+    in one line with a click to a CapsNet, none fails; without a decoder, what needs one says so."""
     _, checkpoints = app_dirs
-    run = tmp_path / "em-run"
-    train(TrainOptions(network="em", preset="tiny", dataset="mnist", epochs=1, batch_size=50, train_size=100,
-                       test_size=100, device="cpu", out=str(run), progress=False, data_dir=str(data_dir)))  # fmt: skip
-    shutil.copy(run / "best.safetensors", checkpoints / "mnist-em.safetensors")
+    shutil.copy(_em_checkpoint(data_dir, tmp_path / "em", "small-decoder"), checkpoints / "mnist-em.safetensors")
     shutil.copy(Path(APP).parents[1] / "checkpoints" / "mnist.safetensors", checkpoints)
     at = new_app()
     at.query_params.update(checkpoint="mnist-em")
@@ -987,19 +991,41 @@ def test_every_page_runs_on_an_em_model(app_dirs, data_dir: Path, tmp_path: Path
     routed = chart(at, "em_class_routing")
     shares = [plotly_values(t["y"]) for t in routed["data"] if t.get("xaxis") == "x2"]
     assert len(shares) == 10 and all(abs(s[0] - 0.1) < 1e-6 for s in shares)  # every child shared evenly at first
-    assert any("no decoder" in c.value for c in at.caption)
+    assert any("redrawn from the pose of" in c for im in at.get("image") for c in im.captions)
     for page in PAGES[1:]:
         at.switch_page(page).run()
         no_exception(at)
         assert not at.error, [e.value for e in at.error]
+    at.switch_page(pages.DIMENSIONS.path).run()
+    assert at.slider(key="dim_0").label == "Pose entry (1, 1)" and at.slider(key="dim_15").label == "Pose entry (4, 4)"
+
+    def edited() -> str:
+        return next(im.value[0] for im in at.get("image") if im.captions == ["edited reconstruction"])
+
+    before = edited()
+    at.slider(key="dim_5").set_value(at.slider(key="dim_5").max).run()  # one pose entry moved: a new redraw
+    no_exception(at)
+    assert edited() != before and any("1 of 16 dimensions moved" in c.value for c in at.caption)
     at.switch_page(pages.EVALUATE.path).run()
     assert [m.label for m in at.metric][:2] == ["Test accuracy", "Mistakes (of 1,000)"]
     loss = [m for m in at.metric if m.label == "Test loss"][0]
-    assert loss.help.startswith("Spread loss at margin 0.9") and "reconstruction" not in loss.help
-    assert any("no decoder" in c.value for c in at.caption)
+    assert loss.help == "Spread loss at margin 0.9 + 0.0005 x reconstruction loss"
+    assert chart(at, "reconstruction_grid")
     at.switch_page(pages.ROUTING.path).run()
     notices = [i.value for i in at.info if "EM network" in i.value]
     assert len(notices) == 1 and "\n" not in notices[0]  # the Routing page reads vector capsules only: one line
     at.button(key="switch_model").click().run()  # one click to the shipped CapsNet
     no_exception(at)
     assert Path(at.session_state["model_path"]).name == "mnist.safetensors"
+
+    # the tiny preset has no decoder: Draw and Evaluate say they cannot redraw, Dimensions says why it cannot work
+    shutil.copy(_em_checkpoint(data_dir, tmp_path / "tiny", "tiny"), checkpoints / "mnist-em.safetensors")
+    at = new_app()
+    at.query_params.update(checkpoint="mnist-em")
+    at = at.run()
+    no_exception(at)
+    assert prediction(at) is not None and any("no decoder" in c.value for c in at.caption)
+    at.switch_page(pages.DIMENSIONS.path).run()
+    assert [i.value for i in at.info if "no decoder" in i.value] and not at.get("slider")
+    at.switch_page(pages.EVALUATE.path).run()
+    assert any("no decoder" in c.value for c in at.caption) and "reconstruction" not in at.metric[2].help
