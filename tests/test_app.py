@@ -24,6 +24,7 @@ from PIL import Image
 from streamlit.testing.v1 import AppTest
 
 from capsnet.checkpoints import measurements
+from capsnet.nn.em_capsnet import EMCapsNet, EMCapsNetConfig
 from capsnet.readings import affnist
 from capsnet.training.options import TrainOptions
 from dashboard import pages
@@ -1006,6 +1007,23 @@ def test_every_page_runs_on_an_em_model(app_dirs, data_dir: Path, tmp_path: Path
     at.slider(key="dim_5").set_value(at.slider(key="dim_5").max).run()  # one pose entry moved: a new redraw
     no_exception(at)
     assert edited() != before and any("1 of 16 dimensions moved" in c.value for c in at.caption)
+    at.switch_page(pages.ARCHITECTURE.path).run()  # the EM network's own stages, counted from its config
+    stage = at.radio(key="arch_stage")
+    assert stage.options == [
+        "Input",
+        "ReLU Conv1",
+        "PrimaryCaps",
+        "ConvCaps1",
+        "ConvCaps2",
+        "Class capsules",
+        "Decoder",
+    ]
+    stage.set_value("convcaps1").run()
+    no_exception(at)
+    assert any(r"\beta_u" in e.body for e in at.get("latex"))  # the M-step's cost, in the stage's formulas
+    counts = [c.value for c in at.caption if "parameters in all" in c.value]
+    total = EMCapsNet(EMCapsNetConfig.preset("small-decoder")).num_parameters()
+    assert counts and f"{total:,} parameters in all, 68,444 without the decoder" in counts[0]
     at.switch_page(pages.EVALUATE.path).run()
     assert [m.label for m in at.metric][:2] == ["Test accuracy", "Mistakes (of 1,000)"]
     loss = [m for m in at.metric if m.label == "Test loss"][0]

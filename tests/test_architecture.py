@@ -14,6 +14,7 @@ from streamlit.testing.v1 import AppTest
 
 from capsnet.nn.capsnet import CapsNet
 from capsnet.nn.config import CapsNetConfig
+from capsnet.nn.em_capsnet import EMCapsNet, EMCapsNetConfig
 from capsnet.readings import explain as ex
 from capsnet.readings import stages as arch
 from capsnet.readings.agreement import first_primary, receptive_fields
@@ -47,6 +48,33 @@ def test_the_stages_parameters_add_up_to_the_models(preset: str) -> None:
     assert by_key["primary"].parameters == sum(p.numel() for p in net.primary.parameters())
     assert by_key["votes"].parameters == net.digits.weight.numel()
     assert by_key["decoder"].parameters == sum(p.numel() for p in net.decoder.parameters())
+
+
+@pytest.mark.parametrize(("preset", "size"), [("paper", 28), ("small", 28), ("small-decoder", 28), ("tiny", 28),
+                                            ("paper", 32)])  # fmt: skip
+def test_the_em_networks_stages_add_up_to_its_parameters_and_shapes(preset: str, size: int) -> None:
+    """The EM network's stages (issue 30): their parameters are its layers', their shapes its forward pass's."""
+    config = EMCapsNetConfig.preset(preset, image_size=size)
+    net = EMCapsNet(config).eval()
+    stages = arch.stages_of(config)
+    keys = [s.key for s in stages]
+    assert keys == list(arch.EM_STAGE_KEYS if config.decoder else arch.EM_STAGE_KEYS[:-1])
+    assert arch.parameter_count(config) == net.num_parameters()
+    assert arch.parameter_count(config, decoder=False) == net.num_parameters(decoder=False)
+    by_key = {s.key: s for s in stages}
+    for key, layer in (("conv1", net.conv1), ("primary", net.primary), ("convcaps1", net.convcaps1),
+                       ("convcaps2", net.convcaps2), ("classes", net.classes)):  # fmt: skip
+        assert by_key[key].parameters == sum(p.numel() for p in layer.parameters()), key
+    with torch.no_grad():
+        out = net(torch.zeros(2, 1, size, size), return_primary=True, return_features=True)
+    assert by_key["conv1"].shape == tuple(out.features.shape[1:])
+    poses, acts = out.primary
+    assert by_key["primary"].shape == (acts[0].numel(), 17) and poses.shape[2] == 16
+    assert by_key["classes"].shape == (10, 17) == (out.activations.shape[1], out.poses.shape[2] + 1)
+    grid = config.convcaps2_grid
+    assert by_key["convcaps2"].shape == (config.convcaps2_types * grid * grid, 17)
+    if preset == "paper":
+        assert arch.parameter_count(config) == 318_964  # the EM paper's "310K"
 
 
 def test_the_papers_shapes() -> None:

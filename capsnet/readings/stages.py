@@ -22,6 +22,8 @@ import numpy as np
 
 from capsnet.nn.capsnet import CapsNet
 from capsnet.nn.config import CapsNetConfig
+from capsnet.nn.em_capsnet import EMCapsNetConfig
+from capsnet.nn.matrix_capsules import POSE_ENTRIES
 from capsnet.readings.agreement import (
     PrimaryReading,
     first_primary,
@@ -31,6 +33,8 @@ from capsnet.readings.agreement import (
 from capsnet.readings.explain import Explanation
 
 STAGE_KEYS = ("input", "conv1", "primary", "votes", "routing", "decoder")
+# the EM network's (Hinton, Sabour & Frosst 2018, figure 1): three capsule layers, each routed by EM
+EM_STAGE_KEYS = ("input", "conv1", "primary", "convcaps1", "convcaps2", "classes", "decoder")
 
 
 @dataclass(frozen=True)
@@ -111,9 +115,78 @@ def stages(config: CapsNetConfig) -> tuple[Stage, ...]:
     )
 
 
-def parameter_count(config: CapsNetConfig, decoder: bool = True) -> int:
-    """The network's parameters, stage by stage: 8,215,568 for the paper's (6,804,224 without the decoder)."""
-    return sum(s.parameters for s in stages(config) if decoder or s.key != "decoder")
+def em_stages(config: EMCapsNetConfig) -> tuple[Stage, ...]:
+    """The stages of `config`'s EM network, input first (the decoder only when it has one); their `parameters` sum
+    to the model's count. A capsule is a 4x4 pose and an activation: 17 numbers, (capsules, 17) per layer."""
+    c = config
+    h = POSE_ENTRIES
+    image = (c.in_channels, c.image_size, c.image_size)
+    g1, g2, g3 = c.conv1_grid, c.convcaps1_grid, c.convcaps2_grid
+    b, cc, d, k, kk = c.primary_types, c.convcaps1_types, c.convcaps2_types, c.num_classes, c.convcaps_kernel
+    routed = f"EM routing, {c.routing_iterations} iterations"
+
+    def conv_caps(key: str, title: str, types_in: int, types: int, stride: int, grid_in: int, grid: int) -> Stage:
+        window = kk * kk * types_in  # children in one window
+        return Stage(
+            key, title, f"{kk}x{kk} capsule convolution, stride {stride}, {routed}", (types * grid * grid, h + 1),
+            window * types * h + 2 * types,  # a 4x4 W per (kernel cell, child type, parent type); beta_u, beta_a
+            (
+                ("children", (types_in * grid_in * grid_in, h + 1)),
+                ("votes V_ij per window", (grid * grid, types, window, h)),
+                ("assignments R_ij", (grid * grid, types, window)),
+                ("capsules (mu_j, a_j)", (types * grid * grid, h + 1)),
+            ),
+        )  # fmt: skip
+
+    children = d * g3 * g3
+    widths = (k * h, *c.decoder_hidden, c.image_pixels)
+    decoder = sum(a * w + w for a, w in zip(widths[:-1], widths[1:]))
+    out = (
+        Stage("input", "Input", "the image, pixels in [0, 1]", image, 0, (("x", image),)),
+        Stage(
+            "conv1", "ReLU Conv1",
+            f"{c.conv1_channels} kernels {c.conv1_kernel}x{c.conv1_kernel}, stride {c.conv1_stride}, ReLU",
+            (c.conv1_channels, g1, g1), _conv_parameters(c.in_channels, c.conv1_channels, c.conv1_kernel),
+            (("x", image), ("feature maps", (c.conv1_channels, g1, g1))),
+        ),
+        Stage(
+            "primary", "PrimaryCaps",
+            f"1x1 convolution: {b} types x {g1}x{g1} positions of a 4x4 pose and a sigmoid activation",
+            (b * g1 * g1, h + 1),
+            _conv_parameters(c.conv1_channels, b * h, 1) + _conv_parameters(c.conv1_channels, b, 1),
+            (("poses M_i", (b, h, g1, g1)), ("activations a_i", (b, g1, g1)), ("capsules", (b * g1 * g1, h + 1))),
+        ),
+        conv_caps("convcaps1", "ConvCaps1", b, cc, c.convcaps1_stride, g1, g2),
+        conv_caps("convcaps2", "ConvCaps2", cc, d, c.convcaps2_stride, g2, g3),
+        Stage(
+            "classes", "Class capsules",
+            f"one W per (type, class), coordinate addition, {routed}", (k, h + 1), d * k * h + 2 * k,
+            (("votes V_ij", (k, children, h)), ("assignments R_ij", (k, children)), ("poses mu_j", (k, h)),
+             ("activations a_j", (k,))),
+        ),
+    )  # fmt: skip
+    if not c.decoder:
+        return out
+    return (
+        *out,
+        Stage(
+            "decoder", "Decoder",
+            "all poses but one masked, then fully connected " + " -> ".join(f"{w:,}" for w in widths),
+            image, decoder,
+            (("masked poses", (k, h)), *((f"layer {i + 1}", (w,)) for i, w in enumerate(widths[1:])), ("x_hat", image)),
+        ),
+    )  # fmt: skip
+
+
+def stages_of(config: CapsNetConfig | EMCapsNetConfig) -> tuple[Stage, ...]:
+    """The stages of either capsule network's config."""
+    return em_stages(config) if isinstance(config, EMCapsNetConfig) else stages(config)
+
+
+def parameter_count(config: CapsNetConfig | EMCapsNetConfig, decoder: bool = True) -> int:
+    """The network's parameters, stage by stage: 8,215,568 for the paper's CapsNet (6,804,224 without the decoder),
+    318,964 for the EM paper's network."""
+    return sum(s.parameters for s in stages_of(config) if decoder or s.key != "decoder")
 
 
 # ---------------------------------------------------------------- one input, stage by stage

@@ -5,8 +5,9 @@ from __future__ import annotations
 import streamlit as st
 
 from capsnet.nn.config import CapsNetConfig
+from capsnet.nn.em_capsnet import EMCapsNetConfig
 from capsnet.readings import stages as arch
-from dashboard import guards, routing_texts, state, widgets
+from dashboard import guards, pages, routing_texts, state, widgets
 from dashboard.figures import architecture as arch_fig
 from dashboard.figures import pixel_image
 
@@ -98,27 +99,104 @@ def explanation(key: str, c: CapsNetConfig) -> str:
     }[key]
 
 
+EM_INTRO = (
+    "The EM network (the second capsule paper's) is a convolution and then three layers of **matrix capsules**, each "
+    "a 4x4 pose and an activation, every layer after the first routed by EM. Each box is one stage, with the shape "
+    "of what it hands on (capsules x 17 numbers: 16 pose entries and the activation) and how many weights it learns, "
+    "from the chosen model's config. **Click a box** (or choose a stage below) for its formula."
+)
+
+
+def em_formulas(key: str, c: EMCapsNetConfig) -> list[str]:
+    """The LaTeX lines of one stage of the EM network, with the model's own sizes."""
+    g1 = c.conv1_grid
+    widths = r" \to ".join(
+        f"{w:,}".replace(",", "{,}") for w in (c.num_classes * 16, *c.decoder_hidden, c.image_pixels)
+    )
+    convcaps = [
+        r"V_{ij} = M_i\, W_{ij}, \quad W_{ij} \in \mathbb{R}^{4 \times 4}",
+        *routing_texts.EM_M_STEP_LATEX,
+        *routing_texts.EM_E_STEP_LATEX,
+    ]
+    return {
+        "input": [rf"x \in [0, 1]^{{{c.in_channels} \times {c.image_size} \times {c.image_size}}}"],
+        "conv1": [
+            rf"f = \operatorname{{ReLU}}(w \star_{{{c.conv1_stride}}} x + b)",
+            rf"f \in \mathbb{{R}}^{{{c.conv1_channels} \times {g1} \times {g1}}}",
+        ],
+        "primary": [
+            r"M_i = W_M f_{(y, x)} + b_M \in \mathbb{R}^{4 \times 4}",
+            r"a_i = \operatorname{logistic}(w_a \cdot f_{(y, x)} + b_a)",
+        ],
+        "convcaps1": convcaps,
+        "convcaps2": convcaps,
+        "classes": [
+            r"V_{ij} = M_i\, W_{t(i) j}",
+            r"V_{ij}^{(1,4)} \mathrel{+}= y_i, \quad V_{ij}^{(2,4)} \mathrel{+}= x_i",
+            *routing_texts.EM_M_STEP_LATEX[-1:],
+            r"\text{class} = \arg\max_j a_j",
+        ],
+        "decoder": [r"m_j = \mu_j \text{ if } j = \arg\max_k a_k", r"m_j = 0 \text{ otherwise}", widths],
+    }[key]
+
+
+def em_explanation(key: str, c: EMCapsNetConfig) -> str:
+    """What one stage of the EM network does, in words, with the model's own sizes."""
+    k, r = c.convcaps_kernel, c.routing_iterations
+    conv = (
+        f"Each {k}x{k} window of child capsules votes for the parent types at its place: a child's 4x4 pose times a "
+        "learned 4x4 matrix (one per kernel cell, child type and parent type, shared by every window, like a "
+        f"convolution's weights). EM routing then fits a Gaussian to each parent's votes, {r} times: a parent whose "
+        "votes agree (a small spread) and carry much of the children's data becomes active; a child shared by "
+        "several windows is shared between all of their parents."
+    )
+    return {
+        "input": f"One grey image, {c.image_size}x{c.image_size} pixels, each between 0 (background) and 1 (ink).",
+        "conv1": (
+            f"An ordinary convolution: {c.conv1_channels} learned {c.conv1_kernel}x{c.conv1_kernel} filters with "
+            f"stride {c.conv1_stride} give {c.conv1_channels} maps of {c.conv1_grid}x{c.conv1_grid} local features."
+        ),
+        "primary": (
+            f"A 1x1 convolution turns the features at each of the {c.conv1_grid}x{c.conv1_grid} places into "
+            f"{c.primary_types} capsules: a 4x4 pose (16 linear outputs) and an activation (a logistic unit)."
+        ),
+        "convcaps1": f"{c.convcaps1_types} parent types on a {c.convcaps1_grid}x{c.convcaps1_grid} grid. " + conv,
+        "convcaps2": f"{c.convcaps2_types} parent types on a {c.convcaps2_grid}x{c.convcaps2_grid} grid. " + conv,
+        "classes": (
+            f"Every capsule of the last grid votes for each of the {c.num_classes} classes through one 4x4 matrix per "
+            "(capsule type, class), shared by every position; the position's scaled row and column are added to the "
+            "vote (coordinate addition), so the class poses can still say where the parts were. The class with the "
+            "highest activation a_j wins; the spread loss trains the others a margin below it."
+        ),
+        "decoder": (
+            "Every class pose but one is zeroed (the prediction's is kept; the true class's in training), and fully "
+            f"connected layers redraw the image from the 16 entries left, weighted by {c.reconstruction_weight} in the "
+            "loss. Not in the paper: it gives the Dimensions page something to redraw."
+        ),
+    }[key]
+
+
 def _clicked(chart_key: str) -> None:
     """A click on a box of the diagram: show its stage."""
     event = st.session_state.get(chart_key)
     points = event["selection"]["points"] if event else []
-    picked = [p["customdata"] for p in points if p.get("customdata") in arch.STAGE_KEYS]
+    picked = [p["customdata"] for p in points if p.get("customdata") in (*arch.STAGE_KEYS, *arch.EM_STAGE_KEYS)]
     if picked:
         st.session_state[STAGE] = picked[0]
 
 
 st.title("Architecture", anchor=False)
-st.markdown(INTRO)
+model = guards.current_model(show_errors=False)
+em = model is not None and model.em  # the EM network: its own stages and formulas
+st.markdown(EM_INTRO if em else INTRO)
 if DIGIT in st.session_state:  # kept while a stage without the digit capsule's box is shown
     st.session_state[DIGIT] = st.session_state[DIGIT]
-model = guards.current_model(show_errors=False)
-config = model.config if model is not None and not model.em else CapsNetConfig()  # the EM network: not drawn yet
-if model is not None and model.em:
-    st.caption("The diagram is the paper's CapsNet: the EM network chosen in the sidebar is not drawn here yet.")
-stages = arch.stages(config)
+config = model.config if model is not None else CapsNetConfig()
+stages = arch.stages_of(config)
 titles = {s.key: s.title for s in stages}
-st.session_state.setdefault(STAGE, "primary")
-stage = st.radio("Stage", arch.STAGE_KEYS, format_func=titles.get, key=STAGE, horizontal=True,
+if st.session_state.get(STAGE) not in titles:  # first visit, or a stage the other network has
+    st.session_state[STAGE] = "primary"
+stage = st.radio("Stage", list(titles), format_func=titles.get, key=STAGE, horizontal=True,
                  help="Or click a box of the diagram.")  # fmt: skip
 chart_key = f"arch_diagram_{stage}"  # a new chart per stage: no selection left over from the last click
 st.plotly_chart(
@@ -129,18 +207,29 @@ st.plotly_chart(
     config={"displayModeBar": False},
 )
 whose = "the model chosen in the sidebar" if model is not None else "the paper's network (no model is chosen)"
+primaries = stages[2].shape[0]  # PrimaryCaps' capsules, in either network
 st.caption(
-    f"Shapes of {whose}: {config.image_size}x{config.image_size} input, {config.num_primary:,} primary capsules. "
-    f"{arch.parameter_count(config):,} parameters in all, {arch.parameter_count(config, decoder=False):,} without "
-    "the decoder: the sum of the boxes. Hover a box for the tensors on the way."
+    f"Shapes of {whose}: {config.image_size}x{config.image_size} input, {primaries:,} primary capsules. "
+    f"{arch.parameter_count(config):,} parameters in all"
+    + (f", {arch.parameter_count(config, decoder=False):,} without the decoder" if "decoder" in titles else "")
+    + ": the sum of the boxes. Hover a box for the tensors on the way."
 )
 
 view_col, formula_col = st.columns([1.5, 1], gap="large")  # one formula a line, each whole at 1,100 px
 with formula_col:
     st.subheader(titles[stage], anchor=False)
-    for line in formulas(stage, config):
+    for line in em_formulas(stage, config) if em else formulas(stage, config):
         st.latex(line)
-    st.markdown(explanation(stage, config))
+    st.markdown(em_explanation(stage, config) if em else explanation(stage, config))
+if em:  # what each stage computes on the current input is drawn for the CapsNet; the EM reading is on Draw
+    with view_col:
+        st.info(
+            "What the EM network computes on the current input is on the **Draw** page: its class activations and "
+            "its class layer's EM routing, iteration by iteration.",
+            icon=":material/draw:",
+        )
+        st.page_link(pages.DRAW.path, label=f"Go to the {pages.DRAW.title} page", icon=pages.DRAW.icon)
+    st.stop()
 
 with view_col:
     reader = guards.require_model()  # says why not: no model, a MultiMNIST or a 40x40 model
