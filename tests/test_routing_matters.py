@@ -196,3 +196,50 @@ def test_the_page_measures_lists_the_changes_and_opens_one_on_the_routing_page(
     again.switch_page("app_pages/routing_matters.py").run()
     assert not again.exception and not [b for b in again.button if b.key == "rm_measure_button"]
     assert _metric(again, "Changed") == f"{len(expected.changed):,}"
+
+
+def test_the_em_network_is_measured_at_each_r_and_its_changes_open_on_draw(
+    app_dirs,  # noqa: F811
+    data_dir: Path,
+    test_images,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 30: the EM network's class activations at r = 1..5 (every capsule layer routed r times), each r's
+    reading the whole forward pass at that r; the page measures it and opens a changed image on the Draw page."""
+    from capsnet.training.options import TrainOptions
+    from capsnet.training.trainer import train
+    from dashboard import models
+
+    _, checkpoints = app_dirs
+    train(TrainOptions(network="em", preset="tiny", dataset="mnist", epochs=1, batch_size=50, train_size=200,
+                       test_size=100, device="cpu", out=str(tmp_path / "em"), progress=False,
+                       data_dir=str(data_dir)))  # fmt: skip
+    path = Path(shutil.copy(tmp_path / "em" / "best.safetensors", checkpoints / "mnist-em.safetensors"))
+    net = load_checkpoint(path, networks=("em",)).model
+    images = test_images.first(100)
+    scores = rm.iteration_lengths(net, images.images, rm.ITERATIONS, batch_size=64)  # (N, R, K)
+    with torch.inference_mode():
+        whole = torch.stack([net(images.images, routing_iterations=r).activations for r in rm.ITERATIONS], 1)
+    torch.testing.assert_close(scores, whole)
+    expected = rm.measure(net, test_images)
+    assert expected.trained_iterations == 3 and expected.changed, "the tiny EM network changes some answers with r"
+
+    monkeypatch.setattr(models, "test_set", lambda name: (test_images.images, test_images.labels))
+    clear_streamlit_caches()
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.query_params.update(checkpoint="mnist-em")
+    at = at.run()
+    at.switch_page("app_pages/routing_matters.py").run()
+    assert not at.exception, [e.stack_trace for e in at.exception]
+    assert any("EM network routes" in m.value for m in at.markdown)
+    at.button(key="rm_measure_button").click().run()
+    assert not at.exception, [e.stack_trace for e in at.exception]
+    assert _metric(at, "r = 1") == f"{100 * expected.accuracy[0]:.2f}%"
+    assert _metric(at, "Changed") == f"{len(expected.changed):,}"
+    assert any(c.value.startswith("a of ") for c in at.caption)  # the margins between activations
+    image = expected.changed[0]
+    at.button(key=f"rm_open_{image.index}").click().run()
+    assert not at.exception, [e.stack_trace for e in at.exception]
+    assert at.session_state["input_label"] == f"test image #{image.index}"
+    assert [m for m in at.metric if m.label == "Prediction"]  # the Draw page, reading the EM network

@@ -16,13 +16,13 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m capsnet routing-matters",
         description="Accuracy at r = 1..5 routing iterations on the whole test set, kept beside the checkpoint.",
     )
-    parser.add_argument("checkpoints", nargs="+", help="CapsNet checkpoints (.safetensors) of 28x28 models")
+    parser.add_argument("checkpoints", nargs="+", help="CapsNet or EM network checkpoints (.safetensors)")
     parser.add_argument("--data-dir", default=None, help="the datasets' folder (default: $CAPSNET_DATA_DIR, ...)")
     args = parser.parse_args(argv)
 
     def run() -> int:
         for path in args.checkpoints:
-            checkpoint = load_checkpoint(path)
+            checkpoint = load_checkpoint(path, networks=("capsnet", "em"))
             test = read_test_set(checkpoint.info.dataset_name, args.data_dir)
             if test.task.pairs:
                 raise CapsNetError(f"{path} reads pairs of digits: this measure is for single images")

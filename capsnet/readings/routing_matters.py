@@ -32,6 +32,7 @@ from capsnet.checkpoints.checkpoint import Checkpoint
 from capsnet.data.tasks import LabelledSet
 from capsnet.nn.capsnet import CapsNet
 from capsnet.nn.dynamic_routing import dynamic_routing
+from capsnet.nn.em_capsnet import EMCapsNet
 from capsnet.nn.layers import capsule_lengths
 from capsnet.nn.registry import network_of
 from capsnet.nn.squash import LOW_PRECISION
@@ -172,7 +173,7 @@ def _float(value: Any) -> float:
 
 
 def iteration_lengths(
-    model: CapsNet,
+    model: CapsNet | EMCapsNet,
     images: Tensor,
     iterations: Sequence[int] = ITERATIONS,
     batch_size: int = BATCH_SIZE,
@@ -181,11 +182,14 @@ def iteration_lengths(
     """The capsule lengths of every image at each number of routing iterations: (N, R, K), float32, on the CPU.
 
     Per batch the convolutions and the votes u_hat run once (`CapsNet.encode` with one iteration, then
-    `RoutingCapsules.predictions`); routing runs again for each r on those votes. `on_batch(done, total)` after
-    each batch. The model is used in inference mode and left as it was.
+    `RoutingCapsules.predictions`); routing runs again for each r on those votes. For the EM network the class
+    activations a_j instead, every capsule layer routed r times (each layer's votes depend on the one before, so
+    the whole pass runs again for each r). `on_batch(done, total)` after each batch. The model is used in
+    inference mode and left as it was.
     """
-    if not network_of(model).capsules:
-        raise ValueError(f"routing iterations apply to a CapsNet, not a {network_of(model).title}")
+    em = network_of(model).name == "em"
+    if not network_of(model).capsules and not em:
+        raise ValueError(f"routing iterations apply to a capsule network, not a {network_of(model).title}")
     if len(iterations) == 0 or min(iterations) < 1:
         raise ValueError(f"iterations must be at least 1, got {list(iterations)}")
     if images.dim() != 4 or len(images) == 0:
@@ -200,6 +204,12 @@ def iteration_lengths(
         with torch.inference_mode():
             for start in range(0, len(images), batch_size):
                 x = images[start : start + batch_size].to(device, dtype)  # (B, C, H, W)
+                if em:  # (B, R, K): the class activations, every layer routed r times
+                    scores = torch.stack([model(x, routing_iterations=r).activations for r in iterations], dim=1)
+                    parts.append(scores.float().cpu())
+                    if on_batch is not None:
+                        on_batch(min(start + batch_size, len(images)), len(images))
+                    continue
                 primary, _, _ = model.encode(x, routing_iterations=1)  # (B, N, P): conv1 and PrimaryCaps, once
                 votes = model.digits.predictions(primary)  # (B, K, N, D), once
                 votes = votes.float() if votes.dtype in LOW_PRECISION else votes  # routing runs in float32
@@ -251,7 +261,7 @@ def summarise(
 
 
 def measure(
-    model: CapsNet,
+    model: CapsNet | EMCapsNet,
     test: LabelledSet,
     iterations: Sequence[int] = ITERATIONS,
     checkpoint_sha256: str = "",

@@ -27,6 +27,14 @@ INTRO = (
     "model, and the images whose answer changes with r are listed: open one on the **Routing** page to watch the "
     "couplings move it."
 )
+EM_INTRO = (
+    "The EM network routes **r** times in each of its three capsule layers. With **r = 1** there is a single M-step: "
+    "every child's data is shared evenly among the parents it reaches, and each parent's activation says only how "
+    "tightly all of those votes cluster. Each further iteration gives every child to the parents whose Gaussians "
+    "explain its votes. So how often does that change the answer? Here every test image is read at r = 1 to 5, once "
+    "per model, and the images whose answer changes with r are listed: open one on the **Draw** page to see its "
+    "class layer's routing."
+)
 FOR_SINGLE_IMAGES = "This view is for models that read one 28x28 image (MNIST, Fashion-MNIST), not MultiMNIST pairs."
 
 
@@ -35,9 +43,9 @@ def _effect_label(key: str, counts: dict[str, int]) -> str:
 
 
 st.title("Where routing matters", anchor=False)
-st.markdown(INTRO)
+model = guards.require_model(em=True)  # the EM network too: its activations at r = 1 to 5
+st.markdown(EM_INTRO if model is not None and model.em else INTRO)
 st.caption(FOR_SINGLE_IMAGES)
-model = guards.require_model()
 if model is None:
     st.stop()
 data = guards.try_test_set(model.dataset)
@@ -107,7 +115,9 @@ if not result.changed:
 
 
 @st.fragment
-def _changed_list(result: RoutingMatters, images: Any, names: list[str], noun: str, dataset: str) -> None:
+def _changed_list(
+    result: RoutingMatters, images: Any, names: list[str], noun: str, dataset: str, em: bool = False
+) -> None:
     """The changed images, a page of them at a time: choosing a kind or a page reruns this alone (not the chart)."""
     rs, own = result.iterations, result.trained_iterations
     effects = {image.index: result.effect(image) for image in result.changed}
@@ -129,8 +139,9 @@ def _changed_list(result: RoutingMatters, images: Any, names: list[str], noun: s
     number = min(number, last_page)
     st.caption(
         f"Each {noun} with its answer at r = 1 to 5 (a wrong one struck through). The button makes it the input of "
-        "every page and opens the Routing page at the r where its answer changes."
-    )
+        + ("every page and opens it on the Draw page." if em else "every page and opens the Routing page at the r "
+           "where its answer changes.")
+    )  # fmt: skip
     for n, image in enumerate(shown[(number - 1) * PER_PAGE : number * PER_PAGE]):
         if n % COLUMNS == 0:
             row = st.columns(COLUMNS, gap="medium")
@@ -140,9 +151,15 @@ def _changed_list(result: RoutingMatters, images: Any, names: list[str], noun: s
             left.image(figures.pixel_image(images[index, 0].numpy(), 3), width=84, output_format="PNG")
             right.markdown(f"**#{index}**, a {names[image.label]}")
             first, then = image.predictions[0], image.predictions[rs.index(at)]
-            right.caption(rmf.margins_text(image.lengths, first, then, names))
+            right.caption(rmf.margins_text(image.lengths, first, then, names, "a" if em else "|v|"))
             st.markdown(rmf.answers_text(image.predictions, image.label, rs, names))
-            if st.button(
+            if em and st.button(
+                "Open on Draw", key=f"rm_open_{index}", icon=pages.DRAW.icon, use_container_width=True,
+                help=f"Make test {noun} #{index} the input and open the Draw page (the EM network's own r).",
+            ):  # fmt: skip
+                links.open_test_image(index, dataset)
+                st.switch_page(pages.DRAW.path)
+            if not em and st.button(
                 f"Routing at r = {at}", key=f"rm_open_{index}", icon=":material/alt_route:", use_container_width=True,
                 help=f"Make test {noun} #{index} the input and open the Routing page with {at} iterations.",
             ):  # fmt: skip
@@ -151,4 +168,4 @@ def _changed_list(result: RoutingMatters, images: Any, names: list[str], noun: s
                 st.switch_page(pages.ROUTING.path)
 
 
-_changed_list(result, images, names, noun, model.dataset)
+_changed_list(result, images, names, noun, model.dataset, model.em)

@@ -61,7 +61,10 @@ def answers_text(predictions: Sequence[int], label: int, iterations: Sequence[in
     return " · ".join(parts)
 
 
-def margins_text(lengths: Sequence[Sequence[float]], first: int, then: int, names: Sequence[str]) -> str:
-    """|v_first| - |v_then| at each r: the margin between the answer without routing and the one routing gives."""
+def margins_text(
+    lengths: Sequence[Sequence[float]], first: int, then: int, names: Sequence[str], symbol: str = "|v|"
+) -> str:
+    """|v_first| - |v_then| at each r: the margin between the answer without routing and the one routing gives
+    (`symbol` "a" for the EM network's activations)."""
     margins = [row[first] - row[then] for row in lengths]
-    return f"|v| of {names[first]} minus {names[then]}: " + ", ".join(f"{m:+.2f}" for m in margins)
+    return f"{symbol} of {names[first]} minus {names[then]}: " + ", ".join(f"{m:+.2f}" for m in margins)
