@@ -99,9 +99,11 @@ class Model(Loaded):
         """`capsnet.readings.explain.explain` of one 28x28 input."""
         return _explanation(self.key, image, iterations, decode_class, self.net)
 
-    def explain_em(self, image: np.ndarray, decode_class: int | None = None) -> EMExplanation:
+    def explain_em(
+        self, image: np.ndarray, decode_class: int | None = None, iterations: int | None = None
+    ) -> EMExplanation:
         """`capsnet.readings.explain_em.explain_em` of one input: the EM network's activations and class routing."""
-        return _em_explanation(self.key, image, decode_class, self.net)
+        return _em_explanation(self.key, image, decode_class, iterations, self.net)
 
     def votes(self, image: np.ndarray, iterations: int | None = None) -> Votes:
         """Every vote u_hat_{j|i} and coupling of one input: the trace of `explain`'s one forward pass."""
@@ -286,8 +288,10 @@ def _pair(model_key: str, image: np.ndarray, _model: Any) -> ex.PairExplanation:
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
-def _em_explanation(model_key: str, image: np.ndarray, decode_class: int | None, _model: Any) -> EMExplanation:
-    return explain_em(_model, image, decode_class)
+def _em_explanation(
+    model_key: str, image: np.ndarray, decode_class: int | None, iterations: int | None, _model: Any
+) -> EMExplanation:
+    return explain_em(_model, image, decode_class, iterations)
 
 
 @st.cache_data(max_entries=64, show_spinner=False)

@@ -1029,9 +1029,20 @@ def test_every_page_runs_on_an_em_model(app_dirs, data_dir: Path, tmp_path: Path
     loss = [m for m in at.metric if m.label == "Test loss"][0]
     assert loss.help == "Spread loss at margin 0.9 + 0.0005 x reconstruction loss"
     assert chart(at, "reconstruction_grid")
-    at.switch_page(pages.ROUTING.path).run()
+    at.switch_page(pages.ROUTING.path).run()  # EM routing in the class layer, one iteration at a time
+    assert at.title[0].value == "EM routing" and at.markdown[-1].value.startswith("Showing **iteration 3 of 3**")
+    at.button(key="routing_prev").click().run()
+    at.button(key="routing_prev").click().run()
+    no_exception(at)
+    assert any("iteration 1 of 3" in m.value for m in at.markdown)
+    shares = chart(at, "em_assignments")["data"][0]["z"]  # (types, positions): every child's share at the start
+    assert np.allclose(plotly_values(shares), 0.1, atol=1e-6)
+    at.slider(key="routing_iterations").set_value(5).run()
+    no_exception(at)
+    assert any("iteration 5 of 5" in m.value for m in at.markdown)
+    at.switch_page(pages.TRANSFORM.path).run()
     notices = [i.value for i in at.info if "EM network" in i.value]
-    assert len(notices) == 1 and "\n" not in notices[0]  # the Routing page reads vector capsules only: one line
+    assert len(notices) == 1 and "\n" not in notices[0]  # the transform lens reads vector capsules only: one line
     at.button(key="switch_model").click().run()  # one click to the shipped CapsNet
     no_exception(at)
     assert Path(at.session_state["model_path"]).name == "mnist.safetensors"

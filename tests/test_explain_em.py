@@ -32,6 +32,16 @@ def test_the_reading_is_the_forward_pass(net: EMCapsNet) -> None:
     np.testing.assert_allclose(reading.shares[0], 0.1, atol=1e-6)  # the start: every child spread evenly
     assert (reading.spreads > 0).all() and np.isfinite(reading.spreads).all()
     assert reading.runner_up != reading.prediction
+    # every child's data is shared out over the classes; the trace's own R_ij, in (type, y, x) order
+    types, side = reading.child_grid
+    assert reading.assignments.shape == (3, 10, types * side * side) == (3, 10, len(reading.child_activations))
+    np.testing.assert_allclose(reading.assignments.sum(axis=1), 1.0, atol=1e-5)
+    np.testing.assert_allclose(reading.assignments, out.trace.assignments[0, :, 0].numpy(), atol=1e-6)
+    fewer = explain_em(net, image.numpy(), iterations=1)  # every capsule layer routed once: one M-step
+    assert fewer.iterations == 1 and fewer.assignments.shape[0] == 1
+    with torch.no_grad():
+        once = net(image.view(1, 1, 28, 28), routing_iterations=1)
+    np.testing.assert_allclose(fewer.activations, once.activations[0].numpy(), rtol=1e-6)
 
 
 def test_another_class_is_redrawn_on_request_and_a_bad_one_refused(net: EMCapsNet) -> None:

@@ -399,3 +399,19 @@ def test_the_activations_bar_marks_the_winner_and_says_each_value() -> None:
     assert list(bar.text) == ["0.20", "0.91", "0.40"] and "a = " in bar.hovertemplate
     with pytest.raises(ValueError, match="class names"):
         figures.activations_bar(np.ones(3), ["a"], prediction=0)
+
+
+def test_the_em_assignment_map_lays_children_out_by_type_and_position() -> None:
+    shares = np.arange(2 * 9, dtype=np.float32) / 18  # two types on a 3x3 grid, i = (type, y, x)
+    fig = figures.em_assignment_figure(shares, np.full(18, 0.5), (2, 3), "7")
+    heat = fig.data[0]
+    assert np.asarray(heat.z).shape == (2, 9) and float(np.asarray(heat.z)[1, 0]) == pytest.approx(9 / 18)
+    assert list(heat.x)[:2] == ["(0,0)", "(0,1)"] and list(heat.y) == ["type 1", "type 2"]
+    assert "class 7" in fig.layout.title.text and (heat.zmin, heat.zmax) == (0, 1)
+
+
+def test_the_em_fit_figure_shows_activations_and_spreads_of_each_class() -> None:
+    fig = figures.em_fit_figure(np.array([0.1, 0.8, 0.3]), np.array([1.0, 0.2, 0.6]), ["a", "b", "c"], chosen=1)
+    left, right = fig.data
+    assert list(left.y) == [0.1, 0.8, 0.3] and list(right.y) == [1.0, 0.2, 0.6]
+    assert list(left.marker.color) == [figures.OTHER, figures.WINNER, figures.OTHER] and right.xaxis == "x2"

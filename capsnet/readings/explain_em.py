@@ -31,6 +31,9 @@ class EMExplanation:
     activations_by_iteration: np.ndarray  # (r, K) a_j as each M-step fitted it
     shares: np.ndarray  # (r, K) the share of the children's data (sum_i R_ij a_i / sum_i a_i) each class was given
     spreads: np.ndarray  # (r, K) each class's spread: the mean over the 16 pose entries of sigma_j
+    assignments: np.ndarray  # (r, K, I) R_ij of every child i of the last grid, i = (type, y, x), per M-step
+    child_activations: np.ndarray  # (I,) a_i of those children
+    child_grid: tuple[int, int]  # (types, side): the last grid's capsule types and its side, I = types * side^2
 
     @property
     def runner_up(self) -> int:
@@ -38,14 +41,17 @@ class EMExplanation:
         return int(np.argsort(-self.activations, kind="stable")[1])
 
 
-def explain_em(model: EMCapsNet, image: np.ndarray | torch.Tensor, decode_class: int | None = None) -> EMExplanation:
-    """Read one image (H, W) or (1, 1, H, W) in [0, 1]: activations, poses, the redraw and the class layer's routing."""
+def explain_em(
+    model: EMCapsNet, image: np.ndarray | torch.Tensor, decode_class: int | None = None, iterations: int | None = None
+) -> EMExplanation:
+    """Read one image (H, W) or (1, 1, H, W) in [0, 1]: activations, poses, the redraw and the class layer's routing,
+    with the model's own number of EM iterations or `iterations` (in every capsule layer)."""
     c = model.config
     x = torch.as_tensor(image, dtype=torch.float32).reshape(1, c.in_channels, c.image_size, c.image_size)
     if decode_class is not None:
         decode_class = c.check_class(decode_class)
     with torch.inference_mode():
-        out = model(x.to(model.device), decode_class=decode_class, return_trace=True)
+        out = model(x.to(model.device), decode_class=decode_class, routing_iterations=iterations, return_trace=True)
     trace = out.trace
     assert trace is not None  # asked for
     child_a = trace.child_activations[0, 0].double()  # (I,) a_i of the last grid's capsules
@@ -65,4 +71,7 @@ def explain_em(model: EMCapsNet, image: np.ndarray | torch.Tensor, decode_class:
         activations_by_iteration=trace.activations[0, :, 0].float().cpu().numpy(),
         shares=shares.float().cpu().numpy(),
         spreads=spreads.float().cpu().numpy(),
+        assignments=assignments.float().cpu().numpy(),
+        child_activations=child_a.float().cpu().numpy(),
+        child_grid=(c.convcaps2_types, c.convcaps2_grid),
     )

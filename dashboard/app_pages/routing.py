@@ -8,11 +8,17 @@ import streamlit as st
 from capsnet.nn.config import MAX_ROUTING_ITERATIONS, CapsNetConfig
 from capsnet.readings import agreement as ag
 from capsnet.readings import explain as ex
-from dashboard import figures, guards, routing_texts, state, widgets
+from dashboard import figures, guards, models, pages, routing_texts, state, widgets
 
 MAX_ITERATIONS = 5  # the slider's end (or the model's own r, if more)
 STEP = "routing_step"  # the iteration shown, from 1
 OVERLAYS = {"votes": "the capsule each stroke votes for", "coupling": "how strongly it votes for the chosen capsule"}
+EM_INTRO = (
+    "In the EM network every capsule layer after the primary capsules is routed by **EM**: each parent is a Gaussian "
+    "over the 16 entries of its children's votes, fitted to the votes given to it (the **M-step**), and each child is "
+    "then given to the parents whose Gaussians explain its votes best (the **E-step**), a few times. Below, the class "
+    "layer: the capsules of the last grid, given to the classes."
+)
 STEP_CAPTION = "◀ ▶ step every chart on this page, and the stroke overlay, through the routing iterations together."
 
 
@@ -38,6 +44,90 @@ def _move(delta: int, iterations: int) -> None:
     st.session_state[STEP] = int(np.clip(st.session_state.get(STEP, iterations) + delta, 1, iterations))
 
 
+def _em_routing(model: models.Model) -> None:
+    """The page for the EM network: its class layer's EM routing on the current input, one iteration at a time."""
+    st.markdown(EM_INTRO)
+    m_col, e_col = st.columns(2, gap="large")
+    with m_col:
+        st.markdown("**M-step**, for each parent j:")
+        for line in routing_texts.EM_M_STEP_LATEX:
+            st.latex(line)
+    with e_col:
+        st.markdown("**E-step**, for each child i:")
+        for line in routing_texts.EM_E_STEP_LATEX:
+            st.latex(line)
+    image = guards.require_input()
+    if image is None:
+        st.stop()
+    config, names = model.config, model.class_names
+    c1, c2, _ = st.columns([1.2, 1, 1.2])
+    asked = min(state.routing_iterations() or 1, MAX_ROUTING_ITERATIONS)
+    iterations = c1.slider(
+        "EM iterations", min_value=1, max_value=max(MAX_ITERATIONS, config.routing_iterations, asked),
+        key=state.ROUTING_ITERATIONS,
+        help=f"How many times every capsule layer routes, for this input. The model was trained with "
+        f"{config.routing_iterations}.",
+        **({} if state.routing_iterations() is not None else {"value": config.routing_iterations}),
+    )  # fmt: skip
+    reading = model.explain_em(image, iterations=int(iterations))
+    prediction = reading.prediction
+    choice = widgets.capsule_selectbox("Class to look at", names, key=state.ROUTING_CAPSULE,
+                                       predicted_label="the prediction", container=c2,
+                                       help=f"Whose share of the children to show: the winner (now "
+                                       f"{names[prediction]}) or any other.")  # fmt: skip
+    klass = prediction if choice is None else choice
+    r = reading.iterations
+    st.markdown(
+        f"Input: **{state.input_label() or 'current input'}**. With **{r}** EM iteration{'s' if r != 1 else ''} "
+        f"the network predicts **{names[prediction]}** (a = {reading.activations[prediction]:.2f})."
+    )
+    if st.session_state.get("em_step_of") != r:  # a new number of iterations: show its last one
+        st.session_state["em_step_of"], st.session_state[STEP] = r, r
+    step = int(np.clip(st.session_state.get(STEP, r), 1, r))
+    st.session_state[STEP] = step
+    if r > 1:
+        with st.container(key="routing_step"):
+            label, back, forward, note = st.columns([1.5, 1, 1, 2.6], vertical_alignment="center")
+            label.markdown(f"Showing **iteration {step} of {r}**")
+            back.button("◀ Previous", key="routing_prev", on_click=_move, args=(-1, r), disabled=step == 1,
+                        use_container_width=True)  # fmt: skip
+            forward.button("Next ▶", key="routing_next", on_click=_move, args=(1, r), disabled=step == r,
+                           use_container_width=True)  # fmt: skip
+            note.caption("◀ ▶ step both charts through the EM iterations together.")
+    t = step - 1
+    st.plotly_chart(
+        figures.em_fit_figure(reading.activations_by_iteration[t], reading.spreads[t], names, klass),
+        key="em_fit", config={"displayModeBar": False},
+    )  # fmt: skip
+    st.caption(
+        f"Each class's Gaussian as the M-step of iteration {step} fitted it to the votes of the children it was "
+        "given: the tighter the votes (the smaller the spread) and the more data, the higher the activation."
+    )
+    st.plotly_chart(
+        figures.em_assignment_figure(reading.assignments[t, klass], reading.child_activations, reading.child_grid,
+                                     names[klass]),
+        key="em_assignments", config={"displayModeBar": False},
+    )  # fmt: skip
+    st.caption(
+        f"What the M-step of iteration {step} weighed: "
+        + (
+            f"at the start every child is shared evenly, 1/{config.num_classes} to each class."
+            if step == 1
+            else f"the E-step of iteration {step - 1} gave each child to the classes whose Gaussians explain its "
+            "votes best; a child's shares add up to 1 over the classes."
+        )
+    )
+    st.page_link(pages.PLAYGROUND.path, label="Route toy votes with EM and with dynamic routing, side by side",
+                 icon=pages.PLAYGROUND.icon)  # fmt: skip
+
+
+chosen_model = guards.current_model(show_errors=False)
+if chosen_model is not None and chosen_model.em:
+    st.title("EM routing", anchor=False)
+    model = guards.require_model(em=True)
+    if model is not None:
+        _em_routing(model)
+    st.stop()
 st.title("Routing by agreement", anchor=False)
 st.markdown(
     "Between the primary capsules and the class capsules there are no fixed weights deciding *who talks to whom*: "

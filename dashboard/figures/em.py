@@ -68,3 +68,48 @@ def activations_bar(
         fig, height, showlegend=False, margin=dict(l=10, r=10, t=58, b=10),
         title="Class activations<br><sup>the winner is the class whose votes agree best</sup>",
     )  # fmt: skip
+
+
+def em_assignment_figure(
+    assignments: np.ndarray, child_activations: np.ndarray, grid: tuple[int, int], klass: str, height: int = 340
+) -> go.Figure:
+    """R_ij of one class j for every child i of the last grid (I,), laid out by type (rows) and position (columns),
+    with each child's activation a_i in the hover: who the class was given, at one iteration."""
+    types, side = grid
+    shares = np.asarray(assignments, np.float32).reshape(types, side * side)  # (types, positions)
+    acts = np.asarray(child_activations, np.float32).reshape(types, side * side)
+    places = [f"({y},{x})" for y in range(side) for x in range(side)]
+    fig = go.Figure(
+        go.Heatmap(
+            z=shares, x=places, y=[f"type {t + 1}" for t in range(types)], zmin=0, zmax=1, colorscale="Reds",
+            customdata=acts, colorbar=dict(title=dict(text="R_ij"), thickness=12),
+            hovertemplate="%{y} at %{x}<br>R_ij = %{z:.3f}<br>a_i = %{customdata:.3f}<extra></extra>",
+        )
+    )  # fmt: skip
+    fig.update_xaxes(title="position (row, column) on the last grid", type="category")
+    fig.update_yaxes(autorange="reversed", type="category")
+    return layout(
+        fig, height, margin=dict(l=10, r=10, t=58, b=10),
+        title=f"R_ij: the share of each child given to class {klass}<br><sup>rows: capsule types</sup>",
+    )  # fmt: skip
+
+
+def em_fit_figure(
+    activations: np.ndarray, spreads: np.ndarray, names: Sequence[str], chosen: int, height: int = 300
+) -> go.Figure:
+    """Each class's Gaussian as one M-step fitted it: its activation a_j (left) and spread, the mean sigma_j over
+    its 16 pose entries (right), (K,) each; the chosen class in red."""
+    activations, spreads = np.asarray(activations, float), np.asarray(spreads, float)
+    colours = [WINNER if k == chosen else OTHER for k in range(len(names))]
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.12,
+                        subplot_titles=("activation a_j", "spread (mean σ_j)"))  # fmt: skip
+    for col, (values, symbol) in enumerate(((activations, "a"), (spreads, "mean σ")), start=1):
+        fig.add_trace(
+            go.Bar(x=list(names), y=values, marker_color=colours, showlegend=False,
+                   hovertemplate=f"class %{{x}}: {symbol} = %{{y:.3f}}<extra></extra>"),
+            row=1, col=col,
+        )  # fmt: skip
+        fig.update_xaxes(type="category", row=1, col=col)
+    fig.update_yaxes(range=[0, 1.02], row=1, col=1)
+    fig.update_yaxes(rangemode="tozero", row=1, col=2)
+    return layout(fig, height, margin=dict(l=10, r=10, t=40, b=10))
