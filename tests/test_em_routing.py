@@ -225,3 +225,27 @@ def test_bf16_autocast_gives_finite_values_and_gradients_close_to_float32():
     assert torch.isfinite(out16.activations).all()
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
     torch.testing.assert_close(out16.activations.float(), out32.activations, atol=0.05, rtol=0.05)
+
+
+@pytest.mark.parametrize("backward", ["manual", "autograd"])
+def test_a_step_leaves_nothing_alive_once_its_tensors_are_gone(backward):
+    """No reference cycle through the routing's outputs: without one, every step's votes and fits are freed as soon
+    as the step's tensors go, not when Python's garbage collector happens to run (a training run once grew to 24 GB
+    of them and was killed)."""
+    import gc
+    import weakref
+
+    generator = torch.Generator().manual_seed(0)
+    votes = torch.randn(2, 3, 4, 5, 16, generator=generator, requires_grad=True)
+    beta_u, beta_a = torch.zeros(4, requires_grad=True), torch.zeros(4, requires_grad=True)
+    index = torch.arange(15).view(3, 5)
+    gc.disable()  # only reference counts may free them
+    try:
+        mean, activations, _ = em_routing(votes, torch.rand(2, 3, 5, generator=generator), index, 15, beta_u, beta_a,
+                                          3, backward=backward)  # fmt: skip
+        refs = [weakref.ref(mean), weakref.ref(activations)]
+        (mean.sum() + activations.sum()).backward()
+        del mean, activations
+        assert all(ref() is None for ref in refs)
+    finally:
+        gc.enable()
