@@ -93,7 +93,14 @@ def robustness_interval(examples: int) -> str:
     )
 
 
-def equivariance(config: CapsNetConfig) -> str:
+def equivariance(config: CapsNetConfig | EMCapsNetConfig) -> str:
+    if isinstance(config, EMCapsNetConfig):
+        return """
+An EM network's class capsule has an **activation** that should stay put when the input is turned, scaled or moved a
+little (the class is the same: *invariance*), and a **4x4 pose matrix** that should follow the change
+(*equivariance*): the paper meant it to hold the object's viewpoint. Move the sliders and watch the 16 pose entries;
+the sweep below reads all angles from -45° to +45° at once.
+"""
     return f"""
 A capsule's **length** should stay put when the input is turned, scaled or moved a little (the class
 is the same: *invariance*), while its **direction**, the {config.digit_dim} pose dimensions, should

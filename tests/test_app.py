@@ -1040,10 +1040,18 @@ def test_every_page_runs_on_an_em_model(app_dirs, data_dir: Path, tmp_path: Path
     at.slider(key="routing_iterations").set_value(5).run()
     no_exception(at)
     assert any("iteration 5 of 5" in m.value for m in at.markdown)
-    at.switch_page(pages.TRANSFORM.path).run()
+    at.switch_page(pages.TRANSFORM.path).run()  # the activations stay, the 16 pose entries follow the turn
+    at.slider(key="lens_rotation").set_value(30.0).run()
+    no_exception(at)
+    turned = [m for m in at.metric if m.label == "Prediction"][0]
+    assert turned.delta.startswith("a = ") and len(chart(at, "lens_pose")["data"][0]["x"]) == 16
+    assert any("redrawn" not in c.value and "what the capsule redraws" in c.value for c in at.caption)
+    at.switch_page(pages.OVERLAP.path).run()
     notices = [i.value for i in at.info if "EM network" in i.value]
-    assert len(notices) == 1 and "\n" not in notices[0]  # the transform lens reads vector capsules only: one line
-    at.button(key="switch_model").click().run()  # one click to the shipped CapsNet
+    assert len(notices) == 1 and "\n" not in notices[0]  # the overlapping digits read vector capsules only: one line
+    at.switch_page(pages.PLAYGROUND.path).run()  # the toy routes by both; the real votes below are a CapsNet's
+    assert len([i for i in at.info if "EM network" in i.value]) == 1
+    at.button(key="switch_model").click().run()  # one click to a CapsNet
     no_exception(at)
     assert Path(at.session_state["model_path"]).name == "mnist.safetensors"
 
@@ -1058,3 +1066,6 @@ def test_every_page_runs_on_an_em_model(app_dirs, data_dir: Path, tmp_path: Path
     assert [i.value for i in at.info if "no decoder" in i.value] and not at.get("slider")
     at.switch_page(pages.EVALUATE.path).run()
     assert any("no decoder" in c.value for c in at.caption) and "reconstruction" not in at.metric[2].help
+    at.switch_page(pages.TRANSFORM.path).run()
+    no_exception(at)
+    assert any("no decoder to redraw them" in c.value for c in at.caption)

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from capsnet.nn.capsnet import CapsNet
+from capsnet.nn.em_capsnet import EMCapsNet
 
 # the transform lens's ranges: (low, high) of each field of `Transform`
 LIMITS = {
@@ -112,15 +113,15 @@ class TransformedReading:
     """What the network reads from transformed inputs, for one tracked capsule."""
 
     images: np.ndarray  # (A, H, W) the transformed inputs
-    lengths: np.ndarray  # (A, K)
+    lengths: np.ndarray  # (A, K) the class scores: capsule lengths, or the EM network's activations a_j
     predictions: np.ndarray  # (A,)
     capsule: int  # the capsule tracked (its pose, its reconstruction)
     poses: np.ndarray  # (A, D) that capsule's pose
-    reconstructions: np.ndarray  # (A, H, W) decoded from that capsule
+    reconstructions: np.ndarray | None  # (A, H, W) decoded from that capsule; None for a network without a decoder
 
 
 def read_transforms(
-    model: CapsNet, image: np.ndarray, transforms: list[Transform], capsule: int | None = None
+    model: CapsNet | EMCapsNet, image: np.ndarray, transforms: list[Transform], capsule: int | None = None
 ) -> TransformedReading:
     """`image` under each transform, read in batches of CHUNK; `capsule`: whose pose (default: the first's winner)."""
     if model.training:
@@ -136,28 +137,29 @@ def read_transforms(
         if not 0 <= tracked < model.config.num_classes:
             raise ValueError(f"capsule must lie in [0, {model.config.num_classes}), got {capsule}")
         outs = [model(x[start : start + CHUNK], decode_class=tracked) for start in range(0, len(x), CHUNK)]
-    lengths = torch.cat([o.lengths for o in outs])  # (A, K)
-    poses = torch.cat([o.poses[:, tracked] for o in outs])  # (A, D)
-    recon = torch.cat([o.reconstruction for o in outs])  # (A, 1, H, W), decoded from the tracked capsule
+    lengths = torch.cat([o.scores for o in outs])  # (A, K): lengths, or the EM network's activations
+    poses = torch.cat([o.poses[:, tracked] for o in outs])  # (A, D): a vector capsule, or a 4x4 pose's 16 entries
+    redraws = outs[0].reconstruction is not None
+    recon = torch.cat([o.reconstruction for o in outs]) if redraws else None  # (A, 1, H, W), from the tracked one
     return TransformedReading(
         images=x[:, 0].cpu().numpy(),
         lengths=lengths.float().cpu().numpy(),
         predictions=lengths.argmax(dim=1).cpu().numpy(),
         capsule=tracked,
         poses=poses.float().cpu().numpy(),
-        reconstructions=recon[:, 0].float().cpu().numpy(),
+        reconstructions=recon[:, 0].float().cpu().numpy() if recon is not None else None,
     )
 
 
 def rotation_sweep(
-    model: CapsNet, image: np.ndarray, base: Transform, capsule: int, angles: np.ndarray = SWEEP_ANGLES
+    model: CapsNet | EMCapsNet, image: np.ndarray, base: Transform, capsule: int, angles: np.ndarray = SWEEP_ANGLES
 ) -> TransformedReading:
     """`base` with each rotation in `angles` (37 by default), read in one batch, tracking `capsule`."""
     transforms = [dataclasses.replace(base, rotation=float(a)) for a in angles]
     return read_transforms(model, image, transforms, capsule)
 
 
-def sensitivity(model: CapsNet, image: np.ndarray, base: Transform, capsule: int) -> dict[str, np.ndarray]:
+def sensitivity(model: CapsNet | EMCapsNet, image: np.ndarray, base: Transform, capsule: int) -> dict[str, np.ndarray]:
     """How much each pose dimension of `capsule` moves per kind of transform, around `base`: name -> (D,).
 
     Central differences: each kind is stepped by SENSITIVITY_STEPS down and up (within LIMITS),

@@ -31,7 +31,8 @@ def _reset() -> None:
 
 
 st.title("Transform lens", anchor=False)
-model = guards.require_model()
+model = guards.require_model(em=True)  # the EM network too: its activations and the 16 entries of a 4x4 pose
+em = model is not None and model.em
 config = model.config if model is not None else CapsNetConfig()
 st.markdown(texts.equivariance(config))
 image = guards.require_input() if model is not None else None
@@ -49,7 +50,7 @@ with controls:
     st.button("Reset", key="lens_reset", icon=":material/restart_alt:", on_click=_reset)
 transform = eq.Transform(**{name: float(st.session_state[_key(name)]) for name in SLIDERS})
 
-start = model.explain(image)
+start = model.explain_em(image) if em else model.explain(image)  # the winner on the original input
 choice = widgets.capsule_selectbox(
     "Capsule to follow", names, key="lens_capsule", predicted_label="the winner on the original input",
     help=f"Whose pose to follow: the capsule that wins on the untransformed input (now {names[start.prediction]}).",
@@ -58,22 +59,25 @@ choice = widgets.capsule_selectbox(
 capsule = start.prediction if choice is None else choice
 reading = model.transformed(image, (eq.Transform(), transform), capsule)  # the original and the transformed input
 lengths, predicted = reading.lengths[1], int(reading.predictions[1])
+symbol = "a" if em else "|v|"  # the EM network's activations stand for the lengths
 
 with view:
     pictures, verdict = st.columns([1.6, 1])
     with pictures:
-        st.image(
-            [figures.pixel_image(reading.images[0], 4), figures.pixel_image(reading.images[1], 4),
-             figures.pixel_image(reading.reconstructions[1], 4)],
-            caption=["original", "transformed", f"from capsule {names[capsule]}"], width=28 * 4, output_format="PNG",
-        )  # fmt: skip
+        shown = [reading.images[0], reading.images[1]]
+        captions = ["original", "transformed"]
+        if reading.reconstructions is not None:
+            shown, captions = [*shown, reading.reconstructions[1]], [*captions, f"from capsule {names[capsule]}"]
+        st.image([figures.pixel_image(x, 4) for x in shown], caption=captions, width=28 * 4, output_format="PNG")
     with verdict:
         st.metric(
-            "Prediction", names[predicted], delta=f"|v| = {lengths[predicted]:.2f}", delta_color="off",
-            delta_arrow="off", border=True, help="The longest capsule for the transformed input.",
+            "Prediction", names[predicted], delta=f"{symbol} = {lengths[predicted]:.2f}", delta_color="off",
+            delta_arrow="off", border=True,
+            help="The most active class capsule for the transformed input." if em
+            else "The longest capsule for the transformed input.",
         )  # fmt: skip
         st.caption(
-            f"Capsule {names[capsule]}: |v| = {reading.lengths[0, capsule]:.2f} on the original, "
+            f"Capsule {names[capsule]}: {symbol} = {reading.lengths[0, capsule]:.2f} on the original, "
             f"{lengths[capsule]:.2f} transformed."
         )
     st.plotly_chart(
@@ -81,10 +85,11 @@ with view:
         config={"displayModeBar": False},
     )  # fmt: skip
     st.plotly_chart(
-        figures.lengths_bar(lengths, names, predicted, config.m_plus, config.m_minus, height=260),
+        figures.activations_bar(lengths, names, predicted, height=260) if em
+        else figures.lengths_bar(lengths, names, predicted, config.m_plus, config.m_minus, height=260),
         key="lens_lengths",
         config={"displayModeBar": False},
-    )
+    )  # fmt: skip
 
 st.subheader("Every angle at once", anchor=False)
 sweep = model.rotation_sweep(image, transform, capsule)  # 37 angles, one batched forward pass
@@ -95,17 +100,21 @@ st.plotly_chart(
     key="lens_sweep",
     config={"displayModeBar": False},
 )
-shown = [int(np.argmin(np.abs(eq.SWEEP_ANGLES - a))) for a in STRIP]
+strip = [int(np.argmin(np.abs(eq.SWEEP_ANGLES - a))) for a in STRIP]
+redrawn = sweep.reconstructions is not None
 st.plotly_chart(
     figures.image_rows_figure(
-        [sweep.images[shown], sweep.reconstructions[shown]],
-        ["input", f"capsule {names[capsule]}"],
-        height=190,
+        [sweep.images[strip], *([sweep.reconstructions[strip]] if redrawn else [])],
+        ["input", *([f"capsule {names[capsule]}"] if redrawn else [])],
+        height=190 if redrawn else 110,
     ),
     key="lens_strip",
     config={"displayModeBar": False},
 )
-st.caption("Inputs at " + ", ".join(f"{a:+.0f}°" for a in STRIP) + ", and what the capsule redraws for each.")
+st.caption(
+    "Inputs at " + ", ".join(f"{a:+.0f}°" for a in STRIP)
+    + (", and what the capsule redraws for each." if redrawn else " (this network has no decoder to redraw them).")
+)  # fmt: skip
 st.markdown(texts.sensitivity(moves, names[capsule]))
 
 st.subheader("Beside a CNN", anchor=False)
@@ -116,7 +125,8 @@ else:
     scores = cnn.scores(reading.images[1])  # the transformed input, as the CapsNet read it above
     cnn_predicted = int(np.argmax(scores))
     left, right = st.columns(2)
-    left.metric("CapsNet on the transformed input", names[predicted], delta=f"|v| = {lengths[predicted]:.2f}",
+    left.metric(f"{'EM network' if em else 'CapsNet'} on the transformed input", names[predicted],
+                delta=f"{symbol} = {lengths[predicted]:.2f}",
                 delta_color="off", delta_arrow="off", border=True)  # fmt: skip
     right.metric("CNN baseline on the transformed input", names[cnn_predicted],
                  delta=f"score {scores[cnn_predicted]:.2f}", delta_color="off", delta_arrow="off", border=True)  # fmt: skip
@@ -127,7 +137,7 @@ limit = size.selectbox(
     "Test images per point", ROBUSTNESS_SIZES, index=1, key="lens_robustness_size", format_func="{:,}".format,
     help="Each network reads this many test images at each of the sweeps' points, the first time; then kept on disk.",
 )  # fmt: skip
-networks = {"CapsNet": model, **({"CNN": cnn} if cnn is not None else {})}
+networks = {("EM network" if em else "CapsNet"): model, **({"CNN": cnn} if cnn is not None else {})}
 size.caption(texts.robustness_cost(int(limit), len(networks), baselines.robustness_seconds(networks, int(limit))))
 if measure.toggle("Measure accuracy as the test set turns and scales", key="lens_robustness"):
     if guards.try_test_set(model.dataset) is None:
