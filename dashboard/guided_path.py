@@ -44,6 +44,12 @@ class Step:
     title: str
     do: str  # what to do there
     notice: str  # what to look for
+    network: str = "capsnet"  # the network the page is opened with: "em" for the second algorithm's step
+
+    @property
+    def visit(self) -> str:
+        """What `state.note_page` records when this step's page runs with its network."""
+        return self.page.url_path if self.network == "capsnet" else f"{self.page.url_path}@{self.network}"
 
 
 GUIDED_PATH = (
@@ -91,4 +97,11 @@ GUIDED_PATH = (
          "Evaluate the chosen model: accuracy, the confusion matrix and its mistakes, each one click from the "
          "Routing page.",
          "which digits it confuses, and whether its mistakes look like mistakes a person would make."),
+    Step(pages.ROUTING, "The second algorithm, trained: EM routing",
+         "Open the EM network (the second capsule paper's matrix capsules, shipped beside the CapsNet) on the Routing "
+         "page, with your input: step its class layer's EM routing one iteration at a time, then see it on Draw, "
+         "Dimensions (its 4x4 pose) and Architecture. One click on the Routing page brings back your CapsNet.",
+         "each class's Gaussian tightening around the votes it is given, and the winner gathering the children whose "
+         "votes agree: the same idea as routing by agreement, with clusters in place of dot products.",
+         network="em"),
 )  # fmt: skip

@@ -182,11 +182,13 @@ def choose_test_image(index: int) -> None:
     st.session_state[TEST_INDEX] = int(index)
 
 
-def note_page(url_path: str) -> None:
-    """Remember which page runs, whether it was just entered (to restore the canvas), and that it was visited."""
+def note_page(url_path: str, network: str = "capsnet") -> None:
+    """Remember which page runs, whether it was just entered (to restore the canvas), and that it was visited (and,
+    for a network other than the CapsNet, visited with it: "routing@em")."""
     st.session_state[PAGE_CHANGED] = st.session_state.get(PAGE) != url_path
     st.session_state[PAGE] = url_path
-    st.session_state[VISITED] = visited_pages() | {url_path}
+    with_network = {f"{url_path}@{network}"} if network != "capsnet" else set()
+    st.session_state[VISITED] = visited_pages() | {url_path} | with_network
 
 
 def visited_pages() -> frozenset[str]:

@@ -775,12 +775,18 @@ def test_a_first_visit_walks_the_whole_path_without_a_dead_end(page, app: App, s
 
     open_app(page, app, "/start")
     expect(page.get_by_text("What is a capsule?")).to_be_visible(timeout=PAGE_LOAD_MS)
-    expect(page.locator("[class*='st-key-step_']")).to_have_count(10)
-    expect(page.get_by_text("0 of 10 steps visited")).to_be_visible()  # the page it opened on, Start here, is no step
+    steps = len(guided_path.GUIDED_PATH)
+    expect(page.locator("[class*='st-key-step_']")).to_have_count(steps)
+    expect(page.get_by_text(f"0 of {steps} steps visited")).to_be_visible()  # the page it opened on is no step
     expect(page.locator(".st-key-step_1")).to_contain_text("See the whole network and its shapes")
     main = page.get_by_test_id("stMain")
     for number, step in enumerate(guided_path.GUIDED_PATH, start=1):
-        page.locator(f".st-key-step_{number}").get_by_role("link", name=f"Open {step.page.title}").click()
+        if step.network == "em":  # the second algorithm: the page opens with the shipped EM network
+            page.locator(f".st-key-open_step_{number}").get_by_role("button").click()
+            expect(page.get_by_role("heading", name="EM routing")).to_be_visible(timeout=PAGE_LOAD_MS)
+            expect(page.locator(".st-key-switch_back")).to_be_visible(timeout=RERUN_MS)  # one click back
+        else:
+            page.locator(f".st-key-step_{number}").get_by_role("link", name=f"Open {step.page.title}").click()
         expect(page.get_by_role("heading", name=step.page.title).first).to_be_visible(timeout=PAGE_LOAD_MS)
         wait_idle(page)
         assert main.get_by_text("No input yet").count() == 0, step.page.title
@@ -795,7 +801,7 @@ def test_a_first_visit_walks_the_whole_path_without_a_dead_end(page, app: App, s
         if number == 1:
             wait_rendered(page)
             screenshots.take(page, "start.png")
-    expect(page.get_by_text("10 of 10 steps visited")).to_be_visible()
+    expect(page.get_by_text(f"{steps} of {steps} steps visited")).to_be_visible()
 
 
 # ---------------------------------------------------------------- the server, after every page above
