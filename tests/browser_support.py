@@ -94,11 +94,13 @@ def streamlit_app(
     startup_s: float = 120.0,
     multimnist: Path | None = None,
     baselines: dict[str, Path] | None = None,
+    em: Path | None = None,
 ) -> Iterator[App]:
     """`streamlit run dashboard/app.py` on a free port, its runs and checkpoints in `workdir`.
 
     The checkpoint is copied in as the shipped `mnist.safetensors` (and `multimnist`, if given, as
-    `multimnist.safetensors`; each of `baselines` as the CNN `baselines/<dataset>-cnn.safetensors`). The server runs in its own process group, killed on exit; a
+    `multimnist.safetensors`; each of `baselines` as the CNN `baselines/<dataset>-cnn.safetensors`; `em` as the EM
+    network's `mnist-em.safetensors`). The server runs in its own process group, killed on exit; a
     training run it started is stopped too.
     """
     runs_dir, checkpoints_dir = workdir / "runs", workdir / "checkpoints"
@@ -107,6 +109,8 @@ def streamlit_app(
     install(checkpoint, checkpoints_dir / "mnist.safetensors")
     if multimnist is not None:
         install(multimnist, checkpoints_dir / "multimnist.safetensors")
+    if em is not None:
+        install(em, checkpoints_dir / "mnist-em.safetensors")
     for dataset, source in (baselines or {}).items():
         (checkpoints_dir / "baselines").mkdir(exist_ok=True)
         install(source, checkpoints_dir / "baselines" / f"{dataset}-cnn.safetensors")

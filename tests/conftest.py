@@ -116,6 +116,12 @@ def tiny_multimnist(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
 
 
 @pytest.fixture(scope="session")
+def tiny_em(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny EM network, trained for one epoch on 1,000 MNIST digits."""
+    return _train_tiny(tmp_path_factory.mktemp("tiny-em"), "mnist", "em")
+
+
+@pytest.fixture(scope="session")
 def tiny_baselines(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Tiny CNN baselines for MNIST and MultiMNIST, one epoch each on 1,000 images or pairs."""
     return {d: _train_tiny(tmp_path_factory.mktemp(f"tiny-cnn-{d}"), d, "cnn") for d in ("mnist", "multimnist")}

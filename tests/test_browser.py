@@ -66,7 +66,10 @@ def app(chromium: str, request: pytest.FixtureRequest, tmp_path_factory: pytest.
     cnns = {d: folder / "baselines" / f"{d}-cnn.safetensors" for d in ("mnist", "multimnist")}
     if not (chosen and all(p.is_file() for p in cnns.values())):
         cnns = request.getfixturevalue("tiny_baselines")
-    with streamlit_app(tmp_path_factory.mktemp("browser-app"), checkpoint, multimnist=pairs, baselines=cnns) as running:
+    em = folder / "mnist-em.safetensors"
+    em = em if chosen and em.is_file() else request.getfixturevalue("tiny_em")
+    with streamlit_app(tmp_path_factory.mktemp("browser-app"), checkpoint, multimnist=pairs, baselines=cnns,
+                       em=em) as running:  # fmt: skip
         yield running
 
 
