@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from dashboard_fixtures import (  # noqa: F401
     APP,
     app_dirs,
@@ -963,13 +964,13 @@ def test_a_first_visit_has_an_input_on_every_page(app_with_run) -> None:  # noqa
     assert linked.run().session_state["input_label"] == "test image #5"
 
 
-def _em_checkpoint(data_dir: Path, folder: Path, preset: str) -> Path:
-    """An EM network trained for one epoch on 100 MNIST digits, as the run's best model."""
-    from capsnet.training.trainer import train
+def _em_checkpoint(path: Path, decoder: bool) -> Path:
+    """A tiny EM network (with a decoder, or without) as a checkpoint of MNIST: the pages need one, not a good one."""
+    from capsnet.checkpoints.checkpoint import save_checkpoint
 
-    train(TrainOptions(network="em", preset=preset, dataset="mnist", epochs=1, batch_size=50, train_size=100,
-                       test_size=100, device="cpu", out=str(folder), progress=False, data_dir=str(data_dir)))  # fmt: skip
-    return folder / "best.safetensors"
+    torch.manual_seed(0)
+    config = EMCapsNetConfig.preset("tiny", decoder_hidden=(64,) if decoder else ())
+    return save_checkpoint(path, EMCapsNet(config), {"dataset": "mnist", "dataset_title": "MNIST", "test_accuracy": 0.1})
 
 
 def test_every_page_runs_on_an_em_model(app_dirs, data_dir: Path, tmp_path: Path) -> None:  # noqa: F811
@@ -977,7 +978,7 @@ def test_every_page_runs_on_an_em_model(app_dirs, data_dir: Path, tmp_path: Path
     class layer's routing, the 16 pose entries redrawn by its decoder), every page that reads only the CapsNet says so
     in one line with a click to a CapsNet, none fails; without a decoder, what needs one says so."""
     _, checkpoints = app_dirs
-    shutil.copy(_em_checkpoint(data_dir, tmp_path / "em", "small-decoder"), checkpoints / "mnist-em.safetensors")
+    _em_checkpoint(checkpoints / "mnist-em.safetensors", decoder=True)
     shutil.copy(Path(APP).parents[1] / "checkpoints" / "mnist.safetensors", checkpoints)
     at = new_app()
     at.query_params.update(checkpoint="mnist-em")
@@ -1021,8 +1022,11 @@ def test_every_page_runs_on_an_em_model(app_dirs, data_dir: Path, tmp_path: Path
     no_exception(at)
     assert any(r"\beta_u" in e.body for e in at.get("latex"))  # the M-step's cost, in the stage's formulas
     counts = [c.value for c in at.caption if "parameters in all" in c.value]
-    total = EMCapsNet(EMCapsNetConfig.preset("small-decoder")).num_parameters()
-    assert counts and f"{total:,} parameters in all, 68,444 without the decoder" in counts[0]
+    net = EMCapsNet(EMCapsNetConfig.preset("tiny", decoder_hidden=(64,)))
+    assert (
+        counts
+        and f"{net.num_parameters():,} parameters in all, {net.num_parameters(decoder=False):,} without" in counts[0]
+    )
     at.switch_page(pages.EVALUATE.path).run()
     assert [m.label for m in at.metric][:2] == ["Test accuracy", "Mistakes (of 1,000)"]
     loss = [m for m in at.metric if m.label == "Test loss"][0]
@@ -1055,7 +1059,7 @@ def test_every_page_runs_on_an_em_model(app_dirs, data_dir: Path, tmp_path: Path
     assert Path(at.session_state["model_path"]).name == "mnist.safetensors"
 
     # the tiny preset has no decoder: Draw and Evaluate say they cannot redraw, Dimensions says why it cannot work
-    shutil.copy(_em_checkpoint(data_dir, tmp_path / "tiny", "tiny"), checkpoints / "mnist-em.safetensors")
+    _em_checkpoint(checkpoints / "mnist-em.safetensors", decoder=False)
     at = new_app()
     at.query_params.update(checkpoint="mnist-em")
     at = at.run()
