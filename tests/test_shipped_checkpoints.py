@@ -16,6 +16,7 @@ from capsnet.checkpoints import manifest
 from capsnet.checkpoints.checkpoint import load_checkpoint
 from capsnet.nn.cnn import CNNConfig
 from capsnet.nn.config import CapsNetConfig
+from capsnet.nn.em_capsnet import EMCapsNetConfig
 from capsnet.readings import affnist
 from capsnet.readings.novelty import NoveltyThresholds
 from capsnet.training.options import stored_network
@@ -24,6 +25,7 @@ CHECKPOINTS = Path(__file__).resolve().parents[1] / "checkpoints"
 # The lowest accuracy a shipped model may have: issue 4's floors (its targets, 99.70% and
 # 93.6%, are in checkpoints/README.md with what the shipped models reach).
 FLOORS = {"mnist": 0.9950, "fashion-mnist": 0.9150}
+EM_FLOOR = 0.97  # the shipped EM model's accuracy, rounded down (checkpoints/README.md)
 SHIPPED = sorted(p.relative_to(CHECKPOINTS).as_posix() for p in CHECKPOINTS.rglob("*.safetensors"))
 
 pytestmark = pytest.mark.slow
@@ -37,7 +39,7 @@ def test_every_shipped_file_has_a_manifest_entry() -> None:
 def test_a_shipped_file_is_what_its_export_measured(name: str, data_dir: Path) -> None:
     """The bytes are the measured ones, and today's code gives the same answers on the first 1,000 test examples."""
     entry = manifest.check(CHECKPOINTS / name, CHECKPOINTS)
-    info = load_checkpoint(CHECKPOINTS / name, networks=("capsnet", "cnn")).info
+    info = load_checkpoint(CHECKPOINTS / name, networks=("capsnet", "cnn", "em")).info
     assert entry.test_accuracy == pytest.approx(info.test_accuracy)  # the header's whole-set figure
 
 
@@ -111,3 +113,21 @@ def test_shipped_affine_pair(network: str) -> None:
     assert info.extra["affnist_like_examples"] == 10_000 and "val_accuracy" in info.extra
     assert info.extra["moved_mnist_accuracy"] == pytest.approx(info.test_accuracy)
     assert 0.5 < info.extra["affnist_like_accuracy"] <= 1.0
+
+
+def test_shipped_em_model() -> None:
+    """Issue 30: the EM network trained on the CPU (checkpoints/README.md, "EM routing"): the small network with a
+    decoder, routed by 2 EM iterations, its whole-set figures and pose statistics in the header. Its floor is what
+    it reached, not the issue's 99.3% (not reached: the model card says so)."""
+    path = CHECKPOINTS / "mnist-em.safetensors"
+    assert path.is_file(), "checkpoints/mnist-em.safetensors is missing: the project ships it"
+    checkpoint = load_checkpoint(path, networks=("em",))
+    info = checkpoint.info
+    assert info.dataset == "mnist" and info.test_examples == 10_000
+    assert checkpoint.config == EMCapsNetConfig.preset("small-decoder", routing_iterations=2)
+    assert checkpoint.model.num_parameters(decoder=False) == 68_444  # the paper's small network, "68K"
+    assert info.test_accuracy >= EM_FLOOR, f"{info.test_accuracy:.4f} below the floor {EM_FLOOR}"
+    assert abs(info.test_accuracy - info.test_accuracy_before_export) <= 0.0002 + 1e-9
+    assert sum(info.per_class_correct) == round(info.test_accuracy * 10_000)
+    assert len(info.dimension_mean) == len(info.dimension_std) == 10  # the Dimensions page's slider ranges
+    assert all(len(row) == 16 for row in info.dimension_std)  # the 16 entries of a 4x4 pose
