@@ -970,7 +970,9 @@ def _em_checkpoint(path: Path, decoder: bool) -> Path:
 
     torch.manual_seed(0)
     config = EMCapsNetConfig.preset("tiny", decoder_hidden=(64,) if decoder else ())
-    return save_checkpoint(path, EMCapsNet(config), {"dataset": "mnist", "dataset_title": "MNIST", "test_accuracy": 0.1})
+    return save_checkpoint(
+        path, EMCapsNet(config), {"dataset": "mnist", "dataset_title": "MNIST", "test_accuracy": 0.1}
+    )
 
 
 def test_every_page_runs_on_an_em_model(app_dirs, data_dir: Path, tmp_path: Path) -> None:  # noqa: F811
