@@ -44,6 +44,23 @@ def _move(delta: int, iterations: int) -> None:
     st.session_state[STEP] = int(np.clip(st.session_state.get(STEP, iterations) + delta, 1, iterations))
 
 
+def _stepper(r: int, caption: str) -> int:
+    """The iteration shown (1..r), and with more than one the page's ◀ Previous / Next ▶ that set it: one iteration
+    for the whole page, which every chart below draws."""
+    step = int(np.clip(st.session_state.get(STEP, r), 1, r))
+    st.session_state[STEP] = step
+    if r > 1:
+        with st.container(key="routing_step"):
+            label, back, forward, note = st.columns([1.5, 1, 1, 2.6], vertical_alignment="center")
+            label.markdown(f"Showing **iteration {step} of {r}**")
+            back.button("◀ Previous", key="routing_prev", on_click=_move, args=(-1, r), disabled=step == 1,
+                        use_container_width=True)  # fmt: skip
+            forward.button("Next ▶", key="routing_next", on_click=_move, args=(1, r), disabled=step == r,
+                           use_container_width=True)  # fmt: skip
+            note.caption(caption)
+    return step
+
+
 def _em_routing(model: models.Model) -> None:
     """The page for the EM network: its class layer's EM routing on the current input, one iteration at a time."""
     st.markdown(EM_INTRO)
@@ -83,17 +100,7 @@ def _em_routing(model: models.Model) -> None:
     )
     if st.session_state.get("em_step_of") != r:  # a new number of iterations: show its last one
         st.session_state["em_step_of"], st.session_state[STEP] = r, r
-    step = int(np.clip(st.session_state.get(STEP, r), 1, r))
-    st.session_state[STEP] = step
-    if r > 1:
-        with st.container(key="routing_step"):
-            label, back, forward, note = st.columns([1.5, 1, 1, 2.6], vertical_alignment="center")
-            label.markdown(f"Showing **iteration {step} of {r}**")
-            back.button("◀ Previous", key="routing_prev", on_click=_move, args=(-1, r), disabled=step == 1,
-                        use_container_width=True)  # fmt: skip
-            forward.button("Next ▶", key="routing_next", on_click=_move, args=(1, r), disabled=step == r,
-                           use_container_width=True)  # fmt: skip
-            note.caption("◀ ▶ step both charts through the EM iterations together.")
+    step = _stepper(r, "◀ ▶ step both charts through the EM iterations together.")
     t = step - 1
     st.plotly_chart(
         figures.em_fit_figure(reading.activations_by_iteration[t], reading.spreads[t], names, klass),
@@ -208,17 +215,7 @@ def _one_iteration(
     iteration shown, so a click neither recomputes nor resends it, and the browser leaves it as it is.
     """
     k, r, votes = config.num_classes, result.iterations, result.votes
-    step = int(np.clip(st.session_state.get(STEP, r), 1, r))
-    st.session_state[STEP] = step
-    if r > 1:  # one iteration for the whole page: the buttons set it, and every chart below draws it
-        with st.container(key="routing_step"):
-            label, back, forward, note = st.columns([1.5, 1, 1, 2.6], vertical_alignment="center")
-            label.markdown(f"Showing **iteration {step} of {r}**")
-            back.button("◀ Previous", key="routing_prev", on_click=_move, args=(-1, r), disabled=step == 1,
-                        use_container_width=True)  # fmt: skip
-            forward.button("Next ▶", key="routing_next", on_click=_move, args=(1, r), disabled=step == r,
-                           use_container_width=True)  # fmt: skip
-            note.caption(STEP_CAPTION)
+    step = _stepper(r, STEP_CAPTION)
 
     # ---------------------------------------------------------------- the votes, and one primary capsule in every view
     st.subheader("The votes", anchor=False)
