@@ -146,7 +146,7 @@ def test_train_and_evaluate_multimnist_from_the_cli(data_dir: Path, tmp_path: Pa
     from capsnet.training.export import export_checkpoint
 
     info = export_checkpoint(run / "best.safetensors", tmp_path / "out" / "multimnist.safetensors", device="cpu",
-                             test_pairs=400)  # fmt: skip
+                             first=400)  # fmt: skip
     assert info.test_examples == 400 and info.weights_dtype == "float16"
     assert abs(info.test_accuracy - summary["accuracy"]) <= 0.01  # float16 weights read the same pairs alike
     assert (tmp_path / "out" / "multimnist.metrics.jsonl").is_file()

@@ -44,11 +44,12 @@ def export_checkpoint(
     half: bool = True,
     data_dir: str | None = None,
     device: str = "auto",
-    test_pairs: int | None = None,
+    first: int | None = None,
 ) -> CheckpointInfo:
     """Export `source` to `target`; returns the exported file's info (header).
 
-    A MultiMNIST model is measured on its fixed test pairs: all 100,000, or the first `test_pairs`.
+    The model is measured on its whole test set (a MultiMNIST model on its 100,000 fixed test pairs), or on its
+    first `first` examples (pairs) for a quicker look; the header says how many (`test_examples`).
     """
     source, target = Path(source), Path(target)
     dtype = torch.float16 if half else None
@@ -60,7 +61,7 @@ def export_checkpoint(
         _refuse_float16_overflow(run.model, source)
     name = run.info.dataset_name
     test = read_test_set(name, data_dir)
-    test = test.first(test_pairs) if test.task.pairs else test
+    test = test.first(first)
 
     def measure(model: AnyModel) -> Evaluation | PairEvaluation:
         return evaluate_set(model, test)
@@ -92,7 +93,7 @@ def export_checkpoint(
             novelty=thresholds.to_dict() if thresholds else None,
         )
     if name == affnist.TRAINING_SET:  # the paper's affine test: also read the affNIST-like set
-        measured = affnist.measure(exported.model, data_dir, moved_accuracy=after.accuracy)  # the same moved digits
+        measured = affnist.measure(exported.model, data_dir, first, moved_accuracy=after.accuracy)  # the same digits
         info = info.replace(extra={**info.extra, **measured.header_facts()})
     records = lineage_metrics(source, info)  # read before anything is written: a bad log must not leave half an export
     save_checkpoint(target, exported.model, info, dtype=dtype)
