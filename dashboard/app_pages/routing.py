@@ -193,8 +193,9 @@ if r > 1:
 else:
     summary += "). With one iteration every coupling stays uniform: routing has not begun."
 st.markdown(summary)
+notice = st.empty()  # always there, filled or not: the charts below keep their place in the page when it changes
 if r > 1 and result.first_prediction != prediction:
-    st.info(
+    notice.info(
         f"Routing changed the answer: with uniform couplings capsule {names[result.first_prediction]} was longest.",
         icon=":material/alt_route:",
     )
