@@ -200,22 +200,16 @@ def test_the_page_measures_lists_the_changes_and_opens_one_on_the_routing_page(
 
 def test_the_em_network_is_measured_at_each_r_and_its_changes_open_on_draw(
     app_dirs,  # noqa: F811
-    data_dir: Path,
+    tiny_em: Path,
     test_images,
-    tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Issue 30: the EM network's class activations at r = 1..5 (every capsule layer routed r times), each r's
     reading the whole forward pass at that r; the page measures it and opens a changed image on the Draw page."""
-    from capsnet.training.options import TrainOptions
-    from capsnet.training.trainer import train
     from dashboard import models
 
     _, checkpoints = app_dirs
-    train(TrainOptions(network="em", preset="tiny", dataset="mnist", epochs=1, batch_size=50, train_size=200,
-                       test_size=100, device="cpu", out=str(tmp_path / "em"), progress=False,
-                       data_dir=str(data_dir)))  # fmt: skip
-    path = Path(shutil.copy(tmp_path / "em" / "best.safetensors", checkpoints / "mnist-em.safetensors"))
+    path = Path(shutil.copy(tiny_em, checkpoints / "mnist-em.safetensors"))  # the session's tiny trained EM network
     net = load_checkpoint(path, networks=("em",)).model
     images = test_images.first(100)
     scores = rm.iteration_lengths(net, images.images, rm.ITERATIONS, batch_size=64)  # (N, R, K)
