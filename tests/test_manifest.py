@@ -30,6 +30,10 @@ def test_an_entry_records_the_bytes_and_the_first_answers(shipped: Path) -> None
     assert entry.network == "capsnet" and entry.dataset == "mnist"
     assert len(entry.answers) == manifest.FIRST and set(entry.answers) <= set("0123456789")
     assert manifest.check(shipped, shipped.parents[1]) == entry
+    assert manifest.check(shipped, shipped.parents[1], examples=100) == entry  # a quicker look: the first 100
+    for wrong in (0, manifest.FIRST + 1):
+        with pytest.raises(ValueError, match="examples must be in 1..1000"):
+            manifest.check(shipped, shipped.parents[1], examples=wrong)
 
 
 def test_changed_bytes_are_refused(shipped: Path) -> None:
@@ -52,6 +56,8 @@ def test_code_that_reads_the_weights_differently_is_caught(shipped: Path, monkey
     monkeypatch.setattr(CapsNet, "forward", reversed_classes)
     with pytest.raises(manifest.ManifestError, match="changes .* of its answers on the first 1000"):
         manifest.check(shipped, shipped.parents[1])
+    with pytest.raises(manifest.ManifestError, match="changes .* of its answers on the first 100 "):
+        manifest.check(shipped, shipped.parents[1], examples=100)
 
 
 def test_a_missing_entry_and_a_damaged_manifest_are_one_line(shipped: Path, tmp_path: Path) -> None:

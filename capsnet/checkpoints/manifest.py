@@ -47,9 +47,9 @@ class ManifestEntry:
         return cls(**{name: data[name] for name in cls.__dataclass_fields__})
 
 
-def first_answers(checkpoint: Checkpoint, data_dir: str | os.PathLike | None = None) -> str:
-    """What `checkpoint` answers on the first `FIRST` examples of its test set."""
-    test = read_test_set(checkpoint.info.dataset_name, data_dir).first(FIRST)
+def first_answers(checkpoint: Checkpoint, data_dir: str | os.PathLike | None = None, examples: int = FIRST) -> str:
+    """What `checkpoint` answers on the first `examples` (`FIRST`) examples of its test set."""
+    test = read_test_set(checkpoint.info.dataset_name, data_dir).first(examples)
     result = evaluate_set(checkpoint.model, test)
     if isinstance(result, Evaluation):
         answers = "".join(str(k) for k in result.predictions.tolist())
@@ -96,9 +96,15 @@ def record(
 
 
 def check(
-    path: str | os.PathLike, folder: str | os.PathLike, data_dir: str | os.PathLike | None = None
+    path: str | os.PathLike,
+    folder: str | os.PathLike,
+    data_dir: str | os.PathLike | None = None,
+    examples: int = FIRST,
 ) -> ManifestEntry:
-    """Prove that `path` is the file its entry describes and reads as it did; ManifestError (one line) if not."""
+    """Prove that `path` is the file its entry describes and reads as it did on the first `examples` of the
+    `FIRST` test examples its entry keeps (all of them by default); ManifestError (one line) if not."""
+    if not 0 < examples <= FIRST:
+        raise ValueError(f"examples must be in 1..{FIRST}, got {examples}")
     path, folder = Path(path), Path(folder)
     name = path.resolve().relative_to(folder.resolve()).as_posix()
     entry = read_manifest(folder).get(name)
@@ -115,12 +121,13 @@ def check(
         raise ManifestError(
             f"{name} reads as a {network} on {dataset}; its entry says {entry.network} on {entry.dataset}"
         )
-    answers = first_answers(checkpoint, data_dir)
-    width = len(answers) // max(FIRST, 1) or 1
-    changed = sum(a != b for a, b in zip(_chunks(answers, width), _chunks(entry.answers, width)))
-    if len(answers) != len(entry.answers) or changed > ALLOWED_CHANGES:
+    answers = first_answers(checkpoint, data_dir, examples)
+    width = len(entry.answers) // FIRST or 1  # a digit, or a pair's two
+    kept = entry.answers[: examples * width]
+    changed = sum(a != b for a, b in zip(_chunks(answers, width), _chunks(kept, width)))
+    if len(answers) != len(kept) or changed > ALLOWED_CHANGES:
         raise ManifestError(
-            f"{name}: today's code changes {changed} of its answers on the first {FIRST} test examples "
+            f"{name}: today's code changes {changed} of its answers on the first {examples} test examples "
             f"(at most {ALLOWED_CHANGES} may differ by rounding): the network no longer reads its weights as it did"
         )
     return entry
