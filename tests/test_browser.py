@@ -617,7 +617,7 @@ progress = {"status": "running", "pid": os.getpid(), "dataset": "mnist", "epochs
             "started": time.time()}
 for epoch in range(1, epochs + 1):
     write("progress.json", dict(progress, epoch=epoch, batch=5))
-    time.sleep(4)
+    time.sleep(2)
     with open(os.path.join(run, "metrics.jsonl"), "a") as handle:
         handle.write(json.dumps({"epoch": epoch, "train_loss": 1 / epoch, "train_accuracy": 0.5 + epoch / 20,
                                  "test_loss": 1 / epoch, "test_accuracy": 0.5 + epoch / 10}) + "\\n")

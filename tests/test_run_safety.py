@@ -66,7 +66,7 @@ def test_two_trainers_never_share_a_folder(data_dir: Path, tmp_path: Path) -> No
 
     out = tmp_path / "run"
     first = subprocess.Popen(
-        [sys.executable, "-m", "capsnet", "train", *T, "--train-size", "2000", "--epochs", "2", "--out", str(out)],
+        [sys.executable, "-m", "capsnet", "train", *T, "--train-size", "640", "--epochs", "2", "--out", str(out)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     deadline = time.time() + 120
@@ -90,7 +90,7 @@ def test_two_trainers_never_share_a_folder(data_dir: Path, tmp_path: Path) -> No
         assert f"in use by another training process (pid {first.pid})" in refused.stderr
         assert refused.stderr.strip().count("\n") == 0
     assert [r["epoch"] for r in read_jsonl(out / "metrics.jsonl")] == [1, 2]
-    assert json.loads((out / "args.json").read_text())["train_size"] == 2000
+    assert json.loads((out / "args.json").read_text())["train_size"] == 640
 
 
 class Killed(BaseException):

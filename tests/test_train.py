@@ -210,7 +210,7 @@ def test_a_stop_signal_stops_at_a_batch_and_resume_finishes(data_dir: Path, tmp_
         "--batch-size",
         "32",
         "--train-size",
-        "4000",
+        "2000",
         "--test-size",
         "100",
         "--out",
@@ -228,14 +228,14 @@ def test_a_stop_signal_stops_at_a_batch_and_resume_finishes(data_dir: Path, tmp_
     process.send_signal(stop)
     assert process.wait(timeout=60) == 0, process.stderr.read()
     state = torch.load(out / "train_state.pt", weights_only=True)
-    assert state["epoch"] == 0 and 3 <= state["batch"] < 125
+    assert state["epoch"] == 0 and 3 <= state["batch"] < 63
     assert read_json(out / "progress.json")["status"] == "stopped"
     assert read_jsonl(out / "metrics.jsonl") == []
     assert state["partial"]["seen"] == 32 * state["batch"]  # the part of the epoch run before the stop
     run("-m", "capsnet", "train", "--out", str(out), "--resume", "--epochs", "1", "--no-progress")
     records = read_jsonl(out / "metrics.jsonl")
     assert [r["epoch"] for r in records] == [1]
-    assert records[0]["train_images"] == 4000  # the record covers the whole epoch, not the part after the resume
+    assert records[0]["train_images"] == 2000  # the record covers the whole epoch, not the part after the resume
     assert read_json(out / "progress.json")["status"] == "finished"
 
 
