@@ -12,6 +12,7 @@ from dashboard import figures, guards, models, pages, routing_texts, state, widg
 
 MAX_ITERATIONS = 5  # the slider's end (or the model's own r, if more)
 STEP = "routing_step"  # the iteration shown, from 1
+STEP_OF = "routing_step_of"  # the number of iterations it was shown for
 OVERLAYS = {"votes": "the capsule each stroke votes for", "coupling": "how strongly it votes for the chosen capsule"}
 EM_INTRO = (
     "In the EM network every capsule layer after the primary capsules is routed by **EM**: each parent is a Gaussian "
@@ -46,7 +47,9 @@ def _move(delta: int, iterations: int) -> None:
 
 def _stepper(r: int, caption: str) -> int:
     """The iteration shown (1..r), and with more than one the page's ◀ Previous / Next ▶ that set it: one iteration
-    for the whole page, which every chart below draws."""
+    for the whole page, which every chart below draws. A new number of iterations opens on its last."""
+    if st.session_state.get(STEP_OF) != r:
+        st.session_state[STEP_OF], st.session_state[STEP] = r, r
     step = int(np.clip(st.session_state.get(STEP, r), 1, r))
     st.session_state[STEP] = step
     if r > 1:
@@ -98,8 +101,6 @@ def _em_routing(model: models.Model) -> None:
         f"Input: **{state.input_label() or 'current input'}**. With **{r}** EM iteration{'s' if r != 1 else ''} "
         f"the network predicts **{names[prediction]}** (a = {reading.activations[prediction]:.2f})."
     )
-    if st.session_state.get("em_step_of") != r:  # a new number of iterations: show its last one
-        st.session_state["em_step_of"], st.session_state[STEP] = r, r
     step = _stepper(r, "◀ ▶ step both charts through the EM iterations together.")
     t = step - 1
     st.plotly_chart(
@@ -181,8 +182,6 @@ choice = widgets.capsule_selectbox(
 digit = prediction if choice is None else choice
 other = result.runner_up if digit == prediction else prediction  # beside it: the runner-up, or the winner
 r = result.iterations
-if st.session_state.get("routing_step_of") != r:  # a new number of iterations: show its last one
-    st.session_state["routing_step_of"], st.session_state[STEP] = r, r
 first, last = result.iteration_lengths[0], result.iteration_lengths[-1]
 summary = (
     f"Input: **{state.input_label() or 'current input'}**. With **{r}** "
