@@ -134,3 +134,30 @@ def test_a_warm_started_run_resumes_with_the_network_it_was_built_with(data_dir:
     (out / "args.json").write_text(json.dumps(args))
     train(TrainOptions(**run, epochs=3, resume=True, out=str(out)))
     assert load_checkpoint(out / "last.safetensors").config == built
+
+
+def test_a_warm_started_em_run_trains_at_the_final_spread_margin(
+    tiny_em: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The margin's ramp is for a fresh network: a run from --init (and its resume) trains at 0.9 from its first batch,
+    where a fresh run's margin still grows."""
+    from capsnet.training import trainer
+    from capsnet.training.options import TrainOptions
+
+    seen: list[float] = []
+    step = trainer.training_step
+
+    def spy(*args: object) -> object:
+        seen.append(args[-1])  # the progress the loss reads
+        return step(*args)
+
+    monkeypatch.setattr(trainer, "training_step", spy)
+    run = dict(dataset="mnist", network="em", preset="tiny", train_size=32, test_size=16, batch_size=8, device="cpu",
+               progress=False)  # fmt: skip
+    trainer.train(TrainOptions(**run, epochs=1, out=str(tmp_path / "fresh")))
+    assert seen == pytest.approx([0.0, 0.25, 0.5, 0.75])  # the ramp from the first batch
+    seen.clear()
+    out = tmp_path / "warm"
+    trainer.train(TrainOptions(**run, epochs=1, init=str(tiny_em), out=str(out)))
+    trainer.train(TrainOptions(**run, epochs=2, resume=True, out=str(out)))
+    assert seen == [1.0] * 8  # both epochs at the schedule's end

@@ -129,7 +129,11 @@ class TrainOptions:
     )
     resume: bool = field(default=False, metadata=option("continue the run in --out from its last state", recipe=False))
     init: str | None = field(
-        default=None, metadata=option("start from this checkpoint's weights, with a fresh optimizer")
+        default=None,
+        metadata=option(
+            "start from this checkpoint's weights, with a fresh optimizer (the EM network's spread margin starts "
+            "at its end, 0.9: the checkpoint is past the ramp)"
+        ),
     )
     progress: bool = field(default=True, metadata=option("the progress bar on stderr", recipe=False))
 

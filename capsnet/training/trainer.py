@@ -244,6 +244,16 @@ def build(
     return model, optimizer, schedule
 
 
+def loss_progress(done: int, total: int, warm: bool) -> tuple[float, float]:
+    """(how far the run is after `done` of its `total` batches, what one batch adds), as the loss reads it.
+
+    A loss with a schedule (the EM network's spread margin, growing from 0.2 to 0.9) follows the run; a warm start
+    (--init, and its resumes) trains at the schedule's end: the ramp keeps a fresh network's capsules from dying
+    early, and the model it starts from is past it (a new ramp would spend its first epoch on a slack margin).
+    """
+    return (1.0, 0.0) if warm else (done / total, 1 / total)
+
+
 # ---------------------------------------------------------------- the loop
 
 
@@ -320,7 +330,7 @@ def fit(
                 sums = train_one_epoch(
                     net, loader, optimizer, model.config, device, amp, stop, env,
                     on_batch if env.is_main else None, bar, watch, scheduler,
-                    ((epoch * batches + done_before) / total_batches, 1 / total_batches),
+                    loss_progress(epoch * batches + done_before, total_batches, warm=prepared.origin is not None),
                 )  # fmt: skip
                 if bar is not None:
                     bar.close()
