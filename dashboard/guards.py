@@ -81,18 +81,23 @@ def require_input() -> np.ndarray | None:
     return image
 
 
-def try_test_set(name: str) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """The test set, or an error message on the page (and None)."""
+def try_test_set(name: str, quiet: bool = False) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The test set, or an error message on the page (and None).
+
+    `quiet`: no message, for what the app does before the page is drawn (the page that needs the set says why).
+    """
     if name not in DATASETS:  # a header naming a dataset this version does not know
-        st.error(
-            f"This model's dataset {name[:60]!r} is unknown to this version: no test images.",
-            icon=":material/folder_off:",
-        )
+        if not quiet:
+            st.error(
+                f"This model's dataset {name[:60]!r} is unknown to this version: no test images.",
+                icon=":material/folder_off:",
+            )
         return None
     try:
         return models.test_set(name)
     except (DatasetNotFoundError, DatasetDamagedError) as error:
-        st.error(f"The {dataset_info(name).title} test set is not available: {error}", icon=":material/folder_off:")
+        if not quiet:
+            st.error(f"The {dataset_info(name).title} test set is not available: {error}", icon=":material/folder_off:")
         return None
 
 

@@ -82,12 +82,15 @@ def read_link(entries: list[CheckpointEntry]) -> None:
         )
     elif "test" in params:
         dataset = chosen.dataset if chosen is not None and chosen.dataset else "mnist"
-        data = guards.try_test_set(dataset)
+        data = guards.try_test_set(dataset, quiet=True)
         count = len(data[0]) if data is not None else 0
         value = _whole(params["test"], 0, count - 1)
-        if value is None:
-            if data is not None:
-                notices.append(f"The link's test image {params['test']!r} is not an index from 0 to {count - 1:,}.")
+        if data is None:
+            title = dataset_info(dataset).title if dataset in DATASETS else dataset[:60]
+            notices.append(f"The link's test image {str(params['test'])[:20]!r} cannot be opened: the {title} test "
+                           "set is not available here.")  # fmt: skip
+        elif value is None:
+            notices.append(f"The link's test image {params['test']!r} is not an index from 0 to {count - 1:,}.")
         else:
             open_test_image(value, dataset)
     if state.current_input() is None and (not known or task(chosen.dataset).takes_drawings):  # type: ignore[union-attr]
@@ -132,10 +135,13 @@ def write_link(entry: CheckpointEntry | None, page: str) -> None:
 
 
 def open_test_image(index: int, dataset: str) -> None:
-    """Make test image `index` of `dataset` the current input of every page (and the Draw page's choice)."""
+    """Make test image `index` of `dataset` the current input of every page (and the Draw page's choice).
+
+    Nothing happens (and nothing is said) when the test set cannot be read: the page that needs it says why, once.
+    """
     if dataset in DATASETS and not task(dataset).takes_drawings:  # 36x36 pairs or 40x40 digits: not an input
         return
-    data = guards.try_test_set(dataset)
+    data = guards.try_test_set(dataset, quiet=True)
     if data is None:
         return
     images, labels = data

@@ -319,6 +319,37 @@ def test_every_page_runs_on_the_shipped_fashion_mnist_model(app_dirs, data_dir: 
     assert "Ankle boot" in json.dumps(chart(at, "per_class_chart"))  # the class names come from the header
 
 
+def test_a_missing_test_set_is_said_once_on_the_page_that_needs_it(
+    app_with_run,  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No MNIST on disk: the first visit opens no test image quietly (no message above the page), each page that
+    needs the set says so once, and a link's test image says it cannot be opened."""
+    import torchvision
+
+    def offline(self: object) -> None:  # the one stand-in: a download would need the network
+        raise RuntimeError("no network in tests")
+
+    monkeypatch.setattr(torchvision.datasets.MNIST, "download", offline)
+    (tmp_path / "no-data").mkdir()
+    monkeypatch.setenv("CAPSNET_DATA_DIR", str(tmp_path / "no-data"))
+    at = new_app()
+    at.query_params.update(test="7")
+    at = at.run()
+    no_exception(at)
+    assert not at.error, [e.value for e in at.error]  # the Draw page opens on its canvas, which needs no data
+    assert any("test image '7' cannot be opened" in w.value for w in at.warning), [w.value for w in at.warning]
+    at.segmented_control(key="input_source").set_value("Test image").run()
+    missing = [e.value for e in at.error]
+    assert len(missing) == 1 and "test set is not available" in missing[0] and "no-data" in missing[0], missing
+    at.switch_page("app_pages/evaluate.py").run()
+    no_exception(at)
+    assert [e.value for e in at.error] == missing  # once, on the page that needs it
+    at.switch_page("app_pages/routing.py").run()
+    assert not at.error and any("No input yet" in i.value for i in at.info)
+
+
 def test_every_page_runs_on_a_model_for_the_affine_claim(app_dirs, data_dir: Path) -> None:  # noqa: F811
     """A 40x40 CapsNet trained on moved digits (the shipped mnist-40 pair's kind): every page opens without an error,
     those that read a 28x28 input saying so."""
