@@ -48,6 +48,17 @@ def claim_table(verdict, start_free=None) -> list[dict[str, object]]:
     ]
 
 
+def claim_table_by_network(verdict, start_free=None) -> dict[str, list[object]]:
+    """`claim_table` turned: one column per network, one row per figure ("figure" first, as the rows' names), so
+    that 2 to 4 networks fit the page's width and a figure reads across them. The start-free pair's columns are
+    named so ("CapsNet · from scratch"): its networks are the pair beside the verdict's own."""
+    rows = claim_table(verdict, start_free)
+    own = len(verdict.rows)
+    names = [str(r["network"]) + ("" if n < own else " · from scratch") for n, r in enumerate(rows)]
+    figures = [k for k in rows[0] if k != "network"] if rows else []
+    return {"figure": figures, **{name: [str(r[k]) for k in figures] for name, r in zip(names, rows)}}
+
+
 MULTIMNIST_CURVE = (
     "Lines: test error after each epoch on the runs' own test pairs. Diamonds: each kept file on the fixed test "
     "pairs, the table's figure, at the pairs it had seen. Dashed: the paper's, after 60 million pairs."

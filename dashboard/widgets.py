@@ -85,6 +85,6 @@ def claim_verdict(verdict: Verdict, key: str, curve: str, start_free: Verdict | 
     st.markdown(verdict.statement())
     if start_free is not None:
         st.markdown("**Without any warm start.** " + start_free.statement())
-    st.dataframe(claim_texts.claim_table(verdict, start_free), hide_index=True)
+    st.table(claim_texts.claim_table_by_network(verdict, start_free), hide_index=True)  # a column per network: it fits
     st.plotly_chart(figures.claim_figure(verdict), key=key, config={"displayModeBar": False})
     st.caption(curve)

@@ -62,6 +62,12 @@ def prediction(at: AppTest) -> str | None:
     return values[0] if values else None
 
 
+def claim_rows(at: AppTest) -> dict[str, dict[str, str]]:
+    """The claim's table as drawn (a column per network): {network: {figure: value}}."""
+    table = at.table[-1].value
+    return {name: dict(zip(table["figure"], table[name])) for name in table.columns if name != "figure"}
+
+
 def pick_test_image(at: AppTest, index: int) -> AppTest:
     at.segmented_control(key="input_source").set_value("Test image").run()
     at.number_input(key="test_index").set_value(index).run()
@@ -687,12 +693,10 @@ def test_the_transform_lens_sets_the_capsnet_beside_a_cnn(
     )
     assert "Without any warm start" not in verdict  # no start-free record shipped: the pair alone
     assert "38.00%" in verdict and "not reproduced" in verdict and "disputed" in verdict
-    table = at.dataframe[-1].value
-    assert list(table["network"]) == ["CapsNet", "CNN baseline"] and list(table["paper's test error"]) == [
-        "21.0%",
-        "34.0%",
-    ]
-    assert list(table["here"]) == ["38.00% (10,000 test examples)", "30.00% (10,000 test examples)"]
+    table = claim_rows(at)
+    assert list(table) == ["CapsNet", "CNN baseline"]  # a column per network: the table fits the page
+    assert [table[n]["paper's test error"] for n in table] == ["21.0%", "34.0%"]
+    assert [table[n]["here"] for n in table] == ["38.00% (10,000 test examples)", "30.00% (10,000 test examples)"]
     # a start-free pair's record beside the shipped files: its statement under the pair's, its rows in the table
     from capsnet.readings import claims
 
@@ -705,9 +709,13 @@ def test_the_transform_lens_sets_the_capsnet_beside_a_cnn(
     no_exception(at)
     assert any(m.value.startswith("**Without any warm start.** Here the CNN baseline is ahead") and "20.00%" in m.value
                for m in at.markdown)  # fmt: skip
-    table = at.dataframe[-1].value
-    assert list(table["start"]) == ["from scratch"] * 4 and list(table["network"])[2:] == ["CapsNet", "CNN baseline"]
-    assert list(table["here"])[2:] == ["28.00% (10,000 test examples)", "20.00% (10,000 test examples)"]
+    table = claim_rows(at)
+    assert list(table)[2:] == ["CapsNet · from scratch", "CNN baseline · from scratch"]
+    assert [table[n]["start"] for n in table] == ["from scratch"] * 4
+    assert [table[n]["here"] for n in list(table)[2:]] == [
+        "28.00% (10,000 test examples)",
+        "20.00% (10,000 test examples)",
+    ]
     curves = chart(at, "lens_claim")["data"]
     assert [plotly_values(t["x"]).tolist() for t in curves[:2]] == [[1000, 2000], [1000, 2000]]
     assert [t["name"] for t in curves[2:4]] == ["CapsNet, the kept file", "CNN baseline, the kept file"]
@@ -863,7 +871,7 @@ def test_the_overlapping_digits_page(app_dirs, tiny_multimnist, tiny_baselines) 
     # the verdict on the paper's claim: this model against its CNN, with budgets, a curve and the dispute
     verdict = " ".join(m.value for m in at.markdown)
     assert "is ahead, with the same budget of 1,000 training examples each" in verdict and "disputed" in verdict
-    assert {"CapsNet", "CNN baseline"} == set(at.dataframe[-1].value["network"])
+    assert list(claim_rows(at)) == ["CapsNet", "CNN baseline"]
     claim = chart(at, "overlap_claim")
     assert [t["name"] for t in claim["data"]][:2] == ["CapsNet here", "CNN baseline here"]
     at.button(key="overlap_random").click().run()

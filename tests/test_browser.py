@@ -251,6 +251,8 @@ def test_moving_a_dimension_slider_changes_the_reconstruction(page, app: App, sc
     edited = page.get_by_test_id("stImage").filter(has_text="edited reconstruction").locator("img")
     expect(edited).to_be_visible()
     wait_idle(page)
+    shown, main = edited.bounding_box(), page.get_by_test_id("stMainBlockContainer").bounding_box()
+    assert shown and main and shown["x"] + shown["width"] <= main["x"] + main["width"], (shown, main)  # on the page
     before_src = edited.get_attribute("src")
     before_bytes = page.request.get(before_src).body()
     before_value = float(slider.input_value())
@@ -506,6 +508,13 @@ def test_overlapping_digits_from_a_link(page, app: App, screenshots: Screenshots
         "CNN baseline, the kept file",
     ]  # then the paper's figures, dashed
     assert claim.evaluate("p => p.layout.yaxis.type") == "log"
+    table = page.get_by_test_id("stTable")  # a column per network: the whole table in view, no sideways scroll
+    assert table.evaluate("t => t.scrollWidth <= t.clientWidth + 1"), table.evaluate(
+        "t => [t.scrollWidth, t.clientWidth]"
+    )
+    pictures = page.get_by_test_id("stMain").locator("[data-testid=stImage] img")
+    boxes = [pictures.nth(n).bounding_box() for n in range(pictures.count())]
+    assert len(boxes) == 4 and not any(overlap(a, b) for n, a in enumerate(boxes) for b in boxes[n + 1 :]), boxes
     segmented = page.get_by_test_id("stMain").locator("[data-testid=stImage]").filter(has_text="red: from capsule")
     expect(segmented.locator("img")).to_be_visible()
     wait_rendered(page)

@@ -231,8 +231,19 @@ def test_a_verdict_kept_as_a_record_reads_back_the_same(tmp_path: Path) -> None:
                                                    for r in kept.rows))  # fmt: skip
     assert scratch.from_scratch and not kept.from_scratch
     assert ", both from scratch (no warm start): " in scratch.statement().split(". ")[0]
-    from dashboard.claim_texts import claim_table
+    from dashboard.claim_texts import claim_table, claim_table_by_network
 
+    turned = claim_table_by_network(kept, scratch)  # what the pages draw: a column per network
+    assert list(turned) == [
+        "figure",
+        "CapsNet",
+        "CNN baseline",
+        "CapsNet · from scratch",
+        "CNN baseline · from scratch",
+    ]
+    assert turned["figure"][:3] == ["start", "paper's test error", "here"]
+    assert turned["CapsNet"][0].startswith("warm: ") and turned["CNN baseline · from scratch"][0] == "from scratch"
+    assert {len(column) for column in turned.values()} == {8}  # start, the errors, examples, hours, epochs, lr, kept
     table = claim_table(kept, scratch)
     assert [row["start"] for row in table] == [
         "warm: an MNIST model at 99.64% (6,420,000 digits)",

@@ -333,6 +333,8 @@ def test_the_claim_figure_puts_each_kept_file_at_the_examples_it_had_seen() -> N
     paper = [traces["CapsNet, paper: 5.2%"], traces["CNN baseline, paper: 8.1%"]]
     assert [tuple(t.y) for t in paper] == [(5.2, 5.2), (8.1, 8.1)] and paper[0].line.dash == "dash"
     assert fig.layout.yaxis.type == "log"  # 2% and 35% both readable (issue 31, item 8)
+    labels = list(fig.layout.yaxis.ticktext)
+    assert "20" in labels and len(set(labels)) == len(labels)  # each tick in full: 20 is not a second "2"
 
 
 def test_robustness_points_carry_their_sampling_interval() -> None:

@@ -94,7 +94,10 @@ with images_col:
         width=28 * 4,
         output_format="PNG",
     )
-    st.image(figures.pixel_image(reconstruction, 8), caption="edited reconstruction", width=28 * 8, output_format="PNG")
+    # as wide as the column (a fixed 224 px ran out of the page at 1,100 px)
+    st.image(
+        figures.pixel_image(reconstruction, 8), caption="edited reconstruction", width="stretch", output_format="PNG"
+    )
     moved = int(np.sum(~np.isclose(edited, base, atol=1e-6)))
     st.caption(f"{moved} of {digit_dim} dimensions moved." if moved else "No dimension moved yet: drag a slider.")
 

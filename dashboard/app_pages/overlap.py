@@ -130,16 +130,16 @@ with controls:
         st.caption(texts.baseline_result("MultiMNIST", model.info.test_accuracy, cnn.accuracy, pairs=True))
 
 with view:
-    pictures = st.columns(3)
-    pictures[0].image(figures.pixel_image(image, 5), caption="the overlay", width=36 * 5, output_format="PNG")
+    pictures = st.columns(3)  # each image as wide as its column: a fixed 180 px ran over the next one
+    pictures[0].image(figures.pixel_image(image, 5), caption="the overlay", width="stretch", output_format="PNG")
     pictures[1].image(
         figures.segmentation_image(image, reading.reconstructions[0], reading.reconstructions[1], 5),
-        caption=f"red: from capsule {names[top[0]]}, green: from capsule {names[top[1]]}", width=36 * 5,
+        caption=f"red: from capsule {names[top[0]]}, green: from capsule {names[top[1]]}", width="stretch",
         output_format="PNG",
     )  # fmt: skip
     pictures[2].image(
         [figures.pixel_image(reading.reconstructions[k], 3) for k in (0, 1)],
-        caption=[f"capsule {names[top[k]]} alone" for k in (0, 1)], width=36 * 3, output_format="PNG",
+        caption=[f"capsule {names[top[k]]} alone" for k in (0, 1)], width="stretch", output_format="PNG",
     )  # fmt: skip
     if cnn is None:
         chart = figures.lengths_bar(
