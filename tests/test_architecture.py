@@ -211,6 +211,10 @@ def test_the_figures(model: CapsNet, reading: ex.Explanation) -> None:
     assert corner[0].max() - corner[0].min() == model.config.primary_kernel
     hover = np.asarray(maps.data[0].customdata)  # each map's number on its own pixels
     assert hover[0, 0] == 1 and hover[-1, -1] == 4
+    grid = arch_fig.grid_lengths_figure(np.zeros((6, 6)), 4, 3, "type 1, every position")
+    assert list(grid.layout.yaxis.range) == [5.5, -0.5] and list(grid.layout.xaxis.range) == [-0.5, 5.5]
+    # square cells in any plot's shape: the plot shrinks, neither axis stretches past the grid
+    assert grid.layout.xaxis.constrain == grid.layout.yaxis.constrain == "domain"
 
 
 # ---------------------------------------------------------------- the page

@@ -244,7 +244,7 @@ with view_col:
     reading, view = reader.stages(image, chosen, widgets.capsule_choice(st.session_state.get(DIGIT)))
     if stage in PICKS_CAPSULE:  # the capsule looked at: the one selected anywhere, else the longest where the ink is
         if stage == "votes":
-            pick_col, digit_col = st.columns([3, 1.5])
+            pick_col, digit_col = st.container(), st.container()  # j under i: beside it, "the prediction" was cut
             widgets.capsule_selectbox("Digit capsule j", names, key=DIGIT, predicted_label="the prediction",
                                       help=f"Now the prediction is {names[reading.prediction]}.", container=digit_col)  # fmt: skip
         else:

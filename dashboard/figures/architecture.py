@@ -223,7 +223,8 @@ def grid_lengths_figure(lengths: np.ndarray, y: int, x: int, title: str, height:
         title=_title(title),
         shapes=[_rect(x - 0.5, x + 0.5, y - 0.5, y + 0.5, width=3)],
         xaxis=dict(constrain="domain", dtick=1, title=dict(text="x"), range=[-0.5, side - 0.5]),
-        yaxis=dict(scaleanchor="x", dtick=1, title=dict(text="y"), range=[side - 0.5, -0.5]),
+        # both axes keep their range and the plot shrinks to a square (a tall plot widened y to -7..12 on 6x6)
+        yaxis=dict(scaleanchor="x", constrain="domain", dtick=1, title=dict(text="y"), range=[side - 0.5, -0.5]),
     )
 
 
