@@ -164,6 +164,7 @@ class EMCapsNetOutput:
     reconstruction: Tensor | None  # (B, C, H, W) in [0, 1], or None without a decoder
     prediction: Tensor  # argmax_j a_j: (B,)
     trace: EMTrace | None = None  # the class layer's EM routing
+    layer_traces: tuple[EMTrace, EMTrace] | None = None  # ConvCaps1's and ConvCaps2's EM routing, on request
     primary: tuple[Tensor, Tensor] | None = None  # primary poses (B, T, 16, G, G) and activations (B, T, G, G)
     features: Tensor | None = None  # Conv1's ReLU feature maps (B, A, G, G), on request
 
@@ -216,14 +217,16 @@ class EMCapsNet(nn.Module):
         decode_class: Tensor | int | None = None,
         routing_iterations: int | None = None,
         return_trace: bool = False,
+        return_layer_traces: bool = False,
         return_primary: bool = False,
         return_features: bool = False,
     ) -> EMCapsNetOutput:
         """Classify (and, with a decoder, redraw) a batch.
 
         The decoder sees the true label's pose when `labels` are given (always in training), else `decode_class`'s,
-        else the prediction's. `return_trace` keeps the class layer's EM routing, `return_primary` the primary
-        capsules and `return_features` Conv1's maps of this same pass.
+        else the prediction's. `return_trace` keeps the class layer's EM routing, `return_layer_traces` the two
+        convolutional capsule layers', `return_primary` the primary capsules and `return_features` Conv1's maps of
+        this same pass.
         """
         c = self.config
         expected = (c.in_channels, c.image_size, c.image_size)
@@ -237,8 +240,9 @@ class EMCapsNet(nn.Module):
         features = F.relu(self.conv1(images))  # (B, A, 12, 12)
         poses, acts = self.primary(features)  # (B, B, 16, 12, 12), (B, B, 12, 12)
         primary = (poses, acts) if return_primary else None
-        poses, acts, _ = self.convcaps1(poses, acts, iterations)  # (B, C, 16, 5, 5), (B, C, 5, 5)
-        poses, acts, _ = self.convcaps2(poses, acts, iterations)  # (B, D, 16, 3, 3), (B, D, 3, 3)
+        keep = return_layer_traces
+        poses, acts, first = self.convcaps1(poses, acts, iterations, keep)  # (B, C, 16, 5, 5), (B, C, 5, 5)
+        poses, acts, second = self.convcaps2(poses, acts, iterations, keep)  # (B, D, 16, 3, 3), (B, D, 3, 3)
         class_poses, class_acts, trace = self.classes(poses, acts, iterations, return_trace)  # (B, K, 16), (B, K)
         prediction = class_acts.argmax(dim=1)  # (B,)
         reconstruction = None
@@ -251,6 +255,7 @@ class EMCapsNet(nn.Module):
             reconstruction=reconstruction,
             prediction=prediction,
             trace=trace,
+            layer_traces=(first, second) if first is not None and second is not None else None,
             primary=primary,
             features=features if return_features else None,
         )
