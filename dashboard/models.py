@@ -43,6 +43,7 @@ from capsnet.readings import playground as pg
 from capsnet.readings import routing_matters as rm
 from capsnet.readings import stages as arch
 from capsnet.readings.agreement import Votes
+from capsnet.readings.em_layers import ConvLayerRouting, read_conv_layers
 from capsnet.readings.equivariance import Transform, TransformedReading
 from capsnet.readings.explain_em import EMExplanation, explain_em
 from capsnet.readings.novelty import NoveltyThresholds, thresholds_for
@@ -104,6 +105,10 @@ class Model(Loaded):
     ) -> EMExplanation:
         """`capsnet.readings.explain_em.explain_em` of one input: the EM network's activations and class routing."""
         return _em_explanation(self.key, image, decode_class, iterations, self.net)
+
+    def em_layers(self, image: np.ndarray, iterations: int | None = None) -> tuple[ConvLayerRouting, ConvLayerRouting]:
+        """`capsnet.readings.em_layers.read_conv_layers` of one input: the EM network's ConvCaps1 and ConvCaps2."""
+        return _em_layers(self.key, image, iterations, self.net)
 
     def votes(self, image: np.ndarray, iterations: int | None = None) -> Votes:
         """Every vote u_hat_{j|i} and coupling of one input: the trace of `explain`'s one forward pass."""
@@ -292,6 +297,13 @@ def _em_explanation(
     model_key: str, image: np.ndarray, decode_class: int | None, iterations: int | None, _model: Any
 ) -> EMExplanation:
     return explain_em(_model, image, decode_class, iterations)
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def _em_layers(
+    model_key: str, image: np.ndarray, iterations: int | None, _model: Any
+) -> tuple[ConvLayerRouting, ConvLayerRouting]:
+    return read_conv_layers(_model, image, iterations)
 
 
 @st.cache_data(max_entries=64, show_spinner=False)

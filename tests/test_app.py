@@ -1084,6 +1084,23 @@ def test_every_page_runs_on_an_em_model(app_dirs, data_dir: Path, tmp_path: Path
     at.slider(key="routing_iterations").set_value(5).run()
     no_exception(at)
     assert any("iteration 5 of 5" in m.value for m in at.markdown)
+    # ConvCaps1: where one child's unit of data went, over every window holding it (the most active child first)
+    at.segmented_control(key="em_routing_layer").set_value("ConvCaps1").run()
+    no_exception(at)
+    circles = chart(at, "em_layer")["data"][1]  # over the parents' activations: the parents the child was given to
+    given = plotly_values(circles["customdata"])
+    assert 0 < len(given) <= 4 * 4 and given.sum() == pytest.approx(1.0, abs=0.02)  # <= 4 windows x 4 types (tiny)
+    assert any("window" in m.value and "compete for it" in m.value for m in at.markdown)
+    at.number_input(key="em_child_ConvCaps1_y").set_value(11).run()  # the last row: under no window of stride 2
+    no_exception(at)
+    assert any("is in **no window**" in m.value for m in at.markdown)
+    assert len(chart(at, "em_layer")["data"]) == 1  # no circles
+    at.segmented_control(key="em_routing_layer").set_value("ConvCaps2").run()
+    no_exception(at)
+    assert chart(at, "em_child_windows")["layout"]["shapes"]  # its windows outlined on the 5x5 grid
+    at.segmented_control(key="em_routing_layer").set_value("class capsules").run()
+    no_exception(at)
+    assert chart(at, "em_assignments")
     at.switch_page(pages.TRANSFORM.path).run()  # the activations stay, the 16 pose entries follow the turn
     at.slider(key="lens_rotation").set_value(30.0).run()
     no_exception(at)

@@ -417,3 +417,25 @@ def test_the_em_fit_figure_shows_activations_and_spreads_of_each_class() -> None
     left, right = fig.data
     assert list(left.y) == [0.1, 0.8, 0.3] and list(right.y) == [1.0, 0.2, 0.6]
     assert list(left.marker.color) == [figures.OTHER, figures.WINNER, figures.OTHER] and right.xaxis == "x2"
+
+
+def test_the_em_layer_map_circles_the_parents_a_child_was_given_to() -> None:
+    acts = np.arange(3 * 4, dtype=np.float32).reshape(3, 2, 2) / 12  # 3 parent types on a 2x2 grid
+    shares = np.array([[0.5, 0.0, 0.001], [0.0, 0.3, 0.199]], np.float32)  # the child is in windows 1 and 2
+    fig = figures.em_layer_figure(acts, np.array([1, 2]), shares, "ConvCaps2", "child type 1 at (0, 1)")
+    heat, circles = fig.data
+    assert np.asarray(heat.z).shape == (3, 4) and list(heat.x) == ["(0,0)", "(0,1)", "(1,0)", "(1,1)"]
+    assert float(np.asarray(heat.z)[1, 2]) == pytest.approx(acts[1, 1, 0])  # type 2 at (1, 0)
+    # one circle per parent given more than half a percent, at its position and type, the largest the largest share
+    assert list(circles.x) == ["(0,1)", "(1,0)", "(1,0)"] and list(circles.y) == ["type 1", "type 2", "type 3"]
+    assert list(np.asarray(circles.customdata)) == pytest.approx([0.5, 0.3, 0.199])
+    assert np.argmax(np.asarray(circles.marker.size)) == 0
+    alone = figures.em_layer_figure(acts, np.array([], int), np.zeros((0, 3)), "ConvCaps1", "child")
+    assert len(alone.data) == 1  # a child under no window: no circles
+
+
+def test_the_child_windows_map_outlines_each_window_and_the_child() -> None:
+    fig = figures.em_child_windows_figure(np.zeros((5, 5)), 2, 3, [(0, 2, 3), (2, 2, 3)], "type 1")
+    boxes = fig.layout.shapes
+    assert len(boxes) == 3 and (boxes[0].x0, boxes[0].x1, boxes[0].y0, boxes[0].y1) == (1.5, 4.5, -0.5, 2.5)
+    assert (boxes[-1].x0, boxes[-1].y0) == (2.5, 1.5)  # the child's own cell, last (on top)

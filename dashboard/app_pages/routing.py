@@ -8,6 +8,7 @@ import streamlit as st
 from capsnet.nn.config import MAX_ROUTING_ITERATIONS, CapsNetConfig
 from capsnet.readings import agreement as ag
 from capsnet.readings import explain as ex
+from capsnet.readings.em_layers import LAYER_NAMES, ConvLayerRouting
 from dashboard import figures, guards, models, pages, routing_texts, state, widgets
 
 MAX_ITERATIONS = 5  # the slider's end (or the model's own r, if more)
@@ -17,9 +18,12 @@ OVERLAYS = {"votes": "the capsule each stroke votes for", "coupling": "how stron
 EM_INTRO = (
     "In the EM network every capsule layer after the primary capsules is routed by **EM**: each parent is a Gaussian "
     "over the 16 entries of its children's votes, fitted to the votes given to it (the **M-step**), and each child is "
-    "then given to the parents whose Gaussians explain its votes best (the **E-step**), a few times. Below, the class "
-    "layer: the capsules of the last grid, given to the classes."
+    "then given to the parents whose Gaussians explain its votes best (the **E-step**), a few times. Choose a layer: "
+    "the class capsules, or ConvCaps1 and ConvCaps2, where parents at every position compete for each child."
 )
+EM_LAYER = "em_routing_layer"  # the layer shown: "class capsules", "ConvCaps1" or "ConvCaps2"
+CLASS_LAYER = "class capsules"
+EM_CHILD = "em_child_{}_{}"  # a conv layer's chosen child: type (from 1), row, column; formatted with layer, part
 STEP_CAPTION = "◀ ▶ step every chart on this page, and the stroke overlay, through the routing iterations together."
 
 
@@ -80,7 +84,14 @@ def _em_routing(model: models.Model) -> None:
     if image is None:
         st.stop()
     config, names = model.config, model.class_names
-    c1, c2, _ = st.columns([1.2, 1, 1.2])
+    layer = st.segmented_control(
+        "Layer", [CLASS_LAYER, *LAYER_NAMES], key=EM_LAYER, default=CLASS_LAYER,
+        help="The class capsules route the last grid to the classes; ConvCaps1 routes the primary capsules' 3x3 "
+        "windows, ConvCaps2 ConvCaps1's.",
+    ) or CLASS_LAYER  # fmt: skip
+    c1, c2 = st.columns([1.2, 2.2], gap="medium")
+    if layer == CLASS_LAYER:
+        c2 = c2.columns(2)[0]  # a select as wide as a third of the page
     asked = min(state.routing_iterations() or 1, MAX_ROUTING_ITERATIONS)
     iterations = c1.slider(
         "EM iterations", min_value=1, max_value=max(MAX_ITERATIONS, config.routing_iterations, asked),
@@ -91,16 +102,22 @@ def _em_routing(model: models.Model) -> None:
     )  # fmt: skip
     reading = model.explain_em(image, iterations=int(iterations))
     prediction = reading.prediction
+    r = reading.iterations
+    said = (
+        f"Input: **{state.input_label() or 'current input'}**. With **{r}** EM iteration{'s' if r != 1 else ''} "
+        f"the network predicts **{names[prediction]}** (a = {reading.activations[prediction]:.2f})."
+    )
+    if layer != CLASS_LAYER:
+        st.markdown(said)
+        step = _stepper(r, "◀ ▶ step both charts through the EM iterations together.")
+        _em_conv_layer(model.em_layers(image, int(iterations))[LAYER_NAMES.index(layer)], step, c2)
+        return
     choice = widgets.capsule_selectbox("Class to look at", names, key=state.ROUTING_CAPSULE,
                                        predicted_label="the prediction", container=c2,
                                        help=f"Whose share of the children to show: the winner (now "
                                        f"{names[prediction]}) or any other.")  # fmt: skip
     klass = prediction if choice is None else choice
-    r = reading.iterations
-    st.markdown(
-        f"Input: **{state.input_label() or 'current input'}**. With **{r}** EM iteration{'s' if r != 1 else ''} "
-        f"the network predicts **{names[prediction]}** (a = {reading.activations[prediction]:.2f})."
-    )
+    st.markdown(said)
     step = _stepper(r, "◀ ▶ step both charts through the EM iterations together.")
     t = step - 1
     st.plotly_chart(
@@ -127,6 +144,77 @@ def _em_routing(model: models.Model) -> None:
     )
     st.page_link(pages.PLAYGROUND.path, label="Route toy votes with EM and with dynamic routing, side by side",
                  icon=pages.PLAYGROUND.icon)  # fmt: skip
+
+
+def _child_picker(layer: ConvLayerRouting, container) -> int:
+    """Type, row and column of the child capsule looked at in `layer` (the most active one until one is chosen)."""
+    types, side = layer.child_grid
+    keys = [EM_CHILD.format(layer.name, part) for part in ("type", "y", "x")]
+    kept = [st.session_state.get(k) for k in keys]
+    if any(v is None for v in kept) or not (1 <= kept[0] <= types and 0 <= kept[1] < side and 0 <= kept[2] < side):
+        kind, y, x = layer.position(layer.most_active_child())
+        for key, value in zip(keys, (kind + 1, y, x)):
+            st.session_state[key] = value
+    a, b, c = container.columns(3)
+    kind = a.number_input(
+        "Child type", 1, types, key=keys[0], help=f"One of the {types} capsule types {layer.name} reads."
+    )
+    y = b.number_input("Row", 0, side - 1, key=keys[1], help=f"On the {side}x{side} grid {layer.name} reads.")
+    x = c.number_input("Column", 0, side - 1, key=keys[2])
+    return layer.child(int(kind) - 1, int(y), int(x))
+
+
+def _em_conv_layer(layer: ConvLayerRouting, step: int, picker) -> None:
+    """One convolutional capsule layer at M-step `step`: where the chosen child's unit of data went, over every
+    window that holds it, on the map of the parents' activations."""
+    child = _child_picker(layer, picker)
+    kind, y, x = layer.position(child)
+    types, side = layer.child_grid
+    parent_types, n = layer.parent_grid
+    split = layer.split(child, step)
+    k, s = layer.kernel, layer.stride
+    name = f"child type {kind + 1} at ({y}, {x})"
+    windows = [(int(p) // n * s, int(p) % n * s, k) for p in split.positions]
+    left, right = st.columns([1, 1.3], gap="large")
+    left.plotly_chart(
+        figures.em_child_windows_figure(layer.child_activations[kind], y, x, windows,
+                                        f"type {kind + 1} on the {side}x{side} grid, its windows"),
+        key="em_child_windows", config={"displayModeBar": False},
+    )  # fmt: skip
+    a_i = float(layer.child_activations[kind, y, x])
+    if not len(split.positions):
+        right.markdown(
+            f"**{name}** (a_i = {a_i:.2f}) is in **no window**: the {k}x{k} windows of stride {s} stop at row and "
+            f"column {(n - 1) * s + k - 1}, so {layer.name} never reads it and its data goes to no parent."
+        )
+    else:
+        order = np.argsort(-split.shares, axis=None)[:3]
+        best = "; ".join(
+            f"type {j + 1} at ({int(split.positions[m]) // n}, {int(split.positions[m]) % n}): {split.shares[m, j]:.0%}"
+            for m, j in (np.unravel_index(o, split.shares.shape) for o in order)
+        )
+        start = (
+            "before any agreement, it is spread evenly" if step == 1 else f"after the E-step of iteration {step - 1}"
+        )
+        right.markdown(
+            f"**{name}** (a_i = {a_i:.2f}) is in **{len(split.positions)} window{'s' if len(split.positions) != 1 else ''}** "
+            f"(outlined), so {len(split.positions) * parent_types} parents share its one unit of data: those "
+            f"{parent_types} types at each of those positions compete for it. In the M-step of iteration {step} "
+            f"({start}) it gave the most to {best}."
+        )
+        right.caption(
+            "EM gives a child to the parents whose Gaussians explain its vote best, across positions as well as types "
+            "(a parent with one child, or parents that do not compete across positions, are pitfalls Gritzman lists: "
+            "arXiv:1907.00652)."
+        )
+    st.plotly_chart(
+        figures.em_layer_figure(layer.parent_activations[step - 1], split.positions, split.shares, layer.name, name),
+        key="em_layer", config={"displayModeBar": False},
+    )  # fmt: skip
+    st.caption(
+        f"{layer.name}'s {parent_types} parent types at its {n}x{n} positions as the M-step of iteration {step} fitted "
+        "them: the brighter, the more active (a_j). The circles are the parents the chosen child was given to."
+    )
 
 
 chosen_model = guards.current_model(show_errors=False)

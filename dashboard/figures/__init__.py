@@ -14,7 +14,14 @@ from dashboard.figures.agreement import (
 )
 from dashboard.figures.baseline import claim_figure, comparison_figure, robustness_figure
 from dashboard.figures.capsules import capsule_primer_figure, dimension_profile_figure, lengths_bar
-from dashboard.figures.em import activations_bar, em_assignment_figure, em_class_routing_figure, em_fit_figure
+from dashboard.figures.em import (
+    activations_bar,
+    em_assignment_figure,
+    em_child_windows_figure,
+    em_class_routing_figure,
+    em_fit_figure,
+    em_layer_figure,
+)
 from dashboard.figures.equivariance import pose_figure, rotation_sweep_figure
 from dashboard.figures.evaluation import confusion_figure, per_class_accuracy_figure
 from dashboard.figures.images import (
@@ -38,8 +45,10 @@ from dashboard.figures.training import MARKED_EPOCHS, TICKED_EPOCHS, training_cu
 __all__ = [
     "activations_bar",
     "em_assignment_figure",
+    "em_child_windows_figure",
     "em_class_routing_figure",
     "em_fit_figure",
+    "em_layer_figure",
     "primary_coupling_figure",
     "capsule_primer_figure",
     "MARGIN_LABEL_SPACE",

@@ -113,3 +113,73 @@ def em_fit_figure(
     fig.update_yaxes(range=[0, 1.02], row=1, col=1)
     fig.update_yaxes(rangemode="tozero", row=1, col=2)
     return layout(fig, height, margin=dict(l=10, r=10, t=40, b=10))
+
+
+def em_layer_figure(
+    parent_activations: np.ndarray,
+    positions: np.ndarray,
+    shares: np.ndarray,
+    layer: str,
+    child: str,
+    height: int = 420,
+) -> go.Figure:
+    """A convolutional capsule layer's parents at one iteration, a_j (J, n, n) by type (rows) and position (columns),
+    with circles where one child's unit of data went: `shares` (M, J) of R_ij to the types at `positions` (M,)."""
+    acts = np.asarray(parent_activations, np.float32)
+    types, n = acts.shape[0], acts.shape[-1]
+    shares = np.asarray(shares, np.float32).reshape(len(positions), types)
+    places = [f"({y},{x})" for y in range(n) for x in range(n)]
+    rows = [f"type {t + 1}" for t in range(types)]
+    fig = go.Figure(
+        go.Heatmap(
+            z=acts.reshape(types, n * n), x=places, y=rows, zmin=0, zmax=1, colorscale="Viridis",
+            colorbar=dict(title=dict(text="a_j"), thickness=12),
+            hovertemplate="%{y} at %{x}<br>a_j = %{z:.3f}<extra></extra>",
+        )
+    )  # fmt: skip
+    m, j = np.nonzero(shares > 0.005)  # the parents given at least half a percent of the child
+    if len(m):
+        given = shares[m, j]
+        fig.add_trace(
+            go.Scatter(
+                x=[places[int(positions[k])] for k in m], y=[rows[t] for t in j], mode="markers",
+                marker=dict(size=6 + 30 * np.sqrt(given / shares.max()), color="rgba(0,0,0,0)",
+                            line=dict(color=WINNER, width=2)),
+                customdata=given, showlegend=False,
+                hovertemplate=f"{child} gives %{{y}} at %{{x}}<br>R_ij = %{{customdata:.3f}}<extra></extra>",
+            )
+        )  # fmt: skip
+    fig.update_xaxes(title=f"position (row, column) on {layer}'s {n}x{n} grid", type="category")
+    fig.update_yaxes(autorange="reversed", type="category")
+    return layout(
+        fig, height, margin=dict(l=10, r=10, t=58, b=10),
+        title=f"{layer}: every parent's activation a_j<br><sup>red circles: the parents {child} was given to, "
+        "sized by R_ij</sup>",
+    )  # fmt: skip
+
+
+def em_child_windows_figure(
+    child_activations: np.ndarray,
+    y: int,
+    x: int,
+    windows: Sequence[tuple[int, int, int]],
+    title: str,
+    height: int = 300,
+) -> go.Figure:
+    """One child type's activations a_i on its grid (side, side), the child (y, x) marked and each window that holds
+    it outlined: `windows` as (top row, left column, size)."""
+    acts = np.asarray(child_activations, np.float32)
+    side = acts.shape[-1]
+    boxes = [dict(type="rect", x0=left - 0.5, x1=left + k - 0.5, y0=top - 0.5, y1=top + k - 0.5,
+                  line=dict(color=WINNER, width=2)) for top, left, k in windows]  # fmt: skip
+    chosen = dict(type="rect", x0=x - 0.5, x1=x + 0.5, y0=y - 0.5, y1=y + 0.5, line=dict(color="#fafafa", width=3))
+    fig = go.Figure(
+        go.Heatmap(
+            z=acts, zmin=0, zmax=1, colorscale="Viridis", colorbar=dict(title=dict(text="a_i"), thickness=12),
+            hovertemplate="(%{y}, %{x})<br>a_i = %{z:.3f}<extra></extra>",
+        )
+    )  # fmt: skip
+    fig.update_xaxes(constrain="domain", dtick=1 if side <= 6 else 2, range=[-0.5, side - 0.5], title="x")
+    fig.update_yaxes(scaleanchor="x", constrain="domain", dtick=1 if side <= 6 else 2, range=[side - 0.5, -0.5],
+                     title="y")  # fmt: skip
+    return layout(fig, height, margin=dict(l=40, r=10, t=40, b=40), title=title, shapes=[*boxes, chosen])
