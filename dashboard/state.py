@@ -38,6 +38,11 @@ ROUTING_ITERATIONS = "routing_iterations"  # the Routing page's r (int): set by 
 ROUTING_CAPSULE = "routing_digit"  # the Routing page's capsule (a class index, or the prediction)
 DIMENSIONS_CLASS = "dims_class"  # the Capsule dimensions page's capsule
 RECONSTRUCT_AS = "reconstruct_as"  # the Draw page's "redraw as" capsule
+EM_LAYER = "em_routing_layer"  # the EM Routing page's layer: "class capsules", "ConvCaps1" or "ConvCaps2"
+EM_CHILD = "em_child_{}_{}"  # a convolutional EM layer's chosen child, by layer name and part (type, y, x)
+EM_CHILD_KEYS = tuple(
+    EM_CHILD.format(layer, part) for layer in ("ConvCaps1", "ConvCaps2") for part in ("type", "y", "x")
+)
 
 
 def selected_primary() -> int | None:
@@ -125,7 +130,8 @@ def init() -> None:
 
 # widget values that must outlive their page: Streamlit drops a widget's value from the session at the end of a
 # run in which the widget is not drawn; assigning each to itself at the start of every run keeps it
-KEPT_WIDGETS = (INPUT_SOURCE, TEST_INDEX, ROUTING_ITERATIONS, ROUTING_CAPSULE, DIMENSIONS_CLASS, RECONSTRUCT_AS)
+KEPT_WIDGETS = (INPUT_SOURCE, TEST_INDEX, ROUTING_ITERATIONS, ROUTING_CAPSULE, DIMENSIONS_CLASS, RECONSTRUCT_AS,
+                EM_LAYER, *EM_CHILD_KEYS)  # fmt: skip
 
 
 def keep_widget_values() -> None:

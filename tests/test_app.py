@@ -1096,11 +1096,24 @@ def test_every_page_runs_on_an_em_model(app_dirs, data_dir: Path, tmp_path: Path
     assert any("is in **no window**" in m.value for m in at.markdown)
     assert len(chart(at, "em_layer")["data"]) == 1  # no circles
     at.segmented_control(key="em_routing_layer").set_value("ConvCaps2").run()
+    at.number_input(key="em_child_ConvCaps2_y").set_value(2).run()
+    at.number_input(key="em_child_ConvCaps2_x").set_value(2).run()  # the centre of 5x5: in all 9 windows of 3x3
     no_exception(at)
-    assert chart(at, "em_child_windows")["layout"]["shapes"]  # its windows outlined on the 5x5 grid
+    boxes = chart(at, "em_child_windows")["layout"]["shapes"]
+    assert [(b["x0"], b["y0"]) for b in boxes[:-1]] == [(x - 0.5, y - 0.5) for y in range(3) for x in range(3)]
+    assert (boxes[-1]["x0"], boxes[-1]["y0"]) == (1.5, 1.5)  # the child's own cell
+    at.slider(key="routing_iterations").set_value(1).run()  # one M-step: before any agreement, equal shares
+    no_exception(at)
+    assert any("each of them is given the same 1/36 = 2.8%" in m.value for m in at.markdown)  # 9 windows x 4 types
+    at.switch_page(pages.DRAW.path).run()
+    at.switch_page(pages.ROUTING.path).run()  # the layer and the child are kept across pages
+    assert at.segmented_control(key="em_routing_layer").value == "ConvCaps2"
+    assert at.number_input(key="em_child_ConvCaps2_x").value == 2
     at.segmented_control(key="em_routing_layer").set_value("class capsules").run()
     no_exception(at)
     assert chart(at, "em_assignments")
+    at.segmented_control(key="em_routing_layer").set_value(None).run()  # a click on the chosen layer: it stays
+    assert at.segmented_control(key="em_routing_layer").value == "class capsules" and chart(at, "em_assignments")
     at.switch_page(pages.TRANSFORM.path).run()  # the activations stay, the 16 pose entries follow the turn
     at.slider(key="lens_rotation").set_value(30.0).run()
     no_exception(at)

@@ -41,6 +41,14 @@ def test_each_layer_is_the_forward_pass(net: EMCapsNet) -> None:
     np.testing.assert_allclose(second.child_activations, out1[0].numpy(), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(second.parent_activations[-1], out2[0].numpy(), rtol=1e-5, atol=1e-6)
     assert first.most_active_child() == int(acts[0].argmax())
+    for layer in (first, second):  # a view opens on the most active child that more than one window holds
+        chosen = layer.default_child()
+        kind, y, x = layer.position(chosen)
+        types, side = layer.child_grid
+        assert len(windows_of(side, layer.kernel, layer.stride, y, x)) > 1
+        shared = [layer.child_activations[t, i, j] for t in range(types) for i in range(side) for j in range(side)
+                  if len(windows_of(side, layer.kernel, layer.stride, i, j)) > 1]  # fmt: skip
+        assert layer.child_activations[kind, y, x] == max(shared)
     fewer, _ = read_conv_layers(net, image.numpy(), iterations=1)
     assert fewer.iterations == 1 and fewer.parent_activations.shape == (1, c.convcaps1_types, 5, 5)
 

@@ -67,8 +67,17 @@ class ConvLayerRouting:
         return child // (side * side), (child // side) % side, child % side
 
     def most_active_child(self) -> int:
-        """The child with the highest activation a_i (the first of ties), a view's default."""
+        """The child with the highest activation a_i (the first of ties)."""
         return int(np.argmax(self.child_activations.reshape(-1)))
+
+    def default_child(self) -> int:
+        """A view's first child: the most active of those in more than one window, where positions compete (a
+        corner child under one window shows none); the most active of all if no child is in two windows."""
+        counts = np.bincount(self.child_index.reshape(-1), minlength=self.child_activations.size)  # (T*side^2,)
+        shared = counts > 1
+        if not shared.any():
+            return self.most_active_child()
+        return int(np.argmax(np.where(shared, self.child_activations.reshape(-1), -1.0)))
 
     def split(self, child: int, step: int) -> ChildSplit:
         """Where child i's data went at M-step `step` (from 1): one row per window that holds it."""
@@ -89,7 +98,7 @@ def read_conv_layers(
     with torch.inference_mode():
         out = model(x.to(model.device), routing_iterations=iterations, return_layer_traces=True, return_primary=True)
     assert out.layer_traces is not None and out.primary is not None  # asked for
-    primary = out.primary[1][0].float().cpu().numpy()  # (B, 12, 12) the primary capsules' activations
+    primary = out.primary[1][0].float().cpu().numpy()  # (T, G, G) the primary capsules' activations
     first = _layer(LAYER_NAMES[0], out.layer_traces[0], primary, c.convcaps1_types, c.convcaps_kernel,
                    c.convcaps1_stride)  # fmt: skip
     second = _layer(LAYER_NAMES[1], out.layer_traces[1], first.parent_activations[-1], c.convcaps2_types,

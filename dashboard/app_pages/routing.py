@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import streamlit as st
 
@@ -21,9 +23,8 @@ EM_INTRO = (
     "then given to the parents whose Gaussians explain its votes best (the **E-step**), a few times. Choose a layer: "
     "the class capsules, or ConvCaps1 and ConvCaps2, where parents at every position compete for each child."
 )
-EM_LAYER = "em_routing_layer"  # the layer shown: "class capsules", "ConvCaps1" or "ConvCaps2"
-CLASS_LAYER = "class capsules"
-EM_CHILD = "em_child_{}_{}"  # a conv layer's chosen child: type (from 1), row, column; formatted with layer, part
+CLASS_LAYER = "class capsules"  # the EM layer choice's first option; ConvCaps1 and ConvCaps2 follow
+LAST_LAYER = "em_routing_last_layer"  # the layer chosen last, put back when a click clears the choice
 STEP_CAPTION = "◀ ▶ step every chart on this page, and the stroke overlay, through the routing iterations together."
 
 
@@ -68,8 +69,16 @@ def _stepper(r: int, caption: str) -> int:
     return step
 
 
+def _keep_a_layer() -> None:
+    """A click on the chosen layer would leave none chosen: it stays chosen."""
+    if st.session_state.get(state.EM_LAYER) is None:
+        st.session_state[state.EM_LAYER] = st.session_state.get(LAST_LAYER, CLASS_LAYER)
+    st.session_state[LAST_LAYER] = st.session_state[state.EM_LAYER]
+
+
 def _em_routing(model: models.Model) -> None:
-    """The page for the EM network: its class layer's EM routing on the current input, one iteration at a time."""
+    """The page for the EM network: EM routing on the current input, one iteration at a time, in the class layer or
+    in ConvCaps1 or ConvCaps2 (one child capsule at a time)."""
     st.markdown(EM_INTRO)
     m_col, e_col = st.columns(2, gap="large")
     with m_col:
@@ -85,7 +94,7 @@ def _em_routing(model: models.Model) -> None:
         st.stop()
     config, names = model.config, model.class_names
     layer = st.segmented_control(
-        "Layer", [CLASS_LAYER, *LAYER_NAMES], key=EM_LAYER, default=CLASS_LAYER,
+        "Layer", [CLASS_LAYER, *LAYER_NAMES], key=state.EM_LAYER, default=CLASS_LAYER, on_change=_keep_a_layer,
         help="The class capsules route the last grid to the classes; ConvCaps1 routes the primary capsules' 3x3 "
         "windows, ConvCaps2 ConvCaps1's.",
     ) or CLASS_LAYER  # fmt: skip
@@ -146,13 +155,14 @@ def _em_routing(model: models.Model) -> None:
                  icon=pages.PLAYGROUND.icon)  # fmt: skip
 
 
-def _child_picker(layer: ConvLayerRouting, container) -> int:
-    """Type, row and column of the child capsule looked at in `layer` (the most active one until one is chosen)."""
+def _child_picker(layer: ConvLayerRouting, container: Any) -> int:
+    """Type, row and column of the child capsule looked at in `layer` (`ConvLayerRouting.default_child` until one
+    is chosen)."""
     types, side = layer.child_grid
-    keys = [EM_CHILD.format(layer.name, part) for part in ("type", "y", "x")]
+    keys = [state.EM_CHILD.format(layer.name, part) for part in ("type", "y", "x")]
     kept = [st.session_state.get(k) for k in keys]
     if any(v is None for v in kept) or not (1 <= kept[0] <= types and 0 <= kept[1] < side and 0 <= kept[2] < side):
-        kind, y, x = layer.position(layer.most_active_child())
+        kind, y, x = layer.position(layer.default_child())
         for key, value in zip(keys, (kind + 1, y, x)):
             st.session_state[key] = value
     a, b, c = container.columns(3)
@@ -164,7 +174,7 @@ def _child_picker(layer: ConvLayerRouting, container) -> int:
     return layer.child(int(kind) - 1, int(y), int(x))
 
 
-def _em_conv_layer(layer: ConvLayerRouting, step: int, picker) -> None:
+def _em_conv_layer(layer: ConvLayerRouting, step: int, picker: Any) -> None:
     """One convolutional capsule layer at M-step `step`: where the chosen child's unit of data went, over every
     window that holds it, on the map of the parents' activations."""
     child = _child_picker(layer, picker)
@@ -188,19 +198,20 @@ def _em_conv_layer(layer: ConvLayerRouting, step: int, picker) -> None:
             f"column {(n - 1) * s + k - 1}, so {layer.name} never reads it and its data goes to no parent."
         )
     else:
-        order = np.argsort(-split.shares, axis=None)[:3]
-        best = "; ".join(
-            f"type {j + 1} at ({int(split.positions[m]) // n}, {int(split.positions[m]) % n}): {split.shares[m, j]:.0%}"
-            for m, j in (np.unravel_index(o, split.shares.shape) for o in order)
-        )
-        start = (
-            "before any agreement, it is spread evenly" if step == 1 else f"after the E-step of iteration {step - 1}"
-        )
+        count = len(split.positions)
+        if step == 1:  # before any agreement every parent that sees the child is given the same share
+            given = f"each of them is given the same 1/{count * parent_types} = {1 / (count * parent_types):.1%}"
+        else:
+            order = np.argsort(-split.shares, axis=None)[:3]  # the three largest R_ij, (window, type) flattened
+            given = f"after the E-step of iteration {step - 1}, the most went to " + "; ".join(
+                f"type {j + 1} at ({int(split.positions[m]) // n}, {int(split.positions[m]) % n}): "
+                f"{split.shares[m, j]:.0%}"
+                for m, j in (np.unravel_index(o, split.shares.shape) for o in order)
+            )
         right.markdown(
-            f"**{name}** (a_i = {a_i:.2f}) is in **{len(split.positions)} window{'s' if len(split.positions) != 1 else ''}** "
-            f"(outlined), so {len(split.positions) * parent_types} parents share its one unit of data: those "
-            f"{parent_types} types at each of those positions compete for it. In the M-step of iteration {step} "
-            f"({start}) it gave the most to {best}."
+            f"**{name}** (a_i = {a_i:.2f}) is in **{count} window{'s' if count != 1 else ''}** (outlined), so "
+            f"{count * parent_types} parents share its one unit of data: the {parent_types} types at each of those "
+            f"positions compete for it. In the M-step of iteration {step}, {given}."
         )
         right.caption(
             "EM gives a child to the parents whose Gaussians explain its vote best, across positions as well as types "

@@ -114,6 +114,6 @@ def claim_figure(verdict: Verdict, height: int = 320) -> go.Figure:
     fig.update_xaxes(title="training examples seen", rangemode="tozero")
     # errors from a first epoch's 35% down to a kept file's 2%: on a log scale both ends are readable
     # every tick in full: plotly's own log ticks write 20 as "2" beside the 2 below it
-    ticks = [0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100]
+    ticks = [0.1, 0.2, 0.3, 0.5, 1, 2, 3, 5, 10, 20, 30, 50, 100]  # a few labelled ticks in any one decade
     fig.update_yaxes(title="test error (%, log scale)", type="log", tickvals=ticks, ticktext=[f"{t:g}" for t in ticks])
     return layout(fig, height, title="Test error as training goes on", legend=dict(orientation="h", y=-0.3))

@@ -1,4 +1,5 @@
-"""The EM network's class layer, iteration by iteration: what the Draw page shows of an EM model's reading."""
+"""The EM network's routing, iteration by iteration: its class layer (the Draw and Routing pages) and its
+convolutional capsule layers, one child capsule at a time (the Routing page)."""
 
 from __future__ import annotations
 
@@ -127,12 +128,13 @@ def em_layer_figure(
     with circles where one child's unit of data went: `shares` (M, J) of R_ij to the types at `positions` (M,)."""
     acts = np.asarray(parent_activations, np.float32)
     types, n = acts.shape[0], acts.shape[-1]
-    shares = np.asarray(shares, np.float32).reshape(len(positions), types)
+    shares = np.asarray(shares, np.float32).reshape(len(positions), types)  # (M, J)
     places = [f"({y},{x})" for y in range(n) for x in range(n)]
     rows = [f"type {t + 1}" for t in range(types)]
     fig = go.Figure(
         go.Heatmap(
-            z=acts.reshape(types, n * n), x=places, y=rows, zmin=0, zmax=1, colorscale="Viridis",
+            z=acts.reshape(types, n * n),  # (J, n*n): a row per type, a column per position
+            x=places, y=rows, zmin=0, zmax=1, colorscale="Viridis",
             colorbar=dict(title=dict(text="a_j"), thickness=12),
             hovertemplate="%{y} at %{x}<br>a_j = %{z:.3f}<extra></extra>",
         )
