@@ -39,6 +39,7 @@ ROUTING_CAPSULE = "routing_digit"  # the Routing page's capsule (a class index, 
 DIMENSIONS_CLASS = "dims_class"  # the Capsule dimensions page's capsule
 RECONSTRUCT_AS = "reconstruct_as"  # the Draw page's "redraw as" capsule
 EM_LAYER = "em_routing_layer"  # the EM Routing page's layer: "class capsules", "ConvCaps1" or "ConvCaps2"
+EM_LAST_LAYER = "em_routing_last_layer"  # the EM layer chosen last, put back when a click clears the choice
 EM_CHILD = "em_child_{}_{}"  # a convolutional EM layer's chosen child, by layer name and part (type, y, x)
 EM_CHILD_KEYS = tuple(
     EM_CHILD.format(layer, part) for layer in ("ConvCaps1", "ConvCaps2") for part in ("type", "y", "x")
@@ -138,6 +139,31 @@ def keep_widget_values() -> None:
     for key in KEPT_WIDGETS:
         if key in st.session_state:
             st.session_state[key] = st.session_state[key]
+
+
+def keep_an_em_layer(fallback: str) -> None:
+    """The EM layer choice's on_change: a click on the chosen layer would leave none chosen; the last one stays
+    (`fallback` before any)."""
+    if st.session_state.get(EM_LAYER) is None:
+        st.session_state[EM_LAYER] = st.session_state.get(EM_LAST_LAYER, fallback)
+    st.session_state[EM_LAST_LAYER] = st.session_state[EM_LAYER]
+
+
+def em_child_keys(layer: str) -> tuple[str, str, str]:
+    """The widget keys of `layer`'s chosen child: its type (from 1), row and column."""
+    return EM_CHILD.format(layer, "type"), EM_CHILD.format(layer, "y"), EM_CHILD.format(layer, "x")
+
+
+def em_child(layer: str) -> tuple[int, int, int] | None:
+    """`layer`'s chosen child as (type from 1, row, column), or None before one is chosen."""
+    kept = [st.session_state.get(key) for key in em_child_keys(layer)]
+    return None if any(v is None for v in kept) else (int(kept[0]), int(kept[1]), int(kept[2]))
+
+
+def choose_em_child(layer: str, kind: int, y: int, x: int) -> None:
+    """Set `layer`'s chosen child (type from 1) before its inputs are drawn."""
+    for key, value in zip(em_child_keys(layer), (kind, y, x)):
+        st.session_state[key] = value
 
 
 def routing_iterations() -> int | None:

@@ -24,7 +24,6 @@ EM_INTRO = (
     "the class capsules, or ConvCaps1 and ConvCaps2, where parents at every position compete for each child."
 )
 CLASS_LAYER = "class capsules"  # the EM layer choice's first option; ConvCaps1 and ConvCaps2 follow
-LAST_LAYER = "em_routing_last_layer"  # the layer chosen last, put back when a click clears the choice
 STEP_CAPTION = "◀ ▶ step every chart on this page, and the stroke overlay, through the routing iterations together."
 
 
@@ -69,13 +68,6 @@ def _stepper(r: int, caption: str) -> int:
     return step
 
 
-def _keep_a_layer() -> None:
-    """A click on the chosen layer would leave none chosen: it stays chosen."""
-    if st.session_state.get(state.EM_LAYER) is None:
-        st.session_state[state.EM_LAYER] = st.session_state.get(LAST_LAYER, CLASS_LAYER)
-    st.session_state[LAST_LAYER] = st.session_state[state.EM_LAYER]
-
-
 def _em_routing(model: models.Model) -> None:
     """The page for the EM network: EM routing on the current input, one iteration at a time, in the class layer or
     in ConvCaps1 or ConvCaps2 (one child capsule at a time)."""
@@ -94,7 +86,7 @@ def _em_routing(model: models.Model) -> None:
         st.stop()
     config, names = model.config, model.class_names
     layer = st.segmented_control(
-        "Layer", [CLASS_LAYER, *LAYER_NAMES], key=state.EM_LAYER, default=CLASS_LAYER, on_change=_keep_a_layer,
+        "Layer", [CLASS_LAYER, *LAYER_NAMES], key=state.EM_LAYER, default=CLASS_LAYER, on_change=state.keep_an_em_layer, args=(CLASS_LAYER,),
         help="The class capsules route the last grid to the classes; ConvCaps1 routes the primary capsules' 3x3 "
         "windows, ConvCaps2 ConvCaps1's.",
     ) or CLASS_LAYER  # fmt: skip
@@ -159,12 +151,11 @@ def _child_picker(layer: ConvLayerRouting, container: Any) -> int:
     """Type, row and column of the child capsule looked at in `layer` (`ConvLayerRouting.default_child` until one
     is chosen)."""
     types, side = layer.child_grid
-    keys = [state.EM_CHILD.format(layer.name, part) for part in ("type", "y", "x")]
-    kept = [st.session_state.get(k) for k in keys]
-    if any(v is None for v in kept) or not (1 <= kept[0] <= types and 0 <= kept[1] < side and 0 <= kept[2] < side):
+    keys = state.em_child_keys(layer.name)
+    kept = state.em_child(layer.name)
+    if kept is None or not (1 <= kept[0] <= types and 0 <= kept[1] < side and 0 <= kept[2] < side):
         kind, y, x = layer.position(layer.default_child())
-        for key, value in zip(keys, (kind + 1, y, x)):
-            st.session_state[key] = value
+        state.choose_em_child(layer.name, kind + 1, y, x)
     a, b, c = container.columns(3)
     kind = a.number_input(
         "Child type", 1, types, key=keys[0], help=f"One of the {types} capsule types {layer.name} reads."
