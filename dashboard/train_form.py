@@ -44,6 +44,8 @@ MODEL_LABELS = {
     ("cnn", "multimnist"): f"CNN baseline for 36x36 MultiMNIST ({_parameters('cnn', 'multimnist')} parameters)",
     ("cnn", "tiny"): f"Tiny CNN baseline ({_parameters('cnn', 'tiny')} parameters, a quick demo)",
     ("em", "paper"): f"EM routing, matrix capsules, the paper's A=B=C=D=32 ({_parameters('em', 'paper')} parameters)",
+    ("em", "paper-decoder"): "EM routing, the paper's A=B=C=D=32 with a decoder "
+    f"({_parameters('em', 'paper-decoder')} parameters)",
     ("em", "small"): f"EM routing, the paper's small network ({_parameters('em', 'small')} parameters)",
     ("em", "small-decoder"): "EM routing, the small network with a decoder "
     f"({_parameters('em', 'small-decoder')} parameters)",

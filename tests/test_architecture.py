@@ -50,8 +50,8 @@ def test_the_stages_parameters_add_up_to_the_models(preset: str) -> None:
     assert by_key["decoder"].parameters == sum(p.numel() for p in net.decoder.parameters())
 
 
-@pytest.mark.parametrize(("preset", "size"), [("paper", 28), ("small", 28), ("small-decoder", 28), ("tiny", 28),
-                                            ("paper", 32)])  # fmt: skip
+@pytest.mark.parametrize(("preset", "size"), [("paper", 28), ("paper-decoder", 28), ("small", 28), ("small-decoder", 28),
+                                            ("tiny", 28), ("paper", 32)])  # fmt: skip
 def test_the_em_networks_stages_add_up_to_its_parameters_and_shapes(preset: str, size: int) -> None:
     """The EM network's stages (issue 30): their parameters are its layers', their shapes its forward pass's."""
     config = EMCapsNetConfig.preset(preset, image_size=size)

@@ -144,6 +144,8 @@ class EMCapsNetConfig:
 EM_PRESETS: dict[str, EMCapsNetConfig] = {
     # the paper's network (A = B = C = D = 32): 318,964 parameters, about the paper's "310K"
     "paper": EMCapsNetConfig(),
+    # the paper's network with the decoder that redraws the digit from its class capsule's 16 pose entries
+    "paper-decoder": EMCapsNetConfig(decoder_hidden=(512, 1024)),
     # the paper's small network (A = 64, B = 8, C = D = 16): 68,444 parameters, the paper's "68K"
     "small": EMCapsNetConfig(conv1_channels=64, primary_types=8, convcaps1_types=16, convcaps2_types=16),
     # the small network with a decoder that redraws the digit from its class capsule's 16 pose entries

@@ -68,7 +68,7 @@ class TrainOptions:
     preset: str = field(
         default="paper",
         metadata=option("model preset: the paper's network (on MultiMNIST's pairs), or a tiny one for tests and demos; "
-                        "the EM network's: paper, small, small-decoder, tiny",
+                        "the EM network's: paper, paper-decoder, small, small-decoder, tiny",
                         choices=tuple(dict.fromkeys(p for n in NETWORKS.values() for p in n.presets)), defines_run=True),
     )  # fmt: skip
     epochs: int = field(default=10, metadata=option("total epochs (also when resuming)", positive=True))
