@@ -16,6 +16,7 @@ import torch
 from threadpoolctl import threadpool_limits
 
 from capsnet.device import inference_threads
+from capsnet.readings.em_layers import LAYER_NAMES
 from capsnet.training import catalog, run_folder
 
 # session-state keys shared by the pages
@@ -41,9 +42,14 @@ RECONSTRUCT_AS = "reconstruct_as"  # the Draw page's "redraw as" capsule
 EM_LAYER = "em_routing_layer"  # the EM Routing page's layer: "class capsules", "ConvCaps1" or "ConvCaps2"
 EM_LAST_LAYER = "em_routing_last_layer"  # the EM layer chosen last, put back when a click clears the choice
 EM_CHILD = "em_child_{}_{}"  # a convolutional EM layer's chosen child, by layer name and part (type, y, x)
-EM_CHILD_KEYS = tuple(
-    EM_CHILD.format(layer, part) for layer in ("ConvCaps1", "ConvCaps2") for part in ("type", "y", "x")
-)
+
+
+def em_child_keys(layer: str) -> tuple[str, str, str]:
+    """The widget keys of `layer`'s chosen child: its type (from 1), row and column."""
+    return EM_CHILD.format(layer, "type"), EM_CHILD.format(layer, "y"), EM_CHILD.format(layer, "x")
+
+
+EM_CHILD_KEYS = tuple(key for layer in LAYER_NAMES for key in em_child_keys(layer))  # every layer's child inputs
 
 
 def selected_primary() -> int | None:
@@ -147,11 +153,6 @@ def keep_an_em_layer(fallback: str) -> None:
     if st.session_state.get(EM_LAYER) is None:
         st.session_state[EM_LAYER] = st.session_state.get(EM_LAST_LAYER, fallback)
     st.session_state[EM_LAST_LAYER] = st.session_state[EM_LAYER]
-
-
-def em_child_keys(layer: str) -> tuple[str, str, str]:
-    """The widget keys of `layer`'s chosen child: its type (from 1), row and column."""
-    return EM_CHILD.format(layer, "type"), EM_CHILD.format(layer, "y"), EM_CHILD.format(layer, "x")
 
 
 def em_child(layer: str) -> tuple[int, int, int] | None:
