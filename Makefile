@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 PORT ?= 8501
+TEST_WORKERS ?= 2  # pytest-xdist processes for `make test` (CI's two cores); 0 runs the suite in one process
 # the datasets: $CAPSNET_DATA_DIR if set, else ../shared/datasets where it exists, else ./data
 export CAPSNET_DATA_DIR ?= $(firstword $(wildcard $(abspath ../shared/datasets)) $(CURDIR)/data)
 
@@ -16,8 +17,8 @@ $(BIN)/.installed: pyproject.toml constraints.txt
 run: $(BIN)/.installed  ## start the dashboard on the shipped model
 	$(BIN)/streamlit run dashboard/app.py --server.port $(PORT)
 
-test: $(BIN)/.installed  ## run the whole test suite (real data from $$CAPSNET_DATA_DIR, browser tests)
-	$(BIN)/python -m pytest
+test: $(BIN)/.installed  ## run the whole test suite (real data from $$CAPSNET_DATA_DIR, browser tests), a file per worker
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check capsnet dashboard tests benchmarks docs

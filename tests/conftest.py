@@ -32,6 +32,15 @@ def _find_data_dir() -> Path | None:
     return None
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist (`make test` runs two workers) each worker takes its share of the cores, and so do the
+    apps and commands it starts: two workers of two threads each on two cores would wait on each other."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        share = (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+        os.environ.setdefault("OMP_NUM_THREADS", str(max(1, share)))
+        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
+
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
     """The folder holding MNIST and Fashion-MNIST; in CI a missing one is a failure, not a skip."""
