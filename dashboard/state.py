@@ -40,7 +40,6 @@ ROUTING_CAPSULE = "routing_digit"  # the Routing page's capsule (a class index, 
 DIMENSIONS_CLASS = "dims_class"  # the Capsule dimensions page's capsule
 RECONSTRUCT_AS = "reconstruct_as"  # the Draw page's "redraw as" capsule
 EM_LAYER = "em_routing_layer"  # the EM Routing page's layer: "class capsules", "ConvCaps1" or "ConvCaps2"
-EM_LAST_LAYER = "em_routing_last_layer"  # the EM layer chosen last, put back when a click clears the choice
 EM_CHILD = "em_child_{}_{}"  # a convolutional EM layer's chosen child, by layer name and part (type, y, x)
 
 
@@ -145,14 +144,6 @@ def keep_widget_values() -> None:
     for key in KEPT_WIDGETS:
         if key in st.session_state:
             st.session_state[key] = st.session_state[key]
-
-
-def keep_an_em_layer(fallback: str) -> None:
-    """The EM layer choice's on_change: a click on the chosen layer would leave none chosen; the last one stays
-    (`fallback` before any)."""
-    if st.session_state.get(EM_LAYER) is None:
-        st.session_state[EM_LAYER] = st.session_state.get(EM_LAST_LAYER, fallback)
-    st.session_state[EM_LAST_LAYER] = st.session_state[EM_LAYER]
 
 
 def em_child(layer: str) -> tuple[int, int, int] | None:

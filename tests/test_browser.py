@@ -803,6 +803,13 @@ def test_a_first_visit_walks_the_whole_path_without_a_dead_end(page, app: App, s
             page.locator(f".st-key-open_step_{number}").get_by_role("button").click()
             expect(page.get_by_role("heading", name="EM routing")).to_be_visible(timeout=PAGE_LOAD_MS)
             expect(page.locator(".st-key-switch_back")).to_be_visible(timeout=RERUN_MS)  # one click back
+            # a click on the chosen layer leaves it chosen (a segmented control would otherwise clear the choice)
+            chosen = page.get_by_role("radiogroup", name="Layer").get_by_role("radio", name="class capsules")
+            expect(chosen).to_be_checked(timeout=RERUN_MS)
+            chosen.click()
+            wait_idle(page)
+            expect(chosen).to_be_checked()
+            expect(page.locator(".st-key-em_assignments")).to_be_visible()
         else:
             page.locator(f".st-key-step_{number}").get_by_role("link", name=f"Open {step.page.title}").click()
         expect(page.get_by_role("heading", name=step.page.title).first).to_be_visible(timeout=PAGE_LOAD_MS)

@@ -86,10 +86,10 @@ def _em_routing(model: models.Model) -> None:
         st.stop()
     config, names = model.config, model.class_names
     layer = st.segmented_control(
-        "Layer", [CLASS_LAYER, *LAYER_NAMES], key=state.EM_LAYER, default=CLASS_LAYER, on_change=state.keep_an_em_layer, args=(CLASS_LAYER,),
+        "Layer", [CLASS_LAYER, *LAYER_NAMES], key=state.EM_LAYER, default=CLASS_LAYER, required=True,
         help="The class capsules route the last grid to the classes; ConvCaps1 routes the primary capsules' 3x3 "
         "windows, ConvCaps2 ConvCaps1's.",
-    ) or CLASS_LAYER  # fmt: skip
+    )  # fmt: skip
     c1, c2 = st.columns([1.2, 2.2], gap="medium")
     if layer == CLASS_LAYER:
         c2 = c2.columns(2)[0]  # a select as wide as a third of the page
