@@ -3,7 +3,8 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 PORT ?= 8501
-TEST_WORKERS ?= 2  # pytest-xdist processes for `make test` (CI's two cores); 0 runs the suite in one process
+# pytest-xdist processes for `make test` (CI's two cores); 0 runs the suite in one process
+TEST_WORKERS ?= 2
 # the datasets: $CAPSNET_DATA_DIR if set, else ../shared/datasets where it exists, else ./data
 export CAPSNET_DATA_DIR ?= $(firstword $(wildcard $(abspath ../shared/datasets)) $(CURDIR)/data)
 
