@@ -78,12 +78,14 @@ def test_the_cosine_schedule_warms_up_then_decays_to_zero() -> None:
     for _ in range(2):
         for _ in range(50):
             lrs.append(optimizer.param_groups[0]["lr"])
+            optimizer.step()  # as in training: the step, then the schedule (no gradient here: nothing moves)
             schedule.after_batch()
         schedule.after_epoch()  # a cosine schedule ignores epochs (and --lr-decay)
     assert lrs == pytest.approx([2e-3 * f for f in factors[:100]])
 
     optimizer = torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))], lr=1e-3)
     schedule = Schedule(optimizer, "exponential", lr_decay=0.5, epochs=2, batches=50, warmup=0.1)
+    optimizer.step()
     schedule.after_batch()
     assert optimizer.param_groups[0]["lr"] == 1e-3
     schedule.after_epoch()
