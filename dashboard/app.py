@@ -24,7 +24,6 @@ st.set_page_config(
     },
 )
 state.init()
-state.keep_widget_values()
 
 PAGES = {
     section: [

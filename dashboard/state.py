@@ -16,7 +16,6 @@ import torch
 from threadpoolctl import threadpool_limits
 
 from capsnet.device import inference_threads
-from capsnet.readings.em_layers import LAYER_NAMES
 from capsnet.training import catalog, run_folder
 
 # session-state keys shared by the pages
@@ -41,14 +40,9 @@ DIMENSIONS_CLASS = "dims_class"  # the Capsule dimensions page's capsule
 RECONSTRUCT_AS = "reconstruct_as"  # the Draw page's "redraw as" capsule
 EM_LAYER = "em_routing_layer"  # the EM Routing page's layer: "class capsules", "ConvCaps1" or "ConvCaps2"
 EM_CHILD = "em_child_{}_{}"  # a convolutional EM layer's chosen child, by layer name and part (type, y, x)
-
-
-def em_child_keys(layer: str) -> tuple[str, str, str]:
-    """The widget keys of `layer`'s chosen child: its type (from 1), row and column."""
-    return EM_CHILD.format(layer, "type"), EM_CHILD.format(layer, "y"), EM_CHILD.format(layer, "x")
-
-
-EM_CHILD_KEYS = tuple(key for layer in LAYER_NAMES for key in em_child_keys(layer))  # every layer's child inputs
+# the widgets above keep their value across pages (`persist_state`): Streamlit otherwise drops a widget's value at
+# the end of a run in which it is not drawn, and a page switch would forget it
+ACROSS_PAGES = "session"
 
 
 def selected_primary() -> int | None:
@@ -134,16 +128,9 @@ def init() -> None:
             st.session_state[key] = value
 
 
-# widget values that must outlive their page: Streamlit drops a widget's value from the session at the end of a
-# run in which the widget is not drawn; assigning each to itself at the start of every run keeps it
-KEPT_WIDGETS = (INPUT_SOURCE, TEST_INDEX, ROUTING_ITERATIONS, ROUTING_CAPSULE, DIMENSIONS_CLASS, RECONSTRUCT_AS,
-                EM_LAYER, *EM_CHILD_KEYS)  # fmt: skip
-
-
-def keep_widget_values() -> None:
-    for key in KEPT_WIDGETS:
-        if key in st.session_state:
-            st.session_state[key] = st.session_state[key]
+def em_child_keys(layer: str) -> tuple[str, str, str]:
+    """The widget keys of `layer`'s chosen child: its type (from 1), row and column."""
+    return EM_CHILD.format(layer, "type"), EM_CHILD.format(layer, "y"), EM_CHILD.format(layer, "x")
 
 
 def em_child(layer: str) -> tuple[int, int, int] | None:

@@ -30,6 +30,7 @@ def capsule_selectbox(
     item: str = "capsule",
     help: str | None = None,
     container: Any = st,
+    persist_state: str | None = None,
 ) -> int | None:
     """A select box over "the predicted capsule" and every class; returns the class chosen, or None for the prediction.
 
@@ -42,6 +43,7 @@ def capsule_selectbox(
         format_func=lambda j: predicted_label if j == PREDICTED else f"{item} {names[j]}",
         key=key,
         help=help,
+        persist_state=persist_state,
     )
     return capsule_choice(choice)
 

@@ -40,6 +40,7 @@ choice = widgets.capsule_selectbox(
     "Capsule to edit",
     names,
     key=state.DIMENSIONS_CLASS,
+    persist_state=state.ACROSS_PAGES,
     predicted_label="the winning capsule",
     help=f"Edit the winner (now {names[prediction]}), or see what another class's capsule holds for this input.",
 )

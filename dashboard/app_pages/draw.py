@@ -92,7 +92,8 @@ def test_image_input(dataset: str, class_names: list[str]) -> tuple[np.ndarray |
     c1, c2 = st.columns([1.7, 1], vertical_alignment="bottom")  # "Random" whole at 1,100 px
     if state.test_index() >= count:
         state.set_test_index(count - 1)
-    index = c1.number_input("Test image index", min_value=0, max_value=count - 1, step=1, key=state.TEST_INDEX)
+    index = c1.number_input("Test image index", min_value=0, max_value=count - 1, step=1, key=state.TEST_INDEX,
+                             persist_state=state.ACROSS_PAGES)  # fmt: skip
     c2.button("Random", key="random_test_image", icon=":material/casino:", on_click=_random_index, args=(count,))
     true_class = int(labels[int(index)])
     st.caption(f"Test image #{int(index)} (indices 0 to {count - 1:,}) · true class: **{class_names[true_class]}**")
@@ -143,7 +144,7 @@ def _em_reading(
             st.caption("This EM network has no decoder: it does not redraw its input.")
         else:
             widgets.capsule_selectbox("Reconstruct as", names, key=state.RECONSTRUCT_AS,
-                                      predicted_label="the prediction", item="class",
+                                      predicted_label="the prediction", item="class", persist_state=state.ACROSS_PAGES,
                                       help=f"Decode the winning pose (now {names[prediction]}), or another class's.")  # fmt: skip
             shown = reading.decode_class
             st.image(
@@ -207,6 +208,7 @@ with left:
         SOURCES,
         required=True,
         key=state.INPUT_SOURCE,
+        persist_state=state.ACROSS_PAGES,
         format_func=lambda s: s,
         help="Where the input comes from",
     )
@@ -308,6 +310,7 @@ with side_col:
         "Reconstruct as",
         names,
         key=state.RECONSTRUCT_AS,
+        persist_state=state.ACROSS_PAGES,
         predicted_label="the prediction",
         item="class",
         help=f"Decode the winning capsule (now {names[prediction]}), or the capsule of any other class.",

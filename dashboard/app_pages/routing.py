@@ -87,6 +87,7 @@ def _em_routing(model: models.Model) -> None:
     config, names = model.config, model.class_names
     layer = st.segmented_control(
         "Layer", [CLASS_LAYER, *LAYER_NAMES], key=state.EM_LAYER, default=CLASS_LAYER, required=True,
+        persist_state=state.ACROSS_PAGES,
         help="The class capsules route the last grid to the classes; ConvCaps1 routes the primary capsules' 3x3 "
         "windows, ConvCaps2 ConvCaps1's.",
     )  # fmt: skip
@@ -96,7 +97,7 @@ def _em_routing(model: models.Model) -> None:
     asked = min(state.routing_iterations() or 1, MAX_ROUTING_ITERATIONS)
     iterations = c1.slider(
         "EM iterations", min_value=1, max_value=max(MAX_ITERATIONS, config.routing_iterations, asked),
-        key=state.ROUTING_ITERATIONS,
+        key=state.ROUTING_ITERATIONS, persist_state=state.ACROSS_PAGES,
         help=f"How many times every capsule layer routes, for this input. The model was trained with "
         f"{config.routing_iterations}.",
         **({} if state.routing_iterations() is not None else {"value": config.routing_iterations}),
@@ -115,6 +116,7 @@ def _em_routing(model: models.Model) -> None:
         return
     choice = widgets.capsule_selectbox("Class to look at", names, key=state.ROUTING_CAPSULE,
                                        predicted_label="the prediction", container=c2,
+                                       persist_state=state.ACROSS_PAGES,
                                        help=f"Whose share of the children to show: the winner (now "
                                        f"{names[prediction]}) or any other.")  # fmt: skip
     klass = prediction if choice is None else choice
@@ -158,10 +160,16 @@ def _child_picker(layer: ConvLayerRouting, container: Any) -> int:
         state.choose_em_child(layer.name, kind + 1, y, x)
     a, b, c = container.columns(3)
     kind = a.number_input(
-        "Child type", 1, types, key=keys[0], help=f"One of the {types} capsule types {layer.name} reads."
+        "Child type",
+        1,
+        types,
+        key=keys[0],
+        help=f"One of the {types} capsule types {layer.name} reads.",
+        persist_state=state.ACROSS_PAGES,
     )
-    y = b.number_input("Row", 0, side - 1, key=keys[1], help=f"On the {side}x{side} grid {layer.name} reads.")
-    x = c.number_input("Column", 0, side - 1, key=keys[2])
+    y = b.number_input("Row", 0, side - 1, key=keys[1], help=f"On the {side}x{side} grid {layer.name} reads.",
+                       persist_state=state.ACROSS_PAGES)  # fmt: skip
+    x = c.number_input("Column", 0, side - 1, key=keys[2], persist_state=state.ACROSS_PAGES)
     return layer.child(int(kind) - 1, int(y), int(x))
 
 
@@ -256,6 +264,7 @@ iterations = c1.slider(
     min_value=1,
     max_value=most,
     key=state.ROUTING_ITERATIONS,
+    persist_state=state.ACROSS_PAGES,
     help=f"How many times to run the loop for this input. The model was trained with {config.routing_iterations}.",
     **({} if state.routing_iterations() is not None else {"value": config.routing_iterations}),
 )
@@ -265,6 +274,7 @@ choice = widgets.capsule_selectbox(
     "Capsule to look at",
     names,
     key=state.ROUTING_CAPSULE,
+    persist_state=state.ACROSS_PAGES,
     predicted_label="the prediction",
     help=f"Whose votes to show: the winning capsule (now {names[prediction]}) or any other.",
     container=c2,
