@@ -9,12 +9,13 @@ import torch
 from cli_support import capsnet
 
 from capsnet.checkpoints.checkpoint import save_checkpoint
+from capsnet.files import read_jsonl
 from capsnet.nn.capsnet import CapsNet
 from capsnet.nn.config import CapsNetConfig
-from capsnet.training.export import lineage_metrics
+from capsnet.training.export import export_checkpoint, lineage_metrics, read_lineage
 
 
-def write_log(path: Path, epochs: range, **extra: object) -> None:
+def write_log(path: Path, epochs: range | list[int], **extra: object) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps({"epoch": e, "test_accuracy": e / 100, **extra}) + "\n" for e in epochs))
 
@@ -38,9 +39,13 @@ def test_an_init_run_follows_the_epochs_of_the_run_it_started_from(tmp_path: Pat
     assert [r[:2] for r in epochs_and_runs(records)] == [(e, "a") for e in range(1, 6)] + [(e, "b") for e in (6, 7, 8)]
     assert records[5]["test_accuracy"] == 0.01  # b's first epoch, numbered on
 
-    # the origin's log is gone: its epochs still count
+    assert read_lineage(tmp_path / "b" / "best.safetensors", info).missing == []
+
+    # the origin's log is gone: its epochs still count, and the export can say whose log it missed
     (tmp_path / "a" / "metrics.jsonl").unlink()
-    assert [r["epoch"] for r in lineage_metrics(tmp_path / "b" / "best.safetensors", info)] == [6, 7, 8]
+    lineage = read_lineage(tmp_path / "b" / "best.safetensors", info)
+    assert [r["epoch"] for r in lineage.records] == [6, 7, 8]
+    assert lineage.missing == [tmp_path / "a" / "last.safetensors"]
 
 
 def test_a_shipped_origin_brings_its_whole_lineage(tmp_path: Path) -> None:
@@ -51,6 +56,7 @@ def test_a_shipped_origin_brings_its_whole_lineage(tmp_path: Path) -> None:
     info = {"epochs": 2, "total_epochs": 10, "started_from": origin}
     records = lineage_metrics(tmp_path / "c" / "last.safetensors", info)
     assert [r[:2] for r in epochs_and_runs(records)] == [(e, "old") for e in range(1, 9)] + [(9, "c"), (10, "c")]
+    assert read_lineage(tmp_path / "c" / "last.safetensors", info).missing == []  # "gone/x" is in the shipped log
 
 
 def test_an_export_never_writes_over_its_source(tmp_path: Path) -> None:
@@ -74,3 +80,16 @@ def test_weights_beyond_float16_are_named_with_the_way_out(tmp_path: Path) -> No
     assert str(source) in result.stderr and "decoder.net.0.weight" in result.stderr
     assert "beyond float16" in result.stderr and "--float32" in result.stderr
     assert not (tmp_path / "shipped.safetensors").exists()
+
+
+def test_an_export_says_whose_log_it_did_not_find(tmp_path: Path, data_dir: Path) -> None:
+    """A run started from a checkpoint whose run folder is elsewhere (another machine's path): one line says so."""
+    origin = {"checkpoint": str(tmp_path / "elsewhere" / "best.safetensors"), "epochs": 3, "total_epochs": 3}
+    info = {"dataset": "mnist", "epochs": 1, "total_epochs": 4, "started_from": origin}
+    source = save_checkpoint(tmp_path / "run" / "best.safetensors", CapsNet(CapsNetConfig.preset("tiny")), info)
+    write_log(tmp_path / "run" / "metrics.jsonl", [1])
+    notes: list[str] = []
+    target = tmp_path / "out" / "m.safetensors"
+    export_checkpoint(source, target, data_dir=str(data_dir), device="cpu", first=50, on_note=notes.append)
+    assert len(notes) == 1 and str(tmp_path / "elsewhere" / "metrics.jsonl") in notes[0] and "\n" not in notes[0]
+    assert [r["epoch"] for r in read_jsonl(target.with_suffix(".metrics.jsonl"))] == [4]  # numbered on all the same

@@ -45,7 +45,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if not args.target:
             parser.error("the target checkpoint is needed (or --calibrate)")
-        info = export_checkpoint(args.source, args.target, not args.float32, args.data_dir, args.device, args.first)
+        info = export_checkpoint(args.source, args.target, not args.float32, args.data_dir, args.device, args.first,
+                                 on_note=lambda line: print(line, file=sys.stderr))  # fmt: skip
         keys = ("dataset", "epochs", "best_epoch", "test_accuracy", "test_accuracy_before_export", "weights_dtype")
         facts = info.to_dict()
         print(json.dumps({k: facts.get(k) for k in keys}))

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,11 +46,13 @@ def export_checkpoint(
     data_dir: str | None = None,
     device: str = "auto",
     first: int | None = None,
+    on_note: Callable[[str], None] | None = None,
 ) -> CheckpointInfo:
     """Export `source` to `target`; returns the exported file's info (header).
 
     The model is measured on its whole test set (a MultiMNIST model on its 100,000 fixed test pairs), or on its
-    first `first` examples (pairs) for a quicker look; the header says how many (`test_examples`).
+    first `first` examples (pairs) for a quicker look; the header says how many (`test_examples`). `on_note` hears
+    one line for each run of the lineage whose log was not found (its epochs are missing from the written log).
     """
     source, target = Path(source), Path(target)
     dtype = torch.float16 if half else None
@@ -95,11 +98,17 @@ def export_checkpoint(
     if name == affnist.TRAINING_SET:  # the paper's affine test: also read the affNIST-like set
         measured = affnist.measure(exported.model, data_dir, first, moved_accuracy=after.accuracy)  # the same digits
         info = info.replace(extra={**info.extra, **measured.header_facts()})
-    records = lineage_metrics(source, info)  # read before anything is written: a bad log must not leave half an export
+    lineage = read_lineage(source, info)  # read before anything is written: a bad log must not leave half an export
+    records = lineage.records
     save_checkpoint(target, exported.model, info, dtype=dtype)
     if records:
         with atomic_path(target.with_suffix(".metrics.jsonl")) as tmp:
             tmp.write_text("".join(json.dumps(record) + "\n" for record in records), encoding="utf-8")
+        for missing in lineage.missing if on_note else ():
+            on_note(  # type: ignore[misc]
+                f"note: {target.with_suffix('.metrics.jsonl')} lacks the epochs of the run that saved {missing}: no "
+                f"log beside it ({missing.parent / 'metrics.jsonl'}); the later epochs are numbered on all the same"
+            )
     _record_if_shipped(target, data_dir)
     return info
 
@@ -174,7 +183,20 @@ def _epoch_span(facts: dict[str, Any]) -> tuple[int, int]:
     return own, (trained_epochs(facts) or own) - own
 
 
+@dataclass(frozen=True)
+class Lineage:
+    """The per-epoch records behind a checkpoint, and the checkpoints of its lineage whose run's log was not found."""
+
+    records: list[dict[str, Any]]
+    missing: list[Path]
+
+
 def lineage_metrics(checkpoint: Path, info: CheckpointInfo | Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The per-epoch records behind `checkpoint` (with header `info`), oldest first, each naming its run."""
+    return read_lineage(checkpoint, info).records
+
+
+def read_lineage(checkpoint: Path, info: CheckpointInfo | Mapping[str, Any]) -> Lineage:
     """The per-epoch records behind `checkpoint` (with header `info`), oldest first, each naming its run.
 
     A run started with --init records the checkpoint it started from in
@@ -190,17 +212,22 @@ def lineage_metrics(checkpoint: Path, info: CheckpointInfo | Mapping[str, Any]) 
         chain.append((Path(origin["checkpoint"]), origin))
         origin = origin.get("started_from")
     records: list[dict[str, Any]] = []
+    missing: list[Path] = []
     for depth, (path, facts) in enumerate(reversed(chain)):
         own, before = _epoch_span(facts)
         newest = depth == len(chain) - 1  # the exported checkpoint: its run's whole log, epochs after it included
         shipped = path.with_suffix(".metrics.jsonl")
         if not newest and shipped.is_file():
             records = [r for r in _epochs(shipped) if r["epoch"] <= before + own]
+            missing = []  # a shipped log spans its whole lineage
             continue
-        kept = [r for r in _epochs(path.parent / "metrics.jsonl") if newest or r["epoch"] <= own]
+        log = path.parent / "metrics.jsonl"
+        if not log.is_file():
+            missing.append(path)
+        kept = [r for r in _epochs(log) if newest or r["epoch"] <= own]
         records = [r for r in records if r["epoch"] <= before]
         records += [{**r, "epoch": r["epoch"] + before, "run": path.parent.name} for r in kept]
-    return records
+    return Lineage(records, missing)
 
 
 def _epochs(path: Path) -> list[dict[str, Any]]:
