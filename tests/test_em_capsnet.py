@@ -30,10 +30,8 @@ def test_parameter_counts_match_the_papers_figures() -> None:
     assert EMCapsNet(EMCapsNetConfig.preset("paper", image_size=32)).num_parameters() == 318_964
     with_decoder = EMCapsNet(EM_PRESETS["small-decoder"])
     assert with_decoder.num_parameters(decoder=False) == 68_444 and with_decoder.num_parameters() > 1_000_000
-    paper_decoder = EMCapsNet(
-        EM_PRESETS["paper-decoder"]
-    )  # the same decoder: 10 x 16 masked pose entries -> 512 -> 1024 -> 784
-    decoder = 160 * 512 + 512 + 512 * 1024 + 1024 + 1024 * 784 + 784
+    paper_decoder = EMCapsNet(EM_PRESETS["paper-decoder"])
+    decoder = 160 * 512 + 512 + 512 * 1024 + 1024 + 1024 * 784 + 784  # the same: 10 x 16 masked pose entries -> 784
     assert paper_decoder.num_parameters(decoder=False) == 318_964
     assert paper_decoder.num_parameters() == 318_964 + decoder == with_decoder.num_parameters() - 68_444 + 318_964
 
