@@ -12,7 +12,7 @@ from capsnet.checkpoints.checkpoint import save_checkpoint
 from capsnet.files import read_jsonl
 from capsnet.nn.capsnet import CapsNet
 from capsnet.nn.config import CapsNetConfig
-from capsnet.training.export import export_checkpoint, lineage_metrics, read_lineage
+from capsnet.training.export import export_checkpoint, read_lineage
 
 
 def write_log(path: Path, epochs: range | list[int], **extra: object) -> None:
@@ -26,7 +26,7 @@ def epochs_and_runs(records: list[dict]) -> list[tuple[int, str, float]]:
 
 def test_a_single_run_keeps_its_whole_log(tmp_path: Path) -> None:
     write_log(tmp_path / "a" / "metrics.jsonl", range(1, 4))
-    records = lineage_metrics(tmp_path / "a" / "best.safetensors", {"epochs": 2, "total_epochs": 2})
+    records = read_lineage(tmp_path / "a" / "best.safetensors", {"epochs": 2, "total_epochs": 2}).records
     assert epochs_and_runs(records) == [(1, "a", 0.01), (2, "a", 0.02), (3, "a", 0.03)]
 
 
@@ -35,7 +35,7 @@ def test_an_init_run_follows_the_epochs_of_the_run_it_started_from(tmp_path: Pat
     write_log(tmp_path / "b" / "metrics.jsonl", range(1, 4))
     origin = {"checkpoint": str(tmp_path / "a" / "last.safetensors"), "epochs": 5, "total_epochs": 5}
     info = {"epochs": 2, "total_epochs": 7, "started_from": origin}
-    records = lineage_metrics(tmp_path / "b" / "best.safetensors", info)
+    records = read_lineage(tmp_path / "b" / "best.safetensors", info).records
     assert [r[:2] for r in epochs_and_runs(records)] == [(e, "a") for e in range(1, 6)] + [(e, "b") for e in (6, 7, 8)]
     assert records[5]["test_accuracy"] == 0.01  # b's first epoch, numbered on
 
@@ -54,7 +54,7 @@ def test_a_shipped_origin_brings_its_whole_lineage(tmp_path: Path) -> None:
     write_log(tmp_path / "c" / "metrics.jsonl", range(1, 3))
     origin = {"checkpoint": str(shipped), "epochs": 3, "total_epochs": 8, "started_from": {"checkpoint": "gone/x"}}
     info = {"epochs": 2, "total_epochs": 10, "started_from": origin}
-    records = lineage_metrics(tmp_path / "c" / "last.safetensors", info)
+    records = read_lineage(tmp_path / "c" / "last.safetensors", info).records
     assert [r[:2] for r in epochs_and_runs(records)] == [(e, "old") for e in range(1, 9)] + [(9, "c"), (10, "c")]
     assert read_lineage(tmp_path / "c" / "last.safetensors", info).missing == []  # "gone/x" is in the shipped log
 

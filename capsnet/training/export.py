@@ -99,16 +99,14 @@ def export_checkpoint(
         measured = affnist.measure(exported.model, data_dir, first, moved_accuracy=after.accuracy)  # the same digits
         info = info.replace(extra={**info.extra, **measured.header_facts()})
     lineage = read_lineage(source, info)  # read before anything is written: a bad log must not leave half an export
-    records = lineage.records
     save_checkpoint(target, exported.model, info, dtype=dtype)
-    if records:
-        with atomic_path(target.with_suffix(".metrics.jsonl")) as tmp:
-            tmp.write_text("".join(json.dumps(record) + "\n" for record in records), encoding="utf-8")
-        for missing in lineage.missing if on_note else ():
-            on_note(  # type: ignore[misc]
-                f"note: {target.with_suffix('.metrics.jsonl')} lacks the epochs of the run that saved {missing}: no "
-                f"log beside it ({missing.parent / 'metrics.jsonl'}); the later epochs are numbered on all the same"
-            )
+    log = target.with_suffix(".metrics.jsonl")
+    if lineage.records:
+        with atomic_path(log) as tmp:
+            tmp.write_text("".join(json.dumps(record) + "\n" for record in lineage.records), encoding="utf-8")
+        for missing in lineage.missing if on_note is not None else ():
+            on_note(f"note: {log} lacks the epochs of the run that saved {missing}: no log beside it "
+                    f"({missing.parent / 'metrics.jsonl'}); the later epochs are numbered on all the same")  # fmt: skip
     _record_if_shipped(target, data_dir)
     return info
 
@@ -189,11 +187,6 @@ class Lineage:
 
     records: list[dict[str, Any]]
     missing: list[Path]
-
-
-def lineage_metrics(checkpoint: Path, info: CheckpointInfo | Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The per-epoch records behind `checkpoint` (with header `info`), oldest first, each naming its run."""
-    return read_lineage(checkpoint, info).records
 
 
 def read_lineage(checkpoint: Path, info: CheckpointInfo | Mapping[str, Any]) -> Lineage:
