@@ -9,7 +9,8 @@
    implementations lay them, the Gaussian density taken directly, autograd for the backward), with a check that
    both give the same outputs and gradients.
 2. Training throughput (forward, loss, backward, Adam step, bf16 autocast where the CPU computes bf16 natively)
-   of the EM network ("small") beside the dynamic-routing CapsNet ("paper"), the trainer's own step.
+   of the EM networks ("small", "small-decoder", "paper-decoder") beside the dynamic-routing CapsNet ("paper"), the
+   trainer's own step, each eager and under `torch.compile` (the trainer compiles the EM network on a CPU).
 """
 
 from __future__ import annotations
@@ -103,21 +104,32 @@ def bench_training(batch: int, repeats: int) -> None:
     images, labels = torch.rand(batch, 1, 28, 28), torch.randint(0, 10, (batch,))
     rates = {}
     # the small EM network as the paper routes it (r = 3), as the shipped model was trained (r = 2, with the decoder),
-    # and the paper's dynamic-routing CapsNet
-    runs = (("em", "small", 3), ("em", "small-decoder", 2), ("capsnet", "paper", 3))
+    # the paper's EM network with the decoder, and the paper's dynamic-routing CapsNet; each eager and compiled (the
+    # trainer compiles the EM network on a CPU, not the CapsNet: capsnet.training.options.TrainOptions.acceleration)
+    runs = (("em", "small", 3), ("em", "small-decoder", 2), ("em", "paper-decoder", 2), ("capsnet", "paper", 3))
     for name, preset, iterations in runs:
-        torch.manual_seed(0)
-        net = network(name)
-        config = net.preset(preset, routing_iterations=iterations)
-        model = net.build(config).train()
-        optimizer = torch.optim.Adam(model.parameters(), 1e-3)
-        step = functools.partial(training_step, model, optimizer, images, labels, images, config, accel.amp, 0.5)
-        seconds = timed(step, repeats)
-        rates[preset] = batch / seconds
-        print(f"training step, {net.title} ({preset}, r={iterations}, {model.num_parameters():,} parameters), batch "
-              f"{batch}, {'bf16 autocast' if accel.amp else 'float32'}: {rates[preset]:.1f} images/s")  # fmt: skip
-    print(f"EM CapsNet (small, r=3) / CapsNet (paper) training speed: {rates['small'] / rates['paper']:.2f}x; "
-          f"(small-decoder, r=2): {rates['small-decoder'] / rates['paper']:.2f}x")  # fmt: skip
+        for compiled in (False, True):
+            torch.manual_seed(0)
+            net = network(name)
+            config = net.preset(preset, routing_iterations=iterations)
+            model = net.build(config).train()
+            optimizer = torch.optim.Adam(model.parameters(), 1e-3, fused=accel.fused_adam)
+            stepped = torch.compile(model) if compiled else model
+            step = functools.partial(training_step, stepped, optimizer, images, labels, images, config, accel.amp, 0.5)
+            start = time.perf_counter()
+            step()  # compiles, when compiled
+            first = time.perf_counter() - start
+            seconds = timed(step, repeats)
+            rates[preset, compiled] = batch / seconds
+            how = f"compiled (first step {first:.0f} s)" if compiled else "eager"
+            print(f"training step, {net.title} ({preset}, r={iterations}, {model.num_parameters():,} parameters), "
+                  f"batch {batch}, {accel.precision}, {how}: {rates[preset, compiled]:.1f} images/s", flush=True)  # fmt: skip
+    for _, preset, _ in runs:
+        print(f"{preset}: compiled / eager {rates[preset, True] / rates[preset, False]:.2f}x")
+    paper = rates["paper", False]
+    print(f"EM CapsNet / CapsNet (paper, eager) training speed: small r=3 {rates['small', True] / paper:.2f}x, "
+          f"small-decoder r=2 {rates['small-decoder', True] / paper:.2f}x, "
+          f"paper-decoder r=2 {rates['paper-decoder', True] / paper:.2f}x (EM compiled, as the trainer runs it)")  # fmt: skip
 
 
 def main() -> None:

@@ -39,6 +39,28 @@ def test_the_gpu_path_is_kept_and_every_choice_can_be_forced() -> None:
     assert forced.describe().startswith("bf16 autocast, foreach Adam, torch.compile (AVX2")
 
 
+def test_a_cpu_compiles_where_the_caller_says_it_pays_unless_told_otherwise() -> None:
+    chosen = choose_acceleration(CPU, features=AVX512_BF16, cpu_compile=True)
+    assert (chosen.amp, chosen.fused_adam, chosen.compile) == (True, True, True)
+    assert chosen.reason == "AVX512 with AVX512-BF16; compiled: this network and run length pay for it"
+    assert not choose_acceleration(CPU, compile=False, features=AVX2, cpu_compile=True).compile
+    assert choose_acceleration(CUDA, cpu_compile=False).compile  # a GPU compiles whatever the CPU's case
+
+
+@pytest.mark.parametrize(
+    ("network", "train_size", "epochs", "pays"),
+    [("em", None, 1, True), ("em", 5_000, 2, True), ("em", 1_000, 1, False), ("em", 256, 30, False),
+     ("capsnet", None, 50, False), ("cnn", None, 50, False)],
+)  # fmt: skip
+def test_a_run_compiles_on_a_cpu_for_the_em_network_when_long_enough(
+    network: str, train_size: int | None, epochs: int, pays: bool
+) -> None:
+    options = TrainOptions(network=network, preset="tiny", train_size=train_size, epochs=epochs, device="cpu")
+    assert options.cpu_compile_pays() == pays
+    assert options.acceleration(CPU).compile == pays
+    assert not TrainOptions(**{**options.to_dict(), "compile": False}).acceleration(CPU).compile  # --no-compile
+
+
 def test_this_machines_features_are_read_from_torch() -> None:
     features = cpu_features()
     assert features.capability == torch.backends.cpu.get_cpu_capability()
@@ -144,12 +166,13 @@ def test_the_time_estimate_uses_a_matching_runs_measured_speed() -> None:
         run("cnn", [500.0], model="cnn"),
         run("pairs", [10.0], dataset="multimnist"),  # 36x36: another network size
         run("other-precision", [80.0], acceleration=other),
+        run("compiled", [90.0], acceleration={**mine, "compile": True}),  # compiled steps are faster
         run("old", [70.0], acceleration=None),  # from before the choice was recorded
         run("no-metrics", []),
         run("fashion", [40.0, 44.0, "abc", 42.0], dataset="fashion-mnist"),  # same 28x28 network
         run("older", [30.0]),
     ]
     assert recorded_speed(runs, options) == Speed(42.0, "run fashion")
-    assert recorded_speed(runs[:6], options) is None
+    assert recorded_speed(runs[:7], options) is None
     seconds = estimate_seconds(options, 60_000, 10_000, Speed(40.0, "x"))
     assert seconds == pytest.approx(options.epochs * (60_000 / 40 + 10_000 / 120))

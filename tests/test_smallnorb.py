@@ -121,6 +121,7 @@ def test_the_em_network_trains_on_smallnorb_crops(tmp_path: Path) -> None:
     done = capsnet(
         "train", "--network", "em", "--preset", "tiny", "--dataset", "smallnorb", "--data-dir", root,
         "--epochs", "1", "--batch-size", "8", "--out", out, "--no-progress", "--device", "cpu",
+        "--no-compile",  # the whole (16-image) training set: the default would compile, for longer than it trains
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     args = json.loads((out / "args.json").read_text())

@@ -46,6 +46,9 @@ class Network:
     pairs: bool  # can read a task with several labels per example (MultiMNIST's pairs)
     pairs_field: str | None  # the config field that a task with several labels per example sets, if any
     _loss: Callable[..., CapsuleLoss]
+    # the fewest training images from which `torch.compile` pays for itself on a CPU (its half a minute of compiling
+    # won back by faster steps), None where it never does: measured in benchmarks/README.md
+    cpu_compile_from: int | None = None
 
     def preset(self, name: str, **overrides: Any) -> AnyConfig:
         """The named preset, with field overrides (ValueError for an unknown name or field)."""
@@ -110,7 +113,7 @@ NETWORKS: dict[str, Network] = {
         "a matrix-capsule network routed by EM",
         EMCapsNetConfig, EMCapsNet, tuple(EM_PRESETS),
         capsules=False, baseline=False, run_options=("routing_iterations",), pairs=False, pairs_field=None,
-        _loss=_em_loss,
+        _loss=_em_loss, cpu_compile_from=10_000,  # 1.8-2.6x faster steps after 30-40 s of compiling
     ),
 }  # fmt: skip
 NETWORK_NAMES = tuple(NETWORKS)

@@ -20,7 +20,7 @@ import torch
 from capsnet.data.datasets import dataset_info
 from capsnet.device import pick_device
 from capsnet.nn.registry import network
-from capsnet.training.acceleration import choose_acceleration, make_adam
+from capsnet.training.acceleration import Acceleration, make_adam
 from capsnet.training.options import TrainOptions, stored_network
 from capsnet.training.step import training_step
 
@@ -33,7 +33,7 @@ class Speed:
     source: str  # where the figure comes from, for the user: "run 2026-...-mnist" or "measured now"
 
 
-def _same_network(args: dict[str, Any], options: TrainOptions, amp: bool) -> bool:
+def _same_network(args: dict[str, Any], options: TrainOptions, chosen: Acceleration) -> bool:
     try:
         same_size = dataset_info(str(args.get("dataset"))).image_size == dataset_info(options.dataset).image_size
     except (KeyError, ValueError):
@@ -43,26 +43,27 @@ def _same_network(args: dict[str, Any], options: TrainOptions, amp: bool) -> boo
         same_size
         and stored_network(args) == options.network
         and args.get("preset") == options.preset
-        and acceleration.get("amp") == amp  # runs from before the choice was recorded are not compared
+        and acceleration.get("amp") == chosen.amp  # runs from before the choice was recorded are not compared
+        and bool(acceleration.get("compile")) == chosen.compile
     )
 
 
 def recorded_speed(runs: Iterable[Any], options: TrainOptions) -> Speed | None:
     """The speed the newest matching run measured (`runs`: `capsnet.training.runs.RunSummary`s, newest first)."""
-    amp = choose_acceleration(pick_device(options.device), options.amp, options.fused_adam, options.compile).amp
+    acceleration = options.acceleration(pick_device(options.device))
     for run in runs:
         speeds = [m.get("images_per_s") for m in run.metrics]
         speeds = [s for s in speeds if isinstance(s, (int, float)) and s > 0]
-        if speeds and _same_network(run.args, options, amp):
+        if speeds and _same_network(run.args, options, acceleration):
             return Speed(float(statistics.median(speeds)), f"run {run.name}")
     return None
 
 
 def measure_speed(options: TrainOptions, batch: int = 8, steps: int = 2) -> Speed:
-    """Time `steps` training steps of the run's network on synthetic batches (after one warm-up step)."""
+    """Time `steps` training steps of the run's network on synthetic batches (after one warm-up step), uncompiled."""
     device = pick_device(options.device)
     info = dataset_info(options.dataset)
-    acceleration = choose_acceleration(device, options.amp, options.fused_adam, options.compile)
+    acceleration = options.acceleration(device)
     config = options.network_config()
     model = network(options.network).build(config).to(device).train()
     optimizer = make_adam(model.parameters(), options.lr, acceleration.fused_adam)
@@ -74,8 +75,12 @@ def measure_speed(options: TrainOptions, batch: int = 8, steps: int = 2) -> Spee
         training_step(model, optimizer, images, labels, images, config, acceleration.amp)  # the trainer's own step
         if step:
             times.append(time.perf_counter() - start)
-    threads = torch.get_num_threads()
-    return Speed(batch / statistics.median(times), f"measured now on {threads} of {os.cpu_count()} cores")
+    where = f"on {torch.get_num_threads()} of {os.cpu_count()} cores"
+    if acceleration.compile:  # compiling takes longer than this estimate may: the steps timed are eager
+        where = f"measured now uncompiled {where}: the run compiles, and goes faster after its first minute"
+    else:
+        where = f"measured now {where}"
+    return Speed(batch / statistics.median(times), where)
 
 
 def estimate_seconds(options: TrainOptions, train_examples: int, test_examples: int, speed: Speed) -> float:

@@ -17,12 +17,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
+
 from capsnet.data.datasets import DATASETS, dataset_info
 from capsnet.data.tasks import Task
 from capsnet.device import DEVICE_CHOICES
 from capsnet.errors import ArgumentParser, InvalidArgumentError
 from capsnet.nn.config import MAX_ROUTING_ITERATIONS
 from capsnet.nn.registry import NETWORK_NAMES, NETWORKS, AnyConfig, network
+from capsnet.training.acceleration import Acceleration, choose_acceleration
 from capsnet.training.recipes import RECIPES
 from capsnet.training.schedule import SCHEDULES
 
@@ -116,7 +119,13 @@ class TrainOptions:
     fused_adam: bool | None = field(
         default=None, metadata=option("Adam fused into one kernel (default: on a CPU, where it is faster)")
     )
-    compile: bool | None = field(default=None, metadata=option("torch.compile (default: on for CUDA)"))
+    compile: bool | None = field(
+        default=None,
+        metadata=option(
+            "torch.compile (default: on for CUDA, and on a CPU for a network that trains faster compiled there, the "
+            "EM network, in a run of at least 10,000 training images)"
+        ),
+    )
     data_dir: str | None = field(
         default=None, metadata=option("dataset root (default: $CAPSNET_DATA_DIR, else ./data)", recipe=False)
     )
@@ -193,6 +202,19 @@ class TrainOptions:
         if self.resume and self.init:
             raise InvalidArgumentError("--init starts a new run from weights; --resume continues a run: choose one")
         return self
+
+    def cpu_compile_pays(self) -> bool:
+        """Whether compiling wins back its time on a CPU: the network trains faster compiled there and the run trains
+        at least `Network.cpu_compile_from` images (the whole training set, or epochs x --train-size)."""
+        fewest = network(self.network).cpu_compile_from
+        if fewest is None:
+            return False
+        return self.train_size is None or self.epochs * self.train_size >= fewest
+
+    def acceleration(self, device: torch.device) -> Acceleration:
+        """How the run computes on `device`: --amp, --fused-adam and --compile as given, else as the hardware (and for
+        compiling on a CPU, the network and the run's length) suggest."""
+        return choose_acceleration(device, self.amp, self.fused_adam, self.compile, cpu_compile=self.cpu_compile_pays())
 
     def network_config(self) -> AnyConfig:
         """The config of this run's network: its preset at the dataset's input size and number of classes, with the

@@ -36,7 +36,7 @@ from capsnet.device import describe_device, pick_device, seed_everything
 from capsnet.errors import CapsNetError
 from capsnet.nn.registry import AnyConfig, AnyModel, network, network_of
 from capsnet.nn.warm_start import warm_config, warm_start
-from capsnet.training.acceleration import Acceleration, choose_acceleration, make_adam
+from capsnet.training.acceleration import Acceleration, make_adam
 from capsnet.training.checkpointer import Checkpointer, epoch_info
 from capsnet.training.collapse import CollapseWatch, TrainingCollapsedError
 from capsnet.training.distributed import Distributed, barrier, distributed_session, reduce_sum
@@ -399,7 +399,7 @@ def train(options: TrainOptions, on_epoch: Callable[[EpochRecord], None] | None 
         device = pick_device(options.device)
         if env.enabled and device.type == "cuda":
             device = torch.device("cuda", env.local_rank)  # one GPU per torchrun process
-        acceleration = choose_acceleration(device, options.amp, options.fused_adam, options.compile)
+        acceleration = options.acceleration(device)
         prepared = prepare(options, env, acceleration)
         try:
             return fit(prepared, env, device, on_epoch)
