@@ -239,6 +239,45 @@ def test_a_stop_signal_stops_at_a_batch_and_resume_finishes(data_dir: Path, tmp_
     assert read_json(out / "progress.json")["status"] == "finished"
 
 
+def test_a_long_epoch_saves_a_resumable_state_on_the_way(
+    data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kill without warning (no handler runs: a closed session, the OOM killer) loses at most SAVE_EVERY_S of an
+    epoch: the trainer saves a resumable state at a sync point that often, and a resume finishes the epoch."""
+    import dataclasses
+
+    from capsnet.training import trainer as training
+    from capsnet.training.options import TrainOptions
+
+    class PowerCut(BaseException):
+        pass
+
+    real_step, steps = training.training_step, []
+
+    def step(*args, **kwargs):
+        steps.append(1)
+        if len(steps) == 8:  # during batch 8; the last save was at the sync point after batch 6
+            raise PowerCut
+        return real_step(*args, **kwargs)
+
+    monkeypatch.setattr(training, "SAVE_EVERY_S", 0.0)
+    monkeypatch.setattr(training, "SYNC_EVERY", 3)
+    monkeypatch.setattr(training, "training_step", step)
+    out = tmp_path / "run"
+    options = TrainOptions(preset="tiny", epochs=1, batch_size=32, train_size=320, test_size=100, out=str(out),
+                           data_dir=str(data_dir), progress=False, device="cpu")  # fmt: skip
+    with pytest.raises(PowerCut):
+        training.train(options)
+    state = torch.load(out / "train_state.pt", weights_only=True)
+    assert (state["epoch"], state["batch"], state["partial"]["seen"]) == (0, 6, 6 * 32)
+    assert 0 < state["elapsed"] and state["partial"]["seconds"] <= state["elapsed"]
+    assert read_jsonl(out / "metrics.jsonl") == []
+    monkeypatch.setattr(training, "SAVE_EVERY_S", 3600.0)  # no more saves: the resume starts from batch 6
+    records = training.train(dataclasses.replace(options, resume=True))
+    assert len(steps) == 8 + 4  # the epoch's last 4 batches, after a resume at batch 6
+    assert [r["epoch"] for r in records] == [1] and records[0]["train_images"] == 320  # the whole epoch
+
+
 def test_torchrun_with_two_processes(data_dir: Path, tmp_path: Path) -> None:
     """Two CPU processes (gloo): each trains on its half of the data; the numbers are summed over both."""
     out = tmp_path / "ddp"

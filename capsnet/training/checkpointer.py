@@ -128,13 +128,20 @@ class Checkpointer:
         self.committed_best = self.state.best_accuracy
         return self.state
 
-    def save_state(self, epoch: int, batch: int = 0, partial: dict[str, float] | None = None) -> None:
-        """train_state.pt: `epoch` epochs done and `batch` batches of the next (with their sums in `partial`)."""
+    def save_state(
+        self, epoch: int, batch: int = 0, partial: dict[str, float] | None = None, elapsed: float | None = None
+    ) -> None:
+        """train_state.pt: `epoch` epochs done and `batch` batches of the next (with their sums in `partial`).
+
+        `elapsed`: the training seconds to store, where they differ from the state's (a save in the middle of an
+        epoch, whose seconds the state counts only at its end).
+        """
         self.state.epoch, self.state.batch, self.state.partial = epoch, batch, dict(partial or {})
         if not self.enabled:
             return
         payload = {
             **asdict(self.state),
+            **({"elapsed": elapsed} if elapsed is not None else {}),
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),

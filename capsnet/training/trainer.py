@@ -7,7 +7,8 @@ The options are `capsnet.training.options.TrainOptions`; the run folder's files 
 `capsnet.training.run_folder`, and what is saved after each epoch in `capsnet.training.checkpointer`. The
 steps: `prepare` (the run folder, or the state of a run to resume), `build` (model,
 optimizer, schedule), `load_data`, then `fit`, an epoch at a time with `train_one_epoch`.
-Ctrl-C or SIGTERM stops at the end of the current batch and leaves a resumable state; a run
+Ctrl-C or SIGTERM stops at the end of the current batch and leaves a resumable state, and a long
+epoch saves one every SAVE_EVERY_S as well (a kill without warning loses at most that); a run
 that diverges or collapses stops with the reason (`capsnet.training.collapse`).
 """
 
@@ -54,6 +55,9 @@ from capsnet.training.watch import Watcher
 
 REPORT_EVERY_S = 0.5  # seconds between progress reports (each one reads the running sums back from the device)
 SYNC_EVERY = 50  # batches between the checks that need the device or every process: stop flag, collapse
+# seconds between the resumable states saved in the middle of an epoch (at a sync point): a run killed without warning
+# (a closed session, a power cut, the OOM killer) loses at most this much of a long epoch
+SAVE_EVERY_S = 600.0
 
 
 STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
@@ -137,6 +141,7 @@ def train_one_epoch(
     watch: CollapseWatch | None = None,
     schedule: Schedule | None = None,
     progress: tuple[float, float] = (1.0, 0.0),
+    on_save: Callable[[EpochSums], None] | None = None,
 ) -> EpochSums:
     """One pass over `loader`'s (images, labels, reconstruction targets) batches, already on `device`.
 
@@ -145,14 +150,19 @@ def train_one_epoch(
     the collapse watch only every SYNC_EVERY batches and at the end, when all processes check them
     together (so they all stop at the same batch, and agree whether the epoch was stopped).
     Raises TrainingCollapsedError when the watch says so. `progress` is (the run's progress at this
-    epoch's first batch, its growth per batch), for a loss with a schedule.
+    epoch's first batch, its growth per batch), for a loss with a schedule. `on_save` is given the
+    epoch's sums so far at the first sync point every SAVE_EVERY_S, for a resumable state.
     """
     model.train()
     loss_sum = torch.zeros((), device=device)
     correct = torch.zeros((), dtype=torch.long, device=device)
     seen = batches = reported = 0
     reporting = on_batch is not None or bar is not None
-    start = last_report = time.perf_counter()
+    start = last_report = last_save = time.perf_counter()
+
+    def totals(stopped: bool = False) -> EpochSums:  # every process together
+        summed = reduce_sum([loss_sum.item(), float(correct.item()), float(seen)], env, device)
+        return EpochSums(*summed, seconds=time.perf_counter() - start, batches=batches, stopped=stopped)
 
     def report() -> None:
         mean_loss, accuracy = loss_sum.item() / seen, correct.item() / seen
@@ -180,24 +190,31 @@ def train_one_epoch(
             report()
             last_report, reported = time.perf_counter(), batches
         if batches % SYNC_EVERY == 0:
-            if _agreed_stop(stop, watch, env, device):
+            due = on_save is not None and time.perf_counter() - last_save >= SAVE_EVERY_S
+            stopping, saving = _agreed(stop, watch, env, device, due)
+            if stopping:
                 break
+            if saving and on_save is not None:
+                on_save(totals())
+                last_save = time.perf_counter()
         elif stop.stop and not env.enabled:  # one process: stop at once; several stop together at a sync point
             break
     if reporting and batches > reported:
         report()  # where the epoch (or its part before a stop) ended
-    stopped = _agreed_stop(stop, watch, env, device)  # also for an epoch shorter than SYNC_EVERY batches
-    totals = reduce_sum([loss_sum.item(), float(correct.item()), float(seen)], env, device)
-    return EpochSums(*totals, seconds=time.perf_counter() - start, batches=batches, stopped=stopped)
+    stopped, _ = _agreed(stop, watch, env, device)  # also for an epoch shorter than SYNC_EVERY batches
+    return totals(stopped)
 
 
-def _agreed_stop(stop: StopFlag, watch: CollapseWatch | None, env: Distributed, device: torch.device) -> bool:
-    """Whether any process was asked to stop; raises TrainingCollapsedError if any process's watch says so."""
+def _agreed(
+    stop: StopFlag, watch: CollapseWatch | None, env: Distributed, device: torch.device, save_due: bool = False
+) -> tuple[bool, bool]:
+    """(whether any process was asked to stop, whether any is due to save); raises TrainingCollapsedError if any
+    process's watch says so."""
     reason = watch.verdict() if watch is not None else None
-    failed, stopping = reduce_sum([float(reason is not None), float(stop.stop)], env, device)
+    failed, stopping, saving = reduce_sum([float(reason is not None), float(stop.stop), float(save_due)], env, device)
     if failed:
         raise TrainingCollapsedError(reason or "training collapsed on another process")
-    return stopping > 0
+    return stopping > 0, saving > 0
 
 
 # ---------------------------------------------------------------- the steps of a run
@@ -255,6 +272,14 @@ def loss_progress(done: int, total: int, warm: bool) -> tuple[float, float]:
 
 
 # ---------------------------------------------------------------- the loop
+
+
+def _save_part(
+    saver: Checkpointer, epoch: int, done_before: int, before: EpochSums, epoch_start: float, part: EpochSums
+) -> None:
+    """A resumable state in the middle of epoch `epoch` (0-based): the batches and sums of `part`, after `before`."""
+    elapsed = saver.state.elapsed + time.perf_counter() - epoch_start
+    saver.save_state(epoch, done_before + part.batches, (part + before).to_state(), elapsed=elapsed)
 
 
 def fit(
@@ -327,15 +352,17 @@ def fit(
                     batch_size=options.batch_size * env.world,
                 )
                 on_batch = window.during(on_batch, epoch + 1, done_before)
+                before = EpochSums.from_state(state.partial) if done_before else EpochSums()  # before a resume
+                on_save = functools.partial(_save_part, saver, epoch, done_before, before, epoch_start)
                 sums = train_one_epoch(
                     net, loader, optimizer, model.config, device, amp, stop, env,
                     on_batch if env.is_main else None, bar, watch, scheduler,
                     loss_progress(epoch * batches + done_before, total_batches, warm=prepared.origin is not None),
+                    on_save,
                 )  # fmt: skip
                 if bar is not None:
                     bar.close()
                 state.elapsed += time.perf_counter() - epoch_start
-                before = EpochSums.from_state(state.partial) if done_before else EpochSums()
                 sums = sums + before  # with the part of this epoch run before a resume
                 if sums.stopped:
                     status = "stopped"
