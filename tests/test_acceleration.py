@@ -61,6 +61,23 @@ def test_a_run_compiles_on_a_cpu_for_the_em_network_when_long_enough(
     assert not TrainOptions(**{**options.to_dict(), "compile": False}).acceleration(CPU).compile  # --no-compile
 
 
+def test_a_resumed_run_chooses_for_its_stored_network_and_length(tmp_path: Path) -> None:
+    """`--resume --out F` alone names no network: the stored run's (an EM network on the whole training set) decides
+    that a CPU compiles, and args.json records the choice."""
+    from capsnet.training.distributed import Distributed
+    from capsnet.training.prepare import prepare
+
+    stored = TrainOptions(network="em", preset="tiny", epochs=3, out=str(tmp_path), device="cpu", compile=False)
+    (tmp_path / "args.json").write_text(json.dumps(stored.to_dict()))
+    prepared = prepare(TrainOptions(out=str(tmp_path), resume=True, epochs=4, device="cpu"), Distributed(), CPU)
+    try:
+        assert prepared.options.network == "em" and prepared.acceleration.compile
+        assert prepared.args["acceleration"]["compile"]
+    finally:
+        assert prepared.lock is not None
+        prepared.lock.release()
+
+
 def test_this_machines_features_are_read_from_torch() -> None:
     features = cpu_features()
     assert features.capability == torch.backends.cpu.get_cpu_capability()

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from capsnet.checkpoints.checkpoint import read_checkpoint_info
 from capsnet.errors import CapsNetError
 from capsnet.nn.registry import AnyConfig, network
@@ -38,11 +40,11 @@ class Prepared:
     )
 
 
-def prepare(options: TrainOptions, env: Distributed, acceleration: Acceleration) -> Prepared:
+def prepare(options: TrainOptions, env: Distributed, device: torch.device) -> Prepared:
     """The run folder (rank 0 names a new one for every process), and a resumed run's stored options.
 
-    args.json records `acceleration`, the choices made for this machine (a resume on another one
-    chooses again, and records that).
+    args.json records the acceleration chosen for this machine and the run's options (a resumed run's stored ones:
+    its network decides whether a CPU compiles), and a resume on another machine chooses again and records that.
     """
     if options.out:
         path = Path(options.out)
@@ -56,7 +58,7 @@ def prepare(options: TrainOptions, env: Distributed, acceleration: Acceleration)
     folder = RunFolder(path)
     lock = folder.lock() if env.is_main else None  # one trainer per folder, before anything in it is read or written
     try:
-        return _prepare_locked(options, env, acceleration, folder, lock)
+        return _prepare_locked(options, env, device, folder, lock)
     except BaseException:
         if lock is not None:
             lock.release()
@@ -64,7 +66,7 @@ def prepare(options: TrainOptions, env: Distributed, acceleration: Acceleration)
 
 
 def _prepare_locked(
-    options: TrainOptions, env: Distributed, acceleration: Acceleration, folder: RunFolder, lock: FolderLock | None
+    options: TrainOptions, env: Distributed, device: torch.device, folder: RunFolder, lock: FolderLock | None
 ) -> Prepared:
     if not options.resume and env.is_main and folder.holds_a_run():
         stored = folder.read_args()
@@ -78,6 +80,7 @@ def _prepare_locked(
         if not stored:
             raise CapsNetError(f"--resume: cannot read the run's {RunFolder.ARGS} in {folder.path}")
         options = options.resumed_from(stored).validate()
+        acceleration = options.acceleration(device)
         origin = stored.get("started_from")
         if origin is None and stored.get("init") and Path(stored["init"]).is_file():  # begun before origins were kept
             origin = read_checkpoint_info(stored["init"])[1].as_origin(stored["init"])
@@ -88,6 +91,7 @@ def _prepare_locked(
             folder.remove_uncommitted()  # a run killed in its first epoch left its writes half done
         if options.init:
             origin = read_checkpoint_info(options.init)[1].as_origin(options.init)
+        acceleration = options.acceleration(device)
         args = options.to_dict() | ({"started_from": origin} if origin else {})
         args["acceleration"] = acceleration.to_dict()
         if env.is_main:

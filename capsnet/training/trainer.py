@@ -426,8 +426,7 @@ def train(options: TrainOptions, on_epoch: Callable[[EpochRecord], None] | None 
         device = pick_device(options.device)
         if env.enabled and device.type == "cuda":
             device = torch.device("cuda", env.local_rank)  # one GPU per torchrun process
-        acceleration = options.acceleration(device)
-        prepared = prepare(options, env, acceleration)
+        prepared = prepare(options, env, device)  # with the acceleration chosen for the run's own options
         try:
             return fit(prepared, env, device, on_epoch)
         finally:
