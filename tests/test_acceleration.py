@@ -61,21 +61,32 @@ def test_a_run_compiles_on_a_cpu_for_the_em_network_when_long_enough(
     assert not TrainOptions(**{**options.to_dict(), "compile": False}).acceleration(CPU).compile  # --no-compile
 
 
-def test_a_resumed_run_chooses_for_its_stored_network_and_length(tmp_path: Path) -> None:
-    """`--resume --out F` alone names no network: the stored run's (an EM network on the whole training set) decides
-    that a CPU compiles, and args.json records the choice."""
+@pytest.mark.parametrize(
+    ("stored", "given", "compiled"),
+    [(None, None, True), (False, None, False), (False, True, True), (None, False, False)],
+)
+def test_a_resumed_run_chooses_for_its_stored_network_and_keeps_its_explicit_choices(
+    tmp_path: Path, stored: bool | None, given: bool | None, compiled: bool
+) -> None:
+    """`--resume --out F` names no network: the stored run's (an EM network on the whole training set) decides that
+    a CPU compiles, unless the run was started with --no-compile (kept) or the resume says otherwise."""
     from capsnet.training.distributed import Distributed
     from capsnet.training.prepare import prepare
 
-    stored = TrainOptions(network="em", preset="tiny", epochs=3, out=str(tmp_path), device="cpu", compile=False)
-    (tmp_path / "args.json").write_text(json.dumps(stored.to_dict()))
-    prepared = prepare(TrainOptions(out=str(tmp_path), resume=True, epochs=4, device="cpu"), Distributed(), CPU)
-    try:
-        assert prepared.options.network == "em" and prepared.acceleration.compile
-        assert prepared.args["acceleration"]["compile"]
-    finally:
-        assert prepared.lock is not None
-        prepared.lock.release()
+    run = TrainOptions(network="em", preset="tiny", epochs=3, out=str(tmp_path), device="cpu", compile=stored)
+    (tmp_path / "args.json").write_text(json.dumps(run.to_dict()))
+    asked = TrainOptions(out=str(tmp_path), resume=True, epochs=4, device="cpu", compile=given)
+    prepared = prepare(asked, Distributed(), CPU)
+    assert prepared.lock is not None
+    prepared.lock.release()
+    assert prepared.options.network == "em" and prepared.options.epochs == 4
+    assert prepared.acceleration.compile == prepared.args["acceleration"]["compile"] == compiled
+
+
+def test_a_cpu_without_a_cpp_compiler_stays_eager_and_says_why() -> None:
+    no_compiler = CpuFeatures(capability="AVX2", avx512_bf16=False, amx=False, onednn_bf16=False, compiler=False)
+    chosen = choose_acceleration(CPU, features=no_compiler, cpu_compile=True)
+    assert not chosen.compile and "no C++ compiler" in chosen.reason
 
 
 def test_this_machines_features_are_read_from_torch() -> None:

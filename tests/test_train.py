@@ -243,7 +243,7 @@ def test_a_long_epoch_saves_a_resumable_state_on_the_way(
     data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A kill without warning (no handler runs: a closed session, the OOM killer) loses at most SAVE_EVERY_S of an
-    epoch: the trainer saves a resumable state at a sync point that often, and a resume finishes the epoch."""
+    epoch: the trainer saves a resumable state that often, also in an epoch it resumed, and a resume finishes it."""
     import dataclasses
 
     from capsnet.training import trainer as training
@@ -252,29 +252,34 @@ def test_a_long_epoch_saves_a_resumable_state_on_the_way(
     class PowerCut(BaseException):
         pass
 
-    real_step, steps = training.training_step, []
+    real_step, steps, cut_at = training.training_step, [], [8, 10]  # the 8th and the 10th step never finish
 
     def step(*args, **kwargs):
         steps.append(1)
-        if len(steps) == 8:  # during batch 8; the last save was at the sync point after batch 6
+        if cut_at and len(steps) == cut_at[0]:
+            cut_at.pop(0)
             raise PowerCut
         return real_step(*args, **kwargs)
 
-    monkeypatch.setattr(training, "SAVE_EVERY_S", 0.0)
-    monkeypatch.setattr(training, "SYNC_EVERY", 3)
+    monkeypatch.setattr(training, "SAVE_EVERY_S", 0.0)  # a save after every batch
     monkeypatch.setattr(training, "training_step", step)
     out = tmp_path / "run"
     options = TrainOptions(preset="tiny", epochs=1, batch_size=32, train_size=320, test_size=100, out=str(out),
                            data_dir=str(data_dir), progress=False, device="cpu")  # fmt: skip
     with pytest.raises(PowerCut):
         training.train(options)
-    state = torch.load(out / "train_state.pt", weights_only=True)
-    assert (state["epoch"], state["batch"], state["partial"]["seen"]) == (0, 6, 6 * 32)
-    assert 0 < state["elapsed"] and state["partial"]["seconds"] <= state["elapsed"]
+    first = torch.load(out / "train_state.pt", weights_only=True)
+    assert (first["epoch"], first["batch"], first["partial"]["seen"]) == (0, 7, 7 * 32)  # the batches before the cut
+    assert 0 < first["partial"]["seconds"] <= first["elapsed"]
     assert read_jsonl(out / "metrics.jsonl") == []
-    monkeypatch.setattr(training, "SAVE_EVERY_S", 3600.0)  # no more saves: the resume starts from batch 6
-    records = training.train(dataclasses.replace(options, resume=True))
-    assert len(steps) == 8 + 4  # the epoch's last 4 batches, after a resume at batch 6
+    resumed = dataclasses.replace(options, resume=True)
+    with pytest.raises(PowerCut):  # cut again, one batch into the resumed epoch
+        training.train(resumed)
+    second = torch.load(out / "train_state.pt", weights_only=True)
+    assert (second["epoch"], second["batch"], second["partial"]["seen"]) == (0, 8, 8 * 32)  # with the part before
+    assert second["partial"]["seconds"] > first["partial"]["seconds"] and second["elapsed"] > first["elapsed"]
+    records = training.train(resumed)
+    assert len(steps) == 8 + 2 + 2  # each resume starts after the last saved batch: 7 + 1 + the epoch's last 2
     assert [r["epoch"] for r in records] == [1] and records[0]["train_images"] == 320  # the whole epoch
 
 

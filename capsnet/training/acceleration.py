@@ -8,7 +8,8 @@ Chosen at run time from what torch and oneDNN report about the machine, never ha
 - on a CPU, Adam's per-parameter updates run as one fused kernel (`Adam(fused=True)`);
 - on a CPU, `torch.compile` where the caller says it pays (`cpu_compile`): the EM network's
   routing is many small passes over its votes that the compiler fuses, 1.8-2.6x faster steps
-  after half a minute of compiling, so a run long enough compiles (`TrainOptions.acceleration`);
+  after half a minute of compiling, so a run long enough compiles (`TrainOptions.acceleration`)
+  where a C++ compiler is found to build the compiled code;
   the dynamic-routing CapsNet trains slower compiled on a CPU and stays eager;
 - CUDA keeps its path: bf16 autocast, `torch.compile`, and the default (foreach) Adam, which the
   compiler handles.
@@ -19,6 +20,8 @@ run's log and its args.json say what was chosen and why.
 from __future__ import annotations
 
 import functools
+import os
+import shutil
 from dataclasses import asdict, dataclass
 
 import torch
@@ -32,6 +35,7 @@ class CpuFeatures:
     avx512_bf16: bool  # the AVX512-BF16 dot products
     amx: bool  # Intel AMX tiles (bf16 matrix products)
     onednn_bf16: bool  # oneDNN's bf16 kernels can run here (natively or emulated)
+    compiler: bool = True  # a C++ compiler for the code torch.compile writes for a CPU (inductor builds it)
 
     @property
     def native_bf16(self) -> bool:
@@ -71,6 +75,7 @@ def cpu_features() -> CpuFeatures:
         avx512_bf16=_probe("_is_avx512_bf16_supported"),
         amx=_probe("_is_amx_tile_supported"),
         onednn_bf16=onednn_bf16,
+        compiler=any(shutil.which(name) for name in (os.environ.get("CXX"), "c++", "g++", "clang++") if name),
     )
 
 
@@ -116,9 +121,13 @@ def choose_acceleration(
     elif device.type == "cpu":
         features = features or cpu_features()
         reason = features.describe()
-        auto_amp, auto_fused, auto_compile = features.native_bf16, True, cpu_compile
+        auto_amp, auto_fused, auto_compile = features.native_bf16, True, cpu_compile and features.compiler
         if cpu_compile and compile is None:
-            reason += "; compiled: this network and run length pay for it"
+            reason += (
+                "; compiled: this network and run length pay for it"
+                if features.compiler
+                else "; not compiled: no C++ compiler for torch.compile here (c++, g++, clang++ or $CXX)"
+            )
     else:  # Apple MPS and others: as before, plain float32
         reason = device.type.upper()
         auto_amp, auto_fused, auto_compile = False, False, False

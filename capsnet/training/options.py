@@ -30,6 +30,7 @@ from capsnet.training.recipes import RECIPES
 from capsnet.training.schedule import SCHEDULES
 
 MAX_SEED = 2**32 - 1  # NumPy's seeds
+COMPUTE_CHOICES = ("amp", "fused_adam", "compile")  # None: chosen for the machine (capsnet.training.acceleration)
 
 # options renamed since runs were first stored (args.json, headers' recipes), and the old flags still accepted
 RENAMED = {"model": "network"}  # one name for the network: --network, a header's "network", capsnet.nn.registry
@@ -254,10 +255,13 @@ class TrainOptions:
         return cls(**values)
 
     def resumed_from(self, stored: dict[str, Any]) -> TrainOptions:
-        """These options with the run-defining fields that `stored` (a resumed run's args.json) holds."""
+        """These options with the run-defining fields that `stored` (a resumed run's args.json) holds, and its explicit
+        choices of how to compute (--amp, --fused-adam, --compile and their --no- forms) where none is given now."""
         stored = {**{new: stored[old] for old, new in RENAMED.items() if old in stored}, **stored}  # older names
         known = TrainOptions.from_dict(stored)
-        return dataclasses.replace(self, **{name: getattr(known, name) for name in self.run_fields() if name in stored})
+        kept = {name: getattr(known, name) for name in self.run_fields() if name in stored}
+        kept |= {name: getattr(known, name) for name in COMPUTE_CHOICES if getattr(self, name) is None}
+        return dataclasses.replace(self, **kept)
 
     # ------------------------------------------------------------ the command line
 

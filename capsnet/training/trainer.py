@@ -55,8 +55,9 @@ from capsnet.training.watch import Watcher
 
 REPORT_EVERY_S = 0.5  # seconds between progress reports (each one reads the running sums back from the device)
 SYNC_EVERY = 50  # batches between the checks that need the device or every process: stop flag, collapse
-# seconds between the resumable states saved in the middle of an epoch (at a sync point): a run killed without warning
-# (a closed session, a power cut, the OOM killer) loses at most this much of a long epoch
+# seconds between the resumable states saved in the middle of an epoch (after the batch that passes it; under torchrun
+# at the next sync point): a run killed without warning (a closed session, the OOM killer) loses at most about this
+# much of a long epoch
 SAVE_EVERY_S = 600.0
 
 
@@ -151,7 +152,7 @@ def train_one_epoch(
     together (so they all stop at the same batch, and agree whether the epoch was stopped).
     Raises TrainingCollapsedError when the watch says so. `progress` is (the run's progress at this
     epoch's first batch, its growth per batch), for a loss with a schedule. `on_save` is given the
-    epoch's sums so far at the first sync point every SAVE_EVERY_S, for a resumable state.
+    epoch's sums so far every SAVE_EVERY_S (several processes: at the next sync point), for a resumable state.
     """
     model.train()
     loss_sum = torch.zeros((), device=device)
@@ -189,16 +190,18 @@ def train_one_epoch(
         if reporting and time.perf_counter() - last_report >= REPORT_EVERY_S:
             report()
             last_report, reported = time.perf_counter(), batches
+        due = on_save is not None and time.perf_counter() - last_save >= SAVE_EVERY_S
         if batches % SYNC_EVERY == 0:
-            due = on_save is not None and time.perf_counter() - last_save >= SAVE_EVERY_S
             stopping, saving = _agreed(stop, watch, env, device, due)
             if stopping:
                 break
-            if saving and on_save is not None:
-                on_save(totals())
-                last_save = time.perf_counter()
         elif stop.stop and not env.enabled:  # one process: stop at once; several stop together at a sync point
             break
+        else:
+            saving = due and not env.enabled  # one process saves when due; several together at a sync point
+        if saving and on_save is not None:
+            on_save(totals())
+            last_save = time.perf_counter()
     if reporting and batches > reported:
         report()  # where the epoch (or its part before a stop) ended
     stopped, _ = _agreed(stop, watch, env, device)  # also for an epoch shorter than SYNC_EVERY batches
