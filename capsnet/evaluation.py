@@ -93,6 +93,17 @@ class Evaluation:
         }
 
 
+ROUTING_MEMORY = 2**30  # bytes the largest routing tensor of one evaluation batch may take (then about 2x at its peak)
+
+
+def fitting_batch(model: AnyModel, batch_size: int) -> int:
+    """`batch_size`, or as many images as keep the model's largest routing tensor within ROUTING_MEMORY: 36 for the
+    EM paper's network (29.5 MB of votes an image; 58 MB at the peak of its forward pass, measured), where 500 would
+    ask for 29 GB."""
+    per_image = model.routing_bytes_per_image()
+    return batch_size if per_image == 0 else max(1, min(batch_size, ROUTING_MEMORY // per_image))
+
+
 @torch.no_grad()
 def evaluate(
     model: AnyModel,
@@ -112,6 +123,7 @@ def evaluate(
     if len(images) != len(labels) or len(images) == 0:
         raise ValueError(f"need as many labels as images, and at least one: {len(images)} vs {len(labels)}")
     device = torch.device(device) if device is not None else next(model.parameters()).device
+    batch_size = fitting_batch(model, batch_size)  # the largest EM networks hold tens of MB of votes per image
     config = model.config
     net = network_of(model)
     # poses and redraws to summarise: the CapsNet's, and the EM network's when it has a decoder

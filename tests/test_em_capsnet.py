@@ -135,3 +135,22 @@ def test_the_training_cli_trains_resumes_and_evaluates_an_em_network(data_dir: P
     evaluated = capsnet("evaluate", out / "last.safetensors", "--data-dir", data_dir, "--limit", "128")
     assert evaluated.returncode == 0, evaluated.stderr
     assert "%" in evaluated.stdout
+
+
+def test_evaluation_batches_fit_the_votes_of_the_largest_networks_in_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The paper's EM network makes 29.5 MB of [V, V^2] an image: 500 at a time would need about 29 GB, so evaluation
+    takes as many as fit in `ROUTING_MEMORY`; the CapsNet and the CNN keep the batch they are given."""
+    from capsnet import evaluation
+    from capsnet.nn.registry import network
+
+    paper = EMCapsNet(EM_PRESETS["paper"])
+    assert paper.routing_bytes_per_image() == 25 * 32 * (32 * 9) * 32 * 4  # ConvCaps1: P, J, I, [V, V^2], float32
+    assert evaluation.fitting_batch(paper, 500) == 36
+    for name in ("capsnet", "cnn"):
+        assert evaluation.fitting_batch(network(name).build(network(name).preset("paper")), 500) == 500
+    tiny = EMCapsNet(EM_PRESETS["tiny"])
+    monkeypatch.setattr(evaluation, "ROUTING_MEMORY", 7 * tiny.routing_bytes_per_image())
+    done: list[int] = []
+    images, labels = torch.rand(20, 1, 28, 28), torch.randint(0, 10, (20,))
+    result = evaluation.evaluate(tiny, images, labels, batch_size=500, on_batch=lambda d, _: done.append(d))
+    assert done == [7, 14, 20] and result.total == 20

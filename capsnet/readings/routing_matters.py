@@ -30,6 +30,7 @@ from torch import Tensor
 from capsnet.checkpoints import measurements
 from capsnet.checkpoints.checkpoint import Checkpoint
 from capsnet.data.tasks import LabelledSet
+from capsnet.evaluation import fitting_batch
 from capsnet.nn.capsnet import CapsNet
 from capsnet.nn.dynamic_routing import dynamic_routing
 from capsnet.nn.em_capsnet import EMCapsNet
@@ -197,6 +198,7 @@ def iteration_lengths(
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
     device, dtype = model.device, next(model.parameters()).dtype
+    batch_size = fitting_batch(model, batch_size)  # the largest EM networks hold tens of MB of votes per image
     was_training = model.training
     model.eval()
     parts = []
