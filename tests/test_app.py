@@ -27,6 +27,7 @@ from streamlit.testing.v1 import AppTest
 from capsnet.checkpoints import measurements
 from capsnet.nn.em_capsnet import EMCapsNet, EMCapsNetConfig
 from capsnet.readings import affnist
+from capsnet.training.acceleration import choose_acceleration
 from capsnet.training.options import TrainOptions
 from dashboard import pages
 
@@ -395,6 +396,9 @@ def test_the_training_page_lists_runs_and_a_second_start_is_refused(app_with_run
         assert at.dataframe
         table = at.dataframe[0].value  # a run of every example and one of 300: one type per column (item 19)
         assert sorted(table["examples"]) == ["300", "all"], list(table["examples"])
+        # how each computes: the tiny CapsNet as this CPU chose (never compiled); the fake trainer records no choice
+        made = choose_acceleration(torch.device("cpu")).precision
+        assert sorted(table["computed"]) == sorted([made, "—"]), list(table["computed"])
     finally:
         runs.cancel_run(runs_root)
 

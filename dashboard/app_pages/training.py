@@ -57,6 +57,15 @@ def _model_label(run: runs.RunSummary) -> str:
     return f"{run.network.short} {preset}".strip()
 
 
+def _computed(args: dict[str, object]) -> str:
+    """How the run computes, from the choice its args.json records: "bf16 autocast, compiled", "float32" ("—" before
+    the trainer has chosen, or for a run from before choices were recorded)."""
+    chosen = args.get("acceleration")
+    if not isinstance(chosen, dict):
+        return "—"
+    return ("bf16 autocast" if chosen.get("amp") else "float32") + (", compiled" if chosen.get("compile") else "")
+
+
 def _table(all_runs: list[runs.RunSummary]) -> list[dict[str, object]]:
     """One row per run; a run folder that cannot be read costs its own row (with the reason), never the table."""
     rows = []
@@ -88,6 +97,7 @@ def _row(run: runs.RunSummary) -> dict[str, object]:
         "training time": texts.format_duration(seconds) if run.metrics else "—",
         # one type per column (text): a column of numbers and "all" makes pyarrow raise on every rerun
         "examples": f"{examples:,}" if isinstance(examples, int) and not isinstance(examples, bool) else "all",
+        "computed": _computed(run.args),  # why two runs of one network differ in speed (an EM run compiles on a CPU)
     }
 
 
