@@ -28,7 +28,7 @@ from capsnet.device import describe_device
 from capsnet.nn.em_routing import EPSILON, VARIANCE_FLOOR, em_routing, inverse_temperature, reach_counts
 from capsnet.nn.matrix_capsules import ConvCapsules
 from capsnet.nn.registry import network
-from capsnet.training.acceleration import choose_acceleration
+from capsnet.training.acceleration import choose_acceleration, make_adam
 from capsnet.training.step import training_step
 
 
@@ -113,7 +113,7 @@ def bench_training(batch: int, repeats: int) -> None:
             net = network(name)
             config = net.preset(preset, routing_iterations=iterations)
             model = net.build(config).train()
-            optimizer = torch.optim.Adam(model.parameters(), 1e-3, fused=accel.fused_adam)
+            optimizer = make_adam(model.parameters(), 1e-3, accel.fused_adam)
             stepped = torch.compile(model) if compiled else model
             step = functools.partial(training_step, stepped, optimizer, images, labels, images, config, accel.amp, 0.5)
             start = time.perf_counter()

@@ -81,12 +81,22 @@ def test_a_resumed_run_chooses_for_its_stored_network_and_keeps_its_explicit_cho
     prepared.lock.release()
     assert prepared.options.network == "em" and prepared.options.epochs == 4
     assert prepared.acceleration.compile == prepared.args["acceleration"]["compile"] == compiled
+    assert prepared.args["compile"] == (stored if given is None else given)  # what a later resume keeps
 
 
 def test_a_cpu_without_a_cpp_compiler_stays_eager_and_says_why() -> None:
     no_compiler = CpuFeatures(capability="AVX2", avx512_bf16=False, amx=False, onednn_bf16=False, compiler=False)
     chosen = choose_acceleration(CPU, features=no_compiler, cpu_compile=True)
     assert not chosen.compile and "no C++ compiler" in chosen.reason
+
+
+def test_a_recorded_choice_reads_back_and_sums_up_in_a_few_words() -> None:
+    chosen = choose_acceleration(CPU, features=AVX512_BF16, cpu_compile=True)
+    assert Acceleration.from_dict(chosen.to_dict()) == chosen
+    assert chosen.summary() == "bf16 autocast, compiled"
+    assert choose_acceleration(CPU, features=AVX2).summary() == "float32"
+    with pytest.raises(ValueError, match="not a recorded acceleration"):
+        Acceleration.from_dict({"amp": True})
 
 
 def test_this_machines_features_are_read_from_torch() -> None:

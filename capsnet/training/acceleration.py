@@ -92,6 +92,10 @@ class Acceleration:
     def precision(self) -> str:
         return "bf16 autocast" if self.amp else "float32"
 
+    def summary(self) -> str:
+        """'bf16 autocast, compiled' or 'float32': what sets a run's speed, in a few words."""
+        return self.precision + (", compiled" if self.compile else "")
+
     def describe(self) -> str:
         """'float32, fused Adam (AVX2, no native bf16)'."""
         parts = [self.precision, "fused Adam" if self.fused_adam else "foreach Adam"]
@@ -101,6 +105,14 @@ class Acceleration:
 
     def to_dict(self) -> dict[str, bool | str]:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, object]) -> Acceleration:
+        """A recorded choice (args.json's "acceleration"); ValueError for one that is not."""
+        try:
+            return cls(**data)  # type: ignore[arg-type]
+        except TypeError as error:
+            raise ValueError(f"not a recorded acceleration: {error}") from None
 
 
 def choose_acceleration(

@@ -75,12 +75,10 @@ def measure_speed(options: TrainOptions, batch: int = 8, steps: int = 2) -> Spee
         training_step(model, optimizer, images, labels, images, config, acceleration.amp)  # the trainer's own step
         if step:
             times.append(time.perf_counter() - start)
-    where = f"on {torch.get_num_threads()} of {os.cpu_count()} cores"
-    if acceleration.compile:  # compiling takes longer than this estimate may: the steps timed are eager
-        where = f"measured now uncompiled {where}: the run compiles, and goes faster after its first minute"
-    else:
-        where = f"measured now {where}"
-    return Speed(batch / statistics.median(times), where)
+    source = f"measured now on {torch.get_num_threads()} of {os.cpu_count()} cores"
+    if acceleration.compile:  # the steps timed are eager: compiling takes longer than this estimate may
+        source = f"{source}, uncompiled: the run compiles, and goes faster after its first minute"
+    return Speed(batch / statistics.median(times), source)
 
 
 def estimate_seconds(options: TrainOptions, train_examples: int, test_examples: int, speed: Speed) -> float:

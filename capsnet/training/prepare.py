@@ -19,7 +19,7 @@ from capsnet.errors import CapsNetError
 from capsnet.nn.registry import AnyConfig, network
 from capsnet.training.acceleration import Acceleration
 from capsnet.training.distributed import Distributed, from_main
-from capsnet.training.options import TrainOptions
+from capsnet.training.options import COMPUTE_CHOICES, TrainOptions
 from capsnet.training.run_folder import FolderLock, RunFolder, RunFolderError, new_run_dir, runs_root
 
 NETWORK_CONFIG = "network_config"  # args.json's record of the network as built
@@ -80,22 +80,22 @@ def _prepare_locked(
         if not stored:
             raise CapsNetError(f"--resume: cannot read the run's {RunFolder.ARGS} in {folder.path}")
         options = options.resumed_from(stored).validate()
-        acceleration = options.acceleration(device)
         origin = stored.get("started_from")
         if origin is None and stored.get("init") and Path(stored["init"]).is_file():  # begun before origins were kept
             origin = read_checkpoint_info(stored["init"])[1].as_origin(stored["init"])
-        args = stored | {"epochs": options.epochs, "acceleration": acceleration.to_dict()}  # a later resume reads these
+        # what a later resume reads: the epochs, and the choices of how to compute as they now stand
+        args = stored | {"epochs": options.epochs} | {name: getattr(options, name) for name in COMPUTE_CHOICES}
         config = _resumed_config(stored, folder, options)
     else:
         if env.is_main:
             folder.remove_uncommitted()  # a run killed in its first epoch left its writes half done
         if options.init:
             origin = read_checkpoint_info(options.init)[1].as_origin(options.init)
-        acceleration = options.acceleration(device)
         args = options.to_dict() | ({"started_from": origin} if origin else {})
-        args["acceleration"] = acceleration.to_dict()
-        if env.is_main:
-            folder.write_args(args)
+    acceleration = options.acceleration(device)  # from the run's own options: a resumed run's network decides
+    args["acceleration"] = acceleration.to_dict()
+    if not options.resume and env.is_main:
+        folder.write_args(args)  # a resumed run's, once its saved state has proved sound (the trainer)
     return Prepared(options, folder, origin, args, acceleration, lock, config)
 
 

@@ -9,6 +9,7 @@ from capsnet.errors import CapsNetError
 from capsnet.nn.config import CapsNetConfig
 from capsnet.nn.registry import NETWORKS, network
 from capsnet.training import run_folder, runs, watch
+from capsnet.training.acceleration import Acceleration
 from capsnet.training.options import TrainOptions
 from capsnet.training.recipes import RECIPES
 from dashboard import figures, state, texts
@@ -61,9 +62,10 @@ def _computed(args: dict[str, object]) -> str:
     """How the run computes, from the choice its args.json records: "bf16 autocast, compiled", "float32" ("—" before
     the trainer has chosen, or for a run from before choices were recorded)."""
     chosen = args.get("acceleration")
-    if not isinstance(chosen, dict):
+    try:
+        return Acceleration.from_dict(chosen).summary() if isinstance(chosen, dict) else "—"
+    except ValueError:
         return "—"
-    return ("bf16 autocast" if chosen.get("amp") else "float32") + (", compiled" if chosen.get("compile") else "")
 
 
 def _table(all_runs: list[runs.RunSummary]) -> list[dict[str, object]]:
