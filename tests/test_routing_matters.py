@@ -87,6 +87,19 @@ def test_the_summary_is_json_and_refuses_what_it_is_not(app_run: Path, test_imag
         rm.measure(net, LabelledSet(dataset_info("multimnist"), digits, torch.arange(4), pairs))
 
 
+def test_kept_lengths_are_written_with_their_four_decimals_only() -> None:
+    """The changed images' lengths are rounded to DECIMALS as Python floats: 0.1235, not float32's
+    0.12349999696016312 (which tripled the size of an EM network's summary, where nearly every image changes)."""
+    generator = torch.Generator().manual_seed(0)
+    lengths = torch.rand(50, len(rm.ITERATIONS), 10, generator=generator).numpy()  # (N, R, K), float32
+    result = rm.summarise(lengths, np.arange(50) % 10, rm.ITERATIONS, "mnist", 2)
+    values = [v for image in result.changed for row in image.lengths for v in row]
+    assert len(result.changed) > 10 and len(values) == len(result.changed) * len(rm.ITERATIONS) * 10
+    assert all(len(repr(v).split(".")[1]) <= rm.DECIMALS for v in values)
+    assert all(abs(v - x) <= 0.5 * 10**-rm.DECIMALS + 1e-7 for image in result.changed
+               for v, x in zip(np.ravel(image.lengths), np.ravel(lengths[image.index])))  # fmt: skip
+
+
 def test_the_summary_is_kept_once_and_a_damaged_one_is_measured_again(
     run_copy: Path, test_images, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -241,7 +241,7 @@ def summarise(
         )
     predictions = lengths.argmax(axis=2)  # (N, R)
     changed = np.flatnonzero((predictions != predictions[:, :1]).any(axis=1))  # differs between some two r
-    rounded = np.round(lengths[changed], DECIMALS)  # (C, R, K)
+    rounded = np.round(lengths[changed].astype(np.float64), DECIMALS)  # (C, R, K): float64, so 0.1235 stays 0.1235
     return RoutingMatters(
         dataset=dataset,
         checkpoint_sha256=checkpoint_sha256,
