@@ -112,9 +112,9 @@ def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], Any]) -> N
         write(handle)
 
 
-def write_json(path: str | os.PathLike, data: Any) -> None:
-    """Write `data` as JSON, atomically."""
-    atomic_write(path, lambda handle: handle.write(json.dumps(data, indent=2).encode()))
+def write_json(path: str | os.PathLike, data: Any, indent: int | None = 2) -> None:
+    """Write `data` as JSON, atomically: indented for a reader, or on one line (`indent=None`) for a program."""
+    atomic_write(path, lambda handle: handle.write(json.dumps(data, indent=indent).encode()))
 
 
 class FileReadError(CapsNetError):

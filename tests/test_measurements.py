@@ -28,6 +28,7 @@ def test_an_entry_is_read_back_from_the_store_or_from_beside_the_checkpoint(chec
     assert measurements.read(checkpoint, "novelty") == {"length": 0.5, "checkpoint_sha256": file_sha256(checkpoint)}
     shipped = measurements.write(checkpoint, "routing", {"total": 3}, ship=True)
     assert shipped == checkpoint.parent / "model.routing.json"
+    assert "\n" not in shipped.read_text() and "\n" not in kept.read_text()  # one line: read by programs
     assert measurements.read(checkpoint, "routing")["total"] == 3
     assert measurements.read(checkpoint, "robustness") is None  # another kind
 

@@ -67,7 +67,8 @@ def read(checkpoint: str | os.PathLike, kind: str) -> dict[str, Any] | None:
 
 
 def write(checkpoint: str | os.PathLike, kind: str, data: dict[str, Any], ship: bool = False) -> Path:
-    """Keep `data` as this checkpoint's entry of `kind`, atomically: beside it when `ship`, else in the store.
+    """Keep `data` as this checkpoint's entry of `kind`, atomically: beside it when `ship`, else in the store; on one
+    line, since programs read it and a whole test set's summary runs to megabytes.
 
     A place that cannot be written (a read-only checkpoints folder) falls back to the store; FileWriteError
     (one line) when neither can be.
@@ -76,7 +77,7 @@ def write(checkpoint: str | os.PathLike, kind: str, data: dict[str, Any], ship: 
     entry = {**data, "checkpoint_sha256": sha256}
     if ship:
         try:
-            write_json(beside(checkpoint, kind), entry)
+            write_json(beside(checkpoint, kind), entry, indent=None)
             return beside(checkpoint, kind)
         except CapsNetError:
             pass
@@ -85,5 +86,5 @@ def write(checkpoint: str | os.PathLike, kind: str, data: dict[str, Any], ship: 
         place.parent.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise write_failure(place, error) from None
-    write_json(place, entry)
+    write_json(place, entry, indent=None)
     return place
