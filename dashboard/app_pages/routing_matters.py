@@ -35,6 +35,10 @@ EM_INTRO = (
     "per model, and the images whose answer changes with r are listed: open one on the **Draw** page to see its "
     "class layer's routing."
 )
+EM_DURATION = (
+    "long on a CPU, since the EM network routes in all three capsule layers at each r: about 1.5 hours on two cores "
+    "for the paper's network, 16 minutes for the small one (the shipped EM model's summary ships with it)"
+)
 FOR_SINGLE_IMAGES = "This view is for models that read one 28x28 image (MNIST, Fashion-MNIST), not MultiMNIST pairs."
 
 
@@ -56,9 +60,10 @@ names, noun = model.class_names, model.noun
 
 result, error = model.routing_matters(measure=st.session_state.get(MEASURE) == model.key)
 if result is None:
+    how_long = EM_DURATION if model.em else "a few minutes on a CPU for the paper's model"
     st.info(
         f"Not measured yet for this model: each of its {len(labels):,} test images is read at r = 1 to 5, once, and "
-        "the result is kept beside the checkpoint (a few minutes on a CPU for the paper's model).",
+        f"the result is kept beside the checkpoint ({how_long}).",
         icon=":material/hourglass_empty:",
     )
     if not st.button("Measure on the whole test set", key="rm_measure_button", icon=":material/play_arrow:"):
