@@ -17,7 +17,7 @@ from capsnet.checkpoints.checkpoint import load_checkpoint
 from capsnet.nn.cnn import CNNConfig
 from capsnet.nn.config import CapsNetConfig
 from capsnet.nn.em_capsnet import EMCapsNetConfig
-from capsnet.readings import affnist
+from capsnet.readings import affnist, routing_matters
 from capsnet.readings.novelty import NoveltyThresholds
 from capsnet.training.options import stored_network
 
@@ -132,3 +132,16 @@ def test_shipped_em_model() -> None:
     assert sum(info.per_class_correct) == round(info.test_accuracy * 10_000)
     assert len(info.dimension_mean) == len(info.dimension_std) == 10  # the Dimensions page's slider ranges
     assert all(len(row) == 16 for row in info.dimension_std)  # the 16 entries of a 4x4 pose
+
+
+@pytest.mark.parametrize("name", ["mnist", "fashion-mnist", "mnist-em"])
+def test_a_shipped_routing_summary_belongs_to_its_checkpoint(name: str) -> None:
+    """Where routing matters opens at once for the shipped models: each `<name>.routing.json` was measured on the
+    very bytes shipped (its SHA-256), on the whole test set, at the iterations the model was trained with; the EM
+    network's takes about 45 minutes of a 2-core CPU to measure again."""
+    path = CHECKPOINTS / f"{name}.safetensors"
+    kept = routing_matters.read_kept(path, 10_000)
+    assert kept is not None, f"{routing_matters.sidecar_path(path).name} is missing or measured another file"
+    checkpoint = load_checkpoint(path, networks=("capsnet", "em"))
+    assert kept.trained_iterations == checkpoint.config.routing_iterations
+    assert kept.correct[kept.iterations.index(kept.trained_iterations)] == round(checkpoint.info.test_accuracy * 10_000)
