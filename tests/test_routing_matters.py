@@ -245,6 +245,8 @@ def test_the_em_network_is_measured_at_each_r_and_its_changes_open_on_draw(
     assert not at.exception, [e.stack_trace for e in at.exception]
     assert _metric(at, "r = 1") == f"{100 * expected.accuracy[0]:.2f}%"
     assert _metric(at, "Changed") == f"{len(expected.changed):,}"
+    assert any("were learned for r = 3" in m.value for m in at.markdown)  # not "ambiguous ones", as for a CapsNet
+    assert not any("ambiguous ones, that routing decides" in m.value for m in at.markdown)
     assert any(c.value.startswith("a of ") for c in at.caption)  # the margins between activations
     image = expected.changed[0]
     at.button(key=f"rm_open_{image.index}").click().run()
