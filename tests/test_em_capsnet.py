@@ -10,11 +10,13 @@ import pytest
 import torch
 
 from capsnet.checkpoints.checkpoint import load_checkpoint
-from capsnet.errors import InvalidArgumentError
+from capsnet.errors import CapsNetError, InvalidArgumentError
 from capsnet.nn.em_capsnet import EM_PRESETS, EMCapsNet, EMCapsNetConfig
 from capsnet.nn.losses import spread_loss
 from capsnet.nn.matrix_capsules import ClassCapsules, ConvCapsules
 from capsnet.training.options import TrainOptions
+from capsnet.training.schedule import Schedule
+from capsnet.training.trainer import parameter_groups
 from tests.cli_support import capsnet
 
 
@@ -117,19 +119,43 @@ def test_options_refuse_pairs_for_the_em_network() -> None:
     with pytest.raises(InvalidArgumentError, match="no preset 'multimnist'"):
         TrainOptions(network="em", preset="multimnist").validate()
     assert isinstance(TrainOptions(network="em", preset="small").network_config(), EMCapsNetConfig)
+    with pytest.raises(InvalidArgumentError, match="--beta-lr applies to the EM network's beta_u and beta_a only"):
+        TrainOptions(network="capsnet", preset="tiny", beta_lr=10.0).validate()
+    with pytest.raises(InvalidArgumentError, match="--beta-lr must be greater than 0"):
+        TrainOptions(network="em", preset="tiny", beta_lr=0.0).validate()
+
+
+def test_beta_lr_gives_the_costs_their_own_rate_and_the_schedule_keeps_the_ratio() -> None:
+    model = EMCapsNet(EM_PRESETS["tiny"])
+    (alone,) = parameter_groups(model, 1e-3, 1.0)  # one group: a run begun before the option resumes as it was
+    assert len(alone["params"]) == len(list(model.parameters()))
+    groups = parameter_groups(model, 1e-3, 30.0)
+    betas = {id(p) for name, p in model.named_parameters() if name.endswith(("beta_u", "beta_a"))}
+    assert len(betas) == 2 * 3  # ConvCaps1, ConvCaps2 and the class capsules: beta_u and beta_a each
+    assert {id(p) for p in groups[1]["params"]} == betas and not betas & {id(p) for p in groups[0]["params"]}
+    assert len(groups[0]["params"]) + len(groups[1]["params"]) == len(list(model.parameters()))
+    optimizer = torch.optim.Adam(groups, lr=1e-3)
+    schedule = Schedule(optimizer, "cosine", lr_decay=0.96, epochs=1, batches=10, warmup=0.1)
+    for _ in range(4):
+        assert optimizer.param_groups[1]["lr"] == pytest.approx(30 * optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        schedule.after_batch()
+    with pytest.raises(CapsNetError, match="no beta_u or beta_a"):
+        parameter_groups(torch.nn.Linear(2, 2), 1e-3, 30.0)
 
 
 @pytest.mark.slow
 def test_the_training_cli_trains_resumes_and_evaluates_an_em_network(data_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "em"
     common = ["--network", "em", "--preset", "tiny", "--train-size", "256", "--test-size", "128",
-              "--batch-size", "64", "--out", out, "--data-dir", data_dir, "--no-progress"]  # fmt: skip
+              "--batch-size", "64", "--beta-lr", "10", "--out", out, "--data-dir", data_dir, "--no-progress"]  # fmt: skip
     first = capsnet("train", *common, "--epochs", "1")
     assert first.returncode == 0, first.stderr
     resumed = capsnet("train", *common, "--epochs", "2", "--resume")
     assert resumed.returncode == 0, resumed.stderr
     epochs = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [e["epoch"] for e in epochs] == [1, 2] and all(0 <= e["test_accuracy"] <= 1 for e in epochs)
+    assert json.loads((out / "args.json").read_text())["beta_lr"] == 10  # resumed with its two parameter groups
     loaded = load_checkpoint(out / "last.safetensors", networks=("em",))
     assert isinstance(loaded.model, EMCapsNet) and loaded.model.config == EM_PRESETS["tiny"]
     evaluated = capsnet("evaluate", out / "last.safetensors", "--data-dir", data_dir, "--limit", "128")

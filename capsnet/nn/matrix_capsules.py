@@ -18,6 +18,7 @@ from capsnet.nn.em_routing import EMTrace, em_routing
 
 POSE = 4  # a pose is a 4x4 matrix
 POSE_ENTRIES = POSE * POSE  # 16
+BETA_NAMES = ("beta_u", "beta_a")  # the parameters that hold each parent type's learned costs
 
 
 class PrimaryMatrixCapsules(nn.Module):

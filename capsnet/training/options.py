@@ -92,6 +92,12 @@ class TrainOptions:
         metadata=option("cosine schedule: the fraction of the run's batches spent warming up, in [0, 1)",
                         defines_run=True),
     )  # fmt: skip
+    beta_lr: float = field(
+        default=1.0,
+        metadata=option("EM network: the learning-rate multiplier of the per-type costs beta_u and beta_a (one number "
+                        "per capsule type, which Adam moves by about lr a step however far they must go)",
+                        positive=True, defines_run=True),
+    )  # fmt: skip
     routing_iterations: int = field(default=3, metadata=option("routing iterations r", positive=True, defines_run=True))
     seed: int = field(default=0, metadata=option("seed of the weights, the order and the shifts", defines_run=True))
     device: str = field(default="auto", metadata=option("auto: CUDA, else Apple MPS, else CPU", choices=DEVICE_CHOICES))
@@ -182,6 +188,12 @@ class TrainOptions:
             )
         if not (isinstance(self.warmup, (int, float)) and 0 <= self.warmup < 1):
             raise InvalidArgumentError(f"--warmup must lie in [0, 1), got {self.warmup}")
+        if not math.isfinite(self.beta_lr):
+            raise InvalidArgumentError(f"--beta-lr must be finite, got {self.beta_lr}")
+        if self.beta_lr != 1.0 and self.network != "em":
+            raise InvalidArgumentError(
+                f"--beta-lr applies to the EM network's beta_u and beta_a only, not --network {self.network}"
+            )
         if not 0 < self.lr_decay <= 1:
             raise InvalidArgumentError(f"--lr-decay must lie in (0, 1], got {self.lr_decay}")
         chosen = network(self.network)
