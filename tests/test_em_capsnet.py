@@ -14,9 +14,9 @@ from capsnet.errors import CapsNetError, InvalidArgumentError
 from capsnet.nn.em_capsnet import EM_PRESETS, EMCapsNet, EMCapsNetConfig
 from capsnet.nn.losses import spread_loss
 from capsnet.nn.matrix_capsules import ClassCapsules, ConvCapsules
+from capsnet.training.optimizer import parameter_groups
 from capsnet.training.options import TrainOptions
 from capsnet.training.schedule import Schedule
-from capsnet.training.trainer import parameter_groups
 from tests.cli_support import capsnet
 
 

@@ -35,13 +35,13 @@ from capsnet.data.datasets import dataset_info
 from capsnet.data.tasks import Task
 from capsnet.device import describe_device, pick_device, seed_everything
 from capsnet.errors import CapsNetError
-from capsnet.nn.matrix_capsules import BETA_NAMES
 from capsnet.nn.registry import AnyConfig, AnyModel, network, network_of
 from capsnet.nn.warm_start import warm_config, warm_start
-from capsnet.training.acceleration import Acceleration, make_adam
+from capsnet.training.acceleration import Acceleration
 from capsnet.training.checkpointer import Checkpointer, epoch_info
 from capsnet.training.collapse import CollapseWatch, TrainingCollapsedError
 from capsnet.training.distributed import Distributed, barrier, distributed_session, reduce_sum
+from capsnet.training.optimizer import run_optimizer
 from capsnet.training.options import TrainOptions
 from capsnet.training.prepare import NETWORK_CONFIG, Prepared, prepare
 from capsnet.training.run_folder import (
@@ -259,26 +259,10 @@ def build(
     else:
         model = net.build(config)
     model.to(device)
-    optimizer = make_adam(parameter_groups(model, options.lr, options.beta_lr), options.lr, acceleration.fused_adam)
+    optimizer = run_optimizer(model, options.lr, options.beta_lr, acceleration.fused_adam)
     schedule = Schedule(optimizer, options.schedule, lr_decay=options.lr_decay, epochs=options.epochs,
                         batches=batches, warmup=options.warmup)  # fmt: skip
     return model, optimizer, schedule
-
-
-def parameter_groups(model: torch.nn.Module, lr: float, beta_lr: float) -> list[dict[str, Any]]:
-    """Adam's parameter groups: all at `lr`, or, with a `beta_lr` multiplier, the EM layers' beta_u and beta_a apart.
-
-    A schedule scales every group's rate by the same factor, so the multiplier holds over the run. One group when
-    `beta_lr` is 1: the optimizer state of a run begun before the option existed still resumes.
-    """
-    named = list(model.named_parameters())
-    betas = [p for name, p in named if name.rsplit(".", 1)[-1] in BETA_NAMES]
-    if beta_lr == 1.0:
-        return [{"params": [p for _, p in named]}]
-    if not betas:
-        raise CapsNetError(f"--beta-lr {beta_lr}: this network has no beta_u or beta_a to apply it to")
-    chosen = {id(p) for p in betas}
-    return [{"params": [p for _, p in named if id(p) not in chosen]}, {"params": betas, "lr": lr * beta_lr}]
 
 
 def loss_progress(done: int, total: int, warm: bool) -> tuple[float, float]:
