@@ -119,7 +119,9 @@ def test_options_refuse_pairs_for_the_em_network() -> None:
     with pytest.raises(InvalidArgumentError, match="no preset 'multimnist'"):
         TrainOptions(network="em", preset="multimnist").validate()
     assert isinstance(TrainOptions(network="em", preset="small").network_config(), EMCapsNetConfig)
-    with pytest.raises(InvalidArgumentError, match="--beta-lr applies to the EM network's beta_u and beta_a only"):
+    with pytest.raises(
+        InvalidArgumentError, match=r"--beta-lr applies to the EM CapsNet only, not the CapsNet \(--network capsnet\)"
+    ):
         TrainOptions(network="capsnet", preset="tiny", beta_lr=10.0).validate()
     with pytest.raises(InvalidArgumentError, match="--beta-lr must be greater than 0"):
         TrainOptions(network="em", preset="tiny", beta_lr=0.0).validate()

@@ -42,7 +42,9 @@ class Network:
     presets: tuple[str, ...]
     capsules: bool  # vector capsules: lengths, dynamic routing's trace, reconstructions (the dashboard's views)
     baseline: bool  # a baseline the capsule networks are compared with (shipped in checkpoints/baselines/)
-    run_options: tuple[str, ...]  # training options (`TrainOptions` fields) that only this network reads
+    # training options (`TrainOptions` fields) that only this network reads; those that are fields of its config
+    # (routing_iterations) set the config, the others (the EM network's beta_lr) the training
+    run_options: tuple[str, ...]
     pairs: bool  # can read a task with several labels per example (MultiMNIST's pairs)
     pairs_field: str | None  # the config field that a task with several labels per example sets, if any
     _loss: Callable[..., CapsuleLoss]
@@ -112,7 +114,7 @@ NETWORKS: dict[str, Network] = {
         "em", "EM CapsNet", "EM", "class capsules' activations a_j (EM routing)", "spread loss",
         "a matrix-capsule network routed by EM",
         EMCapsNetConfig, EMCapsNet, tuple(EM_PRESETS),
-        capsules=False, baseline=False, run_options=("routing_iterations",), pairs=False, pairs_field=None,
+        capsules=False, baseline=False, run_options=("routing_iterations", "beta_lr"), pairs=False, pairs_field=None,
         _loss=_em_loss, cpu_compile_from=10_000,  # 1.8-2.6x faster steps after 30-40 s of compiling
     ),
 }  # fmt: skip

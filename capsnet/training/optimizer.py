@@ -25,9 +25,9 @@ def parameter_groups(model: torch.nn.Module, lr: float, beta_lr: float) -> list[
     `beta_lr` is 1: the optimizer state of a run begun before the option existed still resumes.
     """
     named = list(model.named_parameters())
-    betas = [p for name, p in named if name.rsplit(".", 1)[-1] in BETA_NAMES]
     if beta_lr == 1.0:
         return [{"params": [p for _, p in named]}]
+    betas = [p for name, p in named if name.rsplit(".", 1)[-1] in BETA_NAMES]
     if not betas:
         raise CapsNetError(f"--beta-lr {beta_lr}: this network has no beta_u or beta_a to apply it to")
     chosen = {id(p) for p in betas}

@@ -190,10 +190,6 @@ class TrainOptions:
             raise InvalidArgumentError(f"--warmup must lie in [0, 1), got {self.warmup}")
         if not math.isfinite(self.beta_lr):
             raise InvalidArgumentError(f"--beta-lr must be finite, got {self.beta_lr}")
-        if self.beta_lr != 1.0 and self.network != "em":
-            raise InvalidArgumentError(
-                f"--beta-lr applies to the EM network's beta_u and beta_a only, not --network {self.network}"
-            )
         if not 0 < self.lr_decay <= 1:
             raise InvalidArgumentError(f"--lr-decay must lie in (0, 1], got {self.lr_decay}")
         chosen = network(self.network)
@@ -233,7 +229,8 @@ class TrainOptions:
         """The config of this run's network: its preset at the dataset's input size and number of classes, with the
         options it reads."""
         chosen, info = network(self.network), dataset_info(self.dataset)
-        own = {name: getattr(self, name) for name in chosen.run_options}
+        configured = {f.name for f in dataclasses.fields(chosen.config_type)}
+        own = {name: getattr(self, name) for name in chosen.run_options if name in configured}
         read = Task.of(info)
         return chosen.config_for(self.preset, read.input_size, read.pairs, num_classes=info.num_classes, **own)
 
