@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from browser_support import CHROMIUM_ARGS, PAGE_LOAD_MS, RERUN_MS, VIEWPORT, Screenshots, find_chromium
+from browser_support import CHROMIUM_ARGS, EXPECT_MS, PAGE_LOAD_MS, RERUN_MS, VIEWPORT, Screenshots, find_chromium
 
 from capsnet.checkpoints.measurements import CACHE_ENV
 
@@ -159,6 +159,9 @@ def chromium() -> str:
 
 @pytest.fixture(scope="session")
 def browser(chromium: str) -> Iterator:
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=EXPECT_MS)
     with sync_playwright() as playwright:
         launched = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS, timeout=60_000)
         try:

@@ -91,10 +91,17 @@ def draw_and_predict(page, draw=draw_one) -> str:
         expect(page.get_by_text("Draw a digit on the canvas: the prediction appears here.")).to_be_visible(
             timeout=RERUN_MS
         )
-    wait_idle(page)  # after a Clear the canvas is drawn anew: a stroke on the old one would be lost
-    draw(page)
     value = prediction(page)
-    expect(value).to_have_text(re.compile(r"^\s*\d\s*$"), timeout=RERUN_MS)
+    waiting = page.get_by_text("Draw a digit on the canvas: the prediction appears here.")
+    for attempt in range(1, 4):
+        wait_idle(page)  # after a Clear the canvas is drawn anew: a stroke on the old one would be lost
+        draw(page)
+        try:
+            expect(value).to_have_text(re.compile(r"^\s*\d\s*$"), timeout=RERUN_MS // 3)
+            break
+        except AssertionError:  # no stroke reached the app: the canvas's frame was not listening yet (a busy
+            if attempt == 3 or not waiting.is_visible():  # 2-core machine), so the same stroke again
+                raise
     return value.inner_text().strip()
 
 
