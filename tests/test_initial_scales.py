@@ -20,7 +20,8 @@ from capsnet.nn.config import CapsNetConfig
 from capsnet.nn.registry import network_of
 
 pytestmark = pytest.mark.slow
-STEPS, BATCH = 30, 8
+# by 20 steps the control has saturated (margin 3.06, absent 0.97) and the official scales have not (0.91, 0.35)
+STEPS, BATCH = 20, 8
 
 
 @pytest.fixture(scope="module")
