@@ -183,18 +183,54 @@ def decoding_spinner(config: CapsNetConfig, steps: int) -> str:
     return f"Decoding {config.digit_dim * steps} variants..."
 
 
-def training(config: CapsNetConfig, recipes: Mapping[str, Recipe]) -> str:
-    """The page's introduction; each recipe says its own schedule (the paper's decays per epoch, fast's per batch)."""
+def training(config: CapsNetConfig, em: EMCapsNetConfig, recipes: Mapping[str, Recipe]) -> str:
+    """The page's introduction, for the runs of every network; each recipe says its own schedule (the paper's decays
+    per epoch, fast's per batch)."""
     said = "\n".join(f"- **{r.title}** recipe (`--recipe {name}`): {r.summary}" for name, r in recipes.items())
     return f"""
-**How CapsNet is trained.** Every batch, the loss adds the *margin loss* of the capsule lengths
-and a small *reconstruction loss* (the sum of squared pixel errors times {config.reconstruction_weight:g},
-so that it does not dominate). Adam minimises it, with the learning rate its run's recipe sets:
+**How the networks are trained.** Every batch, the CapsNet's loss adds the *margin loss* of the capsule
+lengths and a small *reconstruction loss* (the sum of squared pixel errors times {config.reconstruction_weight:g},
+so that it does not dominate). The EM CapsNet's is the *spread loss* of its class activations, whose margin
+grows from {em.margin_start:g} to {em.margin_end:g} over the first {em.margin_anneal:.0%} of the run (with the same
+reconstruction loss when it has a decoder); the CNN baseline's is cross-entropy. Adam minimises it, with the
+learning rate its run's recipe sets:
 
 {said}
 
 The training images are shifted by up to {SHIFT} pixels, as in the paper.
 """
+
+
+_WINDOW_START = (
+    "Every run keeps a **window** on ten test images it never trains on, one of each class, the same ones for "
+    "the whole run. Before the first batch, after every epoch (and every minute within a long one) the trainer "
+    "shows them to the network as it is at that moment and keeps what it answers: "
+)
+_WINDOW_END = " Slide back through the snapshots to replay it."
+
+
+def training_window(network: str, m_plus: float, m_minus: float, em: EMCapsNetConfig) -> str:
+    """What a run's window shows, for the network the run trains (the registry's name: "capsnet", "em", "cnn")."""
+    if network == "capsnet":
+        return _WINDOW_START + (
+            "the length of each class capsule (the bars; a red bar is the longest, the prediction) and the image the "
+            "decoder redraws from that capsule alone. At first every capsule is about as long as every other and "
+            f"the redrawing is a grey blur; as the network learns, the right capsule grows past m⁺ = {m_plus:g} "
+            f"while the others shrink under m⁻ = {m_minus:g}, and the redrawing takes the shape of the digit "
+            f"(slowly: the reconstruction loss weighs only {CapsNetConfig().reconstruction_weight:g})." + _WINDOW_END
+        )
+    if network == "em":
+        return _WINDOW_START + (
+            "the activation a_j of each class capsule (the bars; a red bar is the highest, the prediction). At first "
+            "the activations are alike; as the network learns, the spread loss pushes every other class's activation "
+            f"a margin below the right one's, the margin growing from {em.margin_start:g} to {em.margin_end:g} "
+            "(the window keeps no redrawing for an EM network)." + _WINDOW_END
+        )
+    return _WINDOW_START + (
+        "the probability of each class (the bars; a red bar is the highest, the prediction). At first they are "
+        "about equal; as the network learns, cross-entropy raises the right class's (a CNN has no capsules to "
+        "redraw from)." + _WINDOW_END
+    )
 
 
 def loss_help(config: CapsNetConfig | EMCapsNetConfig) -> str:

@@ -183,6 +183,8 @@ def test_the_training_page_shows_the_window(watched_run: tuple[Path, WindowHisto
     at.switch_page("app_pages/training.py").run()
     assert not at.exception, [e.stack_trace for e in at.exception]
     assert any(s.value == "Watch the capsules learn" for s in at.subheader)
+    said = " ".join(m.value for m in at.markdown)
+    assert "How the networks are trained" in said and "the length of each class capsule" in said  # a CapsNet run
     slider = at.select_slider(key="watch_step")
     assert slider.options == ["before training", "epoch 1", "epoch 2"] and slider.value == "epoch 2"
     charts = {e.key: json.loads(e.proto.spec) for e in at.get("plotly_chart")}

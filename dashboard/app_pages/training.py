@@ -7,6 +7,7 @@ import streamlit as st
 from capsnet.data.datasets import dataset_info
 from capsnet.errors import CapsNetError
 from capsnet.nn.config import CapsNetConfig
+from capsnet.nn.em_capsnet import EMCapsNetConfig
 from capsnet.nn.registry import NETWORKS, network
 from capsnet.training import run_folder, runs, watch
 from capsnet.training.acceleration import Acceleration
@@ -26,16 +27,6 @@ LIVE = "training_page_live"  # whether a run was going on at the fragment's last
 WATCH_RUN = "watch_run"  # the run whose window is shown
 WATCH_STEP = "watch_step"  # the snapshot shown, by its label ("epoch 3")
 WATCH_LATEST = "watch_latest"  # the newest snapshot's label at the last refresh: the slider follows it while there
-WINDOW_TEXT = (
-    "Every run keeps a **window** on ten test images it never trains on, one of each class, the same ones for "
-    "the whole run. Before the first batch, after every epoch (and every minute within a long one) the trainer "
-    "shows them to the network as it is at that moment and keeps what it answers: the length of each class "
-    "capsule (the bars; a red bar is the longest, the prediction) and the image the decoder redraws from that "
-    "capsule alone. At first every capsule is about as long as every other and the redrawing is a grey blur; "
-    "as the network learns, the right capsule grows past m⁺ while the others shrink under m⁻, and the "
-    "redrawing takes the shape of the digit (slowly: the reconstruction loss weighs only 0.0005). "
-    "Slide back through the snapshots to replay it."
-)
 
 
 def _resume(name: str) -> None:
@@ -195,7 +186,6 @@ def _window() -> None:
     if not names:
         return
     st.subheader("Watch the capsules learn", anchor=False)
-    st.markdown(WINDOW_TEXT)
     if st.session_state.get(WATCH_RUN) not in names:  # the sidebar's run, else the one going on, else the newest
         active = runs.active_run(root)
         live = [active.run_dir.name] if active is not None and active.run_dir.name in names else []
@@ -207,6 +197,7 @@ def _window() -> None:
     if history is None:
         st.info("No snapshot of this run's window yet: the first is taken before its first batch.")
         return
+    st.markdown(texts.training_window(history.network, history.m_plus, history.m_minus, EMCapsNetConfig()))
     labels = [history.label(s) for s in range(len(history))]
     shown, latest = st.session_state.get(WATCH_STEP), st.session_state.get(WATCH_LATEST)
     if shown not in labels or shown == latest:  # at the newest snapshot: stay there as new ones come
@@ -232,7 +223,7 @@ def _window() -> None:
 
 
 st.title("Training runs", anchor=False)
-st.markdown(texts.training(CapsNetConfig.preset(TrainOptions().preset), RECIPES))
+st.markdown(texts.training(CapsNetConfig.preset(TrainOptions().preset), EMCapsNetConfig(), RECIPES))
 st.session_state[LIVE] = None
 every = LIVE_S if runs.active_run(state.runs_root()) else IDLE_S
 st.fragment(run_every=every)(_live_page)()
