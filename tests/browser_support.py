@@ -17,7 +17,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -283,6 +283,28 @@ def full_page_screenshot(page: Any, path: Path, max_height: int = 6000) -> Path:
         page.set_viewport_size(size)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", f"no PNG written at {path}"
     return path
+
+
+def click_until(page: Any, target: Any, done: Callable[[int], None], wait_ms: int = 20_000, tries: int = 3) -> None:
+    """Click `target` until `done(timeout_ms)` (an assertion that waits up to timeout_ms) holds.
+
+    On a busy 2-core machine a click that lands while Streamlit replaces its element (a fragment's tick, the end
+    of a run) can be lost. After a miss the page is waited on until no script runs, and clicked again only if
+    `done` still fails then: a click that was taken but is slow to show is never doubled.
+    """
+    for attempt in range(1, tries + 1):
+        target.click()
+        try:
+            done(wait_ms)
+            return
+        except AssertionError:
+            wait_idle(page)
+            try:
+                done(1_000)
+                return
+            except AssertionError:
+                if attempt == tries:
+                    raise
 
 
 # ---------------------------------------------------------------- the app's parts

@@ -28,6 +28,7 @@ from browser_support import (
     Screenshots,
     canvas_box,
     choose_option,
+    click_until,
     draw_one,
     draw_zero,
     go_to,
@@ -314,8 +315,9 @@ def test_one_iteration_for_the_whole_routing_page(page, app: App, screenshots: S
     bars = page.locator(f".st-key-coupling_by_type{CURRENT} text.bartext").all_text_contents()
     screenshots.take(page, "routing.png")  # the last iteration: routing done
     for t in (2, 1):
-        page.get_by_role("button", name="◀ Previous").click()
-        expect_step(page, f"iteration {t} of 3")
+        shown_t = f"iteration {t} of 3"
+        click_until(page, page.get_by_role("button", name="◀ Previous"), lambda ms, s=shown_t: expect_step(page, s, ms))
+        expect_step(page, shown_t)
         wait_rendered(page)
         shown = iteration_shown(page)
         assert shown["votes_chosen"] == shown["votes_other"] == f"iteration {t} of 3", shown
@@ -382,8 +384,8 @@ def test_a_shared_link_opens_the_view_and_the_votes_step(page, app: App) -> None
     sizes = points.evaluate_all("ps => ps.map(p => p.getAttribute('d'))")
     label = votes.locator(".scatterlayer .trace").nth(3).locator("text")  # the chart names the iteration it shows
     expect(label).to_have_text("iteration 2 of 2")
-    page.get_by_role("button", name="◀ Previous").click()
-    expect_step(page, "iteration 1 of 2")
+    previous = page.get_by_role("button", name="◀ Previous")
+    click_until(page, previous, lambda ms: expect_step(page, "iteration 1 of 2", ms))
     wait_rendered(page)
     expect(label).to_have_text("iteration 1 of 2")
     assert points.evaluate_all("ps => ps.map(p => p.getAttribute('d'))") != sizes  # the weights of iteration 1
