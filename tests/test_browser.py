@@ -100,8 +100,8 @@ def draw_and_predict(page, draw=draw_one) -> str:
         try:
             expect(value).to_have_text(re.compile(r"^\s*\d\s*$"), timeout=RERUN_MS // 3)
             break
-        except AssertionError:  # no stroke reached the app: the canvas's frame was not listening yet (a busy
-            if attempt == 3 or not waiting.is_visible():  # 2-core machine), so the same stroke again
+        except AssertionError:  # no stroke reached the app (seen on a busy 2-core machine; its frame still
+            if attempt == 3 or not waiting.is_visible():  # loading, most likely), so the same stroke again
                 raise
     return value.inner_text().strip()
 
