@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import streamlit as st
+from streamlit.delta_generator_singletons import context_dg_stack, get_default_dg_stack_value
 
 from capsnet.data.datasets import DATASETS
 from capsnet.device import available_devices
@@ -13,6 +14,19 @@ from capsnet.training.options import TrainOptions
 from capsnet.training.recipes import RECIPES
 from dashboard import guards, models, state, texts
 from dashboard import train_form as form
+
+
+def write_to_main() -> None:
+    """Send what the script writes from here on to the main area, whatever a fragment run left behind.
+
+    The progress panel is a fragment declared inside `with st.sidebar` (Streamlit's way to put one there). A
+    fragment's own run sets the script thread's container stack to the one it was declared in, the sidebar's, and
+    leaves it set; Streamlit 1.67 resets that stack only after a rerun is requested (streamlit/streamlit#8798). So
+    when a whole-app run follows one of the panel's ticks in the same script thread (a click that arrives while
+    the tick runs), the whole page is drawn in the sidebar, under the panel, and stays there until the next run:
+    seen on 2 first visits out of 12 in Chromium here. The entry point calls this first, on every whole-app run.
+    """
+    context_dg_stack.set(get_default_dg_stack_value())
 
 
 def render() -> None:

@@ -353,14 +353,21 @@ def go_to(page: Any, title: str) -> None:
 
 
 def canvas_box(page: Any) -> dict[str, float]:
-    """The drawing canvas in page coordinates: the last 280x280 canvas (Fabric's top canvas)."""
-    canvases = page.locator("canvas")
-    canvases.last.wait_for(state="visible", timeout=PAGE_LOAD_MS)
+    """The drawing canvas in page coordinates: the main area's last 280x280 canvas (Fabric's top canvas).
+
+    Only the main area's: a page drawn in the sidebar (Streamlit's container stack left on the sidebar by a fragment,
+    `dashboard.sidebar.write_to_main`) puts its canvas there, below the window, where a stroke is lost."""
+    canvases = page.get_by_test_id("stMain").locator("canvas")
+    try:
+        canvases.last.wait_for(state="visible", timeout=PAGE_LOAD_MS)
+    except Exception as error:
+        in_sidebar = page.get_by_test_id("stSidebar").locator("canvas").count()
+        raise AssertionError(f"no canvas in the main area ({in_sidebar} in the sidebar)") from error
     for index in reversed(range(canvases.count())):
         box = canvases.nth(index).bounding_box()
         if box and abs(box["width"] - 280) < 2 and abs(box["height"] - 280) < 2:
             return box
-    raise AssertionError("no 280x280 drawing canvas on the page")
+    raise AssertionError("no 280x280 drawing canvas in the main area")
 
 
 def stroke(page: Any, points: Sequence[tuple[float, float]], steps: int = 4) -> None:

@@ -92,17 +92,10 @@ def draw_and_predict(page, draw=draw_one) -> str:
         expect(page.get_by_text("Draw a digit on the canvas: the prediction appears here.")).to_be_visible(
             timeout=RERUN_MS
         )
+    wait_idle(page)  # after a Clear the canvas is drawn anew: a stroke on the old one would be lost
+    draw(page)
     value = prediction(page)
-    waiting = page.get_by_text("Draw a digit on the canvas: the prediction appears here.")
-    for attempt in range(1, 4):
-        wait_idle(page)  # after a Clear the canvas is drawn anew: a stroke on the old one would be lost
-        draw(page)
-        try:
-            expect(value).to_have_text(re.compile(r"^\s*\d\s*$"), timeout=RERUN_MS // 3)
-            break
-        except AssertionError:  # no stroke reached the app (seen on a busy 2-core machine; its frame still
-            if attempt == 3 or not waiting.is_visible():  # loading, most likely), so the same stroke again
-                raise
+    expect(value).to_have_text(re.compile(r"^\s*\d\s*$"), timeout=RERUN_MS)
     return value.inner_text().strip()
 
 
