@@ -147,8 +147,14 @@ def train_form() -> None:
                 "Test examples", *form.TEST_SIZE, value=form.TEST_SIZE[1], step=1000, key="test_size",
                 help=f"Evaluate after each epoch on a random subset ({form.TEST_SIZE[1]:,} = the whole test set).",
             )  # fmt: skip
+            c3, c4 = st.columns(2)
+            beta_lr = c3.number_input(
+                "β learning rate ×", *form.BETA_LR, value=d.beta_lr, step=1.0, format="%g", key="train_beta_lr",
+                help="EM networks only (the others ignore it): each capsule layer's costs β_u and β_a, one number per "
+                "capsule type, learn at this multiple of the learning rate (the shipped EM model's last run: 100).",
+            )  # fmt: skip
             choices = list(available_devices())  # only what this machine has: no refusal to read afterwards
-            device = st.selectbox(
+            device = c4.selectbox(
                 "Device", choices, index=choices.index(d.device) if d.device in choices else 0, key="train_device",
                 help="auto: a GPU if there is one (this machine's devices only)",
             )  # fmt: skip
@@ -162,7 +168,7 @@ def train_form() -> None:
                     options = form.form_options(
                         recipe=recipe, dataset=dataset, network=network, preset=preset, epochs=int(epochs),
                         batch_size=int(batch), lr=float(lr),
-                        routing_iterations=int(iterations), train_size=int(train_size), test_size=int(test_size),
+                        routing_iterations=int(iterations), beta_lr=float(beta_lr), train_size=int(train_size), test_size=int(test_size),
                         device=device,
                     )  # fmt: skip
                 except ValueError as error:

@@ -22,6 +22,7 @@ ROUTING_ITERATIONS = (1, MAX_ROUTING_ITERATIONS)  # the one bound, from the conf
 TRAIN_SIZE = (1, 60_000)  # the largest is the whole training set: no subset
 TEST_SIZE = (1, 10_000)
 LEARNING_RATE = (1e-6, 1.0)
+BETA_LR = (0.01, 1000.0)  # the EM layers' beta_u and beta_a: a multiple of the learning rate (the CLI's --beta-lr)
 
 
 def _parameters(name: str, preset: str) -> str:
@@ -66,6 +67,7 @@ def form_options(
     batch_size: int = DEFAULTS.batch_size,
     lr: float = DEFAULTS.lr,
     routing_iterations: int = DEFAULTS.routing_iterations,
+    beta_lr: float = DEFAULTS.beta_lr,
     train_size: int = TRAIN_SIZE[1],
     test_size: int = TEST_SIZE[1],
     device: str = DEFAULTS.device,
@@ -80,18 +82,23 @@ def form_options(
     ):
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             raise ValueError(f"{label} must be a whole number from {low} to {high}, got {value!r}")
-    low, high = LEARNING_RATE
-    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or math.isnan(lr) or not low <= lr <= high:
-        raise ValueError(f"learning rate must lie between {low:g} and {high:g}, got {lr!r}")
+    for label, value, (low, high) in (
+        ("learning rate", lr, LEARNING_RATE),
+        ("beta learning-rate multiplier", beta_lr, BETA_LR),
+    ):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or math.isnan(value)
+            or not low <= value <= high
+        ):
+            raise ValueError(f"{label} must lie between {low:g} and {high:g}, got {value!r}")
     if (network, preset) not in MODEL_LABELS:
         known = ", ".join(f"{m} {p}" for m, p in MODEL_LABELS)
         raise ValueError(f"the model must be one of {known}, got {network} {preset}")
     # the form shows every field at once: an option the chosen network does not read stays at its default
-    own = (
-        {"routing_iterations": routing_iterations}
-        if "routing_iterations" in registry.network(network).run_options
-        else {}
-    )
+    asked = {"routing_iterations": routing_iterations, "beta_lr": float(beta_lr)}
+    own = {name: value for name, value in asked.items() if name in registry.network(network).run_options}
     return TrainOptions.from_recipe(
         recipe,
         dataset=dataset,

@@ -552,7 +552,32 @@ def test_the_sidebar_form_offers_the_command_lines_defaults(app_with_run) -> Non
     assert at.sidebar.number_input(key="train_batch").value == defaults.batch_size
     assert at.sidebar.number_input(key="train_lr").value == pytest.approx(defaults.lr)
     assert at.sidebar.number_input(key="train_iterations").value == defaults.routing_iterations
+    assert at.sidebar.number_input(key="train_beta_lr").value == pytest.approx(defaults.beta_lr)
     assert at.sidebar.selectbox(key="train_device").value == defaults.device
+
+
+def test_the_sidebar_form_starts_an_em_run_with_its_beta_learning_rate(app_with_run) -> None:  # noqa: F811
+    """The form's "β learning rate ×" is the CLI's --beta-lr: the run folder's arguments say what was asked for."""
+    from capsnet.training import runs
+
+    runs_root, _ = app_with_run
+    at = new_app().run()
+    at.sidebar.selectbox(key="train_preset").set_value(("em", "tiny"))
+    at.sidebar.number_input(key="train_epochs").set_value(1)
+    at.sidebar.number_input(key="train_size").set_value(100)
+    at.sidebar.number_input(key="test_size").set_value(100)
+    at.sidebar.number_input(key="train_beta_lr").set_value(50.0)
+    at.sidebar.button(key="FormSubmitter:train_form-Start training").click().run()
+    no_exception(at)
+    running = runs.active_run(runs_root)
+    try:
+        assert running is not None and any(running.name in s.value for s in at.sidebar.success)
+        args = json.loads((running.run_dir / "args.json").read_text())
+        assert (args["network"], args["preset"], args["beta_lr"], args["epochs"]) == ("em", "tiny", 50.0, 1)
+    finally:
+        runs.cancel_run(runs_root)
+        if running is not None and running.pid in runs._CHILDREN:
+            runs._CHILDREN[running.pid].wait(timeout=60)
 
 
 def test_the_sidebar_offers_the_fast_recipe_with_a_measured_time(app_with_run) -> None:  # noqa: F811
