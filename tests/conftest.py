@@ -7,8 +7,10 @@ Without Chromium they fail in CI and skip elsewhere.
 
 from __future__ import annotations
 
+import fcntl
 import os
-from collections.abc import Iterator
+import shutil
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -93,26 +95,45 @@ def model():
     return CapsNet(CapsNetConfig.preset("tiny")).eval()
 
 
+def made_once(tmp_path_factory: pytest.TempPathFactory, name: str, make: Callable[[Path], object]) -> Path:
+    """The folder `name`, made by `make(folder)` once for the whole test session: under pytest-xdist the first worker
+    that asks makes it while the others wait on a lock, then every worker reads the same files (a trained model is
+    not trained again in each worker). Tests copy what they change; the folder itself is only read."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the session's folder, shared by its workers
+    folder, done = root / name, root / f"{name}.done"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)  # a worker that failed half-way leaves no half-made folder
+            folder.mkdir()
+            make(folder)
+            done.touch()
+    return folder
+
+
 @pytest.fixture(scope="session")
 def tiny_run(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A run folder trained for real: tiny preset, 5,000 MNIST images, 2 epochs (about 20 s on 2 cores)."""
     from capsnet.training.options import TrainOptions
     from capsnet.training.trainer import train
 
-    out = tmp_path_factory.mktemp("tiny-run")
-    train(
-        TrainOptions(
-            dataset="mnist",
-            preset="tiny",
-            epochs=2,
-            train_size=5000,
-            test_size=1000,
-            out=str(out),
-            progress=False,
-            data_dir=str(data_dir),
+    def make(out: Path) -> None:
+        train(
+            TrainOptions(
+                dataset="mnist",
+                preset="tiny",
+                epochs=2,
+                train_size=5000,
+                test_size=1000,
+                out=str(out),
+                progress=False,
+                data_dir=str(data_dir),
+            )
         )
-    )
-    return out
+
+    return made_once(tmp_path_factory, "tiny-run", make)
 
 
 @pytest.fixture(scope="session")
@@ -120,32 +141,35 @@ def tiny_checkpoint(tiny_run: Path) -> Path:
     return tiny_run / "best.safetensors"
 
 
-def _train_tiny(out: Path, dataset: str, model: str = "capsnet") -> Path:
-    """One epoch of a tiny network on 1,000 images (or pairs) of `dataset`: its best checkpoint (a few seconds)."""
+def _train_tiny(tmp_path_factory: pytest.TempPathFactory, name: str, dataset: str, model: str = "capsnet") -> Path:
+    """One epoch of a tiny network on 1,000 images (or pairs) of `dataset`, made once (`made_once`): its best
+    checkpoint (a few seconds)."""
     from capsnet.training.options import TrainOptions
     from capsnet.training.trainer import train
 
-    train(TrainOptions(dataset=dataset, network=model, preset="tiny", epochs=1, train_size=1000, test_size=200,
-                       out=str(out), progress=False, device="cpu"))  # fmt: skip
-    return out / "best.safetensors"
+    def make(out: Path) -> None:
+        train(TrainOptions(dataset=dataset, network=model, preset="tiny", epochs=1, train_size=1000, test_size=200,
+                           out=str(out), progress=False, device="cpu"))  # fmt: skip
+
+    return made_once(tmp_path_factory, name, make) / "best.safetensors"
 
 
 @pytest.fixture(scope="session")
 def tiny_multimnist(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny MultiMNIST CapsNet, trained for one epoch on 1,000 pairs."""
-    return _train_tiny(tmp_path_factory.mktemp("tiny-mm"), "multimnist")
+    return _train_tiny(tmp_path_factory, "tiny-mm", "multimnist")
 
 
 @pytest.fixture(scope="session")
 def tiny_em(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny EM network, trained for one epoch on 1,000 MNIST digits."""
-    return _train_tiny(tmp_path_factory.mktemp("tiny-em"), "mnist", "em")
+    return _train_tiny(tmp_path_factory, "tiny-em", "mnist", "em")
 
 
 @pytest.fixture(scope="session")
 def tiny_baselines(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Tiny CNN baselines for MNIST and MultiMNIST, one epoch each on 1,000 images or pairs."""
-    return {d: _train_tiny(tmp_path_factory.mktemp(f"tiny-cnn-{d}"), d, "cnn") for d in ("mnist", "multimnist")}
+    return {d: _train_tiny(tmp_path_factory, f"tiny-cnn-{d}", d, "cnn") for d in ("mnist", "multimnist")}
 
 
 # ---------------------------------------------------------------- the browser
