@@ -14,7 +14,7 @@ import streamlit as st
 
 from dashboard import links, models, pages, sidebar, state
 
-sidebar.write_to_main()  # never on the sidebar's stack that the progress panel's last tick may have left
+sidebar.write_to_main()  # never on the stack that the last fragment run (the sidebar's progress panel) left
 st.set_page_config(
     page_title="CapsNet Explorer",
     page_icon=str(Path(__file__).with_name("icon.png")),

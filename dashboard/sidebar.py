@@ -24,7 +24,8 @@ def write_to_main() -> None:
     leaves it set; Streamlit 1.67 resets that stack only after a rerun is requested (streamlit/streamlit#8798). So
     when a whole-app run follows one of the panel's ticks in the same script thread (a click that arrives while
     the tick runs), the whole page is drawn in the sidebar, under the panel, and stays there until the next run:
-    seen on 2 first visits out of 12 in Chromium here. The entry point calls this first, on every whole-app run.
+    seen on 2 first visits out of 12 in Chromium here. A page's own fragments (the routing stepper, the playground's
+    charts) leave their containers' stacks the same way. The entry point calls this first, on every whole-app run.
     """
     context_dg_stack.set(get_default_dg_stack_value())
 
@@ -167,9 +168,8 @@ def train_form() -> None:
                 try:
                     options = form.form_options(
                         recipe=recipe, dataset=dataset, network=network, preset=preset, epochs=int(epochs),
-                        batch_size=int(batch), lr=float(lr),
-                        routing_iterations=int(iterations), beta_lr=float(beta_lr), train_size=int(train_size), test_size=int(test_size),
-                        device=device,
+                        batch_size=int(batch), lr=float(lr), routing_iterations=int(iterations),
+                        beta_lr=float(beta_lr), train_size=int(train_size), test_size=int(test_size), device=device,
                     )  # fmt: skip
                 except ValueError as error:
                     st.error(str(error), icon=":material/block:")

@@ -471,12 +471,11 @@ def test_a_whole_app_run_after_a_sidebar_tick_draws_the_page_in_the_main_area(
 
     def script() -> None:  # AppTest runs its source alone: it imports what it uses
         import streamlit as st
-        from streamlit.delta_generator_singletons import context_dg_stack, get_dg_singleton_instance
+        from test_app import _sidebar_stack_left_behind
 
         from dashboard import sidebar
 
-        singletons = get_dg_singleton_instance()
-        context_dg_stack.set((singletons.main_dg, singletons.sidebar_dg))  # as a tick leaves it
+        _sidebar_stack_left_behind()
         if st.session_state.get("reset"):
             sidebar.write_to_main()
         st.title("Draw a digit")

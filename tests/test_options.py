@@ -123,11 +123,8 @@ def test_the_dashboards_form_starts_from_the_same_defaults() -> None:
         train_form.form_options(network="cnn", preset="nonesuch")
     # the EM layers' beta learning-rate multiplier (--beta-lr): an EM run takes it, the others keep the default
     em = train_form.form_options(network="em", preset="tiny", beta_lr=100)
-    assert (
-        em.beta_lr == 100.0
-        and "--beta-lr" in em.to_argv()
-        and em.to_argv()[em.to_argv().index("--beta-lr") + 1] == "100.0"
-    )
+    argv = em.to_argv()
+    assert em.beta_lr == 100.0 and "--beta-lr" in argv and argv[argv.index("--beta-lr") + 1] == "100.0"
     assert train_form.form_options(network="capsnet", preset="tiny", beta_lr=100).beta_lr == TrainOptions().beta_lr
     for bad in (0, -1.0, 1e4, float("nan"), True):
         with pytest.raises(ValueError, match="beta learning-rate multiplier must lie between 0.01 and 1000"):
