@@ -567,7 +567,23 @@ def test_overlapping_digits_from_a_link(page, app: App, screenshots: Screenshots
 # ---------------------------------------------------------------- Training from the sidebar
 
 
+def no_runs(app: App) -> None:
+    """Empty the app's runs folder: a rerun of a test that failed after its Start finds that attempt's run there
+    (stopped first if it is still training), and would never see "No training runs yet"."""
+    import time
+
+    from capsnet.training import runs
+
+    runs.cancel_run(app.runs_dir)
+    deadline = time.monotonic() + 60
+    while runs.active_run(app.runs_dir) is not None and time.monotonic() < deadline:
+        time.sleep(0.5)
+    shutil.rmtree(app.runs_dir)
+    app.runs_dir.mkdir()
+
+
 def test_train_from_the_sidebar_and_pick_the_new_model(page, app: App, screenshots: Screenshots) -> None:
+    no_runs(app)  # the first test to train here: empty already, unless this is its rerun
     open_app(page, app, "/training")
     bar = sidebar(page)
     expect(page.get_by_text("No training runs yet")).to_be_visible(timeout=PAGE_LOAD_MS)
