@@ -239,10 +239,35 @@ _RENDERED_JS = """
 """
 
 
+_BUSY_JS = """
+() => [
+  ...[...document.querySelectorAll('[data-testid=stStatusWidget]')].map(e => `status widget "${e.innerText.trim()}"`),
+  ...[...document.querySelectorAll('[data-testid=stSkeleton]')].map(() => 'a skeleton'),
+  ...[...document.querySelectorAll('[data-stale=true]')].map(e =>
+      `stale ${e.getAttribute('data-testid') || e.className.split(' ')[0]} "${e.innerText.trim().slice(0, 40)}"`),
+  ...[...document.querySelectorAll('[data-testid=stSpinner]')].map(e => `spinner "${e.innerText.trim()}"`),
+]
+"""
+
+
 def wait_idle(page: Any, quiet_ms: int = 800, timeout_ms: int = RERUN_MS) -> None:
-    """Until no script run, spinner, skeleton or stale element has been seen for `quiet_ms`."""
+    """Until no script run, spinner, skeleton or stale element has been seen for `quiet_ms`.
+
+    A page that never settles fails with what kept it busy at the end (one sample a second for 5 s).
+    """
+    from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
+
     page.evaluate("() => { window.__e2eIdleSince = undefined; }")
-    page.wait_for_function(_IDLE_JS, arg=quiet_ms, polling=100, timeout=timeout_ms)
+    try:
+        page.wait_for_function(_IDLE_JS, arg=quiet_ms, polling=100, timeout=timeout_ms)
+    except PlaywrightTimeoutError:
+        seen = []
+        for _ in range(5):
+            seen.append(page.evaluate(_BUSY_JS)[:8])
+            time.sleep(1)
+        raise AssertionError(
+            f"the page was never idle for {quiet_ms} ms in {timeout_ms / 1000:.0f} s: busy with {seen}"
+        ) from None
 
 
 def wait_rendered(page: Any, timeout_ms: int = RERUN_MS) -> None:
