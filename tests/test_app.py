@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import gc
 import io
 import json
 import shutil
@@ -106,6 +107,17 @@ def test_without_a_checkpoint_the_app_says_so(app_dirs) -> None:  # noqa: F811
             assert not at.get("plotly_chart"), page
     at.switch_page("app_pages/routing.py").run()
     assert any("python -m capsnet train" in w.value for w in at.warning)
+
+
+def test_the_objects_the_imports_built_are_frozen_once(app_with_run) -> None:  # noqa: F811
+    """Streamlit's collection after every run walks only what runs made: the app freezes once per process."""
+    at = pick_test_image(new_app().run(), 3)
+    frozen = gc.get_freeze_count()
+    assert frozen > 100_000  # torch, plotly, streamlit and this package: the bulk of the heap
+    at.switch_page("app_pages/routing.py").run()
+    at.switch_page("app_pages/transform.py").run()
+    no_exception(at)
+    assert gc.get_freeze_count() <= frozen  # never again: a second freeze would keep each run's garbage cycles
 
 
 @pytest.mark.parametrize("page", PAGES)
