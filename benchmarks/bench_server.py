@@ -38,7 +38,7 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -58,7 +58,8 @@ IDLE_JS = """
 }
 """
 SHIPPED, UNFROZEN, NO_GC = "as shipped (gc.freeze once)", "without the freeze", "postScriptGC = false"
-VARIANTS = {SHIPPED: [], UNFROZEN: [], NO_GC: ["--runner.postScriptGC", "false"]}  # name: extra server options
+# name: (extra server options, whether gc.freeze works in that server)
+VARIANTS = {SHIPPED: ([], True), UNFROZEN: ([], False), NO_GC: (["--runner.postScriptGC", "false"], True)}
 NO_FREEZE = "import gc\n\ngc.freeze = lambda: None  # bench_server.py: this server keeps every object in the collector's reach\n"
 
 
@@ -133,12 +134,11 @@ def main() -> None:
           f"streamlit {streamlit.__version__}")  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp, sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
-        with (
-            served(VARIANTS[SHIPPED], Path(tmp, "a")) as a,
-            served(VARIANTS[UNFROZEN], Path(tmp, "b"), freeze=False) as b,
-            served(VARIANTS[NO_GC], Path(tmp, "c")) as c,
-        ):
-            apps = dict(zip(VARIANTS, (a, b, c)))
+        with ExitStack() as servers:
+            apps = {
+                name: servers.enter_context(served(extra, Path(tmp, str(number)), freeze))
+                for number, (name, (extra, freeze)) in enumerate(VARIANTS.items())
+            }
             pages = {name: browser.new_page(viewport={"width": 1400, "height": 1000}) for name in VARIANTS}
             for name, (url, _) in apps.items():  # warm-up: models loaded, caches filled
                 for path in PAGES:
