@@ -13,8 +13,9 @@ export CAPSNET_DATA_DIR ?= $(firstword $(wildcard $(abspath ../shared/datasets))
 $(BIN)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --no-compile -e '.[dev]' -c constraints.txt
-	@# byte-compiled on every core: pip compiles on one, 46 s longer on 2 cores. A file that does not compile is
-	@# left as pip leaves it (torch ships a Python 3.12 test fixture), so compileall's exit status is not checked
+	@# byte-compiled on every core: pip compiles on one (the whole set-up takes 12-19 s longer on 2 cores). A file
+	@# that does not compile is left as pip leaves it (torch ships a Python 3.12 test fixture), so compileall's exit
+	@# status is not checked
 	$(BIN)/python -m compileall -qq -j 0 $(VENV)/lib || true
 	touch $@
 
