@@ -296,11 +296,8 @@ def small_disk(tmp_path: Path):
 
 def test_a_really_full_disk(data_dir: Path, small_disk: Path) -> None:
     out = small_disk / "run"
-    result = subprocess.run(
-        [sys.executable, "-m", "capsnet", "train", "--preset", "paper", "--train-size", "64", "--test-size", "64",
-         "--epochs", "1", "--device", "cpu", "--no-progress", "--out", str(out)],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+    result = capsnet("train", "--preset", "paper", "--train-size", "64", "--test-size", "64", "--epochs", "1",
+                     "--device", "cpu", "--no-progress", "--out", str(out))  # fmt: skip
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.strip() == f"python -m capsnet train: error: cannot write {out}/last.pending.safetensors: " + (
         "no space left on device"
