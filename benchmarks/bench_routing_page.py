@@ -44,9 +44,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
-from browser_support import CHROMIUM_ARGS  # noqa: E402  the flags the browser tests run Chromium with
-
 BASELINE = "2fe45a3"  # the last commit before the Routing page was made lighter
 TEST_INDEX = 3
 STEP_KEYS = ("routing_prev", "routing_next")  # alternated: iteration 2, 3, 2, ...
@@ -147,6 +144,10 @@ def apptest(tree: Path, folders: Path, checkpoint: Path, clicks: int) -> dict:
 # ---------------------------------------------------------------- the browser
 
 
+CHROMIUM_ARGS = [  # as the browser tests run it
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync",
+]  # fmt: skip
 VIEWPORT = {"width": 1400, "height": 1000}
 IDLE = """
 (quietMs) => {
