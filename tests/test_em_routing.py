@@ -110,12 +110,17 @@ def test_class_layer_matches_the_reference(preset, iterations):
     _check_against_reference(votes, acts, beta_u, beta_a, index, slots, iterations)
 
 
+@pytest.mark.parametrize("layout", ["contiguous", "slots first"])
 @pytest.mark.parametrize("iterations", [1, 2, 3])
-def test_convolutional_layer_matches_the_reference(iterations):
-    """A 3x3 stride-1 capsule convolution, where a child sits in up to 9 windows that compete for it."""
+def test_convolutional_layer_matches_the_reference(iterations, layout):
+    """A 3x3 stride-1 capsule convolution, where a child sits in up to 9 windows that compete for it; its votes laid
+    out (B, P, J, I, H) or, as `ConvCapsules` makes them, a view of one product per slot (I, B, P, J, H)."""
     layer = ConvCapsules(in_types=2, out_types=3, kernel=3, stride=1, in_size=4)  # 2x2 windows of 18 slots
     positions, slots = layer.child_index.shape
     votes, acts, beta_u, beta_a = _inputs(positions, 3, slots, seed=3)
+    if layout == "slots first":
+        votes = votes.detach().permute(3, 0, 1, 2, 4).contiguous().requires_grad_().permute(1, 2, 3, 0, 4)
+        assert not votes.is_contiguous()
     _check_against_reference(votes, acts, beta_u, beta_a, layer.child_index, layer.children_count, iterations)
 
 

@@ -154,6 +154,18 @@ class _Fit:
     logit: Tensor
 
 
+def _with_squares(votes: Tensor) -> Tensor:
+    """[V, V^2] (B, P, J, I, 2H) from votes in any layout: written once into one buffer where no gradient is taken
+    through it (inference, and the forward of the hand-written backward), else by ops autograd can differentiate."""
+    if torch.compiler.is_compiling() or (torch.is_grad_enabled() and votes.requires_grad):
+        return torch.cat([votes, votes * votes], dim=-1)  # (torch.compile fuses it, and takes no strided out=)
+    half = votes.shape[-1]
+    both = votes.new_empty(*votes.shape[:-1], 2 * half)  # (B, P, J, I, 2H)
+    both[..., :half].copy_(votes)  # the one copy of the votes into the routing layout
+    torch.mul(both[..., :half], both[..., :half], out=both[..., half:])
+    return both
+
+
 def _route(
     votes: Tensor,
     activations: Tensor,
@@ -169,7 +181,7 @@ def _route(
     # start: each child spread evenly over every parent it reaches (all positions and types)
     start = (1.0 / (counts[child_index] * parents)).to(votes.dtype)  # (P, I)
     assignment = start.view(1, positions, 1, slots).expand(batch, positions, parents, slots)  # (B, P, J, I)
-    both = torch.cat([votes, votes * votes], dim=-1)  # V and V^2, once for every iteration: (B, P, J, I, 2H)
+    both = _with_squares(votes)  # V and V^2, once for every iteration: (B, P, J, I, 2H)
     scale = parents / slots  # pitfall 3: n_j normalised by parents / children of a receptive field
     child_a = activations.unsqueeze(2)  # (B, P, 1, I)
     assignments, fits = [], []
@@ -209,6 +221,8 @@ class _EMRouting(torch.autograd.Function):
                 children: int, iterations: int) -> tuple[Tensor, Tensor]:  # fmt: skip
         both, assignments, fits = _route(votes, activations, child_index, children, beta_u, beta_a, iterations)
         ctx.shape = (children, iterations)
+        # the gradient is written in the votes' layout (a view of the product that made them), dense where theirs is not
+        ctx.votes_layout = torch.empty_like(votes, device="meta").stride()
         ctx.fits = fits  # tensors the backward reads; the output is a copy, or output -> ctx -> fits -> output
         ctx.save_for_backward(both, activations, beta_u, child_index, *assignments)
         # would be a cycle that only Python's garbage collector frees: a training run kept every step's routing
@@ -275,8 +289,12 @@ class _EMRouting(torch.autograd.Function):
         rhs = torch.stack(right, dim=-2)  # (B, P, J, T, 2H)
         g_both = torch.matmul(lhs, rhs)  # (B, P, J, I, 2H)
         votes = both[..., :half]
-        grad_votes = g_both[..., :half] + 2 * votes * g_both[..., half:]
-        return grad_votes, grad_child_a.squeeze(2), grad_beta_u, grad_beta_a, None, None, None
+        grads = (grad_child_a.squeeze(2), grad_beta_u, grad_beta_a, None, None, None)
+        if torch.compiler.is_compiling():
+            return g_both[..., :half] + 2 * votes * g_both[..., half:], *grads
+        grad_votes = torch.empty_strided(votes.shape, ctx.votes_layout, dtype=votes.dtype, device=votes.device)
+        torch.addcmul(g_both[..., :half], votes, g_both[..., half:], value=2, out=grad_votes)  # dV + 2 V dV^2
+        return grad_votes, *grads
 
 
 def em_routing(

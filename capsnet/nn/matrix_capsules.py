@@ -47,19 +47,21 @@ def _route_float32(
         )  # fmt: skip
 
 
-def _votes(poses: Tensor, weight: Tensor) -> Tensor:
-    """V = M W for every slot: poses (B, L, I, 16) and W (I, J, 4, 4) -> votes (B, L, J, I, 16).
+def _votes(rows: Tensor, weight: Tensor) -> Tensor:
+    """V = M W for every slot: poses (I, N, 16) and W (I, J, 4, 4) -> votes (I, N, J, 16).
 
-    One batched product per slot i over the whole batch and every position: (B*L*4, 4) @ (4, J*4).
+    A pose's 16 entries (row-major) map to its vote's by the 16x16 matrix kron(I_4, W): V[r, c] = sum_k M[r, k] W[k, c]
+    takes entry (r, k) to (r, c). So each slot's votes are one product over all N poses, (N, 16) @ (16, J*16), whose
+    rows are whole votes: the routing layout (B, P, J, I, 16) is then a view that copies 16 entries at a time (a 4x4
+    product has rows (n, r) and columns (j, c), and moving its columns into place costs more than the product).
     """
-    batch, positions, slots, _ = poses.shape
+    slots, _, _ = rows.shape
     parents = weight.shape[1]
-    rows = poses.view(batch, positions, slots, POSE, POSE).permute(2, 0, 1, 3, 4)  # (I, B, L, 4, 4)
-    rows = rows.reshape(slots, batch * positions * POSE, POSE)  # (I, B*L*4, 4)
-    w = weight.permute(0, 2, 1, 3).reshape(slots, POSE, parents * POSE)  # (I, 4, J*4)
-    out = torch.bmm(rows, w.to(rows.dtype))  # (I, B*L*4, J*4)
-    out = out.view(slots, batch, positions, POSE, parents, POSE)  # (I, B, L, 4, J, 4)
-    return out.permute(1, 2, 4, 0, 3, 5).reshape(batch, positions, parents, slots, POSE_ENTRIES)  # (B, L, J, I, 16)
+    eye = torch.eye(POSE, dtype=weight.dtype, device=weight.device)
+    kron = torch.einsum("rs,ijkc->irkjsc", eye, weight)  # (I, 4, 4, J, 4, 4): (r, k) -> (j, s, c), r = s
+    kron = kron.reshape(slots, POSE_ENTRIES, parents * POSE_ENTRIES)  # (I, 16, J*16)
+    out = torch.bmm(rows, kron.to(rows.dtype))  # (I, N, J*16)
+    return out.view(slots, -1, parents, POSE_ENTRIES)  # (I, N, J, 16)
 
 
 class ConvCapsules(nn.Module):
@@ -104,9 +106,10 @@ class ConvCapsules(nn.Module):
         k, s, n = self.kernel, self.stride, self.out_size
         windows = F.unfold(poses.flatten(1, 2), k, stride=s)  # (B, T_in*16*K*K, L)
         windows = windows.view(batch, self.in_types, POSE_ENTRIES, k * k, n * n)  # (B, T_in, 16, K*K, L)
-        windows = windows.permute(0, 4, 1, 3, 2).reshape(batch, n * n, -1, POSE_ENTRIES)  # (B, L, T_in*K*K, 16)
+        rows = windows.permute(1, 3, 0, 4, 2).reshape(-1, batch * n * n, POSE_ENTRIES)  # (T_in*K*K, B*L, 16)
         child_a = F.unfold(activations, k, stride=s).transpose(1, 2)  # (B, L, T_in*K*K)
-        votes = _votes(windows, self.weight)  # (B, L, J, I, 16)
+        votes = _votes(rows, self.weight).view(-1, batch, n * n, self.out_types, POSE_ENTRIES)  # (I, B, L, J, 16)
+        votes = votes.permute(1, 2, 3, 0, 4)  # (B, L, J, I, 16), a view: routing copies it once, into [V, V^2]
         mean, out_a, routed = _route_float32(votes, child_a, self, iterations, trace)  # (B, L, J, 16), (B, L, J)
         out_poses = mean.permute(0, 2, 3, 1).reshape(batch, self.out_types, POSE_ENTRIES, n, n)  # (B, J, 16, H', W')
         return out_poses, out_a.transpose(1, 2).reshape(batch, self.out_types, n, n), routed  # (B, J, H', W')
@@ -144,9 +147,9 @@ class ClassCapsules(nn.Module):
         batch, types, _, height, width = poses.shape
         cells = height * width
         # a type's children share their W: every (example, cell) is a "position" and the child types are the slots
-        rows = poses.permute(0, 3, 4, 1, 2).reshape(1, batch * cells, types, POSE_ENTRIES)  # (1, B*H*W, T, 16)
-        votes = _votes(rows, self.weight).view(batch, cells, self.classes, types, POSE_ENTRIES)  # (B, H*W, K, T, 16)
-        votes = votes.permute(0, 2, 3, 1, 4) + self.offsets.to(votes.dtype)  # coordinate addition: (B, K, T, H*W, 16)
+        rows = poses.permute(1, 0, 3, 4, 2).reshape(types, batch * cells, POSE_ENTRIES)  # (T, B*H*W, 16)
+        votes = _votes(rows, self.weight).view(types, batch, cells, self.classes, POSE_ENTRIES)  # (T, B, H*W, K, 16)
+        votes = votes.permute(1, 3, 0, 2, 4) + self.offsets.to(votes.dtype)  # coordinate addition: (B, K, T, H*W, 16)
         votes = votes.reshape(batch, 1, self.classes, types * cells, POSE_ENTRIES)  # (B, 1, K, I, 16), i = (type, y, x)
         child_a = activations.reshape(batch, 1, types * cells)  # (B, 1, I), slot (type, y, x)
         mean, out_a, routed = _route_float32(votes, child_a, self, iterations, trace)  # (B, 1, K, 16), (B, 1, K)
