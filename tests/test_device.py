@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import importlib
+import os
+import re
+from pathlib import Path
+
 import pytest
 import torch
 
+import capsnet
 from capsnet.device import THREADS_ENV, inference_threads, pick_device
 
 
@@ -25,3 +31,27 @@ def test_pick_device() -> None:
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="no CUDA GPU is available"):
             pick_device("cuda")
+
+
+def _huge_pages_kb() -> int:
+    """This process's anonymous memory in transparent huge pages, in kB."""
+    text = Path("/proc/self/smaps_rollup").read_text()
+    return int(re.search(r"^AnonHugePages:\s+(\d+) kB", text, re.MULTILINE).group(1))
+
+
+def test_large_tensors_live_in_huge_pages(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Importing capsnet asks torch's allocator for transparent huge pages, and where the kernel gives them on request
+    (madvise) a large tensor made after the import, as in this process, gets them; a user's own setting wins."""
+    mode = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+    asked = os.environ[capsnet.HUGE_PAGES_ENV] == "1"  # not where the user turned them off
+    if asked and mode.is_file() and "[madvise]" in mode.read_text():  # "always" gives them to all, "never" to none
+        before = _huge_pages_kb()
+        block = torch.ones(64 << 20, dtype=torch.uint8)  # 64 MB, touched
+        assert _huge_pages_kb() - before >= 32 << 10, "a 64 MB tensor did not get huge pages"
+        del block
+    monkeypatch.delenv(capsnet.HUGE_PAGES_ENV)
+    importlib.reload(capsnet)
+    assert os.environ[capsnet.HUGE_PAGES_ENV] == "1"
+    monkeypatch.setenv(capsnet.HUGE_PAGES_ENV, "0")
+    importlib.reload(capsnet)
+    assert os.environ[capsnet.HUGE_PAGES_ENV] == "0"
