@@ -33,22 +33,26 @@ def test_pick_device() -> None:
             pick_device("cuda")
 
 
-def _huge_pages_kb() -> int:
-    """This process's anonymous memory in transparent huge pages, in kB."""
-    text = Path("/proc/self/smaps_rollup").read_text()
-    return int(re.search(r"^AnonHugePages:\s+(\d+) kB", text, re.MULTILINE).group(1))
+def _huge_pages_kb(address: int) -> int:
+    """The kB of transparent huge pages in this process's mapping that holds `address` (/proc/self/smaps)."""
+    inside = False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        span = re.match(r"^([0-9a-f]+)-([0-9a-f]+) ", line)
+        if span:
+            inside = int(span.group(1), 16) <= address < int(span.group(2), 16)
+        elif inside and line.startswith("AnonHugePages:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no mapping holds address {address:#x}")
 
 
 def test_large_tensors_live_in_huge_pages(monkeypatch: pytest.MonkeyPatch) -> None:
     """Importing capsnet asks torch's allocator for transparent huge pages, and where the kernel gives them on request
-    (madvise) a large tensor made after the import, as in this process, gets them; a user's own setting wins."""
+    (madvise) a large tensor made after the import, as in this process, lives in them; a user's own setting wins."""
     mode = Path("/sys/kernel/mm/transparent_hugepage/enabled")
     asked = os.environ[capsnet.HUGE_PAGES_ENV] == "1"  # not where the user turned them off
     if asked and mode.is_file() and "[madvise]" in mode.read_text():  # "always" gives them to all, "never" to none
-        before = _huge_pages_kb()
         block = torch.ones(64 << 20, dtype=torch.uint8)  # 64 MB, touched
-        assert _huge_pages_kb() - before >= 32 << 10, "a 64 MB tensor did not get huge pages"
-        del block
+        assert _huge_pages_kb(block.data_ptr()) >= 32 << 10, "a 64 MB tensor is not in huge pages"
     monkeypatch.delenv(capsnet.HUGE_PAGES_ENV)
     importlib.reload(capsnet)
     assert os.environ[capsnet.HUGE_PAGES_ENV] == "1"
