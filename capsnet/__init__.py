@@ -17,18 +17,9 @@ The names below are the public API, imported on first use so that `import capsne
 from __future__ import annotations
 
 import importlib
-import os
 from typing import Any
 
 __version__ = "0.1.0"
-
-# Torch's CPU allocator asks the kernel for transparent huge pages for every tensor of 2 MB or more (where the kernel
-# gives them on request: /sys/kernel/mm/transparent_hugepage/enabled says madvise). Routing's tensors are large and
-# short-lived (the EM network's [V, V^2] is 30 MB an image), and without huge pages each new one costs a page fault
-# per 4 KB: on the 2-core AVX2 EPYC, copying 470 MB took 0.40 s without them, 0.12 s with them (benchmarks/README.md).
-# Torch reads the setting at its first allocation, so it is set on import, before any; a user's own value wins.
-HUGE_PAGES_ENV = "THP_MEM_ALLOC_ENABLE"
-os.environ.setdefault(HUGE_PAGES_ENV, "1")
 
 PUBLIC = {
     "CapsNetConfig": "capsnet.nn.config",
