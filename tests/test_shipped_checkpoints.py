@@ -28,7 +28,7 @@ FLOORS = {"mnist": 0.9950, "fashion-mnist": 0.9150}
 EM_FLOOR = 0.990  # the shipped EM model's accuracy, rounded down (checkpoints/README.md)
 SHIPPED = sorted(p.relative_to(CHECKPOINTS).as_posix() for p in CHECKPOINTS.rglob("*.safetensors"))
 # the first examples whose kept answers are checked again: 400, but 100 for the EM network, whose float32 forward is
-# the slowest here (about 15 digits a second on one AVX2 core: its 100 take about 7 s of the suite)
+# the slowest here (about 10 digits a second on one AVX2 core: its 100 take about 10 s of the suite)
 CHECKED = {"mnist-em.safetensors": 100}
 
 pytestmark = pytest.mark.slow
