@@ -297,12 +297,11 @@ class _EMRouting(torch.autograd.Function):
         rhs = torch.stack(right, dim=-2)  # (B, P, J, T, 2H)
         g_both = torch.matmul(lhs, rhs)  # (B, P, J, I, 2H)
         votes = both[..., :half]
-        grads = (grad_child_a.squeeze(2), grad_beta_u, grad_beta_a, None, None, None)
-        if torch.compiler.is_compiling():
-            return g_both[..., :half] + 2 * votes * g_both[..., half:], *grads
-        grad_votes = torch.empty_strided(votes.shape, ctx.votes_layout, dtype=votes.dtype, device=votes.device)
-        torch.addcmul(g_both[..., :half], votes, g_both[..., half:], value=2, out=grad_votes)  # dV + 2 V dV^2
-        return grad_votes, *grads
+        layout = None  # torch.compile takes no strided out=
+        if not torch.compiler.is_compiling():
+            layout = torch.empty_strided(votes.shape, ctx.votes_layout, dtype=votes.dtype, device=votes.device)
+        grad_votes = torch.addcmul(g_both[..., :half], votes, g_both[..., half:], value=2, out=layout)  # dV + 2 V dV^2
+        return grad_votes, grad_child_a.squeeze(2), grad_beta_u, grad_beta_a, None, None, None
 
 
 def em_routing(
