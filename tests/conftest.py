@@ -206,17 +206,37 @@ def browser(chromium: str) -> Iterator:
             launched.close()
 
 
+_CONSOLE: dict[str, list[str]] = {}  # a browser test's console errors and warnings, by test id
+
+
 @pytest.fixture
-def page(browser) -> Iterator:
-    """A new browser session (each test starts from a fresh session state), 1400 px wide."""
+def page(browser, request: pytest.FixtureRequest) -> Iterator:
+    """A new browser session (each test starts from a fresh session state), 1400 px wide.
+
+    The tab's console errors and warnings, and its uncaught exceptions, are shown beside a failure.
+    """
     context = browser.new_context(viewport=VIEWPORT, device_scale_factor=1)
     context.set_default_timeout(RERUN_MS)
     context.set_default_navigation_timeout(PAGE_LOAD_MS)
     tab = context.new_page()
+    seen = _CONSOLE.setdefault(request.node.nodeid, [])
+    tab.on("console", lambda m: seen.append(f"{m.type}: {m.text}") if m.type in ("error", "warning") else None)
+    tab.on("pageerror", lambda error: seen.append(f"uncaught: {error}"))
     try:
         yield tab
     finally:
         context.close()
+        _CONSOLE.pop(request.node.nodeid, None)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator:
+    """Add the browser console's errors to a failed browser test's report."""
+    outcome = yield
+    report = outcome.get_result()
+    seen = _CONSOLE.get(item.nodeid)
+    if report.failed and seen:
+        report.sections.append(("browser console", "\n".join(seen[-40:])))
 
 
 @pytest.fixture(scope="session")
