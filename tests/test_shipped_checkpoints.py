@@ -43,8 +43,9 @@ def test_every_shipped_file_has_a_manifest_entry() -> None:
 
 @pytest.mark.parametrize("name", SHIPPED)
 def test_a_shipped_file_is_what_its_export_measured(name: str, data_dir: Path) -> None:
-    """The bytes are the measured ones, and today's code gives the same answers on the first 400 or 100 (`CHECKED`) of the
-    1,000 test examples whose answers the manifest keeps (tests/test_manifest.py checks all 1,000 on one file)."""
+    """The bytes are the measured ones, and today's code gives the same answers on the first 400 or 100 (`CHECKED`)
+    of the 1,000 test examples whose answers the manifest keeps (tests/test_manifest.py checks all 1,000 on one
+    file)."""
     entry = manifest.check(CHECKPOINTS / name, CHECKPOINTS, examples=CHECKED.get(name, 400))
     info = load_checkpoint(CHECKPOINTS / name, networks=("capsnet", "cnn", "em")).info
     assert entry.test_accuracy == pytest.approx(info.test_accuracy)  # the header's whole-set figure
