@@ -10,6 +10,7 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -206,6 +207,10 @@ def browser(chromium: str) -> Iterator:
             launched.close()
 
 
+class BrowserConsoleWarning(UserWarning):
+    """What a failed browser test's tab logged as errors and warnings."""
+
+
 _CONSOLE: dict[str, list[str]] = {}  # a browser test's console errors and warnings, by test id
 
 
@@ -236,7 +241,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
     report = outcome.get_result()
     seen = _CONSOLE.get(item.nodeid)
     if report.failed and seen:
-        report.sections.append(("browser console", "\n".join(seen[-40:])))
+        console = "\n".join(seen[-40:])
+        report.sections.append(("browser console", console))
+        # also a warning, which the summary shows even when the rerun of a failed browser test passes
+        message = f"{item.nodeid} failed with its browser console saying:\n{console}"
+        warnings.warn(BrowserConsoleWarning(message), stacklevel=1)
 
 
 @pytest.fixture(scope="session")
