@@ -211,7 +211,7 @@ class BrowserConsoleWarning(UserWarning):
     """What a failed browser test's tab logged as errors and warnings."""
 
 
-_CONSOLE: dict[str, list[str]] = {}  # a browser test's console errors and warnings, by test id
+CONSOLE = pytest.StashKey[list[str]]()  # a browser test's console errors and warnings, kept on its test item
 
 
 @pytest.fixture
@@ -224,14 +224,13 @@ def page(browser, request: pytest.FixtureRequest) -> Iterator:
     context.set_default_timeout(RERUN_MS)
     context.set_default_navigation_timeout(PAGE_LOAD_MS)
     tab = context.new_page()
-    seen = _CONSOLE.setdefault(request.node.nodeid, [])
+    seen = request.node.stash[CONSOLE] = []  # fresh for each try: a rerun runs the same item again
     tab.on("console", lambda m: seen.append(f"{m.type}: {m.text}") if m.type in ("error", "warning") else None)
     tab.on("pageerror", lambda error: seen.append(f"uncaught: {error}"))
     try:
         yield tab
     finally:
         context.close()
-        _CONSOLE.pop(request.node.nodeid, None)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -239,7 +238,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
     """Add the browser console's errors to a failed browser test's report."""
     outcome = yield
     report = outcome.get_result()
-    seen = _CONSOLE.get(item.nodeid)
+    seen = item.stash.get(CONSOLE, None)
     if report.failed and seen:
         console = "\n".join(seen[-40:])
         report.sections.append(("browser console", console))
