@@ -8,20 +8,13 @@ automatic page discovery). Everything is local: the icon is a file here, so the 
 
 from __future__ import annotations
 
-import gc
 from pathlib import Path
 
 import streamlit as st
 
 from dashboard import links, models, pages, sidebar, state
 
-# Streamlit collects garbage after every script run (runner.postScriptGC), walking every object the process holds:
-# with torch, plotly and this package loaded, 0.2-0.4 s of a core after each click and each 5-second tick of the
-# sidebar's progress panel. Once per process, what the imports built moves to the collector's permanent generation,
-# so each collection walks only what later runs made (benchmarks/bench_server.py). Frozen objects are still freed
-# when no longer referenced; only reference cycles among them (a few of the first session's) outlive it.
-if not gc.get_freeze_count():
-    gc.freeze()
+state.freeze_imports()  # once per process: Streamlit's collection after each run then skips what the imports built
 
 sidebar.write_to_main()  # never on the stack that the last fragment run (the sidebar's progress panel) left
 st.set_page_config(
