@@ -7,13 +7,19 @@ pytest only reads conftest.py, so the test files import these by name.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
+from streamlit.components.v2 import manifest_scanner
 from streamlit.testing.v1 import AppTest
+
+# Each new AppTest scans every installed package's metadata for Streamlit components (0.2 s of a core; test_app.py
+# makes 66 apps); the server scans once per process, and nothing is installed while the tests run: so do they.
+manifest_scanner.scan_component_manifests = functools.cache(manifest_scanner.scan_component_manifests)
 
 RUN_NAME = "20250101-000000-mnist"
 APP = str(Path(__file__).resolve().parent.parent / "dashboard" / "app.py")
