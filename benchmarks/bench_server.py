@@ -6,7 +6,8 @@
 Streamlit runs `gc.collect(2)` after every script run (`runner.postScriptGC`, on by default). With torch, plotly and
 the models loaded, a collection walks every Python object the server holds, after every click and every tick of the
 sidebar's progress panel (a fragment rerun every 5 s while a page is open). `dashboard/app.py` moves what the
-imports built to the collector's permanent generation once per process (`gc.freeze`), so each collection walks only
+imports built to the collector's permanent generation once per process (`gc.freeze` in
+`dashboard.state.freeze_imports`), so each collection walks only
 what later runs made. This script serves the app three times, opens each in one headless Chromium (the browser
 tests' flags) and reads each server process's CPU time from /proc:
 
