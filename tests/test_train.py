@@ -288,7 +288,8 @@ def test_torchrun_with_two_processes_makes_one_run_folder(data_dir: Path, tmp_pa
     --out, rank 0 names the run folder and tells the others: one folder, not one per process."""
     root = tmp_path / "runs"
     args = [*TINY, "--epochs", "1", "--train-size", "400", "--test-size", "100", "--batch-size", "50"]
-    run(*TORCHRUN, *args, env=dict(os.environ, CAPSNET_RUNS_DIR=str(root)))
+    # torchrun's own log folder (tempfile's torchelastic_*) goes to the test's folder, not to /tmp for good
+    run(*TORCHRUN, *args, env=dict(os.environ, CAPSNET_RUNS_DIR=str(root), TMPDIR=str(tmp_path)))
     (out,) = [p for p in root.iterdir() if p.is_dir()]
     assert out.name.endswith("-mnist")
     records = read_jsonl(out / "metrics.jsonl")
