@@ -297,6 +297,16 @@ def test_the_upload_limit_is_one_number() -> None:
     assert server == stated >= 10  # a phone's photo fits
 
 
+def test_no_element_is_sent_as_a_reference_to_the_browsers_copy() -> None:
+    """A reference to an element the browser has already let go kills its connection ("Cached ForwardMsg MISS", seen
+    after a burst of key presses): .streamlit/config.toml makes every message smaller than the size from which
+    Streamlit would cache it, so none is ever sent as a reference."""
+    import tomllib
+
+    config = tomllib.loads((Path(APP).parents[1] / ".streamlit" / "config.toml").read_text(encoding="utf-8"))
+    assert config["global"]["minCachedMessageSize"] > config["server"]["maxMessageSize"] * 1e6  # bytes, MB
+
+
 def test_the_shipped_mnist_checkpoint_opens_first_and_broken_files_are_named(app_with_run, app_run) -> None:  # noqa: F811
     _, checkpoints = app_with_run
     shutil.copy(app_run / "best.safetensors", checkpoints / "mnist.safetensors")
