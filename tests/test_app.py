@@ -6,6 +6,7 @@ import dataclasses
 import gc
 import io
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -286,13 +287,16 @@ def test_uploads(app_with_run) -> None:  # noqa: F811
     assert not at.error and prediction(at) is not None
 
 
+def config_number(key: str) -> float:
+    """A number that .streamlit/config.toml sets (read as text: tomllib is Python 3.11+, the package allows 3.10)."""
+    config = (Path(APP).parents[1] / ".streamlit" / "config.toml").read_text(encoding="utf-8")
+    return float(re.search(rf"^{key} = ([0-9.e]+)", config, re.M).group(1))
+
+
 def test_the_upload_limit_is_one_number() -> None:
     """The server's limit (.streamlit/config.toml) and the uploader's (which the page states) agree."""
-    import re
-
-    config = (Path(APP).parents[1] / ".streamlit" / "config.toml").read_text(encoding="utf-8")  # (tomllib: 3.11+)
     page = (Path(APP).parent / "app_pages" / "draw.py").read_text(encoding="utf-8")
-    server = int(re.search(r"^maxUploadSize = (\d+)", config, re.M).group(1))
+    server = config_number("maxUploadSize")
     stated = int(re.search(r"^UPLOAD_MB = (\d+)", page, re.M).group(1))
     assert server == stated >= 10  # a phone's photo fits
 
@@ -301,10 +305,7 @@ def test_no_element_is_sent_as_a_reference_to_the_browsers_copy() -> None:
     """A reference to an element the browser has already let go kills its connection ("Cached ForwardMsg MISS", seen
     after a burst of key presses): .streamlit/config.toml makes every message smaller than the size from which
     Streamlit would cache it, so none is ever sent as a reference."""
-    import tomllib
-
-    config = tomllib.loads((Path(APP).parents[1] / ".streamlit" / "config.toml").read_text(encoding="utf-8"))
-    assert config["global"]["minCachedMessageSize"] > config["server"]["maxMessageSize"] * 1e6  # bytes, MB
+    assert config_number("minCachedMessageSize") > config_number("maxMessageSize") * 1e6  # bytes, MB
 
 
 def test_the_shipped_mnist_checkpoint_opens_first_and_broken_files_are_named(app_with_run, app_run) -> None:  # noqa: F811
