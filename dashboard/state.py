@@ -5,6 +5,7 @@ The chosen model and what is read from it live in `dashboard.models`.
 
 from __future__ import annotations
 
+import functools
 import gc
 import hashlib
 import os
@@ -108,9 +109,7 @@ def configure_torch() -> None:
         threadpool_limits(threads, user_api="blas")
 
 
-_imports_frozen = False  # this module is imported once per process; app.py runs again on every rerun
-
-
+@functools.cache  # once per process: this module is imported once, app.py runs again on every rerun
 def freeze_imports() -> None:
     """Move what the imports built to the garbage collector's permanent generation, once per process.
 
@@ -118,13 +117,10 @@ def freeze_imports() -> None:
     with torch, plotly and this package loaded, 0.2-0.4 s of a core after each click and each 5-second tick of the
     sidebar's progress panel. Frozen, each collection walks only what later runs made (benchmarks/bench_server.py).
     Frozen objects are still freed when no longer referenced; only reference cycles among them (a few of the first
-    session's) outlive it. Once is known from this flag, not from `gc.get_freeze_count()`, which walks the whole
+    session's) outlive it. Once is known from the cache, not from `gc.get_freeze_count()`, which walks the whole
     permanent generation: 65 ms of a core with the dashboard's 420,000 frozen objects, on every rerun.
     """
-    global _imports_frozen
-    if not _imports_frozen:
-        gc.freeze()
-        _imports_frozen = True
+    gc.freeze()
 
 
 def init() -> None:
