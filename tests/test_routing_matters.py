@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from cli_support import capsnet
 from dashboard_fixtures import APP, app_dirs, app_run, app_with_run, clear_streamlit_caches  # noqa: F401
 from streamlit.testing.v1 import AppTest
 
@@ -98,6 +99,26 @@ def test_kept_lengths_are_written_with_their_four_decimals_only() -> None:
     assert all(len(repr(v).split(".")[1]) <= rm.DECIMALS for v in values)
     assert all(abs(v - x) <= 0.5 * 10**-rm.DECIMALS + 1e-7 for image in result.changed
                for v, x in zip(np.ravel(image.lengths), np.ravel(lengths[image.index])))  # fmt: skip
+
+
+def test_the_command_line_measures_on_the_device_asked_and_keeps_the_summary(
+    run_copy: Path, data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`python -m capsnet routing-matters CHECKPOINT --device cpu`: the whole test set measured where asked and kept
+    beside the checkpoint; a device that does not exist is one line and exit 2, before anything is measured."""
+    monkeypatch.setenv(measurements.CACHE_ENV, str(tmp_path / "cache"))
+    sidecar = rm.sidecar_path(run_copy)
+    wrong = capsnet("routing-matters", run_copy, "--device", "tpu")
+    assert wrong.returncode == 2 and wrong.stdout == "" and not sidecar.exists()
+    assert "unknown device 'tpu'" in wrong.stderr and len(wrong.stderr.strip().splitlines()) == 1
+
+    done = capsnet("routing-matters", run_copy, "--device", "cpu")
+    assert done.returncode == 0, done.stderr[-2000:]
+    kept = rm.read_kept(run_copy, 10_000)
+    assert kept is not None and kept.checkpoint_sha256 == file_sha256(run_copy)
+    trained = kept.iterations.index(kept.trained_iterations)
+    assert f"r = {kept.trained_iterations}: accuracy {100 * kept.accuracy[trained]:.2f}%" in done.stdout
+    assert f"kept in {sidecar}" in done.stdout
 
 
 def test_the_summary_is_kept_once_and_a_damaged_one_is_measured_again(
