@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from capsnet.data.tasks import LabelledSet, Task
+from capsnet.device import exact_float32
 from capsnet.nn.registry import AnyModel, network_of
 
 
@@ -105,6 +106,7 @@ def fitting_batch(model: AnyModel, batch_size: int) -> int:
 
 
 @torch.no_grad()
+@exact_float32()
 def evaluate(
     model: AnyModel,
     images: Tensor,
@@ -244,6 +246,7 @@ class PairEvaluation:
 
 
 @torch.no_grad()
+@exact_float32()
 def evaluate_pairs(
     model: AnyModel,
     digits: Tensor,

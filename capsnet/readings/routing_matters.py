@@ -30,6 +30,7 @@ from torch import Tensor
 from capsnet.checkpoints import measurements
 from capsnet.checkpoints.checkpoint import Checkpoint
 from capsnet.data.tasks import LabelledSet
+from capsnet.device import exact_float32
 from capsnet.evaluation import fitting_batch
 from capsnet.nn.capsnet import CapsNet
 from capsnet.nn.dynamic_routing import dynamic_routing
@@ -203,7 +204,7 @@ def iteration_lengths(
     model.eval()
     parts = []
     try:
-        with torch.inference_mode():
+        with torch.inference_mode(), exact_float32():  # a GPU's answers are then the CPU's
             for start in range(0, len(images), batch_size):
                 x = images[start : start + batch_size].to(device, dtype)  # (B, C, H, W)
                 if em:  # (B, R, K): the class activations, every layer routed r times
