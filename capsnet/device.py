@@ -1,4 +1,5 @@
-"""Device choice, thread counts, seeding and exact float32 for measurements, shared by training, evaluation and the dashboard."""
+"""Device choice, thread counts, seeding and exact float32 for measurements: shared by training, evaluation and the
+dashboard."""
 
 from __future__ import annotations
 

@@ -27,17 +27,18 @@ def test_pick_device() -> None:
             pick_device("cuda")
 
 
+def flags() -> tuple[bool, bool]:
+    """Whether TF32 is allowed: in cuDNN's convolutions, in matrix products."""
+    return torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+
+
 @pytest.fixture
 def tf32_allowed():
     """TF32 allowed for cuDNN and matrix products, as a GPU run might have it; the process's flags restored after."""
-    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    saved = flags()
     torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = True
     yield
     torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
-
-
-def flags() -> tuple[bool, bool]:
-    return torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
 
 
 def test_exact_float32_turns_tf32_off_within_and_restores_it(tf32_allowed) -> None:
