@@ -5,8 +5,11 @@ BIN := $(VENV)/bin
 PORT ?= 8501
 # pytest-xdist processes for `make test` (CI's two cores); 0 runs the suite in one process
 TEST_WORKERS ?= 2
-# the datasets: $CAPSNET_DATA_DIR if set, else ../shared/datasets where it exists, else ./data
-export CAPSNET_DATA_DIR ?= $(firstword $(wildcard $(abspath ../shared/datasets)) $(CURDIR)/data)
+# the datasets: $CAPSNET_DATA_DIR if set and not empty, else ../shared/datasets where it exists, else ./data
+ifeq ($(strip $(CAPSNET_DATA_DIR)),)
+CAPSNET_DATA_DIR := $(firstword $(wildcard $(abspath ../shared/datasets)) $(CURDIR)/data)
+endif
+export CAPSNET_DATA_DIR
 
 .PHONY: run test lint bench screenshots clean
 

@@ -55,8 +55,10 @@ def app_run(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def app_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
-    """Empty runs and checkpoints folders, set as the app's through the environment."""
+def app_dirs(data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    """Empty runs and checkpoints folders, set as the app's through the environment. The app reads its test images
+    from $CAPSNET_DATA_DIR, which `data_dir` sets: without it, whether an app found them depended on which test of
+    the process had asked for the data first (an empty CAPSNET_DATA_DIR made the first visit open on Draw)."""
     runs_root, checkpoints = tmp_path / "runs", tmp_path / "checkpoints"
     runs_root.mkdir()
     checkpoints.mkdir()
