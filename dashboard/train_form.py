@@ -12,7 +12,7 @@ import math
 import torch
 
 from capsnet.nn import registry
-from capsnet.nn.config import MAX_ROUTING_ITERATIONS
+from capsnet.nn.routing import MAX_ROUTING_ITERATIONS
 from capsnet.training.options import TrainOptions
 
 DEFAULTS = TrainOptions()

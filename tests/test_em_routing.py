@@ -273,3 +273,35 @@ def test_compiled_routing_gives_the_eager_values_and_gradients():
     grads = zip(torch.autograd.grad(compiled, inputs), torch.autograd.grad(eager, inputs))
     for name, (got, want) in zip(("votes", "activations", "beta_u", "beta_a"), grads):
         torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-10, msg=lambda m, n=name: f"d/d{n}: {m}")
+
+
+@pytest.mark.parametrize("offset", [30.0, 100.0, 1000.0])
+@pytest.mark.parametrize("backward", ["manual", "autograd"])
+def test_moments_of_large_votes_with_a_small_spread_match_float64(offset, backward):
+    """Votes far from zero with a small spread (|V| up to 1e3, sigma 0.05): in float32, E[V^2] - mu^2 would cancel
+    the spread away (15% off at |V| = 30, all of it at 1e3); routed about each parent's centre, the variances,
+    activations, poses and gradients stay those of float64."""
+    g = torch.Generator().manual_seed(4)
+    shape = (2, 1, 5, 24, 16)  # (B, P, J, I, H)
+    votes64 = offset * torch.sign(torch.randn(1, 1, 5, 1, 16, generator=g, dtype=torch.float64)) + 0.05 * torch.randn(
+        shape, generator=g, dtype=torch.float64
+    )
+    votes64 = votes64.float().double()  # the same votes in both precisions: float32 holds |V| = 1e3 to 6e-5
+    acts64 = torch.rand(2, 1, 24, generator=g, dtype=torch.float64)
+    beta_u64, beta_a64 = torch.zeros(5, dtype=torch.float64), torch.zeros(5, dtype=torch.float64)
+    index = torch.arange(24).view(1, -1)
+    results = {}
+    for dtype in (torch.float64, torch.float32):
+        inputs = [x.to(dtype).requires_grad_() for x in (votes64, acts64, beta_u64, beta_a64)]
+        mean, act, trace = em_routing(*inputs[:2], index, 24, *inputs[2:], iterations=3, trace=True)
+        mean, act, _ = em_routing(*inputs[:2], index, 24, *inputs[2:], iterations=3, backward=backward)
+        weights = torch.linspace(-1, 1, mean.numel(), dtype=dtype).view(mean.shape)
+        grads = torch.autograd.grad((mean * weights).sum() + act.sum(), inputs)
+        results[dtype] = (trace.variances.double(), act.double(), mean.double(), [x.double() for x in grads])
+    (var64, act64, mean64, grads64), (var32, act32, mean32, grads32) = results[torch.float64], results[torch.float32]
+    assert float(var64[:, -1].mean()) > 1e-3  # the spread is real, far above the floor of 1e-4
+    torch.testing.assert_close(var32, var64, rtol=1e-3, atol=1e-7)
+    torch.testing.assert_close(act32, act64, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(mean32, mean64, rtol=1e-6, atol=offset * 1e-6)
+    for got, want in zip(grads32, grads64):
+        torch.testing.assert_close(got, want, rtol=2e-3, atol=2e-3 * float(want.abs().max()))

@@ -87,10 +87,10 @@ class TestRouting:
     def test_coupling_sums_to_one_over_parents(self) -> None:
         u_hat = torch.randn(4, 10, 1152, 16)
         _, trace = dynamic_routing(u_hat, 3, trace=True)
-        assert trace.coupling.shape == (4, 3, 1152, 10)
-        assert torch.allclose(trace.coupling.sum(dim=-1), torch.ones(4, 3, 1152), atol=1e-5)
+        assert trace.coupling.shape == (4, 3, 10, 1152)  # (B, r, K, N): parents before children, as in EM's trace
+        assert torch.allclose(trace.coupling.sum(dim=2), torch.ones(4, 3, 1152), atol=1e-5)
         # and it is not normalised over the children instead
-        assert not torch.allclose(trace.coupling[:, 1:].sum(dim=2), torch.ones(4, 2, 10), atol=1e-2)
+        assert not torch.allclose(trace.coupling[:, 1:].sum(dim=-1), torch.ones(4, 2, 10), atol=1e-2)
 
     def test_one_iteration_is_uniform_coupling(self) -> None:
         u_hat = torch.randn(3, 10, 50, 16)
@@ -109,8 +109,8 @@ class TestRouting:
     def test_logits_start_at_zero_and_accumulate_agreement(self) -> None:
         u_hat = torch.randn(2, 10, 30, 16)
         _, trace = dynamic_routing(u_hat, 3, trace=True)
-        assert torch.equal(trace.logits[:, 0], torch.zeros(2, 30, 10))
-        agreement = torch.einsum("bknd,bkd->bnk", u_hat, trace.poses[:, 0])
+        assert torch.equal(trace.logits[:, 0], torch.zeros(2, 10, 30))
+        agreement = torch.einsum("bknd,bkd->bkn", u_hat, trace.poses[:, 0])
         assert torch.allclose(trace.logits[:, 1], agreement, atol=1e-5)
         assert torch.allclose(trace.lengths, trace.poses.norm(dim=-1))
 

@@ -231,3 +231,26 @@ def test_what_kind_of_example_is_asked_of_the_task() -> None:
             continue
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             assert not asked_elsewhere.search(line), f"{path.relative_to(REPO)}:{number}: ask the task: {line.strip()}"
+
+
+def test_the_routing_algorithms_share_one_contract_and_import_neither_sibling() -> None:
+    """What both routing algorithms share (the bound on r, its check, the backward choice, the float32 guard) lives in
+    capsnet/nn/routing.py; neither algorithm imports the other, the configs import no algorithm, and every network
+    that redraws its input uses the one decoder of capsnet/nn/decoder.py."""
+    nn = REPO / "capsnet" / "nn"
+    algorithms = {"dynamic_routing": "capsnet.nn.em_routing", "em_routing": "capsnet.nn.dynamic_routing"}
+    for name, sibling in algorithms.items():
+        found = imports(nn / f"{name}.py")
+        assert "capsnet.nn.routing" in found, name
+        assert not any(n.startswith(sibling) for n in found), f"{name} imports {sibling}"
+    for config in ("config", "em_capsnet", "cnn"):
+        found = imports(nn / f"{config}.py")
+        assert not any(n.startswith(("capsnet.nn.dynamic_routing", "capsnet.nn.em_routing.em")) for n in found), config
+    assert "capsnet.nn.routing" in imports(nn / "config.py")  # the bound on r, from the contract
+    for network in ("capsnet", "em_capsnet"):
+        found = imports(nn / f"{network}.py")
+        assert "capsnet.nn.decoder.Decoder" in found and "capsnet.nn.capsnet.Decoder" not in found, network
+    for path in modules("capsnet", "dashboard"):
+        text = path.read_text(encoding="utf-8")
+        assert "def check_iterations" not in text or path.name == "routing.py", path
+        assert "MAX_ROUTING_ITERATIONS =" not in text or path.name == "routing.py", path

@@ -31,7 +31,7 @@ def test_forward_shapes(tiny: CapsNet) -> None:
     assert out.reconstruction.shape == (3, 1, 28, 28)
     assert ((out.reconstruction >= 0) & (out.reconstruction <= 1)).all()
     assert torch.equal(out.prediction, out.lengths.argmax(dim=1))
-    assert out.trace.coupling.shape == (3, 4, c.num_primary, 10)
+    assert out.trace.coupling.shape == (3, 4, 10, c.num_primary)
     assert out.trace.poses.shape == (3, 4, 10, 16)
     assert out.primary.poses.shape == (3, c.num_primary, c.primary_dim)
     # capsule i is (type, y, x) in row-major order: the PrimaryCaps convolution's channel block, row and column
@@ -133,7 +133,7 @@ def test_bf16_autocast_keeps_routing_in_float32() -> None:
         out = model(images, labels, return_trace=True)
     # the child-to-parent predictions come from a bf16 product, but softmax and squash ran in float32
     assert out.poses.dtype == torch.float32 and out.trace.coupling.dtype == torch.float32
-    assert torch.allclose(out.trace.coupling.sum(dim=-1), torch.ones(()), atol=1e-6)
+    assert torch.allclose(out.trace.coupling.sum(dim=2), torch.ones(()), atol=1e-6)
     assert torch.allclose(out.lengths, reference.lengths, atol=0.02)
     (out.lengths.sum() + out.reconstruction.float().sum()).backward()
     grads = [p.grad for p in model.parameters()]

@@ -7,9 +7,10 @@ import dataclasses
 import pytest
 
 from capsnet.errors import CapsNetError
-from capsnet.nn.config import MAX_ROUTING_ITERATIONS, PRESETS
+from capsnet.nn.config import PRESETS
 from capsnet.nn.em_capsnet import EM_PRESETS
 from capsnet.nn.registry import NETWORKS
+from capsnet.nn.routing import MAX_ROUTING_ITERATIONS
 from capsnet.training.options import TrainOptions
 from dashboard import train_form
 

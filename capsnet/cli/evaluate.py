@@ -11,8 +11,8 @@ from capsnet.data.tasks import read_test_set
 from capsnet.device import pick_device
 from capsnet.errors import ArgumentParser, CapsNetError, run_cli
 from capsnet.evaluation import evaluate_set, format_report
-from capsnet.nn.dynamic_routing import MAX_ROUTING_ITERATIONS
 from capsnet.nn.registry import NETWORK_NAMES, network_of
+from capsnet.nn.routing import MAX_ROUTING_ITERATIONS
 
 
 def build_parser() -> ArgumentParser:

@@ -22,8 +22,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from capsnet.nn.config import CapsNetConfig
+from capsnet.nn.decoder import Decoder
 from capsnet.nn.dynamic_routing import RoutingTrace
-from capsnet.nn.layers import PrimaryCapsules, RoutingCapsules, capsule_lengths, decoder_input
+from capsnet.nn.layers import PrimaryCapsules, RoutingCapsules, capsule_lengths
 
 
 @dataclass
@@ -54,25 +55,6 @@ class CapsNetOutput:
         return self.lengths
 
 
-class Decoder(nn.Module):
-    """Three fully connected layers that redraw the image from the masked DigitCaps (figure 2)."""
-
-    def __init__(self, config: CapsNetConfig) -> None:
-        super().__init__()
-        self.config = config
-        sizes = (config.num_classes * config.digit_dim, *config.decoder_hidden)
-        layers: list[nn.Module] = []
-        for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
-            layers += [nn.Linear(fan_in, fan_out), nn.ReLU(inplace=True)]
-        layers += [nn.Linear(sizes[-1], config.image_pixels), nn.Sigmoid()]
-        self.net = nn.Sequential(*layers)
-
-    def forward(self, masked_poses: Tensor) -> Tensor:
-        c = self.config
-        flat = self.net(masked_poses.flatten(1))  # (B, K*D) -> (B, C*H*W)
-        return flat.view(-1, c.in_channels, c.image_size, c.image_size)  # (B, C, H, W)
-
-
 class CapsNet(nn.Module):
     """Conv1 -> PrimaryCaps -> DigitCaps (dynamic routing) -> decoder."""
 
@@ -89,7 +71,12 @@ class CapsNet(nn.Module):
             config.primary_scale,
         )
         self.digits = RoutingCapsules(config.num_primary, config.primary_dim, config.num_classes, config.digit_dim)
-        self.decoder = Decoder(config)
+        self.decoder = Decoder(
+            config.num_classes,
+            config.digit_dim,
+            config.decoder_hidden,
+            (config.in_channels, config.image_size, config.image_size),
+        )
         if config.init == "official":
             self._official_init()
 
@@ -146,8 +133,7 @@ class CapsNet(nn.Module):
         `class_index` is one class for the whole batch or one per example (B,).
         Any 16-D vector can be decoded by placing it in that class's row.
         """
-        c = self.config
-        return self.decoder(decoder_input(poses, class_index, c.num_classes, c.digit_dim))  # (B, C, H, W)
+        return self.decoder.redraw(poses, class_index)  # (B, C, H, W)
 
     def forward(
         self,

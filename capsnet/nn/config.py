@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from capsnet.errors import InvalidArgumentError
-from capsnet.nn.dynamic_routing import MAX_ROUTING_ITERATIONS
+from capsnet.nn.routing import MAX_ROUTING_ITERATIONS
 
 INITS = ("torch", "official")
 

@@ -14,27 +14,13 @@ letting autograd keep a u_hat-sized tensor per operation.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from numbers import Integral
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from torch import Tensor
 
-from capsnet.errors import InvalidArgumentError
+from capsnet.nn.routing import Backward, check_iterations, manual_backward
 from capsnet.nn.squash import squash
-
-MAX_ROUTING_ITERATIONS = 20  # the paper uses 3; more is refused everywhere (a million would hang whoever asked)
-
-
-def check_iterations(iterations: int) -> int:
-    """`iterations` when it is a routing count from 1 to MAX_ROUTING_ITERATIONS; InvalidArgumentError (one line)."""
-    if (
-        isinstance(iterations, bool)
-        or not isinstance(iterations, Integral)
-        or not 1 <= iterations <= MAX_ROUTING_ITERATIONS
-    ):
-        raise InvalidArgumentError(f"routing iterations must be from 1 to {MAX_ROUTING_ITERATIONS}, got {iterations!r}")
-    return int(iterations)
 
 
 @dataclass
@@ -44,16 +30,17 @@ class RoutingTrace:
     coupling[:, t] are the c_ij used in iteration t+1, logits[:, t] the b_ij they
     were computed from, sums[:, t] the s_j they weighed, poses/lengths[:, t] the parents v_j
     after that iteration, and agreement[:, t] = u_hat_{j|i} . v_j, what iteration t+2 adds to b_ij.
-    Everything a view of routing needs comes from the one forward pass that made it.
+    Everything a view of routing needs comes from the one forward pass that made it. Parents come before
+    children, as in EM routing's trace (`capsnet.nn.routing`).
     """
 
     votes: Tensor  # (B, K, N, D) u_hat_{j|i}, the same every iteration
-    coupling: Tensor  # (B, r, N, K), sums to 1 over K
-    logits: Tensor  # (B, r, N, K)
+    coupling: Tensor  # (B, r, K, N), sums to 1 over K
+    logits: Tensor  # (B, r, K, N)
     sums: Tensor  # (B, r, K, D) s_j = sum_i c_ij u_hat_{j|i}
     poses: Tensor  # (B, r, K, D)
     lengths: Tensor  # (B, r, K)
-    agreement: Tensor  # (B, r, N, K)
+    agreement: Tensor  # (B, r, K, N)
 
 
 def _dot_children(u_hat: Tensor, x: Tensor) -> Tensor:
@@ -133,9 +120,6 @@ class _DynamicRouting(torch.autograd.Function):
         return torch.matmul(lhs.transpose(-1, -2), rhs), None  # (B, K, N, T) @ (B, K, T, D) -> (B, K, N, D)
 
 
-Backward = Literal["auto", "manual", "autograd"]
-
-
 def dynamic_routing(
     u_hat: Tensor, iterations: int, trace: bool = False, backward: Backward = "auto"
 ) -> tuple[Tensor, RoutingTrace | None]:
@@ -147,11 +131,9 @@ def dynamic_routing(
             matrix products over a contiguous tensor (no per-iteration copies).
         iterations: r >= 1.
         trace: keep c_ij, b_ij and v_j of every iteration.
-        backward: how gradients are taken. "manual", the hand-written backward of
-            `_DynamicRouting`: 3x faster on a CPU (`benchmarks/README.md`), but opaque to
-            `torch.compile`; "autograd", the same plain ops differentiated by autograd, which
-            the compiler can fuse into few kernels on a GPU; "auto" (default): manual on a CPU,
-            autograd elsewhere. All three give the same values and gradients.
+        backward: how gradients are taken (`capsnet.nn.routing.manual_backward`): "manual", the
+            hand-written backward of `_DynamicRouting`, 3x faster on a CPU but opaque to `torch.compile`;
+            "autograd", the same plain ops differentiated by autograd; "auto" (default): manual on a CPU.
 
     Returns:
         v: parent poses (B, K, D), and the trace when asked for.
@@ -159,20 +141,18 @@ def dynamic_routing(
     check_iterations(iterations)
     if u_hat.dim() != 4:
         raise ValueError(f"u_hat must be (B, K, N, D), got shape {tuple(u_hat.shape)}")
-    if backward not in ("auto", "manual", "autograd"):
-        raise ValueError(f"backward must be 'auto', 'manual' or 'autograd', got {backward!r}")
+    manual = manual_backward(backward, u_hat.device)
     if not trace:
-        manual = backward == "manual" or (backward == "auto" and u_hat.device.type == "cpu")
         if manual and torch.is_grad_enabled() and u_hat.requires_grad:
             return _DynamicRouting.apply(u_hat, iterations), None
         return _route(u_hat, iterations)[3][-1], None
     couplings, logits, sums, poses = (torch.stack(x, dim=1) for x in _route(u_hat, iterations))
     return poses[:, -1], RoutingTrace(
         votes=u_hat,  # (B, K, N, D)
-        coupling=couplings.transpose(2, 3),  # (B, r, K, N) -> (B, r, N, K)
-        logits=logits.transpose(2, 3),  # (B, r, K, N) -> (B, r, N, K)
+        coupling=couplings,  # (B, r, K, N)
+        logits=logits,  # (B, r, K, N)
         sums=sums,  # (B, r, K, D)
         poses=poses,  # (B, r, K, D)
         lengths=poses.norm(dim=-1),  # (B, r, K)
-        agreement=torch.einsum("bknd,btkd->btnk", u_hat, poses),  # (B, r, N, K)
+        agreement=torch.einsum("bknd,btkd->btkn", u_hat, poses),  # (B, r, K, N)
     )

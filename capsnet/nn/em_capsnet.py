@@ -28,12 +28,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from capsnet.nn.capsnet import Decoder
 from capsnet.nn.config import config_from_fields, preset_of
-from capsnet.nn.dynamic_routing import MAX_ROUTING_ITERATIONS
+from capsnet.nn.decoder import Decoder
 from capsnet.nn.em_routing import EMTrace
-from capsnet.nn.layers import decoder_input
 from capsnet.nn.matrix_capsules import POSE_ENTRIES, ClassCapsules, ConvCapsules, PrimaryMatrixCapsules
+from capsnet.nn.routing import MAX_ROUTING_ITERATIONS
 
 
 @dataclass(frozen=True)
@@ -191,7 +190,8 @@ class EMCapsNet(nn.Module):
             c.convcaps1_types, c.convcaps2_types, c.convcaps_kernel, c.convcaps2_stride, c.convcaps1_grid
         )
         self.classes = ClassCapsules(c.convcaps2_types, c.num_classes, c.convcaps2_grid, c.coordinate_addition)
-        self.decoder = Decoder(c) if c.decoder else None
+        image = (c.in_channels, c.image_size, c.image_size)
+        self.decoder = Decoder(c.num_classes, POSE_ENTRIES, c.decoder_hidden, image) if c.decoder else None
 
     @property
     def device(self) -> torch.device:
@@ -218,10 +218,9 @@ class EMCapsNet(nn.Module):
 
     def decode(self, poses: Tensor, class_index: Tensor | int) -> Tensor:
         """Redraw images from class poses (B, K, 16), keeping only `class_index`'s capsule (one, or one per example)."""
-        c = self.config
         if self.decoder is None:
             raise ValueError("this network has no decoder: train a preset with one (small-decoder) to redraw digits")
-        return self.decoder(decoder_input(poses, class_index, c.num_classes, POSE_ENTRIES))  # (B, C, H, W)
+        return self.decoder.redraw(poses, class_index)  # (B, C, H, W)
 
     def forward(
         self,

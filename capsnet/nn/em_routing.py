@@ -32,6 +32,9 @@ The inverse temperature lambda grows with the iteration (`inverse_temperature`, 
 OpenReview). The moments are taken as batched matrix products over the votes (sum_i r_ij V_ij and
 sum_i r_ij V_ij^2; the E-step's squared distance as V^2 . (1 / sigma^2) - 2 V . (mu / sigma^2) + const), so no
 iteration materialises a vote-sized temporary: `benchmarks/bench_em.py` measures it against the direct form.
+So that sigma^2 = E[V^2] - mu^2 does not cancel a small spread of large votes away in float32, the votes are routed
+about each parent's plain mean of its votes, a constant shift that EM routing does not see (costs, activations and
+assignments depend on V - mu alone) and that is added back to the poses.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from capsnet.nn.dynamic_routing import Backward, check_iterations
+from capsnet.nn.routing import Backward, check_iterations, manual_backward
 
 EPSILON = 1e-8  # added to n_j before dividing by it: a parent nobody is assigned to has mean 0, not 0/0
 VARIANCE_FLOOR = 1e-4  # added to every sigma^2: a parent with one child has a narrow Gaussian, not a zero-width one
@@ -114,15 +117,19 @@ def child_softmax(logits: Tensor, child_index: Tensor, children: int) -> Tensor:
     return weights / child_sum.gather(1, flat_index).view(batch, positions, 1, slots)
 
 
-def _m_step(assigned: Tensor, both: Tensor, beta_u: Tensor, beta_a: Tensor, scale: float, lam: float) -> _Fit:
-    """Fit each parent's Gaussian and activation to the votes weighted by r_ij = R_ij a_i (B, P, J, I)."""
+def _m_step(
+    assigned: Tensor, both: Tensor, centre: Tensor, beta_u: Tensor, beta_a: Tensor, scale: float, lam: float
+) -> _Fit:
+    """Fit each parent's Gaussian and activation to the votes weighted by r_ij = R_ij a_i (B, P, J, I), the votes
+    [V - c, (V - c)^2] taken about each parent's centre c (B, P, J, H); the fit's mean is mu - c."""
     amount = assigned.sum(dim=-1, keepdim=True)  # n_j: (B, P, J, 1)
     weights = assigned / (amount + EPSILON)  # (B, P, J, I)
     moments = torch.matmul(weights.unsqueeze(3), both).squeeze(3)  # (B, P, J, 1, I) @ (B, P, J, I, 2H) -> (B, P, J, 2H)
-    mean, second = moments.chunk(2, dim=-1)  # sum_i w_i V_i and sum_i w_i V_i^2: (B, P, J, H) each
-    # sigma^2 = sum_i w_i (V_i - mu)^2 = E[V^2] - mu^2 (2 - sum_i w_i), with sum_i w_i = n_j / (n_j + eps)
-    total = amount / (amount + EPSILON)  # (B, P, J, 1), 1 but for a parent with (almost) nothing assigned
-    spread = second - mean * mean * (2 - total)  # (B, P, J, H)
+    first, second = moments.chunk(2, dim=-1)  # sum_i w_i (V_i - c) and sum_i w_i (V_i - c)^2: (B, P, J, H) each
+    total = amount / (amount + EPSILON)  # sum_i w_i: (B, P, J, 1), 1 but for a parent with (almost) nothing assigned
+    mean = first - centre * (1 - total)  # d = mu - c, with mu = sum_i w_i V_i
+    # sigma^2 = sum_i w_i (V_i - mu)^2 = sum_i w_i (V_i - c)^2 - 2 d first + d^2 total: small terms, as c is near mu
+    spread = second - mean * (2 * first - mean * total)  # (B, P, J, H)
     variance = spread.clamp(min=0) + VARIANCE_FLOOR
     # cost_h = (beta_u + log sigma_h) n_j, with n_j normalised by parents / children (pitfall 3)
     cost = (beta_u.view(-1, 1) + 0.5 * torch.log(variance)) * (amount * scale)  # (B, P, J, H)
@@ -162,20 +169,34 @@ class _Fit:
     logit: Tensor
 
 
-def _with_squares(votes: Tensor) -> Tensor:
-    """[V, V^2] (B, P, J, I, 2H) from votes in any layout: written once into one buffer where no gradient is taken
-    through it (inference, and the forward of the hand-written backward), else by ops autograd can differentiate."""
+def _with_squares(votes: Tensor, centre: Tensor) -> Tensor:
+    """[V - c, (V - c)^2] (B, P, J, I, 2H) from votes in any layout and each parent's centre c (B, P, J, 1, H):
+    written once into one buffer where no gradient is taken through it (inference, and the forward of the
+    hand-written backward), else by ops autograd can differentiate."""
     if torch.compiler.is_compiling() or (torch.is_grad_enabled() and votes.requires_grad):
-        return torch.cat([votes, votes * votes], dim=-1)  # (torch.compile fuses it, and takes no strided out=)
+        shifted = votes - centre
+        return torch.cat([shifted, shifted * shifted], dim=-1)  # (torch.compile fuses it, and takes no strided out=)
     half = votes.shape[-1]
     both = votes.new_empty(*votes.shape[:-1], 2 * half)  # (B, P, J, I, 2H)
-    both[..., :half].copy_(votes)  # the one copy of the votes into the routing layout
+    torch.sub(votes, centre, out=both[..., :half])  # the one copy of the votes into the routing layout
     torch.mul(both[..., :half], both[..., :half], out=both[..., half:])
     return both
 
 
+def _centre(votes: Tensor) -> Tensor:
+    """Each parent's plain mean of its votes, (B, P, J, 1, H), without gradient: the shift the votes are routed about.
+    A constant to EM routing, so the gradient through the shifted votes is the gradient through the votes."""
+    return votes.detach().mean(dim=3, keepdim=True)
+
+
+def _uncentred(fit: _Fit, centre: Tensor) -> Tensor:
+    """A fit's means mu = (mu - c) + c: (B, P, J, H), from the centre (B, P, J, 1, H)."""
+    return fit.mean + centre.squeeze(3)
+
+
 def _route(
     votes: Tensor,
+    centre: Tensor,
     activations: Tensor,
     child_index: Tensor,
     children: int,
@@ -183,18 +204,19 @@ def _route(
     beta_a: Tensor,
     iterations: int,
 ) -> tuple[Tensor, list[Tensor], list[_Fit]]:
-    """Procedure 1 as a plain loop: [V, V^2] (B, P, J, I, 2H), the R_ij of each iteration and its M-step's fit."""
+    """Procedure 1 as a plain loop about `centre`: [V - c, (V - c)^2] (B, P, J, I, 2H), the R_ij of each iteration
+    and its M-step's fit (its means about the centre too: `_uncentred`)."""
     batch, positions, parents, slots, _ = votes.shape
     counts = reach_counts(child_index, children)  # (children,); 0 for a child past the last window (a valid conv)
     # start: each child spread evenly over every parent it reaches (all positions and types)
     start = (1.0 / (counts[child_index] * parents)).to(votes.dtype)  # (P, I)
     assignment = start.view(1, positions, 1, slots).expand(batch, positions, parents, slots)  # (B, P, J, I)
-    both = _with_squares(votes)  # V and V^2, once for every iteration: (B, P, J, I, 2H)
+    both = _with_squares(votes, centre)  # V and V^2 about the centre, once for every iteration: (B, P, J, I, 2H)
     scale = parents / slots  # pitfall 3: n_j normalised by parents / children of a receptive field
     child_a = activations.unsqueeze(2)  # (B, P, 1, I)
     assignments, fits = [], []
     for t in range(iterations):
-        fit = _m_step(assignment * child_a, both, beta_u, beta_a, scale, inverse_temperature(t + 1))
+        fit = _m_step(assignment * child_a, both, centre.squeeze(3), beta_u, beta_a, scale, inverse_temperature(t + 1))
         assignments.append(assignment), fits.append(fit)
         if t < iterations - 1:  # the last E-step would not be used
             assignment = _e_step(both, fit, child_index, children)
@@ -225,23 +247,24 @@ class _EMRouting(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx: Any, votes: Tensor, activations: Tensor, beta_u: Tensor, beta_a: Tensor, child_index: Tensor,
-                children: int, iterations: int) -> tuple[Tensor, Tensor]:  # fmt: skip
-        both, assignments, fits = _route(votes, activations, child_index, children, beta_u, beta_a, iterations)
+    def forward(ctx: Any, votes: Tensor, centre: Tensor, activations: Tensor, beta_u: Tensor, beta_a: Tensor,
+                child_index: Tensor, children: int, iterations: int) -> tuple[Tensor, Tensor]:  # fmt: skip
+        both, assignments, fits = _route(votes, centre, activations, child_index, children, beta_u, beta_a, iterations)
         ctx.shape = (children, iterations)
         # the gradient is written in the votes' layout (a view of the product that made them), dense where theirs is not
         ctx.votes_layout = torch.empty_like(votes, device="meta").stride()
         ctx.fits = fits  # tensors the backward reads; the output is a copy, or output -> ctx -> fits -> output
-        ctx.save_for_backward(both, activations, beta_u, child_index, *assignments)
+        ctx.save_for_backward(both, centre, activations, beta_u, child_index, *assignments)
         # would be a cycle that only Python's garbage collector frees: a training run kept every step's routing
         # alive until it ran out of memory (24 GB after 1,700 steps)
-        return fits[-1].mean.clone(), torch.sigmoid(fits[-1].logit)
+        return _uncentred(fits[-1], centre), torch.sigmoid(fits[-1].logit)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx: Any, grad_mean: Tensor, grad_a: Tensor) -> tuple[Tensor | None, ...]:
         children, r = ctx.shape
-        both, child_a, beta_u, child_index, *assignments = ctx.saved_tensors
+        both, centre, child_a, beta_u, child_index, *assignments = ctx.saved_tensors
+        c = centre.squeeze(3)  # (B, P, J, H)
         fits: list[_Fit] = ctx.fits
         half = both.shape[-1] // 2
         scale = both.shape[2] / both.shape[3]  # parents / slots
@@ -279,13 +302,15 @@ class _EMRouting(torch.autograd.Function):
             grad_beta_u += (g_cost * amount * scale).sum(dim=(0, 1, 3)) * half
             g_var = g_var + g_cost * amount * scale * 0.5 / variance
             g_amount = (g_cost * (beta_u.view(-1, 1) + 0.5 * torch.log(variance))).sum(dim=-1, keepdim=True) * scale
-            # sigma^2 = relu(u) + floor, u = m - mu^2 (2 - n / (n + eps))
+            # sigma^2 = relu(u) + floor, u = m - 2 d f + d^2 T, d = f - c (1 - T), T = n / (n + eps) (`_m_step`)
             g_u = g_var * fit.spread
             total = amount / (amount + EPSILON)
-            g_mean = g_mean - g_u * 2 * mean * (2 - total)
-            g_amount = g_amount + (g_u * mean * mean).sum(dim=-1, keepdim=True) * EPSILON / (amount + EPSILON) ** 2
-            # [mu, m] = w [V, V^2], w = r / (n + eps), n = sum_i r, r = R a
-            g_moments = torch.cat([g_mean, g_u], dim=-1)  # (B, P, J, 2H)
+            first = mean + c * (1 - total)  # f = sum_i w_i (V_i - c)
+            g_first = g_mean + g_u * 2 * (mean * total - mean - first)
+            g_total = g_mean * c + g_u * (mean * mean - 2 * c * (first - mean * total))
+            g_amount = g_amount + g_total.sum(dim=-1, keepdim=True) * EPSILON / (amount + EPSILON) ** 2
+            # [f, m] = w [V - c, (V - c)^2], w = r / (n + eps), n = sum_i r, r = R a
+            g_moments = torch.cat([g_first, g_u], dim=-1)  # (B, P, J, 2H)
             weights = assignments[t] * child_a / (amount + EPSILON)  # (B, P, J, I)
             left.append(weights), right.append(g_moments)
             g_w = _rows_dot(both, g_moments)  # (B, P, J, I)
@@ -296,12 +321,12 @@ class _EMRouting(torch.autograd.Function):
         lhs = torch.stack(left, dim=-1)  # (B, P, J, I, T)
         rhs = torch.stack(right, dim=-2)  # (B, P, J, T, 2H)
         g_both = torch.matmul(lhs, rhs)  # (B, P, J, I, 2H)
-        votes = both[..., :half]
+        votes = both[..., :half]  # V - c, whose square's gradient is 2 (V - c)
         layout = None  # torch.compile takes no strided out=
         if not torch.compiler.is_compiling():
             layout = torch.empty_strided(votes.shape, ctx.votes_layout, dtype=votes.dtype, device=votes.device)
         grad_votes = torch.addcmul(g_both[..., :half], votes, g_both[..., half:], value=2, out=layout)  # dV + 2 V dV^2
-        return grad_votes, grad_child_a.squeeze(2), grad_beta_u, grad_beta_a, None, None, None
+        return grad_votes, None, grad_child_a.squeeze(2), grad_beta_u, grad_beta_a, None, None, None
 
 
 def em_routing(
@@ -327,9 +352,9 @@ def em_routing(
         beta_u, beta_a: (J,) the learned costs of a parent type (beta_u per pose entry, beta_a per activation).
         iterations: r >= 1 (3 in the paper).
         trace: keep R_ij, mu, sigma^2 and a_j of every iteration.
-        backward: how gradients are taken: "manual", the hand-written backward of `_EMRouting` (several times
-            faster on a CPU: `benchmarks/README.md`); "autograd", the same plain ops differentiated by autograd;
-            "auto" (default): manual on a CPU, autograd elsewhere. All three give the same values and gradients.
+        backward: how gradients are taken (`capsnet.nn.routing.manual_backward`): "manual", the hand-written
+            backward of `_EMRouting`, several times faster on a CPU; "autograd", the same plain ops differentiated
+            by autograd; "auto" (default): manual on a CPU. All three give the same values and gradients.
 
     Returns:
         poses mu_j (B, P, J, H), activations a_j (B, P, J), and the trace when asked for.
@@ -344,15 +369,14 @@ def em_routing(
         raise ValueError(f"child_index must be (P, I) = {(positions, slots)}, got {tuple(child_index.shape)}")
     if beta_u.shape != (parents,) or beta_a.shape != (parents,):
         raise ValueError(f"beta_u and beta_a must be ({parents},), got {tuple(beta_u.shape)}, {tuple(beta_a.shape)}")
-    if backward not in ("auto", "manual", "autograd"):
-        raise ValueError(f"backward must be 'auto', 'manual' or 'autograd', got {backward!r}")
-    manual = backward == "manual" or (backward == "auto" and votes.device.type == "cpu")
+    manual = manual_backward(backward, votes.device)
+    centre = _centre(votes)  # (B, P, J, 1, H)
     needs_grad = torch.is_grad_enabled() and any(x.requires_grad for x in (votes, activations, beta_u, beta_a))
     if not trace and manual and needs_grad:
-        mean, out_a = _EMRouting.apply(votes, activations, beta_u, beta_a, child_index, children, iterations)
+        mean, out_a = _EMRouting.apply(votes, centre, activations, beta_u, beta_a, child_index, children, iterations)
         return mean, out_a, None
-    _, assignments, fits = _route(votes, activations, child_index, children, beta_u, beta_a, iterations)
-    mean, out_a = fits[-1].mean, torch.sigmoid(fits[-1].logit)
+    _, assignments, fits = _route(votes, centre, activations, child_index, children, beta_u, beta_a, iterations)
+    mean, out_a = _uncentred(fits[-1], centre), torch.sigmoid(fits[-1].logit)
     if not trace:
         return mean, out_a, None
     return (
@@ -363,7 +387,7 @@ def em_routing(
             child_activations=activations,
             child_index=child_index,
             assignments=torch.stack(assignments, dim=1),  # (B, r, P, J, I)
-            means=torch.stack([f.mean for f in fits], dim=1),  # (B, r, P, J, H)
+            means=torch.stack([_uncentred(f, centre) for f in fits], dim=1),  # (B, r, P, J, H)
             variances=torch.stack([f.variance for f in fits], dim=1),  # (B, r, P, J, H)
             activations=torch.sigmoid(torch.stack([f.logit for f in fits], dim=1)),  # (B, r, P, J)
             inverse_temperatures=tuple(inverse_temperature(t) for t in range(1, iterations + 1)),

@@ -18,7 +18,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from capsnet.nn.dynamic_routing import RoutingTrace, dynamic_routing
-from capsnet.nn.squash import LOW_PRECISION, squash
+from capsnet.nn.routing import in_float32, needs_float32
+from capsnet.nn.squash import squash
 
 
 class PrimaryCapsules(nn.Module):
@@ -77,36 +78,15 @@ class RoutingCapsules(nn.Module):
                 f"expected child capsules of shape (B, {self.children_count}, {self.child_dim}), got {tuple(u.shape)}"
             )
         u_hat = self.predictions(u)  # (B, K, N, D)
-        autocast = torch.is_autocast_enabled(u_hat.device.type)
-        if not autocast and u_hat.dtype not in LOW_PRECISION:
+        if not needs_float32(u_hat):
             return dynamic_routing(u_hat, iterations, trace)
         # routing (softmax, squash) in float32 under autocast and in a half-precision model; the latter
         # gets its poses back in its own dtype (autocast takes float32 poses on to the decoder)
-        with torch.autocast(u_hat.device.type, enabled=False):
-            poses, routed = dynamic_routing(u_hat.float(), iterations, trace)
+        poses, routed = in_float32(u_hat, lambda votes: dynamic_routing(votes, iterations, trace))
+        autocast = torch.is_autocast_enabled(u_hat.device.type)
         return (poses if autocast else poses.to(u_hat.dtype)), routed
 
 
 def capsule_lengths(poses: Tensor) -> Tensor:
     """|v| over the last dimension: the probability that the entity is present."""
     return torch.linalg.vector_norm(poses, dim=-1)
-
-
-def decoder_input(poses: Tensor, class_index: Tensor | int, num_classes: int, dim: int) -> Tensor:
-    """The class capsules (B, K, D) with all but `class_index`'s zeroed, what a decoder reads; ValueError for poses
-    of another shape or a class out of range. `class_index` is one class for the whole batch or one per example."""
-    if poses.dim() != 3 or tuple(poses.shape[1:]) != (num_classes, dim):
-        raise ValueError(f"expected poses of shape (B, {num_classes}, {dim}), got {tuple(poses.shape)}")
-    classes = torch.as_tensor(class_index, device=poses.device, dtype=torch.long)
-    classes = classes.expand(poses.shape[0]) if classes.dim() == 0 else classes
-    if classes.shape != poses.shape[:1]:
-        raise ValueError(f"class_index must be an int or shape ({poses.shape[0]},), got {tuple(classes.shape)}")
-    if ((classes < 0) | (classes >= num_classes)).any():
-        raise ValueError(f"class_index must lie in [0, {num_classes}), got {classes.tolist()}")
-    return one_hot_mask(poses, classes)  # (B, K, D)
-
-
-def one_hot_mask(poses: Tensor, classes: Tensor) -> Tensor:
-    """Zero every capsule but `classes[b]` in each example: (B, K, D) -> (B, K, D)."""
-    mask = F.one_hot(classes, poses.shape[1]).to(poses.dtype)  # (B, K)
-    return poses * mask.unsqueeze(-1)

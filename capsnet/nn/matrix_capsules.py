@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from capsnet.nn.em_routing import EMTrace, em_routing
+from capsnet.nn.routing import in_float32
 
 POSE = 4  # a pose is a 4x4 matrix
 POSE_ENTRIES = POSE * POSE  # 16
@@ -40,11 +41,10 @@ def _route_float32(
     votes: Tensor, child_a: Tensor, layer: ConvCapsules | ClassCapsules, iterations: int, trace: bool
 ) -> tuple[Tensor, Tensor, EMTrace | None]:
     """EM routing in float32 (under autocast and in a half-precision model alike), results in float32."""
-    with torch.autocast(votes.device.type, enabled=False):
-        return em_routing(
-            votes.float(), child_a.float(), layer.child_index, layer.children_count,
-            layer.beta_u.float(), layer.beta_a.float(), iterations, trace,
-        )  # fmt: skip
+    return in_float32(votes, lambda v: em_routing(
+        v, child_a.float(), layer.child_index, layer.children_count,
+        layer.beta_u.float(), layer.beta_a.float(), iterations, trace,
+    ))  # fmt: skip
 
 
 def _votes(rows: Tensor, weight: Tensor) -> Tensor:

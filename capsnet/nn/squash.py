@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-LOW_PRECISION = (torch.float16, torch.bfloat16)  # squash and routing run in float32 for these
+from capsnet.nn.routing import LOW_PRECISION  # squash runs in float32 for these, as routing does
 
 
 def squash(s: Tensor, dim: int = -1, eps: float = 1e-8) -> Tensor:

@@ -47,10 +47,10 @@ def votes_from_trace(trace: RoutingTrace, primary_lengths: torch.Tensor, index: 
     """Example `index`'s votes and routing, as NumPy arrays, from a forward pass's trace (no recomputation)."""
     return Votes(
         votes=trace.votes[index].float().cpu().numpy(),  # (K, N, D)
-        coupling=trace.coupling[index].float().cpu().numpy(),  # (r, N, K)
+        coupling=trace.coupling[index].transpose(1, 2).float().cpu().numpy(),  # (r, K, N) -> (r, N, K)
         sums=trace.sums[index].float().cpu().numpy(),  # (r, K, D)
         poses=trace.poses[index].float().cpu().numpy(),  # (r, K, D)
-        agreement=trace.agreement[index].float().cpu().numpy(),  # (r, N, K)
+        agreement=trace.agreement[index].transpose(1, 2).float().cpu().numpy(),  # (r, K, N) -> (r, N, K)
         primary_lengths=primary_lengths[index].float().cpu().numpy(),  # (N,)
     )
 

@@ -191,6 +191,6 @@ def explain_pair(model: CapsNet, image: np.ndarray | torch.Tensor) -> PairExplan
         lengths=out.lengths[0].float().cpu().numpy(),
         top=(int(top[0]), int(top[1])),
         reconstructions=redrawn[:, 0].float().cpu().numpy(),
-        coupling=out.trace.coupling[0, -1:].float().cpu().numpy(),  # (1, N, K): the last iteration's
+        coupling=out.trace.coupling[0, -1:].transpose(1, 2).float().cpu().numpy(),  # (1, N, K): the last iteration's
         primary_lengths=out.primary.lengths[0].float().cpu().numpy(),
     )

@@ -142,12 +142,12 @@ def route(votes: np.ndarray, iterations: int) -> Routing:
     assert trace is not None
     return Routing(
         votes=votes,
-        coupling=trace.coupling[0].numpy(),
-        logits=trace.logits[0].numpy(),
+        coupling=trace.coupling[0].transpose(1, 2).numpy(),  # (r, K, N) -> (r, N, K)
+        logits=trace.logits[0].transpose(1, 2).numpy(),  # (r, K, N) -> (r, N, K)
         sums=trace.sums[0].numpy(),
         poses=trace.poses[0].numpy(),
         lengths=trace.lengths[0].numpy(),
-        agreement=trace.agreement[0].numpy(),
+        agreement=trace.agreement[0].transpose(1, 2).numpy(),  # (r, K, N) -> (r, N, K)
     )
 
 

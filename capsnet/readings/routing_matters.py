@@ -37,7 +37,7 @@ from capsnet.nn.dynamic_routing import dynamic_routing
 from capsnet.nn.em_capsnet import EMCapsNet
 from capsnet.nn.layers import capsule_lengths
 from capsnet.nn.registry import network_of
-from capsnet.nn.squash import LOW_PRECISION
+from capsnet.nn.routing import LOW_PRECISION
 
 ITERATIONS = (1, 2, 3, 4, 5)
 BATCH_SIZE = 128  # u_hat of 128 paper-sized examples is 94 MB (float32)

@@ -23,8 +23,8 @@ from capsnet.data.datasets import DATASETS, dataset_info
 from capsnet.data.tasks import Task
 from capsnet.device import DEVICE_CHOICES
 from capsnet.errors import ArgumentParser, InvalidArgumentError
-from capsnet.nn.config import MAX_ROUTING_ITERATIONS
 from capsnet.nn.registry import NETWORK_NAMES, NETWORKS, AnyConfig, network
+from capsnet.nn.routing import MAX_ROUTING_ITERATIONS
 from capsnet.training.acceleration import Acceleration, choose_acceleration
 from capsnet.training.recipes import RECIPES
 from capsnet.training.schedule import SCHEDULES

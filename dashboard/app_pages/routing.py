@@ -7,7 +7,8 @@ from typing import Any
 import numpy as np
 import streamlit as st
 
-from capsnet.nn.config import MAX_ROUTING_ITERATIONS, CapsNetConfig
+from capsnet.nn.config import CapsNetConfig
+from capsnet.nn.routing import MAX_ROUTING_ITERATIONS
 from capsnet.readings import agreement as ag
 from capsnet.readings import explain as ex
 from capsnet.readings.em_layers import LAYER_NAMES, ConvLayerRouting
