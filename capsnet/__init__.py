@@ -1,7 +1,9 @@
-"""capsnet: the Capsule Network of Sabour, Frosst & Hinton (2017), trained, saved and explained.
+"""capsnet: Capsule Networks trained, saved and explained: the CapsNet of Sabour, Frosst & Hinton (2017), routed by
+agreement, the matrix capsules of Hinton, Sabour & Frosst (2018), routed by EM, and the paper's CNN baseline.
 
 The package is a few wings (see the README's layout table):
-- `capsnet.nn`: the networks, their layers, routing (`capsnet.nn.dynamic_routing`), configs, losses and registry;
+- `capsnet.nn`: the networks, their layers, both routing algorithms, configs, losses, and the contract every
+  family declares (`capsnet.nn.family`) with its registry;
 - `capsnet.data`: datasets, augmentation, MultiMNIST, preprocessing, the task type;
 - `capsnet.training`: options, recipes, schedule, the trainer and its run folder;
 - `capsnet.readings`: what a trained network does with an input, and measurements of it;
@@ -10,8 +12,10 @@ The package is a few wings (see the README's layout table):
 
 The names below are the public API, imported on first use so that `import capsnet` stays light:
 
-    from capsnet import CapsNet, CapsNetConfig, load_checkpoint
+    from capsnet import CapsNet, CapsNetConfig, EMCapsNet, EMCapsNetConfig, load_checkpoint
     model = CapsNet(CapsNetConfig.preset("paper"))
+    em = EMCapsNet(EMCapsNetConfig.preset("paper-decoder"))
+    shipped = load_checkpoint("checkpoints/mnist-em.safetensors")  # any network family
 """
 
 from __future__ import annotations
@@ -26,10 +30,14 @@ PUBLIC = {
     "CapsNet": "capsnet.nn.capsnet",
     "CNNConfig": "capsnet.nn.cnn",
     "BaselineCNN": "capsnet.nn.cnn",
+    "EMCapsNetConfig": "capsnet.nn.em_capsnet",
+    "EMCapsNet": "capsnet.nn.em_capsnet",
     "squash": "capsnet.nn.squash",
     "dynamic_routing": "capsnet.nn.dynamic_routing",
+    "em_routing": "capsnet.nn.em_routing",
     "margin_loss": "capsnet.nn.losses",
     "network": "capsnet.nn.registry",
+    "network_of": "capsnet.nn.registry",
     "read_test_set": "capsnet.data.tasks",
     "to_mnist": "capsnet.data.preprocess",
     "TrainOptions": "capsnet.training.options",

@@ -3,8 +3,9 @@
     python -m capsnet evaluate checkpoints/mnist.safetensors [--json]
     python -m capsnet evaluate checkpoints/baselines/mnist-cnn.safetensors
 
-The CNN baseline (`capsnet.nn.cnn`) is evaluated by the same functions: its class scores
-take the place of the capsule lengths, and it has no poses to summarise and nothing to redraw.
+Every network family is evaluated by the same functions: its class scores take the place of the
+capsule lengths; a network that routes is evaluated at the routing iterations asked for; poses and
+reconstructions are summarised where the network redraws its input (`Network.redraws`).
 """
 
 from __future__ import annotations
@@ -33,16 +34,16 @@ class Evaluation:
     confusion: Tensor  # (K, K) int64, rows = true class, columns = prediction
     labels: Tensor  # (N,)
     predictions: Tensor  # (N,)
-    lengths: Tensor  # (N, K) capsule lengths (a CNN's class scores)
-    # what only a network with capsules and a decoder gives; None for the CNN baseline (and an EM network without one)
+    lengths: Tensor  # (N, K) the class scores: capsule lengths, a CNN's probabilities, EM's activations
+    # what only a network that redraws its input gives; None for the CNN baseline (and an EM network without decoder)
     dimension_mean: Tensor | None = None  # (K, D) over correctly classified examples of each class
     dimension_std: Tensor | None = None  # (K, D)
     reconstruction_errors: Tensor | None = None  # (N,) sum of squared pixel errors, decoded from the winning capsule
-    loss_name: str = "cross-entropy"  # the network's loss (`Network.loss_name`), for a network without capsules
+    loss_name: str = "cross-entropy"  # the network's loss (`Network.loss_name`)
 
     @property
-    def capsules(self) -> bool:
-        """Whether the evaluated network had capsules: poses and reconstructions."""
+    def redrawn(self) -> bool:
+        """Whether the evaluated network redrew its inputs: pose statistics and reconstruction errors."""
         return self.dimension_mean is not None
 
     @property
@@ -94,6 +95,15 @@ class Evaluation:
         }
 
 
+def routing_options(model: AnyModel, routing_iterations: int | None) -> dict[str, int]:
+    """The forward pass's keyword for a routing count: {} for None; ValueError for a network that does not route."""
+    if routing_iterations is None:
+        return {}
+    if network_of(model).routing is None:
+        raise ValueError(f"routing iterations apply to a network that routes, not a {network_of(model).title}")
+    return {"routing_iterations": routing_iterations}
+
+
 ROUTING_MEMORY = 2**30  # bytes the largest routing tensor of one evaluation batch may take (then about 2x at its peak)
 
 
@@ -118,9 +128,10 @@ def evaluate(
 ) -> Evaluation:
     """Run `model` over images (N, C, H, W) in [0, 1] with labels (N,), in batches, in eval mode.
 
-    The loss masks the decoder by the true label, as in training; predictions are
-    the longest capsules. Model mode is restored afterwards. `on_batch(done, total)` is
-    called after each batch with the number of images done (for a progress bar).
+    The loss masks the decoder by the true label, as in training; predictions are the highest
+    class scores (the longest capsules). A network that routes runs `routing_iterations` (its own
+    count when None); for one that does not, a count is a ValueError. Model mode is restored
+    afterwards. `on_batch(done, total)` is called after each batch with the number of images done.
     """
     if len(images) != len(labels) or len(images) == 0:
         raise ValueError(f"need as many labels as images, and at least one: {len(images)} vs {len(labels)}")
@@ -128,12 +139,11 @@ def evaluate(
     batch_size = fitting_batch(model, batch_size)  # the largest EM networks hold tens of MB of votes per image
     config = model.config
     net = network_of(model)
-    # poses and redraws to summarise: the CapsNet's, and the EM network's when it has a decoder
-    capsules = net.capsules or getattr(model, "decoder", None) is not None
+    redraws = net.redraws(config)  # poses and redraws to summarise
+    options = routing_options(model, routing_iterations)
     was_training = model.training
     model.eval()
-    k, d = config.num_classes, config.digit_dim if capsules else 0
-    options = {"routing_iterations": routing_iterations} if net.capsules else {}
+    k, d = config.num_classes, config.digit_dim if redraws else 0
     sums = torch.zeros(3, dtype=torch.float64)
     predictions, lengths, errors = [], [], []
     pose_sum = torch.zeros(k, d, dtype=torch.float64)
@@ -146,7 +156,7 @@ def evaluate(
         sums += torch.tensor([loss.total.item(), loss.margin.item(), loss.reconstruction.item()]) * len(x)
         predictions.append(out.prediction.cpu())
         lengths.append(out.scores.float().cpu())
-        if not capsules:  # no poses to summarise, no decoder
+        if not redraws:  # no poses to summarise, no decoder
             if on_batch is not None:
                 on_batch(min(start + batch_size, len(images)), len(images))
             continue
@@ -181,7 +191,7 @@ def evaluate(
         loss_name=net.loss_name,
         **(
             dict(dimension_mean=mean.float(), dimension_std=std.float(), reconstruction_errors=torch.cat(errors))
-            if capsules
+            if redraws
             else {}
         ),
     )
@@ -201,10 +211,10 @@ def merge_evaluations(parts: list[Evaluation]) -> Evaluation:
     loss, margin, recon = ((losses * totals[:, None]).sum(0) / total).tolist()
     confusion = torch.stack([p.confusion for p in parts]).sum(0)  # (K, K)
     counts = torch.stack([p.confusion.diagonal() for p in parts]).double()[:, :, None]  # (P, K, 1): correct per class
-    if len({p.capsules for p in parts}) != 1:
-        raise ValueError("the parts come from different networks: some with capsules, some without")
+    if len({p.redrawn for p in parts}) != 1:
+        raise ValueError("the parts come from different networks: some redraw their inputs, some do not")
     capsules: dict[str, Tensor] = {}
-    if parts[0].capsules:
+    if parts[0].redrawn:
         means = torch.stack([p.dimension_mean for p in parts]).double()  # type: ignore[misc]  # (P, K, D)
         squares = torch.stack([p.dimension_std for p in parts]).double() ** 2 + means**2  # type: ignore[misc]
         n = counts.sum(0).clamp(min=1)  # (K, 1)
@@ -266,7 +276,7 @@ def evaluate_pairs(
     model.eval()
     digits, labels = digits.to(device), labels.to(device)
     net = network_of(model)
-    options = {"routing_iterations": routing_iterations} if net.capsules else {}
+    options = routing_options(model, routing_iterations)
     loss_sum, correct, answers = 0.0, 0, []
     for start in range(0, len(pairs), batch_size):
         batch = pairs.take(digits, labels, start, start + batch_size)
@@ -289,7 +299,7 @@ def evaluate_pairs(
 def format_report(result: Evaluation, class_names: list[str], title: str = "") -> str:
     """The human report: loss, accuracy, `Class 3: 99.31% (1003/1010)` lines, confusion matrix."""
     lines = [title] if title else []
-    if not result.capsules:  # the CNN baseline, an EM network without a decoder: its own loss alone
+    if not result.redrawn:  # the CNN baseline, an EM network without a decoder: its own loss alone
         lines.append(f"Test loss: {result.loss:.5f} ({result.loss_name})")
     else:  # the class loss ("margin" or "spread") and the reconstruction's share
         lines.append(

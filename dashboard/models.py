@@ -35,7 +35,7 @@ from capsnet.errors import CapsNetError
 from capsnet.evaluation import Evaluation, evaluate, merge_evaluations
 from capsnet.files import file_sha256
 from capsnet.nn.config import CapsNetConfig
-from capsnet.nn.registry import network_of
+from capsnet.nn.registry import NETWORKS, network_of
 from capsnet.readings import decoding, reconstruction
 from capsnet.readings import equivariance as eq
 from capsnet.readings import explain as ex
@@ -51,7 +51,8 @@ from capsnet.training import catalog
 from dashboard import state
 
 MNIST_DIGITS = [str(d) for d in range(10)]
-CAPSULE_NETWORKS = ("capsnet", "em")  # what the picker lists: the CNN baselines are there to be compared with
+# what the picker lists, the networks that route capsules: the baselines are there to be compared with
+CAPSULE_NETWORKS = tuple(name for name, net in NETWORKS.items() if net.routing is not None)
 EVALUATION_CHUNK = 1000
 
 

@@ -323,7 +323,7 @@ def _finished_panel() -> None:
         acc = f" Test accuracy {100 * run.best_accuracy:.2f}%." if run.best_accuracy is not None else ""
         where = (
             f"It is {run.network.described}: evaluate it with `python -m capsnet evaluate`."
-            if run.network is not None and not run.network.capsules
+            if run.network is not None and run.network.routing is None  # the picker lists the networks that route
             else "Its model is in the picker above."
         )
         st.success(f"{name} finished.{acc} {where}", icon=":material/check_circle:")

@@ -11,6 +11,8 @@ import torch
 
 from capsnet.checkpoints.checkpoint import load_checkpoint
 from capsnet.errors import CapsNetError, InvalidArgumentError
+from capsnet.nn.capsnet import CapsNet
+from capsnet.nn.config import CapsNetConfig
 from capsnet.nn.em_capsnet import EM_PRESETS, EMCapsNet, EMCapsNetConfig
 from capsnet.nn.losses import spread_loss
 from capsnet.nn.matrix_capsules import ClassCapsules, ConvCapsules
@@ -143,7 +145,7 @@ def test_beta_lr_gives_the_costs_their_own_rate_and_the_schedule_keeps_the_ratio
         optimizer.step()
         schedule.after_batch()
     with pytest.raises(CapsNetError, match="no beta_u or beta_a"):
-        parameter_groups(torch.nn.Linear(2, 2), 1e-3, 30.0)
+        parameter_groups(CapsNet(CapsNetConfig.preset("tiny")), 1e-3, 30.0)
 
 
 @pytest.mark.slow

@@ -18,11 +18,12 @@ def test_every_network_declares_its_contract() -> None:
     capsnet, cnn = network("capsnet"), network("cnn")
     assert (capsnet.config_type, capsnet.module_type, capsnet.presets) == (CapsNetConfig, CapsNet, tuple(PRESETS))
     assert (cnn.config_type, cnn.module_type, cnn.presets) == (CNNConfig, BaselineCNN, tuple(CNN_PRESETS))
-    assert capsnet.capsules and not cnn.capsules
+    assert capsnet.routing is not None and capsnet.routing.kind == "dynamic" and cnn.routing is None
     assert capsnet.run_options == ("routing_iterations",) and cnn.run_options == ()
     em = network("em")
     assert (em.config_type, em.module_type, em.presets) == (EMCapsNetConfig, EMCapsNet, tuple(EM_PRESETS))
-    assert not em.capsules and not em.baseline and cnn.baseline and not em.pairs
+    assert em.routing is not None and em.routing.kind == "em" and em.run_options == ("routing_iterations", "beta_lr")
+    assert not em.baseline and cnn.baseline and not em.pairs and not capsnet.baseline
     with pytest.raises(ValueError, match="unknown network 'rnn'; this capsnet reads capsnet, cnn, em"):
         network("rnn")
 
@@ -49,7 +50,7 @@ def test_each_network_brings_its_own_loss(name: str) -> None:
     images, labels = torch.rand(4, 1, 28, 28), torch.tensor([0, 1, 2, 3])
     loss = net.loss(model(images, labels), images, labels, config)
     assert torch.isfinite(loss.total) and loss.total > 0
-    assert (loss.reconstruction > 0) == net.capsules  # only a network with capsules redraws its input
+    assert (loss.reconstruction > 0) == net.redraws(config)  # only a network that redraws its input
 
 
 def test_a_run_builds_the_config_of_its_network_for_its_dataset() -> None:

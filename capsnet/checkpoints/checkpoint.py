@@ -163,20 +163,19 @@ def read_checkpoint_info(path: str | os.PathLike) -> tuple[AnyConfig, Checkpoint
 
 
 def load_checkpoint(
-    path: str | os.PathLike, device: str | torch.device = "cpu", networks: tuple[str, ...] = ("capsnet",)
+    path: str | os.PathLike, device: str | torch.device = "cpu", networks: tuple[str, ...] | None = None
 ) -> Checkpoint:
     """Rebuild the model from the stored config and load its weights (as float32, eval mode).
 
-    Only the `networks` asked for are accepted: a Capsule Network unless the caller can
-    also use the CNN baseline (`("capsnet", "cnn")`). Raises CheckpointError naming the file
-    and what is wrong if it is missing, truncated, corrupted, of another network, or
-    does not fit the stored config.
+    Any registered network is read, or only the `networks` a caller can use (`("capsnet",)`). Raises
+    CheckpointError naming the file and what is wrong if it is missing, truncated, corrupted, of a
+    network not asked for, or does not fit the stored config.
     """
     path = Path(path)
     with _open(path) as handle:  # the file is opened once: header, shapes, then the weights
         config, info = _check_header(path, handle.metadata() or {})
         found = network_of(config)
-        if found.name not in networks:
+        if networks is not None and found.name not in networks:
             wanted = " or ".join(network(a).described for a in networks)
             raise CheckpointError(f"{path}: {found.described}, where {wanted} is needed")
         with torch.device("meta"):  # the network's structure, no memory: its weights are the file's

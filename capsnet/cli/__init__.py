@@ -2,7 +2,7 @@
 and installed as `capsnet-COMMAND` scripts (`pyproject.toml`)."""
 
 COMMANDS = {
-    "train": ("capsnet.cli.train", "train a network (CapsNet or CNN) into a resumable run folder"),
+    "train": ("capsnet.cli.train", "train a network (CapsNet, CNN or EM) into a resumable run folder"),
     "evaluate": ("capsnet.cli.evaluate", "a checkpoint's accuracy per class and confusion matrix on its test set"),
     "predict": ("capsnet.cli.predict", "read PNG or JPEG files as the dashboard does: class, lengths, novelty"),
     "export": ("capsnet.cli.export", "turn a run's checkpoint into a shipped one (float16, re-measured)"),

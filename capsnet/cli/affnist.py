@@ -18,7 +18,7 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m capsnet affnist",
         description="Accuracy of mnist-40 models on the MNIST test set moved on 40x40 and on the affNIST-like set.",
     )
-    parser.add_argument("checkpoints", nargs="+", help="CapsNet or CNN checkpoints trained on mnist-40")
+    parser.add_argument("checkpoints", nargs="+", help="checkpoints of any network trained on mnist-40")
     parser.add_argument(
         "--sweep", action="store_true",
         help="instead: each checkpoint's accuracy on its own test set with every image turned alike, then scaled alike",

@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
         device = pick_device(args.device)
         checkpoint = load_checkpoint(args.checkpoint, device=device, networks=NETWORK_NAMES)
         net = network_of(checkpoint.config)
-        if args.routing_iterations is not None and "routing_iterations" not in net.run_options:
+        if args.routing_iterations is not None and net.routing is None:
             raise CapsNetError(f"{checkpoint.path} holds {net.described}: --routing-iterations does not apply to it")
         name = args.dataset or checkpoint.info.dataset_name
         info = dataset_info(name)
@@ -58,9 +58,8 @@ def main(argv: list[str] | None = None) -> int:
                                   "checkpoint": str(checkpoint.path)}))  # fmt: skip
             else:
                 print(f"{checkpoint.path} on the {info.title} test pairs")
-                top = "longest capsules" if net.capsules else "highest scores"
                 print(f"Error: {100 * result.error:.2f}% ({result.total - result.correct}/{result.total} pairs wrong: "
-                      f"the two {top} are not the two digits)")  # fmt: skip
+                      f"the two highest {net.scores} are not the two digits)")  # fmt: skip
                 print(f"Test loss: {result.loss:.5f}")
             return 0
         names = list(info.classes)

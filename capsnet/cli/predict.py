@@ -3,8 +3,9 @@
     python -m capsnet predict digit.png other.jpg [--checkpoint PATH] [--json]
 
 Each PNG or JPEG goes through the dashboard's preprocessing (crop, fit 20x20, centre by centre
-of mass, as MNIST was made), then the network. For each file: the class, the ten capsule
-lengths, and the not-like-any-class flag with its score (`capsnet.readings.novelty`; above 1 flagged).
+of mass, as MNIST was made), then the network (any that redraws its input: the CapsNet, an EM
+network with a decoder). For each file: the class, the ten class scores (capsule lengths, or EM
+activations), and the not-like-any-class flag with its score (`capsnet.readings.novelty`; above 1 flagged).
 A file that cannot be read gets one line on stderr and the others go on; the exit code is 2
 if any failed. The default checkpoint is the dashboard's: the shipped MNIST model.
 """
@@ -24,6 +25,7 @@ from capsnet.data.tasks import task
 from capsnet.device import pick_device
 from capsnet.errors import ArgumentParser, CapsNetError, run_cli
 from capsnet.files import read_regular_file
+from capsnet.nn.registry import network_of
 from capsnet.readings.novelty import NoveltyThresholds, thresholds_for
 from capsnet.training.catalog import default_checkpoint, list_checkpoints
 
@@ -65,7 +67,7 @@ def predict_files(checkpoint: Checkpoint, thresholds: NoveltyThresholds, paths: 
     with torch.inference_mode():
         out = model(x)
     errors = (out.reconstruction - x).square().flatten(1).sum(dim=1).cpu().numpy()  # (B,)
-    lengths = out.lengths.float().cpu().numpy()  # (B, K)
+    lengths = out.scores.float().cpu().numpy()  # (B, K): capsule lengths, or an EM network's activations
     scores = thresholds.score(errors, lengths.max(axis=1))
     names = checkpoint.class_names
     for b, slot in enumerate(where):
@@ -109,6 +111,10 @@ def main(argv: list[str] | None = None) -> int:
                 raise CapsNetError("no checkpoint: pass --checkpoint, or train one (python -m capsnet train)")
             path = chosen.path
         checkpoint = load_checkpoint(path, device=pick_device(args.device))
+        net = network_of(checkpoint.config)
+        if not net.redraws(checkpoint.config):
+            raise CapsNetError(f"{path} holds {net.described} that redraws nothing: predict needs a network that "
+                               "redraws its input, to say when an image is like no class")  # fmt: skip
         read = task(checkpoint.info.dataset_name) if checkpoint.info.dataset_name in DATASETS else None
         if read is not None and not read.takes_drawings:
             what = "pairs of digits (MultiMNIST)" if read.pairs else "digits placed anywhere on it (mnist-40)"

@@ -9,6 +9,7 @@ from capsnet.checkpoints.checkpoint import load_checkpoint
 from capsnet.data.tasks import read_test_set
 from capsnet.device import pick_device
 from capsnet.errors import ArgumentParser, CapsNetError, run_cli
+from capsnet.nn.registry import network_of
 from capsnet.readings.routing_matters import describe, kept_or_measured, sidecar_path
 
 
@@ -29,7 +30,10 @@ def main(argv: list[str] | None = None) -> int:
     def run() -> int:
         device = pick_device(args.device)
         for path in args.checkpoints:
-            checkpoint = load_checkpoint(path, device=device, networks=("capsnet", "em"))
+            checkpoint = load_checkpoint(path, device=device)
+            net = network_of(checkpoint.config)
+            if net.routing is None:
+                raise CapsNetError(f"{path} holds {net.described}, which does not route: nothing to measure")
             test = read_test_set(checkpoint.info.dataset_name, args.data_dir)
             if test.task.pairs:
                 raise CapsNetError(f"{path} reads pairs of digits: this measure is for single images")

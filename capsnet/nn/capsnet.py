@@ -15,16 +15,20 @@ trace and the primary capsules, so explaining a prediction needs no hooks.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from capsnet.nn.config import CapsNetConfig
+from capsnet.nn.config import PRESETS, CapsNetConfig
 from capsnet.nn.decoder import Decoder
-from capsnet.nn.dynamic_routing import RoutingTrace
+from capsnet.nn.dynamic_routing import RoutingTrace, dynamic_routing
+from capsnet.nn.family import Network, Routing, register
 from capsnet.nn.layers import PrimaryCapsules, RoutingCapsules, capsule_lengths
+from capsnet.nn.losses import CapsuleLoss, capsule_loss
+from capsnet.nn.routing import LOW_PRECISION
 
 
 @dataclass
@@ -111,6 +115,15 @@ class CapsNet(nn.Module):
         """Images to (primary poses (B, N, P), digit poses (B, K, D), routing trace or None)."""
         return self._layers(images, routing_iterations, trace)[1:]
 
+    def scores_by_iterations(self, images: Tensor, iterations: Sequence[int]) -> Tensor:
+        """The capsule lengths at each routing count r of `iterations`: (B, R, K). Conv1, PrimaryCaps and the votes
+        u_hat run once; routing runs again for each r on those votes (in float32, as in the forward pass)."""
+        primary, _, _ = self.encode(images, routing_iterations=1)  # (B, N, P)
+        votes = self.digits.predictions(primary)  # (B, K, N, D), once
+        votes = votes.float() if votes.dtype in LOW_PRECISION else votes
+        poses = torch.stack([dynamic_routing(votes, r)[0] for r in iterations], dim=1)  # (B, R, K, D)
+        return capsule_lengths(poses)  # (B, R, K)
+
     def _layers(
         self, images: Tensor, routing_iterations: int | None, trace: bool
     ) -> tuple[Tensor, Tensor, Tensor, RoutingTrace | None]:
@@ -182,3 +195,17 @@ class CapsNet(nn.Module):
             primary=primary_out,
             features=features if return_features else None,
         )
+
+
+def _capsnet_loss(out: CapsNetOutput, targets: Tensor, labels: Tensor, config: CapsNetConfig, _: float) -> CapsuleLoss:
+    return capsule_loss(out.lengths, out.reconstruction, targets, labels, config)
+
+
+register(
+    Network(
+        "capsnet", "CapsNet", "", "capsule lengths", "|v|", "margin loss", "a Capsule Network",
+        CapsNetConfig, CapsNet, tuple(PRESETS), routing=Routing("dynamic", "dynamic routing"), baseline=False,
+        pairs=True, pairs_field=None, _loss=_capsnet_loss, _redraws=lambda config: True,
+        _score_margins=lambda config: (config.m_plus, config.m_minus),
+    )
+)  # fmt: skip

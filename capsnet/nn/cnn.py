@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from capsnet.nn.config import config_from_fields, preset_of
+from capsnet.nn.family import Network, register
 from capsnet.nn.losses import CapsuleLoss, targets_of
 
 
@@ -163,3 +164,16 @@ def cnn_loss(logits: Tensor, labels: Tensor, config: CNNConfig) -> CapsuleLoss:
             raise ValueError(f"a softmax CNN takes one label per image (B,), got {tuple(labels.shape)}")
         loss = F.cross_entropy(logits, labels)
     return CapsuleLoss(total=loss, margin=loss, reconstruction=torch.zeros((), device=logits.device))
+
+
+def _cnn_loss(out: CNNOutput, targets: Tensor, labels: Tensor, config: CNNConfig, _: float) -> CapsuleLoss:
+    return cnn_loss(out.logits, labels, config)
+
+
+register(
+    Network(
+        "cnn", "CNN baseline", "CNN", "class probabilities", "p", "cross-entropy", "a CNN baseline",
+        CNNConfig, BaselineCNN, tuple(CNN_PRESETS), routing=None, baseline=True,
+        pairs=True, pairs_field="multi_label", _loss=_cnn_loss, _redraws=lambda config: False,
+    )
+)  # fmt: skip

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +32,9 @@ from torch import Tensor, nn
 from capsnet.nn.config import config_from_fields, preset_of
 from capsnet.nn.decoder import Decoder
 from capsnet.nn.em_routing import EMTrace
-from capsnet.nn.matrix_capsules import POSE_ENTRIES, ClassCapsules, ConvCapsules, PrimaryMatrixCapsules
+from capsnet.nn.family import Network, Routing, register
+from capsnet.nn.losses import CapsuleLoss, reconstruction_loss, spread_loss
+from capsnet.nn.matrix_capsules import BETA_NAMES, POSE_ENTRIES, ClassCapsules, ConvCapsules, PrimaryMatrixCapsules
 from capsnet.nn.routing import MAX_ROUTING_ITERATIONS
 
 
@@ -222,6 +225,11 @@ class EMCapsNet(nn.Module):
             raise ValueError("this network has no decoder: train a preset with one (small-decoder) to redraw digits")
         return self.decoder.redraw(poses, class_index)  # (B, C, H, W)
 
+    def scores_by_iterations(self, images: Tensor, iterations: Sequence[int]) -> Tensor:
+        """The class activations a_j at each routing count r of `iterations`: (B, R, K). Every capsule layer is routed
+        r times, so the whole pass runs again for each r (each layer's votes depend on the one before)."""
+        return torch.stack([self(images, routing_iterations=r).activations for r in iterations], dim=1)
+
     def forward(
         self,
         images: Tensor,
@@ -272,3 +280,36 @@ class EMCapsNet(nn.Module):
             primary=primary,
             features=features if return_features else None,
         )
+
+
+def _em_loss(
+    out: EMCapsNetOutput, targets: Tensor, labels: Tensor, config: EMCapsNetConfig, progress: float
+) -> CapsuleLoss:
+    spread = spread_loss(out.activations.float(), labels, config.margin(progress))
+    if out.reconstruction is None:
+        return CapsuleLoss(total=spread, margin=spread, reconstruction=torch.zeros((), device=spread.device))
+    recon = reconstruction_loss(out.reconstruction.float(), targets.float(), config.reconstruction_weight)
+    return CapsuleLoss(total=spread + recon, margin=spread, reconstruction=recon)
+
+
+def _parameter_groups(model: nn.Module, lr: float, beta_lr: float) -> list[dict[str, Any]]:
+    """All parameters at `lr`, or, with a `beta_lr` multiplier, the EM layers' learned costs (beta_u and beta_a)
+    apart at `lr * beta_lr`. One group when `beta_lr` is 1: a run begun before the option existed still resumes."""
+    named = list(model.named_parameters())
+    if beta_lr == 1.0:
+        return [{"params": [p for _, p in named]}]
+    betas = [p for name, p in named if name.rsplit(".", 1)[-1] in BETA_NAMES]
+    chosen = {id(p) for p in betas}
+    return [{"params": [p for _, p in named if id(p) not in chosen]}, {"params": betas, "lr": lr * beta_lr}]
+
+
+register(
+    Network(
+        "em", "EM CapsNet", "EM", "class capsules' activations a_j (EM routing)", "a", "spread loss",
+        "a matrix-capsule network routed by EM", EMCapsNetConfig, EMCapsNet, tuple(EM_PRESETS),
+        routing=Routing("em", "EM routing"), baseline=False, pairs=False, pairs_field=None,
+        _loss=_em_loss, _redraws=lambda config: config.decoder, _parameter_groups=_parameter_groups,
+        cpu_compile_from=10_000,  # 1.8-2.6x faster steps after 30-40 s of compiling
+        extra_options=("beta_lr",),
+    )
+)  # fmt: skip

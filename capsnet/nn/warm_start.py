@@ -1,6 +1,6 @@
 """Warm starts: a network for a larger canvas (36x36 MultiMNIST, 40x40 mnist-40) started from one trained on 28x28.
 
-What carries over, for either network:
+What carries over, for the CapsNet and the CNN (an EM network is started from one of its own size only):
 - the convolutions, as they are (they do not depend on the input's size);
 - the weights that depend on a position (the CapsNet's DigitCaps matrices W_ij, one per primary
   capsule; the CNN's first fully connected layer, one block per feature-map cell) are laid from the
@@ -19,6 +19,8 @@ stay those it learned with.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -88,7 +90,12 @@ def warm_start(model: AnyModel, source: AnyModel) -> list[str]:
     kind = network_of(model)
     if network_of(source) is not kind:
         raise ValueError("a warm start needs the same network on both sides")
-    return {"capsnet": _capsnet, "cnn": _cnn}[kind.name](model, source)  # type: ignore[operator]
+    fill = WARM_STARTS.get(kind.name)
+    if fill is None:
+        raise ValueError(
+            f"a {kind.title} starts from a checkpoint of its own input size only (no warm start onto another)"
+        )
+    return fill(model, source)
 
 
 def _copy_matching(model: torch.nn.Module, source: torch.nn.Module, skip: set[str]) -> tuple[list[str], list[str]]:
@@ -130,3 +137,6 @@ def _cnn(model: BaselineCNN, source: BaselineCNN) -> list[str]:
         f"{s.feature_size} feature grid onto the {c.feature_size}x{c.feature_size} one",
         f"started new: {', '.join(fresh) or 'nothing'}",
     ]
+
+
+WARM_STARTS: dict[str, Callable[[Any, Any], list[str]]] = {"capsnet": _capsnet, "cnn": _cnn}  # by network name

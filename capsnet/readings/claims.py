@@ -33,6 +33,7 @@ PAPER_ERROR = {  # the paper's test errors, fully trained
     "affnist": {"capsnet": 0.21, "cnn": 0.34},
 }
 NETWORKS = {"capsnet": "CapsNet", "cnn": "CNN baseline"}
+CLAIMED = tuple(NETWORKS)  # a claim's rows, in order: the paper compares its CapsNet with its CNN baseline
 TRAINING_DIGITS = 60_000  # MNIST's training set: one pair per digit and epoch
 START_FREE = "{claim}-from-scratch.json"  # the start-free pair's record, in the shipped checkpoints' claims/ folder
 RECORD_VERSION = 1
@@ -84,11 +85,11 @@ class Verdict:
 
     @property
     def leader(self) -> str | None:
-        """The network with the lower test error here (None if either is unknown)."""
+        """The network with the lower test error here (None if either is unknown; the CNN's row on a tie)."""
         caps, cnn = self.rows
         if caps.error is None or cnn.error is None:
             return None
-        return "capsnet" if caps.error < cnn.error else "cnn"
+        return (caps if caps.error < cnn.error else cnn).network
 
     @property
     def interval(self) -> float:
@@ -129,7 +130,7 @@ class Verdict:
                 )
             return f"No verdict: {missing} states no test figure."
         assert caps.error is not None and cnn.error is not None
-        ahead, behind = (caps, cnn) if self.leader == "capsnet" else (cnn, caps)
+        ahead, behind = (caps, cnn) if caps.error < cnn.error else (cnn, caps)
         budget = (
             f"with the same budget of {caps.examples_seen:,} training examples each"
             if self.equal_budgets
@@ -155,7 +156,7 @@ class Verdict:
         if any(r.chosen_epoch and r.epochs and r.chosen_epoch < r.epochs for r in self.rows):  # not the last epochs
             kept = [f"{r.chosen_epoch} of {r.epochs} for the {NETWORKS[r.network]}" for r in self.rows]
             text += f"The epochs kept: {' and '.join(kept)}. "
-        paper_ahead = "capsnet" if caps.paper_error < cnn.paper_error else "cnn"
+        paper_ahead = (caps if caps.paper_error < cnn.paper_error else cnn).network
         gap, noise = 100 * (behind.error - ahead.error), 100 * self.interval
         if gap <= noise:
             text += (
@@ -282,7 +283,7 @@ def read_record(path: str | Path) -> Verdict:
         if not isinstance(data, dict) or data.get("version") != RECORD_VERSION or data.get("claim") not in PAPER_ERROR:
             raise ValueError(f"not a version-{RECORD_VERSION} claim record")
         rows = tuple(_row_from_dict(r) for r in data["rows"])
-        if [r.network for r in rows] != ["capsnet", "cnn"]:
+        if tuple(r.network for r in rows) != CLAIMED:
             raise ValueError("its rows must be a CapsNet, then a CNN")
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise CapsNetError(f"{path}: cannot read the claim record: {error}") from None

@@ -33,11 +33,8 @@ from capsnet.data.tasks import LabelledSet
 from capsnet.device import exact_float32
 from capsnet.evaluation import fitting_batch
 from capsnet.nn.capsnet import CapsNet
-from capsnet.nn.dynamic_routing import dynamic_routing
 from capsnet.nn.em_capsnet import EMCapsNet
-from capsnet.nn.layers import capsule_lengths
 from capsnet.nn.registry import network_of
-from capsnet.nn.routing import LOW_PRECISION
 
 ITERATIONS = (1, 2, 3, 4, 5)
 BATCH_SIZE = 128  # u_hat of 128 paper-sized examples is 94 MB (float32)
@@ -183,15 +180,13 @@ def iteration_lengths(
 ) -> Tensor:
     """The capsule lengths of every image at each number of routing iterations: (N, R, K), float32, on the CPU.
 
-    Per batch the convolutions and the votes u_hat run once (`CapsNet.encode` with one iteration, then
-    `RoutingCapsules.predictions`); routing runs again for each r on those votes. For the EM network the class
-    activations a_j instead, every capsule layer routed r times (each layer's votes depend on the one before, so
-    the whole pass runs again for each r). `on_batch(done, total)` after each batch. The model is used in
-    inference mode and left as it was.
+    Each network says how (`scores_by_iterations`): the CapsNet runs its convolutions and votes once per batch and
+    routes them again for each r; the EM network gives its class activations a_j, every capsule layer routed r
+    times (each layer's votes depend on the one before, so the whole pass runs again for each r). `on_batch(done,
+    total)` after each batch. The model is used in inference mode and left as it was.
     """
-    em = network_of(model).name == "em"
-    if not network_of(model).capsules and not em:
-        raise ValueError(f"routing iterations apply to a capsule network, not a {network_of(model).title}")
+    if network_of(model).routing is None:
+        raise ValueError(f"routing iterations apply to a network that routes, not a {network_of(model).title}")
     if len(iterations) == 0 or min(iterations) < 1:
         raise ValueError(f"iterations must be at least 1, got {list(iterations)}")
     if images.dim() != 4 or len(images) == 0:
@@ -207,17 +202,7 @@ def iteration_lengths(
         with torch.inference_mode(), exact_float32():  # a GPU's answers are then the CPU's
             for start in range(0, len(images), batch_size):
                 x = images[start : start + batch_size].to(device, dtype)  # (B, C, H, W)
-                if em:  # (B, R, K): the class activations, every layer routed r times
-                    scores = torch.stack([model(x, routing_iterations=r).activations for r in iterations], dim=1)
-                    parts.append(scores.float().cpu())
-                    if on_batch is not None:
-                        on_batch(min(start + batch_size, len(images)), len(images))
-                    continue
-                primary, _, _ = model.encode(x, routing_iterations=1)  # (B, N, P): conv1 and PrimaryCaps, once
-                votes = model.digits.predictions(primary)  # (B, K, N, D), once
-                votes = votes.float() if votes.dtype in LOW_PRECISION else votes  # routing runs in float32
-                poses = torch.stack([dynamic_routing(votes, r)[0] for r in iterations], dim=1)  # (B, R, K, D)
-                parts.append(capsule_lengths(poses).float().cpu())  # (B, R, K)
+                parts.append(model.scores_by_iterations(x, iterations).float().cpu())  # (B, R, K)
                 if on_batch is not None:
                     on_batch(min(start + batch_size, len(images)), len(images))
     finally:

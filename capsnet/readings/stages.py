@@ -16,7 +16,9 @@ matrix W_ij and the vote it casts, and its couplings in each routing iteration.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -24,6 +26,7 @@ from capsnet.nn.capsnet import CapsNet
 from capsnet.nn.config import CapsNetConfig
 from capsnet.nn.em_capsnet import EMCapsNetConfig
 from capsnet.nn.matrix_capsules import POSE_ENTRIES
+from capsnet.nn.registry import network_of
 from capsnet.readings.agreement import (
     PrimaryReading,
     first_primary,
@@ -178,9 +181,16 @@ def em_stages(config: EMCapsNetConfig) -> tuple[Stage, ...]:
     )  # fmt: skip
 
 
+# by the network's routing: vector capsules, matrix capsules
+STAGES: dict[str, Callable[[Any], tuple[Stage, ...]]] = {"dynamic": stages, "em": em_stages}
+
+
 def stages_of(config: CapsNetConfig | EMCapsNetConfig) -> tuple[Stage, ...]:
-    """The stages of either capsule network's config."""
-    return em_stages(config) if isinstance(config, EMCapsNetConfig) else stages(config)
+    """The stages of a capsule network's config, by its routing; ValueError for a network that does not route."""
+    routing = network_of(config).routing
+    if routing is None:
+        raise ValueError(f"{network_of(config).described} has no capsule stages to show")
+    return STAGES[routing.kind](config)
 
 
 def parameter_count(config: CapsNetConfig | EMCapsNetConfig, decoder: bool = True) -> int:

@@ -138,8 +138,9 @@ def calibrate_checkpoint(path: str | Path, data_dir: str | None = None, device: 
     path = Path(path)
     writable(path)
     checkpoint = load_checkpoint(path, device=pick_device(device), networks=NETWORK_NAMES)
-    if not network_of(checkpoint.config).capsules:
-        raise CapsNetError(f"{path}: a CNN baseline redraws nothing, so it has no not-like-any-class thresholds")
+    net = network_of(checkpoint.config)
+    if not net.redraws(checkpoint.config):
+        raise CapsNetError(f"{path}: {net.described} that redraws nothing has no not-like-any-class thresholds")
     if checkpoint.info.dataset in DATASETS and task(checkpoint.info.dataset).pairs:
         raise CapsNetError(f"{path}: a MultiMNIST model has no not-like-any-class thresholds to calibrate")
     result = evaluate_set(checkpoint.model, read_test_set(checkpoint.info.dataset_name, data_dir))

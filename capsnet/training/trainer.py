@@ -251,10 +251,11 @@ def build(
         else:  # a warm start onto a larger canvas: the convolutions as they are, W_ij laid onto the larger grid
             try:
                 config = warm_config(start.config, config)
+                model = net.build(config)
+                carried = warm_start(model, start.model)
             except ValueError as error:
                 raise CapsNetError(f"{options.init}: {error}") from None
-            model = net.build(config)
-            for line in warm_start(model, start.model):
+            for line in carried:
                 print(f"warm start from {options.init}: {line}", flush=True)
     else:
         model = net.build(config)
@@ -332,8 +333,8 @@ def fit(
             print(f"{folder.path}: already trained {start_epoch} epochs; raise --epochs to continue", file=sys.stderr)
         return records
     c = model.config
-    capsules = network_of(c).capsules  # a network without capsules has no margins to collapse to: divergence only
-    margins = (c.m_plus, c.m_minus) if capsules else (math.inf, -math.inf)
+    # a network whose loss sets no margins has none to collapse to: divergence only
+    margins = network_of(c).score_margins(c) or (math.inf, -math.inf)
     watch = CollapseWatch(c.num_classes, *margins, options.lr, device, present=data.present)
     resume_at = (start_epoch, start_batch) if options.resume else None
     window = Watcher(folder, model, data.test, batches, resume_at, enabled=env.is_main)  # a few test images, watched

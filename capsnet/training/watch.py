@@ -22,6 +22,7 @@ damaged or half-written file reads as no snapshot yet (None), never an exception
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -82,20 +83,20 @@ def window_examples(test: LabelledSet, count: int = WINDOW_SIZE, seed: int = WIN
 def look(model: AnyModel, images: Tensor, present: int) -> tuple[np.ndarray, np.ndarray | None]:
     """What `model` makes of `images` (n, C, H, W) on its device, in eval mode (its mode restored after).
 
-    Returns the scores (n, K) and, for a CapsNet, each image redrawn from its `present` longest capsules,
-    merged as min(sum, 1) (n, H, W) in [0, 1]; None for a network without a decoder.
+    Returns the scores (n, K) and, for a network that redraws its input, each image redrawn from its `present`
+    highest-scoring capsules, merged as min(sum, 1) (n, H, W) in [0, 1]; None for a network without a decoder.
     """
     was_training = model.training
     model.eval()
     try:
         with torch.inference_mode():
-            if not network_of(model).capsules:
-                return model(images).scores.float().cpu().numpy(), None
             out = model(images)
-            top = out.lengths.topk(present, dim=1).indices  # (n, L)
+            if not network_of(model).redraws(model.config):
+                return out.scores.float().cpu().numpy(), None
+            top = out.scores.topk(present, dim=1).indices  # (n, L)
             parts = torch.stack([model.decode(out.poses, top[:, k]) for k in range(present)], 1)  # (n, L, C, H, W)
             redrawn = parts.float().sum(dim=1).clamp(max=1.0)[:, 0]  # (n, H, W): channel 0
-            return out.lengths.float().cpu().numpy(), redrawn.cpu().numpy()
+            return out.scores.float().cpu().numpy(), redrawn.cpu().numpy()
     finally:
         model.train(was_training)
 
@@ -119,7 +120,7 @@ class WindowHistory:
     """A run's window and its snapshots, as `read_window` reads them."""
 
     dataset: str
-    capsules: bool  # scores are capsule lengths, and there are reconstructions; else a CNN's or EM network's scores
+    redrawn: bool  # there are reconstructions: the network redraws its input (the CapsNet, an EM one with decoder)
     batches: int  # per epoch
     m_plus: float
     m_minus: float
@@ -128,8 +129,13 @@ class WindowHistory:
     epochs: np.ndarray  # (S,) the epoch each snapshot was taken in, from 1
     batch: np.ndarray  # (S,) that epoch's batches done (`batches`: at its end)
     scores: np.ndarray  # (S, n, K) float32
-    reconstructions: np.ndarray | None  # (S, n, H, W) float32 in [0, 1], CapsNet only
+    reconstructions: np.ndarray | None  # (S, n, H, W) float32 in [0, 1], where the network redraws its input
     network: str = "capsnet"  # the registry's name ("cnn" for a file older than the name that has no capsules)
+
+    @property
+    def margins(self) -> tuple[float, float] | None:
+        """(m+, m-) the scores are trained toward (`Network.score_margins`), None where the loss sets none."""
+        return None if np.isnan(self.m_plus) or np.isnan(self.m_minus) else (self.m_plus, self.m_minus)
 
     def __len__(self) -> int:
         return len(self.epochs)
@@ -178,22 +184,22 @@ def read_window(folder: RunFolder | str | Path) -> WindowHistory | None:
         if meta.get("format") != FORMAT or meta.get("version") != VERSION:
             return None
         t = load_tensors(data)
-        capsules = meta.get("capsules") == "true"
+        redrawn = meta.get("redraws", meta.get("capsules")) == "true"  # "capsules" in a file written before the name
         images, labels, epochs, batch, scores = (t[k] for k in ("images", "labels", "epoch", "batch", "scores"))
-        recon = t.get("reconstructions") if capsules else None
+        recon = t.get("reconstructions") if redrawn else None
         s, n = len(epochs), len(images)
         shapes_fit = (
             images.ndim == 3 and labels.ndim == 2 and len(labels) == n and batch.shape == (s,) and s > 0
             and scores.ndim == 3 and scores.shape[:2] == (s, n)
-            and (not capsules or (recon is not None and recon.shape == (s, *images.shape)))
+            and (not redrawn or (recon is not None and recon.shape == (s, *images.shape)))
             and labels.size and 0 <= labels.min() and labels.max() < scores.shape[2]
         )  # fmt: skip
         if not shapes_fit or not np.isfinite(scores).all():
             return None
         return WindowHistory(
             dataset=str(meta.get("dataset", "")),
-            capsules=capsules,
-            network=str(meta.get("network") or ("capsnet" if capsules else "cnn")),
+            redrawn=redrawn,
+            network=str(meta.get("network") or ("capsnet" if redrawn else "cnn")),
             batches=max(int(meta.get("batches", "0")), 1),
             m_plus=float(meta.get("m_plus", "nan")),
             m_minus=float(meta.get("m_minus", "nan")),
@@ -241,11 +247,12 @@ class Watcher:
 
     def _start(self, test: LabelledSet, resume_at: tuple[int, int] | None) -> None:
         model, folder, batches = self.model, self.folder, self.batches
-        c = model.config
+        c, net = model.config, network_of(model)
+        m_plus, m_minus = net.score_margins(c) or (math.nan, math.nan)
         self.meta = {
             "format": FORMAT, "version": VERSION, "dataset": test.info.name, "batches": str(batches),
-            "capsules": "true" if network_of(model).capsules else "false", "network": network_of(model).name,
-            "m_plus": str(getattr(c, "m_plus", "nan")), "m_minus": str(getattr(c, "m_minus", "nan")),
+            "redraws": "true" if net.redraws(c) else "false", "network": net.name,
+            "m_plus": str(m_plus), "m_minus": str(m_minus),
         }  # fmt: skip
         images, labels = window_examples(test)
         self.labels = labels.numpy()  # (n, L)
@@ -254,8 +261,8 @@ class Watcher:
         self.scores = np.zeros((0, len(images), c.num_classes), np.float32)
         self.reconstructions = np.zeros((0, *self.images.shape), np.uint8)
         old = read_window(folder) if resume_at is not None else None
-        same = (self.images.shape, self.labels.shape, network_of(model).capsules, c.num_classes)
-        if old is not None and (old.images.shape, old.labels.shape, old.capsules, old.scores.shape[2]) == same:
+        same = (self.images.shape, self.labels.shape, net.redraws(c), c.num_classes)
+        if old is not None and (old.images.shape, old.labels.shape, old.redrawn, old.scores.shape[2]) == same:
             keep = (old.epochs < resume_at[0] + 1) | ((old.epochs == resume_at[0] + 1) & (old.batch <= resume_at[1]))
             self.images, self.labels = _to_bytes(old.images), old.labels  # the same window as before the stop
             self.epochs, self.batch = old.epochs[keep].astype(np.int32), old.batch[keep].astype(np.int32)
@@ -292,7 +299,7 @@ class Watcher:
     def _write(self) -> None:
         tensors = {"images": self.images, "labels": self.labels, "epoch": self.epochs, "batch": self.batch,
                    "scores": self.scores.astype(np.float32)}  # fmt: skip
-        if self.meta["capsules"] == "true":
+        if self.meta["redraws"] == "true":
             tensors["reconstructions"] = self.reconstructions
         data = save_tensors({k: np.ascontiguousarray(v) for k, v in tensors.items()}, metadata=self.meta)
         atomic_write(self.folder.file(RunFolder.WATCH), lambda handle: handle.write(data))

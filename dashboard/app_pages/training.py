@@ -211,7 +211,7 @@ def _window() -> None:
         chosen = labels[0]
     s = labels.index(chosen)
     names_k = _class_names(history.dataset, history.scores.shape[2])
-    margins = (history.m_plus, history.m_minus) if history.capsules else None
+    margins = history.margins
     recon = history.reconstructions[s] if history.reconstructions is not None else None
     figure = training_figures.training_window(
         history.images, history.scores[s], recon, history.labels, history.predictions(s), names_k, margins
