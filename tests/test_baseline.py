@@ -108,7 +108,7 @@ def test_evaluation_of_a_cnn_against_a_loop() -> None:
         logits = torch.cat([model(images[i : i + 1]).logits for i in range(37)])
     assert result.correct == int((logits.argmax(1) == labels).sum()) and result.total == 37
     assert result.loss == pytest.approx(F.cross_entropy(logits, labels).item(), rel=1e-5)
-    assert not result.capsules and result.dimension_mean is None and result.reconstruction_errors is None
+    assert not result.redrawn and result.dimension_mean is None and result.reconstruction_errors is None
     assert Task.right(result.lengths, labels).sum() == result.correct
 
 

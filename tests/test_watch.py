@@ -93,7 +93,7 @@ def test_look_restores_the_training_mode(model: CapsNet) -> None:
 def test_a_run_writes_its_window_every_epoch(watched_run: tuple[Path, WindowHistory]) -> None:
     run_dir, _ = watched_run
     history = read_window(run_dir)
-    assert history is not None and len(history) == 3 and history.capsules and history.dataset == "mnist"
+    assert history is not None and len(history) == 3 and history.redrawn and history.dataset == "mnist"
     assert [history.label(s) for s in range(3)] == ["before training", "epoch 1", "epoch 2"]
     assert history.images.shape == (WINDOW_SIZE, 28, 28) and history.labels.shape == (WINDOW_SIZE, 1)
     assert sorted(history.labels[:, 0].tolist()) == list(range(10))  # one test image of each digit
@@ -152,7 +152,7 @@ def test_a_cnn_window_has_probabilities_and_no_reconstructions(tmp_path: Path) -
     test = LabelledSet(dataset_info("mnist"), torch.rand(12, 1, 28, 28), torch.arange(12) % 10)
     Watcher(RunFolder(tmp_path), cnn, test, batches=3).epoch_done(1)
     history = read_window(tmp_path)
-    assert cnn.training and history is not None and not history.capsules and history.reconstructions is None
+    assert cnn.training and history is not None and not history.redrawn and history.reconstructions is None
     assert len(history) == 2 and np.allclose(history.scores.sum(axis=2), 1, atol=1e-5)  # softmax probabilities
 
 
