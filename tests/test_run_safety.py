@@ -21,8 +21,8 @@ from capsnet.cli.train import main
 from capsnet.files import read_json, read_jsonl
 from capsnet.training import trainer as train_module
 from capsnet.training.checkpointer import Checkpointer
+from capsnet.training.folder import RunFolder, RunFolderError
 from capsnet.training.options import TrainOptions
-from capsnet.training.run_folder import RunFolder, RunFolderError
 from capsnet.training.trainer import train
 
 pytestmark = pytest.mark.slow

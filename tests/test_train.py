@@ -311,7 +311,7 @@ def test_torchrun_with_two_processes_makes_one_run_folder(data_dir: Path, tmp_pa
 
 
 def test_export_stores_float16_and_the_accuracy_of_the_exported_file(tiny_checkpoint: Path, tmp_path: Path) -> None:
-    from capsnet.training.export import export_checkpoint
+    from capsnet.processes.export import export_checkpoint
 
     target = tmp_path / "mnist.safetensors"
     info = export_checkpoint(tiny_checkpoint, target, device="cpu")
@@ -485,9 +485,10 @@ def test_a_collapsed_run_stops_with_its_reason(
 
     The thresholds are lowered so that a CPU sees it within seconds (the defaults wait for 100 batches)."""
     from capsnet.cli import train as train_cli
-    from capsnet.training import collapse, runs
+    from capsnet.runs import processes
+    from capsnet.training import collapse
     from capsnet.training import trainer as training
-    from capsnet.training.run_folder import RunFolder
+    from capsnet.training.folder import RunFolder
 
     monkeypatch.setattr(collapse, "AFTER_BATCHES", 20)
     monkeypatch.setattr(collapse, "AFTER_IMAGES", 640)
@@ -502,7 +503,7 @@ def test_a_collapsed_run_stops_with_its_reason(
     assert error.count("\n") == 0 and reason in error and "--lr" in error
     progress = RunFolder(out).read_progress()
     assert progress.status == "failed" and reason in progress.reason
-    summary = runs.read_run(out)  # what the dashboard shows: failed, with the reason
+    summary = processes.read_run(out)  # what the dashboard shows: failed, with the reason
     assert summary.status == "failed" and reason in summary.reason
     assert read_jsonl(out / "metrics.jsonl") == []  # stopped in its first epoch, long before its end
 
@@ -531,9 +532,9 @@ def test_the_best_epoch_is_chosen_on_a_validation_split(data_dir: Path, tmp_path
     assert info.best_epoch == best["epoch"] and info.extra["val_examples"] == 400 and "val_loss" in info.extra
     state = th.load(tmp_path / "r" / "train_state.pt", weights_only=True)
     assert state["best_accuracy"] == pytest.approx(best["val_accuracy"])  # chosen on validation, whatever test says
-    from capsnet.training import runs
+    from capsnet.runs.processes import read_run
 
-    assert runs.read_run(tmp_path / "r").best_accuracy == best["test_accuracy"]  # reported: that epoch's test figure
+    assert read_run(tmp_path / "r").best_accuracy == best["test_accuracy"]  # reported: that epoch's test figure
 
 
 def test_multimnist_validation_pairs_are_made_of_held_out_digits(data_dir: Path, tmp_path: Path) -> None:

@@ -25,7 +25,7 @@ from capsnet.device import pick_device
 from capsnet.errors import ArgumentParser, CapsNetError, run_cli
 from capsnet.files import read_regular_file
 from capsnet.readings.novelty import NoveltyThresholds, thresholds_for
-from capsnet.training.catalog import default_checkpoint, list_checkpoints
+from capsnet.runs.catalog import default_checkpoint, list_checkpoints
 
 PROG = "python -m capsnet predict"
 

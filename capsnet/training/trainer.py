@@ -4,7 +4,7 @@
     torchrun --nproc_per_node=4 -m capsnet train --dataset mnist --epochs 50
 
 The options are `capsnet.training.options.TrainOptions`; the run folder's files are described in
-`capsnet.training.run_folder`, and what is saved after each epoch in `capsnet.training.checkpointer`. The
+`capsnet.training.folder`, and what is saved after each epoch in `capsnet.training.checkpointer`. The
 steps: `prepare` (the run folder, or the state of a run to resume), `build` (model,
 optimizer, schedule), `load_data`, then `fit`, an epoch at a time with `train_one_epoch`.
 Ctrl-C or SIGTERM stops at the end of the current batch and leaves a resumable state, and a long
@@ -41,14 +41,14 @@ from capsnet.training.acceleration import Acceleration
 from capsnet.training.checkpointer import Checkpointer, epoch_info
 from capsnet.training.collapse import CollapseWatch, TrainingCollapsedError
 from capsnet.training.distributed import Distributed, barrier, distributed_session, reduce_sum
-from capsnet.training.optimizer import run_optimizer
-from capsnet.training.options import TrainOptions
-from capsnet.training.prepare import NETWORK_CONFIG, Prepared, prepare
-from capsnet.training.run_folder import (
+from capsnet.training.folder import (
     EpochRecord,
     Progress,
     ProgressWriter,
 )
+from capsnet.training.optimizer import run_optimizer
+from capsnet.training.options import TrainOptions
+from capsnet.training.prepare import NETWORK_CONFIG, Prepared, prepare
 from capsnet.training.schedule import Schedule
 from capsnet.training.step import training_step
 from capsnet.training.train_data import load_data
