@@ -32,8 +32,8 @@ from capsnet.device import describe_device
 from capsnet.nn.capsnet import CapsNet
 from capsnet.nn.config import CapsNetConfig
 from capsnet.nn.losses import capsule_loss
+from capsnet.training.folder import RunFolder
 from capsnet.training.options import TrainOptions
-from capsnet.training.run_folder import RunFolder
 from capsnet.training.watch import KEEP, Watcher, read_window
 
 REPO = Path(__file__).resolve().parents[1]

@@ -7,7 +7,8 @@ The package is a few wings (see the README's layout table):
 - `capsnet.data`: datasets, augmentation, MultiMNIST, preprocessing, the task type;
 - `capsnet.training`: options, recipes, schedule, the trainer and its run folder;
 - `capsnet.readings`: what a trained network does with an input, and measurements of it;
-- `capsnet.checkpoints`: self-describing safetensors files, their export and catalogue;
+- `capsnet.checkpoints`: self-describing safetensors files, the manifest and the measurements kept beside them;
+- `capsnet.runs`: runs as processes, their time estimate, the catalogue of checkpoints, the export that ships one;
 - `capsnet.cli`: the command-line tools (`python -m capsnet COMMAND`).
 
 The names below are the public API, imported on first use so that `import capsnet` stays light:

@@ -1,7 +1,7 @@
 """The CNN beside the CapsNet: the baseline for the open model's dataset, and robustness curves of both.
 
 The baseline is the shipped `checkpoints/baselines/<dataset>-cnn.safetensors`, else the newest
-CNN run on that dataset (`capsnet.training.catalog.baseline_for`), loaded once per file with
+CNN run on that dataset (`capsnet.runs.catalog.baseline_for`), loaded once per file with
 `st.cache_resource`. Robustness is the test accuracy with every test image turned (or scaled)
 alike, measured a point at a time under a progress bar and kept as the checkpoint's "robustness"
 entry in the measurement store (`capsnet.checkpoints.measurements`), so each model's curves are
@@ -25,7 +25,7 @@ from capsnet.checkpoints.checkpoint import Checkpoint, CheckpointError, load_che
 from capsnet.errors import CapsNetError
 from capsnet.nn.cnn import CNNConfig
 from capsnet.readings import affnist, claims
-from capsnet.training import catalog
+from capsnet.runs import catalog
 from dashboard import models, state
 
 ROBUSTNESS = "robustness"  # the measurement store's name for a checkpoint's robustness curves

@@ -13,7 +13,7 @@ import torch
 
 from capsnet.data.datasets import DATASETS, DatasetDamagedError, DatasetNotFoundError, dataset_info
 from capsnet.data.tasks import task
-from capsnet.training import catalog
+from capsnet.runs import catalog
 from dashboard import baselines, models, pages, state, texts
 
 

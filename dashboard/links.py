@@ -21,7 +21,7 @@ import streamlit as st
 from capsnet.data.datasets import DATASETS, dataset_info
 from capsnet.data.tasks import task
 from capsnet.nn.routing import MAX_ROUTING_ITERATIONS
-from capsnet.training.catalog import CheckpointEntry
+from capsnet.runs.catalog import CheckpointEntry
 from dashboard import guards, pages, state, widgets
 
 APPLIED = "url_applied"  # the session's first run has read its link

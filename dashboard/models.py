@@ -47,7 +47,7 @@ from capsnet.readings.em_layers import ConvLayerRouting, read_conv_layers
 from capsnet.readings.equivariance import Transform, TransformedReading
 from capsnet.readings.explain_em import EMExplanation, explain_em
 from capsnet.readings.novelty import NoveltyThresholds, thresholds_for
-from capsnet.training import catalog
+from capsnet.runs import catalog
 from dashboard import state
 
 MNIST_DIGITS = [str(d) for d in range(10)]

@@ -8,8 +8,8 @@ from streamlit.delta_generator_singletons import context_dg_stack, get_default_d
 from capsnet.data.datasets import DATASETS
 from capsnet.device import available_devices
 from capsnet.errors import CapsNetError
-from capsnet.training import eta, runs
-from capsnet.training.eta import Speed
+from capsnet.runs import estimate, processes
+from capsnet.runs.estimate import Speed
 from capsnet.training.options import TrainOptions
 from capsnet.training.recipes import RECIPES
 from dashboard import guards, models, state, texts
@@ -178,7 +178,7 @@ def train_form() -> None:
         elif st.session_state.get(REFUSAL):
             # a refusal stays in view across the reruns that follow it (the progress panel reruns the app when it
             # first sees the run that caused it) until that run is over
-            if runs.active_run(state.runs_root()) is None:
+            if processes.active_run(state.runs_root()) is None:
                 st.session_state[REFUSAL] = None
             else:
                 notice.error(st.session_state[REFUSAL], icon=":material/block:")
@@ -187,7 +187,7 @@ def train_form() -> None:
 
 @st.cache_data(max_entries=16, show_spinner="Timing a few training steps on this machine...")
 def _measured_speed(options: TrainOptions) -> Speed:
-    return eta.measure_speed(options)
+    return estimate.measure_speed(options)
 
 
 def _eta_text(
@@ -199,14 +199,14 @@ def _eta_text(
     """'On this machine: about 27 min for 1 epoch of ... (37 images/s, run ...)', from the speed an earlier run
     measured here for this network, else (`measure`) a few training steps timed now; '' when neither."""
     try:
-        speed = eta.recorded_speed(runs.list_runs(state.runs_root()), options)
+        speed = estimate.recorded_speed(processes.list_runs(state.runs_root()), options)
         if speed is None and measure:
             speed = _measured_speed(options)
     except (ValueError, CapsNetError, RuntimeError) as error:  # no estimate is no reason to refuse a run
         return f"(No time estimate: {error}.)"
     if speed is None:
         return ""
-    seconds = eta.estimate_seconds(options, train_examples, test_examples, speed)
+    seconds = estimate.estimate_seconds(options, train_examples, test_examples, speed)
     epochs = f"{options.epochs} epoch{'s' if options.epochs != 1 else ''}"
     return (
         f"On this machine: about {texts.format_duration(seconds)} for {epochs} of the {options.network} "
@@ -220,9 +220,9 @@ REFUSAL = "train_refusal"  # why the last Start was refused, kept in view while 
 def start_training(options: TrainOptions) -> None:
     st.session_state[REFUSAL] = None
     try:
-        run = runs.start_run(options, state.runs_root())
+        run = processes.start_run(options, state.runs_root())
     except (ValueError, CapsNetError) as error:
-        if isinstance(error, runs.RunInProgressError):
+        if isinstance(error, processes.RunInProgressError):
             st.session_state[REFUSAL] = str(error)
         st.error(str(error), icon=":material/block:")
         return
@@ -242,13 +242,13 @@ APP_RERUN = "progress_app_rerun"  # a run just ended and its end is shown: rerun
 
 def progress_panel() -> None:
     """Live progress of the running run, refreshed by a fragment (every second while one runs or just ended)."""
-    active = runs.active_run(state.runs_root())
+    active = processes.active_run(state.runs_root())
     busy = active or state.watched_run() or st.session_state.get(APP_RERUN)
     st.fragment(run_every=1.0 if busy else 5.0)(_progress_body)()
 
 
 def _cancel() -> None:
-    run = runs.cancel_run(state.runs_root())
+    run = processes.cancel_run(state.runs_root())
     st.session_state["cancel_message"] = (
         f"Stopping {run.name}: it finishes its batch and saves a resumable state." if run else "No run to stop."
     )
@@ -265,7 +265,7 @@ def _progress_body() -> None:
     if st.session_state.pop(APP_RERUN, False):
         st.rerun(scope="app")
     root = state.runs_root()
-    active = runs.active_run(root)
+    active = processes.active_run(root)
     watched = state.watched_run()
     if active is None:
         if watched:
@@ -281,7 +281,7 @@ def _progress_body() -> None:
         if not watched:
             st.rerun()  # faster refresh from now on
     st.subheader("Training", anchor=False)
-    run = runs.read_run(active.run_dir, root, active) if active.pid else None
+    run = processes.read_run(active.run_dir, root, active) if active.pid else None
     progress = run.progress if run else None
     st.markdown(f"**{active.name}**" + ("" if active.from_dashboard else " (started from the command line)"))
     if progress is None:
@@ -318,7 +318,7 @@ def _finished_panel() -> None:
     run_dir = state.runs_root() / name
     if not run_dir.is_dir():
         return
-    run = runs.read_run(run_dir, state.runs_root())
+    run = processes.read_run(run_dir, state.runs_root())
     if run.status == "finished":
         acc = f" Test accuracy {100 * run.best_accuracy:.2f}%." if run.best_accuracy is not None else ""
         where = (

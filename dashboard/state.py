@@ -18,7 +18,8 @@ import torch
 from threadpoolctl import threadpool_limits
 
 from capsnet.device import inference_threads
-from capsnet.training import catalog, run_folder
+from capsnet.runs import catalog
+from capsnet.training import folder
 
 # session-state keys shared by the pages
 MODEL_PATH = "model_path"  # the chosen checkpoint (str), or None
@@ -251,7 +252,7 @@ def finish_run(name: str | None) -> None:
 
 
 def runs_root() -> Path:
-    return run_folder.runs_root()
+    return folder.runs_root()
 
 
 def checkpoints_dir() -> Path:

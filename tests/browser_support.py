@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from capsnet.training.runs import LOCK_NAME
+from capsnet.runs.processes import LOCK_NAME
 
 REPO = Path(__file__).resolve().parent.parent
 APP = REPO / "dashboard" / "app.py"

@@ -106,7 +106,7 @@ def chart(at: AppTest, key: str) -> dict:
 
 def ship_affine_pair(checkpoints: Path, capsnet: float, cnn: float) -> None:
     """A tiny CapsNet and CNN for 40x40 "shipped" as trained on mnist-40, with the affNIST-like accuracies given
-    (as `capsnet.training.export` records them) and two epochs of 1,000 digits in their metrics."""
+    (as `capsnet.runs.export` records them) and two epochs of 1,000 digits in their metrics."""
     from capsnet.checkpoints.checkpoint import save_checkpoint
     from capsnet.nn.capsnet import CapsNet
     from capsnet.nn.cnn import BaselineCNN, CNNConfig

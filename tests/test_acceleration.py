@@ -189,7 +189,7 @@ def test_the_fast_recipe_runs_and_records_its_choices(data_dir: Path, tmp_path: 
 def test_the_time_estimate_uses_a_matching_runs_measured_speed() -> None:
     from types import SimpleNamespace
 
-    from capsnet.training.eta import Speed, estimate_seconds, recorded_speed
+    from capsnet.runs.estimate import Speed, estimate_seconds, recorded_speed
 
     options = TrainOptions.from_recipe("fast", device="cpu")
     mine = choose_acceleration(CPU).to_dict()

@@ -138,7 +138,7 @@ def test_train_on_mnist_40_and_measure_on_the_affnist_like_set(data_dir: Path, t
         assert line["moved_mnist_accuracy"] > 0.2, lines  # twice chance: both learned from digits anywhere on 40x40
     # an export keeps the affNIST-like figure in the header, and the affine verdict reads it from there
     from capsnet.readings.claims import verdict
-    from capsnet.training.export import export_checkpoint
+    from capsnet.runs.export import export_checkpoint
 
     # the CNN is measured on the whole sets; the CapsNet (10x slower here) on the first 1,000 digits of each, which
     # its header says: both paths of the export are taken

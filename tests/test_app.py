@@ -399,10 +399,10 @@ def test_every_page_runs_on_a_model_for_the_affine_claim(app_dirs, data_dir: Pat
 
 def test_the_training_page_lists_runs_and_a_second_start_is_refused(app_with_run, tmp_path: Path) -> None:  # noqa: F811
 
-    from capsnet.training import runs
+    from capsnet.runs import processes
 
     runs_root, _ = app_with_run
-    running = runs.start_run(TrainOptions(epochs=1), runs_root, python=fake_trainer(tmp_path, seconds=60))
+    running = processes.start_run(TrainOptions(epochs=1), runs_root, python=fake_trainer(tmp_path, seconds=60))
     try:
         at = new_app().run()
         no_exception(at)
@@ -423,7 +423,7 @@ def test_the_training_page_lists_runs_and_a_second_start_is_refused(app_with_run
         made = choose_acceleration(torch.device("cpu")).precision
         assert sorted(table["computed"]) == sorted([made, "—"]), list(table["computed"])
     finally:
-        runs.cancel_run(runs_root)
+        processes.cancel_run(runs_root)
 
 
 def test_evaluate_starts_on_the_first_1000_test_images(app_with_run) -> None:  # noqa: F811
@@ -448,19 +448,19 @@ def test_a_finished_run_replaces_the_progress_in_the_sidebar(app_with_run, tmp_p
     import subprocess
     import time
 
-    from capsnet.training import runs
+    from capsnet.runs import processes
 
     runs_root, _ = app_with_run
-    running = runs.start_run(TrainOptions(epochs=1), runs_root, python=fake_trainer(tmp_path, seconds=4))
+    running = processes.start_run(TrainOptions(epochs=1), runs_root, python=fake_trainer(tmp_path, seconds=4))
     at = new_app().run()
     no_exception(at)
     assert any(running.run_dir.name in m.value for m in at.sidebar.markdown)
     assert "cancel_run" in [b.key for b in at.sidebar.button]
     try:
-        runs._CHILDREN[running.pid].wait(timeout=60)
+        processes._CHILDREN[running.pid].wait(timeout=60)
     except (KeyError, subprocess.TimeoutExpired):
         deadline = time.monotonic() + 60
-        while runs.active_run(runs_root) is not None and time.monotonic() < deadline:
+        while processes.active_run(runs_root) is not None and time.monotonic() < deadline:
             time.sleep(0.2)
     at.run()
     no_exception(at)
@@ -580,7 +580,7 @@ def test_the_sidebar_form_offers_the_command_lines_defaults(app_with_run) -> Non
 
 def test_the_sidebar_form_starts_an_em_run_with_its_beta_learning_rate(app_with_run) -> None:  # noqa: F811
     """The form's "β learning rate ×" is the CLI's --beta-lr: the run folder's arguments say what was asked for."""
-    from capsnet.training import runs
+    from capsnet.runs import processes
 
     runs_root, _ = app_with_run
     at = new_app().run()
@@ -591,15 +591,15 @@ def test_the_sidebar_form_starts_an_em_run_with_its_beta_learning_rate(app_with_
     at.sidebar.number_input(key="train_beta_lr").set_value(50.0)
     at.sidebar.button(key="FormSubmitter:train_form-Start training").click().run()
     no_exception(at)
-    running = runs.active_run(runs_root)
+    running = processes.active_run(runs_root)
     try:
         assert running is not None and any(running.name in s.value for s in at.sidebar.success)
         args = json.loads((running.run_dir / "args.json").read_text())
         assert (args["network"], args["preset"], args["beta_lr"], args["epochs"]) == ("em", "tiny", 50.0, 1)
     finally:
-        runs.cancel_run(runs_root)
-        if running is not None and running.pid in runs._CHILDREN:
-            runs._CHILDREN[running.pid].wait(timeout=60)
+        processes.cancel_run(runs_root)
+        if running is not None and running.pid in processes._CHILDREN:
+            processes._CHILDREN[running.pid].wait(timeout=60)
 
 
 def test_the_sidebar_offers_the_fast_recipe_with_a_measured_time(app_with_run) -> None:  # noqa: F811

@@ -17,7 +17,7 @@ from capsnet.nn.capsnet import CapsNet
 from capsnet.nn.cnn import CNN_PRESETS, BaselineCNN, CNNConfig, cnn_loss
 from capsnet.nn.config import CapsNetConfig
 from capsnet.nn.registry import network
-from capsnet.training import catalog
+from capsnet.runs import catalog
 from capsnet.training.options import TrainOptions
 
 
@@ -165,7 +165,7 @@ def test_train_evaluate_and_export_a_cnn_from_the_cli(data_dir: Path, tmp_path: 
     assert explain.returncode == 2 and "a CNN baseline" in explain.stderr
     assert len(explain.stderr.strip().splitlines()) == 1
     if dataset == "mnist":
-        from capsnet.training.export import export_checkpoint
+        from capsnet.runs.export import export_checkpoint
 
         info = export_checkpoint(run / "best.safetensors", tmp_path / "out" / "mnist-cnn.safetensors", device="cpu")
         assert info.weights_dtype == "float16" and info.novelty is None and info.dimension_mean is None

@@ -572,11 +572,11 @@ def no_runs(app: App) -> None:
     (stopped first if it is still training), and would never see "No training runs yet"."""
     import time
 
-    from capsnet.training import runs
+    from capsnet.runs import processes
 
-    runs.cancel_run(app.runs_dir)
+    processes.cancel_run(app.runs_dir)
     deadline = time.monotonic() + 60
-    while runs.active_run(app.runs_dir) is not None and time.monotonic() < deadline:
+    while processes.active_run(app.runs_dir) is not None and time.monotonic() < deadline:
         time.sleep(0.5)
     shutil.rmtree(app.runs_dir)
     app.runs_dir.mkdir()

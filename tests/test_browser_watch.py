@@ -29,7 +29,7 @@ from dashboard_fixtures import app_run  # noqa: F401
 from capsnet.checkpoints.checkpoint import load_checkpoint
 from capsnet.data.datasets import dataset_info
 from capsnet.data.tasks import LabelledSet
-from capsnet.training.run_folder import RunFolder
+from capsnet.training.folder import RunFolder
 from capsnet.training.watch import Watcher, read_window
 
 try:

@@ -12,8 +12,8 @@ from capsnet.checkpoints.checkpoint import save_checkpoint
 from capsnet.files import write_json
 from capsnet.nn.capsnet import CapsNet
 from capsnet.nn.config import CapsNetConfig
-from capsnet.training import catalog
-from capsnet.training.run_folder import run_folders
+from capsnet.runs import catalog
+from capsnet.training.folder import run_folders
 
 INFO = {"dataset": "mnist", "dataset_title": "MNIST", "test_accuracy": 0.991, "epochs": 30}
 

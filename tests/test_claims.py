@@ -69,7 +69,7 @@ def test_learning_rates_chosen_on_validation_are_equal_terms(tmp_path: Path) -> 
     """Two networks whose learning rates differ are on equal terms when each was the best of the same candidates on
     its own validation split (export --lr-search records it); the record is refused for a run without validation."""
     from capsnet.errors import CapsNetError
-    from capsnet.training.export import record_lr_search
+    from capsnet.runs.export import record_lr_search
 
     caps, cnn = (load_checkpoint(p, networks=("capsnet", "cnn")) for p in SHIPPED)
     paths = []

@@ -12,7 +12,7 @@ from capsnet.checkpoints.checkpoint import save_checkpoint
 from capsnet.files import read_jsonl
 from capsnet.nn.capsnet import CapsNet
 from capsnet.nn.config import CapsNetConfig
-from capsnet.training.export import export_checkpoint, read_lineage
+from capsnet.runs.export import export_checkpoint, read_lineage
 
 
 def write_log(path: Path, epochs: range | list[int], **extra: object) -> None:

@@ -17,7 +17,7 @@ from capsnet.errors import CapsNetError
 from capsnet.evaluation import evaluate
 from capsnet.nn.family import NETWORKS, Network, Routing, register
 from capsnet.nn.registry import network, network_of
-from capsnet.training.export import calibrate_checkpoint
+from capsnet.runs.export import calibrate_checkpoint
 from capsnet.training.watch import look
 
 REPO = Path(__file__).resolve().parents[1]

@@ -76,7 +76,7 @@ def test_rewriting_a_shipped_files_header_keeps_its_entry_true(
     """`export --lr-search` rewrites the header of a shipped file: its manifest entry is written anew with it (it
     used to keep the old SHA-256, and CI refused the file)."""
     from capsnet.checkpoints.checkpoint import load_checkpoint, save_checkpoint
-    from capsnet.training.export import record_lr_search
+    from capsnet.runs.export import record_lr_search
 
     monkeypatch.setenv("CAPSNET_CHECKPOINTS_DIR", str(shipped.parents[1]))
     checkpoint = load_checkpoint(shipped)

@@ -143,7 +143,7 @@ def test_train_and_evaluate_multimnist_from_the_cli(data_dir: Path, tmp_path: Pa
                     ["-m", "capsnet", "export", str(run / "best.safetensors"), "--calibrate"]):  # fmt: skip
         wrong = capsnet(*command[2:])
         assert wrong.returncode == 2 and len(wrong.stderr.strip().splitlines()) == 1, wrong.stderr  # one line
-    from capsnet.training.export import export_checkpoint
+    from capsnet.runs.export import export_checkpoint
 
     info = export_checkpoint(run / "best.safetensors", tmp_path / "out" / "multimnist.safetensors", device="cpu",
                              first=400)  # fmt: skip

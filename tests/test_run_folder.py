@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from capsnet.files import write_json
-from capsnet.training import run_folder
-from capsnet.training.run_folder import Progress, ProgressWriter, RunFolder, new_run_dir, run_folders
+from capsnet.training.folder import Progress, ProgressWriter, RunFolder, RunFolderError, new_run_dir, run_folders
 
 
 def test_progress_is_read_tolerantly(tmp_path: Path) -> None:
@@ -71,7 +70,7 @@ def test_metrics_args_and_the_log(tmp_path: Path) -> None:
 def test_new_run_folders_never_collide(tmp_path: Path) -> None:
     made = [new_run_dir(tmp_path, "mnist") for _ in range(3)]
     assert len(set(made)) == 3 and all(p.is_dir() and p.name.split("-")[-1] in ("mnist", "2", "3") for p in made)
-    with pytest.raises(run_folder.RunFolderError, match="cannot create a run folder"):
+    with pytest.raises(RunFolderError, match="cannot create a run folder"):
         new_run_dir(Path("/proc/version"), "mnist")
 
 

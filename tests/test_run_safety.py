@@ -19,10 +19,10 @@ from cli_support import capsnet
 from capsnet.checkpoints.checkpoint import read_checkpoint_info
 from capsnet.cli.train import main
 from capsnet.files import read_json, read_jsonl
-from capsnet.training import trainer as train_module
 from capsnet.training.checkpointer import Checkpointer
+from capsnet.training.epoch import STOP_SIGNALS
+from capsnet.training.folder import RunFolder, RunFolderError
 from capsnet.training.options import TrainOptions
-from capsnet.training.run_folder import RunFolder, RunFolderError
 from capsnet.training.trainer import train
 
 pytestmark = pytest.mark.slow
@@ -179,7 +179,7 @@ def test_a_folder_lock_is_exclusive_and_released(tmp_path: Path) -> None:
         folder.lock()
     lock.release()
     folder.lock().release()
-    assert train_module.STOP_SIGNALS  # SIGINT, SIGTERM and, where it exists, SIGHUP
+    assert STOP_SIGNALS  # SIGINT, SIGTERM and, where it exists, SIGHUP
 
 
 @pytest.mark.parametrize(
@@ -256,7 +256,7 @@ def test_predict_reads_regular_files_only_and_goes_on_without_a_cache(
 
 
 def test_export_with_a_damaged_metrics_line_keeps_the_good_lines(tiny_run: Path, tmp_path: Path) -> None:
-    from capsnet.training.export import export_checkpoint
+    from capsnet.runs.export import export_checkpoint
 
     run = tmp_path / "run"
     shutil.copytree(tiny_run, run)

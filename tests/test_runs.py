@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from capsnet.files import write_json
-from capsnet.training import catalog, run_folder, runs
+from capsnet.runs import catalog, processes
+from capsnet.runs.processes import RunInProgressError
+from capsnet.training.folder import RUNS_ENV, FolderLock, RunFolder, runs_root
 from capsnet.training.options import TrainOptions
-from capsnet.training.run_folder import FolderLock, RunFolder
-from capsnet.training.runs import RunInProgressError
 from dashboard.train_form import form_options
 
 
@@ -69,7 +69,7 @@ def test_requests_are_validated_and_bounded(changes: dict, message: str) -> None
 
 def test_request_command_line() -> None:
     options = form_options(dataset="fashion-mnist", epochs=2, lr=0.01, preset="tiny", train_size=500)
-    command = runs.trainer_command(dataclasses.replace(options, out="runs/x", progress=False), python="py")
+    command = processes.trainer_command(dataclasses.replace(options, out="runs/x", progress=False), python="py")
     assert command[:4] == ["py", "-m", "capsnet", "train"]
     joined = " ".join(command)
     for part in (
@@ -82,48 +82,48 @@ def test_request_command_line() -> None:
         "--no-progress",
     ):
         assert part in joined
-    assert "--preset" not in runs.trainer_command(form_options())
+    assert "--preset" not in processes.trainer_command(form_options())
 
 
 def test_runs_root_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv(run_folder.RUNS_ENV, str(tmp_path))
-    assert run_folder.runs_root() == tmp_path
-    assert run_folder.runs_root("elsewhere") == Path("elsewhere")
-    monkeypatch.delenv(run_folder.RUNS_ENV)
-    assert run_folder.runs_root() == Path("runs")
+    monkeypatch.setenv(RUNS_ENV, str(tmp_path))
+    assert runs_root() == tmp_path
+    assert runs_root("elsewhere") == Path("elsewhere")
+    monkeypatch.delenv(RUNS_ENV)
+    assert runs_root() == Path("runs")
 
 
 def test_one_run_at_a_time_and_cancel(root: Path, fake_python: str) -> None:
-    run = runs.start_run(TrainOptions(epochs=1), root, python=fake_python)
+    run = processes.start_run(TrainOptions(epochs=1), root, python=fake_python)
     try:
         assert run.run_dir.parent == root and run.run_dir.name.endswith("-mnist")
         assert (run.run_dir / "train.log").read_text().startswith("$ ")
-        lock = json.loads((root / runs.LOCK_NAME).read_text())
+        lock = json.loads((root / processes.LOCK_NAME).read_text())
         assert lock["pid"] == run.pid and lock["run"] == run.run_dir.name
-        active = runs.active_run(root)
+        active = processes.active_run(root)
         assert active is not None and active.pid == run.pid and active.from_dashboard
-        assert runs.read_run(run.run_dir, root).status == "starting"
+        assert processes.read_run(run.run_dir, root).status == "starting"
         with pytest.raises(RunInProgressError, match=run.run_dir.name):
-            runs.start_run(TrainOptions(epochs=1), root, python=fake_python)
+            processes.start_run(TrainOptions(epochs=1), root, python=fake_python)
         assert sorted(p.name for p in root.iterdir() if p.is_dir()) == [run.run_dir.name]  # no second folder
     finally:
-        stopped = runs.cancel_run(root)
+        stopped = processes.cancel_run(root)
     assert stopped is not None and stopped.pid == run.pid
-    assert wait_for(lambda: runs.active_run(root) is None, 10)
-    assert not FolderLock.held(root / runs.LOCK_NAME)  # released by the OS once the process is gone
-    assert runs.cancel_run(root) is None
+    assert wait_for(lambda: processes.active_run(root) is None, 10)
+    assert not FolderLock.held(root / processes.LOCK_NAME)  # released by the OS once the process is gone
+    assert processes.cancel_run(root) is None
 
 
 def test_a_killed_trainer_frees_the_machine_at_once(root: Path, fake_python: str) -> None:
     """kill -9 runs no clean-up: the operating system releases the flock, so the next start is not refused."""
-    run = runs.start_run(TrainOptions(epochs=1), root, python=fake_python)
-    assert FolderLock.held(root / runs.LOCK_NAME)  # the dashboard let go of its copy: the trainer holds it
+    run = processes.start_run(TrainOptions(epochs=1), root, python=fake_python)
+    assert FolderLock.held(root / processes.LOCK_NAME)  # the dashboard let go of its copy: the trainer holds it
     os.kill(run.pid, signal.SIGKILL)
-    assert wait_for(lambda: runs.active_run(root) is None, 10)
-    again = runs.start_run(TrainOptions(epochs=1), root, python=fake_python)
-    assert runs.active_run(root).pid == again.pid
-    runs.cancel_run(root)
-    assert wait_for(lambda: runs.active_run(root) is None, 10)
+    assert wait_for(lambda: processes.active_run(root) is None, 10)
+    again = processes.start_run(TrainOptions(epochs=1), root, python=fake_python)
+    assert processes.active_run(root).pid == again.pid
+    processes.cancel_run(root)
+    assert wait_for(lambda: processes.active_run(root) is None, 10)
 
 
 def test_a_lock_file_that_no_process_holds_is_no_run(root: Path, fake_python: str) -> None:
@@ -133,27 +133,27 @@ def test_a_lock_file_that_no_process_holds_is_no_run(root: Path, fake_python: st
     dead.wait()
     root.mkdir()
     for pid in (dead.pid, os.getpid()):
-        write_json(root / runs.LOCK_NAME, {"pid": pid, "run": "old", "dataset": "mnist", "started": 0})
-        assert runs.active_run(root) is None
-    run = runs.start_run(TrainOptions(epochs=1), root, python=fake_python)
-    runs.cancel_run(root)
-    assert wait_for(lambda: runs.active_run(root) is None, 10), run
+        write_json(root / processes.LOCK_NAME, {"pid": pid, "run": "old", "dataset": "mnist", "started": 0})
+        assert processes.active_run(root) is None
+    run = processes.start_run(TrainOptions(epochs=1), root, python=fake_python)
+    processes.cancel_run(root)
+    assert wait_for(lambda: processes.active_run(root) is None, 10), run
 
 
 def test_a_command_line_run_holds_its_folder(root: Path) -> None:
     """A run started from the command line counts while its trainer holds its folder's lock, and not after."""
     folder = make_run(root, "cli-run", {"status": "running", "pid": os.getpid()})
-    assert runs.active_run(root) is None  # progress.json says running, but no trainer holds the folder
+    assert processes.active_run(root) is None  # progress.json says running, but no trainer holds the folder
     lock = RunFolder(folder).lock()
     try:
-        active = runs.active_run(root)
+        active = processes.active_run(root)
         assert active is not None and active.name == "cli-run" and not active.from_dashboard
-        assert runs.read_run(folder, root).status == "running"
+        assert processes.read_run(folder, root).status == "running"
         with pytest.raises(RunInProgressError, match="started from the command line"):
-            runs.start_run(TrainOptions(epochs=1), root, python=sys.executable)
+            processes.start_run(TrainOptions(epochs=1), root, python=sys.executable)
     finally:
         lock.release()
-    assert runs.active_run(root) is None and runs.read_run(folder, root).status == "failed"
+    assert processes.active_run(root) is None and processes.read_run(folder, root).status == "failed"
 
 
 def make_run(root: Path, name: str, progress: dict | None, epochs_done: int = 0, log: str = "") -> Path:
@@ -179,7 +179,7 @@ def test_run_status_from_the_folder(root: Path) -> None:
     make_run(root, "c-killed", {"status": "running", "pid": dead.pid}, epochs_done=1, log="epoch 1\nKilled\n")
     make_run(root, "d-never-started", None, log="Traceback...\nDatasetNotFoundError: MNIST not found\n")
     (root / "not-a-run").mkdir()
-    by_name = {r.name: r for r in runs.list_runs(root)}
+    by_name = {r.name: r for r in processes.list_runs(root)}
     assert set(by_name) == {"a-finished", "b-stopped", "c-killed", "d-never-started"}
     assert by_name["a-finished"].status == "finished" and by_name["a-finished"].epochs_done == 3
     assert by_name["a-finished"].best_accuracy == pytest.approx(0.8)
@@ -192,19 +192,19 @@ def test_run_status_from_the_folder(root: Path) -> None:
 
 def test_resume_refuses_what_cannot_be_resumed(root: Path) -> None:
     make_run(root, "a-finished", {"status": "finished", "pid": 0}, epochs_done=3)
-    with pytest.raises(runs.RunError, match="cannot be resumed"):
-        runs.resume_run("a-finished", root)
-    with pytest.raises(runs.RunError, match="no run named"):
-        runs.resume_run("../etc", root)
+    with pytest.raises(processes.RunError, match="cannot be resumed"):
+        processes.resume_run("a-finished", root)
+    with pytest.raises(processes.RunError, match="no run named"):
+        processes.resume_run("../etc", root)
 
 
 @pytest.mark.slow
 def test_a_real_tiny_run_trains_in_the_background(root: Path, data_dir: Path) -> None:
     # data_dir puts the datasets' folder in CAPSNET_DATA_DIR, which the trainer's process inherits
     options = TrainOptions(epochs=1, batch_size=32, preset="tiny", train_size=64, test_size=64, device="cpu")
-    run = runs.start_run(options, root)
-    assert wait_for(lambda: runs.active_run(root) is None, 240, 0.5), RunFolder(run.run_dir).log_tail()
-    summary = runs.read_run(run.run_dir, root)
+    run = processes.start_run(options, root)
+    assert wait_for(lambda: processes.active_run(root) is None, 240, 0.5), RunFolder(run.run_dir).log_tail()
+    summary = processes.read_run(run.run_dir, root)
     assert summary.status == "finished", RunFolder(run.run_dir).log_tail()
     assert summary.epochs_done == 1 and summary.checkpoint is not None
     entries = catalog.list_checkpoints(root / "none", root)
@@ -217,7 +217,7 @@ def test_a_huge_metrics_file_is_read_only_as_far_as_the_run_goes(root: Path) -> 
     line = json.dumps({"epoch": 1, "train_loss": 0.5, "test_accuracy": 0.5}) + "\n"
     (run_dir / "metrics.jsonl").write_text(line * 200_000)
     start = time.perf_counter()
-    summary = runs.read_run(run_dir, root)
+    summary = processes.read_run(run_dir, root)
     assert summary.epochs_done == 2 and summary.epochs_total == 2 and summary.status == "finished"
     assert time.perf_counter() - start < 5  # generous: it reads 2 lines, not 200,000
 
@@ -233,7 +233,7 @@ def test_a_garbage_progress_file_yields_to_the_committed_epochs(
     (run_dir / "progress.json").write_bytes(b"\x00garbage{")
     if state:
         (run_dir / "train_state.pt").write_bytes(b"state")
-    summary = runs.read_run(run_dir, root)
+    summary = processes.read_run(run_dir, root)
     assert summary.status == status and summary.epochs_done == epochs_done
     if status == "failed":
         assert "progress.json is unreadable; 2 epoch(s) were recorded" in summary.reason

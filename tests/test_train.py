@@ -117,7 +117,7 @@ def test_progress_reports_end_with_the_epochs_numbers(
     """Each batch reports while reports are due; else only the last one does, with the epoch's own numbers."""
     from capsnet.nn.capsnet import CapsNet
     from capsnet.nn.config import CapsNetConfig
-    from capsnet.training import trainer as training
+    from capsnet.training import epoch
     from capsnet.training.distributed import Distributed
 
     torch.manual_seed(0)
@@ -125,19 +125,19 @@ def test_progress_reports_end_with_the_epochs_numbers(
     model = CapsNet(config)
     batches = [(x, torch.randint(0, 10, (8,)), x) for x in (torch.rand(8, 1, 28, 28) for _ in range(6))]
     reports: list[tuple[int, float, float, float]] = []
-    monkeypatch.setattr(training, "REPORT_EVERY_S", every_s)
-    stats = training.train_one_epoch(
+    monkeypatch.setattr(epoch, "REPORT_EVERY_S", every_s)
+    context = epoch.EpochContext(
         model,
-        batches,
         torch.optim.Adam(model.parameters()),
         config,
         torch.device("cpu"),
         False,
-        training.StopFlag(),
+        epoch.StopFlag(),
         Distributed(),
         lambda *report: reports.append(report),
         None,
     )
+    stats = epoch.train_one_epoch(context, batches)
     assert stats.batches == 6 and stats.seen == 48
     assert [r[0] for r in reports] == list(range(7 - count, 7))
     assert reports[-1][1:3] == (pytest.approx(stats.loss), pytest.approx(stats.accuracy))
@@ -246,13 +246,14 @@ def test_a_long_epoch_saves_a_resumable_state_on_the_way(
     epoch: the trainer saves a resumable state that often, also in an epoch it resumed, and a resume finishes it."""
     import dataclasses
 
+    from capsnet.training import epoch
     from capsnet.training import trainer as training
     from capsnet.training.options import TrainOptions
 
     class PowerCut(BaseException):
         pass
 
-    real_step, steps, cut_at = training.training_step, [], [8, 10]  # the 8th and the 10th step never finish
+    real_step, steps, cut_at = epoch.training_step, [], [8, 10]  # the 8th and the 10th step never finish
 
     def step(*args, **kwargs):
         steps.append(1)
@@ -261,8 +262,8 @@ def test_a_long_epoch_saves_a_resumable_state_on_the_way(
             raise PowerCut
         return real_step(*args, **kwargs)
 
-    monkeypatch.setattr(training, "SAVE_EVERY_S", 0.0)  # a save after every batch
-    monkeypatch.setattr(training, "training_step", step)
+    monkeypatch.setattr(epoch, "SAVE_EVERY_S", 0.0)  # a save after every batch
+    monkeypatch.setattr(epoch, "training_step", step)
     out = tmp_path / "run"
     options = TrainOptions(preset="tiny", epochs=1, batch_size=32, train_size=320, test_size=100, out=str(out),
                            data_dir=str(data_dir), progress=False, device="cpu")  # fmt: skip
@@ -311,7 +312,7 @@ def test_torchrun_with_two_processes_makes_one_run_folder(data_dir: Path, tmp_pa
 
 
 def test_export_stores_float16_and_the_accuracy_of_the_exported_file(tiny_checkpoint: Path, tmp_path: Path) -> None:
-    from capsnet.training.export import export_checkpoint
+    from capsnet.runs.export import export_checkpoint
 
     target = tmp_path / "mnist.safetensors"
     info = export_checkpoint(tiny_checkpoint, target, device="cpu")
@@ -372,29 +373,30 @@ def test_processes_sync_only_every_few_dozen_batches(monkeypatch: pytest.MonkeyP
     """The stop flag (and the collapse watch) are checked across processes every SYNC_EVERY batches, not per batch."""
     from capsnet.nn.capsnet import CapsNet
     from capsnet.nn.config import CapsNetConfig
-    from capsnet.training import trainer as training
+    from capsnet.training import epoch
     from capsnet.training.distributed import Distributed
 
     calls: list[list[float]] = []
-    monkeypatch.setattr(training, "reduce_sum", lambda values, env, device: calls.append(values) or values)
-    monkeypatch.setattr(training, "REPORT_EVERY_S", 0.0)
+    monkeypatch.setattr(epoch, "reduce_sum", lambda values, env, device: calls.append(values) or values)
+    monkeypatch.setattr(epoch, "REPORT_EVERY_S", 0.0)
     config = CapsNetConfig.preset("tiny")
     model = CapsNet(config)
-    stop = training.StopFlag()
+    stop = epoch.StopFlag()
 
     def on_batch(done: int, *_: float) -> None:
         stop.stop = done >= 10  # Ctrl-C during batch 10
 
-    stats = training.train_one_epoch(
-        model, _batches(120), torch.optim.Adam(model.parameters()), config, torch.device("cpu"), False, stop,
-        Distributed(world=world), on_batch,
+    context = epoch.EpochContext(
+        model, torch.optim.Adam(model.parameters()), config, torch.device("cpu"), False, stop, Distributed(world=world),
+        on_batch,
     )  # fmt: skip
+    stats = epoch.train_one_epoch(context, _batches(120))
     if world == 1:
         assert stats.batches == 10  # one process stops at once
     else:
-        assert stats.batches == training.SYNC_EVERY  # several stop together, at the next sync point
+        assert stats.batches == epoch.SYNC_EVERY  # several stop together, at the next sync point
     assert stats.stopped  # and every process knows the epoch was stopped
-    assert len(calls) <= stats.batches // training.SYNC_EVERY + 2  # the sync points, the end's agreement and totals
+    assert len(calls) <= stats.batches // epoch.SYNC_EVERY + 2  # the sync points, the end's agreement and totals
 
 
 def _single_process_group(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -485,13 +487,13 @@ def test_a_collapsed_run_stops_with_its_reason(
 
     The thresholds are lowered so that a CPU sees it within seconds (the defaults wait for 100 batches)."""
     from capsnet.cli import train as train_cli
-    from capsnet.training import collapse, runs
-    from capsnet.training import trainer as training
-    from capsnet.training.run_folder import RunFolder
+    from capsnet.runs import processes
+    from capsnet.training import collapse, epoch
+    from capsnet.training.folder import RunFolder
 
     monkeypatch.setattr(collapse, "AFTER_BATCHES", 20)
     monkeypatch.setattr(collapse, "AFTER_IMAGES", 640)
-    monkeypatch.setattr(training, "SYNC_EVERY", 10)
+    monkeypatch.setattr(epoch, "SYNC_EVERY", 10)
     out = tmp_path / "run"
     # float32 on every CPU: with bf16 autocast (a CPU with AVX512-BF16 picks it) lr 1 leaves the capsules between
     # m- and m+ at chance, neither dead nor saturated, which the watch does not call a collapse
@@ -502,7 +504,7 @@ def test_a_collapsed_run_stops_with_its_reason(
     assert error.count("\n") == 0 and reason in error and "--lr" in error
     progress = RunFolder(out).read_progress()
     assert progress.status == "failed" and reason in progress.reason
-    summary = runs.read_run(out)  # what the dashboard shows: failed, with the reason
+    summary = processes.read_run(out)  # what the dashboard shows: failed, with the reason
     assert summary.status == "failed" and reason in summary.reason
     assert read_jsonl(out / "metrics.jsonl") == []  # stopped in its first epoch, long before its end
 
@@ -531,9 +533,9 @@ def test_the_best_epoch_is_chosen_on_a_validation_split(data_dir: Path, tmp_path
     assert info.best_epoch == best["epoch"] and info.extra["val_examples"] == 400 and "val_loss" in info.extra
     state = th.load(tmp_path / "r" / "train_state.pt", weights_only=True)
     assert state["best_accuracy"] == pytest.approx(best["val_accuracy"])  # chosen on validation, whatever test says
-    from capsnet.training import runs
+    from capsnet.runs.processes import read_run
 
-    assert runs.read_run(tmp_path / "r").best_accuracy == best["test_accuracy"]  # reported: that epoch's test figure
+    assert read_run(tmp_path / "r").best_accuracy == best["test_accuracy"]  # reported: that epoch's test figure
 
 
 def test_multimnist_validation_pairs_are_made_of_held_out_digits(data_dir: Path, tmp_path: Path) -> None:

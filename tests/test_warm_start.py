@@ -141,17 +141,17 @@ def test_a_warm_started_em_run_trains_at_the_final_spread_margin(
 ) -> None:
     """The margin's ramp is for a fresh network: a run from --init (and its resume) trains at 0.9 from its first batch,
     where a fresh run's margin still grows."""
-    from capsnet.training import trainer
+    from capsnet.training import epoch, trainer
     from capsnet.training.options import TrainOptions
 
     seen: list[float] = []
-    step = trainer.training_step
+    step = epoch.training_step
 
     def spy(*args: object) -> object:
         seen.append(args[-1])  # the progress the loss reads
         return step(*args)
 
-    monkeypatch.setattr(trainer, "training_step", spy)
+    monkeypatch.setattr(epoch, "training_step", spy)
     run = dict(dataset="mnist", network="em", preset="tiny", train_size=32, test_size=16, batch_size=8, device="cpu",
                progress=False)  # fmt: skip
     trainer.train(TrainOptions(**{**run, "train_size": 16}, epochs=1, out=str(tmp_path / "fresh")))

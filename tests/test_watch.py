@@ -17,8 +17,8 @@ from capsnet.data.datasets import dataset_info
 from capsnet.data.tasks import LabelledSet
 from capsnet.nn.capsnet import CapsNet
 from capsnet.nn.config import CapsNetConfig
+from capsnet.training.folder import RunFolder
 from capsnet.training.options import TrainOptions
-from capsnet.training.run_folder import RunFolder
 from capsnet.training.trainer import train
 from capsnet.training.watch import (
     KEEP,

@@ -1,4 +1,4 @@
-"""`python -m capsnet export`: the command line of `capsnet.training.export`."""
+"""`python -m capsnet export`: the command line of `capsnet.runs.export`."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 import sys
 
 from capsnet.errors import ArgumentParser, run_cli
-from capsnet.training.export import calibrate_checkpoint, export_checkpoint, record_lr_search
+from capsnet.runs.export import calibrate_checkpoint, export_checkpoint, record_lr_search
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,7 +27,7 @@ from capsnet.errors import ArgumentParser, CapsNetError, run_cli
 from capsnet.files import read_regular_file
 from capsnet.nn.registry import network_of
 from capsnet.readings.novelty import NoveltyThresholds, thresholds_for
-from capsnet.training.catalog import default_checkpoint, list_checkpoints
+from capsnet.runs.catalog import default_checkpoint, list_checkpoints
 
 PROG = "python -m capsnet predict"
 

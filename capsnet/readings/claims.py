@@ -9,7 +9,7 @@ epoch (from the `<name>.metrics.jsonl` shipped beside it, or a run's metrics.jso
 plainly which network is ahead here and whether the budgets were equal. A warm-started model's
 examples, hours and epochs are those of its own run on the claim's data, not of the runs it began
 from. For the affine claim the test error is the one on the affNIST-like set (`capsnet.readings.affnist`),
-kept in the header by `capsnet.training.export`; the curve after each epoch is then the runs' own test error,
+kept in the header by `capsnet.runs.export`; the curve after each epoch is then the runs' own test error,
 on MNIST digits moved on 40x40.
 
 A verdict can also be kept as a small JSON record (`record_verdict`, `read_record`) instead of its two checkpoints:
@@ -230,7 +230,7 @@ def _row(network: str, claim: str, path: Path) -> ClaimRow:
         seen = info.epochs * per_epoch
     lr = recipe.get("lr")
     accuracy, examples = info.test_accuracy, info.test_examples
-    if claim == "affnist":  # the affNIST-like set's figure, which `capsnet.training.export` keeps in a mnist-40 header
+    if claim == "affnist":  # the affNIST-like set's figure, which `capsnet.runs.export` keeps in a mnist-40 header
         accuracy, examples = _number(info.extra.get("affnist_like_accuracy")), info.extra.get("affnist_like_examples")
     return ClaimRow(
         network=network,

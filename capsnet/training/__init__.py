@@ -1,3 +1,3 @@
 """Training: options and recipes, the learning-rate schedule, what the hardware computes fast, the trainer's loop,
-its run folder and what it saves after each epoch, collapse detection, torchrun, the watch, runs as processes, the
-export that ships a run's checkpoint, and the catalogue of checkpoints a user can open."""
+its run folder and what it saves after each epoch, collapse detection, torchrun and the watch. Runs as processes,
+the catalogue of checkpoints and the export are `capsnet.runs`."""

@@ -31,8 +31,8 @@ from capsnet.evaluation import Evaluation, PairEvaluation
 from capsnet.files import atomic_path, write_failure
 from capsnet.nn.registry import AnyModel
 from capsnet.readings.novelty import NoveltyThresholds
+from capsnet.training.folder import RunFolder
 from capsnet.training.options import TrainOptions
-from capsnet.training.run_folder import RunFolder
 from capsnet.training.schedule import Schedule
 
 

@@ -19,8 +19,8 @@ from capsnet.errors import CapsNetError
 from capsnet.nn.registry import AnyConfig, network
 from capsnet.training.acceleration import Acceleration
 from capsnet.training.distributed import Distributed, from_main
+from capsnet.training.folder import FolderLock, RunFolder, RunFolderError, new_run_dir, runs_root
 from capsnet.training.options import COMPUTE_CHOICES, TrainOptions
-from capsnet.training.run_folder import FolderLock, RunFolder, RunFolderError, new_run_dir, runs_root
 
 NETWORK_CONFIG = "network_config"  # args.json's record of the network as built
 

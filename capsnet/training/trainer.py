@@ -4,12 +4,13 @@
     torchrun --nproc_per_node=4 -m capsnet train --dataset mnist --epochs 50
 
 The options are `capsnet.training.options.TrainOptions`; the run folder's files are described in
-`capsnet.training.run_folder`, and what is saved after each epoch in `capsnet.training.checkpointer`. The
-steps: `prepare` (the run folder, or the state of a run to resume), `build` (model,
-optimizer, schedule), `load_data`, then `fit`, an epoch at a time with `train_one_epoch`.
+`capsnet.training.folder`, and what is saved after each epoch in `capsnet.training.checkpointer`. The
+steps: `prepare` (the run folder, or the state of a run to resume), `set_up` (`load_data`, then `build`: model,
+optimizer, schedule), then `fit`, a plain loop over the epochs: `train_epoch` (its batches, `train_one_epoch` of
+`capsnet.training.epoch`), `evaluate`, the schedule's step, and the commit of what the epoch saves.
 Ctrl-C or SIGTERM stops at the end of the current batch and leaves a resumable state, and a long
-epoch saves one every SAVE_EVERY_S as well (a kill without warning loses at most that); a run
-that diverges or collapses stops with the reason (`capsnet.training.collapse`).
+epoch saves one every SAVE_EVERY_S (`capsnet.training.epoch`) as well (a kill without warning loses at most that); a
+run that diverges or collapses stops with the reason (`capsnet.training.collapse`).
 """
 
 from __future__ import annotations
@@ -18,13 +19,11 @@ import functools
 import json
 import math
 import os
-import signal
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from tqdm import tqdm
@@ -32,7 +31,6 @@ from tqdm import tqdm
 from capsnet.checkpoints.checkpoint import load_checkpoint
 from capsnet.data.augment import augment_seed
 from capsnet.data.datasets import dataset_info
-from capsnet.data.tasks import Task
 from capsnet.device import describe_device, pick_device, seed_everything
 from capsnet.errors import CapsNetError
 from capsnet.nn.registry import AnyConfig, AnyModel, network, network_of
@@ -40,186 +38,15 @@ from capsnet.nn.warm_start import warm_config, warm_start
 from capsnet.training.acceleration import Acceleration
 from capsnet.training.checkpointer import Checkpointer, epoch_info
 from capsnet.training.collapse import CollapseWatch, TrainingCollapsedError
-from capsnet.training.distributed import Distributed, barrier, distributed_session, reduce_sum
+from capsnet.training.distributed import Distributed, barrier, distributed_session
+from capsnet.training.epoch import EpochContext, EpochSums, StopFlag, train_one_epoch
+from capsnet.training.folder import EpochRecord, Progress, ProgressWriter
 from capsnet.training.optimizer import run_optimizer
 from capsnet.training.options import TrainOptions
 from capsnet.training.prepare import NETWORK_CONFIG, Prepared, prepare
-from capsnet.training.run_folder import (
-    EpochRecord,
-    Progress,
-    ProgressWriter,
-)
 from capsnet.training.schedule import Schedule
-from capsnet.training.step import training_step
-from capsnet.training.train_data import load_data
+from capsnet.training.train_data import Data, load_data
 from capsnet.training.watch import Watcher
-
-REPORT_EVERY_S = 0.5  # seconds between progress reports (each one reads the running sums back from the device)
-SYNC_EVERY = 50  # batches between the checks that need the device or every process: stop flag, collapse
-# seconds between the resumable states saved in the middle of an epoch (after the batch that passes it; under torchrun
-# at the next sync point): a run killed without warning (a closed session, the OOM killer) loses at most about this
-# much of a long epoch
-SAVE_EVERY_S = 600.0
-
-
-STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
-
-
-class StopFlag:
-    """Set by SIGINT, SIGTERM or SIGHUP (a closed terminal); the loop checks it after every batch. A second Ctrl-C aborts."""
-
-    def __init__(self) -> None:
-        self.stop = False
-        self._previous: dict[int, Any] = {}
-
-    def __enter__(self) -> StopFlag:
-        if threading.current_thread() is threading.main_thread():  # signals can only be set there
-            for sig in STOP_SIGNALS:
-                self._previous[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        if self.stop and signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        self.stop = True
-
-    def __exit__(self, *exc: Any) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-
-
-@dataclass
-class EpochSums:
-    """What an epoch (or the part of one before a stop) trained on, summed over every process."""
-
-    loss_sum: float = 0.0
-    correct: float = 0.0
-    seen: float = 0.0
-    seconds: float = 0.0
-    batches: int = 0  # this process's batches
-    stopped: bool = False  # every process stopped part-way (Ctrl-C, SIGTERM): decided together
-
-    @property
-    def loss(self) -> float:
-        return self.loss_sum / max(self.seen, 1)
-
-    @property
-    def accuracy(self) -> float:
-        return self.correct / max(self.seen, 1)
-
-    def __add__(self, other: EpochSums) -> EpochSums:
-        """The sums of both parts of an epoch (this one's batch count and stop)."""
-        return EpochSums(
-            self.loss_sum + other.loss_sum,
-            self.correct + other.correct,
-            self.seen + other.seen,
-            self.seconds + other.seconds,
-            self.batches,
-            self.stopped,
-        )
-
-    def to_state(self) -> dict[str, float]:
-        return {k: float(getattr(self, k)) for k in ("loss_sum", "correct", "seen", "seconds")}
-
-    @classmethod
-    def from_state(cls, state: dict[str, float]) -> EpochSums:
-        return cls(**{k: float(v) for k, v in state.items() if k in ("loss_sum", "correct", "seen", "seconds")})
-
-
-# ---------------------------------------------------------------- one epoch
-
-
-def train_one_epoch(
-    model: torch.nn.Module,
-    loader: Iterable[tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
-    optimizer: torch.optim.Optimizer,
-    config: AnyConfig,
-    device: torch.device,
-    amp: bool,
-    stop: StopFlag,
-    env: Distributed,
-    on_batch: Callable[[int, float, float, float], None] | None = None,
-    bar: tqdm | None = None,
-    watch: CollapseWatch | None = None,
-    schedule: Schedule | None = None,
-    progress: tuple[float, float] = (1.0, 0.0),
-    on_save: Callable[[EpochSums], None] | None = None,
-) -> EpochSums:
-    """One pass over `loader`'s (images, labels, reconstruction targets) batches, already on `device`.
-
-    Nothing is read back from the device per batch: the running loss and accuracy are read only
-    to report progress (at most every REPORT_EVERY_S), and the stop flag of a distributed run and
-    the collapse watch only every SYNC_EVERY batches and at the end, when all processes check them
-    together (so they all stop at the same batch, and agree whether the epoch was stopped).
-    Raises TrainingCollapsedError when the watch says so. `progress` is (the run's progress at this
-    epoch's first batch, its growth per batch), for a loss with a schedule. `on_save` is given the
-    epoch's sums so far every SAVE_EVERY_S (several processes: at the next sync point), for a resumable state.
-    """
-    model.train()
-    loss_sum = torch.zeros((), device=device)
-    correct = torch.zeros((), dtype=torch.long, device=device)
-    seen = batches = reported = 0
-    reporting = on_batch is not None or bar is not None
-    start = last_report = last_save = time.perf_counter()
-
-    def totals(stopped: bool = False) -> EpochSums:  # every process together
-        summed = reduce_sum([loss_sum.item(), float(correct.item()), float(seen)], env, device)
-        return EpochSums(*summed, seconds=time.perf_counter() - start, batches=batches, stopped=stopped)
-
-    def report() -> None:
-        mean_loss, accuracy = loss_sum.item() / seen, correct.item() / seen
-        speed = seen * env.world / (time.perf_counter() - start)
-        if on_batch is not None:
-            on_batch(batches, mean_loss, accuracy, speed)
-        if bar is not None:
-            bar.set_postfix(loss=f"{mean_loss:.4f}", acc=f"{100 * accuracy:.2f}%", img_s=f"{speed:.0f}")
-
-    for images, labels, targets in loader:
-        at = progress[0] + batches * progress[1]  # how far the run is, 0 to 1
-        out, loss = training_step(model, optimizer, images, labels, targets, config, amp, at)
-        if schedule is not None:
-            schedule.after_batch()
-        batches += 1
-        right = Task.right(out.scores, labels).sum()
-        loss_sum += loss.total.detach().float() * len(images)
-        correct += right
-        seen += len(images)
-        if watch is not None:
-            watch.observe(loss.total, out.scores, right)
-        if bar is not None:
-            bar.update(1)
-        if reporting and time.perf_counter() - last_report >= REPORT_EVERY_S:
-            report()
-            last_report, reported = time.perf_counter(), batches
-        due = on_save is not None and time.perf_counter() - last_save >= SAVE_EVERY_S
-        if batches % SYNC_EVERY == 0:
-            stopping, saving = _agreed(stop, watch, env, device, due)
-            if stopping:
-                break
-        elif stop.stop and not env.enabled:  # one process: stop at once; several stop together at a sync point
-            break
-        else:
-            saving = due and not env.enabled  # one process saves when due; several together at a sync point
-        if saving and on_save is not None:
-            on_save(totals())
-            last_save = time.perf_counter()
-    if reporting and batches > reported:
-        report()  # where the epoch (or its part before a stop) ended
-    stopped, _ = _agreed(stop, watch, env, device)  # also for an epoch shorter than SYNC_EVERY batches
-    return totals(stopped)
-
-
-def _agreed(
-    stop: StopFlag, watch: CollapseWatch | None, env: Distributed, device: torch.device, save_due: bool = False
-) -> tuple[bool, bool]:
-    """(whether any process was asked to stop, whether any is due to save); raises TrainingCollapsedError if any
-    process's watch says so."""
-    reason = watch.verdict() if watch is not None else None
-    failed, stopping, saving = reduce_sum([float(reason is not None), float(stop.stop), float(save_due)], env, device)
-    if failed:
-        raise TrainingCollapsedError(reason or "training collapsed on another process")
-    return stopping > 0, saving > 0
-
 
 # ---------------------------------------------------------------- the steps of a run
 
@@ -279,26 +106,48 @@ def loss_progress(done: int, total: int, warm: bool) -> tuple[float, float]:
 # ---------------------------------------------------------------- the loop
 
 
-def _save_part(
-    saver: Checkpointer, epoch: int, done_before: int, before: EpochSums, epoch_start: float, part: EpochSums
-) -> None:
-    """A resumable state in the middle of epoch `epoch` (0-based): the batches and sums of `part`, after `before`."""
-    elapsed = saver.state.elapsed + time.perf_counter() - epoch_start
-    saver.save_state(epoch, done_before + part.batches, (part + before).to_state(), elapsed=elapsed)
+@dataclass
+class Run:
+    """What every epoch of a run shares: its data, model (as built, as trained, as judged), optimizer, schedule,
+    what it saves and the progress it reports, and where it starts (a resumed run inside an epoch)."""
+
+    prepared: Prepared
+    env: Distributed
+    device: torch.device
+    data: Data
+    batches: int  # per epoch, in this process
+    model: AnyModel  # as built: what is saved
+    net: torch.nn.Module  # what trains: compiled where chosen, inside DDP under torchrun
+    judge: torch.nn.Module  # what evaluates after each epoch
+    optimizer: torch.optim.Optimizer
+    schedule: Schedule
+    saver: Checkpointer
+    progress: ProgressWriter
+    start_epoch: int
+    start_batch: int
+
+    @property
+    def options(self) -> TrainOptions:
+        return self.prepared.options
+
+    @property
+    def warm(self) -> bool:
+        """Whether the run started from a checkpoint (--init): its loss trains at its schedule's end."""
+        return self.prepared.origin is not None
 
 
-def fit(
-    prepared: Prepared, env: Distributed, device: torch.device, on_epoch: Callable[[EpochRecord], None] | None = None
-) -> list[EpochRecord]:
-    """Build, load the data, and train epoch by epoch from where the run is, saving after each."""
-    options, folder = prepared.options, prepared.folder
+def seed(options: TrainOptions, env: Distributed) -> None:
+    """Every random generator from the run's seed, each process its own."""
     seed_everything(options.seed + env.rank)
+
+
+def set_up(prepared: Prepared, env: Distributed, device: torch.device) -> Run:
+    """Load the data, build the model, optimizer and schedule (restored on --resume), record the network built."""
+    options, folder, accel = prepared.options, prepared.folder, prepared.acceleration
+    seed(options, env)
     data = load_data(options, device, env)
-    per_process = len(data.sampler)
-    batches = math.ceil(per_process / options.batch_size)
-    total_batches = max(options.epochs * batches, 1)
-    accel = prepared.acceleration
-    seed_everything(options.seed + env.rank)  # the weights do not depend on what loading the data drew
+    batches = math.ceil(len(data.sampler) / options.batch_size)
+    seed(options, env)  # the weights do not depend on what loading the data drew
     model, optimizer, scheduler = build(options, device, accel, batches, resumed=prepared.config)
     saver = Checkpointer(folder, model, optimizer, scheduler, enabled=env.is_main)
     state = saver.restore() if options.resume else saver.state
@@ -311,22 +160,135 @@ def fit(
     if env.is_main:
         print(f"training on {describe_device(device)}: {accel.describe()}", flush=True)  # stdout: stderr is for errors
     net: torch.nn.Module = model
-    use_cuda = device.type == "cuda"
     if accel.compile:
         net = torch.compile(net)
     # what evaluates after each epoch: the compiled module where there is one process (the EM network's inference on a
     # CPU runs 1.7x faster compiled); under torchrun the main process evaluates alone, outside the DDP wrapper
     judge = net if accel.compile and not env.enabled else model
     if env.enabled:
-        net = torch.nn.parallel.DistributedDataParallel(net, device_ids=[env.local_rank] if use_cuda else None)
-    amp = accel.amp
-    start_epoch, start_batch = state.epoch, state.batch
+        net = torch.nn.parallel.DistributedDataParallel(
+            net, device_ids=[env.local_rank] if device.type == "cuda" else None
+        )
     progress = ProgressWriter(
         folder,
-        Progress(status="running", pid=os.getpid(), dataset=options.dataset, epochs=options.epochs, epoch=start_epoch + 1,
-                 batches=batches, batch=start_batch, started=time.time()),
+        Progress(status="running", pid=os.getpid(), dataset=options.dataset, epochs=options.epochs, epoch=state.epoch + 1,
+                 batches=batches, batch=state.batch, started=time.time()),
         enabled=env.is_main,
     )  # fmt: skip
+    return Run(prepared, env, device, data, batches, model, net, judge, optimizer, scheduler, saver, progress,
+               state.epoch, state.batch)  # fmt: skip
+
+
+class Trained(NamedTuple):
+    """An epoch trained (or stopped part-way): its sums, with those of its part before a resume."""
+
+    sums: EpochSums
+    batches: int  # this process's batches of the epoch done, before a resume included
+    start: float  # `time.perf_counter()` as this process's part of it began
+    seconds_before: float  # the wall time of its part before a resume
+
+    def seconds(self) -> float:
+        """The epoch's wall time until now (its evaluation included, when asked after it)."""
+        return time.perf_counter() - self.start + self.seconds_before
+
+
+def train_epoch(run: Run, epoch: int, stop: StopFlag, watch: CollapseWatch, window: Watcher) -> Trained:
+    """Epoch `epoch` (from 0), from where a resume left it: its batches, shuffled and augmented from the run's seed,
+    with the progress reported, the window watched and a resumable state saved on the way."""
+    options, env, data, batches = run.options, run.env, run.data, run.batches
+    data.sampler.set_epoch(epoch)
+    done_before = run.start_batch if epoch == run.start_epoch else 0  # this epoch's batches run before a resume
+    loader = data.epoch(options.batch_size, seed=augment_seed(options.seed, epoch, env.rank), start_batch=done_before)
+    bar = None
+    if options.progress and env.is_main:
+        bar = tqdm(total=batches, initial=done_before, desc=f"epoch {epoch + 1}/{options.epochs}",
+                   unit="batch", dynamic_ncols=True)  # fmt: skip
+    epoch_start = time.perf_counter()
+    on_batch = functools.partial(
+        run.progress.batch_done,
+        epoch=epoch + 1,
+        done_before=done_before,
+        images_left=(options.epochs - epoch - 1) * len(data.sampler) * env.world,
+        batch_size=options.batch_size * env.world,
+    )
+    on_batch = window.during(on_batch, epoch + 1, done_before)
+    before = EpochSums.from_state(run.saver.state.partial) if done_before else EpochSums()  # before a resume
+    progress = loss_progress(epoch * batches + done_before, max(options.epochs * batches, 1), run.warm)
+    ctx = EpochContext(
+        run.net, run.optimizer, run.model.config, run.device, run.prepared.acceleration.amp, stop, env,
+        on_batch if env.is_main else None, bar, watch, run.schedule, progress,
+        functools.partial(_save_part, run.saver, epoch, done_before, before, epoch_start),
+    )  # fmt: skip
+    sums = train_one_epoch(ctx, loader)
+    if bar is not None:
+        bar.close()
+    run.saver.state.elapsed += time.perf_counter() - epoch_start
+    sums = sums + before  # with the part of this epoch run before a resume
+    return Trained(sums, done_before + sums.batches, epoch_start, before.seconds)
+
+
+def _save_part(
+    saver: Checkpointer, epoch: int, done_before: int, before: EpochSums, epoch_start: float, part: EpochSums
+) -> None:
+    """A resumable state in the middle of epoch `epoch` (0-based): the batches and sums of `part`, after `before`."""
+    elapsed = saver.state.elapsed + time.perf_counter() - epoch_start
+    saver.save_state(epoch, done_before + part.batches, (part + before).to_state(), elapsed=elapsed)
+
+
+def evaluate(run: Run, epoch: int) -> tuple[Any, Any]:
+    """The test set's evaluation and the validation split's (or None) after epoch `epoch` (from 0); the epoch's
+    checkpoints are staged with them in their headers (the best chosen on validation where there is one)."""
+    options, data, judge, device = run.options, run.data, run.judge, run.device
+    result = data.evaluate(judge, device)
+    info = epoch_info(options, epoch + 1, result, run.saver.state.elapsed, device, run.prepared.origin)
+    val = data.evaluate_validation(judge, device)  # held-out training images (or pairs of them)
+    if val is not None:  # the best epoch is chosen on them
+        info = info.replace(
+            extra={
+                **info.extra,
+                "val_accuracy": val.accuracy,
+                "val_loss": val.loss,
+                "val_examples": val.total,
+            }
+        )
+    run.saver.save_models(epoch + 1, (val or result).accuracy, info)  # staged until the commit
+    return result, val
+
+
+def epoch_record(epoch: int, trained: Trained, result: Any, val: Any, lr: float) -> EpochRecord:
+    """Epoch `epoch`'s line of metrics.jsonl (from 0), once evaluated: `result` on test, `val` on validation or None."""
+    sums = trained.sums
+    return {
+        "epoch": epoch + 1,
+        "train_loss": sums.loss,
+        "train_accuracy": sums.accuracy,
+        "train_images": int(sums.seen),
+        "test_loss": result.loss,
+        "test_accuracy": result.accuracy,
+        "lr": lr,
+        "seconds": round(trained.seconds(), 2),  # with evaluation
+        "images_per_s": round(sums.seen / max(sums.seconds, 1e-9), 1),
+        **({"val_loss": val.loss, "val_accuracy": val.accuracy} if val is not None else {}),
+    }
+
+
+def record_end(run: Run, status: str, reason: str) -> None:
+    """progress.json's last word: how the run ended, and the best accuracy a saved state holds."""
+    best = max(run.saver.committed_best, 0.0)  # only what a saved state holds
+    try:
+        run.progress.update(force=True, status=status, best_accuracy=best, reason=reason)
+    except CapsNetError as error:  # never hide the error that ended the run (a full disk fails both)
+        print(f"{run.prepared.folder.path}: could not record the run's end: {error}", file=sys.stderr)
+
+
+def fit(
+    prepared: Prepared, env: Distributed, device: torch.device, on_epoch: Callable[[EpochRecord], None] | None = None
+) -> list[EpochRecord]:
+    """Build, load the data, and train epoch by epoch from where the run is, saving after each."""
+    run = set_up(prepared, env, device)
+    options, folder, saver = run.options, prepared.folder, run.saver
+    model, data, batches = run.model, run.data, run.batches
+    start_epoch, start_batch = run.start_epoch, run.start_batch
     records: list[EpochRecord] = []
     if start_epoch >= options.epochs:
         if env.is_main:
@@ -342,68 +304,16 @@ def fit(
     with StopFlag() as stop:
         try:
             for epoch in range(start_epoch, options.epochs):
-                data.sampler.set_epoch(epoch)
-                done_before = start_batch if epoch == start_epoch else 0
-                seed = augment_seed(options.seed, epoch, env.rank)
-                loader = data.epoch(options.batch_size, seed=seed, start_batch=done_before)
-                bar = None
-                if options.progress and env.is_main:
-                    bar = tqdm(total=batches, initial=done_before, desc=f"epoch {epoch + 1}/{options.epochs}",
-                               unit="batch", dynamic_ncols=True)  # fmt: skip
-                epoch_start = time.perf_counter()
-
-                on_batch = functools.partial(
-                    progress.batch_done,
-                    epoch=epoch + 1,
-                    done_before=done_before,
-                    images_left=(options.epochs - epoch - 1) * per_process * env.world,
-                    batch_size=options.batch_size * env.world,
-                )
-                on_batch = window.during(on_batch, epoch + 1, done_before)
-                before = EpochSums.from_state(state.partial) if done_before else EpochSums()  # before a resume
-                on_save = functools.partial(_save_part, saver, epoch, done_before, before, epoch_start)
-                sums = train_one_epoch(
-                    net, loader, optimizer, model.config, device, amp, stop, env,
-                    on_batch if env.is_main else None, bar, watch, scheduler,
-                    loss_progress(epoch * batches + done_before, total_batches, warm=prepared.origin is not None),
-                    on_save,
-                )  # fmt: skip
-                if bar is not None:
-                    bar.close()
-                state.elapsed += time.perf_counter() - epoch_start
-                sums = sums + before  # with the part of this epoch run before a resume
-                if sums.stopped:
+                trained = train_epoch(run, epoch, stop, watch, window)
+                if trained.sums.stopped:
                     status = "stopped"
-                    saver.save_state(epoch, done_before + sums.batches, sums.to_state())
+                    saver.save_state(epoch, trained.batches, trained.sums.to_state())
                     break
                 record: EpochRecord | None = None
                 if env.is_main:
-                    result = data.evaluate(judge, device)
-                    info = epoch_info(options, epoch + 1, result, state.elapsed, device, prepared.origin)
-                    val = data.evaluate_validation(judge, device)  # held-out training images (or pairs of them)
-                    if val is not None:  # the best epoch is chosen on them
-                        info = info.replace(
-                            extra={
-                                **info.extra,
-                                "val_accuracy": val.accuracy,
-                                "val_loss": val.loss,
-                                "val_examples": val.total,
-                            }
-                        )
-                    saver.save_models(epoch + 1, (val or result).accuracy, info)  # staged until the commit
-                    record = {
-                        "epoch": epoch + 1,
-                        "train_loss": sums.loss,
-                        "train_accuracy": sums.accuracy,
-                        "train_images": int(sums.seen),
-                        "test_loss": result.loss,
-                        "test_accuracy": result.accuracy,
-                        "lr": optimizer.param_groups[0]["lr"],
-                        "seconds": round(time.perf_counter() - epoch_start + before.seconds, 2),  # with evaluation
-                        "images_per_s": round(sums.seen / max(sums.seconds, 1e-9), 1),
-                        **({"val_loss": val.loss, "val_accuracy": val.accuracy} if val is not None else {}),
-                    }
-                scheduler.after_epoch()
+                    result, val = evaluate(run, epoch)  # and the epoch's checkpoints staged
+                    record = epoch_record(epoch, trained, result, val, run.optimizer.param_groups[0]["lr"])
+                run.schedule.after_epoch()
                 saver.commit_epoch(epoch + 1, dict(record) if record else None)  # state, checkpoints, metrics line
                 window.epoch_done(epoch + 1)  # the main process only
                 if record is not None:
@@ -419,11 +329,7 @@ def fit(
             status, reason = "failed", f"{type(error).__name__}: {' '.join(str(error).split())}"[:300]
             raise
         finally:
-            best = max(saver.committed_best, 0.0)  # only what a saved state holds
-            try:
-                progress.update(force=True, status=status, best_accuracy=best, reason=reason)
-            except CapsNetError as error:  # never hide the error that ended the run (a full disk fails both)
-                print(f"{folder.path}: could not record the run's end: {error}", file=sys.stderr)
+            record_end(run, status, reason)
     return records
 
 

@@ -41,7 +41,7 @@ from capsnet.data.tasks import LabelledSet
 from capsnet.errors import CapsNetError
 from capsnet.files import FileReadError, atomic_write, read_regular_file
 from capsnet.nn.registry import AnyModel, network_of
-from capsnet.training.run_folder import RunFolder
+from capsnet.training.folder import RunFolder
 
 WINDOW_SIZE = 10  # test examples in the window: one per class of a 10-class dataset
 WINDOW_SEED = 1710  # the window's choice: the same examples for every run of a dataset (and test-set subset)

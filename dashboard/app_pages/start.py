@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from capsnet.training import catalog
+from capsnet.runs import catalog
 from dashboard import figures, guided_path, models, state
 
 st.title("Start here", anchor=False)

@@ -9,8 +9,10 @@ from capsnet.errors import CapsNetError
 from capsnet.nn.config import CapsNetConfig
 from capsnet.nn.em_capsnet import EMCapsNetConfig
 from capsnet.nn.registry import NETWORKS, network
-from capsnet.training import run_folder, runs, watch
+from capsnet.runs import processes
+from capsnet.training import watch
 from capsnet.training.acceleration import Acceleration
+from capsnet.training.folder import run_folders
 from capsnet.training.options import TrainOptions
 from capsnet.training.recipes import RECIPES
 from dashboard import figures, state, texts
@@ -31,7 +33,7 @@ WATCH_LATEST = "watch_latest"  # the newest snapshot's label at the last refresh
 
 def _resume(name: str) -> None:
     try:
-        run = runs.resume_run(name, state.runs_root())
+        run = processes.resume_run(name, state.runs_root())
     except (ValueError, CapsNetError) as error:
         st.session_state["resume_message"] = ("error", str(error))
         return
@@ -39,7 +41,7 @@ def _resume(name: str) -> None:
     st.session_state["resume_message"] = ("success", f"Resumed {run.name} (pid {run.pid}).")
 
 
-def _model_label(run: runs.RunSummary) -> str:
+def _model_label(run: processes.RunSummary) -> str:
     """The network and its preset: "paper", "tiny", "CNN paper" for the baseline, "EM small" ("?" for a damaged
     args.json)."""
     preset = TrainOptions.from_dict(run.args).preset
@@ -59,7 +61,7 @@ def _computed(args: dict[str, object]) -> str:
         return "—"
 
 
-def _table(all_runs: list[runs.RunSummary]) -> list[dict[str, object]]:
+def _table(all_runs: list[processes.RunSummary]) -> list[dict[str, object]]:
     """One row per run; a run folder that cannot be read costs its own row (with the reason), never the table."""
     rows = []
     for run in all_runs:
@@ -70,7 +72,7 @@ def _table(all_runs: list[runs.RunSummary]) -> list[dict[str, object]]:
     return rows
 
 
-def _row(run: runs.RunSummary) -> dict[str, object]:
+def _row(run: processes.RunSummary) -> dict[str, object]:
     last = run.metrics[-1] if run.metrics else {}
     seconds = sum(float(m.get("seconds") or 0.0) for m in run.metrics)
     progress = ""
@@ -94,7 +96,7 @@ def _row(run: runs.RunSummary) -> dict[str, object]:
     }
 
 
-def _follow_new_runs(all_runs: list[runs.RunSummary]) -> None:
+def _follow_new_runs(all_runs: list[processes.RunSummary]) -> None:
     """The comparison's selection: the newest runs at first; later, every run that starts joins it."""
     names = [r.name for r in all_runs]
     seen = st.session_state.get(SEEN)
@@ -113,7 +115,7 @@ def _live_page() -> None:
     message = st.session_state.pop("resume_message", None)  # from a Resume button: this fragment's own rerun
     if message:
         (st.error if message[0] == "error" else st.success)(message[1])
-    all_runs = runs.list_runs(state.runs_root())
+    all_runs = processes.list_runs(state.runs_root())
     live = any(r.status in LIVE_STATUSES for r in all_runs)
     was_live = st.session_state.get(LIVE)
     st.session_state[LIVE] = live
@@ -181,13 +183,13 @@ def _window() -> None:
     """A run's window at one of its snapshots, with a slider over them that follows the newest (its own fragment:
     a slider move redraws the window alone)."""
     root = state.runs_root()
-    stamps = {f.name: (f, watch.window_stamp(f)) for f in run_folder.run_folders(root)}  # newest first
+    stamps = {f.name: (f, watch.window_stamp(f)) for f in run_folders(root)}  # newest first
     names = [name for name, (_, stamp) in stamps.items() if stamp is not None]
     if not names:
         return
     st.subheader("Watch the capsules learn", anchor=False)
     if st.session_state.get(WATCH_RUN) not in names:  # the sidebar's run, else the one going on, else the newest
-        active = runs.active_run(root)
+        active = processes.active_run(root)
         live = [active.run_dir.name] if active is not None and active.run_dir.name in names else []
         watched = state.watched_run()
         st.session_state[WATCH_RUN] = watched if watched in names else (live or names)[0]
@@ -225,6 +227,6 @@ def _window() -> None:
 st.title("Training runs", anchor=False)
 st.markdown(texts.training(CapsNetConfig.preset(TrainOptions().preset), EMCapsNetConfig(), RECIPES))
 st.session_state[LIVE] = None
-every = LIVE_S if runs.active_run(state.runs_root()) else IDLE_S
+every = LIVE_S if processes.active_run(state.runs_root()) else IDLE_S
 st.fragment(run_every=every)(_live_page)()
 st.fragment(run_every=every)(_window)()

@@ -19,7 +19,7 @@ from capsnet.checkpoints.checkpoint import CheckpointError, read_checkpoint_info
 from capsnet.data.datasets import DATASETS
 from capsnet.nn import registry
 from capsnet.nn.registry import network_of
-from capsnet.training.run_folder import run_folders, runs_root
+from capsnet.training.folder import run_folders, runs_root
 
 CHECKPOINTS_ENV = "CAPSNET_CHECKPOINTS_DIR"
 SHIPPED = (
@@ -38,7 +38,7 @@ def checkpoints_dir(path: str | os.PathLike | None = None) -> Path:
         return Path(path)
     if os.environ.get(CHECKPOINTS_ENV):
         return Path(os.environ[CHECKPOINTS_ENV])
-    return Path(__file__).resolve().parents[2] / "checkpoints"  # capsnet/training/catalog.py -> the repository
+    return Path(__file__).resolve().parents[2] / "checkpoints"  # capsnet/runs/catalog.py -> the repository
 
 
 @dataclass

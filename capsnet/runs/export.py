@@ -36,7 +36,7 @@ from capsnet.files import atomic_path, read_jsonl, writable
 from capsnet.nn.registry import NETWORK_NAMES, AnyModel, network_of
 from capsnet.readings import affnist
 from capsnet.readings.novelty import NoveltyThresholds
-from capsnet.training.catalog import checkpoints_dir
+from capsnet.runs.catalog import checkpoints_dir
 
 
 def export_checkpoint(

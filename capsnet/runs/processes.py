@@ -6,9 +6,9 @@ closed browser tab never stops it. One run at a time per machine: the run the da
 holds `<runs root>/.active.lock` (`flock`, taken before the run folder is made and inherited by the
 trainer), which the operating system releases when the trainer ends, even by kill -9; the file
 says which run holds it. A run started from the command line into the same root also counts as
-running: its trainer holds its own folder's lock (`capsnet.training.run_folder.FolderLock`).
+running: its trainer holds its own folder's lock (`capsnet.training.folder.FolderLock`).
 
-What a run folder holds, and how it is read, is `capsnet.training.run_folder`; this module only adds
+What a run folder holds, and how it is read, is `capsnet.training.folder`; this module only adds
 what needs the processes: whether a run is alive, and so what its status really is.
 """
 
@@ -28,8 +28,7 @@ from typing import IO, Any
 from capsnet.device import pick_device
 from capsnet.errors import CapsNetError
 from capsnet.nn.registry import Network, network
-from capsnet.training.options import TrainOptions, stored_network
-from capsnet.training.run_folder import (
+from capsnet.training.folder import (
     EpochRecord,
     FolderLock,
     Progress,
@@ -39,6 +38,7 @@ from capsnet.training.run_folder import (
     run_folders,
     runs_root,
 )
+from capsnet.training.options import TrainOptions, stored_network
 
 MAX_EPOCHS_SHOWN = 10_000  # the most epoch records a run's summary reads (a run's own count bounds it first)
 LOCK_NAME = ".active.lock"  # flock'ed while the dashboard's run lives; it holds JSON saying which run that is

@@ -50,7 +50,7 @@ def _same_network(args: dict[str, Any], options: TrainOptions, chosen: Accelerat
 
 
 def recorded_speed(runs: Iterable[Any], options: TrainOptions) -> Speed | None:
-    """The speed the newest matching run measured (`runs`: `capsnet.training.runs.RunSummary`s, newest first)."""
+    """The speed the newest matching run measured (`runs`: `capsnet.runs.processes.RunSummary`s, newest first)."""
     acceleration = options.acceleration(pick_device(options.device))
     for run in runs:
         speeds = [m.get("images_per_s") for m in run.metrics]
