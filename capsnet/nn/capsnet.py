@@ -16,6 +16,7 @@ trace and the primary capsules, so explaining a prediction needs no hooks.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -24,6 +25,9 @@ from torch import Tensor, nn
 from capsnet.nn.config import CapsNetConfig
 from capsnet.nn.dynamic_routing import RoutingTrace
 from capsnet.nn.layers import PrimaryCapsules, RoutingCapsules, capsule_lengths, decoder_input
+
+if TYPE_CHECKING:  # the EM network's decoder is this one; em_capsnet imports this module
+    from capsnet.nn.em_capsnet import EMCapsNetConfig
 
 
 @dataclass
@@ -57,7 +61,7 @@ class CapsNetOutput:
 class Decoder(nn.Module):
     """Three fully connected layers that redraw the image from the masked DigitCaps (figure 2)."""
 
-    def __init__(self, config: CapsNetConfig) -> None:
+    def __init__(self, config: CapsNetConfig | EMCapsNetConfig) -> None:
         super().__init__()
         self.config = config
         sizes = (config.num_classes * config.digit_dim, *config.decoder_hidden)
@@ -100,6 +104,7 @@ class CapsNet(nn.Module):
         for weight, sigma in ((self.conv1.weight, 0.05), (self.primary.conv.weight, 0.1), (self.digits.weight, 0.1)):
             nn.init.trunc_normal_(weight, std=sigma, a=-2 * sigma, b=2 * sigma)
         for bias in (self.conv1.bias, self.primary.conv.bias):
+            assert bias is not None  # both convolutions are built with their bias
             nn.init.constant_(bias, 0.1)
 
     @property
@@ -173,6 +178,7 @@ class CapsNet(nn.Module):
         features, primary, poses, trace = self._layers(images, routing_iterations, return_trace)
         lengths = capsule_lengths(poses)  # (B, K)
         prediction = lengths.argmax(dim=1)  # (B,)
+        mask_class: Tensor | int
         if labels is not None:
             mask_class = labels
         elif decode_class is not None:

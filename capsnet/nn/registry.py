@@ -37,7 +37,7 @@ class Network:
     scores: str  # what its class scores are, for people: "capsule lengths", "class probabilities", ...
     loss_name: str  # what its loss is, for people: "margin loss", "cross-entropy", "spread loss"
     described: str  # in a sentence: "a Capsule Network", "a CNN baseline"
-    config_type: type
+    config_type: type[AnyConfig]
     module_type: type
     presets: tuple[str, ...]
     capsules: bool  # vector capsules: lengths, dynamic routing's trace, reconstructions (the dashboard's views)

@@ -88,7 +88,11 @@ def warm_start(model: AnyModel, source: AnyModel) -> list[str]:
     kind = network_of(model)
     if network_of(source) is not kind:
         raise ValueError("a warm start needs the same network on both sides")
-    return {"capsnet": _capsnet, "cnn": _cnn}[kind.name](model, source)  # type: ignore[operator]
+    if isinstance(model, CapsNet) and isinstance(source, CapsNet):
+        return _capsnet(model, source)
+    if isinstance(model, BaselineCNN) and isinstance(source, BaselineCNN):
+        return _cnn(model, source)
+    raise KeyError(kind.name)  # no other network is warm-started (the EM network)
 
 
 def _copy_matching(model: torch.nn.Module, source: torch.nn.Module, skip: set[str]) -> tuple[list[str], list[str]]:
