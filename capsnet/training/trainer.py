@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 from tqdm import tqdm
@@ -35,7 +35,8 @@ from capsnet.data.datasets import dataset_info
 from capsnet.data.tasks import Task
 from capsnet.device import describe_device, pick_device, seed_everything
 from capsnet.errors import CapsNetError
-from capsnet.nn.registry import AnyConfig, AnyModel, network, network_of
+from capsnet.nn.config import CapsNetConfig
+from capsnet.nn.registry import AnyConfig, AnyModel, network
 from capsnet.nn.warm_start import warm_config, warm_start
 from capsnet.training.acceleration import Acceleration
 from capsnet.training.checkpointer import Checkpointer, epoch_info
@@ -123,7 +124,10 @@ class EpochSums:
 
     @classmethod
     def from_state(cls, state: dict[str, float]) -> EpochSums:
-        return cls(**{k: float(v) for k, v in state.items() if k in ("loss_sum", "correct", "seen", "seconds")})
+        loss_sum, correct, seen, seconds = (
+            float(state.get(k, 0.0)) for k in ("loss_sum", "correct", "seen", "seconds")
+        )
+        return cls(loss_sum, correct, seen, seconds)
 
 
 # ---------------------------------------------------------------- one epoch
@@ -164,7 +168,9 @@ def train_one_epoch(
 
     def totals(stopped: bool = False) -> EpochSums:  # every process together
         summed = reduce_sum([loss_sum.item(), float(correct.item()), float(seen)], env, device)
-        return EpochSums(*summed, seconds=time.perf_counter() - start, batches=batches, stopped=stopped)
+        return EpochSums(
+            summed[0], summed[1], summed[2], seconds=time.perf_counter() - start, batches=batches, stopped=stopped
+        )
 
     def report() -> None:
         mean_loss, accuracy = loss_sum.item() / seen, correct.item() / seen
@@ -312,10 +318,10 @@ def fit(
     net: torch.nn.Module = model
     use_cuda = device.type == "cuda"
     if accel.compile:
-        net = torch.compile(net)
+        net = cast(torch.nn.Module, torch.compile(net))  # an OptimizedModule: the model's attributes, compiled
     # what evaluates after each epoch: the compiled module where there is one process (the EM network's inference on a
     # CPU runs 1.7x faster compiled); under torchrun the main process evaluates alone, outside the DDP wrapper
-    judge = net if accel.compile and not env.enabled else model
+    judge = cast(AnyModel, net) if accel.compile and not env.enabled else model
     if env.enabled:
         net = torch.nn.parallel.DistributedDataParallel(net, device_ids=[env.local_rank] if use_cuda else None)
     amp = accel.amp
@@ -332,8 +338,8 @@ def fit(
             print(f"{folder.path}: already trained {start_epoch} epochs; raise --epochs to continue", file=sys.stderr)
         return records
     c = model.config
-    capsules = network_of(c).capsules  # a network without capsules has no margins to collapse to: divergence only
-    margins = (c.m_plus, c.m_minus) if capsules else (math.inf, -math.inf)
+    # a network without capsules (and their margin loss) has no margins to collapse to: divergence only
+    margins = (c.m_plus, c.m_minus) if isinstance(c, CapsNetConfig) else (math.inf, -math.inf)
     watch = CollapseWatch(c.num_classes, *margins, options.lr, device, present=data.present)
     resume_at = (start_epoch, start_batch) if options.resume else None
     window = Watcher(folder, model, data.test, batches, resume_at, enabled=env.is_main)  # a few test images, watched
@@ -351,7 +357,7 @@ def fit(
                                unit="batch", dynamic_ncols=True)  # fmt: skip
                 epoch_start = time.perf_counter()
 
-                on_batch = functools.partial(
+                on_batch: Callable[[int, float, float, float], None] = functools.partial(
                     progress.batch_done,
                     epoch=epoch + 1,
                     done_before=done_before,
@@ -403,7 +409,7 @@ def fit(
                         **({"val_loss": val.loss, "val_accuracy": val.accuracy} if val is not None else {}),
                     }
                 scheduler.after_epoch()
-                saver.commit_epoch(epoch + 1, dict(record) if record else None)  # state, checkpoints, metrics line
+                saver.commit_epoch(epoch + 1, record)  # state, checkpoints, metrics line
                 window.epoch_done(epoch + 1)  # the main process only
                 if record is not None:
                     print(json.dumps(record), flush=True)
