@@ -11,13 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor
 
 from capsnet.data.tasks import LabelledSet, Task
 from capsnet.device import exact_float32
+from capsnet.nn.capsnet import CapsNet
+from capsnet.nn.cnn import CNNConfig
+from capsnet.nn.em_capsnet import EMCapsNet
 from capsnet.nn.registry import AnyModel, network_of
 
 
@@ -132,7 +135,7 @@ def evaluate(
     capsules = net.capsules or getattr(model, "decoder", None) is not None
     was_training = model.training
     model.eval()
-    k, d = config.num_classes, config.digit_dim if capsules else 0
+    k, d = config.num_classes, config.digit_dim if capsules and not isinstance(config, CNNConfig) else 0
     options = {"routing_iterations": routing_iterations} if net.capsules else {}
     sums = torch.zeros(3, dtype=torch.float64)
     predictions, lengths, errors = [], [], []
@@ -151,7 +154,11 @@ def evaluate(
                 on_batch(min(start + batch_size, len(images)), len(images))
             continue
         # what a reader sees: the input redrawn from the winning capsule (the loss above used the true class's)
-        winners = out.reconstruction if bool((out.prediction == y).all()) else model.decode(out.poses, out.prediction)
+        winners = (
+            out.reconstruction
+            if bool((out.prediction == y).all())
+            else cast("CapsNet | EMCapsNet", model).decode(out.poses, out.prediction)
+        )
         errors.append((winners.float() - x.float()).square().flatten(1).sum(dim=1).cpu())  # (b,)
         right = out.prediction == y
         poses = out.poses.double()[right, y[right]].cpu()  # (n_right, D): each example's true-class capsule
@@ -204,7 +211,7 @@ def merge_evaluations(parts: list[Evaluation]) -> Evaluation:
     if len({p.capsules for p in parts}) != 1:
         raise ValueError("the parts come from different networks: some with capsules, some without")
     capsules: dict[str, Tensor] = {}
-    if parts[0].capsules:
+    if parts[0].capsules:  # so every part has its statistics (the type: ignore[misc] below: mypy sees Tensor | None)
         means = torch.stack([p.dimension_mean for p in parts]).double()  # type: ignore[misc]  # (P, K, D)
         squares = torch.stack([p.dimension_std for p in parts]).double() ** 2 + means**2  # type: ignore[misc]
         n = counts.sum(0).clamp(min=1)  # (K, 1)

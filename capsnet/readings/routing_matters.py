@@ -33,6 +33,7 @@ from capsnet.data.tasks import LabelledSet
 from capsnet.device import exact_float32
 from capsnet.evaluation import fitting_batch
 from capsnet.nn.capsnet import CapsNet
+from capsnet.nn.cnn import BaselineCNN
 from capsnet.nn.dynamic_routing import dynamic_routing
 from capsnet.nn.em_capsnet import EMCapsNet
 from capsnet.nn.layers import capsule_lengths
@@ -198,7 +199,8 @@ def iteration_lengths(
         raise ValueError(f"expected a non-empty batch of images (N, C, H, W), got {tuple(images.shape)}")
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-    device, dtype = model.device, next(model.parameters()).dtype
+    weight = next(model.parameters())
+    device, dtype = weight.device, weight.dtype
     batch_size = fitting_batch(model, batch_size)  # the largest EM networks hold tens of MB of votes per image
     was_training = model.training
     model.eval()
@@ -213,6 +215,7 @@ def iteration_lengths(
                     if on_batch is not None:
                         on_batch(min(start + batch_size, len(images)), len(images))
                     continue
+                assert isinstance(model, CapsNet)  # the one network besides the EM network that routes
                 primary, _, _ = model.encode(x, routing_iterations=1)  # (B, N, P): conv1 and PrimaryCaps, once
                 votes = model.digits.predictions(primary)  # (B, K, N, D), once
                 votes = votes.float() if votes.dtype in LOW_PRECISION else votes  # routing runs in float32
@@ -314,7 +317,10 @@ def kept_or_measured(
     if kept is not None:
         return kept
     sha256 = measurements.checkpoint_sha256(checkpoint.path)
-    result = measure(checkpoint.model, test, checkpoint_sha256=sha256, on_batch=on_batch)
+    model = checkpoint.model
+    if isinstance(model, BaselineCNN):  # as `iteration_lengths` would say
+        raise ValueError(f"routing iterations apply to a capsule network, not a {network_of(model).title}")
+    result = measure(model, test, checkpoint_sha256=sha256, on_batch=on_batch)
     keep(checkpoint.path, result)
     return result
 
