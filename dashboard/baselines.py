@@ -37,7 +37,9 @@ class Baseline(models.Loaded):
 
     @property
     def config(self) -> CNNConfig:
-        return self.checkpoint.config
+        config = self.checkpoint.config
+        assert isinstance(config, CNNConfig)  # loaded only as a CNN (networks=("cnn",))
+        return config
 
     @property
     def accuracy(self) -> float | None:
@@ -162,7 +164,7 @@ def robustness(
 
 
 def robustness_curves(
-    networks: dict[str, models.Loaded], dataset: str, limit: int, on_progress: Callable[[float, str], None]
+    networks: dict[str, models.Loaded], dataset: str, limit: int, on_progress: Callable[[float, str], object]
 ) -> dict[str, dict[str, affnist.Sweep]]:
     """{"rotation": {name: Sweep}, "scale": {...}} for each named network; `on_progress(fraction, what)`."""
     jobs = [(kind, name) for kind in ("rotation", "scale") for name in networks]
