@@ -211,7 +211,7 @@ def merge_evaluations(parts: list[Evaluation]) -> Evaluation:
     if len({p.capsules for p in parts}) != 1:
         raise ValueError("the parts come from different networks: some with capsules, some without")
     capsules: dict[str, Tensor] = {}
-    if parts[0].capsules:  # so every part has its statistics (the type: ignore[misc] below: mypy sees Tensor | None)
+    if parts[0].capsules:  # so every part has its statistics: mypy sees Tensor | None, hence the ignores below
         means = torch.stack([p.dimension_mean for p in parts]).double()  # type: ignore[misc]  # (P, K, D)
         squares = torch.stack([p.dimension_std for p in parts]).double() ** 2 + means**2  # type: ignore[misc]
         n = counts.sum(0).clamp(min=1)  # (K, 1)
