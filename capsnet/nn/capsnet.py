@@ -16,7 +16,7 @@ trace and the primary capsules, so explaining a prediction needs no hooks.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
@@ -25,9 +25,6 @@ from torch import Tensor, nn
 from capsnet.nn.config import CapsNetConfig
 from capsnet.nn.dynamic_routing import RoutingTrace
 from capsnet.nn.layers import PrimaryCapsules, RoutingCapsules, capsule_lengths, decoder_input
-
-if TYPE_CHECKING:  # the EM network's decoder is this one; em_capsnet imports this module
-    from capsnet.nn.em_capsnet import EMCapsNetConfig
 
 
 @dataclass
@@ -58,10 +55,27 @@ class CapsNetOutput:
         return self.lengths
 
 
+class DecoderShape(Protocol):
+    """What the decoder reads of a config: the CapsNetConfig's fields of these names, and the EMCapsNetConfig's."""
+
+    @property
+    def num_classes(self) -> int: ...
+    @property
+    def digit_dim(self) -> int: ...
+    @property
+    def decoder_hidden(self) -> tuple[int, ...]: ...
+    @property
+    def in_channels(self) -> int: ...
+    @property
+    def image_size(self) -> int: ...
+    @property
+    def image_pixels(self) -> int: ...
+
+
 class Decoder(nn.Module):
     """Three fully connected layers that redraw the image from the masked DigitCaps (figure 2)."""
 
-    def __init__(self, config: CapsNetConfig | EMCapsNetConfig) -> None:
+    def __init__(self, config: DecoderShape) -> None:
         super().__init__()
         self.config = config
         sizes = (config.num_classes * config.digit_dim, *config.decoder_hidden)
