@@ -11,7 +11,7 @@ CAPSNET_DATA_DIR := $(firstword $(wildcard $(abspath ../shared/datasets)) $(CURD
 endif
 export CAPSNET_DATA_DIR
 
-.PHONY: run test lint bench screenshots clean
+.PHONY: run test lint types bench screenshots clean
 
 $(BIN)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,9 @@ test: $(BIN)/.installed  ## run the whole test suite (real data from $$CAPSNET_D
 lint: $(BIN)/.installed
 	$(BIN)/ruff check capsnet dashboard tests benchmarks docs
 	$(BIN)/ruff format --check capsnet dashboard tests benchmarks docs
+
+types: $(BIN)/.installed  ## type-check the package and the dashboard (mypy; its settings are in pyproject.toml)
+	$(BIN)/mypy capsnet dashboard
 
 screenshots: $(BIN)/.installed  ## retake the README's screenshots (docs/*.png) with the shipped model
 	CAPSNET_SCREENSHOTS_DIR=docs CAPSNET_SCREENSHOTS_CHECKPOINT=checkpoints/mnist.safetensors $(BIN)/python -m pytest -m browser

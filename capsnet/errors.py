@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from typing import NoReturn
 
 
 class CapsNetError(Exception):
@@ -24,7 +25,7 @@ class InvalidArgumentError(CapsNetError, ValueError):
 class ArgumentParser(argparse.ArgumentParser):
     """argparse, but a bad argument prints one line (`prog: error: ...`) instead of the usage block."""
 
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
     @staticmethod

@@ -12,13 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor
 
 from capsnet.data.tasks import LabelledSet, Task
 from capsnet.device import exact_float32
+from capsnet.nn.capsnet import CapsNet
+from capsnet.nn.config import CapsNetConfig
+from capsnet.nn.em_capsnet import EMCapsNet, EMCapsNetConfig
 from capsnet.nn.registry import AnyModel, network_of
 
 
@@ -143,7 +146,7 @@ def evaluate(
     options = routing_options(model, routing_iterations)
     was_training = model.training
     model.eval()
-    k, d = config.num_classes, config.digit_dim if redraws else 0
+    k, d = config.num_classes, cast("CapsNetConfig | EMCapsNetConfig", config).digit_dim if redraws else 0
     sums = torch.zeros(3, dtype=torch.float64)
     predictions, lengths, errors = [], [], []
     pose_sum = torch.zeros(k, d, dtype=torch.float64)
@@ -161,7 +164,11 @@ def evaluate(
                 on_batch(min(start + batch_size, len(images)), len(images))
             continue
         # what a reader sees: the input redrawn from the winning capsule (the loss above used the true class's)
-        winners = out.reconstruction if bool((out.prediction == y).all()) else model.decode(out.poses, out.prediction)
+        winners = (
+            out.reconstruction
+            if bool((out.prediction == y).all())
+            else cast("CapsNet | EMCapsNet", model).decode(out.poses, out.prediction)
+        )
         errors.append((winners.float() - x.float()).square().flatten(1).sum(dim=1).cpu())  # (b,)
         right = out.prediction == y
         poses = out.poses.double()[right, y[right]].cpu()  # (n_right, D): each example's true-class capsule

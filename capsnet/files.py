@@ -159,7 +159,7 @@ def append_jsonl(path: str | os.PathLike, record: dict[str, Any]) -> None:
 def read_jsonl(path: str | os.PathLike, limit: int | None = None) -> list[dict[str, Any]]:
     """The complete JSON lines of `path` (a line being written is skipped), at most `limit` of them, read lazily
     (a huge file costs only the lines taken); [] if absent."""
-    records = []
+    records: list[dict[str, Any]] = []
     try:
         with open(path, encoding="utf-8", errors="replace") as handle:  # damaged bytes cost their line only
             for line in handle:

@@ -14,7 +14,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import streamlit as st
@@ -37,7 +37,7 @@ class Baseline(models.Loaded):
 
     @property
     def config(self) -> CNNConfig:
-        return self.checkpoint.config
+        return cast(CNNConfig, self.checkpoint.config)  # loaded only as a CNN (networks=("cnn",))
 
     @property
     def accuracy(self) -> float | None:
@@ -162,7 +162,7 @@ def robustness(
 
 
 def robustness_curves(
-    networks: dict[str, models.Loaded], dataset: str, limit: int, on_progress: Callable[[float, str], None]
+    networks: dict[str, models.Loaded], dataset: str, limit: int, on_progress: Callable[[float, str], object]
 ) -> dict[str, dict[str, affnist.Sweep]]:
     """{"rotation": {name: Sweep}, "scale": {...}} for each named network; `on_progress(fraction, what)`."""
     jobs = [(kind, name) for kind in ("rotation", "scale") for name in networks]

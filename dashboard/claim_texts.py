@@ -48,7 +48,7 @@ def claim_table(verdict, start_free=None) -> list[dict[str, object]]:
     ]
 
 
-def claim_table_by_network(verdict, start_free=None) -> dict[str, list[object]]:
+def claim_table_by_network(verdict, start_free=None) -> dict[str, list[str]]:
     """`claim_table` turned: one column per network, one row per figure ("figure" first, as the rows' names), so
     that 2 to 4 networks fit the page's width and a figure reads across them. The start-free pair's columns are
     named so ("CapsNet · from scratch"): its networks are the pair beside the verdict's own."""

@@ -66,8 +66,8 @@ def _model_reading(pairs: bool) -> catalog.CheckpointEntry | None:
     entries = models.checkpoint_entries(str(state.checkpoints_dir()), str(state.runs_root()))
     for entry in entries:
         read = task(entry.dataset) if entry.dataset in DATASETS else None
-        usable = not entry.error and entry.network == "capsnet" and read is not None
-        if usable and (read.pairs if pairs else read.takes_drawings):
+        usable = not entry.error and entry.network == "capsnet"
+        if usable and read is not None and (read.pairs if pairs else read.takes_drawings):
             return entry
     return None
 

@@ -66,16 +66,17 @@ def read_link(entries: list[CheckpointEntry]) -> None:
             )
         else:
             state.set_routing_iterations(value)
-    known = chosen is not None and chosen.dataset in DATASETS  # a header may name a dataset this version lacks
-    classes = len(dataset_info(chosen.dataset).classes) if known else 10
+    # the chosen model's dataset where this version knows it (a header may name a dataset this version lacks)
+    known = chosen.dataset if chosen is not None and chosen.dataset in DATASETS else None
+    classes = len(dataset_info(known).classes) if known else 10
     if "capsule" in params:
         value = _whole(params["capsule"], 0, classes - 1)
         if value is None:
             notices.append(f"The link's capsule {params['capsule']!r} is not a class from 0 to {classes - 1}: ignored.")
         else:
             state.choose_capsule(value)
-    if "test" in params and known and not task(chosen.dataset).takes_drawings:  # type: ignore[union-attr]
-        title = dataset_info(chosen.dataset).title  # type: ignore[union-attr]
+    if "test" in params and known and not task(known).takes_drawings:
+        title = dataset_info(known).title
         notices.append(
             f"The link's test image {str(params['test'])[:20]!r} is one 28x28 image, and the model the link opens "
             f"reads {title}: ignored (pick its examples on its own page)."
@@ -93,9 +94,9 @@ def read_link(entries: list[CheckpointEntry]) -> None:
             notices.append(f"The link's test image {params['test']!r} is not an index from 0 to {count - 1:,}.")
         else:
             open_test_image(value, dataset)
-    if state.current_input() is None and (not known or task(chosen.dataset).takes_drawings):  # type: ignore[union-attr]
+    if state.current_input() is None and (not known or task(known).takes_drawings):
         # a first visit has an input: every page that reads one shows it at once (the Draw page says which)
-        open_test_image(DEFAULT_TEST_IMAGE, chosen.dataset if known else "mnist")  # type: ignore[union-attr]
+        open_test_image(DEFAULT_TEST_IMAGE, known or "mnist")
     st.session_state[NOTICES] = notices
 
 

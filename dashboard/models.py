@@ -15,7 +15,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import streamlit as st
@@ -88,7 +88,8 @@ class Model(Loaded):
 
     @property
     def config(self) -> CapsNetConfig:
-        return self.checkpoint.config
+        # the EM network's is an EMCapsNetConfig: the pages that read it (`em`) read it as one, the others never see it
+        return cast(CapsNetConfig, self.checkpoint.config)
 
     @property
     def em(self) -> bool:

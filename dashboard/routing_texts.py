@@ -172,7 +172,7 @@ def routing_comparison(
                    f"1/{k} = {1 / k:.2f} to each parent, before any agreement has been measured.")  # fmt: skip
     else:
         child, parent = np.unravel_index(int(np.argmax(gap)), gap.shape)
-        weights = (f"The vote they weigh most differently is child {child + 1}'s for {names[parent]}: "
+        weights = (f"The vote they weigh most differently is child {child + 1}'s for {names[int(parent)]}: "
                    f"c = {coupling[t, child, parent]:.2f} under dynamic routing, R = "
                    f"{assignments[t, child, parent]:.2f} under EM.")  # fmt: skip
     return (

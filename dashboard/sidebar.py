@@ -121,7 +121,7 @@ def train_form() -> None:
             )  # fmt: skip
             choice = st.selectbox(
                 "Model", list(form.MODEL_LABELS), index=list(form.MODEL_LABELS).index((d.network, d.preset)),
-                format_func=form.MODEL_LABELS.get, key="train_preset",
+                format_func=lambda model: form.MODEL_LABELS[model], key="train_preset",
                 help="The tiny models have the same structure with narrower layers: they train in minutes on a CPU. "
                 "The CNN baseline is the paper's comparison: the pages set the shipped one (or, without it, the newest "
                 "CNN run) beside the CapsNet.",

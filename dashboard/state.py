@@ -10,7 +10,7 @@ import gc
 import hashlib
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 import streamlit as st
@@ -45,7 +45,7 @@ EM_LAYER = "em_routing_layer"  # the EM Routing page's layer: "class capsules", 
 EM_CHILD = "em_child_{}_{}"  # a convolutional EM layer's chosen child, by layer name and part (type, y, x)
 # the widgets above keep their value across pages (`persist_state`): Streamlit otherwise drops a widget's value at
 # the end of a run in which it is not drawn, and a page switch would forget it
-ACROSS_PAGES = "session"
+ACROSS_PAGES: Final = "session"
 
 
 def selected_primary() -> int | None:
@@ -152,7 +152,7 @@ def em_child_keys(layer: str) -> tuple[str, str, str]:
 
 def em_child(layer: str) -> tuple[int, int, int] | None:
     """`layer`'s chosen child as (type from 1, row, column), or None before one is chosen."""
-    kept = [st.session_state.get(key) for key in em_child_keys(layer)]
+    kept: list[Any] = [st.session_state.get(key) for key in em_child_keys(layer)]
     return None if any(v is None for v in kept) else (int(kept[0]), int(kept[1]), int(kept[2]))
 
 

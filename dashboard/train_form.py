@@ -73,6 +73,9 @@ def form_options(
     device: str = DEFAULTS.device,
 ) -> TrainOptions:
     """The run the form asks for, checked against the form's bounds: ValueError with a message a user can act on."""
+    value: object  # what a caller passed, checked below against bounds: whole numbers, then real ones
+    low: float
+    high: float
     for label, value, (low, high) in (
         ("epochs", epochs, EPOCHS),
         ("batch size", batch_size, BATCH_SIZE),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 
 from capsnet.checkpoints.checkpoint import load_checkpoint
 from capsnet.data.tasks import read_test_set
@@ -40,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
         test = affine_test_set(args.data_dir, args.limit)  # built once for all the checkpoints
         for checkpoint in models:
             result = measure(checkpoint.model, test=test)
-            facts = {"checkpoint": str(checkpoint.path), "network": checkpoint.network,
+            facts: dict[str, Any] = {"checkpoint": str(checkpoint.path), "network": checkpoint.network,
                      "moved_mnist_accuracy": result.moved_mnist_accuracy,
                      "affnist_like_accuracy": result.affnist_like_accuracy, "examples": result.examples}  # fmt: skip
             if args.json:

@@ -10,7 +10,7 @@ from capsnet.data.datasets import dataset_info
 from capsnet.data.tasks import read_test_set
 from capsnet.device import pick_device
 from capsnet.errors import ArgumentParser, CapsNetError, run_cli
-from capsnet.evaluation import evaluate_set, format_report
+from capsnet.evaluation import PairEvaluation, evaluate_set, format_report
 from capsnet.nn.registry import NETWORK_NAMES, network_of
 from capsnet.nn.routing import MAX_ROUTING_ITERATIONS
 
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         test = read_test_set(name, args.data_dir).first(args.limit)
         result = evaluate_set(checkpoint.model, test, args.batch_size, device, args.routing_iterations)
-        if test.task.pairs:  # MultiMNIST: the fixed test pairs, judged as the paper does
+        if isinstance(result, PairEvaluation):  # MultiMNIST: the fixed test pairs, judged as the paper does
             facts = {"loss": result.loss, "accuracy": result.accuracy, "error": result.error}
             if args.json:
                 print(json.dumps({**facts, "correct": result.correct, "total": result.total, "dataset": name,

@@ -42,7 +42,7 @@ class DatasetInfo:
     folder: str  # torchvision's folder under the root
     classes: tuple[str, ...]
     hflip: bool  # horizontal flips are label-preserving for this dataset
-    tv_class: type
+    tv_class: type[datasets.MNIST] | type[smallnorb.SmallNORB]  # the reader: torchvision's (or smallNORB's, here)
     noun: str = "item"  # what one example is called: "Draw a digit", "the predicted item"
     image_size: int = 28  # the side of the network's input
     pairs: bool = False  # MultiMNIST: each example overlays two digits of different classes (capsnet.data.multimnist)
@@ -191,7 +191,7 @@ def _raw_files(info: DatasetInfo) -> list[str]:
 
 def subset(dataset: Dataset, size: int | None, seed: int = 0) -> Dataset:
     """A seeded random subset of `size` examples (the whole set when size is None or larger)."""
-    total = len(dataset)  # type: ignore[arg-type]
+    total = len(dataset)  # type: ignore[arg-type]  # torch's Dataset declares no __len__; every set here has one
     if size is None or size >= total:
         return dataset
     if size < 1:
@@ -211,8 +211,8 @@ def stored_tensors(dataset: Dataset) -> tuple[torch.Tensor, torch.Tensor]:
         inner = torch.as_tensor(dataset.indices)
         indices = inner if indices is None else inner[indices]
         dataset = dataset.dataset
-    images = dataset.data  # type: ignore[attr-defined]  # (N, 28, 28) uint8
-    labels = torch.as_tensor(dataset.targets)  # type: ignore[attr-defined]
+    images = dataset.data  # type: ignore[attr-defined]  # a torchvision set's arrays (N, 28, 28) uint8
+    labels = torch.as_tensor(dataset.targets)  # type: ignore[attr-defined]  # (torch's Dataset declares neither)
     if indices is not None:
         images, labels = images[indices], labels[indices]
     return images.unsqueeze(1), labels.long()  # (N, 1, 28, 28), (N,)

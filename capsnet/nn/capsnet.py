@@ -91,6 +91,7 @@ class CapsNet(nn.Module):
         for weight, sigma in ((self.conv1.weight, 0.05), (self.primary.conv.weight, 0.1), (self.digits.weight, 0.1)):
             nn.init.trunc_normal_(weight, std=sigma, a=-2 * sigma, b=2 * sigma)
         for bias in (self.conv1.bias, self.primary.conv.bias):
+            assert bias is not None  # both convolutions are built with their bias
             nn.init.constant_(bias, 0.1)
 
     @property
@@ -172,6 +173,7 @@ class CapsNet(nn.Module):
         features, primary, poses, trace = self._layers(images, routing_iterations, return_trace)
         lengths = capsule_lengths(poses)  # (B, K)
         prediction = lengths.argmax(dim=1)  # (B,)
+        mask_class: Tensor | int
         if labels is not None:
             mask_class = labels
         elif decode_class is not None:

@@ -62,7 +62,10 @@ def _route(u_hat: Tensor, iterations: int) -> tuple[list[Tensor], list[Tensor], 
         coupling = torch.softmax(logits, dim=1)  # over the parents j: (B, K, N)
         s = torch.matmul(coupling.unsqueeze(2), u_hat).squeeze(2)  # (B, K, 1, N) @ (B, K, N, D) -> (B, K, D)
         v = squash(s)  # (B, K, D)
-        couplings.append(coupling), all_logits.append(logits), pre.append(s), poses.append(v)
+        couplings.append(coupling)
+        all_logits.append(logits)
+        pre.append(s)
+        poses.append(v)
         if t < iterations - 1:  # the last update of b would not be used
             agreement = _dot_children(u_hat, v)  # u_hat_{j|i} . v_j: (B, K, N)
             logits = logits + agreement
@@ -105,11 +108,13 @@ class _DynamicRouting(torch.autograd.Function):
                 assert g_logits is not None
                 # (B, K, 1, N) @ (B, K, N, D) -> (B, K, D)
                 grad_pose = torch.matmul(g_logits.unsqueeze(2), u_hat).squeeze(2)
-                left.append(g_logits), right.append(poses[t])
+                left.append(g_logits)
+                right.append(poses[t])
             with torch.enable_grad():
                 s = pre[t].detach().requires_grad_()
                 (grad_s,) = torch.autograd.grad(squash(s), s, grad_pose)  # (B, K, D)
-            left.append(couplings[t]), right.append(grad_s)
+            left.append(couplings[t])
+            right.append(grad_s)
             if t > 0:  # b_1 = 0 is a constant: no gradient needed for it
                 c = couplings[t]
                 grad_c = _dot_children(u_hat, grad_s)  # (B, K, N)

@@ -217,7 +217,8 @@ def _route(
     assignments, fits = [], []
     for t in range(iterations):
         fit = _m_step(assignment * child_a, both, centre.squeeze(3), beta_u, beta_a, scale, inverse_temperature(t + 1))
-        assignments.append(assignment), fits.append(fit)
+        assignments.append(assignment)
+        fits.append(fit)
         if t < iterations - 1:  # the last E-step would not be used
             assignment = _e_step(both, fit, child_index, children)
     return both, assignments, fits
@@ -289,7 +290,8 @@ class _EMRouting(torch.autograd.Function):
                 g_logit = g_l.sum(dim=-1) * torch.sigmoid(-fit.logit)  # through logsigmoid(z_t)
                 precision = 1.0 / variance
                 g_quadratic = -0.5 * g_l  # (B, P, J, I)
-                left.append(g_quadratic), right.append(torch.cat([-2 * mean * precision, precision], dim=-1))
+                left.append(g_quadratic)
+                right.append(torch.cat([-2 * mean * precision, precision], dim=-1))
                 g_weights = torch.matmul(g_quadratic.unsqueeze(3), both).squeeze(3)  # (B, P, J, 2H)
                 g_q, g_precision = -2 * g_weights[..., :half], g_weights[..., half:]  # q = mu / sigma^2
                 g_k = -0.5 * g_l.sum(dim=-1, keepdim=True)  # k = sum_h mu^2 / sigma^2 + log(2 pi sigma^2)
@@ -312,7 +314,8 @@ class _EMRouting(torch.autograd.Function):
             # [f, m] = w [V - c, (V - c)^2], w = r / (n + eps), n = sum_i r, r = R a
             g_moments = torch.cat([g_first, g_u], dim=-1)  # (B, P, J, 2H)
             weights = assignments[t] * child_a / (amount + EPSILON)  # (B, P, J, I)
-            left.append(weights), right.append(g_moments)
+            left.append(weights)
+            right.append(g_moments)
             g_w = _rows_dot(both, g_moments)  # (B, P, J, I)
             g_amount = g_amount - (g_w * weights).sum(dim=-1, keepdim=True) / (amount + EPSILON)
             g_assigned = g_w / (amount + EPSILON) + g_amount  # (B, P, J, I)

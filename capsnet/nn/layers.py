@@ -40,6 +40,7 @@ class PrimaryCapsules(nn.Module):
             out = self.conv(x)  # (B, types*dim, G, G)
         else:  # the official code's 1/32 on the convolution's output, before its bias
             out = F.conv2d(x, self.conv.weight, None, self.conv.stride) * self.scale
+            assert self.conv.bias is not None  # the convolution is built with its bias
             out = out + self.conv.bias.view(1, -1, 1, 1)  # (B, types*dim, G, G)
         batch, _, height, width = out.shape
         out = out.view(batch, self.types, self.dim, height, width)  # (B, 32, 8, 6, 6)

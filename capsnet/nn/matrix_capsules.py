@@ -71,6 +71,8 @@ class ConvCapsules(nn.Module):
     K*K*T_in*J*16 + 2J parameters (147,520 for 3x3, 32 -> 32).
     """
 
+    child_index: Tensor  # a buffer: the child in each slot of each window (L, I)
+
     def __init__(self, in_types: int, out_types: int, kernel: int, stride: int, in_size: int) -> None:
         super().__init__()
         if in_size < kernel:
@@ -122,6 +124,9 @@ class ClassCapsules(nn.Module):
     (row, column) of the centre of each child's receptive field is added to the first two entries of the right-hand
     column of its votes (pose entries 3 and 7), so the class poses can still say where the parts were.
     """
+
+    child_index: Tensor  # buffers: every child (1, I), and what coordinate addition adds to each cell's votes (H*W, 16)
+    offsets: Tensor
 
     def __init__(self, in_types: int, classes: int, in_size: int, coordinate_addition: bool = True) -> None:
         super().__init__()

@@ -98,7 +98,7 @@ class Verdict:
         caps, cnn = self.rows
         if caps.error is None or cnn.error is None or not caps.test_examples or not cnn.test_examples:
             return 0.0
-        variance = sum(r.error * (1 - r.error) / r.test_examples for r in (caps, cnn))  # type: ignore[operator]
+        variance = caps.error * (1 - caps.error) / caps.test_examples + cnn.error * (1 - cnn.error) / cnn.test_examples
         return 1.96 * variance**0.5
 
     @property
@@ -131,6 +131,7 @@ class Verdict:
             return f"No verdict: {missing} states no test figure."
         assert caps.error is not None and cnn.error is not None
         ahead, behind = (caps, cnn) if caps.error < cnn.error else (cnn, caps)
+        assert ahead.error is not None and behind.error is not None
         budget = (
             f"with the same budget of {caps.examples_seen:,} training examples each"
             if self.equal_budgets
@@ -139,6 +140,7 @@ class Verdict:
         starts = ", both from scratch (no warm start)" if self.from_scratch else ""
         sources = (caps.source_accuracy, cnn.source_accuracy)
         if caps.started_from != cnn.started_from and self.converged_sources:
+            assert sources[0] is not None and sources[1] is not None  # converged_sources: both are stated
             starts = (  # unequal lengths of training, but both sources had stopped improving: said, with figures
                 f", each warm-started from a converged MNIST model (the CapsNet's at {100 * sources[0]:.2f}% after "
                 f"{caps.started_from:,} digits, the CNN's at {100 * sources[1]:.2f}% after {cnn.started_from:,})"

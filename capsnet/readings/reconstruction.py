@@ -27,7 +27,7 @@ def reconstruct(model: AnyModel, images: torch.Tensor | np.ndarray, batch_size: 
     x = torch.as_tensor(images, dtype=torch.float32)
     side = model.config.image_size
     x = x.reshape(-1, 1, side, side)  # (B, 1, 28, 28)
-    device = model.device
+    device = next(model.parameters()).device
     recon, lengths, predictions = [], [], []
     with torch.inference_mode():
         for start in range(0, len(x), batch_size):  # batches, not examples

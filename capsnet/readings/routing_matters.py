@@ -21,7 +21,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -193,7 +193,8 @@ def iteration_lengths(
         raise ValueError(f"expected a non-empty batch of images (N, C, H, W), got {tuple(images.shape)}")
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-    device, dtype = model.device, next(model.parameters()).dtype
+    weight = next(model.parameters())
+    device, dtype = weight.device, weight.dtype
     batch_size = fitting_batch(model, batch_size)  # the largest EM networks hold tens of MB of votes per image
     was_training = model.training
     model.eval()
@@ -299,7 +300,10 @@ def kept_or_measured(
     if kept is not None:
         return kept
     sha256 = measurements.checkpoint_sha256(checkpoint.path)
-    result = measure(checkpoint.model, test, checkpoint_sha256=sha256, on_batch=on_batch)
+    model = checkpoint.model
+    if network_of(model).routing is None:  # as `iteration_lengths` would say
+        raise ValueError(f"routing iterations apply to a network that routes, not a {network_of(model).title}")
+    result = measure(cast("CapsNet | EMCapsNet", model), test, checkpoint_sha256=sha256, on_batch=on_batch)
     keep(checkpoint.path, result)
     return result
 

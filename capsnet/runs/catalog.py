@@ -125,10 +125,10 @@ def list_checkpoints(
         order = {name: k for k, name in enumerate(SHIPPED)}
         shipped = sorted(files, key=lambda p: (order.get(p.name, len(order)), p.name))
     entries = [_describe(path, "shipped") for path in shipped]
-    for folder in run_folders(root):
-        checkpoint = folder.checkpoint()
+    for run in run_folders(root):
+        checkpoint = run.checkpoint()
         if checkpoint is not None and _inside(checkpoint, runs_root(root)):
-            entries.append(_describe(checkpoint, "run", folder.name))
+            entries.append(_describe(checkpoint, "run", run.name))
     return [e for e in entries if e.network in wanted]
 
 
@@ -136,7 +136,7 @@ def trained_on(dataset: str, entries: list[CheckpointEntry]) -> CheckpointEntry 
     """The readable entry trained on `dataset`: the shipped one, else the newest run's (entries come newest first)."""
     usable = [e for e in entries if not e.error and e.dataset == dataset]
     shipped = [e for e in usable if e.source == "shipped"]
-    return (shipped or usable or [None])[0]
+    return next(iter(shipped or usable), None)
 
 
 def baseline_for(dataset: str, baselines: list[CheckpointEntry]) -> CheckpointEntry | None:

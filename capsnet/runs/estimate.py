@@ -39,7 +39,7 @@ def _same_network(args: dict[str, Any], options: TrainOptions, chosen: Accelerat
         same_size = dataset_info(str(args.get("dataset"))).image_size == dataset_info(options.dataset).image_size
     except (KeyError, ValueError):
         return False
-    acceleration = args.get("acceleration") if isinstance(args.get("acceleration"), dict) else {}
+    acceleration = stored if isinstance(stored := args.get("acceleration"), dict) else {}
     return (
         same_size
         and stored_network(args) == options.network

@@ -104,9 +104,10 @@ def export_checkpoint(
     if lineage.records:
         with atomic_path(log) as tmp:
             tmp.write_text("".join(json.dumps(record) + "\n" for record in lineage.records), encoding="utf-8")
-        for missing in lineage.missing if on_note is not None else ():
-            on_note(f"note: {log} lacks the epochs of the run that saved {missing}: no log beside it "
-                    f"({missing.parent / 'metrics.jsonl'}); the later epochs are numbered on all the same")  # fmt: skip
+        if on_note is not None:
+            for missing in lineage.missing:
+                on_note(f"note: {log} lacks the epochs of the run that saved {missing}: no log beside it "
+                        f"({missing.parent / 'metrics.jsonl'}); the later epochs are numbered on all the same")  # fmt: skip
     _record_if_shipped(target, data_dir)
     return info
 

@@ -23,7 +23,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Literal
 
 from capsnet.device import pick_device
 from capsnet.errors import CapsNetError
@@ -288,7 +288,7 @@ class RunSummary:
         scored = [m for m in self.metrics if isinstance(m.get("test_accuracy"), (int, float))]
         if not scored:
             return None
-        key = (
+        key: Literal["val_accuracy", "test_accuracy"] = (
             "val_accuracy" if all(isinstance(m.get("val_accuracy"), (int, float)) for m in scored) else "test_accuracy"
         )
         return max(scored, key=lambda m: m[key])["test_accuracy"]

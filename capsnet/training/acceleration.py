@@ -110,7 +110,7 @@ class Acceleration:
     def from_dict(cls, data: dict[str, object]) -> Acceleration:
         """A recorded choice (args.json's "acceleration"); ValueError for one that is not."""
         try:
-            return cls(**data)  # type: ignore[arg-type]
+            return cls(**data)  # type: ignore[arg-type]  # the fields as recorded: a wrong set is the TypeError below
         except TypeError as error:
             raise ValueError(f"not a recorded acceleration: {error}") from None
 

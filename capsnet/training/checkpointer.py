@@ -18,6 +18,7 @@ from __future__ import annotations
 import pickle
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
+from typing import cast
 
 import torch
 
@@ -31,7 +32,7 @@ from capsnet.evaluation import Evaluation, PairEvaluation
 from capsnet.files import atomic_path, write_failure
 from capsnet.nn.registry import AnyModel
 from capsnet.readings.novelty import NoveltyThresholds
-from capsnet.training.folder import RunFolder
+from capsnet.training.folder import EpochRecord, RunFolder
 from capsnet.training.options import TrainOptions
 from capsnet.training.schedule import Schedule
 
@@ -90,9 +91,9 @@ class Checkpointer:
             and self.state.record.get("epoch") == committed
             and committed not in [r["epoch"] for r in kept]
         ):
-            kept.append(self.state.record)  # type: ignore[arg-type]
+            kept.append(cast(EpochRecord, self.state.record))  # the metrics line saved with the state
         if kept != metrics:
-            self.folder.write_metrics(kept)  # type: ignore[arg-type]
+            self.folder.write_metrics(kept)
             done.append(f"metrics.jsonl made to end at epoch {committed}")
         done += [f"removed {p.name}" for p in self.folder.remove_stale_temporaries()]
         return done
@@ -153,7 +154,7 @@ class Checkpointer:
             raise write_failure(self.folder.state_path, error) from None
         self.committed_best = self.state.best_accuracy
 
-    def commit_epoch(self, epoch: int, record: dict | None) -> None:
+    def commit_epoch(self, epoch: int, record: EpochRecord | None) -> None:
         """Epoch `epoch` is done: save the state with its metrics `record` (the commit), then give the staged
         checkpoints their names and append the metrics line."""
         self.state.record = dict(record or {})
@@ -165,7 +166,7 @@ class Checkpointer:
             if staged.is_file():
                 staged.replace(self.folder.file(name))
         if record:
-            self.folder.append_metrics(record)  # type: ignore[arg-type]
+            self.folder.append_metrics(record)
 
     def save_models(self, epoch: int, accuracy: float, info: CheckpointInfo) -> bool:
         """Stage last.safetensors, and best.safetensors if `accuracy` is the best so far (`commit_epoch` gives

@@ -93,7 +93,10 @@ class EpochSums:
 
     @classmethod
     def from_state(cls, state: dict[str, float]) -> EpochSums:
-        return cls(**{k: float(v) for k, v in state.items() if k in ("loss_sum", "correct", "seen", "seconds")})
+        loss_sum, correct, seen, seconds = (
+            float(state.get(k, 0.0)) for k in ("loss_sum", "correct", "seen", "seconds")
+        )
+        return cls(loss_sum, correct, seen, seconds)
 
 
 # ---------------------------------------------------------------- one epoch
@@ -139,8 +142,10 @@ def train_one_epoch(ctx: EpochContext, loader: Iterable[tuple[torch.Tensor, torc
     start = last_report = last_save = time.perf_counter()
 
     def totals(stopped: bool = False) -> EpochSums:  # every process together
-        summed = reduce_sum([loss_sum.item(), float(correct.item()), float(seen)], env, device)
-        return EpochSums(*summed, seconds=time.perf_counter() - start, batches=batches, stopped=stopped)
+        total_loss, total_correct, total_seen = reduce_sum(
+            [loss_sum.item(), float(correct.item()), float(seen)], env, device
+        )
+        return EpochSums(total_loss, total_correct, total_seen, time.perf_counter() - start, batches, stopped)
 
     def report() -> None:
         mean_loss, accuracy = loss_sum.item() / seen, correct.item() / seen

@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import IO, Any, Literal, TypedDict
+from typing import IO, Any, Literal, TypedDict, cast
 
 from capsnet.errors import CapsNetError
 from capsnet.files import append_jsonl, atomic_write, read_json, read_jsonl, write_failure, write_json
@@ -109,7 +109,8 @@ class Progress:
             return None
         values: dict[str, Any] = {}
         for f in dataclasses.fields(cls):
-            value, default = data.get(f.name), f.default
+            value: Any = data.get(f.name)  # a number where `numeric` says so (mypy does not follow the alias)
+            default = f.default
             numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
             if isinstance(default, str) and isinstance(value, str):
                 values[f.name] = value
@@ -185,7 +186,7 @@ class RunFolder:
             if not isinstance(raw, dict) or not _whole(raw.get("epoch")) or raw["epoch"] < 1:
                 continue
             record = {k: v for k, v in raw.items() if k in _NUMERIC and _finite(v)}
-            records.append(record)  # type: ignore[arg-type]
+            records.append(cast(EpochRecord, record))  # its keys are EpochRecord's, its values numbers
         return records
 
     def read_args(self) -> dict[str, Any]:

@@ -80,9 +80,10 @@ def load_data(options: TrainOptions, device: torch.device, env: Distributed) -> 
     full = load_dataset(options.dataset, train=True, data_dir=options.data_dir, download=options.download)
     val = None
     if options.val_size:  # a seeded split of the training set, before any subset of it is taken
-        if options.val_size >= len(full):  # type: ignore[arg-type]
-            raise CapsNetError(f"--val-size {options.val_size} leaves no training images (the set has {len(full)})")
-        order = torch.randperm(len(full), generator=torch.Generator().manual_seed(options.seed + 7919))  # type: ignore[arg-type]
+        total = len(full)  # type: ignore[arg-type]  # torch's Dataset declares no __len__; torchvision's sets have one
+        if options.val_size >= total:
+            raise CapsNetError(f"--val-size {options.val_size} leaves no training images (the set has {total})")
+        order = torch.randperm(total, generator=torch.Generator().manual_seed(options.seed + 7919))
         held_out = Subset(full, order[: options.val_size].tolist())
         val = labelled(info, held_out, pairs_per_digit=1, seed=VAL_SEED)  # pairs: of held-out digits only, fixed
         full = Subset(full, order[options.val_size :].tolist())
@@ -92,7 +93,9 @@ def load_data(options: TrainOptions, device: torch.device, env: Distributed) -> 
     if task.kind == "placed":
         train_images = placed(train_images, info.image_size)  # centred: the shifts move them anywhere on it
     train_images, train_labels = train_images.to(device), train_labels.to(device)
-    sampler = DistributedSampler(train_set, num_replicas=env.world, rank=env.rank, shuffle=True, seed=options.seed)
+    sampler: DistributedSampler[Any] = DistributedSampler(
+        train_set, num_replicas=env.world, rank=env.rank, shuffle=True, seed=options.seed
+    )
     if task.pairs:  # the fixed test pairs (a seeded subset of them with --test-size), made as they are evaluated
         test = labelled(info, test_set, TEST_PAIRS_PER_DIGIT, TEST_SEED).sample(options.test_size, options.seed)
         return Data(train_images, train_labels, sampler, test, False, val)

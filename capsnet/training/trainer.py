@@ -23,7 +23,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import torch
 from tqdm import tqdm
@@ -118,7 +118,7 @@ class Run:
     batches: int  # per epoch, in this process
     model: AnyModel  # as built: what is saved
     net: torch.nn.Module  # what trains: compiled where chosen, inside DDP under torchrun
-    judge: torch.nn.Module  # what evaluates after each epoch
+    judge: AnyModel  # what evaluates after each epoch
     optimizer: torch.optim.Optimizer
     schedule: Schedule
     saver: Checkpointer
@@ -161,10 +161,10 @@ def set_up(prepared: Prepared, env: Distributed, device: torch.device) -> Run:
         print(f"training on {describe_device(device)}: {accel.describe()}", flush=True)  # stdout: stderr is for errors
     net: torch.nn.Module = model
     if accel.compile:
-        net = torch.compile(net)
+        net = cast(torch.nn.Module, torch.compile(net))  # an OptimizedModule: the model's attributes, compiled
     # what evaluates after each epoch: the compiled module where there is one process (the EM network's inference on a
     # CPU runs 1.7x faster compiled); under torchrun the main process evaluates alone, outside the DDP wrapper
-    judge = net if accel.compile and not env.enabled else model
+    judge = cast(AnyModel, net) if accel.compile and not env.enabled else model
     if env.enabled:
         net = torch.nn.parallel.DistributedDataParallel(
             net, device_ids=[env.local_rank] if device.type == "cuda" else None
@@ -204,7 +204,7 @@ def train_epoch(run: Run, epoch: int, stop: StopFlag, watch: CollapseWatch, wind
         bar = tqdm(total=batches, initial=done_before, desc=f"epoch {epoch + 1}/{options.epochs}",
                    unit="batch", dynamic_ncols=True)  # fmt: skip
     epoch_start = time.perf_counter()
-    on_batch = functools.partial(
+    on_batch: Callable[[int, float, float, float], None] = functools.partial(
         run.progress.batch_done,
         epoch=epoch + 1,
         done_before=done_before,
@@ -314,7 +314,7 @@ def fit(
                     result, val = evaluate(run, epoch)  # and the epoch's checkpoints staged
                     record = epoch_record(epoch, trained, result, val, run.optimizer.param_groups[0]["lr"])
                 run.schedule.after_epoch()
-                saver.commit_epoch(epoch + 1, dict(record) if record else None)  # state, checkpoints, metrics line
+                saver.commit_epoch(epoch + 1, record)  # state, checkpoints, metrics line
                 window.epoch_done(epoch + 1)  # the main process only
                 if record is not None:
                     print(json.dumps(record), flush=True)

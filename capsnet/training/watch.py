@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import torch
@@ -40,6 +41,8 @@ from capsnet.data.multimnist import Pairs
 from capsnet.data.tasks import LabelledSet
 from capsnet.errors import CapsNetError
 from capsnet.files import FileReadError, atomic_write, read_regular_file
+from capsnet.nn.capsnet import CapsNet
+from capsnet.nn.em_capsnet import EMCapsNet
 from capsnet.nn.registry import AnyModel, network_of
 from capsnet.training.folder import RunFolder
 
@@ -64,14 +67,14 @@ def window_examples(test: LabelledSet, count: int = WINDOW_SIZE, seed: int = WIN
     if total == 0 or count < 1:
         raise ValueError(f"a window needs at least one test example and count >= 1, got {total} and {count}")
     order = torch.randperm(total, generator=torch.Generator().manual_seed(seed))  # (N,)
-    classes = (test.labels[test.pairs.first] if test.task.pairs else test.labels)[order].long()  # (N,)
+    classes = (test.labels[test.pairs.first] if test.pairs is not None else test.labels)[order].long()  # (N,)
     position = torch.arange(total)
     first = torch.full((test.info.num_classes,), total).scatter_reduce(0, classes, position, reduce="amin")  # (K,)
     picked = first[first < total]  # positions in `order` of each present class's first example, by class
     others = torch.ones(total, dtype=torch.bool)
     others[picked] = False
     chosen = order[torch.cat([picked, position[others]])[:count]]  # (n,)
-    if test.task.pairs:
+    if test.pairs is not None:
         p = test.pairs
         batch = Pairs(p.first[chosen], p.second[chosen], p.offsets[chosen]).take(
             test.images, test.labels, 0, len(chosen)
@@ -94,7 +97,8 @@ def look(model: AnyModel, images: Tensor, present: int) -> tuple[np.ndarray, np.
             if not network_of(model).redraws(model.config):
                 return out.scores.float().cpu().numpy(), None
             top = out.scores.topk(present, dim=1).indices  # (n, L)
-            parts = torch.stack([model.decode(out.poses, top[:, k]) for k in range(present)], 1)  # (n, L, C, H, W)
+            redrawing = cast("CapsNet | EMCapsNet", model)  # a network that redraws has a decoder
+            parts = torch.stack([redrawing.decode(out.poses, top[:, k]) for k in range(present)], 1)  # (n, L, C, H, W)
             redrawn = parts.float().sum(dim=1).clamp(max=1.0)[:, 0]  # (n, H, W): channel 0
             return out.scores.float().cpu().numpy(), redrawn.cpu().numpy()
     finally:
@@ -262,7 +266,11 @@ class Watcher:
         self.reconstructions = np.zeros((0, *self.images.shape), np.uint8)
         old = read_window(folder) if resume_at is not None else None
         same = (self.images.shape, self.labels.shape, net.redraws(c), c.num_classes)
-        if old is not None and (old.images.shape, old.labels.shape, old.redrawn, old.scores.shape[2]) == same:
+        if (
+            old is not None
+            and resume_at is not None
+            and ((old.images.shape, old.labels.shape, old.redrawn, old.scores.shape[2]) == same)
+        ):
             keep = (old.epochs < resume_at[0] + 1) | ((old.epochs == resume_at[0] + 1) & (old.batch <= resume_at[1]))
             self.images, self.labels = _to_bytes(old.images), old.labels  # the same window as before the stop
             self.epochs, self.batch = old.epochs[keep].astype(np.int32), old.batch[keep].astype(np.int32)

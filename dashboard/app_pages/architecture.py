@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import streamlit as st
 
 from capsnet.nn.config import CapsNetConfig
@@ -218,9 +220,9 @@ st.caption(
 view_col, formula_col = st.columns([1.5, 1], gap="large")  # one formula a line, each whole at 1,100 px
 with formula_col:
     st.subheader(titles[stage], anchor=False)
-    for line in em_formulas(stage, config) if em else formulas(stage, config):
+    for line in em_formulas(stage, cast(EMCapsNetConfig, config)) if em else formulas(stage, config):
         st.latex(line)
-    st.markdown(em_explanation(stage, config) if em else explanation(stage, config))
+    st.markdown(em_explanation(stage, cast(EMCapsNetConfig, config)) if em else explanation(stage, config))
 if em:  # what each stage computes on the current input is drawn for the CapsNet; the EM reading is on Draw
     with view_col:
         st.info(

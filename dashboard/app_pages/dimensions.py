@@ -7,6 +7,7 @@ import streamlit as st
 
 from capsnet.nn.config import CapsNetConfig
 from capsnet.readings import decoding
+from capsnet.readings.explain_em import EMExplanation
 from dashboard import figures, guards, state, texts, widgets
 
 PER_ROW = 4
@@ -62,7 +63,11 @@ st.caption(
     f"Input: **{state.input_label() or 'current input'}** · capsule **{names[klass]}**"
     + (" (the winner)" if choice is None else "")
     + ", "
-    + (f"activation a = {result.activations[klass]:.2f}. " if em else f"length |v| = {np.linalg.norm(base):.2f}. ")
+    + (
+        f"activation a = {result.activations[klass]:.2f}. "
+        if isinstance(result, EMExplanation)
+        else f"length |v| = {np.linalg.norm(base):.2f}. "
+    )
     + texts.dimension_ranges(ranges.from_statistics, names[klass])
 )
 

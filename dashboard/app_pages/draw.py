@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from typing import cast
 
 import numpy as np
 import streamlit as st
@@ -10,6 +11,7 @@ from streamlit_drawable_canvas import st_canvas
 
 from capsnet.data.preprocess import PreprocessError, preprocess_canvas, preprocess_upload
 from capsnet.nn.config import CapsNetConfig
+from capsnet.nn.em_capsnet import EMCapsNetConfig
 from dashboard import figures, guards, guided_path, models, pages, state, texts, widgets
 
 UPLOAD_MB = 25  # a phone's photo of a digit is often 3-8 MB; decoding is bounded by pixels (capsnet.data.preprocess)
@@ -195,7 +197,7 @@ if noun != "digit":
     st.info(texts.fashion_drawing(noun), icon=":material/checkroom:")
 with st.expander("What is a capsule?", icon=":material/help:"):
     if em:
-        st.markdown(texts.em_capsule(config))
+        st.markdown(texts.em_capsule(cast(EMCapsNetConfig, config)))  # the EM network's config
     else:
         st.markdown(texts.capsule(config))
         st.markdown(texts.SQUASH)

@@ -6,6 +6,7 @@ The two digits are test digits (chosen, or a random pair) or two drawings made o
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import numpy as np
 import streamlit as st
@@ -56,7 +57,7 @@ def _drawn_pair() -> tuple[np.ndarray, np.ndarray] | None:
         kept = st.session_state.get(f"overlap_drawn_{slot}")
         if kept is not None:
             column.image(figures.pixel_image(kept, 2), caption=f"the {slot} digit", width=56, output_format="PNG")
-    drawn = [st.session_state.get(f"overlap_drawn_{slot}") for slot in SLOTS]
+    drawn: list[Any] = [st.session_state.get(f"overlap_drawn_{slot}") for slot in SLOTS]
     if any(d is None for d in drawn):
         st.caption("Draw a digit, keep it as the first, then draw another and keep it as the second.")
         return None

@@ -275,7 +275,7 @@ def _real(model: models.Model, image: np.ndarray) -> None:
     controls = st.columns([1, 1], vertical_alignment="bottom")
     r = controls[0].slider(
         "Routing iterations r", 1, max(MAX_ITERATIONS, config.routing_iterations), key=REAL_ITERATIONS,
-        **({} if REAL_ITERATIONS in st.session_state else {"value": config.routing_iterations}),
+        value=None if REAL_ITERATIONS in st.session_state else config.routing_iterations,  # None: the kept value
     )  # fmt: skip
     reading = model.explain(image, int(r))
     votes, prediction = reading.votes, reading.prediction

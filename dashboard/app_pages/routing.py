@@ -101,7 +101,7 @@ def _em_routing(model: models.Model) -> None:
         key=state.ROUTING_ITERATIONS, persist_state=state.ACROSS_PAGES,
         help=f"How many times every capsule layer routes, for this input. The model was trained with "
         f"{config.routing_iterations}.",
-        **({} if state.routing_iterations() is not None else {"value": config.routing_iterations}),
+        value=None if state.routing_iterations() is not None else config.routing_iterations,  # None: the kept value
     )  # fmt: skip
     reading = model.explain_em(image, iterations=int(iterations))
     prediction = reading.prediction
@@ -267,7 +267,7 @@ iterations = c1.slider(
     key=state.ROUTING_ITERATIONS,
     persist_state=state.ACROSS_PAGES,
     help=f"How many times to run the loop for this input. The model was trained with {config.routing_iterations}.",
-    **({} if state.routing_iterations() is not None else {"value": config.routing_iterations}),
+    value=None if state.routing_iterations() is not None else config.routing_iterations,  # None: the kept value
 )
 result = model.explain(image, int(iterations))  # one forward pass: its trace carries the votes too
 prediction = result.prediction

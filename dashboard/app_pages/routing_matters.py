@@ -84,7 +84,7 @@ rs, accuracy, trained = result.iterations, result.accuracy, result.trained_itera
 own = trained if trained in rs else rs[-1]
 best = max(range(len(rs)), key=lambda n: (accuracy[n], -abs(rs[n] - own)))
 # short labels, the details in the delta line and the help: four to a row fit a 1,100 px window
-quiet = dict(delta_color="off", delta_arrow="off", border=True)
+quiet: dict[str, Any] = dict(delta_color="off", delta_arrow="off", border=True)
 c1, c2, c3, c4 = st.columns(4)
 c1.metric(
     "r = 1", f"{100 * accuracy[0]:.2f}%", "no routing", **quiet, help="The plain sum of the votes: one iteration."

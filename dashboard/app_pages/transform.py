@@ -104,7 +104,7 @@ strip = [int(np.argmin(np.abs(eq.SWEEP_ANGLES - a))) for a in STRIP]
 redrawn = sweep.reconstructions is not None
 st.plotly_chart(
     figures.image_rows_figure(
-        [sweep.images[strip], *([sweep.reconstructions[strip]] if redrawn else [])],
+        [sweep.images[strip], *([sweep.reconstructions[strip]] if sweep.reconstructions is not None else [])],
         ["input", *([f"capsule {names[capsule]}"] if redrawn else [])],
         height=190 if redrawn else 110,
     ),

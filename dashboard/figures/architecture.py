@@ -128,7 +128,11 @@ def _wrap(text: str, width: int) -> str:
 
 
 def feature_maps_figure(
-    maps: np.ndarray, channels: Sequence[int], window: tuple[int, int] | None, kernel: int, height: int = 420
+    maps: np.ndarray,
+    channels: Sequence[int] | np.ndarray,
+    window: tuple[int, int] | None,
+    kernel: int,
+    height: int = 420,
 ) -> go.Figure:
     """Some of Conv1's feature maps (M, S, S), tiled, each labelled with its channel on hover.
 
@@ -316,7 +320,8 @@ def routing_figure(coupling: np.ndarray, lengths: np.ndarray, names: Sequence[st
         (coupling, "Blues", top, "c = %{z:.3f}", "couplings c_ij of capsule i", [0.0, 0.46]),
         (lengths, ACTIVATION, 1.0, "|v| = %{z:.3f}", "lengths |v_j|", [0.54, 1.0]),
     )
-    data, layout, notes = [], {}, []
+    data, notes = [], []
+    layout: dict[str, Any] = {}
     for i, (z, scale, high, label, title, domain) in enumerate(panels):
         axis = "" if i == 0 else "2"
         data.append(

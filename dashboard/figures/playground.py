@@ -32,7 +32,7 @@ def plane_figure(
     agreement: np.ndarray,
     sums: np.ndarray,
     poses: np.ndarray,
-    parents: Sequence[int],
+    parents: Sequence[int] | np.ndarray,
     names: Sequence[str],
     step: int,
     selected: tuple[int, int] | None = None,
@@ -216,7 +216,7 @@ MIN_LABELLED = 0.12  # a bar segment narrower than this (of a row's 1) is not la
 
 def coupling_bars_figure(
     coupling: np.ndarray,
-    parents: Sequence[int],
+    parents: Sequence[int] | np.ndarray,
     names: Sequence[str],
     selected: int | None = None,
     height: int = 420,
@@ -251,7 +251,7 @@ def coupling_bars_figure(
 
 def lengths_figure(
     lengths: np.ndarray,
-    parents: Sequence[int],
+    parents: Sequence[int] | np.ndarray,
     names: Sequence[str],
     step: int,
     height: int = 300,
