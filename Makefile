@@ -11,7 +11,7 @@ CAPSNET_DATA_DIR := $(firstword $(wildcard $(abspath ../shared/datasets)) $(CURD
 endif
 export CAPSNET_DATA_DIR
 
-.PHONY: run test lint types bench screenshots clean
+.PHONY: run test check lint types bench screenshots clean
 
 $(BIN)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,9 @@ run: $(BIN)/.installed  ## start the dashboard on the shipped model
 
 test: $(BIN)/.installed  ## run the whole test suite (real data from $$CAPSNET_DATA_DIR, browser tests), a file per worker
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
+
+check: $(BIN)/.installed  ## the fast tier (under 2 minutes): the whole suite less its browser and slow tests
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal -m "not browser and not slow"
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check capsnet dashboard tests benchmarks docs

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import made_once
 from streamlit.components.v2 import manifest_scanner
 from streamlit.testing.v1 import AppTest
 
@@ -30,26 +31,28 @@ def app_run(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A run folder named like the app's, holding a tiny CapsNet trained for one epoch on 300 MNIST images.
 
     Smaller than conftest's `tiny_run` (a few seconds on a CPU): the app tests need a trained model, not a good one.
+    Trained once for the whole session (`made_once`: the xdist workers share it); tests copy it before changing it.
     """
     from capsnet.training.options import TrainOptions
     from capsnet.training.trainer import train
 
-    root = tmp_path_factory.mktemp("runs")
-    run_dir = root / RUN_NAME
-    train(
-        TrainOptions(
-            dataset="mnist",
-            epochs=1,
-            batch_size=50,
-            preset="tiny",
-            train_size=300,
-            test_size=200,
-            device="cpu",
-            out=str(run_dir),
-            progress=False,
-            data_dir=str(data_dir),
+    def make(run_dir: Path) -> None:
+        train(
+            TrainOptions(
+                dataset="mnist",
+                epochs=1,
+                batch_size=50,
+                preset="tiny",
+                train_size=300,
+                test_size=200,
+                device="cpu",
+                out=str(run_dir),
+                progress=False,
+                data_dir=str(data_dir),
+            )
         )
-    )
+
+    run_dir = made_once(tmp_path_factory, RUN_NAME, make)
     assert (run_dir / "best.safetensors").is_file()
     return run_dir
 

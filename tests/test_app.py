@@ -554,6 +554,7 @@ def test_a_model_trained_with_six_routing_iterations_opens_everywhere(app_dirs, 
         assert chart(at, "votes_chosen")["data"][3]["text"] == ["iteration 6 of 6"]
 
 
+@pytest.mark.slow
 def test_the_dimensions_page_says_where_its_ranges_come_from(app_dirs, app_run) -> None:  # noqa: F811
     _, checkpoints = app_dirs
     _reconfigured(app_run, checkpoints / "mnist.safetensors", info={"dataset": "mnist", "dimension_mean": [[0.0] * 8]})
@@ -770,6 +771,7 @@ def test_the_transform_lens_follows_the_sliders(app_with_run) -> None:  # noqa: 
     assert at.slider(key="lens_rotation").value == 0.0 and transformed() == before
 
 
+@pytest.mark.slow
 def test_the_transform_lens_sets_the_capsnet_beside_a_cnn(
     app_with_run,  # noqa: F811
     tiny_baselines,
@@ -953,6 +955,7 @@ def ship_baseline(checkpoints: Path, source: Path, dataset: str) -> None:
     shutil.copy(source, checkpoints / "baselines" / f"{dataset}-cnn.safetensors")
 
 
+@pytest.mark.slow
 def test_the_overlapping_digits_page(app_dirs, tiny_multimnist, tiny_baselines) -> None:  # noqa: F811
     _, checkpoints = app_dirs
     shutil.copy(tiny_multimnist, checkpoints / "multimnist.safetensors")
@@ -1118,6 +1121,7 @@ def _em_checkpoint(path: Path, decoder: bool) -> Path:
     )
 
 
+@pytest.mark.slow
 def test_every_page_runs_on_an_em_model(app_dirs, data_dir: Path, tmp_path: Path) -> None:  # noqa: F811
     """The EM network in the picker (issue 30): Draw, Dimensions and Evaluate read it (activations as its scores, its
     class layer's routing, the 16 pose entries redrawn by its decoder), every page that reads only the CapsNet says so

@@ -295,6 +295,7 @@ def test_the_page_shows_each_stage_of_the_chosen_model(app_with_run, app_run) ->
     assert at.selectbox(key="arch_digit").value == 5  # kept while another stage was shown
 
 
+@pytest.mark.slow
 def test_a_multimnist_model_is_drawn_with_its_own_shapes(app_dirs, tiny_multimnist) -> None:  # noqa: F811
     _, checkpoints = app_dirs
     shutil.copy(tiny_multimnist, checkpoints / "multimnist.safetensors")

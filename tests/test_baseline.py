@@ -139,6 +139,7 @@ def test_the_catalogue_lists_the_baselines_apart(tmp_path: Path) -> None:
     assert catalog.baseline_for("fashion-mnist", baselines) is None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dataset", ["mnist", "multimnist"])
 def test_train_evaluate_and_export_a_cnn_from_the_cli(data_dir: Path, tmp_path: Path, dataset: str) -> None:
     run = tmp_path / "cnn"

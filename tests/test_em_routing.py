@@ -96,7 +96,8 @@ def _check_against_reference(votes, acts, beta_u, beta_a, child_index, children,
             )
 
 
-@pytest.mark.parametrize("iterations", [1, 2, 3])
+# three iterations of the reference on a preset's fan-in take 3-10 s each: the whole suite runs them, `make check` 1 and 2
+@pytest.mark.parametrize("iterations", [1, 2, pytest.param(3, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("preset", sorted(EM_PRESETS))
 def test_class_layer_matches_the_reference(preset, iterations):
     """Each preset's class capsules (every child reaches every class once), both backward passes."""
@@ -256,6 +257,7 @@ def test_a_step_leaves_nothing_alive_once_its_tensors_are_gone(backward):
         gc.enable()
 
 
+@pytest.mark.slow
 def test_compiled_routing_gives_the_eager_values_and_gradients():
     """`torch.compile` traces the hand-written backward whole (no graph break) and keeps its numbers: an EM run on a
     CPU compiles by default (`TrainOptions.cpu_compile_pays`)."""

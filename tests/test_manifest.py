@@ -9,17 +9,19 @@ from pathlib import Path
 
 import pytest
 import torch
+from dashboard_fixtures import app_run  # noqa: F401
 
 from capsnet.checkpoints import manifest
 from capsnet.nn.capsnet import CapsNet
 
 
 @pytest.fixture
-def shipped(tiny_checkpoint: Path, tmp_path: Path, data_dir: Path) -> Path:
-    """A checkpoints folder holding one file in a subfolder, with its manifest entry."""
+def shipped(app_run: Path, tmp_path: Path, data_dir: Path) -> Path:  # noqa: F811
+    """A checkpoints folder holding one file in a subfolder, with its manifest entry: a tiny CapsNet trained on real
+    digits (the app tests' quick run, not the 40 s `tiny_run`: its answers vary from digit to digit, as a check needs)."""
     (tmp_path / "baselines").mkdir()
     path = tmp_path / "baselines" / "tiny.safetensors"
-    shutil.copy(tiny_checkpoint, path)
+    shutil.copy(app_run / "best.safetensors", path)
     manifest.record(path, tmp_path)
     return path
 

@@ -47,6 +47,7 @@ def test_thresholds_are_read_tolerantly() -> None:
         assert NoveltyThresholds.from_dict(bad) is None
 
 
+@pytest.mark.slow
 def test_an_older_checkpoint_is_calibrated_once_then_cached(
     tiny_checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

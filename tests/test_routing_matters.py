@@ -101,6 +101,7 @@ def test_kept_lengths_are_written_with_their_four_decimals_only() -> None:
                for v, x in zip(np.ravel(image.lengths), np.ravel(lengths[image.index])))  # fmt: skip
 
 
+@pytest.mark.slow
 def test_the_command_line_measures_on_the_device_asked_and_keeps_the_summary(
     run_copy: Path, data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -232,6 +233,7 @@ def test_the_page_measures_lists_the_changes_and_opens_one_on_the_routing_page(
     assert _metric(again, "Changed") == f"{len(expected.changed):,}"
 
 
+@pytest.mark.slow
 def test_the_em_network_is_measured_at_each_r_and_its_changes_open_on_draw(
     app_dirs,  # noqa: F811
     tiny_em: Path,

@@ -136,6 +136,7 @@ def test_a_warm_started_run_resumes_with_the_network_it_was_built_with(data_dir:
     assert load_checkpoint(out / "last.safetensors").config == built
 
 
+@pytest.mark.slow
 def test_a_warm_started_em_run_trains_at_the_final_spread_margin(
     tiny_em: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
