@@ -82,6 +82,7 @@ def test_evaluate_honours_the_routing_iterations_of_an_em_network() -> None:
         evaluate(cnn, images, labels, routing_iterations=2)
 
 
+@pytest.mark.slow
 def test_the_evaluate_command_honours_routing_iterations_for_an_em_network(data_dir: Path, tmp_path: Path) -> None:
     path = save_checkpoint(tmp_path / "em.safetensors", _em("tiny"), {"dataset": "mnist"})
     losses = {}
@@ -109,6 +110,7 @@ def _small_mnist(data_dir: Path, root: Path, count: int) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_an_em_network_that_redraws_is_calibrated_and_watched(data_dir: Path, tmp_path: Path) -> None:
     """Its not-like-any-class thresholds are calibrated (once refused as "a CNN baseline redraws nothing") and a
     training run's watch keeps its reconstructions (once none for any network but the CapsNet)."""
