@@ -28,19 +28,24 @@ st.set_page_config(
 )
 state.init()
 
+entries = models.checkpoint_entries(str(state.checkpoints_dir()), str(state.runs_root()))
+links.read_link(entries)
+chosen = state.chosen_checkpoint(entries)
+views = state.serve_views_for(chosen)  # each page's view for the chosen model's routing, at the page's own URL
 PAGES = {
     section: [
-        st.Page(p.path, title=p.title, icon=p.icon, **({"url_path": p.url_path} if p.url_path else {"default": True}))
+        st.Page(
+            p.path_for(views),
+            title=p.title,
+            icon=p.icon,
+            **({"url_path": p.url_path} if p.url_path else {"default": True}),
+        )
         for p in members
     ]
     for section, members in pages.SECTIONS.items()
 }
-
-entries = models.checkpoint_entries(str(state.checkpoints_dir()), str(state.runs_root()))
-links.read_link(entries)
 page = st.navigation(PAGES)
-chosen = state.chosen_checkpoint(entries)
-state.note_page(page.url_path, chosen.network if chosen is not None else "capsnet")
+state.note_page(page.url_path, chosen.network if chosen is not None else None)
 st.sidebar.caption("CapsNet Explorer · [Sabour, Frosst & Hinton 2017](https://arxiv.org/abs/1710.09829)")
 sidebar.render()
 links.write_link(state.chosen_checkpoint(entries), page.url_path)

@@ -13,6 +13,8 @@ import torch
 
 from capsnet.data.datasets import DATASETS, DatasetDamagedError, DatasetNotFoundError, dataset_info
 from capsnet.data.tasks import task
+from capsnet.nn.family import RoutingKind
+from capsnet.nn.registry import NETWORKS, network
 from capsnet.runs import catalog
 from dashboard import baselines, models, pages, state, texts
 
@@ -25,17 +27,18 @@ def current_model(show_errors: bool = True) -> models.Model | None:
     return model
 
 
-def require_model(pairs: bool = False, em: bool = False) -> models.Model | None:
-    """The model, or a notice saying how to get one (and None). `pairs`: the page reads MultiMNIST overlays; `em`:
-    the page reads the EM network too (the others say in one line why they do not, with one click to a CapsNet)."""
+def require_model(pairs: bool = False, routings: tuple[RoutingKind, ...] = ("dynamic",)) -> models.Model | None:
+    """The model, or a notice saying how to get one (and None). `pairs`: the page reads MultiMNIST overlays;
+    `routings`: the routings it has views for (a model routed otherwise is told in one line why not, with one click
+    to a model the page reads)."""
     model = current_model()
-    if model is not None and model.em and not em:
+    if model is not None and model.routing not in routings:
         st.info(texts.not_for_em(), icon=":material/swap_horiz:")
-        other = _model_reading(pairs)
+        other = _model_reading(pairs, routings)
         if other is not None:
             st.button(f"Open {other.label}", key="switch_model", icon=":material/swap_horiz:", type="primary",
                       on_click=state.switch_checkpoint, args=(str(other.path),))  # fmt: skip
-        st.page_link(pages.EVALUATE.path, label=f"Evaluate the EM model on the {pages.EVALUATE.title} page",
+        st.page_link(state.page_path(pages.EVALUATE), label=f"Evaluate the EM model on the {pages.EVALUATE.title} page",
                      icon=pages.EVALUATE.icon)  # fmt: skip
         return None
     if model is None and state.chosen_path() is None:
@@ -44,12 +47,14 @@ def require_model(pairs: bool = False, em: bool = False) -> models.Model | None:
         )
     if model is not None and model.reads_pairs != pairs:
         st.info(texts.wrong_kind_of_model(model.reads_pairs), icon=":material/swap_horiz:")
-        other = _model_reading(pairs)
+        other = _model_reading(pairs, routings)
         if other is not None:  # one click to a model that reads what this page does (and, on it, one click back)
             st.button(f"Open {other.label}", key="switch_model", icon=":material/swap_horiz:", type="primary",
                       on_click=state.switch_checkpoint, args=(str(other.path),))  # fmt: skip
         if model.reads_pairs:
-            st.page_link(pages.OVERLAP.path, label=f"Go to the {pages.OVERLAP.title} page", icon=pages.OVERLAP.icon)
+            st.page_link(
+                state.page_path(pages.OVERLAP), label=f"Go to the {pages.OVERLAP.title} page", icon=pages.OVERLAP.icon
+            )
         return None
     if model is not None and state.switched_from():
         st.button("Back to the model you had open", key="switch_back", icon=":material/undo:",
@@ -60,13 +65,14 @@ def require_model(pairs: bool = False, em: bool = False) -> models.Model | None:
     return model
 
 
-def _model_reading(pairs: bool) -> catalog.CheckpointEntry | None:
-    """A usable CapsNet checkpoint whose inputs are pairs (or single 28x28 images): a shipped one first, else the
-    newest run."""
+def _model_reading(pairs: bool, routings: tuple[RoutingKind, ...] = ("dynamic",)) -> catalog.CheckpointEntry | None:
+    """A usable checkpoint of a network routed in one of `routings` whose inputs are pairs (or single 28x28 images):
+    a shipped one first, else the newest run."""
     entries = models.checkpoint_entries(str(state.checkpoints_dir()), str(state.runs_root()))
     for entry in entries:
         read = task(entry.dataset) if entry.dataset in DATASETS else None
-        usable = not entry.error and entry.network == "capsnet"
+        routing = network(entry.network).routing if entry.network in NETWORKS else None
+        usable = not entry.error and routing is not None and routing.kind in routings
         if usable and read is not None and (read.pairs if pairs else read.takes_drawings):
             return entry
     return None
@@ -77,7 +83,7 @@ def require_input() -> np.ndarray | None:
     image = state.current_input()
     if image is None:
         st.info("No input yet: draw a digit, pick a test image or upload one on the **Draw** page.")
-        st.page_link(pages.DRAW.path, label=f"Go to the {pages.DRAW.title} page", icon=pages.DRAW.icon)
+        st.page_link(state.page_path(pages.DRAW), label=f"Go to the {pages.DRAW.title} page", icon=pages.DRAW.icon)
     return image
 
 

@@ -44,12 +44,13 @@ class Step:
     title: str
     do: str  # what to do there
     notice: str  # what to look for
-    network: str = "capsnet"  # the network the page is opened with: "em" for the second algorithm's step
+    network: str | None = None  # the network the page is opened with ("em" for the second algorithm's step); None:
+    # whichever model is chosen
 
     @property
     def visit(self) -> str:
-        """What `state.note_page` records when this step's page runs with its network."""
-        return self.page.url_path if self.network == "capsnet" else f"{self.page.url_path}@{self.network}"
+        """What `state.note_page` records when this step's page runs (with its network, where it names one)."""
+        return self.page.url_path if self.network is None else f"{self.page.url_path}@{self.network}"
 
 
 GUIDED_PATH = (

@@ -35,6 +35,7 @@ from capsnet.errors import CapsNetError
 from capsnet.evaluation import Evaluation, evaluate, merge_evaluations
 from capsnet.files import file_sha256
 from capsnet.nn.config import CapsNetConfig
+from capsnet.nn.family import Network, RoutingKind
 from capsnet.nn.registry import NETWORKS, network_of
 from capsnet.readings import decoding, reconstruction
 from capsnet.readings import equivariance as eq
@@ -43,10 +44,11 @@ from capsnet.readings import playground as pg
 from capsnet.readings import routing_matters as rm
 from capsnet.readings import stages as arch
 from capsnet.readings.agreement import Votes
-from capsnet.readings.em_layers import ConvLayerRouting, read_conv_layers
+from capsnet.readings.em_layers import ConvLayerRouting
 from capsnet.readings.equivariance import Transform, TransformedReading
-from capsnet.readings.explain_em import EMExplanation, explain_em
+from capsnet.readings.explain_em import EMExplanation
 from capsnet.readings.novelty import NoveltyThresholds, thresholds_for
+from capsnet.readings.reading import Reading, read
 from capsnet.runs import catalog
 from dashboard import state
 
@@ -83,8 +85,8 @@ class Loaded:
 @dataclass(frozen=True)
 class Model(Loaded):
     """The chosen capsule network's checkpoint and its cached readings (the CNN's handle, `baselines.Baseline`, is a
-    sibling). Most readings are the CapsNet's (vector capsules, dynamic routing); `em` says when the model is the EM
-    network, which only the pages that read it are given (`dashboard.guards.require_model`)."""
+    sibling). Pages ask its `network` what it can do (`capsnet.nn.family`): how it routes (`routing`), whether it
+    redraws, what its scores are; a page says which routings it reads (`dashboard.guards.require_model`)."""
 
     @property
     def config(self) -> CapsNetConfig:
@@ -92,25 +94,45 @@ class Model(Loaded):
         return cast(CapsNetConfig, self.checkpoint.config)
 
     @property
-    def em(self) -> bool:
-        """Whether this is the matrix-capsule network routed by EM (`capsnet.nn.em_capsnet`), not the CapsNet."""
-        return network_of(self.checkpoint.config).name == "em"
+    def network(self) -> Network:
+        """The network's family and what it can do."""
+        return network_of(self.checkpoint.config)
+
+    @property
+    def routing(self) -> RoutingKind:
+        """How it routes: "dynamic" (the CapsNet) or "em" (matrix capsules); the picker lists only networks that route."""
+        routing = self.network.routing
+        assert routing is not None  # CAPSULE_NETWORKS route
+        return routing.kind
+
+    @property
+    def redraws(self) -> bool:
+        """Whether it redraws its input from a class capsule (has a decoder)."""
+        return self.network.redraws(self.checkpoint.config)
+
+    def reading(self, image: np.ndarray, iterations: int | None = None, decode_class: int | None = None) -> Reading:
+        """`capsnet.readings.reading.read` of one input, whatever the network: one forward pass per input, kept."""
+        return _reading(self.key, image, iterations, decode_class, self.net)
 
     def explain(
         self, image: np.ndarray, iterations: int | None = None, decode_class: int | None = None
     ) -> ex.Explanation:
-        """`capsnet.readings.explain.explain` of one 28x28 input."""
-        return _explanation(self.key, image, iterations, decode_class, self.net)
+        """Dynamic routing's account of `reading` (votes, couplings, stages), for the views of a CapsNet."""
+        routing = self.reading(image, iterations, decode_class).routing
+        assert isinstance(routing, ex.Explanation), "a view of dynamic routing opened with another network"
+        return routing
 
     def explain_em(
-        self, image: np.ndarray, decode_class: int | None = None, iterations: int | None = None
+        self, image: np.ndarray, iterations: int | None = None, decode_class: int | None = None
     ) -> EMExplanation:
-        """`capsnet.readings.explain_em.explain_em` of one input: the EM network's activations and class routing."""
-        return _em_explanation(self.key, image, decode_class, iterations, self.net)
+        """EM routing's account of `reading` (activations, the class layer's routing), for the views of EM."""
+        routing = self.reading(image, iterations, decode_class).routing
+        assert isinstance(routing, EMExplanation), "a view of EM routing opened with another network"
+        return routing
 
-    def em_layers(self, image: np.ndarray, iterations: int | None = None) -> tuple[ConvLayerRouting, ConvLayerRouting]:
-        """`capsnet.readings.em_layers.read_conv_layers` of one input: the EM network's ConvCaps1 and ConvCaps2."""
-        return _em_layers(self.key, image, iterations, self.net)
+    def em_layers(self, image: np.ndarray, iterations: int | None = None) -> tuple[ConvLayerRouting, ...]:
+        """ConvCaps1's and ConvCaps2's EM routing of one input, from `reading`'s same forward pass."""
+        return self.reading(image, iterations).layers
 
     def votes(self, image: np.ndarray, iterations: int | None = None) -> Votes:
         """Every vote u_hat_{j|i} and coupling of one input: the trace of `explain`'s one forward pass."""
@@ -294,25 +316,11 @@ def _pair(model_key: str, image: np.ndarray, _model: Any) -> ex.PairExplanation:
     return ex.explain_pair(_model, image)
 
 
-@st.cache_data(max_entries=64, show_spinner=False)
-def _em_explanation(
-    model_key: str, image: np.ndarray, decode_class: int | None, iterations: int | None, _model: Any
-) -> EMExplanation:
-    return explain_em(_model, image, decode_class, iterations)
-
-
-@st.cache_data(max_entries=16, show_spinner=False)
-def _em_layers(
-    model_key: str, image: np.ndarray, iterations: int | None, _model: Any
-) -> tuple[ConvLayerRouting, ConvLayerRouting]:
-    return read_conv_layers(_model, image, iterations)
-
-
-@st.cache_data(max_entries=64, show_spinner=False)
-def _explanation(
+@st.cache_data(max_entries=32, show_spinner=False)
+def _reading(
     model_key: str, image: np.ndarray, iterations: int | None, decode_class: int | None, _model: Any
-) -> ex.Explanation:
-    return ex.explain(_model, image, iterations, decode_class)
+) -> Reading:
+    return read(_model, image, iterations, decode_class)
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
@@ -382,4 +390,6 @@ def _routing_chunk(model_key: str, dataset: str, start: int, stop: int, _model: 
 
 @st.cache_data(max_entries=32, show_spinner=False)
 def _vote_plane(model_key: str, image: np.ndarray, iterations: int, digit: int, _model: Any) -> pg.Plane:
-    return pg.real_plane(_explanation(model_key, image, iterations, None, _model).votes, digit)
+    routing = _reading(model_key, image, iterations, None, _model).routing
+    assert isinstance(routing, ex.Explanation)  # the plane of dynamic routing's votes
+    return pg.real_plane(routing.votes, digit)

@@ -1,7 +1,9 @@
 """The page registry: every page's file, title, icon and URL, in the sidebar's sections and order.
 
 The entry point builds `st.navigation` from it, and every link to a page (a guard's pointer, a
-notice's shortcuts) names the page here, so a page is renamed or moved in one place.
+notice's shortcuts) names the page here, so a page is renamed or moved in one place. A page may declare
+its own view for a network routed another way (`views`): the entry point serves the chosen model's view
+at the page's URL, and links find it through `dashboard.state.page_path`.
 """
 
 from __future__ import annotations
@@ -11,14 +13,23 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class PageInfo:
-    path: str  # relative to dashboard/, as st.Page and st.page_link take it
+    path: str  # relative to dashboard/, as st.Page and st.page_link take it: the page for networks routed by agreement
     title: str
     icon: str
     url_path: str  # "" for the default page
+    # the page's own view for a network routed otherwise: (routing kind, its file), one page per file; the entry point
+    # serves the chosen model's view at the page's URL
+    views: tuple[tuple[str, str], ...] = ()
+
+    def path_for(self, routing: str) -> str:
+        """The file that shows this page for a network routed by `routing` (`Routing.kind`)."""
+        return dict(self.views).get(routing, self.path)
 
 
 DRAW = PageInfo("app_pages/draw.py", "Draw", ":material/draw:", "")
-ROUTING = PageInfo("app_pages/routing.py", "Routing", ":material/hub:", "routing")
+ROUTING = PageInfo(
+    "app_pages/routing.py", "Routing", ":material/hub:", "routing", views=(("em", "app_pages/em_routing.py"),)
+)
 DIMENSIONS = PageInfo("app_pages/dimensions.py", "Capsule dimensions", ":material/tune:", "dimensions")
 TRANSFORM = PageInfo("app_pages/transform.py", "Transform lens", ":material/rotate_right:", "transform")
 OVERLAP = PageInfo("app_pages/overlap.py", "Overlapping digits", ":material/layers:", "overlap")

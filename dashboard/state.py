@@ -18,8 +18,11 @@ import torch
 from threadpoolctl import threadpool_limits
 
 from capsnet.device import inference_threads
+from capsnet.nn import registry
+from capsnet.nn.registry import NETWORKS
 from capsnet.runs import catalog
 from capsnet.training import folder
+from dashboard import pages
 
 # session-state keys shared by the pages
 MODEL_PATH = "model_path"  # the chosen checkpoint (str), or None
@@ -27,6 +30,7 @@ INPUT = "input_image"  # the current 28x28 input (np.ndarray) or None
 INPUT_LABEL = "input_label"  # where it came from, for captions
 INPUT_TRUE = "input_true_class"  # its label when it is a test image, else None
 PAGE = "current_page"
+VIEWS_FOR = "views_for"  # the routing (`Routing.kind`) whose page views this run serves: the chosen model's
 PAGE_CHANGED = "page_changed"
 WATCHED_RUN = "watched_run"
 FINISHED_RUN = "finished_run"
@@ -91,6 +95,20 @@ def switch_back() -> None:
     st.session_state[SWITCHED_FROM] = None
     if previous:
         choose_checkpoint(previous)
+
+
+def serve_views_for(chosen: catalog.CheckpointEntry | None) -> str:
+    """The routing whose page views this run serves (`dashboard.pages.PageInfo.views`): the chosen model's; its
+    own pages for a model routed by agreement, and with no model."""
+    routing = registry.network(chosen.network).routing if chosen is not None and chosen.network in NETWORKS else None
+    st.session_state[VIEWS_FOR] = routing.kind if routing is not None else "dynamic"
+    return st.session_state[VIEWS_FOR]
+
+
+def page_path(page: pages.PageInfo) -> str:
+    """The file that shows `page` in this run's navigation (its view for the chosen model's routing): what
+    `st.page_link` and `st.switch_page` take."""
+    return page.path_for(st.session_state.get(VIEWS_FOR, "dynamic"))
 
 
 def chosen_path() -> str | None:
@@ -210,12 +228,12 @@ def choose_test_image(index: int) -> None:
     st.session_state[TEST_INDEX] = int(index)
 
 
-def note_page(url_path: str, network: str = "capsnet") -> None:
-    """Remember which page runs, whether it was just entered (to restore the canvas), and that it was visited (and,
-    for a network other than the CapsNet, visited with it: "routing@em")."""
+def note_page(url_path: str, network: str | None = None) -> None:
+    """Remember which page runs, whether it was just entered (to restore the canvas), and that it was visited (and
+    with which network: "routing@em")."""
     st.session_state[PAGE_CHANGED] = st.session_state.get(PAGE) != url_path
     st.session_state[PAGE] = url_path
-    with_network = {f"{url_path}@{network}"} if network != "capsnet" else set()
+    with_network = {f"{url_path}@{network}"} if network is not None else set()
     st.session_state[VISITED] = visited_pages() | {url_path} | with_network
 
 

@@ -9,16 +9,14 @@ the config, so it says what the model in use really has.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 
-from capsnet.data.augment import SHIFT
 from capsnet.data.datasets import DATASETS
 from capsnet.data.tasks import Task
 from capsnet.nn.config import CapsNetConfig
 from capsnet.nn.em_capsnet import EMCapsNetConfig
+from capsnet.nn.registry import network_of
 from capsnet.readings import affnist
 from capsnet.readings.decoding import DEFAULT_DIMENSION_STD
-from capsnet.training.recipes import Recipe
 
 
 def a(noun: str) -> str:
@@ -93,17 +91,35 @@ def robustness_interval(examples: int) -> str:
     )
 
 
+def routed(config: CapsNetConfig | EMCapsNetConfig) -> str:
+    """How the config's network routes ("dynamic", "em"; "none"): which version of a text applies to it."""
+    routing = network_of(config).routing
+    return routing.kind if routing is not None else "none"
+
+
+SCORE_NAMES = {"|v|": "length", "a": "activation", "p": "probability"}  # by `Network.score_symbol`
+POSE_LABELS = {  # a class capsule's pose entry d, by the network's routing: a vector's dimension, a 4x4 matrix's entry
+    "dynamic": lambda d: f"Dimension {d + 1}",
+    "em": lambda d: f"Pose entry ({d // 4 + 1}, {d % 4 + 1})",
+}
+
+
 def equivariance(config: CapsNetConfig | EMCapsNetConfig) -> str:
-    if isinstance(config, EMCapsNetConfig):
-        return """
+    return {"em": lambda: EM_EQUIVARIANCE, "dynamic": lambda: _vector_equivariance(config.digit_dim)}[routed(config)]()
+
+
+EM_EQUIVARIANCE = """
 An EM network's class capsule has an **activation** that should stay put when the input is turned, scaled or moved a
 little (the class is the same: *invariance*), and a **4x4 pose matrix** that should follow the change
 (*equivariance*): the paper meant it to hold the object's viewpoint. Move the sliders and watch the 16 pose entries;
 the sweep below reads all angles from -45° to +45° at once.
 """
+
+
+def _vector_equivariance(digit_dim: int) -> str:
     return f"""
 A capsule's **length** should stay put when the input is turned, scaled or moved a little (the class
-is the same: *invariance*), while its **direction**, the {config.digit_dim} pose dimensions, should
+is the same: *invariance*), while its **direction**, the {digit_dim} pose dimensions, should
 follow the change (*equivariance*): that is what capsules were designed for. Move the sliders and
 watch the pose bars; the sweep below reads all angles from -45° to +45° at once.
 """
@@ -141,15 +157,20 @@ NO_EM_DECODER = (
 
 
 def dimensions(config: CapsNetConfig | EMCapsNetConfig) -> str:
-    if isinstance(config, EMCapsNetConfig):
-        return """
+    return {"em": lambda: EM_DIMENSIONS, "dynamic": lambda: _vector_dimensions(config.digit_dim)}[routed(config)]()
+
+
+EM_DIMENSIONS = """
 **What do the 16 pose entries encode?** Each class capsule of the EM network holds a 4x4 **pose matrix**, the mean
 of the votes EM routing gave it; the network's decoder redraws the input from the winning class's 16 entries (the
 others masked out). Move a slider (one entry, by its row and column) and watch the reconstruction: the paper meant
 the pose to hold the viewpoint of the object, so some entries move, turn or stretch the drawing.
 """
+
+
+def _vector_dimensions(digit_dim: int) -> str:
     return f"""
-**What do the {config.digit_dim} dimensions encode?** Nobody told the network what to store in
+**What do the {digit_dim} dimensions encode?** Nobody told the network what to store in
 each dimension of a class capsule; it learned whatever helps the decoder redraw the input. Move a
 slider and watch the reconstruction: some dimensions change the stroke thickness, others the
 slant, the width or local parts of the shape.
@@ -181,63 +202,6 @@ a dimension that encodes a meaningful property.
 
 def decoding_spinner(config: CapsNetConfig, steps: int) -> str:
     return f"Decoding {config.digit_dim * steps} variants..."
-
-
-def training(config: CapsNetConfig, em: EMCapsNetConfig, recipes: Mapping[str, Recipe]) -> str:
-    """The page's introduction, for the runs of every network; each recipe says its own schedule (the paper's decays
-    per epoch, fast's per batch)."""
-    said = "\n".join(f"- **{r.title}** recipe (`--recipe {name}`): {r.summary}" for name, r in recipes.items())
-    return f"""
-**How the networks are trained.** Every batch, the CapsNet's loss adds the *margin loss* of the capsule
-lengths and a small *reconstruction loss* (the sum of squared pixel errors times {config.reconstruction_weight:g},
-so that it does not dominate). The EM CapsNet's is the *spread loss* of its class activations, whose margin
-grows from {em.margin_start:g} to {em.margin_end:g} over the first {em.margin_anneal:.0%} of the run (with the same
-reconstruction loss when it has a decoder); the CNN baseline's is cross-entropy. Adam minimises it, with the
-learning rate its run's recipe sets:
-
-{said}
-
-The training images are shifted by up to {SHIFT} pixels, as in the paper.
-"""
-
-
-_WINDOW_START = (
-    "Every run keeps a **window** on ten test images it never trains on, one of each class, the same ones for "
-    "the whole run. Before the first batch, after every epoch (and every minute within a long one) the trainer "
-    "shows them to the network as it is at that moment and keeps what it answers: "
-)
-_WINDOW_END = " Slide back through the snapshots to replay it."
-
-
-def training_window(network: str, m_plus: float, m_minus: float, em: EMCapsNetConfig) -> str:
-    """What a run's window shows, for the network the run trains (the registry's name: "capsnet", "em", "cnn")."""
-    if network == "capsnet":
-        return _WINDOW_START + (
-            "the length of each class capsule (the bars; a red bar is the longest, the prediction) and the image the "
-            "decoder redraws from that capsule alone. At first every capsule is about as long as every other and "
-            f"the redrawing is a grey blur; as the network learns, the right capsule grows past m⁺ = {m_plus:g} "
-            f"while the others shrink under m⁻ = {m_minus:g}, and the redrawing takes the shape of the digit "
-            f"(slowly: the reconstruction loss weighs only {CapsNetConfig().reconstruction_weight:g})." + _WINDOW_END
-        )
-    if network == "em":
-        return _WINDOW_START + (
-            "the activation a_j of each class capsule (the bars; a red bar is the highest, the prediction). At first "
-            "the activations are alike; as the network learns, the spread loss pushes every other class's activation "
-            f"a margin below the right one's, the margin growing from {em.margin_start:g} to {em.margin_end:g} "
-            "(the window keeps no redrawing for an EM network)." + _WINDOW_END
-        )
-    return _WINDOW_START + (
-        "the probability of each class (the bars; a red bar is the highest, the prediction). At first they are "
-        "about equal; as the network learns, cross-entropy raises the right class's (a CNN has no capsules to "
-        "redraw from)." + _WINDOW_END
-    )
-
-
-def loss_help(config: CapsNetConfig | EMCapsNetConfig) -> str:
-    redraw = f" + {config.reconstruction_weight:g} x reconstruction loss"
-    if isinstance(config, EMCapsNetConfig):  # the EM network: the spread loss, at its final margin
-        return f"Spread loss at margin {config.margin_end:g}" + (redraw if config.decoder else "")
-    return "Margin loss" + redraw
 
 
 def evaluate(noun: str) -> str:

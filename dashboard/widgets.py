@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import streamlit as st
 
 from capsnet.nn.config import CapsNetConfig
@@ -90,3 +91,30 @@ def claim_verdict(verdict: Verdict, key: str, curve: str, start_free: Verdict | 
     st.table(claim_texts.claim_table_by_network(verdict, start_free), hide_index=True)  # a column per network: it fits
     st.plotly_chart(figures.claim_figure(verdict), key=key, config={"displayModeBar": False})
     st.caption(curve)
+
+
+STEP = "routing_step"  # the iteration shown, from 1 (one for every routing page)
+STEP_OF = "routing_step_of"  # the number of iterations it was shown for
+
+
+def _move_step(delta: int, iterations: int) -> None:
+    st.session_state[STEP] = int(np.clip(st.session_state.get(STEP, iterations) + delta, 1, iterations))
+
+
+def iteration_stepper(r: int, caption: str) -> int:
+    """The iteration shown (1..r), and with more than one the page's ◀ Previous / Next ▶ that set it: one iteration
+    for the whole page, which every chart below draws. A new number of iterations opens on its last."""
+    if st.session_state.get(STEP_OF) != r:
+        st.session_state[STEP_OF], st.session_state[STEP] = r, r
+    step = int(np.clip(st.session_state.get(STEP, r), 1, r))
+    st.session_state[STEP] = step
+    if r > 1:
+        with st.container(key="routing_step"):
+            label, back, forward, note = st.columns([1.5, 1, 1, 2.6], vertical_alignment="center")
+            label.markdown(f"Showing **iteration {step} of {r}**")
+            back.button("◀ Previous", key="routing_prev", on_click=_move_step, args=(-1, r), disabled=step == 1,
+                        use_container_width=True)  # fmt: skip
+            forward.button("Next ▶", key="routing_next", on_click=_move_step, args=(1, r), disabled=step == r,
+                           use_container_width=True)  # fmt: skip
+            note.caption(caption)
+    return step

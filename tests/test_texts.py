@@ -6,7 +6,7 @@ import math
 
 from capsnet.nn.config import CapsNetConfig
 from capsnet.nn.em_capsnet import EMCapsNetConfig
-from dashboard import claim_texts, routing_texts, texts
+from dashboard import claim_texts, routing_texts, texts, training_texts
 
 
 def test_format_duration() -> None:
@@ -42,7 +42,9 @@ def test_texts_say_what_the_model_in_use_holds() -> None:
     assert "88 variants" in texts.figure4(other, [-0.25, -0.2, -0.15, -0.1, -0.05, 0, 0.05, 0.1, 0.15, 0.2, 0.25])
     assert "144 in this model" in routing_texts.procedure(other) and "1/5" in routing_texts.procedure(other)
     assert "8-dimensional" in texts.capsule(other) and "8 dimensions" in texts.dimensions(other)
-    assert "0.0005" in texts.training(paper, EMCapsNetConfig(), {}) and "0.0005" in texts.loss_help(paper)
+    assert "0.0005" in training_texts.training(paper, EMCapsNetConfig(), {}) and "0.0005" in training_texts.loss_help(
+        paper
+    )
     assert "no usable statistics" in texts.dimension_ranges(False, "3")
     assert "mean ± 2 std" in texts.dimension_ranges(True, "3")
 
@@ -82,7 +84,7 @@ def test_the_training_intro_says_each_recipes_schedule() -> None:
     from capsnet.nn.config import CapsNetConfig
     from capsnet.training.recipes import RECIPES
 
-    said = texts.training(CapsNetConfig(), EMCapsNetConfig(), RECIPES)
+    said = training_texts.training(CapsNetConfig(), EMCapsNetConfig(), RECIPES)
     assert "decays every epoch" not in said
     assert "multiplied by 0.96 after every epoch" in said and "cosine decay to zero by the last batch" in said
     assert "`--recipe fast`" in said and "`--recipe paper`" in said
@@ -92,15 +94,15 @@ def test_the_training_page_speaks_of_each_network_as_it_is_trained() -> None:
     """The Training runs page lists the runs of every network: its introduction names each one's loss (the EM
     network's margin schedule from its config), and a run's window says what its bars are."""
     em = EMCapsNetConfig(margin_start=0.3, margin_end=0.8, margin_anneal=0.25)
-    said = texts.training(CapsNetConfig(), em, {})
+    said = training_texts.training(CapsNetConfig(), em, {})
     assert "*margin loss*" in said and "*spread loss*" in said and "cross-entropy" in said
     assert "from 0.3 to 0.8 over the first 25% of the run" in said
-    capsnet = texts.training_window("capsnet", 0.85, 0.15, em)
+    capsnet = training_texts.training_window("capsnet", 0.85, 0.15, em)
     assert "length of each class capsule" in capsnet and "m⁺ = 0.85" in capsnet and "m⁻ = 0.15" in capsnet
-    em_window = texts.training_window("em", float("nan"), float("nan"), em)
+    em_window = training_texts.training_window("em", float("nan"), float("nan"), em)
     assert "activation a_j" in em_window and "from 0.3 to 0.8" in em_window
     assert "length" not in em_window and "m⁺" not in em_window and "nan" not in em_window
-    cnn = texts.training_window("cnn", float("nan"), float("nan"), em)
+    cnn = training_texts.training_window("cnn", float("nan"), float("nan"), em)
     assert "probability of each class" in cnn and "capsule" in cnn and "m⁺" not in cnn
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from capsnet.nn.em_capsnet import EMCapsNet
+from capsnet.nn.em_capsnet import EMCapsNet, EMCapsNetConfig, EMCapsNetOutput
 from capsnet.nn.em_routing import EMTrace
 
 LAYER_NAMES = ("ConvCaps1", "ConvCaps2")
@@ -97,6 +97,12 @@ def read_conv_layers(
     x = torch.as_tensor(image, dtype=torch.float32).reshape(1, c.in_channels, c.image_size, c.image_size)
     with torch.inference_mode():
         out = model(x.to(model.device), routing_iterations=iterations, return_layer_traces=True, return_primary=True)
+    return layers_of(c, out)
+
+
+def layers_of(c: EMCapsNetConfig, out: EMCapsNetOutput) -> tuple[ConvLayerRouting, ConvLayerRouting]:
+    """ConvCaps1's and ConvCaps2's routing from a forward pass that kept the layers' traces and the primary capsules
+    (`return_layer_traces=True, return_primary=True`), of its first example."""
     assert out.layer_traces is not None and out.primary is not None  # asked for
     primary = out.primary[1][0].float().cpu().numpy()  # (T, G, G) the primary capsules' activations
     first = _layer(LAYER_NAMES[0], out.layer_traces[0], primary, c.convcaps1_types, c.convcaps_kernel,

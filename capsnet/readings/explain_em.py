@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from capsnet.nn.em_capsnet import EMCapsNet
+from capsnet.readings.em_layers import ConvLayerRouting, layers_of
 
 
 @dataclass
@@ -46,12 +47,28 @@ def explain_em(
 ) -> EMExplanation:
     """Read one image (H, W) or (1, 1, H, W) in [0, 1]: activations, poses, the redraw and the class layer's routing,
     with the model's own number of EM iterations or `iterations` (in every capsule layer)."""
+    return _explained(model, image, decode_class, iterations, layers=False)[0]
+
+
+def explain_em_with_layers(
+    model: EMCapsNet, image: np.ndarray | torch.Tensor, decode_class: int | None = None, iterations: int | None = None
+) -> tuple[EMExplanation, tuple[ConvLayerRouting, ConvLayerRouting]]:
+    """`explain_em` and ConvCaps1's and ConvCaps2's routing (`capsnet.readings.em_layers`) from one forward pass."""
+    explained, layers = _explained(model, image, decode_class, iterations, layers=True)
+    assert layers is not None  # asked for
+    return explained, layers
+
+
+def _explained(
+    model: EMCapsNet, image: np.ndarray | torch.Tensor, decode_class: int | None, iterations: int | None, layers: bool
+) -> tuple[EMExplanation, tuple[ConvLayerRouting, ConvLayerRouting] | None]:
     c = model.config
     x = torch.as_tensor(image, dtype=torch.float32).reshape(1, c.in_channels, c.image_size, c.image_size)
     if decode_class is not None:
         decode_class = c.check_class(decode_class)
     with torch.inference_mode():
-        out = model(x.to(model.device), decode_class=decode_class, routing_iterations=iterations, return_trace=True)
+        out = model(x.to(model.device), decode_class=decode_class, routing_iterations=iterations, return_trace=True,
+                    return_layer_traces=layers, return_primary=layers)  # fmt: skip
     trace = out.trace
     assert trace is not None  # asked for
     child_a = trace.child_activations[0, 0].double()  # (I,) a_i of the last grid's capsules
@@ -60,7 +77,7 @@ def explain_em(
     spreads = trace.variances[0, :, 0].double().sqrt().mean(dim=-1)  # (r, K)
     prediction = int(out.prediction[0])
     recon = None if out.reconstruction is None else out.reconstruction[0, 0].float().cpu().numpy()
-    return EMExplanation(
+    explained = EMExplanation(
         image=x[0, 0].numpy(),
         activations=out.activations[0].float().cpu().numpy(),
         prediction=prediction,
@@ -75,3 +92,4 @@ def explain_em(
         child_activations=child_a.float().cpu().numpy(),
         child_grid=(c.convcaps2_types, c.convcaps2_grid),
     )
+    return explained, (layers_of(c, out) if layers else None)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import cast
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import streamlit as st
 
@@ -178,6 +180,23 @@ def em_explanation(key: str, c: EMCapsNetConfig) -> str:
     }[key]
 
 
+@dataclass(frozen=True)
+class StageTexts:
+    """What the page says of a network routed one way: its introduction, each stage's formulas and explanation, and
+    whether the page draws what each stage computes on the current input (else the input's reading is on Draw)."""
+
+    intro: str
+    formulas: Callable[[str, Any], list[str]]
+    explanation: Callable[[str, Any], str]
+    per_input: bool
+
+
+TEXTS = {  # by the model's routing (`Routing.kind`): vector capsules and dynamic routing, matrix capsules and EM
+    "dynamic": StageTexts(INTRO, formulas, explanation, per_input=True),
+    "em": StageTexts(EM_INTRO, em_formulas, em_explanation, per_input=False),
+}
+
+
 def _clicked(chart_key: str) -> None:
     """A click on a box of the diagram: show its stage."""
     event = st.session_state.get(chart_key)
@@ -189,8 +208,8 @@ def _clicked(chart_key: str) -> None:
 
 st.title("Architecture", anchor=False)
 model = guards.current_model(show_errors=False)
-em = model is not None and model.em  # the EM network: its own stages and formulas
-st.markdown(EM_INTRO if em else INTRO)
+texts = TEXTS[model.routing if model is not None else "dynamic"]  # each network its own stages and formulas
+st.markdown(texts.intro)
 if DIGIT in st.session_state:  # kept while a stage without the digit capsule's box is shown
     st.session_state[DIGIT] = st.session_state[DIGIT]
 config = model.config if model is not None else CapsNetConfig()
@@ -220,17 +239,17 @@ st.caption(
 view_col, formula_col = st.columns([1.5, 1], gap="large")  # one formula a line, each whole at 1,100 px
 with formula_col:
     st.subheader(titles[stage], anchor=False)
-    for line in em_formulas(stage, cast(EMCapsNetConfig, config)) if em else formulas(stage, config):
+    for line in texts.formulas(stage, config):
         st.latex(line)
-    st.markdown(em_explanation(stage, cast(EMCapsNetConfig, config)) if em else explanation(stage, config))
-if em:  # what each stage computes on the current input is drawn for the CapsNet; the EM reading is on Draw
+    st.markdown(texts.explanation(stage, config))
+if not texts.per_input:  # what each stage computes on the current input is drawn for the CapsNet; EM's is on Draw
     with view_col:
         st.info(
             "What the EM network computes on the current input is on the **Draw** page: its class activations and "
             "its class layer's EM routing, iteration by iteration.",
             icon=":material/draw:",
         )
-        st.page_link(pages.DRAW.path, label=f"Go to the {pages.DRAW.title} page", icon=pages.DRAW.icon)
+        st.page_link(state.page_path(pages.DRAW), label=f"Go to the {pages.DRAW.title} page", icon=pages.DRAW.icon)
     st.stop()
 
 with view_col:

@@ -7,7 +7,6 @@ import streamlit as st
 
 from capsnet.nn.config import CapsNetConfig
 from capsnet.readings import decoding
-from capsnet.readings.explain_em import EMExplanation
 from dashboard import figures, guards, state, texts, widgets
 
 PER_ROW = 4
@@ -24,18 +23,19 @@ def _set_sliders(values: np.ndarray) -> None:
 
 st.title("Capsule dimensions", anchor=False)
 
-model = guards.require_model(em=True)  # the EM network too, when it has a decoder: its 16 pose entries
-if model is not None and model.em and getattr(model.net, "decoder", None) is None:
+model = guards.require_model(
+    routings=("dynamic", "em")
+)  # the EM network too, when it has a decoder: its 16 pose entries
+if model is not None and not model.redraws:
     st.info(texts.NO_EM_DECODER, icon=":material/brush:")
     st.stop()
-em = model is not None and model.em
 st.markdown(texts.dimensions(model.config if model is not None else CapsNetConfig()))
 image = guards.require_input() if model is not None else None
 if model is None or image is None:
     st.stop()
 
 names = model.class_names
-result = model.explain_em(image) if em else model.explain(image)  # poses (K, 16) and the prediction of either
+result = model.reading(image)  # poses (K, 16) and the prediction, whatever the network
 prediction = result.prediction
 choice = widgets.capsule_selectbox(
     "Capsule to edit",
@@ -63,11 +63,7 @@ st.caption(
     f"Input: **{state.input_label() or 'current input'}** · capsule **{names[klass]}**"
     + (" (the winner)" if choice is None else "")
     + ", "
-    + (
-        f"activation a = {result.activations[klass]:.2f}. "
-        if isinstance(result, EMExplanation)
-        else f"length |v| = {np.linalg.norm(base):.2f}. "
-    )
+    + f"{texts.SCORE_NAMES[result.symbol]} {result.symbol} = {result.scores[klass]:.2f}. "
     + texts.dimension_ranges(ranges.from_statistics, names[klass])
 )
 
@@ -78,7 +74,7 @@ with sliders_col:
         for d in range(row, min(row + PER_ROW, digit_dim)):
             span = float(high[d] - low[d])
             cols[d - row].slider(
-                f"Pose entry ({d // 4 + 1}, {d % 4 + 1})" if em else f"Dimension {d + 1}",  # EM: row, column of 4x4
+                texts.POSE_LABELS[model.routing](d),  # EM: the row and column of the 4x4 pose
                 min_value=float(low[d]),
                 max_value=float(high[d]),
                 step=max(round(span / 100, 4), 1e-4),

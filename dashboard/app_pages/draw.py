@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from typing import cast
+from typing import Any
 
 import numpy as np
 import streamlit as st
@@ -11,7 +11,6 @@ from streamlit_drawable_canvas import st_canvas
 
 from capsnet.data.preprocess import PreprocessError, preprocess_canvas, preprocess_upload
 from capsnet.nn.config import CapsNetConfig
-from capsnet.nn.em_capsnet import EMCapsNetConfig
 from dashboard import figures, guards, guided_path, models, pages, state, texts, widgets
 
 UPLOAD_MB = 25  # a phone's photo of a digit is often 3-8 MB; decoding is bounded by pixels (capsnet.data.preprocess)
@@ -161,9 +160,114 @@ def _em_reading(
         key="em_class_routing", config={"displayModeBar": False},
     )  # fmt: skip
     st.markdown(texts.EM_ROUTING_READING)
-    st.page_link(pages.PLAYGROUND.path, label="Route toy votes with EM and with dynamic routing, side by side",
+    st.page_link(state.page_path(pages.PLAYGROUND), label="Route toy votes with EM and with dynamic routing, side by side",
                  icon=pages.PLAYGROUND.icon)  # fmt: skip
 
+
+def _dynamic_reading(
+    model: models.Model, digit: np.ndarray, decode_choice: int | None, names: list[str], true_class: int | None
+) -> None:
+    """The CapsNet's reading of the input: its capsule lengths, the not-like-any-class test, the redraw."""
+    config, dataset, noun = model.config, model.dataset, model.noun
+    result = model.explain(digit, decode_class=decode_choice)
+    prediction = result.prediction
+    lengths = result.lengths
+
+    chart_col, side_col = st.columns([1.5, 1], gap="large")
+    with chart_col:
+        st.plotly_chart(
+            figures.lengths_bar(lengths, names, prediction, config.m_plus, config.m_minus),
+            key="lengths_chart",
+            config={"displayModeBar": False},
+        )
+        with st.expander(texts.margins_title(config), icon=":material/straighten:"):
+            st.markdown(texts.margins(config))
+            st.latex(texts.MARGIN_LATEX)
+    with side_col:
+        confidence = float(lengths[prediction])
+        runner_up = result.runner_up
+        st.metric(
+            "Prediction",
+            names[prediction],
+            delta=f"|v| = {confidence:.2f}",
+            delta_color="off",
+            delta_arrow="off",
+            help="The class whose capsule is longest.",
+            border=True,
+        )
+        if true_class is not None:
+            verdict = "right" if true_class == prediction else "wrong"
+            st.caption(f"True class {names[true_class]}: the network is **{verdict}**.")
+        if confidence < 0.5:
+            st.warning(
+                f"No capsule is long: the network is unsure (next best: {names[runner_up]}, |v| = {lengths[runner_up]:.2f}).",
+                icon=":material/help:",
+            )
+        elif lengths[runner_up] > 0.5:
+            st.info(f"Capsule {names[runner_up]} is long too (|v| = {lengths[runner_up]:.2f}): an ambiguous input.")
+        thresholds = guards.novelty(model)
+        if thresholds is not None:
+            score = float(thresholds.score(result.reconstruction_error, confidence))
+            if score > 1.0:
+                title = model.info.title or dataset
+                st.warning(
+                    texts.not_like_any_class(noun, score, result.reconstruction_error, confidence, title, thresholds),
+                    icon=":material/report:",
+                )
+            else:
+                st.caption(
+                    f"Looks like {texts.a(noun)} the network knows (novelty score {score:.2f}; above 1 would mean unlike)."
+                )
+            with st.expander('What is "not like any class"?', icon=":material/report:"):
+                st.markdown(texts.NOVELTY)
+        widgets.capsule_selectbox(  # read back from session state above, before the result is computed
+            "Reconstruct as",
+            names,
+            key=state.RECONSTRUCT_AS,
+            persist_state=state.ACROSS_PAGES,
+            predicted_label="the prediction",
+            item="class",
+            help=f"Decode the winning capsule (now {names[prediction]}), or the capsule of any other class.",
+        )
+        shown = result.decode_class
+        st.image(
+            [figures.pixel_image(result.image, 5), figures.pixel_image(result.reconstruction, 5)],
+            caption=[
+                "input",
+                f"reconstruction from capsule {names[shown]}" + (" (the prediction)" if decode_choice is None else ""),
+            ],
+            width=28 * 5,
+            output_format="PNG",
+        )
+        with st.expander("What is the reconstruction?", icon=":material/brush:"):
+            st.markdown(texts.reconstruction(config, noun))
+
+    st.page_link(state.page_path(pages.ROUTING), label="See how routing reached this answer", icon=pages.ROUTING.icon)
+    st.page_link(
+        state.page_path(pages.DIMENSIONS),
+        label=f"Tweak the {config.digit_dim} dimensions of this capsule",
+        icon=pages.DIMENSIONS.icon,
+    )
+
+
+READINGS = {"dynamic": _dynamic_reading, "em": _em_reading}  # by the model's routing (`Routing.kind`)
+DRAW_SAYS = {
+    "dynamic": "which class capsule grows longest, and what it redraws from that capsule alone.",
+    "em": "which class capsule the EM network activates most, and how routing gave it the children whose votes agree.",
+}
+
+
+def _vector_primer(config: Any) -> None:
+    st.markdown(texts.capsule(config))
+    st.markdown(texts.SQUASH)
+    st.latex(texts.SQUASH_LATEX)
+
+
+def _matrix_primer(config: Any) -> None:
+    st.markdown(texts.em_capsule(config))
+
+
+CAPSULE_PRIMERS = {"dynamic": _vector_primer, "em": _matrix_primer}  # what a capsule is, by the model's routing
 
 model = guards.current_model()
 if model is not None and not model.task.takes_drawings:  # a MultiMNIST or mnist-40 model: said why
@@ -173,7 +277,7 @@ if model is not None and not model.task.takes_drawings:  # a MultiMNIST or mnist
 names = models.class_names(model)
 dataset = model.dataset if model is not None else "mnist"
 noun = model.noun if model is not None else "digit"
-em = model is not None and model.em  # the EM network: its activations and class routing (`_em_reading`)
+routing = model.routing if model is not None else "dynamic"  # each network its own reading (`READINGS`)
 config = model.config if model is not None else CapsNetConfig()
 if st.session_state.get("draw_dataset") != dataset:  # a model of another dataset: its own default input
     st.session_state["draw_dataset"] = dataset
@@ -184,24 +288,15 @@ st.title(f"Draw {texts.a(noun)}", anchor=False)
 if pages.START.url_path not in state.visited_pages():  # a first visit: the way to the primer and the path
     with st.container(key="start_pointer"):
         st.info(guided_path.START_POINTER, icon=pages.START.icon)
-        st.page_link(pages.START.path, label=f"Open {pages.START.title}", icon=pages.START.icon)
+        st.page_link(state.page_path(pages.START), label=f"Open {pages.START.title}", icon=pages.START.icon)
 st.markdown(
     f"Draw {texts.a(noun)}, pick one from the test set or upload a picture, and see how a **Capsule Network** reads it: "
-    + (
-        "which class capsule the EM network activates most, and how routing gave it the children whose votes agree."
-        if em
-        else "which class capsule grows longest, and what it redraws from that capsule alone."
-    )
+    + DRAW_SAYS[routing]
 )
 if noun != "digit":
     st.info(texts.fashion_drawing(noun), icon=":material/checkroom:")
 with st.expander("What is a capsule?", icon=":material/help:"):
-    if em:
-        st.markdown(texts.em_capsule(cast(EMCapsNetConfig, config)))  # the EM network's config
-    else:
-        st.markdown(texts.capsule(config))
-        st.markdown(texts.SQUASH)
-        st.latex(texts.SQUASH_LATEX)
+    CAPSULE_PRIMERS[routing](config)
 
 left, right = st.columns([1.2, 1], gap="large")
 with left:
@@ -254,83 +349,4 @@ if model is None:
 
 st.divider()
 decode_choice = widgets.capsule_choice(state.redraw_as())
-if em:
-    _em_reading(model, digit, decode_choice, names, true_class)
-    st.stop()
-result = model.explain(digit, decode_class=decode_choice)
-prediction = result.prediction
-lengths = result.lengths
-
-chart_col, side_col = st.columns([1.5, 1], gap="large")
-with chart_col:
-    st.plotly_chart(
-        figures.lengths_bar(lengths, names, prediction, config.m_plus, config.m_minus),
-        key="lengths_chart",
-        config={"displayModeBar": False},
-    )
-    with st.expander(texts.margins_title(config), icon=":material/straighten:"):
-        st.markdown(texts.margins(config))
-        st.latex(texts.MARGIN_LATEX)
-with side_col:
-    confidence = float(lengths[prediction])
-    runner_up = result.runner_up
-    st.metric(
-        "Prediction",
-        names[prediction],
-        delta=f"|v| = {confidence:.2f}",
-        delta_color="off",
-        delta_arrow="off",
-        help="The class whose capsule is longest.",
-        border=True,
-    )
-    if true_class is not None:
-        verdict = "right" if true_class == prediction else "wrong"
-        st.caption(f"True class {names[true_class]}: the network is **{verdict}**.")
-    if confidence < 0.5:
-        st.warning(
-            f"No capsule is long: the network is unsure (next best: {names[runner_up]}, |v| = {lengths[runner_up]:.2f}).",
-            icon=":material/help:",
-        )
-    elif lengths[runner_up] > 0.5:
-        st.info(f"Capsule {names[runner_up]} is long too (|v| = {lengths[runner_up]:.2f}): an ambiguous input.")
-    thresholds = guards.novelty(model)
-    if thresholds is not None:
-        score = float(thresholds.score(result.reconstruction_error, confidence))
-        if score > 1.0:
-            title = model.info.title or dataset
-            st.warning(
-                texts.not_like_any_class(noun, score, result.reconstruction_error, confidence, title, thresholds),
-                icon=":material/report:",
-            )
-        else:
-            st.caption(
-                f"Looks like {texts.a(noun)} the network knows (novelty score {score:.2f}; above 1 would mean unlike)."
-            )
-        with st.expander('What is "not like any class"?', icon=":material/report:"):
-            st.markdown(texts.NOVELTY)
-    widgets.capsule_selectbox(  # read back from session state above, before the result is computed
-        "Reconstruct as",
-        names,
-        key=state.RECONSTRUCT_AS,
-        persist_state=state.ACROSS_PAGES,
-        predicted_label="the prediction",
-        item="class",
-        help=f"Decode the winning capsule (now {names[prediction]}), or the capsule of any other class.",
-    )
-    shown = result.decode_class
-    st.image(
-        [figures.pixel_image(result.image, 5), figures.pixel_image(result.reconstruction, 5)],
-        caption=[
-            "input",
-            f"reconstruction from capsule {names[shown]}" + (" (the prediction)" if decode_choice is None else ""),
-        ],
-        width=28 * 5,
-        output_format="PNG",
-    )
-    with st.expander("What is the reconstruction?", icon=":material/brush:"):
-        st.markdown(texts.reconstruction(config, noun))
-
-st.page_link(pages.ROUTING.path, label="See how routing reached this answer", icon=pages.ROUTING.icon)
-st.page_link(
-    pages.DIMENSIONS.path, label=f"Tweak the {config.digit_dim} dimensions of this capsule", icon=pages.DIMENSIONS.icon
-)
+READINGS[model.routing](model, digit, decode_choice, names, true_class)

@@ -6,7 +6,7 @@ import numpy as np
 import streamlit as st
 
 from capsnet.readings import reconstruction
-from dashboard import figures, guards, links, pages, texts
+from dashboard import figures, guards, links, pages, texts, training_texts
 
 QUICK = 1000  # the default: a few seconds with the paper's model on a CPU
 SIZES = {QUICK: "first", 0: "all"}
@@ -40,7 +40,7 @@ def _opened_notice(origin: str, columns: int = 4) -> None:
 
 
 st.title("Evaluate", anchor=False)
-model = guards.require_model(em=True)  # the EM network too: its activations a_j are its class scores
+model = guards.require_model(routings=("dynamic", "em"))  # the EM network too: its activations a_j are its class scores
 st.markdown(texts.evaluate(model.noun if model is not None else "digit"))
 if model is None:
     st.stop()
@@ -84,7 +84,7 @@ stored = model.info.test_accuracy
 c1, c2, c3, c4 = st.columns(4)
 c1.metric("Test accuracy", f"{100 * result.accuracy:.2f}%", border=True)
 c2.metric(f"Mistakes (of {result.total:,})", f"{result.total - result.correct:,}", border=True)
-c3.metric("Test loss", f"{result.loss:.4f}", border=True, help=texts.loss_help(model.config))
+c3.metric("Test loss", f"{result.loss:.4f}", border=True, help=training_texts.loss_help(model.config))
 c4.metric(
     "At training",
     f"{100 * stored:.2f}%" if stored is not None else "—",
@@ -177,8 +177,9 @@ wrong = reconstruction.misclassified(predictions, truth, lengths, GALLERY_COUNT)
 if len(wrong) == 0:
     st.success("No mistakes on these test images.")
 else:
-    scores = "activations a_j of its" if model.em else "lengths of its"
-    st.caption(f"Each with the {scores} {len(names)} capsules: the red bar is the (wrong) winner.")
+    scores = texts.SCORE_NAMES[model.network.score_symbol]
+    st.caption(f"Each with the {scores}s ({model.network.score_symbol}) of its {len(names)} capsules: the red bar "
+               "is the (wrong) winner.")  # fmt: skip
     cols = st.columns(GALLERY_COLUMNS)
     for n, index in enumerate(wrong.tolist()):
         with cols[n % GALLERY_COLUMNS]:
@@ -191,7 +192,7 @@ else:
             )
             st.plotly_chart(
                 figures.lengths_bar(
-                    lengths[index], names, predicted, height=150, compact=True, symbol="a" if model.em else "|v|"
+                    lengths[index], names, predicted, height=150, compact=True, symbol=model.network.score_symbol
                 ),  # fmt: skip
                 key=f"mistake_{index}",
                 config={"displayModeBar": False, "staticPlot": True},

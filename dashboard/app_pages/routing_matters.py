@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import streamlit as st
@@ -42,13 +44,51 @@ EM_DURATION = (
 FOR_SINGLE_IMAGES = "This view is for models that read one 28x28 image (MNIST, Fashion-MNIST), not MultiMNIST pairs."
 
 
+@dataclass(frozen=True)
+class Voice:
+    """What the page says of a model routed one way, and where a changed image opens."""
+
+    intro: str
+    duration: str  # how long measuring takes
+    verdict: Callable[
+        [float, int, float, int, str], str
+    ]  # (share changed, trained r, accuracy at r = 1, changed, noun)
+    opens_at_r: bool  # a changed image opens on Routing at the r where it changes (else on Draw, at the model's own r)
+
+
+def _dynamic_verdict(share: float, trained: int, first: float, changed: int, noun: str) -> str:
+    return (
+        f"On **{100 * (1 - share):.1f}%** of the test {noun}s the answer is the same whatever r: the votes agree from "
+        f"the start, and routing only sharpens what the plain sum already says. It is on the "
+        f"**{changed:,}** others, ambiguous ones, that routing decides."
+    )
+
+
+def _em_verdict(share: float, trained: int, first: float, changed: int, noun: str) -> str:
+    # its layers were learned for one r: away from it the answers move for every kind of digit
+    return (
+        f"On **{100 * (1 - share):.1f}%** of the test {noun}s the answer is the same whatever r. The EM network's "
+        f"weights and betas, in every capsule layer, were learned for r = {trained}: away from it the activations "
+        f"are no longer the ones it learned to read (**{100 * first:.2f}%** right at r = 1), so answers change "
+        "for plain digits as much as for ambiguous ones, and the list below is mostly those that the trained r gets "
+        "right."
+    )
+
+
+VOICES = {  # by the model's routing (`Routing.kind`)
+    "dynamic": Voice(INTRO, "a few minutes on a CPU for the paper's model", _dynamic_verdict, opens_at_r=True),
+    "em": Voice(EM_INTRO, EM_DURATION, _em_verdict, opens_at_r=False),
+}
+
+
 def _effect_label(key: str, counts: dict[str, int]) -> str:
     return f"{EFFECTS[key]} ({counts[key]:,})"
 
 
 st.title("Where routing matters", anchor=False)
-model = guards.require_model(em=True)  # the EM network too: its activations at r = 1 to 5
-st.markdown(EM_INTRO if model is not None and model.em else INTRO)
+model = guards.require_model(routings=("dynamic", "em"))  # the EM network too: its activations at r = 1 to 5
+voice = VOICES[model.routing if model is not None else "dynamic"]
+st.markdown(voice.intro)
 st.caption(FOR_SINGLE_IMAGES)
 if model is None:
     st.stop()
@@ -60,7 +100,7 @@ names, noun = model.class_names, model.noun
 
 result, error = model.routing_matters(measure=st.session_state.get(MEASURE) == model.key)
 if result is None:
-    how_long = EM_DURATION if model.em else "a few minutes on a CPU for the paper's model"
+    how_long = voice.duration
     st.info(
         f"Not measured yet for this model: each of its {len(labels):,} test images is read at r = 1 to 5, once, and "
         f"the result is kept beside the checkpoint ({how_long}).",
@@ -107,20 +147,7 @@ st.plotly_chart(
     config={"displayModeBar": False},
 )
 share = len(result.changed) / result.total
-if model.em:  # its layers were learned for one r: away from it the answers move for every kind of digit
-    st.markdown(
-        f"On **{100 * (1 - share):.1f}%** of the test {noun}s the answer is the same whatever r. The EM network's "
-        f"weights and betas, in every capsule layer, were learned for r = {trained}: away from it the activations "
-        f"are no longer the ones it learned to read (**{100 * accuracy[0]:.2f}%** right at r = 1), so answers change "
-        "for plain digits as much as for ambiguous ones, and the list below is mostly those that the trained r gets "
-        "right."
-    )
-else:
-    st.markdown(
-        f"On **{100 * (1 - share):.1f}%** of the test {noun}s the answer is the same whatever r: the votes agree from "
-        f"the start, and routing only sharpens what the plain sum already says. It is on the "
-        f"**{len(result.changed):,}** others, ambiguous ones, that routing decides."
-    )
+st.markdown(voice.verdict(share, trained, float(accuracy[0]), len(result.changed), noun))
 
 st.subheader(f"The test {noun}s whose answer changes", anchor=False)
 if not result.changed:
@@ -130,7 +157,7 @@ if not result.changed:
 
 @st.fragment
 def _changed_list(
-    result: RoutingMatters, images: Any, names: list[str], noun: str, dataset: str, em: bool = False
+    result: RoutingMatters, images: Any, names: list[str], noun: str, dataset: str, voice: Voice, symbol: str
 ) -> None:
     """The changed images, a page of them at a time: choosing a kind or a page reruns this alone (not the chart)."""
     rs, own = result.iterations, result.trained_iterations
@@ -153,8 +180,8 @@ def _changed_list(
     number = min(number, last_page)
     st.caption(
         f"Each {noun} with its answer at r = 1 to 5 (a wrong one struck through). The button makes it the input of "
-        + ("every page and opens it on the Draw page." if em else "every page and opens the Routing page at the r "
-           "where its answer changes.")
+        + ("every page and opens the Routing page at the r where its answer changes." if voice.opens_at_r
+           else "every page and opens it on the Draw page.")
     )  # fmt: skip
     for n, image in enumerate(shown[(number - 1) * PER_PAGE : number * PER_PAGE]):
         if n % COLUMNS == 0:
@@ -165,21 +192,21 @@ def _changed_list(
             left.image(figures.pixel_image(images[index, 0].numpy(), 3), width=84, output_format="PNG")
             right.markdown(f"**#{index}**, a {names[image.label]}")
             first, then = image.predictions[0], image.predictions[rs.index(at)]
-            right.caption(rmf.margins_text(image.lengths, first, then, names, "a" if em else "|v|"))
+            right.caption(rmf.margins_text(image.lengths, first, then, names, symbol))
             st.markdown(rmf.answers_text(image.predictions, image.label, rs, names))
-            if em and st.button(
+            if not voice.opens_at_r and st.button(
                 "Open on Draw", key=f"rm_open_{index}", icon=pages.DRAW.icon, use_container_width=True,
                 help=f"Make test {noun} #{index} the input and open the Draw page (the EM network's own r).",
             ):  # fmt: skip
                 links.open_test_image(index, dataset)
-                st.switch_page(pages.DRAW.path)
-            if not em and st.button(
+                st.switch_page(state.page_path(pages.DRAW))
+            if voice.opens_at_r and st.button(
                 f"Routing at r = {at}", key=f"rm_open_{index}", icon=":material/alt_route:", use_container_width=True,
                 help=f"Make test {noun} #{index} the input and open the Routing page with {at} iterations.",
             ):  # fmt: skip
                 links.open_test_image(index, dataset)
                 state.set_routing_iterations(at)
-                st.switch_page(pages.ROUTING.path)
+                st.switch_page(state.page_path(pages.ROUTING))
 
 
-_changed_list(result, images, names, noun, model.dataset, model.em)
+_changed_list(result, images, names, noun, model.dataset, voice, model.network.score_symbol)

@@ -24,8 +24,8 @@ for number, step in enumerate(guided_path.GUIDED_PATH, start=1):
     with st.container(border=True, key=f"step_{number}"):
         head, link = st.columns([1.5, 1], vertical_alignment="center")  # the longest link whole at 1,100 px
         head.markdown(f"**{number}. {step.title}**" + ("  \n:green[:material/check_circle: visited]" if seen else ""))
-        if step.network == "capsnet":
-            link.page_link(step.page.path, label=f"Open {step.page.title}", icon=step.page.icon)
+        if step.network is None:  # the page with whichever model is chosen
+            link.page_link(state.page_path(step.page), label=f"Open {step.page.title}", icon=step.page.icon)
         else:  # the page with that network's model: the shipped one first, else the newest run's
             other = catalog.trained_on("mnist", [e for e in entries if e.network == step.network])
             if other is None:
@@ -34,7 +34,7 @@ for number, step in enumerate(guided_path.GUIDED_PATH, start=1):
             elif link.button(f"Open {step.page.title} with it", key=f"open_step_{number}", icon=step.page.icon):
                 if state.chosen_path() != str(other.path):
                     state.switch_checkpoint(other.path)  # the way back is one click on the page
-                st.switch_page(step.page.path)
+                st.switch_page(state.page_path(step.page))
         st.markdown(step.do)
         st.caption(f"Look for: {step.notice}")
 st.markdown(guided_path.START_AFTER)

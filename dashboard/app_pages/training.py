@@ -15,7 +15,7 @@ from capsnet.training.acceleration import Acceleration
 from capsnet.training.folder import run_folders
 from capsnet.training.options import TrainOptions
 from capsnet.training.recipes import RECIPES
-from dashboard import figures, state, texts
+from dashboard import figures, state, texts, training_texts
 from dashboard.figures import training as training_figures
 
 # symbols every text font draws (an emoji needs an emoji font, and shows as an empty box without one)
@@ -199,7 +199,7 @@ def _window() -> None:
     if history is None:
         st.info("No snapshot of this run's window yet: the first is taken before its first batch.")
         return
-    st.markdown(texts.training_window(history.network, history.m_plus, history.m_minus, EMCapsNetConfig()))
+    st.markdown(training_texts.training_window(history.network, history.m_plus, history.m_minus, EMCapsNetConfig()))
     labels = [history.label(s) for s in range(len(history))]
     shown, latest = st.session_state.get(WATCH_STEP), st.session_state.get(WATCH_LATEST)
     if shown not in labels or shown == latest:  # at the newest snapshot: stay there as new ones come
@@ -225,7 +225,7 @@ def _window() -> None:
 
 
 st.title("Training runs", anchor=False)
-st.markdown(texts.training(CapsNetConfig.preset(TrainOptions().preset), EMCapsNetConfig(), RECIPES))
+st.markdown(training_texts.training(CapsNetConfig.preset(TrainOptions().preset), EMCapsNetConfig(), RECIPES))
 st.session_state[LIVE] = None
 every = LIVE_S if processes.active_run(state.runs_root()) else IDLE_S
 st.fragment(run_every=every)(_live_page)()

@@ -31,8 +31,9 @@ def _reset() -> None:
 
 
 st.title("Transform lens", anchor=False)
-model = guards.require_model(em=True)  # the EM network too: its activations and the 16 entries of a 4x4 pose
-em = model is not None and model.em
+model = guards.require_model(
+    routings=("dynamic", "em")
+)  # the EM network too: its activations and the 16 entries of a 4x4 pose
 config = model.config if model is not None else CapsNetConfig()
 st.markdown(texts.equivariance(config))
 image = guards.require_input() if model is not None else None
@@ -50,7 +51,7 @@ with controls:
     st.button("Reset", key="lens_reset", icon=":material/restart_alt:", on_click=_reset)
 transform = eq.Transform(**{name: float(st.session_state[_key(name)]) for name in SLIDERS})
 
-start = model.explain_em(image) if em else model.explain(image)  # the winner on the original input
+start = model.reading(image)  # the winner on the original input
 choice = widgets.capsule_selectbox(
     "Capsule to follow", names, key="lens_capsule", predicted_label="the winner on the original input",
     help=f"Whose pose to follow: the capsule that wins on the untransformed input (now {names[start.prediction]}).",
@@ -59,7 +60,7 @@ choice = widgets.capsule_selectbox(
 capsule = start.prediction if choice is None else choice
 reading = model.transformed(image, (eq.Transform(), transform), capsule)  # the original and the transformed input
 lengths, predicted = reading.lengths[1], int(reading.predictions[1])
-symbol = "a" if em else "|v|"  # the EM network's activations stand for the lengths
+symbol = model.network.score_symbol  # the EM network's activations stand for the lengths
 
 with view:
     pictures, verdict = st.columns([1.6, 1])
@@ -73,8 +74,7 @@ with view:
         st.metric(
             "Prediction", names[predicted], delta=f"{symbol} = {lengths[predicted]:.2f}", delta_color="off",
             delta_arrow="off", border=True,
-            help="The most active class capsule for the transformed input." if em
-            else "The longest capsule for the transformed input.",
+            help=f"The class capsule with the highest {model.network.scores} for the transformed input.",
         )  # fmt: skip
         st.caption(
             f"Capsule {names[capsule]}: {symbol} = {reading.lengths[0, capsule]:.2f} on the original, "
@@ -85,8 +85,7 @@ with view:
         config={"displayModeBar": False},
     )  # fmt: skip
     st.plotly_chart(
-        figures.activations_bar(lengths, names, predicted, height=260) if em
-        else figures.lengths_bar(lengths, names, predicted, config.m_plus, config.m_minus, height=260),
+        figures.scores_bar(lengths, names, predicted, model.network.score_margins(config), height=260),
         key="lens_lengths",
         config={"displayModeBar": False},
     )  # fmt: skip
@@ -125,7 +124,7 @@ else:
     scores = cnn.scores(reading.images[1])  # the transformed input, as the CapsNet read it above
     cnn_predicted = int(np.argmax(scores))
     left, right = st.columns(2)
-    left.metric(f"{'EM network' if em else 'CapsNet'} on the transformed input", names[predicted],
+    left.metric(f"{model.network.title} on the transformed input", names[predicted],
                 delta=f"{symbol} = {lengths[predicted]:.2f}",
                 delta_color="off", delta_arrow="off", border=True)  # fmt: skip
     right.metric("CNN baseline on the transformed input", names[cnn_predicted],
@@ -137,7 +136,7 @@ limit = size.selectbox(
     "Test images per point", ROBUSTNESS_SIZES, index=1, key="lens_robustness_size", format_func="{:,}".format,
     help="Each network reads this many test images at each of the sweeps' points, the first time; then kept on disk.",
 )  # fmt: skip
-networks = {("EM network" if em else "CapsNet"): model, **({"CNN": cnn} if cnn is not None else {})}
+networks = {model.network.title: model, **({"CNN": cnn} if cnn is not None else {})}
 size.caption(texts.robustness_cost(int(limit), len(networks), baselines.robustness_seconds(networks, int(limit))))
 if measure.toggle("Measure accuracy as the test set turns and scales", key="lens_robustness"):
     if guards.try_test_set(model.dataset) is None:

@@ -13,7 +13,7 @@ from dashboard.figures.agreement import (
     votes_figure,
 )
 from dashboard.figures.baseline import claim_figure, comparison_figure, robustness_figure
-from dashboard.figures.capsules import capsule_primer_figure, dimension_profile_figure, lengths_bar
+from dashboard.figures.capsules import capsule_primer_figure, dimension_profile_figure, lengths_bar, scores_bar
 from dashboard.figures.em import (
     activations_bar,
     em_assignment_figure,
@@ -43,6 +43,7 @@ from dashboard.figures.style import MARGIN_LABEL_SPACE, OTHER, WINNER
 from dashboard.figures.training import MARKED_EPOCHS, TICKED_EPOCHS, training_curves
 
 __all__ = [
+    "scores_bar",
     "activations_bar",
     "em_assignment_figure",
     "em_child_windows_figure",

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
+from dashboard.figures.em import activations_bar
 from dashboard.figures.style import MARGIN_LABEL_SPACE, OTHER, WINNER, layout, margin_lines
 
 LABEL_GAP = 0.01  # between a bar's top and its label, in units of |v|
@@ -121,3 +122,13 @@ def capsule_primer_figure(height: int = 300) -> go.Figure:
     fig.update_xaxes(range=[-1.15, 1.15], visible=False, scaleanchor="y")
     fig.update_yaxes(range=[-1.15, 1.15], visible=False)
     return layout(fig, height, showlegend=False, margin=dict(l=10, r=10, t=10, b=10))
+
+
+def scores_bar(
+    scores: np.ndarray, class_names: Sequence[str], prediction: int, margins: tuple[float, float] | None, height: int
+) -> go.Figure:
+    """The class scores as bars, the winner highlighted: capsule lengths with the margins their loss trains them
+    toward (`Network.score_margins`), else activations, each value above its bar."""
+    if margins is not None:
+        return lengths_bar(scores, class_names, prediction, *margins, height=height)
+    return activations_bar(scores, class_names, prediction, height=height)
