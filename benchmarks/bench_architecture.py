@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads or inference_threads())
     threadpool_limits(torch.get_num_threads(), user_api="blas")  # NumPy's BLAS too, as the dashboard does
     if args.checkpoint is not None:
-        model, what = load_checkpoint(args.checkpoint).model.eval(), str(args.checkpoint)
+        model, what = load_checkpoint(args.checkpoint, networks=("capsnet",)).model.eval(), str(args.checkpoint)
     else:
         torch.manual_seed(0)
         model, what = CapsNet(CapsNetConfig.preset("paper")).eval(), "the paper's CapsNet, random weights"

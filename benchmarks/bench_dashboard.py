@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         if args.checkpoint is not None:
-            checkpoint = load_checkpoint(args.checkpoint)
+            checkpoint = load_checkpoint(args.checkpoint, networks=("capsnet",))
             model, path, what = checkpoint.model, args.checkpoint, str(args.checkpoint)
         else:
             torch.manual_seed(0)

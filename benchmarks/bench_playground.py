@@ -75,7 +75,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(inference_threads())  # the dashboard's setting: 1 unless CAPSNET_DASHBOARD_THREADS
     threadpool_limits(torch.get_num_threads(), user_api="blas")  # NumPy's BLAS too, as the dashboard does
-    model = (load_checkpoint(args.checkpoint, device="cpu").model if args.checkpoint else
+    model = (load_checkpoint(args.checkpoint, device="cpu", networks=("capsnet",)).model if args.checkpoint else
              CapsNet(CapsNetConfig()).eval())  # fmt: skip
     names = [str(d) for d in range(model.config.num_classes)]
     print(f"machine: {describe_device(torch.device('cpu'))}; torch threads: {torch.get_num_threads()}")

@@ -100,7 +100,7 @@ def server(checkpoint: Path, repeats: int) -> dict[str, float]:
 
 def measure_speed(checkpoint: Path, count: int) -> tuple[float, float]:
     """Images per second: the measure (votes once, routing r = 1..5) and the full forward pass for each r."""
-    net = load_checkpoint(checkpoint).model
+    net = load_checkpoint(checkpoint, networks=("capsnet",)).model
     test = read_test_set(load_checkpoint(checkpoint).info.dataset_name).first(count)
     start = time.perf_counter()
     rm.iteration_lengths(net, test.images)

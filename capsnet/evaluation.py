@@ -102,8 +102,7 @@ def routing_options(model: AnyModel, routing_iterations: int | None) -> dict[str
     """The forward pass's keyword for a routing count: {} for None; ValueError for a network that does not route."""
     if routing_iterations is None:
         return {}
-    if network_of(model).routing is None:
-        raise ValueError(f"routing iterations apply to a network that routes, not a {network_of(model).title}")
+    network_of(model).routes()  # ValueError for a network that does not route
     return {"routing_iterations": routing_iterations}
 
 

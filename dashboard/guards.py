@@ -33,13 +33,13 @@ def require_model(pairs: bool = False, routings: tuple[RoutingKind, ...] = ("dyn
     to a model the page reads)."""
     model = current_model()
     if model is not None and model.routing not in routings:
-        st.info(texts.not_for_em(), icon=":material/swap_horiz:")
+        st.info(texts.not_for(model.routing), icon=":material/swap_horiz:")
         other = _model_reading(pairs, routings)
         if other is not None:
             st.button(f"Open {other.label}", key="switch_model", icon=":material/swap_horiz:", type="primary",
                       on_click=state.switch_checkpoint, args=(str(other.path),))  # fmt: skip
-        st.page_link(state.page_path(pages.EVALUATE), label=f"Evaluate the EM model on the {pages.EVALUATE.title} page",
-                     icon=pages.EVALUATE.icon)  # fmt: skip
+        st.page_link(state.page_path(pages.EVALUATE), label=f"Evaluate the {model.network.title} model on the "
+                     f"{pages.EVALUATE.title} page", icon=pages.EVALUATE.icon)  # fmt: skip
         return None
     if model is None and state.chosen_path() is None:
         st.warning(

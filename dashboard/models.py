@@ -110,9 +110,12 @@ class Model(Loaded):
         """Whether it redraws its input from a class capsule (has a decoder)."""
         return self.network.redraws(self.checkpoint.config)
 
-    def reading(self, image: np.ndarray, iterations: int | None = None, decode_class: int | None = None) -> Reading:
-        """`capsnet.readings.reading.read` of one input, whatever the network: one forward pass per input, kept."""
-        return _reading(self.key, image, iterations, decode_class, self.net)
+    def reading(
+        self, image: np.ndarray, iterations: int | None = None, decode_class: int | None = None, layers: bool = False
+    ) -> Reading:
+        """`capsnet.readings.reading.read` of one input, whatever the network: one forward pass per input, kept
+        (with `layers`, every capsule layer's routing from that same pass)."""
+        return _reading(self.key, image, iterations, decode_class, layers, self.net)
 
     def explain(
         self, image: np.ndarray, iterations: int | None = None, decode_class: int | None = None
@@ -123,16 +126,16 @@ class Model(Loaded):
         return routing
 
     def explain_em(
-        self, image: np.ndarray, iterations: int | None = None, decode_class: int | None = None
+        self, image: np.ndarray, iterations: int | None = None, decode_class: int | None = None, layers: bool = False
     ) -> EMExplanation:
         """EM routing's account of `reading` (activations, the class layer's routing), for the views of EM."""
-        routing = self.reading(image, iterations, decode_class).routing
+        routing = self.reading(image, iterations, decode_class, layers).routing
         assert isinstance(routing, EMExplanation), "a view of EM routing opened with another network"
         return routing
 
     def em_layers(self, image: np.ndarray, iterations: int | None = None) -> tuple[ConvLayerRouting, ...]:
-        """ConvCaps1's and ConvCaps2's EM routing of one input, from `reading`'s same forward pass."""
-        return self.reading(image, iterations).layers
+        """ConvCaps1's and ConvCaps2's EM routing of one input, from the forward pass of `reading(..., layers=True)`."""
+        return self.reading(image, iterations, layers=True).layers
 
     def votes(self, image: np.ndarray, iterations: int | None = None) -> Votes:
         """Every vote u_hat_{j|i} and coupling of one input: the trace of `explain`'s one forward pass."""
@@ -318,9 +321,9 @@ def _pair(model_key: str, image: np.ndarray, _model: Any) -> ex.PairExplanation:
 
 @st.cache_data(max_entries=32, show_spinner=False)
 def _reading(
-    model_key: str, image: np.ndarray, iterations: int | None, decode_class: int | None, _model: Any
+    model_key: str, image: np.ndarray, iterations: int | None, decode_class: int | None, layers: bool, _model: Any
 ) -> Reading:
-    return read(_model, image, iterations, decode_class)
+    return read(_model, image, iterations, decode_class, layers)
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
@@ -390,6 +393,6 @@ def _routing_chunk(model_key: str, dataset: str, start: int, stop: int, _model: 
 
 @st.cache_data(max_entries=32, show_spinner=False)
 def _vote_plane(model_key: str, image: np.ndarray, iterations: int, digit: int, _model: Any) -> pg.Plane:
-    routing = _reading(model_key, image, iterations, None, _model).routing
+    routing = _reading(model_key, image, iterations, None, False, _model).routing
     assert isinstance(routing, ex.Explanation)  # the plane of dynamic routing's votes
     return pg.real_plane(routing.votes, digit)

@@ -98,6 +98,7 @@ def routed(config: CapsNetConfig | EMCapsNetConfig) -> str:
 
 
 SCORE_NAMES = {"|v|": "length", "a": "activation", "p": "probability"}  # by `Network.score_symbol`
+SCORE_AXES = {"|v|": "capsule length", "a": "class activation", "p": "class probability"}  # a chart's axis title
 POSE_LABELS = {  # a class capsule's pose entry d, by the network's routing: a vector's dimension, a 4x4 matrix's entry
     "dynamic": lambda d: f"Dimension {d + 1}",
     "em": lambda d: f"Pose entry ({d // 4 + 1}, {d % 4 + 1})",
@@ -287,11 +288,26 @@ and fits again. The prediction's activation rises as it gathers the children who
 """
 
 
-def not_for_em() -> str:
+def not_for(routing: str) -> str:
+    """Why a page does not read the chosen model, by how that model routes (`Routing.kind`)."""
+    return NOT_FOR[routing]()
+
+
+def _not_for_dynamic() -> str:
+    return (
+        "This page reads a network routed by **EM**, and the chosen model is a CapsNet routed by agreement: its "
+        "routing is on the Routing page, or pick an EM model (below, or in the sidebar)."
+    )
+
+
+def _not_for_em() -> str:
     return (
         "This page reads a CapsNet's vector capsules and dynamic routing, not yet the chosen **EM network**'s matrix "
         "capsules: evaluate it on the Evaluate page, or open a CapsNet (below, or in the sidebar)."
     )
+
+
+NOT_FOR = {"dynamic": _not_for_dynamic, "em": _not_for_em}
 
 
 def larger_canvas(size: int) -> str:

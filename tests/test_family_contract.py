@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -135,3 +136,31 @@ def test_any_family_loads_by_default_and_the_public_api_names_each(tmp_path: Pat
     assert loaded.network == "em" and isinstance(loaded.model, capsnet.EMCapsNet)
     assert capsnet.EMCapsNetConfig is type(loaded.config) and capsnet.network_of(loaded.model).name == "em"
     assert {"CapsNet", "BaselineCNN", "EMCapsNet", "em_routing", "dynamic_routing"} <= set(dir(capsnet))
+
+
+def test_one_reading_for_every_family_from_one_forward_pass() -> None:
+    """`read` gives every network that routes the same type (scores, prediction, poses, the redraw, its routing's
+    account), and the EM network's class layer and both convolutional layers come from one forward pass."""
+    from capsnet.readings.em_layers import read_conv_layers
+    from capsnet.readings.explain import Explanation
+    from capsnet.readings.explain_em import EMExplanation
+    from capsnet.readings.reading import Reading, read
+
+    image = torch.rand(28, 28).numpy()
+    caps = network("capsnet").build(network("capsnet").preset("tiny")).eval()
+    em = _em()
+    calls = []
+    em.register_forward_hook(lambda *_: calls.append(1))
+    for model, symbol, account in ((caps, "|v|", Explanation), (em, "a", EMExplanation)):
+        reading = read(model, image, iterations=2, layers=True)
+        assert isinstance(reading, Reading) and isinstance(reading.routing, account) and reading.symbol == symbol
+        assert reading.scores.shape == (10,) and reading.prediction == int(reading.scores.argmax())
+        assert reading.poses.shape == (10, 16) and reading.iterations == 2 and reading.reconstruction is not None
+    assert len(calls) == 1 and len(reading.layers) == 2  # the EM reading: one pass for all three capsule layers
+    np.testing.assert_allclose(
+        reading.layers[1].parent_activations, read_conv_layers(em, image, 2)[1].parent_activations
+    )
+    assert read(em, image).layers == ()  # the convolutional layers' traces only where asked for
+    cnn = network("cnn").build(network("cnn").preset("tiny")).eval()
+    with pytest.raises(ValueError, match="network that routes"):
+        read(cnn, image)

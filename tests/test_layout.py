@@ -304,3 +304,12 @@ def test_the_detector_of_family_branches_finds_each_kind(tmp_path: Path) -> None
         encoding="utf-8",
     )
     assert family_branches(probe) == [1, 2, 3, 4, 5]
+
+
+def test_links_to_a_page_find_the_view_the_navigation_serves() -> None:
+    """A page may be served by its view for the chosen model's routing (`PageInfo.views`): every link and switch names
+    a page through `dashboard.state.page_path`, never by a page's own `.path` (which is the CapsNet's view)."""
+    for path in modules("dashboard"):
+        if path.name not in ("pages.py", "state.py", "app.py"):
+            found = re.findall(r"\b(?:pages\.[A-Z_]+|page|p|info|step\.page)\.path\b", path.read_text(encoding="utf-8"))
+            assert not found, f"{path.relative_to(REPO)}: {found[0]}: use state.page_path(...)"

@@ -156,6 +156,30 @@ def test_a_cnn_window_has_probabilities_and_no_reconstructions(tmp_path: Path) -
     assert len(history) == 2 and np.allclose(history.scores.sum(axis=2), 1, atol=1e-5)  # softmax probabilities
 
 
+def test_an_em_window_keeps_redraws_and_a_window_written_before_the_name_still_reads(tmp_path: Path) -> None:
+    """An EM network with a decoder redraws in its window, and says so under both keys; a file from before
+    "redraws" (its "capsules" key alone, no network) reads as it did."""
+    from safetensors.numpy import load, save
+
+    from capsnet.nn.registry import network
+
+    torch.manual_seed(0)
+    em = network("em").build(network("em").preset("tiny", decoder_hidden=(16,))).train()
+    test = LabelledSet(dataset_info("mnist"), torch.rand(12, 1, 28, 28), torch.arange(12) % 10)
+    Watcher(RunFolder(tmp_path), em, test, batches=3).epoch_done(1)
+    history = read_window(tmp_path)
+    assert history is not None and history.redrawn and history.network == "em" and history.margins is None
+    assert history.reconstructions is not None and history.reconstructions.shape == (2, 10, 28, 28)
+    path = RunFolder(tmp_path).file(RunFolder.WATCH)
+    data = path.read_bytes()
+    meta = json.loads(data[8 : 8 + int.from_bytes(data[:8], "little")])["__metadata__"]
+    assert meta["redraws"] == meta["capsules"] == "true"
+    old = {k: v for k, v in meta.items() if k not in ("redraws", "network")}  # as a file before the names
+    path.write_bytes(save(load(data), metadata=old))
+    before = read_window(tmp_path)
+    assert before is not None and before.redrawn and before.network == "capsnet" and before.reconstructions is not None
+
+
 def test_a_capsnet_of_another_config_is_rebuilt_fine(tmp_path: Path) -> None:
     """A resumed run whose window does not fit its test set (another image size) starts a new window."""
     torch.manual_seed(0)

@@ -28,7 +28,7 @@ from capsnet.nn.dynamic_routing import RoutingTrace, dynamic_routing
 from capsnet.nn.family import Network, Routing, register
 from capsnet.nn.layers import PrimaryCapsules, RoutingCapsules, capsule_lengths
 from capsnet.nn.losses import CapsuleLoss, capsule_loss
-from capsnet.nn.routing import LOW_PRECISION
+from capsnet.nn.routing import in_float32, needs_float32
 
 
 @dataclass
@@ -121,8 +121,11 @@ class CapsNet(nn.Module):
         u_hat run once; routing runs again for each r on those votes (in float32, as in the forward pass)."""
         primary, _, _ = self.encode(images, routing_iterations=1)  # (B, N, P)
         votes = self.digits.predictions(primary)  # (B, K, N, D), once
-        votes = votes.float() if votes.dtype in LOW_PRECISION else votes
-        poses = torch.stack([dynamic_routing(votes, r)[0] for r in iterations], dim=1)  # (B, R, K, D)
+
+        def route(u_hat: Tensor) -> Tensor:
+            return torch.stack([dynamic_routing(u_hat, r)[0] for r in iterations], dim=1)  # (B, R, K, D)
+
+        poses = in_float32(votes, route) if needs_float32(votes) else route(votes)
         return capsule_lengths(poses)  # (B, R, K)
 
     def _layers(

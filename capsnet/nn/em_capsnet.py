@@ -228,7 +228,7 @@ class EMCapsNet(nn.Module):
     def scores_by_iterations(self, images: Tensor, iterations: Sequence[int]) -> Tensor:
         """The class activations a_j at each routing count r of `iterations`: (B, R, K). Every capsule layer is routed
         r times, so the whole pass runs again for each r (each layer's votes depend on the one before)."""
-        return torch.stack([self(images, routing_iterations=r).activations for r in iterations], dim=1)
+        return torch.stack([self(images, routing_iterations=r).activations for r in iterations], dim=1)  # (B, R, K)
 
     def forward(
         self,

@@ -138,7 +138,8 @@ def _m_step(
 
 
 def _rows_dot(both: Tensor, weights: Tensor) -> Tensor:
-    """Each vote's row of [V, V^2] dotted with its parent's weights: (B, P, J, I, 2H) . (B, P, J, 2H) -> (B, P, J, I).
+    """Each vote's row of [V - c, (V - c)^2] dotted with its parent's weights: (B, P, J, I, 2H) . (B, P, J, 2H) ->
+    (B, P, J, I).
 
     Taken as a row times the transposed block, (1, 2H) @ (2H, I), which BLAS runs 2-3 times faster on a CPU than the
     same numbers as a block times a column, (I, 2H) @ (2H, 1) (`benchmarks/README.md`)."""
@@ -148,7 +149,8 @@ def _rows_dot(both: Tensor, weights: Tensor) -> Tensor:
 def _e_step(both: Tensor, fit: _Fit, child_index: Tensor, children: int) -> Tensor:
     """R_ij = a_j p_ij / sum_k a_k p_ik, in log space: (B, P, J, I)."""
     precision = 1.0 / fit.variance  # (B, P, J, H)
-    # sum_h (V - mu)^2 / sigma^2 = [V, V^2] . [-2 mu / sigma^2, 1 / sigma^2] + sum_h mu^2 / sigma^2
+    # with V' = V - c and d = mu - c (the fit's mean, about the centre): sum_h (V - mu)^2 / sigma^2 = sum_h (V' - d)^2
+    # / sigma^2 = [V', V'^2] . [-2 d / sigma^2, 1 / sigma^2] + sum_h d^2 / sigma^2
     weights = torch.cat([-2 * fit.mean * precision, precision], dim=-1)  # (B, P, J, 2H)
     quadratic = _rows_dot(both, weights)  # (B, P, J, I)
     constant = (fit.mean * fit.mean * precision + torch.log(2 * math.pi * fit.variance)).sum(dim=-1, keepdim=True)
@@ -159,8 +161,8 @@ def _e_step(both: Tensor, fit: _Fit, child_index: Tensor, children: int) -> Tens
 
 @dataclass
 class _Fit:
-    """One M-step's parents: n_j (B, P, J, 1), mu and sigma^2 (B, P, J, H), where sigma^2 is above its floor, the
-    activation's logit (B, P, J)."""
+    """One M-step's parents: n_j (B, P, J, 1), the mean about the centre d = mu - c and sigma^2 (B, P, J, H), where
+    sigma^2 is above its floor, the activation's logit (B, P, J)."""
 
     amount: Tensor
     mean: Tensor
@@ -236,15 +238,19 @@ def _group_sum(x: Tensor, child_index: Tensor, children: int) -> Tensor:
 
 
 class _EMRouting(torch.autograd.Function):
-    """Procedure 1 with a hand-written backward that reads [V, V^2] 2r-1 times and writes its gradient once.
+    """Procedure 1 with a hand-written backward that reads [V', V'^2] 2r-1 times and writes its gradient once, with
+    V' = V - c the votes about each parent's centre c (a constant: `_centre`).
 
     Autograd through the loop keeps a vote-sized gradient per product and sums them; here every
-    iteration's gradient stays as (B, P, J, I) and (B, P, J, 2H) factors, and the gradient of [V, V^2]
-    is one batched product of the stacked factors. Going back from t = r (r_t = R_t a, w_t = r_t / (n_t + eps)):
-        M-step  [mu_t, m_t] = w_t [V, V^2];  u_t = m_t - mu_t^2 (2 - n_t / (n_t + eps));  sigma_t^2 = relu(u_t) + floor
-                z_t = lambda_t (beta_a - sum_h (beta_u + log sigma_t) n_t s),   a_t = logistic(z_t)
-        E-step  l_t = logsigmoid(z_t) - (1/2) ([V, V^2] . [-2 mu_t / sigma_t^2, 1 / sigma_t^2] + k_t)
+    iteration's gradient stays as (B, P, J, I) and (B, P, J, 2H) factors, and the gradient of [V', V'^2]
+    is one batched product of the stacked factors. Going back from t = r (r_t = R_t a, w_t = r_t / (n_t + eps),
+    T_t = sum_i w_t = n_t / (n_t + eps)):
+        M-step  [f_t, m_t] = w_t [V', V'^2];  d_t = f_t - c (1 - T_t) (= mu_t - c);  u_t = m_t - 2 d_t f_t + d_t^2 T_t
+                sigma_t^2 = relu(u_t) + floor;  z_t = lambda_t (beta_a - sum_h (beta_u + log sigma_t) n_t s)
+                a_t = logistic(z_t)
+        E-step  l_t = logsigmoid(z_t) - (1/2) ([V', V'^2] . [-2 d_t / sigma_t^2, 1 / sigma_t^2] + k_t)
                 R_{t+1} = the softmax of l_t over every parent of each child
+    The output mu_r = d_r + c.
     """
 
     @staticmethod
@@ -270,7 +276,7 @@ class _EMRouting(torch.autograd.Function):
         half = both.shape[-1] // 2
         scale = both.shape[2] / both.shape[3]  # parents / slots
         child_a = child_a.unsqueeze(2)  # (B, P, 1, I)
-        left: list[Tensor] = []  # (B, P, J, I) factors of the gradient of [V, V^2]
+        left: list[Tensor] = []  # (B, P, J, I) factors of the gradient of [V', V'^2]
         right: list[Tensor] = []  # (B, P, J, 2H) factors
         grad_child_a = torch.zeros_like(child_a)
         grad_beta_u = torch.zeros_like(beta_u)

@@ -26,7 +26,7 @@ class Routing:
     """How a network routes its capsules, and the run options that come with it."""
 
     kind: RoutingKind  # "dynamic": routing by agreement (Sabour et al. 2017); "em": EM routing (Hinton et al. 2018)
-    title: str  # for people: "dynamic routing", "EM routing"
+    title: str  # for people: "dynamic routing", "EM routing" (a page's notice names the routing it shows)
     # `TrainOptions` fields it reads: those that are fields of the config (routing_iterations) set the config, the
     # others (EM's beta_lr) the training
     options: tuple[str, ...] = ("routing_iterations",)
@@ -76,6 +76,12 @@ class Network:
     def run_options(self) -> tuple[str, ...]:
         """The `TrainOptions` fields that only this network reads (its routing's, then its own)."""
         return (self.routing.options if self.routing else ()) + self.extra_options
+
+    def routes(self) -> Routing:
+        """Its routing; ValueError (one line) for a network that does not route, where a routing count was asked."""
+        if self.routing is None:
+            raise ValueError(f"routing iterations apply to a network that routes, not a {self.title}")
+        return self.routing
 
     def redraws(self, config: Any) -> bool:
         """Whether a network of `config` redraws its input from a class capsule (and has poses to summarise)."""

@@ -43,25 +43,22 @@ class EMExplanation:
 
 
 def explain_em(
-    model: EMCapsNet, image: np.ndarray | torch.Tensor, decode_class: int | None = None, iterations: int | None = None
+    model: EMCapsNet, image: np.ndarray | torch.Tensor, iterations: int | None = None, decode_class: int | None = None
 ) -> EMExplanation:
     """Read one image (H, W) or (1, 1, H, W) in [0, 1]: activations, poses, the redraw and the class layer's routing,
     with the model's own number of EM iterations or `iterations` (in every capsule layer)."""
-    return _explained(model, image, decode_class, iterations, layers=False)[0]
+    return explain_em_with_layers(model, image, iterations, decode_class, layers=False)[0]
 
 
 def explain_em_with_layers(
-    model: EMCapsNet, image: np.ndarray | torch.Tensor, decode_class: int | None = None, iterations: int | None = None
-) -> tuple[EMExplanation, tuple[ConvLayerRouting, ConvLayerRouting]]:
-    """`explain_em` and ConvCaps1's and ConvCaps2's routing (`capsnet.readings.em_layers`) from one forward pass."""
-    explained, layers = _explained(model, image, decode_class, iterations, layers=True)
-    assert layers is not None  # asked for
-    return explained, layers
-
-
-def _explained(
-    model: EMCapsNet, image: np.ndarray | torch.Tensor, decode_class: int | None, iterations: int | None, layers: bool
-) -> tuple[EMExplanation, tuple[ConvLayerRouting, ConvLayerRouting] | None]:
+    model: EMCapsNet,
+    image: np.ndarray | torch.Tensor,
+    iterations: int | None = None,
+    decode_class: int | None = None,
+    layers: bool = True,
+) -> tuple[EMExplanation, tuple[ConvLayerRouting, ...]]:
+    """`explain_em` and, with `layers`, ConvCaps1's and ConvCaps2's routing (`capsnet.readings.em_layers`), from one
+    forward pass (which keeps those layers' traces only when asked: they cost a vote-sized tensor each)."""
     c = model.config
     x = torch.as_tensor(image, dtype=torch.float32).reshape(1, c.in_channels, c.image_size, c.image_size)
     if decode_class is not None:
@@ -92,4 +89,4 @@ def _explained(
         child_activations=child_a.float().cpu().numpy(),
         child_grid=(c.convcaps2_types, c.convcaps2_grid),
     )
-    return explained, (layers_of(c, out) if layers else None)
+    return explained, (layers_of(c, out) if layers else ())

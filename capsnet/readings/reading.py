@@ -36,7 +36,7 @@ class Reading:
     decode_class: int
     iterations: int  # routing iterations r
     routing: Explanation | EMExplanation  # the routing's own account of this pass
-    layers: tuple[ConvLayerRouting, ...] = ()  # EM: ConvCaps1 and ConvCaps2 routed in the same pass
+    layers: tuple[ConvLayerRouting, ...] = ()  # EM's ConvCaps1 and ConvCaps2 routed in the same pass, where asked
 
     @property
     def runner_up(self) -> int:
@@ -44,7 +44,9 @@ class Reading:
         return int(np.argsort(-self.scores, kind="stable")[1])
 
 
-def _dynamic(model: Any, image: np.ndarray | torch.Tensor, iterations: int | None, decode_class: int | None) -> Reading:
+def _dynamic(
+    model: Any, image: np.ndarray | torch.Tensor, iterations: int | None, decode_class: int | None, layers: bool
+) -> Reading:
     result = explain(model, image, iterations, decode_class)
     return Reading(
         network_of(model).score_symbol, result.image, result.lengths, result.prediction, result.poses, result.reconstruction,
@@ -52,26 +54,33 @@ def _dynamic(model: Any, image: np.ndarray | torch.Tensor, iterations: int | Non
     )  # fmt: skip
 
 
-def _em(model: Any, image: np.ndarray | torch.Tensor, iterations: int | None, decode_class: int | None) -> Reading:
-    result, layers = explain_em_with_layers(model, image, decode_class, iterations)
+def _em(
+    model: Any, image: np.ndarray | torch.Tensor, iterations: int | None, decode_class: int | None, layers: bool
+) -> Reading:
+    result, conv = explain_em_with_layers(model, image, iterations, decode_class, layers)
     return Reading(
         network_of(model).score_symbol, result.image, result.activations, result.prediction, result.poses, result.reconstruction,
-        result.decode_class, result.iterations, result, layers,
+        result.decode_class, result.iterations, result, conv,
     )  # fmt: skip
 
 
-READERS: dict[str, Callable[[Any, np.ndarray | torch.Tensor, int | None, int | None], Reading]] = {
+READERS: dict[str, Callable[[Any, np.ndarray | torch.Tensor, int | None, int | None, bool], Reading]] = {
     "dynamic": _dynamic,
     "em": _em,
 }  # by the network's routing (`Routing.kind`)
 
 
 def read(
-    model: Any, image: np.ndarray | torch.Tensor, iterations: int | None = None, decode_class: int | None = None
+    model: Any,
+    image: np.ndarray | torch.Tensor,
+    iterations: int | None = None,
+    decode_class: int | None = None,
+    layers: bool = False,
 ) -> Reading:
     """Read one image (H, W) in [0, 1] with `model` (eval mode) in one forward pass, at its own routing count or
-    `iterations`, redrawn from its prediction or `decode_class`. ValueError for a network that does not route."""
-    routing = network_of(model).routing
-    if routing is None or routing.kind not in READERS:
-        raise ValueError(f"{network_of(model).described} has no routing to read")
-    return READERS[routing.kind](model, image, iterations, decode_class)
+    `iterations`, redrawn from its prediction or `decode_class`; with `layers`, the routing of every capsule layer
+    before the class layer too (EM's ConvCaps1 and ConvCaps2). ValueError for a network that does not route."""
+    routing = network_of(model).routes()
+    if routing.kind not in READERS:
+        raise ValueError(f"{network_of(model).described} has no reader for its {routing.title}")
+    return READERS[routing.kind](model, image, iterations, decode_class, layers)

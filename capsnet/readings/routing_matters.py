@@ -185,8 +185,7 @@ def iteration_lengths(
     times (each layer's votes depend on the one before, so the whole pass runs again for each r). `on_batch(done,
     total)` after each batch. The model is used in inference mode and left as it was.
     """
-    if network_of(model).routing is None:
-        raise ValueError(f"routing iterations apply to a network that routes, not a {network_of(model).title}")
+    network_of(model).routes()  # ValueError for a network that does not route
     if len(iterations) == 0 or min(iterations) < 1:
         raise ValueError(f"iterations must be at least 1, got {list(iterations)}")
     if images.dim() != 4 or len(images) == 0:
@@ -301,8 +300,7 @@ def kept_or_measured(
         return kept
     sha256 = measurements.checkpoint_sha256(checkpoint.path)
     model = checkpoint.model
-    if network_of(model).routing is None:  # as `iteration_lengths` would say
-        raise ValueError(f"routing iterations apply to a network that routes, not a {network_of(model).title}")
+    network_of(model).routes()  # before any measuring, as `iteration_lengths` would say
     result = measure(cast("CapsNet | EMCapsNet", model), test, checkpoint_sha256=sha256, on_batch=on_batch)
     keep(checkpoint.path, result)
     return result

@@ -2,17 +2,19 @@
 
 The trainer picks the window once (a seeded choice of `WINDOW_SIZE` test examples, one per class where it
 can) and takes a snapshot of it before the first batch, every `DURING_EPOCH_S` seconds within a long epoch,
-and after every epoch: each image's class scores (a CapsNet's capsule lengths, the CNN baseline's class
-probabilities), and for a CapsNet the image redrawn from its winning capsule (from its two longest for a
-MultiMNIST pair). The snapshots go to the run folder's `watch.safetensors`, rewritten atomically:
+and after every epoch: each image's class scores (a CapsNet's capsule lengths, an EM network's activations, the
+CNN baseline's class probabilities), and for a network that redraws its input (`Network.redraws`: the CapsNet, an
+EM network with a decoder) the image redrawn from its winning capsule (from its two highest for a MultiMNIST
+pair). The snapshots go to the run folder's `watch.safetensors`, rewritten atomically:
 
     images           (n, H, W) uint8     the window, the same for the whole run (also after --resume)
     labels           (n, L) int64        each example's class (L = 2 for a MultiMNIST pair)
     epoch, batch     (S,) int32          when each snapshot was taken: in epoch `epoch` (from 1), after
                                          `batch` of its batches (all of them: at its end)
     scores           (S, n, K) float32
-    reconstructions  (S, n, H, W) uint8  CapsNet only: a CNN has no decoder
-    metadata         format, version, dataset, capsules, batches (per epoch), m_plus, m_minus
+    reconstructions  (S, n, H, W) uint8  where the network redraws its input
+    metadata         format, version, dataset, network, redraws (and "capsules", the same, which readers before
+                     "redraws" read), batches (per epoch), m_plus, m_minus (nan where the loss sets no margins)
 
 At most `KEEP` snapshots are kept: when one more comes, every other one before the newest is dropped,
 so the whole run stays covered, more sparsely as it grows. `read_window` is tolerant: a missing,
@@ -256,6 +258,7 @@ class Watcher:
         self.meta = {
             "format": FORMAT, "version": VERSION, "dataset": test.info.name, "batches": str(batches),
             "redraws": "true" if net.redraws(c) else "false", "network": net.name,
+            "capsules": "true" if net.redraws(c) else "false",  # what a reader from before "redraws" reads
             "m_plus": str(m_plus), "m_minus": str(m_minus),
         }  # fmt: skip
         images, labels = window_examples(test)

@@ -60,7 +60,7 @@ def _em_routing(model: models.Model) -> None:
         f"{config.routing_iterations}.",
         value=None if state.routing_iterations() is not None else config.routing_iterations,  # None: the kept value
     )  # fmt: skip
-    reading = model.explain_em(image, iterations=int(iterations))
+    reading = model.explain_em(image, iterations=int(iterations), layers=True)  # the pass em_layers reads too
     prediction = reading.prediction
     r = reading.iterations
     said = (

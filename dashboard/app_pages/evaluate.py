@@ -6,7 +6,7 @@ import numpy as np
 import streamlit as st
 
 from capsnet.readings import reconstruction
-from dashboard import figures, guards, links, pages, texts, training_texts
+from dashboard import figures, guards, links, pages, state, texts, training_texts
 
 QUICK = 1000  # the default: a few seconds with the paper's model on a CPU
 SIZES = {QUICK: "first", 0: "all"}
@@ -32,11 +32,11 @@ def _opened_notice(origin: str, columns: int = 4) -> None:
         st.markdown(f"**Test image #{index} is now the input** of every page:")
         for n, page in enumerate(pages.INPUT_PAGES):
             if columns == 1:  # in a narrow column already
-                st.page_link(page.path, label=page.title, icon=page.icon)
+                st.page_link(state.page_path(page), label=page.title, icon=page.icon)
                 continue
             if n % columns == 0:
                 row = st.columns(columns)
-            row[n % columns].page_link(page.path, label=page.title, icon=page.icon)
+            row[n % columns].page_link(state.page_path(page), label=page.title, icon=page.icon)
 
 
 st.title("Evaluate", anchor=False)

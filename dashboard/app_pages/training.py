@@ -215,12 +215,15 @@ def _window() -> None:
     names_k = _class_names(history.dataset, history.scores.shape[2])
     margins = history.margins
     recon = history.reconstructions[s] if history.reconstructions is not None else None
+    net = network(history.network) if history.network in NETWORKS else None
+    score_name = texts.SCORE_AXES[net.score_symbol] if net is not None else "class score"
     figure = training_figures.training_window(
-        history.images, history.scores[s], recon, history.labels, history.predictions(s), names_k, margins
-    )
+        history.images, history.scores[s], recon, history.labels, history.predictions(s), names_k, margins,
+        score_name=score_name,
+    )  # fmt: skip
     st.plotly_chart(figure, key="training_window", config={"displayModeBar": False})
     right = int(history.right(s).sum())
-    kind = network(history.network).scores if history.network in NETWORKS else "class scores"
+    kind = net.scores if net is not None else "class scores"
     st.caption(f"{name}, {chosen}: {right} of {len(history.labels)} right; bars are {kind}.")
 
 

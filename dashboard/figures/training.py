@@ -71,11 +71,13 @@ def training_window(
     class_names: Sequence[str],
     margins: tuple[float, float] | None = None,
     height: int = 400,
+    score_name: str = "class score",
 ) -> go.Figure:
     """A training run's window at one snapshot: each test image over its reconstruction, its class scores below.
 
     images (n, H, W) and reconstructions (n, H, W) (None for a network without a decoder) in [0, 1];
-    scores (n, K): capsule lengths, or a CNN's class probabilities; labels and predictions (n, L): each
+    scores (n, K): capsule lengths, EM activations or a CNN's class probabilities (`score_name`, the axis title);
+    labels and predictions (n, L): each
     image's classes and its L highest scores'. Image i's K bars stand right under it (one shared x axis, in
     pixels). `margins` (m+, m-) draws the margin loss's lines over capsule lengths.
     """
@@ -128,7 +130,7 @@ def training_window(
         ),
         yaxis2=dict(
             domain=[0, 0.48], anchor="x2", range=[0, 1.25], tickvals=[0, 0.5, 1],
-            title="capsule length" if margins is not None else "class probability",
+            title=score_name,
         ),
     )  # fmt: skip
     fig = go.Figure(data, dict(annotations=notes, shapes=shapes, bargap=0, **axes))
