@@ -1,2 +1,3 @@
-"""The networks: layers, the routing algorithms (each in a file named for it), the CapsNet and its CNN baseline,
-their configs and losses, and the registry that names them."""
+"""The networks: layers, the routing algorithms (each in a file named for it, sharing `capsnet.nn.routing`), the
+CapsNet, the EM network and the CNN baseline, their configs and losses, the contract each family declares
+(`capsnet.nn.family`) and the registry of the shipped families (`capsnet.nn.registry`)."""
