@@ -14,7 +14,7 @@ import torch
 from capsnet.data.datasets import DATASETS, DatasetDamagedError, DatasetNotFoundError, dataset_info
 from capsnet.data.tasks import task
 from capsnet.nn.family import RoutingKind
-from capsnet.nn.registry import NETWORKS, network
+from capsnet.nn.registry import named
 from capsnet.runs import catalog
 from dashboard import baselines, models, pages, state, texts
 
@@ -71,8 +71,8 @@ def _model_reading(pairs: bool, routings: tuple[RoutingKind, ...] = ("dynamic",)
     entries = models.checkpoint_entries(str(state.checkpoints_dir()), str(state.runs_root()))
     for entry in entries:
         read = task(entry.dataset) if entry.dataset in DATASETS else None
-        routing = network(entry.network).routing if entry.network in NETWORKS else None
-        usable = not entry.error and routing is not None and routing.kind in routings
+        net = named(entry.network)
+        usable = not entry.error and net is not None and net.routing is not None and net.routing.kind in routings
         if usable and read is not None and (read.pairs if pairs else read.takes_drawings):
             return entry
     return None

@@ -18,8 +18,7 @@ import torch
 from threadpoolctl import threadpool_limits
 
 from capsnet.device import inference_threads
-from capsnet.nn import registry
-from capsnet.nn.registry import NETWORKS
+from capsnet.nn.registry import named
 from capsnet.runs import catalog
 from capsnet.training import folder
 from dashboard import pages
@@ -100,8 +99,8 @@ def switch_back() -> None:
 def serve_views_for(chosen: catalog.CheckpointEntry | None) -> str:
     """The routing whose page views this run serves (`dashboard.pages.PageInfo.views`): the chosen model's; its
     own pages for a model routed by agreement, and with no model."""
-    routing = registry.network(chosen.network).routing if chosen is not None and chosen.network in NETWORKS else None
-    st.session_state[VIEWS_FOR] = routing.kind if routing is not None else "dynamic"
+    net = named(chosen.network) if chosen is not None else None
+    st.session_state[VIEWS_FOR] = net.routing.kind if net is not None and net.routing is not None else "dynamic"
     return st.session_state[VIEWS_FOR]
 
 

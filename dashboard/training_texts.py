@@ -9,10 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from capsnet.data.augment import SHIFT
-from capsnet.nn import registry
 from capsnet.nn.config import CapsNetConfig
 from capsnet.nn.em_capsnet import EMCapsNetConfig
-from capsnet.nn.registry import network_of
+from capsnet.nn.registry import named, network_of
 from capsnet.training.recipes import Recipe
 
 
@@ -44,7 +43,8 @@ _WINDOW_END = " Slide back through the snapshots to replay it."
 
 def training_window(network: str, m_plus: float, m_minus: float, em: EMCapsNetConfig) -> str:
     """What a run's window shows, for the network the run trains (by how it routes, where it routes)."""
-    routing = registry.network(network).routing if network in registry.NETWORKS else None
+    net = named(network)
+    routing = net.routing if net is not None else None
     kind = routing.kind if routing is not None else "none"
     return _WINDOW_START + {
         "dynamic": lambda: _window_of_lengths(m_plus, m_minus), "em": lambda: _window_of_activations(em),

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from capsnet.nn.em_capsnet import EMCapsNet, EMCapsNetConfig
-from capsnet.readings.em_layers import read_conv_layers
+from capsnet.readings.explain_em import explain_em_with_layers
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +27,7 @@ def windows_of(side: int, kernel: int, stride: int, y: int, x: int) -> list[int]
 
 def test_each_layer_is_the_forward_pass(net: EMCapsNet) -> None:
     image = torch.rand(28, 28, generator=torch.Generator().manual_seed(1))
-    first, second = read_conv_layers(net, image.numpy())
+    first, second = explain_em_with_layers(net, image.numpy())[1]
     c = net.config
     with torch.no_grad():
         poses, acts = net.primary(F.relu(net.conv1(image.view(1, 1, 28, 28))))
@@ -49,7 +49,7 @@ def test_each_layer_is_the_forward_pass(net: EMCapsNet) -> None:
         shared = [layer.child_activations[t, i, j] for t in range(types) for i in range(side) for j in range(side)
                   if len(windows_of(side, layer.kernel, layer.stride, i, j)) > 1]  # fmt: skip
         assert layer.child_activations[kind, y, x] == max(shared)
-    fewer, _ = read_conv_layers(net, image.numpy(), iterations=1)
+    fewer, _ = explain_em_with_layers(net, image.numpy(), iterations=1)[1]
     assert fewer.iterations == 1 and fewer.parent_activations.shape == (1, c.convcaps1_types, 5, 5)
 
 
@@ -58,7 +58,7 @@ def test_every_child_shares_out_its_one_unit_over_every_window_that_holds_it(net
     and all parent types add up to 1, spread evenly at the start; a child in no window (row or column 11 under 3x3
     windows of stride 2) gives nothing."""
     image = torch.rand(28, 28, generator=torch.Generator().manual_seed(2))
-    for layer in read_conv_layers(net, image.numpy()):
+    for layer in explain_em_with_layers(net, image.numpy())[1]:
         types, side = layer.child_grid
         parents = layer.parent_grid[0]
         for kind in (0, types - 1):
@@ -78,7 +78,7 @@ def test_every_child_shares_out_its_one_unit_over_every_window_that_holds_it(net
                         np.testing.assert_allclose(
                             layer.split(child, 1).shares, 1 / (len(windows) * parents), rtol=1e-5
                         )
-    first, _ = read_conv_layers(net, image.numpy())
+    first, _ = explain_em_with_layers(net, image.numpy())[1]
     assert windows_of(12, 3, 2, 11, 4) == [] and first.split(first.child(0, 11, 4), 1).total == 0.0
     assert len(windows_of(12, 3, 2, 4, 4)) == 4  # a cell on both a row and a column where windows meet: 4 of them
     with pytest.raises(ValueError, match="no child"):

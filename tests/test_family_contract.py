@@ -141,9 +141,8 @@ def test_any_family_loads_by_default_and_the_public_api_names_each(tmp_path: Pat
 def test_one_reading_for_every_family_from_one_forward_pass() -> None:
     """`read` gives every network that routes the same type (scores, prediction, poses, the redraw, its routing's
     account), and the EM network's class layer and both convolutional layers come from one forward pass."""
-    from capsnet.readings.em_layers import read_conv_layers
     from capsnet.readings.explain import Explanation
-    from capsnet.readings.explain_em import EMExplanation
+    from capsnet.readings.explain_em import EMExplanation, explain_em_with_layers
     from capsnet.readings.reading import Reading, read
 
     image = torch.rand(28, 28).numpy()
@@ -158,7 +157,7 @@ def test_one_reading_for_every_family_from_one_forward_pass() -> None:
         assert reading.poses.shape == (10, 16) and reading.iterations == 2 and reading.reconstruction is not None
     assert len(calls) == 1 and len(reading.layers) == 2  # the EM reading: one pass for all three capsule layers
     np.testing.assert_allclose(
-        reading.layers[1].parent_activations, read_conv_layers(em, image, 2)[1].parent_activations
+        reading.layers[1].parent_activations, explain_em_with_layers(em, image, 2)[1][1].parent_activations
     )
     assert read(em, image).layers == ()  # the convolutional layers' traces only where asked for
     cnn = network("cnn").build(network("cnn").preset("tiny")).eval()

@@ -24,11 +24,10 @@ from torch import Tensor, nn
 
 from capsnet.nn.config import PRESETS, CapsNetConfig
 from capsnet.nn.decoder import Decoder
-from capsnet.nn.dynamic_routing import RoutingTrace, dynamic_routing
+from capsnet.nn.dynamic_routing import RoutingTrace
 from capsnet.nn.family import Network, Routing, register
 from capsnet.nn.layers import PrimaryCapsules, RoutingCapsules, capsule_lengths
 from capsnet.nn.losses import CapsuleLoss, capsule_loss
-from capsnet.nn.routing import in_float32, needs_float32
 
 
 @dataclass
@@ -121,11 +120,7 @@ class CapsNet(nn.Module):
         u_hat run once; routing runs again for each r on those votes (in float32, as in the forward pass)."""
         primary, _, _ = self.encode(images, routing_iterations=1)  # (B, N, P)
         votes = self.digits.predictions(primary)  # (B, K, N, D), once
-
-        def route(u_hat: Tensor) -> Tensor:
-            return torch.stack([dynamic_routing(u_hat, r)[0] for r in iterations], dim=1)  # (B, R, K, D)
-
-        poses = in_float32(votes, route) if needs_float32(votes) else route(votes)
+        poses = torch.stack([self.digits.route(votes, r)[0] for r in iterations], dim=1)  # (B, R, K, D)
         return capsule_lengths(poses)  # (B, R, K)
 
     def _layers(

@@ -78,7 +78,10 @@ class RoutingCapsules(nn.Module):
             raise ValueError(
                 f"expected child capsules of shape (B, {self.children_count}, {self.child_dim}), got {tuple(u.shape)}"
             )
-        u_hat = self.predictions(u)  # (B, K, N, D)
+        return self.route(self.predictions(u), iterations, trace)  # u_hat: (B, K, N, D)
+
+    def route(self, u_hat: Tensor, iterations: int, trace: bool = False) -> tuple[Tensor, RoutingTrace | None]:
+        """Dynamic routing of votes u_hat (B, K, N, D) to the parent poses (B, K, D), behind the float32 guard."""
         if not needs_float32(u_hat):
             return dynamic_routing(u_hat, iterations, trace)
         # routing (softmax, squash) in float32 under autocast and in a half-precision model; the latter

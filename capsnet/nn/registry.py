@@ -26,6 +26,7 @@ __all__ = [
     "AnyModel",
     "Network",
     "Routing",
+    "named",
     "network",
     "network_of",
     "register",
@@ -41,6 +42,12 @@ def network(name: str) -> Network:
     if name not in NETWORKS:
         raise ValueError(f"unknown network {name!r}; this capsnet reads {', '.join(NETWORKS)}")
     return NETWORKS[name]
+
+
+def named(name: str | None) -> Network | None:
+    """The registered network called `name` where there is one (a file's stored name), else None: a name from
+    another version of capsnet, or none at all."""
+    return NETWORKS.get(name) if name is not None else None
 
 
 def network_of(thing: Any) -> Network:

@@ -5,8 +5,9 @@ every K x K window of child capsules votes for the parent types at that window's
 windows (up to 9 with stride 1) gives its one unit of data to all the parents there together: R_ij summed over
 every window it is in and over the parent types is 1 (`capsnet.nn.em_routing`; Gritzman, arXiv:1907.00652, lists
 parents that do not compete across positions as a pitfall). A child in no window (the last row and column of a
-12x12 grid under 3x3 windows of stride 2) gives its data to nobody. One forward pass with the layers' traces; no
-Python loop over capsules. Runs without Streamlit and returns NumPy arrays.
+12x12 grid under 3x3 windows of stride 2) gives its data to nobody. The layers' traces come from the forward pass
+that reads the class layer (`capsnet.readings.explain_em.explain_em_with_layers`); no Python loop over capsules.
+Runs without Streamlit and returns NumPy arrays.
 """
 
 from __future__ import annotations
@@ -14,9 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
-from capsnet.nn.em_capsnet import EMCapsNet, EMCapsNetConfig, EMCapsNetOutput
+from capsnet.nn.em_capsnet import EMCapsNetConfig, EMCapsNetOutput
 from capsnet.nn.em_routing import EMTrace
 
 LAYER_NAMES = ("ConvCaps1", "ConvCaps2")
@@ -86,18 +86,6 @@ class ConvLayerRouting:
         window, slot = np.nonzero(self.child_index == child)  # (M,) each: every window holding it, its slot there
         shares = self.assignments[step - 1][window, :, slot]  # (M, J)
         return ChildSplit(child=child, positions=window, shares=shares)
-
-
-def read_conv_layers(
-    model: EMCapsNet, image: np.ndarray | torch.Tensor, iterations: int | None = None
-) -> tuple[ConvLayerRouting, ConvLayerRouting]:
-    """ConvCaps1's and ConvCaps2's EM routing of one image (H, W) or (1, 1, H, W) in [0, 1], with the model's own
-    number of EM iterations or `iterations` (in every capsule layer)."""
-    c = model.config
-    x = torch.as_tensor(image, dtype=torch.float32).reshape(1, c.in_channels, c.image_size, c.image_size)
-    with torch.inference_mode():
-        out = model(x.to(model.device), routing_iterations=iterations, return_layer_traces=True, return_primary=True)
-    return layers_of(c, out)
 
 
 def layers_of(c: EMCapsNetConfig, out: EMCapsNetOutput) -> tuple[ConvLayerRouting, ConvLayerRouting]:

@@ -8,7 +8,7 @@ from capsnet.data.datasets import dataset_info
 from capsnet.errors import CapsNetError
 from capsnet.nn.config import CapsNetConfig
 from capsnet.nn.em_capsnet import EMCapsNetConfig
-from capsnet.nn.registry import NETWORKS, network
+from capsnet.nn.registry import named
 from capsnet.runs import processes
 from capsnet.training import watch
 from capsnet.training.acceleration import Acceleration
@@ -215,7 +215,7 @@ def _window() -> None:
     names_k = _class_names(history.dataset, history.scores.shape[2])
     margins = history.margins
     recon = history.reconstructions[s] if history.reconstructions is not None else None
-    net = network(history.network) if history.network in NETWORKS else None
+    net = named(history.network)
     score_name = texts.SCORE_AXES[net.score_symbol] if net is not None else "class score"
     figure = training_figures.training_window(
         history.images, history.scores[s], recon, history.labels, history.predictions(s), names_k, margins,
