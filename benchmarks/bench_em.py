@@ -1,6 +1,6 @@
 """Speed of EM routing and of the EM network, measured as ratios within one run, on the CPU.
 
-    python benchmarks/bench_em.py [--batch-size 64] [--repeats 5] [--threads N]
+    python benchmarks/bench_em.py [--batch-size 64] [--repeats 5] [--threads N] [--only routing|reading|training]
 
 1. EM routing forward + backward on the votes of the small network's ConvCaps1 (3x3 stride 2 from 8 types on a
    12x12 grid to 16 types: 25 positions x 16 parents x 72 slots x 16 pose entries per example), r = 3: the
@@ -8,7 +8,12 @@
    formulation written here (the paper's formulas with broadcasting, votes laid out (B, P, I, J, H) as public
    implementations lay them, the Gaussian density taken directly, autograd for the backward), with a check that
    both give the same outputs and gradients.
-2. Training throughput (forward, loss, backward, Adam step, bf16 autocast where the CPU computes bf16 natively)
+2. Reading throughput and memory (a forward pass in eval mode without gradients, as evaluation, predict and the
+   dashboard run it) of the EM networks beside the CapsNet, each in a fresh process so that its peak memory is its
+   own: the EM network routing a batch in chunks of at most `CHUNK_BYTES` of votes (the package's way) against the
+   whole batch at once (the way before it, at the 36 images evaluation could then fit in memory), images/s and the
+   process's peak memory per image of the batch.
+3. Training throughput (forward, loss, backward, Adam step, bf16 autocast where the CPU computes bf16 natively)
    of the EM networks ("small", "small-decoder", "paper-decoder") beside the dynamic-routing CapsNet ("paper"), the
    trainer's own step, each eager and under `torch.compile` (the trainer compiles the EM network on a CPU).
 """
@@ -18,7 +23,10 @@ from __future__ import annotations
 import argparse
 import functools
 import math
+import resource
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 
@@ -98,6 +106,50 @@ def bench_routing(batch: int, repeats: int) -> None:
           f"ratio {t_base / t_ours:.2f}x")  # fmt: skip
 
 
+def read_once(name: str, preset: str, batch: int, chunked: bool, seconds: float = 8.0) -> None:
+    """One reading measurement in this process: prints 'images/s MB-per-image' for the parent process to collect."""
+    from capsnet.nn import matrix_capsules
+
+    if not chunked:
+        matrix_capsules.CHUNK_BYTES = 2**62  # the whole batch's votes at once
+    torch.manual_seed(0)
+    net = network(name)
+    model = net.build(net.preset(preset)).eval()
+    images = torch.rand(batch, 1, 28, 28)
+    with torch.no_grad():
+        model(images[:1])  # warm-up, and the model's own memory before the peak is measured
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KB
+        start, runs = time.perf_counter(), 0
+        while runs < 2 or time.perf_counter() - start < seconds:
+            model(images)
+            runs += 1
+        rate = batch * runs / (time.perf_counter() - start)
+    grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    print(f"{rate} {grown / 1024 / batch}")
+
+
+def bench_reading(threads: int) -> None:
+    runs = (
+        ("em", "paper-decoder", 36, False),
+        ("em", "paper-decoder", 500, True),
+        ("em", "small-decoder", 500, False),
+        ("em", "small-decoder", 500, True),
+        ("capsnet", "paper", 500, True),
+    )
+    rates = {}
+    for name, preset, batch, chunked in runs:
+        command = [sys.executable, __file__, "--read-once", name, preset, str(batch), str(int(chunked))]
+        command += ["--threads", str(threads)]
+        rate, per_image = map(float, subprocess.run(command, check=True, capture_output=True, text=True).stdout.split())
+        rates[preset, chunked] = rate
+        how = "in chunks" if chunked else "the whole batch at once"
+        print(f"reading, {network(name).title} ({preset}), batch {batch}, {how}: {rate:.1f} images/s, "
+              f"peak memory {per_image:.1f} MB an image", flush=True)  # fmt: skip
+    for preset in ("paper-decoder", "small-decoder"):
+        print(f"reading, {preset}: in chunks / whole batch {rates[preset, True] / rates[preset, False]:.2f}x; "
+              f"EM / CapsNet {rates[preset, True] / rates['paper', True]:.2f}x")  # fmt: skip
+
+
 def bench_training(batch: int, repeats: int) -> None:
     device = torch.device("cpu")
     accel = choose_acceleration(device, amp=None, fused_adam=None, compile=None)
@@ -137,12 +189,24 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--only", choices=("routing", "reading", "training"), default=None, help="one part alone")
+    parser.add_argument(
+        "--read-once", nargs=4, metavar=("NETWORK", "PRESET", "BATCH", "CHUNKED"), help=argparse.SUPPRESS
+    )
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.read_once:
+        name, preset, batch, chunked = args.read_once
+        read_once(name, preset, int(batch), chunked == "1")
+        return
     print(f"{describe_device(torch.device('cpu'))}, {torch.get_num_threads()} thread(s), torch {torch.__version__}")
-    bench_routing(args.batch_size, args.repeats)
-    bench_training(args.batch_size, args.repeats)
+    if args.only in (None, "routing"):
+        bench_routing(args.batch_size, args.repeats)
+    if args.only in (None, "reading"):
+        bench_reading(torch.get_num_threads())
+    if args.only in (None, "training"):
+        bench_training(args.batch_size, args.repeats)
 
 
 if __name__ == "__main__":

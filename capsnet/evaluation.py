@@ -106,17 +106,6 @@ def routing_options(model: AnyModel, routing_iterations: int | None) -> dict[str
     return {"routing_iterations": routing_iterations}
 
 
-ROUTING_MEMORY = 2**30  # bytes the largest routing tensor of one evaluation batch may take (then about 2x at its peak)
-
-
-def fitting_batch(model: AnyModel, batch_size: int) -> int:
-    """`batch_size`, or as many images as keep the model's largest routing tensor within ROUTING_MEMORY: 36 for the
-    EM paper's network (29.5 MB of votes an image; 58 MB at the peak of its forward pass, measured), where 500 would
-    ask for 29 GB."""
-    per_image = model.routing_bytes_per_image()
-    return batch_size if per_image == 0 else max(1, min(batch_size, ROUTING_MEMORY // per_image))
-
-
 @torch.no_grad()
 @exact_float32()
 def evaluate(
@@ -138,7 +127,6 @@ def evaluate(
     if len(images) != len(labels) or len(images) == 0:
         raise ValueError(f"need as many labels as images, and at least one: {len(images)} vs {len(labels)}")
     device = torch.device(device) if device is not None else next(model.parameters()).device
-    batch_size = fitting_batch(model, batch_size)  # the largest EM networks hold tens of MB of votes per image
     config = model.config
     net = network_of(model)
     redraws = net.redraws(config)  # poses and redraws to summarise

@@ -4,10 +4,12 @@ the decoder's mask, and a run of the real training CLI with it."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import torch
+from torch import Tensor
 
 from capsnet.checkpoints.checkpoint import load_checkpoint
 from capsnet.errors import CapsNetError, InvalidArgumentError
@@ -167,20 +169,47 @@ def test_the_training_cli_trains_resumes_and_evaluates_an_em_network(data_dir: P
     assert "%" in evaluated.stdout
 
 
-def test_evaluation_batches_fit_the_votes_of_the_largest_networks_in_memory(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The paper's EM network makes 29.5 MB of [V, V^2] an image: 500 at a time would need about 29 GB, so evaluation
-    takes as many as fit in `ROUTING_MEMORY`; the CapsNet and the CNN keep the batch they are given."""
-    from capsnet import evaluation
-    from capsnet.nn.registry import network
+def _largest_allocation(run: Callable[[], object]) -> int:
+    """The largest single CPU allocation `run` makes, in bytes, as the profiler records it."""
+    from torch.profiler import ProfilerActivity, profile
 
-    paper = EMCapsNet(EM_PRESETS["paper"])
-    assert paper.routing_bytes_per_image() == 25 * 32 * (32 * 9) * 32 * 4  # ConvCaps1: P, J, I, [V, V^2], float32
-    assert evaluation.fitting_batch(paper, 500) == 36
-    for name in ("capsnet", "cnn"):
-        assert evaluation.fitting_batch(network(name).build(network(name).preset("paper")), 500) == 500
-    tiny = EMCapsNet(EM_PRESETS["tiny"])
-    monkeypatch.setattr(evaluation, "ROUTING_MEMORY", 7 * tiny.routing_bytes_per_image())
-    done: list[int] = []
-    images, labels = torch.rand(20, 1, 28, 28), torch.randint(0, 10, (20,))
-    result = evaluation.evaluate(tiny, images, labels, batch_size=500, on_batch=lambda d, _: done.append(d))
-    assert done == [7, 14, 20] and result.total == 20
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        run()
+    return max(event.cpu_memory_usage for event in prof.events())
+
+
+def test_the_cpu_routes_the_batch_in_chunks_that_bound_its_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a CPU each EM layer routes the batch in chunks of at most CPU_CHUNK_BYTES of votes and [V, V^2], in a reading
+    and in training alike, with the whole batch's results and gradients; so no tensor grows with the batch past a
+    chunk's (the paper's network made 29.5 MB of [V, V^2] an image: a batch of 500 asked for 29 GB). A trace keeps
+    every example's votes: one routing over the whole batch."""
+    from capsnet.nn import matrix_capsules
+
+    torch.manual_seed(0)
+    model = EMCapsNet(EM_PRESETS["small"])
+    images, labels = torch.rand(12, 1, 28, 28), torch.randint(0, 10, (12,))
+    per_image = model.convcaps1.routing_bytes_per_image()  # the widest layer: (P, J, I, 16 + 32) float32
+    assert per_image == 25 * 16 * (8 * 9) * 48 * 4
+
+    def train() -> None:
+        spread_loss(model(images, labels).activations, labels, 0.5).backward()
+
+    def run(chunk_bytes: int) -> tuple[Tensor, Tensor, list[Tensor], int]:
+        monkeypatch.setattr(matrix_capsules, "CPU_CHUNK_BYTES", chunk_bytes)
+        with torch.no_grad():
+            read = model.eval()(images)
+            largest = _largest_allocation(lambda: model(images))
+        model.train().zero_grad()
+        largest = max(largest, _largest_allocation(train))
+        return read.activations, read.poses, [p.grad.clone() for p in model.parameters() if p.grad is not None], largest
+
+    whole, chunked = run(2**62), run(2 * per_image)  # the whole batch; two images a chunk
+    torch.testing.assert_close(chunked[0], whole[0], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(chunked[1], whole[1], rtol=1e-5, atol=1e-5)
+    assert len(chunked[2]) == len(whole[2]) == len(list(model.parameters()))
+    for mine, theirs in zip(chunked[2], whole[2]):
+        torch.testing.assert_close(mine, theirs, rtol=1e-4, atol=1e-6)
+    assert whole[3] > 6 * per_image and chunked[3] <= 2 * per_image  # a chunk's, where the whole batch made 12 images'
+    with torch.no_grad():
+        traced = model.eval()(images, return_layer_traces=True)
+    assert traced.layer_traces is not None and traced.layer_traces[0].assignments.shape[0] == 12

@@ -103,12 +103,6 @@ class CapsNet(nn.Module):
         total = sum(p.numel() for p in self.parameters())
         return total if decoder else total - sum(p.numel() for p in self.decoder.parameters())
 
-    def routing_bytes_per_image(self) -> int:
-        """Bytes of the largest routing tensor one image makes: its votes u_hat (N, K, D) in float32, 737,280 for the
-        paper's model. What bounds a batch of evaluation (`capsnet.evaluation.fitting_batch`)."""
-        c = self.config
-        return c.num_primary * c.num_classes * c.digit_dim * 4
-
     def encode(
         self, images: Tensor, routing_iterations: int | None = None, trace: bool = False
     ) -> tuple[Tensor, Tensor, RoutingTrace | None]:

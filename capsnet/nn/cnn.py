@@ -132,10 +132,6 @@ class BaselineCNN(nn.Module):
         """Parameter count: 4,587,282 for the shipped MNIST baseline, 35,445,522 for the paper's (no pools)."""
         return sum(p.numel() for p in self.parameters())
 
-    def routing_bytes_per_image(self) -> int:
-        """0: a CNN does not route (the contract of `capsnet.evaluation.fitting_batch`)."""
-        return 0
-
     def forward(self, images: Tensor, labels: Tensor | None = None) -> CNNOutput:
         """Classify a batch (B, C, H, W) in [0, 1]. `labels` are accepted for the trainer's sake and not used."""
         c = self.config

@@ -207,18 +207,6 @@ class EMCapsNet(nn.Module):
             return total
         return total - sum(p.numel() for p in self.decoder.parameters())
 
-    def routing_bytes_per_image(self) -> int:
-        """Bytes of the largest routing tensor one image makes: [V, V^2] of its widest EM layer in float32 (B, P, J,
-        I, 32); 29.5 MB for the paper's network at 28x28 (ConvCaps1: 25 positions x 32 types x 288 slots), 3.7 MB for
-        the small one. What bounds a batch of evaluation (`capsnet.evaluation.fitting_batch`)."""
-        c, k = self.config, self.config.convcaps_kernel
-        votes = max(
-            c.convcaps1_grid**2 * c.convcaps1_types * c.primary_types * k * k,  # (P, J, I) of ConvCaps1
-            c.convcaps2_grid**2 * c.convcaps2_types * c.convcaps1_types * k * k,  # of ConvCaps2
-            c.num_classes * c.convcaps2_types * c.convcaps2_grid**2,  # of the class capsules
-        )
-        return votes * 2 * POSE_ENTRIES * 4
-
     def decode(self, poses: Tensor, class_index: Tensor | int) -> Tensor:
         """Redraw images from class poses (B, K, 16), keeping only `class_index`'s capsule (one, or one per example)."""
         if self.decoder is None:

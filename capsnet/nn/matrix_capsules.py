@@ -20,6 +20,13 @@ from capsnet.nn.routing import in_float32
 POSE = 4  # a pose is a 4x4 matrix
 POSE_ENTRIES = POSE * POSE  # 16
 BETA_NAMES = ("beta_u", "beta_a")  # the parameters that hold each parent type's learned costs
+# the most bytes of votes and [V, V^2] one chunk of a batch routes at a time (`_in_chunks`). On a CPU, 32 MiB: what
+# glibc's allocator serves again from its own heap (a larger tensor is fresh pages from the kernel every time, a page
+# fault per 4 KB), so that training and reading run 1.3-2x faster than with the whole batch at once and a reading
+# holds about 1 MB an image (`benchmarks/README.md`); on a GPU, whose allocator keeps its blocks, a reading routes up
+# to 1 GiB at a time and training the whole batch
+CPU_CHUNK_BYTES = 32 * 2**20
+DEVICE_CHUNK_BYTES = 2**30
 
 
 class PrimaryMatrixCapsules(nn.Module):
@@ -45,6 +52,23 @@ def _route_float32(
         v, child_a.float(), layer.child_index, layer.children_count,
         layer.beta_u.float(), layer.beta_a.float(), iterations, trace,
     ))  # fmt: skip
+
+
+def _in_chunks(
+    layer: ConvCapsules | ClassCapsules, poses: Tensor, activations: Tensor, iterations: int, trace: bool
+) -> tuple[Tensor, Tensor, EMTrace | None]:
+    """`layer._route` over the batch in chunks of at most CPU_CHUNK_BYTES of routing tensors each on a CPU (training
+    and reading alike: each chunk's routing is its own autograd node, so gradients are the whole batch's) and
+    DEVICE_CHUNK_BYTES in a reading elsewhere; one pass over the whole batch for a trace (which keeps every example's
+    votes), under torch.compile (which fuses the whole pass) and in training off the CPU."""
+    batch = poses.shape[0]
+    on_cpu = poses.device.type == "cpu"
+    needs_grad = torch.is_grad_enabled() and any(p.requires_grad for p in (poses, activations, layer.weight))
+    chunk = max(1, (CPU_CHUNK_BYTES if on_cpu else DEVICE_CHUNK_BYTES) // layer.routing_bytes_per_image())
+    if trace or (needs_grad and not on_cpu) or chunk >= batch or torch.compiler.is_compiling():
+        return layer._route(poses, activations, iterations, trace)
+    parts = [layer._route(p, a, iterations, False) for p, a in zip(poses.split(chunk), activations.split(chunk))]
+    return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts]), None
 
 
 def _votes(rows: Tensor, weight: Tensor) -> Tensor:
@@ -100,10 +124,20 @@ class ConvCapsules(nn.Module):
         index = torch.arange(in_types, device="cpu").view(-1, 1, 1) * in_size * in_size + under  # (T_in, K*K, L)
         self.register_buffer("child_index", index.reshape(slots, -1).t().contiguous(), persistent=False)  # (L, I)
 
+    def routing_bytes_per_image(self) -> int:
+        """Bytes of votes V and [V, V^2] one image routes through in float32: (P, J, I, 16 + 32) x 4, 44 MB for the
+        paper's ConvCaps1 (25 positions x 32 types x 288 slots)."""
+        return self.out_size**2 * self.out_types * self.child_index.shape[1] * 3 * POSE_ENTRIES * 4
+
     def forward(
         self, poses: Tensor, activations: Tensor, iterations: int, trace: bool = False
     ) -> tuple[Tensor, Tensor, EMTrace | None]:
         """Child grid (B, T_in, 16, H, W), (B, T_in, H, W) -> parent grid (B, J, 16, H', W'), (B, J, H', W')."""
+        return _in_chunks(self, poses, activations, iterations, trace)
+
+    def _route(
+        self, poses: Tensor, activations: Tensor, iterations: int, trace: bool
+    ) -> tuple[Tensor, Tensor, EMTrace | None]:
         batch = poses.shape[0]
         k, s, n = self.kernel, self.stride, self.out_size
         windows = F.unfold(poses.flatten(1, 2), k, stride=s)  # (B, T_in*16*K*K, L)
@@ -145,10 +179,19 @@ class ClassCapsules(nn.Module):
             offsets[:, :, 7] = centre.view(1, -1)  # column, into entry (1, 3)
         self.register_buffer("offsets", offsets.view(-1, POSE_ENTRIES), persistent=False)  # (H*W, 16)
 
+    def routing_bytes_per_image(self) -> int:
+        """Bytes of votes V and [V, V^2] one image routes through in float32: (K, I, 16 + 32) x 4."""
+        return self.classes * self.children_count * 3 * POSE_ENTRIES * 4
+
     def forward(
         self, poses: Tensor, activations: Tensor, iterations: int, trace: bool = False
     ) -> tuple[Tensor, Tensor, EMTrace | None]:
         """Child grid (B, T_in, 16, H, W), (B, T_in, H, W) -> class poses (B, K, 16), activations (B, K)."""
+        return _in_chunks(self, poses, activations, iterations, trace)
+
+    def _route(
+        self, poses: Tensor, activations: Tensor, iterations: int, trace: bool
+    ) -> tuple[Tensor, Tensor, EMTrace | None]:
         batch, types, _, height, width = poses.shape
         cells = height * width
         # a type's children share their W: every (example, cell) is a "position" and the child types are the slots

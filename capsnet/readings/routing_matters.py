@@ -31,7 +31,6 @@ from capsnet.checkpoints import measurements
 from capsnet.checkpoints.checkpoint import Checkpoint
 from capsnet.data.tasks import LabelledSet
 from capsnet.device import exact_float32
-from capsnet.evaluation import fitting_batch
 from capsnet.nn.capsnet import CapsNet
 from capsnet.nn.em_capsnet import EMCapsNet
 from capsnet.nn.registry import network_of
@@ -194,7 +193,6 @@ def iteration_lengths(
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
     weight = next(model.parameters())
     device, dtype = weight.device, weight.dtype
-    batch_size = fitting_batch(model, batch_size)  # the largest EM networks hold tens of MB of votes per image
     was_training = model.training
     model.eval()
     parts = []

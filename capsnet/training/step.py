@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch.profiler import record_function
 
 from capsnet.nn.registry import AnyConfig, network_of
 
@@ -25,10 +26,12 @@ def training_step(
     `progress` is how far the run is (0 to 1), which a loss with a schedule reads (the EM network's spread margin).
     Returns the model's output and the `CapsuleLoss`, still on the device.
     """
-    with torch.autocast(images.device.type, dtype=torch.bfloat16, enabled=amp):
+    with record_function("step: forward and loss"), torch.autocast(images.device.type, torch.bfloat16, enabled=amp):
         out = model(images, labels)
         loss = network_of(config).loss(out, targets, labels, config, progress)
     optimizer.zero_grad(set_to_none=True)
-    loss.total.backward()
-    optimizer.step()
+    with record_function("step: backward"):  # the scopes name the phases in a profile (`benchmarks/profile_em.py`)
+        loss.total.backward()
+    with record_function("step: optimizer"):
+        optimizer.step()
     return out, loss
