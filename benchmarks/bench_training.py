@@ -34,7 +34,7 @@ from capsnet.device import describe_device
 from capsnet.nn.capsnet import CapsNet
 from capsnet.nn.config import CapsNetConfig
 from capsnet.nn.squash import squash
-from capsnet.training.acceleration import choose_acceleration, cpu_features, make_adam
+from capsnet.training.acceleration import choose_acceleration, cpu_features, lay_out, make_adam
 from capsnet.training.step import training_step
 
 
@@ -116,25 +116,26 @@ def precision_table(device: torch.device, batches: list[int], warmup: int, repea
     new = choose_acceleration(device)
     native = device.type != "cpu" or cpu_features().native_bf16
     rows = [
-        ("old default: float32, foreach Adam", False, False, None),
-        ("bf16 autocast alone", True, False, None),
-        ("fused Adam alone (float32)", False, True, None),
-        ("bf16 autocast + fused Adam", True, True, None),
-        (f"new default: {new.precision}, {'fused' if new.fused_adam else 'foreach'} Adam", new.amp, new.fused_adam,
-         None),
-        ("new default, routing removed (ceiling)", new.amp, new.fused_adam, no_routing),
+        ("old default: float32, foreach Adam", False, False, None, False),
+        ("bf16 autocast alone", True, False, None, False),
+        ("fused Adam alone (float32)", False, True, None, False),
+        ("bf16 autocast + fused Adam", True, True, None, False),
+        (f"new default: {new.describe().split(' (')[0]}", new.amp, new.fused_adam, None, new.channels_last),
+        ("new default, routing removed (ceiling)", new.amp, new.fused_adam, no_routing, new.channels_last),
     ]  # fmt: skip
     print(f"\nPrecision and optimizer on {describe_device(device)}: {new.reason}")
     print(f"new default chosen here: {new.describe()}")
     print(f"\n| variant | {' | '.join(f'batch {b}' for b in batches)} | vs old |")
     print(f"|---|{'---|' * len(batches)}---|")
     old: dict[int, float] = {}
-    for name, amp, fused, routing in rows:
+    for name, amp, fused, routing, channels_last in rows:
         emulated = amp and not native
         cells, ratios = [], []
         for batch in batches:
             torch.manual_seed(0)
             model = (CapsNet(config) if routing is None else Variant(config, routing)).to(device).train()
+            if channels_last:  # the convolutions' weights laid out as the trainer lays them (`lay_out`)
+                lay_out(model, new)
             w, r = (1, 1) if emulated else (warmup, repeats)
             rate = batch / step_time(model, batch, device, w, r, amp=amp, fused=fused)
             old.setdefault(batch, rate)

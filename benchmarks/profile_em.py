@@ -25,7 +25,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 from capsnet.device import describe_device
 from capsnet.nn.registry import network
-from capsnet.training.acceleration import choose_acceleration, make_adam
+from capsnet.training.acceleration import choose_acceleration, lay_out, make_adam
 from capsnet.training.step import training_step
 
 LAYERS = ("conv1", "primary", "convcaps1", "convcaps2", "classes", "digits", "decoder")  # both families' layers
@@ -96,7 +96,7 @@ def main() -> None:
         torch.manual_seed(0)
         net = network(name)
         config = net.preset(preset)
-        model = net.build(config).train()
+        model = lay_out(net.build(config).train(), accel)  # as the trainer lays it out
         images, labels = torch.rand(batch, 1, 28, 28), torch.randint(0, 10, (batch,))
         optimizer = make_adam(model.parameters(), 1e-3, accel.fused_adam)
         step = functools.partial(training_step, model, optimizer, images, labels, images, config, accel.amp, 0.5)

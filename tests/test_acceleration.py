@@ -10,7 +10,14 @@ import pytest
 import torch
 
 from capsnet.files import read_jsonl
-from capsnet.training.acceleration import Acceleration, CpuFeatures, choose_acceleration, cpu_features, make_adam
+from capsnet.training.acceleration import (
+    Acceleration,
+    CpuFeatures,
+    choose_acceleration,
+    cpu_features,
+    lay_out,
+    make_adam,
+)
 from capsnet.training.options import TrainOptions
 from capsnet.training.schedule import Schedule, cosine_factor
 from capsnet.training.trainer import train
@@ -36,7 +43,7 @@ def test_the_gpu_path_is_kept_and_every_choice_can_be_forced() -> None:
     forced = choose_acceleration(CPU, amp=True, fused_adam=False, compile=True, features=AVX2)
     assert (forced.amp, forced.fused_adam, forced.compile) == (True, False, True)
     assert forced.reason == "AVX2, no native bf16; amp, fused Adam, compile as asked"
-    assert forced.describe().startswith("bf16 autocast, foreach Adam, torch.compile (AVX2")
+    assert forced.describe().startswith("bf16 autocast, foreach Adam, channels-last convolutions, torch.compile (AVX2")
 
 
 def test_a_cpu_compiles_where_the_caller_says_it_pays_unless_told_otherwise() -> None:
@@ -84,6 +91,52 @@ def test_a_resumed_run_chooses_for_its_stored_network_and_keeps_its_explicit_cho
     assert prepared.args["compile"] == (stored if given is None else given)  # what a later resume keeps
 
 
+@pytest.mark.parametrize("features", [AVX2, AVX512, AVX512_BF16, AMX])
+def test_bf16_convolutions_on_a_cpu_are_laid_out_channels_last(features: CpuFeatures) -> None:
+    """oneDNN's bf16 convolutions run 1.7x faster channels-last; float32 runs the same either way, so the layout
+    follows bf16 autocast on a CPU (forced or chosen); a GPU keeps its own."""
+    chosen = choose_acceleration(CPU, features=features)
+    assert chosen.channels_last == chosen.amp == features.native_bf16
+    assert ("channels-last convolutions" in chosen.describe()) == chosen.amp
+    assert choose_acceleration(CPU, amp=True, features=AVX2).channels_last
+    assert not choose_acceleration(CPU, amp=False, features=features).channels_last
+    assert not choose_acceleration(CUDA).channels_last
+
+
+@pytest.mark.parametrize("name", ["capsnet", "em", "cnn"])
+def test_laying_out_channels_last_keeps_the_values_and_the_checkpoint(name: str, tmp_path: Path) -> None:
+    """`lay_out` moves every convolution's weight to channels-last in place: the same outputs and gradients, and a
+    checkpoint saved from it loads as one saved from the default layout."""
+    from capsnet.checkpoints.checkpoint import load_checkpoint, save_checkpoint
+    from capsnet.nn.registry import network
+
+    torch.manual_seed(0)
+    net = network(name)
+    model, twin = net.build(net.preset("tiny")), net.build(net.preset("tiny"))
+    twin.load_state_dict(model.state_dict())
+    assert lay_out(twin, choose_acceleration(CPU, amp=False, features=AVX2)) is twin  # float32: nothing moves
+    assert all(p.is_contiguous() for p in twin.parameters())
+    lay_out(twin, choose_acceleration(CPU, features=AMX))
+    convs = [m for m in twin.modules() if isinstance(m, torch.nn.Conv2d)]
+    assert convs and all(m.weight.is_contiguous(memory_format=torch.channels_last) for m in convs)
+    # moved where the layouts differ (more than one input channel and a kernel wider than 1x1)
+    assert all(not m.weight.is_contiguous() for m in convs if m.weight.shape[1] > 1 and m.weight.shape[2] > 1)
+    images, labels = torch.rand(3, 1, 28, 28), torch.tensor([1, 7, 3])
+    outputs = [m.eval()(images, labels) for m in (model, twin)]  # eval: the CNN's dropout draws nothing
+    torch.testing.assert_close(outputs[1].scores, outputs[0].scores, rtol=1e-4, atol=1e-5)
+    for out in outputs:
+        out.scores.square().sum().backward()
+    grads = [(mine.grad, theirs.grad) for mine, theirs in zip(twin.parameters(), model.parameters())]
+    assert all((mine is None) == (theirs is None) for mine, theirs in grads)  # the decoder takes no part in the scores
+    for mine, theirs in grads:
+        if mine is not None and theirs is not None:
+            torch.testing.assert_close(mine, theirs, rtol=1e-3, atol=1e-4)
+    save_checkpoint(tmp_path / "laid.safetensors", twin, {})
+    loaded = load_checkpoint(tmp_path / "laid.safetensors", networks=(name,)).model
+    for mine, theirs in zip(loaded.state_dict().values(), model.state_dict().values()):
+        assert torch.equal(mine, theirs)
+
+
 def test_a_cpu_without_a_cpp_compiler_stays_eager_and_says_why() -> None:
     no_compiler = CpuFeatures(capability="AVX2", avx512_bf16=False, amx=False, onednn_bf16=False, compiler=False)
     chosen = choose_acceleration(CPU, features=no_compiler, cpu_compile=True)
@@ -97,6 +150,9 @@ def test_a_recorded_choice_reads_back_and_sums_up_in_a_few_words() -> None:
     assert choose_acceleration(CPU, features=AVX2).summary() == "float32"
     with pytest.raises(ValueError, match="not a recorded acceleration"):
         Acceleration.from_dict({"amp": True})
+    # a run recorded before the layout was a choice reads back with the default layout
+    older = {"amp": True, "fused_adam": True, "compile": False, "reason": "AVX512 with AVX512-BF16"}
+    assert Acceleration.from_dict(older) == Acceleration(True, True, False, "AVX512 with AVX512-BF16")
 
 
 def test_this_machines_features_are_read_from_torch() -> None:
@@ -214,3 +270,15 @@ def test_the_time_estimate_uses_a_matching_runs_measured_speed() -> None:
     assert recorded_speed(runs[:7], options) is None
     seconds = estimate_seconds(options, 60_000, 10_000, Speed(40.0, "x"))
     assert seconds == pytest.approx(options.epochs * (60_000 / 40 + 10_000 / 120))
+
+
+@pytest.mark.parametrize("features", [AVX2, AMX])
+def test_the_trainer_and_its_estimate_lay_the_model_out_as_chosen(features: CpuFeatures) -> None:
+    """The trainer's `build` lays the model out as the acceleration chose (the estimate's timed steps do the same)."""
+    from capsnet.training.trainer import build
+
+    options = TrainOptions(network="capsnet", preset="tiny", device="cpu")
+    chosen = choose_acceleration(CPU, features=features)
+    model, _, _ = build(options, CPU, chosen, batches=10)
+    weight = model.primary.conv.weight
+    assert weight.is_contiguous(memory_format=torch.channels_last) == chosen.channels_last == features.native_bf16

@@ -20,7 +20,7 @@ import torch
 from capsnet.data.datasets import dataset_info
 from capsnet.device import pick_device
 from capsnet.nn.registry import network
-from capsnet.training.acceleration import Acceleration
+from capsnet.training.acceleration import Acceleration, lay_out
 from capsnet.training.optimizer import run_optimizer
 from capsnet.training.options import TrainOptions, stored_network
 from capsnet.training.step import training_step
@@ -66,7 +66,7 @@ def measure_speed(options: TrainOptions, batch: int = 8, steps: int = 2) -> Spee
     info = dataset_info(options.dataset)
     acceleration = options.acceleration(device)
     config = options.network_config()
-    model = network(options.network).build(config).to(device).train()
+    model = lay_out(network(options.network).build(config).to(device).train(), acceleration)
     optimizer = run_optimizer(model, options.lr, options.beta_lr, acceleration.fused_adam)
     images = torch.rand(batch, 1, info.image_size, info.image_size, device=device)
     labels = torch.randint(0, config.num_classes, (batch,), device=device)

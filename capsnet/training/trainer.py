@@ -35,7 +35,7 @@ from capsnet.device import describe_device, pick_device, seed_everything
 from capsnet.errors import CapsNetError
 from capsnet.nn.registry import AnyConfig, AnyModel, network, network_of
 from capsnet.nn.warm_start import warm_config, warm_start
-from capsnet.training.acceleration import Acceleration
+from capsnet.training.acceleration import Acceleration, lay_out
 from capsnet.training.checkpointer import Checkpointer, epoch_info
 from capsnet.training.collapse import CollapseWatch, TrainingCollapsedError
 from capsnet.training.distributed import Distributed, barrier, distributed_session
@@ -86,7 +86,7 @@ def build(
                 print(f"warm start from {options.init}: {line}", flush=True)
     else:
         model = net.build(config)
-    model.to(device)
+    lay_out(model.to(device), acceleration)
     optimizer = run_optimizer(model, options.lr, options.beta_lr, acceleration.fused_adam)
     schedule = Schedule(optimizer, options.schedule, lr_decay=options.lr_decay, epochs=options.epochs,
                         batches=batches, warmup=options.warmup)  # fmt: skip
