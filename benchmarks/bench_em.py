@@ -10,7 +10,7 @@
    both give the same outputs and gradients.
 2. Reading throughput and memory (a forward pass in eval mode without gradients, as evaluation, predict and the
    dashboard run it) of the EM networks beside the CapsNet, each in a fresh process so that its peak memory is its
-   own: the EM network routing a batch in chunks of at most `CHUNK_BYTES` of votes (the package's way) against the
+   own: the EM network routing a batch in chunks of at most `CPU_CHUNK_BYTES` of votes (the package's way) against the
    whole batch at once (the way before it, at the 36 images evaluation could then fit in memory), images/s and the
    process's peak memory per image of the batch.
 3. Training throughput (forward, loss, backward, Adam step, bf16 autocast where the CPU computes bf16 natively)
@@ -111,7 +111,7 @@ def read_once(name: str, preset: str, batch: int, chunked: bool, seconds: float 
     from capsnet.nn import matrix_capsules
 
     if not chunked:
-        matrix_capsules.CHUNK_BYTES = 2**62  # the whole batch's votes at once
+        matrix_capsules.CPU_CHUNK_BYTES = 2**62  # the whole batch's votes at once
     torch.manual_seed(0)
     net = network(name)
     model = net.build(net.preset(preset)).eval()

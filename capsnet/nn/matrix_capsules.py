@@ -62,30 +62,39 @@ def _in_chunks(
     DEVICE_CHUNK_BYTES in a reading elsewhere; one pass over the whole batch for a trace (which keeps every example's
     votes), under torch.compile (which fuses the whole pass) and in training off the CPU."""
     batch = poses.shape[0]
+    kron = _kron(layer.weight, poses.device.type)  # once for every chunk
     on_cpu = poses.device.type == "cpu"
     needs_grad = torch.is_grad_enabled() and any(p.requires_grad for p in (poses, activations, layer.weight))
     chunk = max(1, (CPU_CHUNK_BYTES if on_cpu else DEVICE_CHUNK_BYTES) // layer.routing_bytes_per_image())
     if trace or (needs_grad and not on_cpu) or chunk >= batch or torch.compiler.is_compiling():
-        return layer._route(poses, activations, iterations, trace)
-    parts = [layer._route(p, a, iterations, False) for p, a in zip(poses.split(chunk), activations.split(chunk))]
+        return layer._route(poses, activations, kron, iterations, trace)
+    parts = [layer._route(p, a, kron, iterations, False) for p, a in zip(poses.split(chunk), activations.split(chunk))]
     return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts]), None
 
 
-def _votes(rows: Tensor, weight: Tensor) -> Tensor:
-    """V = M W for every slot: poses (I, N, 16) and W (I, J, 4, 4) -> votes (I, N, J, 16).
+def _kron(weight: Tensor, device_type: str) -> Tensor:
+    """W (I, J, 4, 4) as the matrices that take a pose's 16 entries to its votes, kron(I_4, W_ij) side by side:
+    (I, 16, J*16), in the dtype the votes are computed in (autocast's where it is on)."""
+    slots, parents = weight.shape[:2]
+    eye = torch.eye(POSE, dtype=weight.dtype, device=weight.device)
+    kron = torch.einsum("rs,ijkc->irkjsc", eye, weight)  # (I, 4, 4, J, 4, 4): (r, k) -> (j, s, c), r = s
+    kron = kron.reshape(slots, POSE_ENTRIES, parents * POSE_ENTRIES)  # (I, 16, J*16)
+    if torch.is_autocast_enabled(device_type):
+        return kron.to(torch.get_autocast_dtype(device_type))  # cast once, not once a chunk
+    return kron
+
+
+def _votes(rows: Tensor, kron: Tensor) -> Tensor:
+    """V = M W for every slot: poses (I, N, 16) and kron(I_4, W) (I, 16, J*16) (`_kron`) -> votes (I, N, J, 16).
 
     A pose's 16 entries (row-major) map to its vote's by the 16x16 matrix kron(I_4, W): V[r, c] = sum_k M[r, k] W[k, c]
     takes entry (r, k) to (r, c). So each slot's votes are one product over all N poses, (N, 16) @ (16, J*16), whose
     rows are whole votes: the routing layout (B, P, J, I, 16) is then a view that copies 16 entries at a time (a 4x4
     product has rows (n, r) and columns (j, c), and moving its columns into place costs more than the product).
     """
-    slots, _, _ = rows.shape
-    parents = weight.shape[1]
-    eye = torch.eye(POSE, dtype=weight.dtype, device=weight.device)
-    kron = torch.einsum("rs,ijkc->irkjsc", eye, weight)  # (I, 4, 4, J, 4, 4): (r, k) -> (j, s, c), r = s
-    kron = kron.reshape(slots, POSE_ENTRIES, parents * POSE_ENTRIES)  # (I, 16, J*16)
-    out = torch.bmm(rows, kron.to(rows.dtype))  # (I, N, J*16)
-    return out.view(slots, -1, parents, POSE_ENTRIES)  # (I, N, J, 16)
+    slots = rows.shape[0]
+    out = torch.bmm(rows, kron.to(rows.dtype) if not torch.is_autocast_enabled(rows.device.type) else kron)
+    return out.view(slots, rows.shape[1], -1, POSE_ENTRIES)  # (I, N, J*16) -> (I, N, J, 16)
 
 
 class ConvCapsules(nn.Module):
@@ -136,7 +145,7 @@ class ConvCapsules(nn.Module):
         return _in_chunks(self, poses, activations, iterations, trace)
 
     def _route(
-        self, poses: Tensor, activations: Tensor, iterations: int, trace: bool
+        self, poses: Tensor, activations: Tensor, kron: Tensor, iterations: int, trace: bool
     ) -> tuple[Tensor, Tensor, EMTrace | None]:
         batch = poses.shape[0]
         k, s, n = self.kernel, self.stride, self.out_size
@@ -144,7 +153,7 @@ class ConvCapsules(nn.Module):
         windows = windows.view(batch, self.in_types, POSE_ENTRIES, k * k, n * n)  # (B, T_in, 16, K*K, L)
         rows = windows.permute(1, 3, 0, 4, 2).reshape(-1, batch * n * n, POSE_ENTRIES)  # (T_in*K*K, B*L, 16)
         child_a = F.unfold(activations, k, stride=s).transpose(1, 2)  # (B, L, T_in*K*K)
-        votes = _votes(rows, self.weight).view(-1, batch, n * n, self.out_types, POSE_ENTRIES)  # (I, B, L, J, 16)
+        votes = _votes(rows, kron).view(-1, batch, n * n, self.out_types, POSE_ENTRIES)  # (I, B, L, J, 16)
         votes = votes.permute(1, 2, 3, 0, 4)  # (B, L, J, I, 16), a view: routing copies it once, into [V, V^2]
         mean, out_a, routed = _route_float32(votes, child_a, self, iterations, trace)  # (B, L, J, 16), (B, L, J)
         out_poses = mean.permute(0, 2, 3, 1).reshape(batch, self.out_types, POSE_ENTRIES, n, n)  # (B, J, 16, H', W')
@@ -190,13 +199,13 @@ class ClassCapsules(nn.Module):
         return _in_chunks(self, poses, activations, iterations, trace)
 
     def _route(
-        self, poses: Tensor, activations: Tensor, iterations: int, trace: bool
+        self, poses: Tensor, activations: Tensor, kron: Tensor, iterations: int, trace: bool
     ) -> tuple[Tensor, Tensor, EMTrace | None]:
         batch, types, _, height, width = poses.shape
         cells = height * width
         # a type's children share their W: every (example, cell) is a "position" and the child types are the slots
         rows = poses.permute(1, 0, 3, 4, 2).reshape(types, batch * cells, POSE_ENTRIES)  # (T, B*H*W, 16)
-        votes = _votes(rows, self.weight).view(types, batch, cells, self.classes, POSE_ENTRIES)  # (T, B, H*W, K, 16)
+        votes = _votes(rows, kron).view(types, batch, cells, self.classes, POSE_ENTRIES)  # (T, B, H*W, K, 16)
         votes = votes.permute(1, 3, 0, 2, 4) + self.offsets.to(votes.dtype)  # coordinate addition: (B, K, T, H*W, 16)
         votes = votes.reshape(batch, 1, self.classes, types * cells, POSE_ENTRIES)  # (B, 1, K, I, 16), i = (type, y, x)
         child_a = activations.reshape(batch, 1, types * cells)  # (B, 1, I), slot (type, y, x)
