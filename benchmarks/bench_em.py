@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import functools
 import math
-import resource
 import statistics
 import subprocess
 import sys
@@ -106,6 +105,13 @@ def bench_routing(batch: int, repeats: int) -> None:
           f"ratio {t_base / t_ours:.2f}x")  # fmt: skip
 
 
+def peak_kb() -> int:
+    """This process's peak resident memory in KB: VmHWM, its own address space's high-water mark (getrusage's
+    ru_maxrss carries the parent's peak across fork and exec)."""
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
+
+
 def read_once(name: str, preset: str, batch: int, chunked: bool, seconds: float = 8.0) -> None:
     """One reading measurement in this process: prints 'images/s MB-per-image' for the parent process to collect."""
     from capsnet.nn import matrix_capsules
@@ -118,13 +124,13 @@ def read_once(name: str, preset: str, batch: int, chunked: bool, seconds: float 
     images = torch.rand(batch, 1, 28, 28)
     with torch.no_grad():
         model(images[:1])  # warm-up, and the model's own memory before the peak is measured
-        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KB
+        before = peak_kb()
         start, runs = time.perf_counter(), 0
         while runs < 2 or time.perf_counter() - start < seconds:
             model(images)
             runs += 1
         rate = batch * runs / (time.perf_counter() - start)
-    grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    grown = peak_kb() - before
     print(f"{rate} {grown / 1024 / batch}")
 
 

@@ -16,7 +16,8 @@ One training step is forward, margin + reconstruction loss, backward and Adam, o
 - the same, compiled (`--compile`), and with CUDA graphs (`mode="reduce-overhead"`, CUDA only);
 - the seeds' formulation: u_hat by einsum and Procedure 1 in einsum (written here, as the baseline);
 - routing removed: the same network with uniform couplings and one pass (the ceiling routing cannot beat).
-Each row is the median of `--repeats` timed steps after `--warmup` steps, synchronised on CUDA.
+Each row is the median of `--repeats` timed steps after `--warmup` steps, synchronised on CUDA; in the first table
+the rows take their steps in turn, one each per round, so that a drift in the machine's speed reaches every row alike.
 """
 
 from __future__ import annotations
@@ -74,6 +75,25 @@ class Variant(CapsNet):
         return primary, poses, None
 
 
+def make_step(
+    model: torch.nn.Module, batch: int, device: torch.device, amp: bool | None = None, fused: bool = False
+) -> Callable[[], None]:
+    """One training step at `batch` on synthetic data, synchronised on CUDA (amp None: as the trainer chooses on
+    CUDA, off elsewhere)."""
+    images = torch.rand(batch, 1, 28, 28, device=device)
+    labels = torch.randint(0, 10, (batch,), device=device)
+    optimizer = make_adam(model.parameters(), 1e-3, fused)
+    config = model.config if hasattr(model, "config") else model._orig_mod.config  # type: ignore[attr-defined]
+    amp = device.type == "cuda" if amp is None else amp
+
+    def step() -> None:
+        training_step(model, optimizer, images, labels, images, config, amp)  # the trainer's own step
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    return step
+
+
 def step_time(
     model: torch.nn.Module,
     batch: int,
@@ -84,27 +104,30 @@ def step_time(
     fused: bool = False,
 ) -> float:
     """Median seconds of one training step at `batch` (amp None: as the trainer chooses on CUDA, off elsewhere)."""
-    images = torch.rand(batch, 1, 28, 28, device=device)
-    labels = torch.randint(0, 10, (batch,), device=device)
-    optimizer = make_adam(model.parameters(), 1e-3, fused)
-    config = model.config if hasattr(model, "config") else model._orig_mod.config  # type: ignore[attr-defined]
-    amp = device.type == "cuda" if amp is None else amp
-
-    def step() -> None:
-        training_step(model, optimizer, images, labels, images, config, amp)  # the trainer's own step
-
+    step = make_step(model, batch, device, amp, fused)
     for _ in range(warmup):
         step()
     times = []
     for _ in range(repeats):
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
         start = time.perf_counter()
         step()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
         times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+def interleaved(steps: dict[str, Callable[[], None]], warmup: int, repeats: int) -> dict[str, float]:
+    """Median seconds of each step, timed in turn, one step of each per round: on a machine whose speed drifts by a
+    third within minutes, each variant sees the same drift and their ratios hold."""
+    for step in steps.values():
+        for _ in range(warmup):
+            step()
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    for _ in range(repeats):
+        for name, step in steps.items():
+            start = time.perf_counter()
+            step()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def precision_table(device: torch.device, batches: list[int], warmup: int, repeats: int) -> None:
@@ -127,21 +150,22 @@ def precision_table(device: torch.device, batches: list[int], warmup: int, repea
     print(f"new default chosen here: {new.describe()}")
     print(f"\n| variant | {' | '.join(f'batch {b}' for b in batches)} | vs old |")
     print(f"|---|{'---|' * len(batches)}---|")
-    old: dict[int, float] = {}
-    for name, amp, fused, routing, channels_last in rows:
-        emulated = amp and not native
-        cells, ratios = [], []
-        for batch in batches:
+    rates: dict[tuple[str, int], float] = {}
+    for batch in batches:
+        steps, emulated_steps = {}, {}
+        for name, amp, fused, routing, channels_last in rows:
             torch.manual_seed(0)
             model = (CapsNet(config) if routing is None else Variant(config, routing)).to(device).train()
             if channels_last:  # the convolutions' weights laid out as the trainer lays them (`lay_out`)
                 lay_out(model, new)
-            w, r = (1, 1) if emulated else (warmup, repeats)
-            rate = batch / step_time(model, batch, device, w, r, amp=amp, fused=fused)
-            old.setdefault(batch, rate)
-            cells.append(f"{rate:,.1f} images/s")
-            ratios.append(f"{rate / old[batch]:.2f}x")
-        label = name + (" (bf16 emulated: no native bf16 here)" if emulated else "")
+            (emulated_steps if amp and not native else steps)[name] = make_step(model, batch, device, amp, fused)
+        seconds = interleaved(steps, warmup, repeats) | interleaved(emulated_steps, 1, 1)  # emulated bf16: very slow
+        rates.update({(name, batch): batch / s for name, s in seconds.items()})
+    old = rows[0][0]
+    for name, amp, *_ in rows:
+        cells = [f"{rates[name, b]:,.1f} images/s" for b in batches]
+        ratios = [f"{rates[name, b] / rates[old, b]:.2f}x" for b in batches]
+        label = name + (" (bf16 emulated: no native bf16 here)" if amp and not native else "")
         print(f"| {label} | {' | '.join(cells)} | {' / '.join(ratios)} |", flush=True)
 
 
