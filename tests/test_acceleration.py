@@ -282,3 +282,20 @@ def test_the_trainer_and_its_estimate_lay_the_model_out_as_chosen(features: CpuF
     model, _, _ = build(options, CPU, chosen, batches=10)
     weight = model.primary.conv.weight
     assert weight.is_contiguous(memory_format=torch.channels_last) == chosen.channels_last == features.native_bf16
+
+
+def test_a_cpu_run_evaluates_with_the_eager_model_even_when_it_trains_compiled() -> None:
+    """A compiled pass routes the whole evaluation batch at once (about 26 GB for the paper-sized EM network at 500
+    images), where the eager EM layers route it in chunks of bounded memory: a CPU judges each epoch with the eager
+    model; a GPU with the compiled one."""
+    from capsnet.nn.registry import network
+    from capsnet.training.distributed import Distributed
+    from capsnet.training.trainer import judge_of
+
+    model = network("em").build(network("em").preset("tiny"))
+    compiled = torch.compile(model)  # compiles on its first call: never called here
+    accel = Acceleration(amp=False, fused_adam=True, compile=True, reason="compiled")
+    assert judge_of(model, compiled, accel, Distributed(), CPU) is model
+    assert judge_of(model, compiled, accel, Distributed(), CUDA) is compiled
+    eager = Acceleration(amp=False, fused_adam=True, compile=False, reason="eager")
+    assert judge_of(model, model, eager, Distributed(), CUDA) is model
