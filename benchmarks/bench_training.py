@@ -3,6 +3,7 @@
     python benchmarks/bench_training.py                    # CUDA if present, else the CPU (batch 128)
     python benchmarks/bench_training.py --batches 128 1024 --compile
     python benchmarks/bench_training.py --time-to-accuracy --seeds 0 1 2   # the fast recipe, wall time to accuracy
+    python benchmarks/bench_training.py --one-at-a-time    # each precision row alone, as a training run takes its steps
 
 The first table, on a CPU, compares the trainer's old default (float32, foreach Adam) with the
 new one chosen for this CPU (`capsnet.training.acceleration`), and each choice alone: bf16 autocast and
@@ -130,7 +131,7 @@ def interleaved(steps: dict[str, Callable[[], None]], warmup: int, repeats: int)
     return {name: statistics.median(t) for name, t in times.items()}
 
 
-def precision_table(device: torch.device, batches: list[int], warmup: int, repeats: int) -> None:
+def precision_table(device: torch.device, batches: list[int], warmup: int, repeats: int, in_turn: bool = True) -> None:
     """Old CPU default, new default, each choice alone, and the routing-free ceiling under the new default.
 
     The rows other than the ceiling are the package's CapsNet as the trainer runs it (routing in float32 under autocast).
@@ -159,7 +160,11 @@ def precision_table(device: torch.device, batches: list[int], warmup: int, repea
             if channels_last:  # the convolutions' weights laid out as the trainer lays them (`lay_out`)
                 lay_out(model, new)
             (emulated_steps if amp and not native else steps)[name] = make_step(model, batch, device, amp, fused)
-        seconds = interleaved(steps, warmup, repeats) | interleaved(emulated_steps, 1, 1)  # emulated bf16: very slow
+        if in_turn:
+            seconds = interleaved(steps, warmup, repeats)
+        else:  # each row alone, its steps one after another, as a training run takes them
+            seconds = {name: interleaved({name: step}, warmup, repeats)[name] for name, step in steps.items()}
+        seconds |= interleaved(emulated_steps, 1, 1)  # emulated bf16: very slow
         rates.update({(name, batch): batch / s for name, s in seconds.items()})
     old = rows[0][0]
     for name, amp, *_ in rows:
@@ -215,6 +220,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--routing", action="store_true", help="also the table of routing paths")
+    parser.add_argument(
+        "--one-at-a-time", action="store_true",
+        help="time each precision row alone (its steps back to back, as a run takes them) instead of in turn",
+    )  # fmt: skip
     parser.add_argument("--time-to-accuracy", action="store_true", help="only the fast recipe's time to accuracy")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--targets", type=float, nargs="+", default=[0.99, 0.995])
@@ -227,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     batches = args.batches or ([128, 1024] if device.type == "cuda" else [128])
     features = cpu_features()
     print(f"CPU capability {features.capability}; {features.describe()}; oneDNN bf16 kernels: {features.onednn_bf16}")
-    precision_table(device, batches, args.warmup, args.repeats)
+    precision_table(device, batches, args.warmup, args.repeats, in_turn=not args.one_at_a_time)
     if not args.routing and not args.compile:
         return 0
     config = CapsNetConfig.preset("paper")
