@@ -114,7 +114,9 @@ def train_form() -> None:
                 st.button("How long on this machine?", key="eta_measure", icon=":material/timer:",
                           on_click=st.session_state.__setitem__, args=(ETA_MEASURED, True),
                           help="Times a few training steps of the paper's CapsNet here (a few seconds).")  # fmt: skip
-        with st.form("train_form", border=False):
+        # Enter in a field does not start a run (a teacher typing an epoch count started a 60,000-image run): only the
+        # button does
+        with st.form("train_form", border=False, enter_to_submit=False):
             dataset = st.selectbox(
                 "Dataset", list(DATASETS), index=list(DATASETS).index(d.dataset),
                 format_func=lambda name: DATASETS[name].title, key="train_dataset",

@@ -1249,3 +1249,18 @@ def test_every_page_runs_on_an_em_model(app_dirs, data_dir: Path, tmp_path: Path
     at.switch_page(pages.TRANSFORM.path).run()
     no_exception(at)
     assert any("no decoder to redraw them" in c.value for c in at.caption)
+
+
+def test_enter_in_a_field_of_the_training_form_starts_nothing() -> None:
+    """Enter in any field of a Streamlit form submits it by default: in the sidebar's training form it started a whole
+    run with the other fields at their defaults. Only the Start training button submits it."""
+    at = new_app().run()
+    no_exception(at)
+
+    def forms(node: object) -> list:  # the form blocks under `node`, as the browser receives them
+        proto = getattr(node, "proto", None)
+        is_form = proto is not None and "form" in proto.DESCRIPTOR.fields_by_name and proto.HasField("form")
+        return ([proto.form] if is_form else []) + [f for c in getattr(node, "children", {}).values() for f in forms(c)]
+
+    (form,) = [f for f in forms(at.sidebar) if f.form_id == "train_form"]
+    assert not form.enter_to_submit
