@@ -62,7 +62,7 @@ def _in_chunks(
     DEVICE_CHUNK_BYTES in a reading elsewhere; one pass over the whole batch for a trace (which keeps every example's
     votes), under torch.compile (which fuses the whole pass) and in training off the CPU."""
     batch = poses.shape[0]
-    kron = _kron(layer.weight, poses.device.type)  # once for every chunk
+    kron = _kron(layer.weight, poses)  # once for every chunk
     on_cpu = poses.device.type == "cpu"
     needs_grad = torch.is_grad_enabled() and any(p.requires_grad for p in (poses, activations, layer.weight))
     chunk = max(1, (CPU_CHUNK_BYTES if on_cpu else DEVICE_CHUNK_BYTES) // layer.routing_bytes_per_image())
@@ -72,16 +72,16 @@ def _in_chunks(
     return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts]), None
 
 
-def _kron(weight: Tensor, device_type: str) -> Tensor:
+def _kron(weight: Tensor, poses: Tensor) -> Tensor:
     """W (I, J, 4, 4) as the matrices that take a pose's 16 entries to its votes, kron(I_4, W_ij) side by side:
-    (I, 16, J*16), in the dtype the votes are computed in (autocast's where it is on)."""
+    (I, 16, J*16), in the dtype the votes of `poses` are computed in (autocast's where it is on, else the poses')."""
     slots, parents = weight.shape[:2]
     eye = torch.eye(POSE, dtype=weight.dtype, device=weight.device)
     kron = torch.einsum("rs,ijkc->irkjsc", eye, weight)  # (I, 4, 4, J, 4, 4): (r, k) -> (j, s, c), r = s
     kron = kron.reshape(slots, POSE_ENTRIES, parents * POSE_ENTRIES)  # (I, 16, J*16)
-    if torch.is_autocast_enabled(device_type):
-        return kron.to(torch.get_autocast_dtype(device_type))  # cast once, not once a chunk
-    return kron
+    device_type = poses.device.type
+    autocast = torch.is_autocast_enabled(device_type)
+    return kron.to(torch.get_autocast_dtype(device_type) if autocast else poses.dtype)  # once, not once a chunk
 
 
 def _votes(rows: Tensor, kron: Tensor) -> Tensor:
@@ -92,9 +92,8 @@ def _votes(rows: Tensor, kron: Tensor) -> Tensor:
     rows are whole votes: the routing layout (B, P, J, I, 16) is then a view that copies 16 entries at a time (a 4x4
     product has rows (n, r) and columns (j, c), and moving its columns into place costs more than the product).
     """
-    slots = rows.shape[0]
-    out = torch.bmm(rows, kron.to(rows.dtype) if not torch.is_autocast_enabled(rows.device.type) else kron)
-    return out.view(slots, rows.shape[1], -1, POSE_ENTRIES)  # (I, N, J*16) -> (I, N, J, 16)
+    out = torch.bmm(rows, kron)  # (I, N, J*16)
+    return out.view(rows.shape[0], rows.shape[1], -1, POSE_ENTRIES)  # (I, N, J, 16)
 
 
 class ConvCapsules(nn.Module):
