@@ -1,6 +1,7 @@
 """Speed of EM routing and of the EM network, measured as ratios within one run, on the CPU.
 
     python benchmarks/bench_em.py [--batch-size 64] [--repeats 5] [--threads N] [--only routing|reading|training]
+    python benchmarks/bench_em.py --device cuda [--batch-size 128]   # the GPU table (4, below)
 
 1. EM routing forward + backward on the votes of the small network's ConvCaps1 (3x3 stride 2 from 8 types on a
    12x12 grid to 16 types: 25 positions x 16 parents x 72 slots x 16 pose entries per example), r = 3: the
@@ -16,6 +17,11 @@
 3. Training throughput (forward, loss, backward, Adam step, bf16 autocast where the CPU computes bf16 natively)
    of the EM networks ("small", "small-decoder", "paper-decoder") beside the dynamic-routing CapsNet ("paper"), the
    trainer's own step, each eager and under `torch.compile` (the trainer compiles the EM network on a CPU).
+4. With `--device cuda`: the routing of 1 on the GPU, then one table of training and reading throughput at the batch
+   size for the EM networks, the CapsNet and the seeds' einsum formulation of the CapsNet (`bench_training.py`'s
+   baseline): training as the trainer runs it on CUDA (bf16 autocast, eager, then compiled), reading in float32
+   without gradients as evaluation runs it, with the GPU's peak memory per image read. Eager rows come first, so a
+   run cut short still has them.
 """
 
 from __future__ import annotations
@@ -59,33 +65,40 @@ def straightforward_em(votes, acts, child_index, children, beta_u, beta_a, itera
             log_p = -0.5 * (((votes - mu) ** 2) / var + torch.log(2 * math.pi * var)).sum(dim=-1)  # (B, P, I, J)
             logits = torch.log(a_out) + log_p
             weight = torch.exp(logits - logits.detach().amax(dim=(1, 2, 3), keepdim=True))
-            total = torch.zeros(batch, children, dtype=votes.dtype).index_add(1, flat, weight.sum(-1).flatten(1))
+            total = torch.zeros(batch, children, dtype=votes.dtype, device=votes.device).index_add(
+                1, flat, weight.sum(-1).flatten(1)
+            )
             R = weight / total[:, flat].view(batch, positions, slots, 1)
     return mu.squeeze(2), a_out.squeeze(2)
 
 
 def timed(fn: Callable[[], object], repeats: int, warmup: int = 1) -> float:
-    """Median seconds of `fn` over `repeats` runs after `warmup` runs."""
+    """Median seconds of `fn` over `repeats` runs after `warmup` runs (each run waits for the GPU, if one is used)."""
+    sync = torch.cuda.synchronize if torch.cuda.is_initialized() else (lambda: None)
     for _ in range(warmup):
         fn()
     times = []
     for _ in range(repeats):
+        sync()
         start = time.perf_counter()
         fn()
+        sync()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 
 
-def bench_routing(batch: int, repeats: int) -> None:
+def bench_routing(batch: int, repeats: int, device: torch.device | None = None) -> None:
+    device = device or torch.device("cpu")
     torch.manual_seed(0)
-    layer = ConvCapsules(in_types=8, out_types=16, kernel=3, stride=2, in_size=12)
+    layer = ConvCapsules(in_types=8, out_types=16, kernel=3, stride=2, in_size=12).to(device)
     positions, slots = layer.child_index.shape
-    votes = torch.randn(batch, positions, 16, slots, 16, requires_grad=True)  # (B, P, J, I, H)
-    acts = torch.rand(batch, positions, slots, requires_grad=True)
-    beta_u = (torch.randn(16) * 0.1).requires_grad_()
-    beta_a = (torch.randn(16) * 0.1).requires_grad_()
+    with torch.device(device):
+        votes = torch.randn(batch, positions, 16, slots, 16, requires_grad=True)  # (B, P, J, I, H)
+        acts = torch.rand(batch, positions, slots, requires_grad=True)
+        beta_u = (torch.randn(16) * 0.1).requires_grad_()
+        beta_a = (torch.randn(16) * 0.1).requires_grad_()
+        g_mean, g_a = torch.randn(batch, positions, 16, 16), torch.randn(batch, positions, 16)
     votes_b = votes.detach().transpose(2, 3).contiguous().requires_grad_()  # (B, P, I, J, H)
-    g_mean, g_a = torch.randn(batch, positions, 16, 16), torch.randn(batch, positions, 16)
 
     def ours() -> tuple[torch.Tensor, ...]:
         mean, a, _ = em_routing(votes, acts, layer.child_index, layer.children_count, beta_u, beta_a, 3)
@@ -203,12 +216,72 @@ def bench_training(batch: int, repeats: int) -> None:
     ))  # fmt: skip
 
 
+def bench_on_device(device: torch.device, batch: int, repeats: int) -> None:
+    """Training and reading throughput on `device` (a GPU) at `batch`: the EM networks, the CapsNet and the seeds'
+    einsum CapsNet, training eager then compiled (bf16 autocast, as the trainer runs on CUDA), reading eager."""
+    from bench_training import Variant, seeds_einsum_routing  # the seeds' formulation, written once, there
+
+    from capsnet.nn.config import CapsNetConfig
+
+    accel = choose_acceleration(device)
+    images, labels = torch.rand(batch, 1, 28, 28, device=device), torch.randint(0, 10, (batch,), device=device)
+    seeds = ("seeds' einsum CapsNet", "paper", 3)
+    runs = (seeds, ("capsnet", "paper", 3), ("em", "small", 3), ("em", "small-decoder", 2), ("em", "paper-decoder", 2))
+
+    def build(name: str, preset: str, iterations: int) -> tuple[torch.nn.Module, object, str]:
+        torch.manual_seed(0)
+        if name == seeds[0]:
+            config = CapsNetConfig.preset(preset)
+            return Variant(config, seeds_einsum_routing).to(device), config, name
+        net = network(name)
+        config = net.preset(preset, routing_iterations=iterations)
+        return net.build(config).to(device), config, f"{net.title} ({preset}, r={iterations})"
+
+    print(f"\nOn {describe_device(device)}, batch {batch}, median of {repeats}: training {accel.precision}; "
+          "reading float32, no gradients\n")  # fmt: skip
+    print("| network | parameters | training, eager | reading, eager | peak memory a reading image |")
+    print("|---|---|---|---|---|")
+    train_rates = {}
+    for name, preset, iterations in runs:
+        model, config, title = build(name, preset, iterations)
+        optimizer = make_adam(model.parameters(), 1e-3, accel.fused_adam)
+        step = functools.partial(training_step, model.train(), optimizer, images, labels, images, config, accel.amp)
+        train_rates[title, "eager"] = batch / timed(step, repeats, warmup=2)
+        model.eval()
+        with torch.no_grad():
+            model(images)
+            torch.cuda.reset_peak_memory_stats(device)
+            before = torch.cuda.memory_allocated(device)
+            read = batch / timed(functools.partial(model, images), repeats)
+            per_image = (torch.cuda.max_memory_allocated(device) - before) / 2**20 / batch
+        parameters = sum(p.numel() for p in model.parameters())
+        print(f"| {title} | {parameters:,} | {train_rates[title, 'eager']:,.0f} images/s | {read:,.0f} images/s | "
+              f"{per_image:.2f} MB |", flush=True)  # fmt: skip
+        del model, optimizer, step
+    print("\n| network | training, compiled | compiled / eager | first step (compiling) |")
+    print("|---|---|---|---|")
+    for name, preset, iterations in runs:
+        model, config, title = build(name, preset, iterations)
+        optimizer = make_adam(model.parameters(), 1e-3, accel.fused_adam)
+        compiled = torch.compile(model.train())
+        step = functools.partial(training_step, compiled, optimizer, images, labels, images, config, accel.amp)
+        start = time.perf_counter()
+        step()
+        first = time.perf_counter() - start
+        rate = batch / timed(step, repeats, warmup=2)
+        train_rates[title, "compiled"] = rate
+        print(f"| {title} | {rate:,.0f} images/s | {rate / train_rates[title, 'eager']:.2f}x | {first:.0f} s |",
+              flush=True)  # fmt: skip
+        del model, optimizer, compiled, step
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--only", choices=("routing", "reading", "training"), default=None, help="one part alone")
+    parser.add_argument("--device", default="cpu", help="cuda: the routing and the GPU table (4) instead")
     parser.add_argument(
         "--read-once", nargs=4, metavar=("NETWORK", "PRESET", "BATCH", "CHUNKED"), help=argparse.SUPPRESS
     )
@@ -218,6 +291,13 @@ def main() -> None:
     if args.read_once:
         name, preset, batch, chunked = args.read_once
         read_once(name, preset, int(batch), chunked == "1")
+        return
+    device = torch.device(args.device)
+    if device.type != "cpu":
+        torch.zeros(1, device=device)  # starts CUDA, so that `timed` waits for it
+        print(f"{describe_device(device)}, torch {torch.__version__}")
+        bench_routing(args.batch_size, args.repeats, device)
+        bench_on_device(device, args.batch_size, args.repeats)
         return
     print(f"{describe_device(torch.device('cpu'))}, {torch.get_num_threads()} thread(s), torch {torch.__version__}")
     if args.only in (None, "routing"):
