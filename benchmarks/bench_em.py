@@ -2,6 +2,7 @@
 
     python benchmarks/bench_em.py [--batch-size 64] [--repeats 5] [--threads N] [--only routing|reading|training]
     python benchmarks/bench_em.py --device cuda [--batch-size 128]   # the GPU table (4, below)
+    python benchmarks/bench_em.py --only routing-matters [--images 256]   # 5, below; needs $CAPSNET_DATA_DIR
 
 1. EM routing forward + backward on the votes of the small network's ConvCaps1 (3x3 stride 2 from 8 types on a
    12x12 grid to 16 types: 25 positions x 16 parents x 72 slots x 16 pose entries per example), r = 3: the
@@ -22,6 +23,11 @@
    baseline): training as the trainer runs it on CUDA (bf16 autocast, eager, then compiled), reading in float32
    without gradients as evaluation runs it, with the GPU's peak memory per image read. Eager rows come first, so a
    run cut short still has them.
+5. `--only routing-matters`: Where routing matters with the shipped EM model (`checkpoints/mnist-em.safetensors`) on
+   the first `--images` MNIST test digits, r = 1..5, three ways taking turns batch by batch (so that a drift in the
+   machine's speed reaches each alike): the way before (a whole forward pass for each r, the E-step's weights free
+   to fall into subnormal numbers), the same with the E-step's floor (`LOG_WEIGHT_FLOOR`), and the package's
+   `iteration_lengths` (ConvCaps1 routed once for every r, the floor); with the time the whole test set would take.
 """
 
 from __future__ import annotations
@@ -275,12 +281,58 @@ def bench_on_device(device: torch.device, batch: int, repeats: int) -> None:
         del model, optimizer, compiled, step
 
 
+def bench_routing_matters(images: int) -> None:
+    from pathlib import Path
+
+    from capsnet.checkpoints.checkpoint import load_checkpoint
+    from capsnet.data.tasks import read_test_set
+    from capsnet.nn import em_routing as em
+    from capsnet.readings.routing_matters import BATCH_SIZE, ITERATIONS, iteration_lengths
+
+    model = load_checkpoint(Path(__file__).resolve().parents[1] / "checkpoints" / "mnist-em.safetensors").model.eval()
+    test = read_test_set("mnist").first(images)
+    floor = em.LOG_WEIGHT_FLOOR
+
+    def each_r(x: torch.Tensor, with_floor: bool) -> torch.Tensor:
+        em.LOG_WEIGHT_FLOOR = floor if with_floor else -math.inf
+        try:
+            with torch.inference_mode():
+                return torch.stack([model(x, routing_iterations=r).activations for r in ITERATIONS], dim=1)
+        finally:
+            em.LOG_WEIGHT_FLOOR = floor
+
+    ways: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+        "before: a forward pass for each r": functools.partial(each_r, with_floor=False),
+        "a forward pass for each r, the E-step's floor": functools.partial(each_r, with_floor=True),
+        "now: iteration_lengths (ConvCaps1 once for every r, the floor)": functools.partial(iteration_lengths, model),
+    }
+    seconds = dict.fromkeys(ways, 0.0)
+    results: dict[str, list[torch.Tensor]] = {name: [] for name in ways}
+    iteration_lengths(model, test.images[:2])  # warm
+    for start in range(0, images, BATCH_SIZE):
+        x = test.images[start : start + BATCH_SIZE]
+        for name, way in ways.items():
+            begin = time.perf_counter()
+            results[name].append(way(x))
+            seconds[name] += time.perf_counter() - begin
+    first = next(iter(ways))
+    outputs = {name: torch.cat(parts) for name, parts in results.items()}
+    print(f"\nWhere routing matters, the shipped EM model, the first {images:,} MNIST test digits, r = 1..5:")
+    for name, total in seconds.items():
+        same = (outputs[name].argmax(-1) == outputs[first].argmax(-1)).float().mean().item()
+        print(f"{name}: {images / total:.1f} images/s, 10,000 images in {10_000 * total / images / 60:.1f} min, "
+              f"{seconds[first] / total:.2f}x; answers equal to the first way's: {100 * same:.2f}%", flush=True)  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--only", choices=("routing", "reading", "training"), default=None, help="one part alone")
+    parser.add_argument(
+        "--only", choices=("routing", "reading", "training", "routing-matters"), default=None, help="one part alone"
+    )
+    parser.add_argument("--images", type=int, default=256, help="test digits for --only routing-matters")
     parser.add_argument("--device", default="cpu", help="cuda: the routing and the GPU table (4) instead")
     parser.add_argument(
         "--read-once", nargs=4, metavar=("NETWORK", "PRESET", "BATCH", "CHUNKED"), help=argparse.SUPPRESS
@@ -306,6 +358,8 @@ def main() -> None:
         bench_reading(torch.get_num_threads())
     if args.only in (None, "training"):
         bench_training(args.batch_size, args.repeats)
+    if args.only in (None, "routing-matters"):
+        bench_routing_matters(args.images)
 
 
 if __name__ == "__main__":

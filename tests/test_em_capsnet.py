@@ -213,3 +213,27 @@ def test_the_cpu_routes_the_batch_in_chunks_that_bound_its_memory(monkeypatch: p
     with torch.no_grad():
         traced = model.eval()(images, return_layer_traces=True)
     assert traced.layer_traces is not None and traced.layer_traces[0].assignments.shape[0] == 12
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_scores_by_iterations_are_the_forward_pass_at_each_count(monkeypatch: pytest.MonkeyPatch, chunked) -> None:
+    """The class activations at each r (Where routing matters) equal a whole forward pass at that r, in any order of
+    r, the first layer routed once for every r (its routing in chunks of two images, or the whole batch); a count
+    outside 1..20 is refused in one line."""
+    from capsnet.nn import matrix_capsules
+
+    torch.manual_seed(0)
+    model = EMCapsNet(EM_PRESETS["small"]).eval()
+    if chunked:
+        monkeypatch.setattr(matrix_capsules, "CPU_CHUNK_BYTES", 2 * model.convcaps1.routing_bytes_per_image())
+    images = torch.rand(5, 1, 28, 28)
+    with torch.no_grad():
+        scores = model.scores_by_iterations(images, (3, 1, 2, 5))
+        want = torch.stack([model(images, routing_iterations=r).activations for r in (3, 1, 2, 5)], dim=1)
+        assert scores.shape == (5, 4, 10)
+        torch.testing.assert_close(scores, want, rtol=1e-5, atol=1e-6)
+        first = model.convcaps1.by_iterations(*model.primary(torch.relu(model.conv1(images))), 3)
+        assert first[0].shape == (3, 5, 16, 16, 5, 5) and first[1].shape == (3, 5, 16, 5, 5)
+        for bad in ((0, 1), (21,)):
+            with pytest.raises(InvalidArgumentError, match="routing iterations must be from 1 to 20"):
+                model.scores_by_iterations(images, bad)

@@ -14,6 +14,7 @@ from capsnet.nn.em_routing import (
     VARIANCE_FLOOR,
     child_softmax,
     em_routing,
+    em_routing_by_iterations,
     inverse_temperature,
     reach_counts,
 )
@@ -123,6 +124,52 @@ def test_convolutional_layer_matches_the_reference(iterations, layout):
         votes = votes.detach().permute(3, 0, 1, 2, 4).contiguous().requires_grad_().permute(1, 2, 3, 0, 4)
         assert not votes.is_contiguous()
     _check_against_reference(votes, acts, beta_u, beta_a, layer.child_index, layer.children_count, iterations)
+
+
+def test_one_run_gives_what_routing_r_times_gives_for_every_r():
+    """`em_routing_by_iterations(.., 4)[r - 1]` is `em_routing(.., r)` for r = 1..4, values and gradients, on a
+    capsule convolution whose windows compete for their children; and r = 2 matches the float64 reference."""
+    layer = ConvCapsules(in_types=2, out_types=3, kernel=3, stride=1, in_size=4)
+    positions, slots = layer.child_index.shape
+    votes, acts, beta_u, beta_a = _inputs(positions, 3, slots, seed=5)
+    args = (layer.child_index, layer.children_count, beta_u, beta_a)
+    means, activations = em_routing_by_iterations(votes, acts, *args, 4)
+    assert means.shape == (4, 2, positions, 3, 16) and activations.shape == (4, 2, positions, 3)
+    for r in range(1, 5):
+        mean, act, _ = em_routing(votes, acts, *args, r, backward="autograd")
+        torch.testing.assert_close(means[r - 1], mean, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(activations[r - 1], act, rtol=1e-12, atol=1e-12)
+        ours = torch.autograd.grad(means[r - 1].sum() + activations[r - 1].sum(), (votes, acts), retain_graph=True)
+        theirs = torch.autograd.grad(mean.sum() + act.sum(), (votes, acts))
+        for got, want in zip(ours, theirs):
+            torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+    ref_mean, ref_act = reference_em(votes, acts, layer.child_index, layer.children_count, beta_u, beta_a, 2)
+    torch.testing.assert_close(means[1], ref_mean, rtol=1e-9, atol=1e-10)
+    torch.testing.assert_close(activations[1], ref_act, rtol=1e-9, atol=1e-10)
+    with pytest.raises(ValueError, match="routing iterations must be from 1"):
+        em_routing_by_iterations(votes, acts, *args, 0)
+
+
+@pytest.mark.parametrize("backward", ["manual", "autograd"])
+def test_sharp_assignments_never_become_subnormal_numbers(backward):
+    """Votes far apart make later iterations assign sharply; a weight below e^-69 (1e-30) of a child's likeliest
+    parent stays there, so no R_ij is a subnormal float32 (a CPU computes those 20-100 times slower): the values stay
+    the float64 routing's, and gradients stay finite."""
+    layer = ConvCapsules(in_types=2, out_types=3, kernel=3, stride=1, in_size=4)
+    positions, slots = layer.child_index.shape
+    votes, acts, beta_u, beta_a = (x.detach() for x in _inputs(positions, 3, slots, seed=7, spread=30.0))
+    args = (layer.child_index, layer.children_count)
+    wide = [x.float().requires_grad_() for x in (votes, acts, beta_u, beta_a)]
+    mean, act, trace = em_routing(wide[0], wide[1], *args, wide[2], wide[3], 5, trace=True)
+    assigned = trace.assignments.detach()[trace.assignments != 0].abs()
+    assert assigned.numel() > 0 and bool((assigned >= torch.finfo(torch.float32).tiny).all())
+    assert float(assigned.min()) < 1e-20  # sharp indeed: the floor was reached
+    exact = em_routing(votes, acts, *args, beta_u, beta_a, 5)
+    torch.testing.assert_close(mean.double(), exact[0], rtol=1e-4, atol=1e-3)
+    torch.testing.assert_close(act.double(), exact[1], rtol=1e-4, atol=1e-5)
+    mean, act, _ = em_routing(*wide[:2], *args, *wide[2:], 5, backward=backward)
+    grads = torch.autograd.grad(mean.sum() + act.sum(), wide)
+    assert all(bool(torch.isfinite(g).all()) for g in grads)
 
 
 def test_inverse_temperature_grows_towards_its_final_value():

@@ -35,7 +35,7 @@ from capsnet.nn.em_routing import EMTrace
 from capsnet.nn.family import Network, Routing, register
 from capsnet.nn.losses import CapsuleLoss, reconstruction_loss, spread_loss
 from capsnet.nn.matrix_capsules import BETA_NAMES, POSE_ENTRIES, ClassCapsules, ConvCapsules, PrimaryMatrixCapsules
-from capsnet.nn.routing import MAX_ROUTING_ITERATIONS
+from capsnet.nn.routing import MAX_ROUTING_ITERATIONS, check_iterations
 
 
 @dataclass(frozen=True)
@@ -214,9 +214,23 @@ class EMCapsNet(nn.Module):
         return self.decoder.redraw(poses, class_index)  # (B, C, H, W)
 
     def scores_by_iterations(self, images: Tensor, iterations: Sequence[int]) -> Tensor:
-        """The class activations a_j at each routing count r of `iterations`: (B, R, K). Every capsule layer is routed
-        r times, so the whole pass runs again for each r (each layer's votes depend on the one before)."""
-        return torch.stack([self(images, routing_iterations=r).activations for r in iterations], dim=1)  # (B, R, K)
+        """The class activations a_j at each routing count r of `iterations`: (B, R, K), each r's as the forward pass
+        gives them (every capsule layer routed r times; the decoder is not run).
+
+        Conv1 and PrimaryCaps run once. ConvCaps1 routes once, max(r) times, and gives its grid at every r on the
+        way (`ConvCapsules.by_iterations`: routing r times is the first r iterations of routing more); ConvCaps2 and
+        the class capsules route again for each r, on that r's grid (their votes depend on the layer before)."""
+        if len(iterations) == 0:
+            raise ValueError("iterations must name at least one routing count")
+        iterations = [check_iterations(r) for r in iterations]
+        features = F.relu(self.conv1(images))  # (B, A, 12, 12)
+        poses, acts = self.primary(features)  # (B, B, 16, 12, 12), (B, B, 12, 12)
+        first_poses, first_acts = self.convcaps1.by_iterations(poses, acts, max(iterations))  # (R, B, C, 16, 5, 5), ..
+        scores = []
+        for r in iterations:
+            poses, acts, _ = self.convcaps2(first_poses[r - 1], first_acts[r - 1], r)  # (B, D, 16, 3, 3), (B, D, 3, 3)
+            scores.append(self.classes(poses, acts, r)[1])  # (B, K)
+        return torch.stack(scores, dim=1)  # (B, R, K)
 
     def forward(
         self,

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from capsnet.nn.em_routing import EMTrace, em_routing
+from capsnet.nn.em_routing import EMTrace, em_routing, em_routing_by_iterations
 from capsnet.nn.routing import in_float32
 
 POSE = 4  # a pose is a 4x4 matrix
@@ -45,9 +45,16 @@ class PrimaryMatrixCapsules(nn.Module):
 
 
 def _route_float32(
-    votes: Tensor, child_a: Tensor, layer: ConvCapsules | ClassCapsules, iterations: int, trace: bool
+    votes: Tensor, child_a: Tensor, layer: ConvCapsules | ClassCapsules, iterations: int, trace: bool, every: bool
 ) -> tuple[Tensor, Tensor, EMTrace | None]:
-    """EM routing in float32 (under autocast and in a half-precision model alike), results in float32."""
+    """EM routing in float32 (under autocast and in a half-precision model alike), results in float32; with `every`,
+    the results at r = 1 .. iterations stacked r-major along the batch: (r*B, P, J, H), (r*B, P, J)."""
+    if every:
+        means, acts = in_float32(votes, lambda v: em_routing_by_iterations(
+            v, child_a.float(), layer.child_index, layer.children_count,
+            layer.beta_u.float(), layer.beta_a.float(), iterations,
+        ))  # fmt: skip
+        return means.flatten(0, 1), acts.flatten(0, 1), None
     return in_float32(votes, lambda v: em_routing(
         v, child_a.float(), layer.child_index, layer.children_count,
         layer.beta_u.float(), layer.beta_a.float(), iterations, trace,
@@ -55,21 +62,41 @@ def _route_float32(
 
 
 def _in_chunks(
-    layer: ConvCapsules | ClassCapsules, poses: Tensor, activations: Tensor, iterations: int, trace: bool
+    layer: ConvCapsules | ClassCapsules,
+    poses: Tensor,
+    activations: Tensor,
+    iterations: int,
+    trace: bool,
+    every: bool = False,
 ) -> tuple[Tensor, Tensor, EMTrace | None]:
     """`layer._route` over the batch in chunks of at most CPU_CHUNK_BYTES of routing tensors each on a CPU (training
     and reading alike: each chunk's routing is its own autograd node, so gradients are the whole batch's) and
     DEVICE_CHUNK_BYTES in a reading elsewhere; one pass over the whole batch for a trace (which keeps every example's
-    votes), under torch.compile (which fuses the whole pass) and in training off the CPU."""
+    votes), under torch.compile (which fuses the whole pass) and in training off the CPU. With `every`, the results
+    at r = 1 .. iterations, r-major along the batch (r*B, ...)."""
     batch = poses.shape[0]
     kron = _kron(layer.weight, poses)  # once for every chunk
     on_cpu = poses.device.type == "cpu"
     needs_grad = torch.is_grad_enabled() and any(p.requires_grad for p in (poses, activations, layer.weight))
     chunk = max(1, (CPU_CHUNK_BYTES if on_cpu else DEVICE_CHUNK_BYTES) // layer.routing_bytes_per_image())
     if trace or (needs_grad and not on_cpu) or chunk >= batch or torch.compiler.is_compiling():
-        return layer._route(poses, activations, kron, iterations, trace)
-    parts = [layer._route(p, a, kron, iterations, False) for p, a in zip(poses.split(chunk), activations.split(chunk))]
-    return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts]), None
+        return layer._route(poses, activations, kron, iterations, trace, every)
+    parts = [
+        layer._route(p, a, kron, iterations, False, every) for p, a in zip(poses.split(chunk), activations.split(chunk))
+    ]
+    out_poses, out_a = [p[0] for p in parts], [p[1] for p in parts]
+    if every:  # each chunk's results are r-major, (r*b, ...): joined along the batch within each r
+        out_poses, out_a = ([x.unflatten(0, (iterations, -1)) for x in xs] for xs in (out_poses, out_a))
+        return torch.cat(out_poses, 1).flatten(0, 1), torch.cat(out_a, 1).flatten(0, 1), None
+    return torch.cat(out_poses), torch.cat(out_a), None
+
+
+def _by_iterations(
+    layer: ConvCapsules | ClassCapsules, poses: Tensor, activations: Tensor, iterations: int
+) -> tuple[Tensor, Tensor]:
+    """A layer's poses and activations at r = 1 .. iterations from one routing run, each with a leading r axis."""
+    out_poses, out_a, _ = _in_chunks(layer, poses, activations, iterations, False, every=True)
+    return out_poses.unflatten(0, (iterations, -1)), out_a.unflatten(0, (iterations, -1))
 
 
 def _kron(weight: Tensor, poses: Tensor) -> Tensor:
@@ -143,8 +170,13 @@ class ConvCapsules(nn.Module):
         """Child grid (B, T_in, 16, H, W), (B, T_in, H, W) -> parent grid (B, J, 16, H', W'), (B, J, H', W')."""
         return _in_chunks(self, poses, activations, iterations, trace)
 
+    def by_iterations(self, poses: Tensor, activations: Tensor, iterations: int) -> tuple[Tensor, Tensor]:
+        """`forward`'s parent grid at r = 1 .. `iterations` from one routing run (`em_routing_by_iterations`):
+        (r, B, J, 16, H', W'), (r, B, J, H', W')."""
+        return _by_iterations(self, poses, activations, iterations)
+
     def _route(
-        self, poses: Tensor, activations: Tensor, kron: Tensor, iterations: int, trace: bool
+        self, poses: Tensor, activations: Tensor, kron: Tensor, iterations: int, trace: bool, every: bool = False
     ) -> tuple[Tensor, Tensor, EMTrace | None]:
         batch = poses.shape[0]
         k, s, n = self.kernel, self.stride, self.out_size
@@ -154,9 +186,10 @@ class ConvCapsules(nn.Module):
         child_a = F.unfold(activations, k, stride=s).transpose(1, 2)  # (B, L, T_in*K*K)
         votes = _votes(rows, kron).view(-1, batch, n * n, self.out_types, POSE_ENTRIES)  # (I, B, L, J, 16)
         votes = votes.permute(1, 2, 3, 0, 4)  # (B, L, J, I, 16), a view: routing copies it once, into [V, V^2]
-        mean, out_a, routed = _route_float32(votes, child_a, self, iterations, trace)  # (B, L, J, 16), (B, L, J)
-        out_poses = mean.permute(0, 2, 3, 1).reshape(batch, self.out_types, POSE_ENTRIES, n, n)  # (B, J, 16, H', W')
-        return out_poses, out_a.transpose(1, 2).reshape(batch, self.out_types, n, n), routed  # (B, J, H', W')
+        # (B, L, J, 16), (B, L, J); with `every`, r*B in place of B (as in the lines below)
+        mean, out_a, routed = _route_float32(votes, child_a, self, iterations, trace, every)
+        out_poses = mean.permute(0, 2, 3, 1).reshape(-1, self.out_types, POSE_ENTRIES, n, n)  # (B, J, 16, H', W')
+        return out_poses, out_a.transpose(1, 2).reshape(-1, self.out_types, n, n), routed  # (B, J, H', W')
 
 
 class ClassCapsules(nn.Module):
@@ -197,8 +230,13 @@ class ClassCapsules(nn.Module):
         """Child grid (B, T_in, 16, H, W), (B, T_in, H, W) -> class poses (B, K, 16), activations (B, K)."""
         return _in_chunks(self, poses, activations, iterations, trace)
 
+    def by_iterations(self, poses: Tensor, activations: Tensor, iterations: int) -> tuple[Tensor, Tensor]:
+        """`forward`'s class poses and activations at r = 1 .. `iterations` from one routing run
+        (`em_routing_by_iterations`): (r, B, K, 16), (r, B, K)."""
+        return _by_iterations(self, poses, activations, iterations)
+
     def _route(
-        self, poses: Tensor, activations: Tensor, kron: Tensor, iterations: int, trace: bool
+        self, poses: Tensor, activations: Tensor, kron: Tensor, iterations: int, trace: bool, every: bool = False
     ) -> tuple[Tensor, Tensor, EMTrace | None]:
         batch, types, _, height, width = poses.shape
         cells = height * width
@@ -208,5 +246,6 @@ class ClassCapsules(nn.Module):
         votes = votes.permute(1, 3, 0, 2, 4) + self.offsets.to(votes.dtype)  # coordinate addition: (B, K, T, H*W, 16)
         votes = votes.reshape(batch, 1, self.classes, types * cells, POSE_ENTRIES)  # (B, 1, K, I, 16), i = (type, y, x)
         child_a = activations.reshape(batch, 1, types * cells)  # (B, 1, I), slot (type, y, x)
-        mean, out_a, routed = _route_float32(votes, child_a, self, iterations, trace)  # (B, 1, K, 16), (B, 1, K)
+        # (B, 1, K, 16), (B, 1, K); with `every`, r*B in place of B
+        mean, out_a, routed = _route_float32(votes, child_a, self, iterations, trace, every)
         return mean[:, 0], out_a[:, 0], routed

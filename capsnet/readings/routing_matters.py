@@ -181,7 +181,8 @@ def iteration_lengths(
 
     Each network says how (`scores_by_iterations`): the CapsNet runs its convolutions and votes once per batch and
     routes them again for each r; the EM network gives its class activations a_j, every capsule layer routed r
-    times (each layer's votes depend on the one before, so the whole pass runs again for each r). `on_batch(done,
+    times (its first capsule layer once for every r; the later ones again for each r, as their votes depend on the
+    layer before). `on_batch(done,
     total)` after each batch. The model is used in inference mode and left as it was.
     """
     network_of(model).routes()  # ValueError for a network that does not route
