@@ -18,9 +18,10 @@ from urllib.parse import urlparse
 import numpy as np
 import streamlit as st
 
+from capsnet.checkpoints.checkpoint import read_checkpoint_info
 from capsnet.data.datasets import DATASETS, dataset_info
 from capsnet.data.tasks import task
-from capsnet.nn.routing import MAX_ROUTING_ITERATIONS
+from capsnet.errors import CapsNetError
 from capsnet.runs.catalog import CheckpointEntry
 from dashboard import guards, pages, state, widgets
 
@@ -58,14 +59,13 @@ def read_link(entries: list[CheckpointEntry]) -> None:
             chosen = match
             state.choose_checkpoint(match.path)
     if "iterations" in params:
-        value = _whole(params["iterations"], 1, MAX_ROUTING_ITERATIONS)
+        most = _page_iterations(chosen)
+        value = _whole(params["iterations"], 1, most)
         if value is None:
             shown = str(params["iterations"])[:20]
-            notices.append(
-                f"The link's iterations {shown!r} is not a number from 1 to {MAX_ROUTING_ITERATIONS}: ignored."
-            )
+            notices.append(f"The link's iterations {shown!r} is not a number from 1 to {most}: ignored.")
         else:
-            state.set_routing_iterations(value)
+            state.set_routing_iterations(value)  # the r of the model the link opens
     # the chosen model's dataset where this version knows it (a header may name a dataset this version lacks)
     known = chosen.dataset if chosen is not None and chosen.dataset in DATASETS else None
     classes = len(dataset_info(known).classes) if known else 10
@@ -98,6 +98,16 @@ def read_link(entries: list[CheckpointEntry]) -> None:
         # a first visit has an input: every page that reads one shows it at once (the Draw page says which)
         open_test_image(DEFAULT_TEST_IMAGE, known or "mnist")
     st.session_state[NOTICES] = notices
+
+
+def _page_iterations(entry: CheckpointEntry | None) -> int:
+    """The routing pages' range for the model a link opens: 1 to 5 (`state.PAGE_ITERATIONS`), or to the r it was
+    trained with if more (read from its header alone)."""
+    try:
+        trained = getattr(read_checkpoint_info(entry.path)[0], "routing_iterations", 0) if entry is not None else 0
+    except CapsNetError:  # the sidebar says what is wrong with the file
+        trained = 0
+    return max(state.PAGE_ITERATIONS, int(trained))
 
 
 def _asked_page() -> str:

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from capsnet.nn.config import CapsNetConfig
+from capsnet.readings.routing_matters import RoutingMatters
 
 
 def procedure(config: CapsNetConfig) -> str:
@@ -141,6 +142,24 @@ EM_E_STEP_LATEX = [
     r"p_{ij} = \mathcal N(V_{ij};\, \mu_j, \sigma_j^2)",
     r"R_{ij} = \frac{a_j\, p_{ij}}{\sum_k a_k\, p_{ik}}",
 ]
+
+
+def away_from_trained(r: int, trained: int, kept: RoutingMatters | None, test_set: str) -> str | None:
+    """What a routing count other than the trained one does to the model's answers, in words (None at the trained
+    r): the test accuracy at both counts where Where routing matters has measured them, else that it has not."""
+    if r == trained:
+        return None
+    said = f"This model was trained with r = {trained}; "
+    if kept is not None and r in kept.iterations and trained in kept.iterations:
+        at = dict(zip(kept.iterations, kept.accuracy))
+        return said + (
+            f"at r = {r} it answers {100 * at[r]:.2f}% of the {test_set} test set right, against "
+            f"{100 * at[trained]:.2f}% at r = {trained} (measured on Where routing matters): read this answer with that in mind."
+        )
+    return said + (
+        f"how often it is right at r = {r} is not measured yet (Where routing matters measures every r from 1 to 5 on "
+        "the test set)."
+    )
 
 
 def routing_comparison(

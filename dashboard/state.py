@@ -40,7 +40,7 @@ TEST_SOURCE = "Test image"  # the INPUT_SOURCE of a test image
 # widgets whose values other modules set or read (a link sets them; they outlive their page): one name each
 INPUT_SOURCE = "input_source"  # the Draw page's input: "Draw", "Test image" or "Upload"
 TEST_INDEX = "test_index"  # the test image chosen on the Draw page (int)
-ROUTING_ITERATIONS = "routing_iterations"  # the Routing page's r (int): set by a link, by Where routing matters
+ROUTING_ITERATIONS = "routing_iterations"  # the routing pages' r slider (int), holding the chosen model's r
 ROUTING_CAPSULE = "routing_digit"  # the Routing page's capsule (a class index, or the prediction)
 DIMENSIONS_CLASS = "dims_class"  # the Capsule dimensions page's capsule
 RECONSTRUCT_AS = "reconstruct_as"  # the Draw page's "redraw as" capsule
@@ -49,6 +49,11 @@ EM_CHILD = "em_child_{}_{}"  # a convolutional EM layer's chosen child, by layer
 # the widgets above keep their value across pages (`persist_state`): Streamlit otherwise drops a widget's value at
 # the end of a run in which it is not drawn, and a page switch would forget it
 ACROSS_PAGES: Final = "session"
+# each model's routing count: {checkpoint path: r} as a link, a routing page's slider or Where routing matters set it,
+# and the checkpoint whose r the slider holds; a model without one opens at the r it was trained with
+ROUTING_BY_MODEL = "routing_by_model"
+ROUTING_SHOWN = "routing_shown"
+PAGE_ITERATIONS = 5  # the routing pages' sliders reach r = 5, or the model's own r if more; a link asks within that
 
 
 def selected_primary() -> int | None:
@@ -180,14 +185,33 @@ def choose_em_child(layer: str, kind: int, y: int, x: int) -> None:
 
 
 def routing_iterations() -> int | None:
-    """The Routing page's number of iterations as the session holds it (None before the page or a link set it)."""
-    value = st.session_state.get(ROUTING_ITERATIONS)
+    """The chosen model's routing count as the session holds it (None before a page or a link set it for it)."""
+    value = st.session_state.get(ROUTING_BY_MODEL, {}).get(st.session_state.get(MODEL_PATH))
     return None if value is None else int(value)
 
 
 def set_routing_iterations(value: int) -> None:
-    """Open the Routing page at `value` iterations (a link, an image opened from Where routing matters)."""
-    st.session_state[ROUTING_ITERATIONS] = int(value)
+    """Open the chosen model's routing pages at `value` iterations (a link, an image opened from Where routing
+    matters, the slider): that model's r, not every model's."""
+    keep_routing_iterations(value)
+    st.session_state.pop(ROUTING_SHOWN, None)  # the slider takes it on its next run
+
+
+def keep_routing_iterations(value: int) -> None:
+    """Remember `value` as the chosen model's routing count (what its routing page's slider shows)."""
+    kept = dict(st.session_state.get(ROUTING_BY_MODEL) or {})
+    kept[st.session_state.get(MODEL_PATH)] = int(value)
+    st.session_state[ROUTING_BY_MODEL] = kept
+
+
+def prepare_routing_slider(trained: int) -> None:
+    """Before a routing page draws its slider: have it hold the chosen model's r, the one this session gave that
+    model, else `trained` (the r it was trained with). Each model keeps its own: after r = 4 with one model, another
+    trained with 2 opens at 2. Between two runs with the same model the slider keeps what the user set."""
+    path = st.session_state.get(MODEL_PATH)
+    if st.session_state.get(ROUTING_SHOWN) != path or ROUTING_ITERATIONS not in st.session_state:
+        st.session_state[ROUTING_ITERATIONS] = routing_iterations() or trained
+        st.session_state[ROUTING_SHOWN] = path
 
 
 def chosen_test_image() -> int | None:

@@ -7,9 +7,12 @@ from typing import Any
 import numpy as np
 import streamlit as st
 
+from capsnet.data.datasets import DATASETS, dataset_info
+from capsnet.errors import CapsNetError
 from capsnet.nn.config import CapsNetConfig
 from capsnet.readings.claims import Verdict
-from dashboard import claim_texts, figures, state
+from dashboard import claim_texts, figures, routing_texts, state
+from dashboard.models import Model
 
 # The first option of the "which capsule" select boxes: follow the prediction, whatever it is. Not None: a select
 # box whose value is None shows its placeholder ("Choose an option") once it is drawn again (Streamlit reads None
@@ -118,3 +121,19 @@ def iteration_stepper(r: int, caption: str) -> int:
                            use_container_width=True)  # fmt: skip
             note.caption(caption)
     return step
+
+
+def away_from_trained(model: Model, r: int) -> None:
+    """Beside a routing page's answer: at an r other than the model's trained one, how often the model is right at
+    that r on its test set (Where routing matters' kept summary), or that nobody has measured it yet."""
+    trained = model.config.routing_iterations
+    if r == trained:
+        return
+    try:
+        kept, _ = model.routing_matters(measure=False)
+    except CapsNetError:  # no test set here: nothing is measured, and the words say so
+        kept = None
+    title = dataset_info(model.dataset).title if model.dataset in DATASETS else model.dataset
+    said = routing_texts.away_from_trained(r, trained, kept, title)
+    if said:
+        st.info(said, icon=":material/tune:")

@@ -888,6 +888,51 @@ def test_a_shared_link_opens_that_view(app_with_run) -> None:  # noqa: F811
     }  # fmt: skip  (the URL follows the state, to be shared)
 
 
+@pytest.mark.slow
+def test_each_model_keeps_its_own_routing_count_and_says_what_another_costs(app_dirs) -> None:  # noqa: F811
+    """Issue 55, item 2: r = 4 chosen for the CapsNet does not open the EM model (trained with 2) at 4, nor the
+    other way round; away from its trained r each routing page says, beside the answer, how often the model is right
+    at that r (Where routing matters' kept summaries of the shipped models), and at its trained r nothing."""
+    _, checkpoints = app_dirs
+    shipped = Path(APP).parents[1] / "checkpoints"
+    accuracy = {}
+    for name in ("mnist", "mnist-em"):
+        for suffix in (".safetensors", ".routing.json"):
+            shutil.copy(shipped / f"{name}{suffix}", checkpoints)
+        kept = json.loads((shipped / f"{name}.routing.json").read_text())
+        accuracy[name] = {r: f"{100 * c / kept['total']:.2f}%" for r, c in zip(kept["iterations"], kept["correct"])}
+    at = new_app()
+    at.query_params.update(checkpoint="mnist", test="412")
+    at.run()
+    at.switch_page(pages.ROUTING.path).run()
+    no_exception(at)
+
+    def said() -> str:
+        return " ".join(i.value for i in at.info if "This model was trained with" in i.value)
+
+    assert at.slider(key="routing_iterations").value == 3 and said() == ""
+    at.slider(key="routing_iterations").set_value(4).run()
+    no_exception(at)
+    assert f"at r = 4 it answers {accuracy['mnist'][4]} of the MNIST test set right" in said()
+    assert f"against {accuracy['mnist'][3]} at r = 3" in said()
+    picker = at.sidebar.selectbox(key="checkpoint_picker")
+    picker.select_index(next(i for i, o in enumerate(picker.options) if o.startswith("EM · "))).run()
+    at.switch_page(pages.ROUTING.path_for("em")).run()
+    no_exception(at)
+    assert at.title[0].value == "EM routing"
+    assert at.slider(key="routing_iterations").value == 2 and said() == ""  # its own r, not the CapsNet's 4
+    at.slider(key="routing_iterations").set_value(4).run()
+    no_exception(at)
+    assert f"at r = 4 it answers {accuracy['mnist-em'][4]} of the MNIST test set right" in said()
+    assert f"against {accuracy['mnist-em'][2]} at r = 2" in said()
+    at.slider(key="routing_iterations").set_value(5).run()
+    picker = at.sidebar.selectbox(key="checkpoint_picker")
+    picker.select_index(next(i for i, o in enumerate(picker.options) if o.startswith("MNIST · "))).run()
+    at.switch_page(pages.ROUTING.path).run()
+    no_exception(at)
+    assert at.slider(key="routing_iterations").value == 4  # the CapsNet's own, kept while the EM model was read
+
+
 def test_a_link_with_bad_values_falls_back_with_a_notice(app_with_run) -> None:  # noqa: F811
     at = new_app()
     at.query_params.update(checkpoint="nope", test="99999", iterations="many", capsule="12")
@@ -931,16 +976,19 @@ def test_a_mistake_opens_as_the_input_of_every_page(app_with_run) -> None:  # no
 
 
 def test_a_link_beyond_the_slider_and_a_walk_across_pages(app_with_run) -> None:  # noqa: F811
-    """iterations=10 opens at 10, the slider reaching it (never clamped silently to 5 while the URL says 10); the linked
-    test image stays the input, and in the URL, on every page."""
+    """iterations=10 is beyond what the Routing page offers (1 to 5, or the model's own r): refused with a notice, the
+    page at the model's own r (issue 55, item 2); the linked test image stays the input, and in the URL, on every
+    page."""
     at = new_app()
     at.query_params.update(test="7", iterations="10")
     at.run()
     no_exception(at)
+    assert any("The link's iterations '10' is not a number from 1 to 5: ignored." in w.value for w in at.warning)
     at.switch_page("app_pages/routing.py").run()
     no_exception(at)
-    assert at.slider(key="routing_iterations").value == at.slider(key="routing_iterations").max == 10
-    assert at.query_params["iterations"] == "10"
+    assert at.slider(key="routing_iterations").value == 3 and at.slider(key="routing_iterations").max == 5
+    at.run()
+    assert at.query_params["iterations"] == "3"  # the URL follows the page's r
     for page in ("app_pages/dimensions.py", "app_pages/transform.py", "app_pages/draw.py"):
         at.switch_page(page).run()
         no_exception(at)

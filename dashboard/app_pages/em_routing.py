@@ -12,11 +12,9 @@ from typing import Any
 import numpy as np
 import streamlit as st
 
-from capsnet.nn.routing import MAX_ROUTING_ITERATIONS
 from capsnet.readings.em_layers import LAYER_NAMES, ConvLayerRouting
 from dashboard import figures, guards, models, pages, routing_texts, state, widgets
 
-MAX_ITERATIONS = 5  # the slider's end (or the model's own r, if more)
 EM_INTRO = (
     "In the EM network every capsule layer after the primary capsules is routed by **EM**: each parent is a Gaussian "
     "over the 16 entries of its children's votes, fitted to the votes given to it (the **M-step**), and each child is "
@@ -52,14 +50,14 @@ def _em_routing(model: models.Model) -> None:
     c1, c2 = st.columns([1.2, 2.2], gap="medium")
     if layer == CLASS_LAYER:
         c2 = c2.columns(2)[0]  # a select as wide as a third of the page
-    asked = min(state.routing_iterations() or 1, MAX_ROUTING_ITERATIONS)
+    state.prepare_routing_slider(config.routing_iterations)  # this model's r: the one given it, else its trained one
     iterations = c1.slider(
-        "EM iterations", min_value=1, max_value=max(MAX_ITERATIONS, config.routing_iterations, asked),
+        "EM iterations", min_value=1, max_value=max(state.PAGE_ITERATIONS, config.routing_iterations),
         key=state.ROUTING_ITERATIONS, persist_state=state.ACROSS_PAGES,
         help=f"How many times every capsule layer routes, for this input. The model was trained with "
         f"{config.routing_iterations}.",
-        value=None if state.routing_iterations() is not None else config.routing_iterations,  # None: the kept value
     )  # fmt: skip
+    state.keep_routing_iterations(int(iterations))
     reading = model.explain_em(image, iterations=int(iterations), layers=True)  # the pass em_layers reads too
     prediction = reading.prediction
     r = reading.iterations
@@ -69,6 +67,7 @@ def _em_routing(model: models.Model) -> None:
     )
     if layer != CLASS_LAYER:
         st.markdown(said)
+        widgets.away_from_trained(model, r)
         step = widgets.iteration_stepper(r, "◀ ▶ step both charts through the EM iterations together.")
         _em_conv_layer(model.em_layers(image, int(iterations))[LAYER_NAMES.index(layer)], step, c2)
         return
@@ -79,6 +78,7 @@ def _em_routing(model: models.Model) -> None:
                                        f"{names[prediction]}) or any other.")  # fmt: skip
     klass = prediction if choice is None else choice
     st.markdown(said)
+    widgets.away_from_trained(model, r)
     step = widgets.iteration_stepper(r, "◀ ▶ step both charts through the EM iterations together.")
     t = step - 1
     st.plotly_chart(

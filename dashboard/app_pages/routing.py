@@ -9,12 +9,10 @@ import numpy as np
 import streamlit as st
 
 from capsnet.nn.config import CapsNetConfig
-from capsnet.nn.routing import MAX_ROUTING_ITERATIONS
 from capsnet.readings import agreement as ag
 from capsnet.readings import explain as ex
 from dashboard import figures, guards, routing_texts, state, widgets
 
-MAX_ITERATIONS = 5  # the slider's end (or the model's own r, if more)
 OVERLAYS = {"votes": "the capsule each stroke votes for", "coupling": "how strongly it votes for the chosen capsule"}
 STEP_CAPTION = "◀ ▶ step every chart on this page, and the stroke overlay, through the routing iterations together."
 
@@ -59,18 +57,16 @@ if model is None or image is None:
 
 names, k = model.class_names, config.num_classes
 c1, c2, _ = st.columns([1.2, 1, 1.2])
-# the slider reaches 5, the model's own r, or what a link asked for (at most the config's bound): never clamped silently
-asked = min(state.routing_iterations() or 1, MAX_ROUTING_ITERATIONS)
-most = max(MAX_ITERATIONS, config.routing_iterations, asked)
+state.prepare_routing_slider(config.routing_iterations)  # this model's r: the one given it, else its trained one
 iterations = c1.slider(
     "Routing iterations",
     min_value=1,
-    max_value=most,
+    max_value=max(state.PAGE_ITERATIONS, config.routing_iterations),  # 5, or the model's own r if more
     key=state.ROUTING_ITERATIONS,
     persist_state=state.ACROSS_PAGES,
     help=f"How many times to run the loop for this input. The model was trained with {config.routing_iterations}.",
-    value=None if state.routing_iterations() is not None else config.routing_iterations,  # None: the kept value
 )
+state.keep_routing_iterations(int(iterations))
 result = model.explain(image, int(iterations))  # one forward pass: its trace carries the votes too
 prediction = result.prediction
 choice = widgets.capsule_selectbox(
@@ -95,6 +91,7 @@ if r > 1:
 else:
     summary += "). With one iteration every coupling stays uniform: routing has not begun."
 st.markdown(summary)
+widgets.away_from_trained(model, r)
 notice = st.empty()  # always there, filled or not: the charts below keep their place in the page when it changes
 if r > 1 and result.first_prediction != prediction:
     notice.info(
