@@ -162,6 +162,34 @@ def away_from_trained(r: int, trained: int, kept: RoutingMatters | None, test_se
     )
 
 
+PRESENT = 0.5  # |v_j| below this: dynamic routing calls no parent present (the margin loss's m+ = 0.9, m- = 0.1)
+LENGTH_TIE = 0.05  # two |v_j| closer than this: neither is called the longer
+ACTIVATION_TIE = 0.01  # two a_j closer than this: neither is called the more active (the toy's stay near 0.5)
+CONTRAST = (
+    "Dynamic routing gives a vote more weight when it points along v_j (the dot product û·v_j), so a long vote in the "
+    "right direction gains wherever it lies; EM gives it more when it is likely under the parent's Gaussian, so a vote "
+    "far from μ_j loses however long it is, a tight cluster makes an active parent, and parents compete for each "
+    "child's one unit of data. The toy's parents have no learned costs (β_u = β_a = 0), so their activations stay "
+    "near 0.5 and only their order means much."
+)
+
+
+def _tied(values: np.ndarray, tie: float) -> list[int]:
+    """The entries within `tie` of the largest, the largest first (one entry: a clear leader)."""
+    order = np.argsort(values)[::-1]
+    return [int(j) for j in order if values[order[0]] - values[j] < tie]
+
+
+def _tie(tied: list[int], values: np.ndarray, names: Sequence[str], symbol: str, tie: float, digits: int) -> str:
+    """'**parent 1** and **parent 2** have |v| within 0.05 of each other (0.94 to 0.97)', or 'all 3 parents have ...'."""
+    who = (
+        f"all {len(names)} parents have"
+        if len(tied) == len(names)
+        else " and ".join(f"**{names[j]}**" for j in tied) + " have"
+    )
+    return f"{who} {symbol} within {tie} of each other ({values[tied[-1]]:.{digits}f} to {values[tied[0]]:.{digits}f})"
+
+
 def routing_comparison(
     coupling: np.ndarray,
     lengths: np.ndarray,
@@ -170,21 +198,37 @@ def routing_comparison(
     names: Sequence[str],
     step: int,
 ) -> str:
-    """One paragraph on the two algorithms at iteration `step` (from 1), from the numbers the two charts show.
+    """One paragraph on the two algorithms at iteration `step` (from 1), from the numbers the two charts show: a
+    winner only where it leads by more than the stated tolerance (`LENGTH_TIE`, `ACTIVATION_TIE`), "no parent
+    present" where no |v_j| reaches `PRESENT`. What holds of the two algorithms in general is `CONTRAST`, said once.
 
     coupling and assignments (r, N, K): dynamic routing's c_ij and EM's R_ij; lengths (r, K) |v_j|; activations
     (r, K) a_j.
     """
     t = step - 1
     k = coupling.shape[-1]
-    longest, active = int(np.argmax(lengths[t])), int(np.argmax(activations[t]))
-    if longest == active:
-        leaders = (f"Both favour **{names[longest]}**: the longest v_j (|v| = {lengths[t, longest]:.2f}) and the "
-                   f"most active Gaussian (a = {activations[t, active]:.2f}).")  # fmt: skip
+    v, a = lengths[t], activations[t]
+    long_tied, active_tied = _tied(v, LENGTH_TIE), _tied(a, ACTIVATION_TIE)
+    longest, active = long_tied[0], active_tied[0]
+    if v[longest] < PRESENT:
+        dynamic = (f"under dynamic routing no parent is present: no v_j reaches |v| = {PRESENT} (the longest, "
+                   f"**{names[longest]}**'s, is {v[longest]:.2f})")  # fmt: skip
+    elif len(long_tied) > 1:
+        dynamic = f"dynamic routing calls no parent the longest: {_tie(long_tied, v, names, '|v|', LENGTH_TIE, 2)}"
     else:
-        leaders = (f"They disagree: dynamic routing's longest v_j is **{names[longest]}**'s (|v| = "
-                   f"{lengths[t, longest]:.2f}), EM's most active parent is **{names[active]}** "
-                   f"(a = {activations[t, active]:.2f}).")  # fmt: skip
+        dynamic = f"dynamic routing's longest v_j is **{names[longest]}**'s (|v| = {v[longest]:.2f})"
+    if len(active_tied) > 1:
+        em = f"EM makes no parent stand out: {_tie(active_tied, a, names, 'a', ACTIVATION_TIE, 3)}"
+    else:
+        em = f"EM's most active parent is **{names[active]}** (a = {a[active]:.2f})"
+    clear = v[longest] >= PRESENT and len(long_tied) == 1 and len(active_tied) == 1
+    if clear and longest == active:
+        leaders = (f"Both favour **{names[longest]}**: the longest v_j (|v| = {v[longest]:.2f}) and the most active "
+                   f"Gaussian (a = {a[active]:.2f}).")  # fmt: skip
+    elif clear:
+        leaders = f"They disagree: {dynamic}, {em}."
+    else:
+        leaders = f"{dynamic[0].upper()}{dynamic[1:]}; {em}."
     gap = np.abs(coupling[t] - assignments[t])  # (N, K)
     if gap.max() < 0.02:
         weights = (f"In iteration {step} both still weigh every vote alike: each child splits itself evenly, "
@@ -194,10 +238,4 @@ def routing_comparison(
         weights = (f"The vote they weigh most differently is child {child + 1}'s for {names[int(parent)]}: "
                    f"c = {coupling[t, child, parent]:.2f} under dynamic routing, R = "
                    f"{assignments[t, child, parent]:.2f} under EM.")  # fmt: skip
-    return (
-        f"{leaders} {weights} Dynamic routing gives a vote more weight when it points along v_j (the dot product "
-        "û·v_j), so a long vote in the right direction gains wherever it lies; EM gives it more when it is likely "
-        "under the parent's Gaussian, so a vote far from μ_j loses however long it is, a tight cluster makes an "
-        "active parent, and parents compete for each child's one unit of data. The toy's parents have no learned "
-        "costs (β_u = β_a = 0), so their activations stay near 0.5 and only their order means much."
-    )
+    return f"{leaders} {weights}"

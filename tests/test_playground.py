@@ -169,6 +169,29 @@ def test_the_comparison_says_what_the_charts_show() -> None:
     )
 
 
+def test_the_comparison_names_no_winner_within_its_tolerance_and_no_parent_where_none_is_present() -> None:
+    """Issue 55, item 5: three activations within 0.01 are a tie, not "EM's most active parent"; |v| = 0.16 is no
+    parent present, not "Both favour"; two |v| within 0.05 tie; the general sentences are said once, apart."""
+    names = ["parent 1", "parent 2", "parent 3"]
+
+    def said(preset: str, step: int) -> str:
+        votes = pg.preset_votes(preset)
+        dyn, em = pg.route(votes, 3), pg.em_route(votes, 3)
+        return routing_texts.routing_comparison(dyn.coupling, dyn.lengths, em.assignments, em.activations, names, step)
+
+    tie = said("two competing clusters", 3)  # a = 0.520, 0.517, 0.511
+    assert "EM makes no parent stand out: all 3 parents have a within 0.01 of each other (0.511 to 0.520)" in tie
+    assert "EM's most active" not in tie and "disagree" not in tie and "Both favour" not in tie
+    none = said("no agreement", 3)
+    assert "no parent is present: no v_j reaches |v| = 0.5 (the longest, **parent 1**'s, is 0.16)" in none
+    assert "favour" not in none and "longest v_j is" not in none
+    shared = said("two parents wanting one cluster", 3)
+    assert "**parent 1** and **parent 2** have |v| within 0.05 of each other (0.94 to 0.97)" in shared
+    assert "EM's most active parent is **parent 1** (a = 0.59)" in shared
+    for preset in pg.PRESETS:
+        assert routing_texts.CONTRAST not in said(preset, 3) and "dot product" not in said(preset, 3)
+
+
 def test_the_em_plane_draws_each_parents_gaussian() -> None:
     votes = pg.preset_votes("a lone outlier")
     em = pg.em_route(votes, 3)

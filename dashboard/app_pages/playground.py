@@ -193,6 +193,7 @@ def _toy() -> None:
     with st.container(key="playground_comparison"):
         st.markdown(routing_texts.routing_comparison(routing.coupling, routing.lengths, em.assignments,
                                                      em.activations, NAMES, step))  # fmt: skip
+        st.caption(routing_texts.CONTRAST)  # what holds in general: once, under what this state shows
     bars_col, em_bars_col = st.columns(2, gap="medium")
     with bars_col:
         st.plotly_chart(
