@@ -21,6 +21,7 @@ import numpy as np
 import streamlit as st
 import torch
 
+from capsnet import kept_evaluation
 from capsnet.checkpoints.checkpoint import Checkpoint, CheckpointError, load_checkpoint
 from capsnet.checkpoints.header import CheckpointInfo
 from capsnet.data.datasets import (
@@ -168,10 +169,14 @@ class Model(Loaded):
 
         Evaluated EVALUATION_CHUNK images at a time, each chunk cached (the first 1,000 serve the
         quick view and the start of the full one); `on_chunk(done, limit)` after each, for a progress bar.
+        The first chunk is kept once per checkpoint (`capsnet.kept_evaluation`): a shipped model carries its own,
+        and one measured here is kept in the user's store, so the quick view opens at once the next time.
         """
         parts = []
+        path = str(self.checkpoint.path)
         for start in range(0, limit, EVALUATION_CHUNK):
-            parts.append(_evaluation(self.key, self.dataset, start, min(start + EVALUATION_CHUNK, limit), self.net))
+            stop = min(start + EVALUATION_CHUNK, limit)
+            parts.append(_evaluation(self.key, path, self.dataset, start, stop, self.net))
             if on_chunk is not None:
                 on_chunk(min(start + EVALUATION_CHUNK, limit), limit)
         return merge_evaluations(parts)
@@ -358,9 +363,17 @@ def _perturbations(model_key: str, vector: tuple[float, ...], class_index: int, 
 
 
 @st.cache_data(max_entries=40, show_spinner=False)
-def _evaluation(model_key: str, dataset: str, start: int, stop: int, _model: Any) -> Evaluation:
+def _evaluation(model_key: str, path: str, dataset: str, start: int, stop: int, _model: Any) -> Evaluation:
+    if start == 0 and (kept := kept_evaluation.read_kept(path, dataset, stop)) is not None:
+        return kept
     images, labels = test_set(dataset)
-    return evaluate(_model, images[start:stop], labels[start:stop], batch_size=250)
+    result = evaluate(_model, images[start:stop], labels[start:stop], batch_size=250)
+    if start == 0:
+        try:
+            kept_evaluation.keep(path, result, dataset)
+        except CapsNetError:  # a store that cannot be written: measured again in a new session
+            pass
+    return result
 
 
 @st.cache_data(max_entries=4, show_spinner="Calibrating on the test set, once for this model...")

@@ -152,3 +152,17 @@ def test_a_shipped_routing_summary_belongs_to_its_checkpoint(name: str) -> None:
     checkpoint = load_checkpoint(path, networks=("capsnet", "em"))
     assert kept.trained_iterations == checkpoint.config.routing_iterations
     assert kept.correct[kept.iterations.index(kept.trained_iterations)] == round(checkpoint.info.test_accuracy * 10_000)
+
+
+def test_the_shipped_em_model_carries_its_quick_evaluation() -> None:
+    """The Evaluate page opens at once on the EM model's first 1,000 test digits (issue 55, item 6: measuring them
+    takes about 30 s on 2 cores): `mnist-em.evaluation.json` was measured on the very bytes shipped, and agrees with
+    the header's per-class counts where the two overlap (every class's share of the first 1,000 is below its whole)."""
+    from capsnet import kept_evaluation
+
+    path = CHECKPOINTS / "mnist-em.safetensors"
+    kept = kept_evaluation.read_kept(path, "mnist", 1000)
+    assert kept is not None, "mnist-em.evaluation.json is missing or measured another file"
+    info = load_checkpoint(path, networks=("em",)).info
+    assert kept.redrawn and kept.total == 1000 and kept.accuracy >= 0.99
+    assert all(c <= whole for c, whole in zip(kept.class_correct, info.per_class_correct))

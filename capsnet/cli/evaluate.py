@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import sys
 
+from capsnet import kept_evaluation
 from capsnet.checkpoints.checkpoint import load_checkpoint
 from capsnet.data.datasets import dataset_info
-from capsnet.data.tasks import read_test_set
+from capsnet.data.tasks import read_test_set, task
 from capsnet.device import pick_device
 from capsnet.errors import ArgumentParser, CapsNetError, run_cli
-from capsnet.evaluation import PairEvaluation, evaluate_set, format_report
+from capsnet.evaluation import Evaluation, PairEvaluation, evaluate_set, format_report
 from capsnet.nn.registry import NETWORK_NAMES, network_of
 from capsnet.nn.routing import MAX_ROUTING_ITERATIONS
 
@@ -30,6 +31,11 @@ def build_parser() -> ArgumentParser:
     )  # fmt: skip
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or mps")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
+    parser.add_argument(
+        "--keep", action="store_true",
+        help="keep the result beside the checkpoint (<name>.evaluation.json): the dashboard's Evaluate page then "
+        "opens on the first --limit images at once (its own dataset and routing count only)",
+    )  # fmt: skip
     return parser
 
 
@@ -49,8 +55,15 @@ def main(argv: list[str] | None = None) -> int:
                 f"{checkpoint.path} reads {checkpoint.config.image_size}x{checkpoint.config.image_size} images and "
                 f"{info.title} is {info.image_size}x{info.image_size}: evaluate it on its own dataset"
             )
+        if args.keep and (name != checkpoint.info.dataset_name or args.routing_iterations is not None):
+            raise CapsNetError("--keep keeps the evaluation the dashboard shows: on the checkpoint's own dataset, at "
+                               "its own routing count (leave out --dataset and --routing-iterations)")  # fmt: skip
+        if args.keep and task(name).pairs:
+            raise CapsNetError(f"{info.title} is read on the Overlapping digits page, which keeps no evaluation")
         test = read_test_set(name, args.data_dir).first(args.limit)
         result = evaluate_set(checkpoint.model, test, args.batch_size, device, args.routing_iterations)
+        if args.keep and isinstance(result, Evaluation):  # single images (pairs were refused above)
+            print(f"kept in {kept_evaluation.keep(checkpoint.path, result, name, ship=True)}", file=sys.stderr)
         if isinstance(result, PairEvaluation):  # MultiMNIST: the fixed test pairs, judged as the paper does
             facts = {"loss": result.loss, "accuracy": result.accuracy, "error": result.error}
             if args.json:
