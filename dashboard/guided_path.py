@@ -91,8 +91,9 @@ GUIDED_PATH = (
          "reads pairs with the MultiMNIST model: one click opens it, and one click brings back the model you had.",
          "the paper's figures beside what these models reach on a CPU, with the CNN trained on the same pairs."),
     Step(pages.TRAINING, "Train a model and watch its capsules learn",
-         "Start a tiny run from the sidebar and open it here: the capsule lengths and reconstructions of a few "
-         "fixed test images refresh as it trains.",
+         "Start a tiny CapsNet run from the sidebar and open it here: the capsule lengths and reconstructions of a "
+         "few fixed test images refresh as it trains (the EM demo recipe trains the tiny EM network instead: its "
+         "class activations, and no reconstructions, since it has no decoder).",
          "how the reconstructions go from blurs to digits while the lengths of the right capsules grow."),
     Step(pages.EVALUATE, "Measure a model on the test set",
          "Evaluate the chosen model: accuracy, the confusion matrix and its mistakes, each one click from the "

@@ -12,7 +12,7 @@ from capsnet.runs import estimate, processes
 from capsnet.runs.estimate import Speed
 from capsnet.training.options import TrainOptions
 from capsnet.training.recipes import RECIPES
-from dashboard import guards, models, state, texts
+from dashboard import guards, models, state, texts, training_texts
 from dashboard import train_form as form
 
 
@@ -123,7 +123,7 @@ def train_form() -> None:
             )  # fmt: skip
             choice = st.selectbox(
                 "Model", list(form.MODEL_LABELS), index=list(form.MODEL_LABELS).index((d.network, d.preset)),
-                format_func=lambda model: form.MODEL_LABELS[model], key="train_preset",
+                format_func=lambda model: form.MODEL_LABELS[model], key=_key("train_preset", recipe),
                 help="The tiny models have the same structure with narrower layers: they train in minutes on a CPU. "
                 "The CNN baseline is the paper's comparison: the pages set the shipped one (or, without it, the newest "
                 "CNN run) beside the CapsNet.",
@@ -140,14 +140,17 @@ def train_form() -> None:
             )  # fmt: skip
             iterations = c2.number_input(
                 "Routing iterations", *form.ROUTING_ITERATIONS, value=d.routing_iterations, step=1,
-                key="train_iterations", help="The CapsNet's; a CNN baseline has no routing and ignores it.",
+                key=_key("train_iterations", recipe),
+                help="How many times each routing layer routes (dynamic routing or EM); a CNN baseline ignores it.",
             )  # fmt: skip
             train_size = c1.number_input(
-                "Training examples", *form.TRAIN_SIZE, value=form.TRAIN_SIZE[1], step=1000, key="train_size",
+                "Training examples", *form.TRAIN_SIZE, value=d.train_size or form.TRAIN_SIZE[1], step=1000,
+                key=_key("train_size", recipe),
                 help=f"Train on a random subset for a quick run ({form.TRAIN_SIZE[1]:,} = the whole training set).",
             )  # fmt: skip
             test_size = c2.number_input(
-                "Test examples", *form.TEST_SIZE, value=form.TEST_SIZE[1], step=1000, key="test_size",
+                "Test examples", *form.TEST_SIZE, value=d.test_size or form.TEST_SIZE[1], step=1000,
+                key=_key("test_size", recipe),
                 help=f"Evaluate after each epoch on a random subset ({form.TEST_SIZE[1]:,} = the whole test set).",
             )  # fmt: skip
             c3, c4 = st.columns(2)
@@ -192,14 +195,12 @@ def _measured_speed(options: TrainOptions) -> Speed:
     return estimate.measure_speed(options)
 
 
-def _eta_text(
-    options: TrainOptions,
-    train_examples: int = form.TRAIN_SIZE[1],
-    test_examples: int = form.TEST_SIZE[1],
-    measure: bool = True,
-) -> str:
-    """'On this machine: about 27 min for 1 epoch of ... (37 images/s, run ...)', from the speed an earlier run
-    measured here for this network, else (`measure`) a few training steps timed now; '' when neither."""
+def _eta_text(options: TrainOptions, measure: bool = True) -> str:
+    """'On this machine: about 27 min for 1 epoch of ... (37 images/s, run ...)', for the images `options` train and
+    test on (all of them unless it names a subset), from the speed an earlier run measured here for this network,
+    else (`measure`) a few training steps timed now; '' when neither."""
+    train_examples = options.train_size or form.TRAIN_SIZE[1]
+    test_examples = options.test_size or form.TEST_SIZE[1]
     try:
         speed = estimate.recorded_speed(processes.list_runs(state.runs_root()), options)
         if speed is None and measure:
@@ -230,11 +231,7 @@ def start_training(options: TrainOptions) -> None:
         return
     state.watch_run(run.name)
     state.finish_run(None)
-    examples = options.train_size or form.TRAIN_SIZE[1]
-    tests = options.test_size or form.TEST_SIZE[1]
-    st.success(
-        f"Started {run.name} (pid {run.pid}). {_eta_text(options, examples, tests)}", icon=":material/rocket_launch:"
-    )
+    st.success(f"Started {run.name} (pid {run.pid}). {_eta_text(options)}", icon=":material/rocket_launch:")
 
 
 # ---------------------------------------------------------------- live progress
@@ -293,7 +290,10 @@ def _progress_body() -> None:
         p = progress
         st.progress(p.fraction_done, text=f"Epoch {p.epoch}/{p.epochs} · batch {p.batch}/{p.batches}")
         c1, c2 = st.columns(2)
-        c1.metric("Loss", f"{p.loss:.4f}" if p.loss is not None else "—")
+        c1.metric(
+            "Loss", f"{p.loss:.4f}" if p.loss is not None else "—",
+            help=training_texts.running_loss_help(run.args) if run else None,
+        )  # fmt: skip
         c2.metric("Accuracy", f"{100 * p.accuracy:.1f}%" if p.accuracy is not None else "—")
         st.caption(
             f"ETA {texts.format_duration(p.eta_s)}"

@@ -86,3 +86,24 @@ def loss_help(config: CapsNetConfig | EMCapsNetConfig) -> str:
     final_margin = getattr(config, "margin_end", None)  # a spread loss's margin, where it grows during training
     at_margin = f" at margin {final_margin:g}" if final_margin is not None else ""
     return net.loss_name.capitalize() + at_margin + redraw
+
+
+def running_loss_help(args: Mapping[str, object]) -> str | None:
+    """Why a run's loss can rise while it learns, for the sidebar's live Loss: where its network's loss has a margin
+    that grows during training (EM's spread loss), said with the run's own numbers; None otherwise (and for a warm
+    start, which trains at the margin's end)."""
+    net = named(str(args.get("network", "")))
+    if net is None or args.get("init"):
+        return None
+    try:
+        config = net.preset(str(args.get("preset", "")))
+    except ValueError:  # a preset of another version of capsnet: nothing to say
+        return None
+    start, end, anneal = (getattr(config, name, None) for name in ("margin_start", "margin_end", "margin_anneal"))
+    if start is None or end is None or anneal is None:
+        return None
+    return (
+        f"The {net.loss_name}'s margin grows from {start:g} to {end:g} over the first {anneal:.0%} of the run: each "
+        "step asks the right class's activation to lead the others by more, so the loss can rise while the accuracy "
+        "rises too."
+    )

@@ -603,6 +603,36 @@ def test_the_sidebar_form_starts_an_em_run_with_its_beta_learning_rate(app_with_
             processes._CHILDREN[running.pid].wait(timeout=60)
 
 
+def test_the_em_demo_recipe_fills_the_form_with_a_run_that_learns_in_a_minute(app_with_run) -> None:  # noqa: F811
+    """Issue 55, item 4: the "EM demo" recipe sets the model (the tiny EM network), its routing count (2, not the
+    CapsNet's 3), the images and the learning rate; Start starts exactly that run."""
+    from capsnet.runs import processes
+
+    runs_root, _ = app_with_run
+    at = new_app().run()
+    at.sidebar.radio(key="train_recipe").set_value("em-demo").run()
+    no_exception(at)
+    demo = TrainOptions.from_recipe("em-demo")
+    assert at.sidebar.selectbox(key="train_preset_em-demo").value == ("em", "tiny")
+    assert at.sidebar.number_input(key="train_iterations_em-demo").value == demo.routing_iterations == 2
+    assert at.sidebar.number_input(key="train_size_em-demo").value == demo.train_size == 8000
+    assert at.sidebar.number_input(key="test_size_em-demo").value == demo.test_size
+    assert at.sidebar.number_input(key="train_lr_em-demo").value == pytest.approx(demo.lr)
+    at.sidebar.button(key="FormSubmitter:train_form-Start training").click().run()
+    no_exception(at)
+    running = processes.active_run(runs_root)
+    try:
+        assert running is not None
+        args = json.loads((running.run_dir / "args.json").read_text())
+        wanted = ("em", "tiny", 2, 8000, 0.01, 64, 1)
+        assert tuple(args[k] for k in ("network", "preset", "routing_iterations", "train_size", "lr",
+                                       "batch_size", "epochs")) == wanted  # fmt: skip
+    finally:
+        processes.cancel_run(runs_root)
+        if running is not None and running.pid in processes._CHILDREN:
+            processes._CHILDREN[running.pid].wait(timeout=60)
+
+
 def test_the_sidebar_offers_the_fast_recipe_with_a_measured_time(app_with_run) -> None:  # noqa: F811
     at = new_app().run()
     no_exception(at)

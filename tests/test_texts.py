@@ -126,3 +126,21 @@ def test_a_capsule_that_barely_moved_is_said_so() -> None:
     mass = np.array([[1.0] * 10, [1.3] + [1.0] * 9])
     said = routing_texts.vote_share(mass, names, 0)
     assert "|u_i|" in said and "Capsule 0's share grows" in said and "10.00% -> 12.62%" in said
+
+
+def test_the_live_loss_of_an_em_run_says_why_it_rises() -> None:
+    """Issue 55, item 4: the spread loss's margin ramps from 0.2 to 0.9, so an EM run's live loss rises (0.49 to 5.2
+    in a demo) while it learns: the sidebar's Loss says so; a CapsNet's margin loss, a CNN's, a warm start's and an
+    unknown network's say nothing."""
+    said = training_texts.running_loss_help({"network": "em", "preset": "tiny"})
+    assert said is not None and "spread loss's margin grows from 0.2 to 0.9 over the first 50% of the run" in said
+    assert "the loss can rise while the accuracy rises too" in said
+    for args in (
+        {"network": "capsnet", "preset": "paper"},
+        {"network": "cnn", "preset": "tiny"},
+        {"network": "em", "preset": "tiny", "init": "checkpoints/mnist-em.safetensors"},
+        {"network": "em", "preset": "huge"},
+        {"network": "capsule-forest", "preset": "tiny"},
+        {},
+    ):
+        assert training_texts.running_loss_help(args) is None, args
