@@ -151,15 +151,17 @@ class Verdict:
                 f", from unequal starts (the CapsNet from a model that had seen {caps.started_from:,} MNIST digits"
                 f"{figures[0]}, the CNN from one that had seen {cnn.started_from:,}{figures[1]})"
             )
+        paper_ahead = (caps if caps.paper_error < cnn.paper_error else cnn).network
+        gap, noise = 100 * (behind.error - ahead.error), 100 * self.interval
+        # within the sampling interval neither is ahead: the first sentence must not name a leader the next denies
+        lead = "neither network is ahead" if gap <= noise else f"the {NETWORKS[ahead.network]} is ahead"
         text = (
-            f"Here the {NETWORKS[ahead.network]} is ahead, {budget}{starts}: {100 * ahead.error:.2f}% test error "
-            f"against {100 * behind.error:.2f}%. "
+            f"Here {lead}, {budget}{starts}: {100 * ahead.error:.2f}% test error ({NETWORKS[ahead.network]}) "
+            f"against {100 * behind.error:.2f}% ({NETWORKS[behind.network]}). "
         )
         if any(r.chosen_epoch and r.epochs and r.chosen_epoch < r.epochs for r in self.rows):  # not the last epochs
             kept = [f"{r.chosen_epoch} of {r.epochs} for the {NETWORKS[r.network]}" for r in self.rows]
             text += f"The epochs kept: {' and '.join(kept)}. "
-        paper_ahead = (caps if caps.paper_error < cnn.paper_error else cnn).network
-        gap, noise = 100 * (behind.error - ahead.error), 100 * self.interval
         if gap <= noise:
             text += (
                 f"The difference, {gap:.2f} points, is within the test set's 95% sampling interval (±{noise:.2f}): "
