@@ -337,15 +337,16 @@ def robustness_cost(limit: int, networks: int, seconds: float) -> str:
     return f"The first time: {when} on this machine ({who} reads {images:,} images); then kept on disk.{warning}"
 
 
-def baseline_result(name: str, capsnet_accuracy: float | None, cnn_accuracy: float | None, pairs: bool) -> str:
-    """The two networks' test figures as their checkpoints state them."""
+def baseline_result(name: str, network: str, accuracy: float | None, cnn_accuracy: float | None, pairs: bool) -> str:
+    """The open model's and the CNN baseline's test figures as their checkpoints state them; `network` is the open
+    model's network, for people ("CapsNet", "EM CapsNet")."""
 
     def figure(accuracy: float | None) -> str:
         if accuracy is None:
             return "not stated"
         return f"{100 * (1 - accuracy):.2f}% error" if pairs else f"{100 * accuracy:.2f}% accuracy"
 
-    return f"On {name}'s test set: CapsNet {figure(capsnet_accuracy)}, CNN baseline {figure(cnn_accuracy)}."
+    return f"On {name}'s test set: {network} {figure(accuracy)}, CNN baseline {figure(cnn_accuracy)}."
 
 
 def robustness(dataset: str) -> str:

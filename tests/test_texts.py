@@ -144,3 +144,11 @@ def test_the_live_loss_of_an_em_run_says_why_it_rises() -> None:
         {},
     ):
         assert training_texts.running_loss_help(args) is None, args
+
+
+def test_the_lens_names_the_open_network_and_the_pair_its_verdict_is_of() -> None:
+    """Issue 55, item 7: the EM model's figure beside the CNN's is the EM CapsNet's, not "CapsNet"'s; the affine
+    claim's verdict says it is the paper's pair whatever model is open."""
+    said = texts.baseline_result("MNIST", "EM CapsNet", 0.9935, 0.9959, pairs=False)
+    assert said == "On MNIST's test set: EM CapsNet 99.35% accuracy, CNN baseline 99.59% accuracy."
+    assert "whatever model is open: a CapsNet against a CNN" in claim_texts.affnist_claim("mnist")

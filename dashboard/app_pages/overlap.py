@@ -128,7 +128,9 @@ with controls:
     else:
         scores = cnn.scores(image)
         _verdict("CNN baseline: the two highest scores", list(two_highest(scores)), truth)
-        st.caption(texts.baseline_result("MultiMNIST", model.info.test_accuracy, cnn.accuracy, pairs=True))
+        st.caption(
+            texts.baseline_result("MultiMNIST", model.network.title, model.info.test_accuracy, cnn.accuracy, pairs=True)
+        )
 
 with view:
     pictures = st.columns(3)  # each image as wide as its column: a fixed 180 px ran over the next one

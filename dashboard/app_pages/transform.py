@@ -129,7 +129,9 @@ else:
                 delta_color="off", delta_arrow="off", border=True)  # fmt: skip
     right.metric("CNN baseline on the transformed input", names[cnn_predicted],
                  delta=f"score {scores[cnn_predicted]:.2f}", delta_color="off", delta_arrow="off", border=True)  # fmt: skip
-    st.caption(texts.baseline_result(model.info.title, model.info.test_accuracy, cnn.accuracy, pairs=False))
+    st.caption(
+        texts.baseline_result(model.info.title, model.network.title, model.info.test_accuracy, cnn.accuracy, False)
+    )
 st.markdown(texts.robustness(model.dataset))
 measure, size = st.columns([2, 1])
 limit = size.selectbox(
