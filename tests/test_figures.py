@@ -439,3 +439,21 @@ def test_the_child_windows_map_outlines_each_window_and_the_child() -> None:
     boxes = fig.layout.shapes
     assert len(boxes) == 3 and (boxes[0].x0, boxes[0].x1, boxes[0].y0, boxes[0].y1) == (1.5, 4.5, -0.5, 2.5)
     assert (boxes[-1].x0, boxes[-1].y0) == (2.5, 1.5)  # the child's own cell, last (on top)
+
+
+def test_the_routing_matters_chart_stays_within_0_and_100_percent_with_every_label_shown() -> None:
+    """Issue 55, item 7: the EM model's accuracies (10.09% to 99.35%) once set the axis from -43% to 100%, with
+    the best point's label cut off at the top; now the axis stays within [0, 1] and a label near the top sits under
+    its point. A CapsNet's close accuracies still get a narrow axis, so a change of a few images shows."""
+    from dashboard.figures import routing_matters as rmf
+
+    em = rmf.accuracy_figure([1, 2, 3, 4, 5], [0.1009, 0.9935, 0.8375, 0.2847, 0.1659], [0, 8991, 9220, 9987, 10_000],
+                             trained=2, total=10_000)  # fmt: skip
+    bottom, top = em.layout.yaxis.range
+    assert bottom == 0.0 and top == 1.0
+    line = em.data[1]
+    assert line.cliponaxis is False and list(line.textposition)[1] == "bottom center"
+    assert list(line.textposition)[0] == "top center"
+    caps = rmf.accuracy_figure([1, 2, 3], [0.9950, 0.9962, 0.9960], [0, 20, 25], trained=3, total=10_000)
+    bottom, top = caps.layout.yaxis.range
+    assert 0.99 < bottom < 0.995 and 0.9962 < top <= 1.0
