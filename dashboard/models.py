@@ -160,9 +160,15 @@ class Model(Loaded):
         """One decode of a 16-D vector placed in `class_index`'s capsule (a slider move)."""
         return _decoded(self.key, tuple(float(v) for v in vector), class_index, self.net)
 
+    @property
+    def perturbation_steps(self) -> np.ndarray:
+        """Figure 4's 11 steps for this model: the paper's +/- 0.25, narrower where its capsules spread less."""
+        return decoding.perturbation_steps(self.info.dimension_std)
+
     def perturbations(self, vector: np.ndarray, class_index: int) -> np.ndarray:
-        """Figure 4's grid (D, 11, 28, 28) around one capsule vector."""
-        return _perturbations(self.key, tuple(float(v) for v in vector), class_index, self.net)
+        """Figure 4's grid (D, 11, 28, 28) around one capsule vector, at `perturbation_steps`."""
+        steps = tuple(float(s) for s in self.perturbation_steps)
+        return _perturbations(self.key, tuple(float(v) for v in vector), class_index, steps, self.net)
 
     def evaluation(self, limit: int, on_chunk: Callable[[int, int], None] | None = None) -> Evaluation:
         """The model on the first `limit` images of its test set (the set must be available: `try_test_set`).
@@ -358,8 +364,12 @@ def _decoded(model_key: str, vector: tuple[float, ...], class_index: int, _model
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
-def _perturbations(model_key: str, vector: tuple[float, ...], class_index: int, _model: Any) -> np.ndarray:
-    return decoding.perturbation_grid(_model, np.asarray(vector, dtype=np.float32), class_index)
+def _perturbations(
+    model_key: str, vector: tuple[float, ...], class_index: int, steps: tuple[float, ...], _model: Any
+) -> np.ndarray:
+    return decoding.perturbation_grid(
+        _model, np.asarray(vector, dtype=np.float32), class_index, np.asarray(steps, dtype=np.float32)
+    )
 
 
 @st.cache_data(max_entries=40, show_spinner=False)

@@ -193,11 +193,18 @@ def dimension_ranges(from_statistics: bool, class_name: str, spread: float = 2.0
 
 def figure4(config: CapsNetConfig, steps: list[float]) -> str:
     step = steps[1] - steps[0] if len(steps) > 1 else 0.0
+    digits = 2 if abs(steps[-1]) >= 0.1 else 3
+    narrower = (
+        ""
+        if abs(steps[-1]) >= 0.25
+        else " (the paper moves each by up to 0.25; this capsule's entries spread less, so the range is four of their "
+        "standard deviations, and each step as far in their units as the paper's are in the CapsNet's)"
+    )
     return f"""
-**Figure 4 of the paper.** Each row perturbs one dimension of the capsule by {steps[0]:+.2f} ...
-{steps[-1]:+.2f} in steps of {step:.2f} and decodes all {config.digit_dim * len(steps)} variants at once;
-the middle column (+0.00) is the reconstruction itself. A row that changes the drawing smoothly is
-a dimension that encodes a meaningful property.
+**Figure 4 of the paper.** Each row perturbs one dimension of the capsule by {steps[0]:+.{digits}f} ...
+{steps[-1]:+.{digits}f} in steps of {step:.{digits}f}{narrower} and decodes all {config.digit_dim * len(steps)} variants
+at once; the middle column (+0) is the reconstruction itself. A row that changes the drawing smoothly is a dimension
+that encodes a meaningful property.
 """
 
 

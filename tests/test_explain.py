@@ -189,3 +189,18 @@ def test_reconstruct_and_misclassified(model: CapsNet, image: np.ndarray) -> Non
     lengths[1, 2], lengths[3, 4] = 0.6, 0.9
     assert misclassified(predictions, labels, lengths).tolist() == [3, 1]  # most confident mistake first
     assert misclassified(predictions, labels, lengths, limit=1).tolist() == [3]
+
+
+def test_figure_4_moves_each_capsule_by_its_own_spread() -> None:
+    """Issue 55, item 7: the paper's +/- 0.25 is about 3 of the CapsNet's standard deviations and 15 of the EM
+    network's pose entries' (most of its rows were broken drawings): a capsule that spreads less is moved by +/- 4 of
+    its mean standard deviation; the CapsNet keeps the paper's steps, and so does a checkpoint without statistics."""
+    from capsnet.readings.decoding import perturbation_steps
+
+    capsnet_std = np.full((10, 16), 0.0777)  # the shipped MNIST CapsNet's mean
+    assert np.array_equal(perturbation_steps(capsnet_std), PERTURBATION_STEPS)
+    em = perturbation_steps(np.full((10, 16), 0.0162))  # the shipped EM model's
+    assert len(em) == 11 and em[5] == 0.0 and em[-1] == pytest.approx(0.065) and em[0] == pytest.approx(-0.065)
+    assert np.allclose(np.diff(em), 0.013)
+    for missing in (None, [], "wide", [[float("nan")]], [[0.0]]):
+        assert np.array_equal(perturbation_steps(missing), PERTURBATION_STEPS), missing

@@ -133,6 +133,14 @@ def test_perturbation_figure_is_one_image_with_labelled_axes() -> None:
     assert len(fig.data) == 1 and isinstance(fig.data[0], go.Image)
     assert fig.data[0].source.startswith("data:image/png;base64,")
     assert list(fig.layout.xaxis.ticktext) == [f"{s:+.2f}" for s in PERTURBATION_STEPS]
+    named = figures.perturbation_figure(
+        grid, [s / 4 for s in PERTURBATION_STEPS.tolist()], [f"Pose entry {d}" for d in range(len(grid))]
+    )
+    assert list(named.layout.yaxis.ticktext)[:2] == [
+        "Pose entry 0",
+        "Pose entry 1",
+    ]  # the rows named as the page names them
+    assert list(named.layout.xaxis.ticktext)[-1] == "+0.062"  # a narrow range keeps its third decimal
     assert len(fig.layout.yaxis.ticktext) == 16 and fig.layout.yaxis.ticktext[0] == "dim 1"
     with pytest.raises(ValueError, match="steps"):
         figures.perturbation_figure(grid, [0.0, 0.1])

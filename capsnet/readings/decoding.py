@@ -17,6 +17,27 @@ from capsnet.nn.capsnet import CapsNet
 
 # Figure 4 of the paper: each dimension moved by -0.25 ... +0.25 in steps of 0.05 (11 steps)
 PERTURBATION_STEPS: np.ndarray = np.round(np.linspace(-0.25, 0.25, 11), 2).astype(np.float32)
+SPREADS_PER_HALF_RANGE = 4  # Figure 4's half-range is at most 4 of the capsule's own standard deviations
+
+
+def perturbation_steps(dimension_std: object = None) -> np.ndarray:
+    """Figure 4's 11 steps: the paper's -0.25 .. +0.25, or +/- 4 of the capsule's mean standard deviation
+    (`CheckpointInfo.dimension_std`) where that is narrower. The CapsNet's dimensions spread about 0.08, so it keeps
+    the paper's range; the EM network's pose entries spread about 0.016, and +/- 0.25 (15 of their standard
+    deviations) turned most of its rows into broken drawings."""
+    try:
+        stds = np.asarray(dimension_std, dtype=np.float64)
+    except (TypeError, ValueError):  # statistics of another shape or kind: the paper's range
+        return PERTURBATION_STEPS
+    if stds.size == 0:  # no statistics kept
+        return PERTURBATION_STEPS
+    spread = float(stds.mean())
+    if not np.isfinite(spread) or spread <= 0 or SPREADS_PER_HALF_RANGE * spread >= float(PERTURBATION_STEPS[-1]):
+        return PERTURBATION_STEPS
+    half = np.round(SPREADS_PER_HALF_RANGE * spread, 3)
+    return np.round(np.linspace(-half, half, len(PERTURBATION_STEPS)), 4).astype(np.float32)
+
+
 DEFAULT_DIMENSION_STD = 0.25  # the slider half-range is 2 x this when a checkpoint has no statistics: +/- 0.5
 
 

@@ -67,8 +67,11 @@ def _image_figure(image: np.ndarray, height: int) -> go.Figure:
     return layout(fig, height)
 
 
-def perturbation_figure(grid: np.ndarray, steps: Sequence[float], height: int = 760) -> go.Figure:
-    """The paper's Figure 4: row d shows the reconstruction with dimension d moved by each step."""
+def perturbation_figure(
+    grid: np.ndarray, steps: Sequence[float], rows: Sequence[str] | None = None, height: int = 760
+) -> go.Figure:
+    """The paper's Figure 4: row d shows the reconstruction with dimension d moved by each step; `rows` names the
+    rows as the page names the dimensions ("Dimension 3", "Pose entry (1, 3)"), else "dim d"."""
     grid = np.asarray(grid, dtype=np.float32)
     dims, count, h, w = grid.shape
     if len(steps) != count:
@@ -79,7 +82,7 @@ def perturbation_figure(grid: np.ndarray, steps: Sequence[float], height: int = 
     fig.update_xaxes(
         tickmode="array",
         tickvals=[c * (w + gap) + (w - 1) / 2 for c in range(count)],
-        ticktext=[f"{s:+.2f}" for s in steps],
+        ticktext=[f"{s:+.2f}" if abs(steps[-1]) >= 0.1 else f"{s:+.3f}" for s in steps],
         side="top",
         showgrid=False,
         title="change added to the dimension",
@@ -87,7 +90,7 @@ def perturbation_figure(grid: np.ndarray, steps: Sequence[float], height: int = 
     fig.update_yaxes(
         tickmode="array",
         tickvals=[d * (h + gap) + (h - 1) / 2 for d in range(dims)],
-        ticktext=[f"dim {d + 1}" for d in range(dims)],
+        ticktext=list(rows) if rows is not None else [f"dim {d + 1}" for d in range(dims)],
         showgrid=False,
     )
     return fig
