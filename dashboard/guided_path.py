@@ -68,7 +68,8 @@ GUIDED_PATH = (
          "length below 1. EM fits a Gaussian per parent instead: a long vote far from the cluster wins under the dot "
          "product and loses under the Gaussian."),
     Step(pages.DRAW, "Draw a digit and read the capsule lengths",
-         "Draw a digit (or pick a test image). The bars are the lengths of the ten digit capsules; the longest wins.",
+         "The page opens on a test image; choose Draw to draw your own digit, or pick another test image. The bars "
+         "are the lengths of the ten digit capsules; the longest wins.",
          "a length is a probability that the digit is present, not a softmax share: several can be long at once, "
          "or none."),
     Step(pages.ROUTING, "Watch routing on your drawing",

@@ -1095,6 +1095,9 @@ def test_the_guided_path_visits_every_page_once_and_ticks_what_was_opened(app_wi
     assert any("No EM model here yet" in c.value for c in at.caption)  # none in this app's folders: said, no button
     ticked = lambda: sum("visited" in m.value for m in at.markdown)  # noqa: E731
     assert ticked() == 1  # the Draw page, where the app opened
+    # the Draw step says what the page opens on (issue 55, item 7: it said "draw a digit" over a test image)
+    draw = next(s for s in capsnet if s.page is pages.DRAW)
+    assert at.session_state["input_source"] == "Test image" and "The page opens on a test image" in draw.do
     at.switch_page(pages.PLAYGROUND.path).run()
     at.switch_page(pages.START.path).run()
     no_exception(at)
