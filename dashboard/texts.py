@@ -221,8 +221,11 @@ often two capsules are long at once, because the {noun} really is ambiguous.
 """
 
 
-def not_like_any_class(noun: str, score: float, error: float, length: float, names: str, thresholds=None) -> str:
-    """The Draw page's warning for an input that resembles no class, naming the test (or tests) it failed."""
+def not_like_any_class(
+    noun: str, score: float, error: float, length: float, names: str, thresholds=None, symbol: str = "|v|"
+) -> str:
+    """The Draw page's warning for an input that resembles no class, naming the test (or tests) it failed; `symbol`
+    is the network's score ("|v|" a capsule's length, "a" an EM class capsule's activation)."""
     reasons = []
     tripped = thresholds.tripped(error, length) if thresholds is not None else ("reconstruction", "length")
     if "reconstruction" in tripped:
@@ -230,7 +233,8 @@ def not_like_any_class(noun: str, score: float, error: float, length: float, nam
         reasons.append(f"its reconstruction is far from the input (error {error:.1f}{limit})")
     if "length" in tripped:
         limit = f", under the threshold {thresholds.length:.2f}" if thresholds is not None else ""
-        reasons.append(f"its winning capsule is short (|v| = {length:.2f}{limit})")
+        weak = "short" if symbol == "|v|" else "barely active"
+        reasons.append(f"its winning capsule is {weak} ({symbol} = {length:.2f}{limit})")
     joiner = " or " if thresholds is None else " and "
     return (
         f"**Not like any {noun} the network knows** (score {score:.2f}; above 1 means unlike). "
@@ -242,10 +246,11 @@ def not_like_any_class(noun: str, score: float, error: float, length: float, nam
 NOVELTY = """
 **How "not like any class" is decided.** A capsule network redraws the input from its winning
 capsule. On the test images it classifies right, the redrawing is close to the input and the
-winner is long; each threshold lets through all but 1 in 200 of them (together about 1 in 110 is
-flagged). An input past either threshold is one the network has no good description for: a dot,
-a scribble, grey noise, many letters (an X, an H). It flags what is unlike the digits it knows, not
-everything that is no digit: an A can pass as a 4 and a bar as a 7, and a photo of noise, which the
+winner is long (an EM network's: active); each threshold lets through all but 1 in 200 of them
+(together about 1 in 110 is flagged). An input past either threshold is one the network has no good
+description for: a dot, a scribble, grey noise, many letters (an X, an H); the shipped EM model also
+flags a smiley. It flags what is unlike the digits it knows, not everything that is no digit: an A
+can pass as a 4 and a bar as a 7 (the EM model: as a 1), and a photo of noise, which the
 preprocessing crops and shrinks to a 20x20 blob, as a 0. The score is the larger of the two ratios
 to their threshold.
 """

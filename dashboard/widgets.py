@@ -11,7 +11,7 @@ from capsnet.data.datasets import DATASETS, dataset_info
 from capsnet.errors import CapsNetError
 from capsnet.nn.config import CapsNetConfig
 from capsnet.readings.claims import Verdict
-from dashboard import claim_texts, figures, routing_texts, state
+from dashboard import claim_texts, figures, guards, routing_texts, state, texts
 from dashboard.models import Model
 
 # The first option of the "which capsule" select boxes: follow the prediction, whatever it is. Not None: a select
@@ -137,3 +137,24 @@ def away_from_trained(model: Model, r: int) -> None:
     said = routing_texts.away_from_trained(r, trained, kept, title)
     if said:
         st.info(said, icon=":material/tune:")
+
+
+def not_like_any_class(model: Model, error: float, winner: float) -> None:
+    """Beside the Draw page's answer: whether the input is like a class the model knows (its not-like-any-class
+    thresholds, from the winner's redraw `error` and the winner's score `winner`), in a warning when it is not; the
+    rule in an expander. Nothing for a model without thresholds (no decoder, or no test set to calibrate on)."""
+    thresholds = guards.novelty(model)
+    if thresholds is None:
+        return
+    noun, symbol = model.noun, model.network.score_symbol
+    score = float(thresholds.score(error, winner))
+    if score > 1.0:
+        title = model.info.title or model.dataset
+        said = texts.not_like_any_class(noun, score, error, winner, title, thresholds, symbol)
+        st.warning(said, icon=":material/report:")
+    else:
+        st.caption(
+            f"Looks like {texts.a(noun)} the network knows (novelty score {score:.2f}; above 1 would mean unlike)."
+        )
+    with st.expander('What is "not like any class"?', icon=":material/report:"):
+        st.markdown(texts.NOVELTY)

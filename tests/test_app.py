@@ -885,6 +885,30 @@ def test_the_transform_lens_sets_the_capsnet_beside_a_cnn(
 
 
 @pytest.mark.slow
+def test_an_input_like_no_digit_is_flagged_by_the_em_model_too(app_dirs, data_dir: Path) -> None:  # noqa: F811
+    """Issue 55, item 3: the shipped EM model's Draw page says whether the input is like a digit it knows (it was
+    silent, reading grey noise as a digit at a = 1.00); a dot is flagged as barely active."""
+    _, checkpoints = app_dirs
+    shutil.copy(Path(APP).parents[1] / "checkpoints" / "mnist-em.safetensors", checkpoints)
+    at = new_app()
+    at.query_params.update(checkpoint="mnist-em", test="0")
+    at.run()
+    no_exception(at)
+    assert any("Looks like a digit the network knows" in c.value for c in at.caption)
+    noise = (np.random.default_rng(0).random((60, 60)) * 255).astype(np.uint8)
+    at.segmented_control(key="input_source").set_value("Upload").run()
+    at.file_uploader(key="upload").set_value(("noise.png", png(noise), "image/png")).run()
+    no_exception(at)
+    assert any("Not like any digit the network knows" in w.value for w in at.warning)
+    dot = np.zeros((60, 60), dtype=np.uint8)
+    dot[27:33, 27:33] = 255
+    at.file_uploader(key="upload").set_value(("dot.png", png(dot), "image/png")).run()
+    no_exception(at)
+    said = " ".join(w.value for w in at.warning)
+    assert "Not like any digit the network knows" in said and "its winning capsule is barely active (a = " in said
+
+
+@pytest.mark.slow
 def test_an_input_like_no_digit_is_flagged(app_dirs, data_dir: Path) -> None:  # noqa: F811
     """On the shipped model: a test digit looks like one, noise does not (though a class is still named)."""
     _, checkpoints = app_dirs

@@ -26,6 +26,8 @@ class EMExplanation:
     prediction: int  # argmax_j a_j
     poses: np.ndarray  # (K, 16) mu_j, the 4x4 pose of each class capsule, row-major
     reconstruction: np.ndarray | None  # (H, W) redrawn from `decode_class`'s pose; None without a decoder
+    # sum of squared pixel errors of the winner's redraw (`capsnet.readings.novelty`); None without a decoder
+    reconstruction_error: float | None
     decode_class: int
     iterations: int  # EM iterations r
     # the class layer's routing, one row per M-step t = 1..r
@@ -74,13 +76,20 @@ def explain_em_with_layers(
     spreads = trace.variances[0, :, 0].double().sqrt().mean(dim=-1)  # (r, K)
     prediction = int(out.prediction[0])
     recon = None if out.reconstruction is None else out.reconstruction[0, 0].float().cpu().numpy()
+    chosen = prediction if decode_class is None else decode_class
+    error = None
+    if out.reconstruction is not None:  # the winner's redraw, whichever class was asked to be redrawn
+        with torch.inference_mode():
+            winner = out.reconstruction if chosen == prediction else model.decode(out.poses, prediction)
+        error = float((winner.float().cpu() - x.float()).square().sum())
     explained = EMExplanation(
         image=x[0, 0].numpy(),
         activations=out.activations[0].float().cpu().numpy(),
         prediction=prediction,
         poses=out.poses[0].float().cpu().numpy(),
         reconstruction=recon,
-        decode_class=prediction if decode_class is None else decode_class,
+        reconstruction_error=error,
+        decode_class=chosen,
         iterations=trace.assignments.shape[1],
         activations_by_iteration=trace.activations[0, :, 0].float().cpu().numpy(),
         shares=shares.float().cpu().numpy(),

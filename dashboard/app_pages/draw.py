@@ -141,6 +141,8 @@ def _em_reading(
             st.caption(f"True class {names[true_class]}: the network is **{verdict}**.")
         runner_up = reading.runner_up
         st.caption(f"Next: {names[runner_up]}, a = {activations[runner_up]:.2f}.")
+        if reading.reconstruction_error is not None:  # its redraw and its activation tell a known digit from a scribble
+            widgets.not_like_any_class(model, reading.reconstruction_error, float(activations[prediction]))
         if reading.reconstruction is None:
             st.caption("This EM network has no decoder: it does not redraw its input.")
         else:
@@ -168,7 +170,7 @@ def _dynamic_reading(
     model: models.Model, digit: np.ndarray, decode_choice: int | None, names: list[str], true_class: int | None
 ) -> None:
     """The CapsNet's reading of the input: its capsule lengths, the not-like-any-class test, the redraw."""
-    config, dataset, noun = model.config, model.dataset, model.noun
+    config, noun = model.config, model.noun
     result = model.explain(digit, decode_class=decode_choice)
     prediction = result.prediction
     lengths = result.lengths
@@ -205,21 +207,7 @@ def _dynamic_reading(
             )
         elif lengths[runner_up] > 0.5:
             st.info(f"Capsule {names[runner_up]} is long too (|v| = {lengths[runner_up]:.2f}): an ambiguous input.")
-        thresholds = guards.novelty(model)
-        if thresholds is not None:
-            score = float(thresholds.score(result.reconstruction_error, confidence))
-            if score > 1.0:
-                title = model.info.title or dataset
-                st.warning(
-                    texts.not_like_any_class(noun, score, result.reconstruction_error, confidence, title, thresholds),
-                    icon=":material/report:",
-                )
-            else:
-                st.caption(
-                    f"Looks like {texts.a(noun)} the network knows (novelty score {score:.2f}; above 1 would mean unlike)."
-                )
-            with st.expander('What is "not like any class"?', icon=":material/report:"):
-                st.markdown(texts.NOVELTY)
+        widgets.not_like_any_class(model, result.reconstruction_error, confidence)
         widgets.capsule_selectbox(  # read back from session state above, before the result is computed
             "Reconstruct as",
             names,
