@@ -192,9 +192,9 @@ def routing_iterations() -> int | None:
 
 def set_routing_iterations(value: int) -> None:
     """Open the chosen model's routing pages at `value` iterations (a link, an image opened from Where routing
-    matters, the slider): that model's r, not every model's."""
+    matters): that model's r, not every model's; the slider takes it on its next run."""
     keep_routing_iterations(value)
-    st.session_state.pop(ROUTING_SHOWN, None)  # the slider takes it on its next run
+    st.session_state.pop(ROUTING_SHOWN, None)
 
 
 def keep_routing_iterations(value: int) -> None:
