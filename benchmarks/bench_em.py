@@ -351,7 +351,7 @@ def main() -> None:
         bench_routing(args.batch_size, args.repeats, device)
         bench_on_device(device, args.batch_size, args.repeats)
         return
-    print(f"{describe_device(torch.device('cpu'))}, {torch.get_num_threads()} thread(s), torch {torch.__version__}")
+    print(f"{describe_device(torch.device('cpu'))}, torch {torch.__version__}")  # the device's words name its threads
     if args.only in (None, "routing"):
         bench_routing(args.batch_size, args.repeats)
     if args.only in (None, "reading"):

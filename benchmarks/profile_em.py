@@ -88,7 +88,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     device = torch.device("cpu")
     accel = choose_acceleration(device)
-    print(f"{describe_device(device)}, {torch.get_num_threads()} thread(s), torch {torch.__version__}, "
+    print(f"{describe_device(device)}, torch {torch.__version__}, "
           f"training in {accel.precision}")  # fmt: skip
     runs = [("em", preset) for preset in args.presets] + ([] if args.no_capsnet else [("capsnet", "paper")])
     batch = args.batch_size
