@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -187,6 +188,13 @@ class Model(Loaded):
                 on_chunk(min(start + EVALUATION_CHUNK, limit), limit)
         return merge_evaluations(parts)
 
+    def evaluation_seconds(self, limit: int) -> float:
+        """About how long `evaluation(limit)` measures on this machine: 0 for what is kept (the first chunk, where its
+        entry is), else the images left at the rate of one batch of 16 test images, timed once per model."""
+        kept = kept_evaluation.read_kept(self.checkpoint.path, self.dataset, min(limit, EVALUATION_CHUNK))
+        left = max(limit - EVALUATION_CHUNK, 0) if kept is not None else limit
+        return left * _seconds_per_image(self.key, self.dataset, self.net) if left else 0.0
+
     @property
     def task(self) -> Task:
         """What one input of this model is (`capsnet.data.tasks.Task`): its size, whether it is a pair or a drawing."""
@@ -361,6 +369,16 @@ def _sensitivity(
 @st.cache_data(max_entries=256, show_spinner=False)
 def _decoded(model_key: str, vector: tuple[float, ...], class_index: int, _model: Any) -> np.ndarray:
     return decoding.decode_vector(_model, np.asarray(vector, dtype=np.float32), class_index)
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def _seconds_per_image(model_key: str, dataset: str, _model: Any) -> float:
+    """A reading's seconds per test image here: 16 images evaluated, after one warm-up pass."""
+    images, labels = test_set(dataset)
+    evaluate(_model, images[:16], labels[:16], batch_size=16)
+    start = time.perf_counter()
+    evaluate(_model, images[:16], labels[:16], batch_size=16)
+    return (time.perf_counter() - start) / 16
 
 
 @st.cache_data(max_entries=16, show_spinner=False)

@@ -124,3 +124,18 @@ def test_the_evaluate_page_reads_a_kept_evaluation_instead_of_measuring(
     assert (
         kept_evaluation.read_kept(path, "mnist", 1000) is not None and not path.with_suffix(".evaluation.json").exists()
     )
+
+
+def test_the_evaluate_page_says_how_long_a_measurement_takes_before_it_starts(data_dir: Path, tmp_path: Path) -> None:
+    """Issue 55, item 6: what is kept takes no time; what is left is said at the rate of 16 test images timed here."""
+    from dashboard import models
+
+    path = _checkpoint(tmp_path, "em")
+    st.cache_data.clear()
+    model = models.Model(load_checkpoint(path), "timed")
+    whole = model.evaluation_seconds(1000)
+    assert whole > 0 and model.evaluation_seconds(2000) == pytest.approx(2 * whole)
+    test = read_test_set("mnist").first(1000)
+    kept_evaluation.keep(path, evaluate(model.net, test.images, test.labels, batch_size=250), "mnist", ship=True)
+    assert model.evaluation_seconds(1000) == 0.0 and model.evaluation_seconds(500) == pytest.approx(whole / 2)
+    assert model.evaluation_seconds(3000) == pytest.approx(2 * whole)

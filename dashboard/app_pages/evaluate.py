@@ -76,7 +76,9 @@ def _progress(done: int, total: int) -> None:
         bar.progress(done / total, text=f"Evaluated {done:,} of {total:,} test images (once per model)...")
 
 
-bar.progress(0.0, text=f"Evaluating {limit:,} test images (once per model)...")
+seconds = model.evaluation_seconds(limit)  # 0 where it is kept: then nothing is said of time
+how_long = f": about {texts.format_duration(seconds)} on this machine" if seconds >= 5 else ""
+bar.progress(0.0, text=f"Evaluating {limit:,} test images{how_long} (once per model)...")
 result = model.evaluation(limit, on_chunk=_progress)
 bar.empty()
 
