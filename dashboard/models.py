@@ -39,6 +39,8 @@ from capsnet.files import file_sha256
 from capsnet.nn.config import CapsNetConfig
 from capsnet.nn.family import Network, RoutingKind
 from capsnet.nn.registry import NETWORKS, network_of
+from capsnet.nn.routing import CouplingScores
+from capsnet.readings import coupling_rules as cr
 from capsnet.readings import decoding, reconstruction
 from capsnet.readings import equivariance as eq
 from capsnet.readings import explain as ex
@@ -241,7 +243,7 @@ class Model(Loaded):
     def routing_matters(
         self, measure: bool = False, on_chunk: Callable[[int, int], None] | None = None
     ) -> tuple[rm.RoutingMatters | None, str]:
-        """Where the answer changes with 1..5 routing iterations on the whole test set (the set must be available).
+        """The test set under each coupling rule and where the answer changes with r = 1..5 (`rm.RoutingMatters`).
 
         The summary kept beside the checkpoint, else (`measure`) measured now, EVALUATION_CHUNK images at a time,
         each chunk cached, `on_chunk(done, total)` after each, and kept; (None, "") when not kept and not asked to
@@ -259,14 +261,18 @@ class Model(Loaded):
             parts.append(_routing_chunk(self.key, self.dataset, start, stop, self.net))
             if on_chunk is not None:
                 on_chunk(stop, len(labels))
-        sha256 = file_sha256(self.checkpoint.path)
-        result = rm.summarise(np.concatenate(parts), labels.numpy(), rm.ITERATIONS, self.dataset,
-                              self.config.routing_iterations, sha256)  # fmt: skip
+        readings = CouplingScores(*(torch.cat(column) for column in zip(*parts)))  # the chunks' (n, R + 1, K), ..
+        result = rm.summarise(readings, labels.numpy(), rm.ITERATIONS, self.dataset, self.config.routing_iterations,
+                              file_sha256(self.checkpoint.path), rm.SEED)  # fmt: skip
         try:
             rm.keep(self.checkpoint.path, result)
         except CapsNetError as error:  # a read-only folder: shown, measured again in a new session
             return result, str(error)
         return result, ""
+
+    def input_rules(self, image: np.ndarray, iterations: int) -> cr.InputRules:
+        """The input with uniform, routed (`iterations` times) and random couplings (`cr.read_input`)."""
+        return _input_rules(self.key, image, iterations, self.net)
 
     def vote_plane(self, image: np.ndarray, iterations: int, digit: int) -> pg.Plane:
         """Digit capsule `digit`'s votes and routing in 2-D (`capsnet.readings.playground.real_plane`), from the cached reading."""
@@ -427,9 +433,14 @@ def _routing_kept(model_key: str, path: str, total: int) -> rm.RoutingMatters:
 
 
 @st.cache_data(max_entries=24, show_spinner=False)
-def _routing_chunk(model_key: str, dataset: str, start: int, stop: int, _model: Any) -> np.ndarray:
+def _routing_chunk(model_key: str, dataset: str, start: int, stop: int, _model: Any) -> CouplingScores:
     images, _ = test_set(dataset)
-    return rm.iteration_lengths(_model, images[start:stop], rm.ITERATIONS).numpy()  # (n, R, K)
+    return cr.read_rules(_model, images[start:stop], rm.ITERATIONS, rm.SEED, first_index=start)  # (n, R + 1, K), ..
+
+
+@st.cache_data(max_entries=16, show_spinner="Reading the input with uniform, routed and random couplings...")
+def _input_rules(model_key: str, image: np.ndarray, iterations: int, _model: Any) -> cr.InputRules:
+    return cr.read_input(_model, image, iterations)
 
 
 @st.cache_data(max_entries=32, show_spinner=False)

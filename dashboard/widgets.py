@@ -158,3 +158,27 @@ def not_like_any_class(model: Model, error: float, winner: float) -> None:
         )
     with st.expander('What is "not like any class"?', icon=":material/report:"):
         st.markdown(texts.NOVELTY)
+
+
+def routing_experiment_for_input(model: Model, image: np.ndarray, iterations: int) -> None:
+    """The input read with uniform, routed and random couplings on the same weights, in an expander that reads only
+    when opened (the Routing and EM routing pages)."""
+    box = st.expander(
+        "Does routing matter for this input? Uniform, routed and random couplings",
+        icon=":material/shuffle:", key="input_rules_open", on_change="rerun",
+    )  # fmt: skip
+    with box:
+        if not box.open:
+            return
+        reading = model.input_rules(image, iterations)
+        names = model.class_names
+        st.dataframe(
+            routing_texts.input_rules_rows(reading, names, model.network.score_symbol),
+            hide_index=True, key="input_rules", width="content",
+        )  # fmt: skip
+        st.markdown(routing_texts.input_rules_summary(reading, names))
+        st.caption(
+            "The same weights and votes each time; only the couplings differ. Random couplings share each child among "
+            "the parents at random (each draw seeded) and are never routed. Entropy: how evenly the class layer's "
+            "couplings spread over the parents (1: uniform). The whole test set's figures: **Where routing matters**."
+        )

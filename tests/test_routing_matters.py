@@ -22,7 +22,9 @@ from capsnet.data.datasets import dataset_info
 from capsnet.data.multimnist import Pairs
 from capsnet.data.tasks import LabelledSet, read_test_set
 from capsnet.files import FileWriteError, file_sha256
+from capsnet.nn.routing import CouplingScores
 from capsnet.readings import routing_matters as rm
+from capsnet.readings.coupling_rules import read_rules, verdict
 
 COUNT = 300  # test images: enough for the tiny model to change some answers with r
 KEPT_COUNT = 60  # for the tests of the kept file, which measure again and again
@@ -58,7 +60,9 @@ def test_the_fast_measure_agrees_with_the_whole_network_run_at_each_r(app_run: P
     odd_batches = rm.iteration_lengths(net, test_images.images[:80], rm.ITERATIONS, batch_size=37)
     torch.testing.assert_close(odd_batches, fast[:80], rtol=1e-5, atol=1e-6)
 
-    result = rm.summarise(fast, test_images.labels, rm.ITERATIONS, "mnist", net.config.routing_iterations)
+    readings = read_rules(net, test_images.images, rm.ITERATIONS, rm.SEED)
+    torch.testing.assert_close(readings.scores[:, :-1], fast)
+    result = rm.summarise(readings, test_images.labels, rm.ITERATIONS, "mnist", net.config.routing_iterations)
     predictions, labels = slow.argmax(2).numpy(), test_images.labels.numpy()  # (N, R)
     changed = np.flatnonzero((predictions != predictions[:, :1]).any(1))
     assert len(changed) > 0, "the tiny model changes some answers with r"
@@ -92,8 +96,10 @@ def test_kept_lengths_are_written_with_their_four_decimals_only() -> None:
     """The changed images' lengths are rounded to DECIMALS as Python floats: 0.1235, not float32's
     0.12349999696016312 (which tripled the size of an EM network's summary, where nearly every image changes)."""
     generator = torch.Generator().manual_seed(0)
-    lengths = torch.rand(50, len(rm.ITERATIONS), 10, generator=generator).numpy()  # (N, R, K), float32
-    result = rm.summarise(lengths, np.arange(50) % 10, rm.ITERATIONS, "mnist", 2)
+    scores = torch.rand(50, len(rm.ITERATIONS) + 1, 10, generator=generator)  # (N, R + 1, K), float32
+    entropy = torch.rand(50, len(rm.ITERATIONS) + 1, generator=generator)
+    result = rm.summarise(CouplingScores(scores, entropy), np.arange(50) % 10, rm.ITERATIONS, "mnist", 2)
+    lengths = scores[:, :-1].numpy()
     values = [v for image in result.changed for row in image.lengths for v in row]
     assert len(result.changed) > 10 and len(values) == len(result.changed) * len(rm.ITERATIONS) * 10
     assert all(len(repr(v).split(".")[1]) <= rm.DECIMALS for v in values)
@@ -118,7 +124,9 @@ def test_the_command_line_measures_on_the_device_asked_and_keeps_the_summary(
     kept = rm.read_kept(run_copy, 10_000)
     assert kept is not None and kept.checkpoint_sha256 == file_sha256(run_copy)
     trained = kept.iterations.index(kept.trained_iterations)
-    assert f"r = {kept.trained_iterations}: accuracy {100 * kept.accuracy[trained]:.2f}%" in done.stdout
+    assert f"r = {kept.trained_iterations} (trained): accuracy {100 * kept.accuracy[trained]:.2f}%" in done.stdout
+    assert f"random (not routed): accuracy {100 * kept.rules()[-1].accuracy:.2f}%" in done.stdout
+    assert verdict(kept.rules()) in done.stdout  # the experiment's verdict, as the dashboard says it
     assert f"kept in {sidecar}" in done.stdout
 
 

@@ -28,6 +28,7 @@ from capsnet.nn.dynamic_routing import RoutingTrace
 from capsnet.nn.family import Network, Routing, register
 from capsnet.nn.layers import PrimaryCapsules, RoutingCapsules, capsule_lengths
 from capsnet.nn.losses import CapsuleLoss, capsule_loss
+from capsnet.nn.routing import CouplingScores, RandomCouplings, check_iterations, coupling_entropy
 
 
 @dataclass
@@ -110,12 +111,31 @@ class CapsNet(nn.Module):
         return self._layers(images, routing_iterations, trace)[1:]
 
     def scores_by_iterations(self, images: Tensor, iterations: Sequence[int]) -> Tensor:
-        """The capsule lengths at each routing count r of `iterations`: (B, R, K). Conv1, PrimaryCaps and the votes
-        u_hat run once; routing runs again for each r on those votes (in float32, as in the forward pass)."""
-        primary, _, _ = self.encode(images, routing_iterations=1)  # (B, N, P)
+        """The capsule lengths at each routing count r of `iterations`: (B, R, K) (`scores_by_coupling`)."""
+        return self.scores_by_coupling(images, iterations).scores
+
+    def scores_by_coupling(
+        self, images: Tensor, iterations: Sequence[int], random: RandomCouplings | None = None
+    ) -> CouplingScores:
+        """The capsule lengths and coupling entropies routed r times for each r of `iterations`, then (given
+        `random`) with these random couplings, not routed (`capsnet.nn.routing.CouplingScores`).
+
+        Conv1, PrimaryCaps and the votes u_hat run once; routing runs once, max(r) times (routing r times is the
+        first r iterations of routing more), in float32 as in the forward pass."""
+        if len(iterations) == 0:
+            raise ValueError("iterations must name at least one routing count")
+        picks = [check_iterations(r) - 1 for r in iterations]
+        primary, _, _ = self.encode(images, routing_iterations=1)
         votes = self.digits.predictions(primary)  # (B, K, N, D), once
-        poses = torch.stack([self.digits.route(votes, r)[0] for r in iterations], dim=1)  # (B, R, K, D)
-        return capsule_lengths(poses)  # (B, R, K)
+        _, routed = self.digits.route(votes, max(picks) + 1, trace=True)
+        assert routed is not None  # traced
+        lengths, couplings = routed.lengths[:, picks], routed.coupling[:, picks]  # (B, R, K), (B, R, K, N)
+        if random is not None:
+            start = random.logits(tuple(votes.shape[:3]), votes.device)  # (B, K, N)
+            _, fixed = self.digits.route(votes, 1, trace=True, start=start)
+            assert fixed is not None  # traced
+            lengths, couplings = torch.cat([lengths, fixed.lengths], 1), torch.cat([couplings, fixed.coupling], 1)
+        return CouplingScores(lengths, coupling_entropy(couplings))  # (B, R', K), (B, R')
 
     def _layers(
         self, images: Tensor, routing_iterations: int | None, trace: bool

@@ -52,11 +52,13 @@ def _dot_children(u_hat: Tensor, x: Tensor) -> Tensor:
     return torch.matmul(x.unsqueeze(2), u_hat.transpose(-1, -2)).squeeze(2)  # (B, K, 1, N) -> (B, K, N)
 
 
-def _route(u_hat: Tensor, iterations: int) -> tuple[list[Tensor], list[Tensor], list[Tensor], list[Tensor]]:
+def _route(
+    u_hat: Tensor, iterations: int, start: Tensor | None = None
+) -> tuple[list[Tensor], list[Tensor], list[Tensor], list[Tensor]]:
     """Procedure 1 as a plain loop; returns c_t, b_t, s_t and v_t of every iteration t."""
     batch, parents, children, _ = u_hat.shape
-    # b_ij starts at zero for every example separately: never shared across the batch
-    logits = u_hat.new_zeros(batch, parents, children)  # (B, K, N)
+    # b_ij starts at zero for every example separately (never shared across the batch), or at the logits given
+    logits = u_hat.new_zeros(batch, parents, children) if start is None else start.to(u_hat.dtype)  # (B, K, N)
     couplings, all_logits, pre, poses = [], [], [], []
     for t in range(iterations):
         coupling = torch.softmax(logits, dim=1)  # over the parents j: (B, K, N)
@@ -126,7 +128,7 @@ class _DynamicRouting(torch.autograd.Function):
 
 
 def dynamic_routing(
-    u_hat: Tensor, iterations: int, trace: bool = False, backward: Backward = "auto"
+    u_hat: Tensor, iterations: int, trace: bool = False, backward: Backward = "auto", start: Tensor | None = None
 ) -> tuple[Tensor, RoutingTrace | None]:
     """Procedure 1 of the paper, vectorised over the batch, children and parents.
 
@@ -139,6 +141,9 @@ def dynamic_routing(
         backward: how gradients are taken (`capsnet.nn.routing.manual_backward`): "manual", the
             hand-written backward of `_DynamicRouting`, 3x faster on a CPU but opaque to `torch.compile`;
             "autograd", the same plain ops differentiated by autograd; "auto" (default): manual on a CPU.
+        start: the logits b_ij of the first iteration, (B, K, N); None (the paper): zero, uniform couplings.
+            `capsnet.nn.routing.RandomCouplings` draws random ones (Where routing matters); autograd differentiates
+            routing from them.
 
     Returns:
         v: parent poses (B, K, D), and the trace when asked for.
@@ -146,12 +151,14 @@ def dynamic_routing(
     check_iterations(iterations)
     if u_hat.dim() != 4:
         raise ValueError(f"u_hat must be (B, K, N, D), got shape {tuple(u_hat.shape)}")
+    if start is not None and start.shape != u_hat.shape[:3]:
+        raise ValueError(f"start must be (B, K, N) = {tuple(u_hat.shape[:3])}, got {tuple(start.shape)}")
     manual = manual_backward(backward, u_hat.device)
     if not trace:
-        if manual and torch.is_grad_enabled() and u_hat.requires_grad:
+        if manual and start is None and torch.is_grad_enabled() and u_hat.requires_grad:
             return _DynamicRouting.apply(u_hat, iterations), None
-        return _route(u_hat, iterations)[3][-1], None
-    couplings, logits, sums, poses = (torch.stack(x, dim=1) for x in _route(u_hat, iterations))
+        return _route(u_hat, iterations, start)[3][-1], None
+    couplings, logits, sums, poses = (torch.stack(x, dim=1) for x in _route(u_hat, iterations, start))
     return poses[:, -1], RoutingTrace(
         votes=u_hat,  # (B, K, N, D)
         coupling=couplings,  # (B, r, K, N)

@@ -35,7 +35,13 @@ from capsnet.nn.em_routing import EMTrace
 from capsnet.nn.family import Network, Routing, register
 from capsnet.nn.losses import CapsuleLoss, reconstruction_loss, spread_loss
 from capsnet.nn.matrix_capsules import BETA_NAMES, POSE_ENTRIES, ClassCapsules, ConvCapsules, PrimaryMatrixCapsules
-from capsnet.nn.routing import MAX_ROUTING_ITERATIONS, check_iterations
+from capsnet.nn.routing import (
+    MAX_ROUTING_ITERATIONS,
+    CouplingScores,
+    RandomCouplings,
+    check_iterations,
+    coupling_entropy,
+)
 
 
 @dataclass(frozen=True)
@@ -214,8 +220,15 @@ class EMCapsNet(nn.Module):
         return self.decoder.redraw(poses, class_index)  # (B, C, H, W)
 
     def scores_by_iterations(self, images: Tensor, iterations: Sequence[int]) -> Tensor:
-        """The class activations a_j at each routing count r of `iterations`: (B, R, K), each r's as the forward pass
-        gives them (every capsule layer routed r times; the decoder is not run).
+        """The class activations a_j at each routing count r of `iterations`: (B, R, K) (`scores_by_coupling`)."""
+        return self.scores_by_coupling(images, iterations).scores
+
+    def scores_by_coupling(
+        self, images: Tensor, iterations: Sequence[int], random: RandomCouplings | None = None
+    ) -> CouplingScores:
+        """The class activations a_j and the class layer's coupling entropies with every capsule layer routed r times
+        for each r of `iterations`, each as the forward pass gives them; then (given `random`) with every capsule
+        layer's assignments R_ij random, each layer's own draw, and not routed (one M-step each). The decoder is not run.
 
         Conv1 and PrimaryCaps run once. ConvCaps1 routes once, max(r) times, and gives its grid at every r on the
         way (`ConvCapsules.by_iterations`: routing r times is the first r iterations of routing more); ConvCaps2 and
@@ -226,11 +239,19 @@ class EMCapsNet(nn.Module):
         features = F.relu(self.conv1(images))  # (B, A, 12, 12)
         poses, acts = self.primary(features)  # (B, B, 16, 12, 12), (B, B, 12, 12)
         first_poses, first_acts = self.convcaps1.by_iterations(poses, acts, max(iterations))  # (R, B, C, 16, 5, 5), ..
-        scores = []
-        for r in iterations:
-            poses, acts, _ = self.convcaps2(first_poses[r - 1], first_acts[r - 1], r)  # (B, D, 16, 3, 3), (B, D, 3, 3)
-            scores.append(self.classes(poses, acts, r)[1])  # (B, K)
-        return torch.stack(scores, dim=1)  # (B, R, K)
+        grids: list[tuple[Tensor, Tensor, int, RandomCouplings | None]]
+        grids = [(first_poses[r - 1], first_acts[r - 1], r, None) for r in iterations]
+        if random is not None:
+            grids.append((*self.convcaps1(poses, acts, 1, random=random.for_layer(1))[:2], 1, random))
+        scores, entropy = [], []
+        for grid_poses, grid_acts, r, draws in grids:
+            second, third = (None, None) if draws is None else (draws.for_layer(2), draws.for_layer(3))
+            grid_poses, grid_acts, _ = self.convcaps2(grid_poses, grid_acts, r, random=second)  # (B, D, 16, 3, 3), ..
+            _, class_acts, trace = self.classes(grid_poses, grid_acts, r, trace=True, random=third)  # .., (B, K)
+            assert trace is not None  # traced
+            scores.append(class_acts)
+            entropy.append(coupling_entropy(trace.assignments[:, -1, 0]))  # R_ij of the last M-step: (B, K, I) -> (B,)
+        return CouplingScores(torch.stack(scores, dim=1), torch.stack(entropy, dim=1))  # (B, R', K), (B, R')
 
     def forward(
         self,

@@ -80,7 +80,7 @@ def inverse_temperature(iteration: int) -> float:
 class EMTrace:
     """What EM routing did, one entry per iteration (the dashboard steps through it).
 
-    assignments[:, t] are the R_ij the M-step of iteration t+1 weighed (uniform for t = 0), means, variances and
+    assignments[:, t] are the R_ij the M-step of iteration t+1 weighed (even for t = 0 unless a start was given), means, variances and
     activations[:, t] the parents that M-step fitted. Slot i of position p holds child `child_index[p, i]`.
     """
 
@@ -210,14 +210,17 @@ def _route(
     beta_u: Tensor,
     beta_a: Tensor,
     iterations: int,
+    start: Tensor | None = None,
 ) -> tuple[Tensor, list[Tensor], list[_Fit]]:
     """Procedure 1 as a plain loop about `centre`: [V - c, (V - c)^2] (B, P, J, I, 2H), the R_ij of each iteration
-    and its M-step's fit (its means about the centre too: `_uncentred`)."""
+    and its M-step's fit (its means about the centre too: `_uncentred`). `start`: logits of the first R_ij."""
     batch, positions, parents, slots, _ = votes.shape
-    counts = reach_counts(child_index, children)  # (children,); 0 for a child past the last window (a valid conv)
-    # start: each child spread evenly over every parent it reaches (all positions and types)
-    start = (1.0 / (counts[child_index] * parents)).to(votes.dtype)  # (P, I)
-    assignment = start.view(1, positions, 1, slots).expand(batch, positions, parents, slots)  # (B, P, J, I)
+    if start is not None:  # R_ij from the logits given, normalised over every parent each child reaches
+        assignment = child_softmax(start.to(votes.dtype), child_index, children)  # (B, P, J, I)
+    else:  # each child spread evenly over every parent it reaches (all positions and types)
+        counts = reach_counts(child_index, children)  # (children,); 0 for a child past the last window (a valid conv)
+        even = (1.0 / (counts[child_index] * parents)).to(votes.dtype)  # (P, I)
+        assignment = even.view(1, positions, 1, slots).expand(batch, positions, parents, slots)  # (B, P, J, I)
     both = _with_squares(votes, centre)  # V and V^2 about the centre, once for every iteration: (B, P, J, I, 2H)
     scale = parents / slots  # pitfall 3: n_j normalised by parents / children of a receptive field
     child_a = activations.unsqueeze(2)  # (B, P, 1, I)
@@ -369,6 +372,7 @@ def em_routing(
     iterations: int,
     trace: bool = False,
     backward: Backward = "auto",
+    start: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, EMTrace | None]:
     """Procedure 1 of the EM paper, vectorised over the batch, parent positions, slots and parent types.
 
@@ -385,18 +389,23 @@ def em_routing(
         backward: how gradients are taken (`capsnet.nn.routing.manual_backward`): "manual", the hand-written
             backward of `_EMRouting`, several times faster on a CPU; "autograd", the same plain ops differentiated
             by autograd; "auto" (default): manual on a CPU. All three give the same values and gradients.
+        start: logits (B, P, J, I) of the first iteration's R_ij, normalised over every parent a child reaches;
+            None (the paper): each child spread evenly. `capsnet.nn.routing.RandomCouplings` draws random ones (Where
+            routing matters); autograd differentiates routing from them.
 
     Returns:
         poses mu_j (B, P, J, H), activations a_j (B, P, J), and the trace when asked for.
     """
     _check(votes, activations, child_index, beta_u, beta_a, iterations)
+    if start is not None and start.shape != votes.shape[:4]:
+        raise ValueError(f"start must be (B, P, J, I) = {tuple(votes.shape[:4])}, got {tuple(start.shape)}")
     manual = manual_backward(backward, votes.device)
     centre = _centre(votes)  # (B, P, J, 1, H)
     needs_grad = torch.is_grad_enabled() and any(x.requires_grad for x in (votes, activations, beta_u, beta_a))
-    if not trace and manual and needs_grad:
+    if not trace and manual and needs_grad and start is None:
         mean, out_a = _EMRouting.apply(votes, centre, activations, beta_u, beta_a, child_index, children, iterations)
         return mean, out_a, None
-    _, assignments, fits = _route(votes, centre, activations, child_index, children, beta_u, beta_a, iterations)
+    _, assignments, fits = _route(votes, centre, activations, child_index, children, beta_u, beta_a, iterations, start)
     mean, out_a = _uncentred(fits[-1], centre), torch.sigmoid(fits[-1].logit)
     if not trace:
         return mean, out_a, None

@@ -80,13 +80,16 @@ class RoutingCapsules(nn.Module):
             )
         return self.route(self.predictions(u), iterations, trace)  # u_hat: (B, K, N, D)
 
-    def route(self, u_hat: Tensor, iterations: int, trace: bool = False) -> tuple[Tensor, RoutingTrace | None]:
-        """Dynamic routing of votes u_hat (B, K, N, D) to the parent poses (B, K, D), behind the float32 guard."""
+    def route(
+        self, u_hat: Tensor, iterations: int, trace: bool = False, start: Tensor | None = None
+    ) -> tuple[Tensor, RoutingTrace | None]:
+        """Dynamic routing of votes u_hat (B, K, N, D) to the parent poses (B, K, D), behind the float32 guard;
+        `start`: the first iteration's logits b_ij (B, K, N), zero when None (`dynamic_routing`)."""
         if not needs_float32(u_hat):
-            return dynamic_routing(u_hat, iterations, trace)
+            return dynamic_routing(u_hat, iterations, trace, start=start)
         # routing (softmax, squash) in float32 under autocast and in a half-precision model; the latter
         # gets its poses back in its own dtype (autocast takes float32 poses on to the decoder)
-        poses, routed = in_float32(u_hat, lambda votes: dynamic_routing(votes, iterations, trace))
+        poses, routed = in_float32(u_hat, lambda votes: dynamic_routing(votes, iterations, trace, start=start))
         autocast = torch.is_autocast_enabled(u_hat.device.type)
         return (poses if autocast else poses.to(u_hat.dtype)), routed
 

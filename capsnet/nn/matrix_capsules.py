@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from capsnet.nn.em_routing import EMTrace, em_routing, em_routing_by_iterations
-from capsnet.nn.routing import in_float32
+from capsnet.nn.routing import RandomCouplings, in_float32
 
 POSE = 4  # a pose is a 4x4 matrix
 POSE_ENTRIES = POSE * POSE  # 16
@@ -45,10 +45,17 @@ class PrimaryMatrixCapsules(nn.Module):
 
 
 def _route_float32(
-    votes: Tensor, child_a: Tensor, layer: ConvCapsules | ClassCapsules, iterations: int, trace: bool, every: bool
+    votes: Tensor,
+    child_a: Tensor,
+    layer: ConvCapsules | ClassCapsules,
+    iterations: int,
+    trace: bool,
+    every: bool,
+    start: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, EMTrace | None]:
     """EM routing in float32 (under autocast and in a half-precision model alike), results in float32; with `every`,
-    the results at r = 1 .. iterations stacked r-major along the batch: (r*B, P, J, H), (r*B, P, J)."""
+    the results at r = 1 .. iterations stacked r-major along the batch: (r*B, P, J, H), (r*B, P, J). `start`: the
+    first R_ij's logits (B, P, J, I), when not even (`em_routing`)."""
     if every:
         means, acts = in_float32(votes, lambda v: em_routing_by_iterations(
             v, child_a.float(), layer.child_index, layer.children_count,
@@ -57,7 +64,7 @@ def _route_float32(
         return means.flatten(0, 1), acts.flatten(0, 1), None
     return in_float32(votes, lambda v: em_routing(
         v, child_a.float(), layer.child_index, layer.children_count,
-        layer.beta_u.float(), layer.beta_a.float(), iterations, trace,
+        layer.beta_u.float(), layer.beta_a.float(), iterations, trace, start=start,
     ))  # fmt: skip
 
 
@@ -68,21 +75,32 @@ def _in_chunks(
     iterations: int,
     trace: bool,
     every: bool = False,
+    random: RandomCouplings | None = None,
 ) -> tuple[Tensor, Tensor, EMTrace | None]:
     """`layer._route` over the batch in chunks of at most CPU_CHUNK_BYTES of routing tensors each on a CPU (training
     and reading alike: each chunk's routing is its own autograd node, so gradients are the whole batch's) and
     DEVICE_CHUNK_BYTES in a reading elsewhere; one pass over the whole batch for a trace (which keeps every example's
     votes), under torch.compile (which fuses the whole pass) and in training off the CPU. With `every`, the results
-    at r = 1 .. iterations, r-major along the batch (r*B, ...)."""
+    at r = 1 .. iterations, r-major along the batch (r*B, ...). With `random`, the first R_ij are drawn from it,
+    each image's the same in any chunk."""
     batch = poses.shape[0]
     kron = _kron(layer.weight, poses)  # once for every chunk
+    positions, slots = layer.child_index.shape
+
+    def start(rows: slice) -> Tensor | None:  # the first R_ij's logits of these images: (b, P, J, I)
+        if random is None:
+            return None
+        chunk = random.rows(rows.start, min(rows.stop, batch))
+        return chunk.logits((len(chunk.ids), positions, layer.beta_u.numel(), slots), poses.device)
+
     on_cpu = poses.device.type == "cpu"
     needs_grad = torch.is_grad_enabled() and any(p.requires_grad for p in (poses, activations, layer.weight))
     chunk = max(1, (CPU_CHUNK_BYTES if on_cpu else DEVICE_CHUNK_BYTES) // layer.routing_bytes_per_image())
     if trace or (needs_grad and not on_cpu) or chunk >= batch or torch.compiler.is_compiling():
-        return layer._route(poses, activations, kron, iterations, trace, every)
+        return layer._route(poses, activations, kron, iterations, trace, every, start(slice(0, batch)))
     parts = [
-        layer._route(p, a, kron, iterations, False, every) for p, a in zip(poses.split(chunk), activations.split(chunk))
+        layer._route(p, a, kron, iterations, False, every, start(slice(n, n + chunk)))
+        for n, p, a in zip(range(0, batch, chunk), poses.split(chunk), activations.split(chunk))
     ]
     out_poses, out_a = [p[0] for p in parts], [p[1] for p in parts]
     if every:  # each chunk's results are r-major, (r*b, ...): joined along the batch within each r
@@ -165,10 +183,16 @@ class ConvCapsules(nn.Module):
         return self.out_size**2 * self.out_types * self.child_index.shape[1] * 3 * POSE_ENTRIES * 4
 
     def forward(
-        self, poses: Tensor, activations: Tensor, iterations: int, trace: bool = False
+        self,
+        poses: Tensor,
+        activations: Tensor,
+        iterations: int,
+        trace: bool = False,
+        random: RandomCouplings | None = None,
     ) -> tuple[Tensor, Tensor, EMTrace | None]:
-        """Child grid (B, T_in, 16, H, W), (B, T_in, H, W) -> parent grid (B, J, 16, H', W'), (B, J, H', W')."""
-        return _in_chunks(self, poses, activations, iterations, trace)
+        """Child grid (B, T_in, 16, H, W), (B, T_in, H, W) -> parent grid (B, J, 16, H', W'), (B, J, H', W');
+        `random`: routing starts from these random assignments (`_in_chunks`)."""
+        return _in_chunks(self, poses, activations, iterations, trace, random=random)
 
     def by_iterations(self, poses: Tensor, activations: Tensor, iterations: int) -> tuple[Tensor, Tensor]:
         """`forward`'s parent grid at r = 1 .. `iterations` from one routing run (`em_routing_by_iterations`):
@@ -176,7 +200,14 @@ class ConvCapsules(nn.Module):
         return _by_iterations(self, poses, activations, iterations)
 
     def _route(
-        self, poses: Tensor, activations: Tensor, kron: Tensor, iterations: int, trace: bool, every: bool = False
+        self,
+        poses: Tensor,
+        activations: Tensor,
+        kron: Tensor,
+        iterations: int,
+        trace: bool,
+        every: bool = False,
+        start: Tensor | None = None,
     ) -> tuple[Tensor, Tensor, EMTrace | None]:
         batch = poses.shape[0]
         k, s, n = self.kernel, self.stride, self.out_size
@@ -187,7 +218,7 @@ class ConvCapsules(nn.Module):
         votes = _votes(rows, kron).view(-1, batch, n * n, self.out_types, POSE_ENTRIES)  # (I, B, L, J, 16)
         votes = votes.permute(1, 2, 3, 0, 4)  # (B, L, J, I, 16), a view: routing copies it once, into [V, V^2]
         # (B, L, J, 16), (B, L, J); with `every`, r*B in place of B (as in the lines below)
-        mean, out_a, routed = _route_float32(votes, child_a, self, iterations, trace, every)
+        mean, out_a, routed = _route_float32(votes, child_a, self, iterations, trace, every, start)
         out_poses = mean.permute(0, 2, 3, 1).reshape(-1, self.out_types, POSE_ENTRIES, n, n)  # (B, J, 16, H', W')
         return out_poses, out_a.transpose(1, 2).reshape(-1, self.out_types, n, n), routed  # (B, J, H', W')
 
@@ -225,10 +256,16 @@ class ClassCapsules(nn.Module):
         return self.classes * self.children_count * 3 * POSE_ENTRIES * 4
 
     def forward(
-        self, poses: Tensor, activations: Tensor, iterations: int, trace: bool = False
+        self,
+        poses: Tensor,
+        activations: Tensor,
+        iterations: int,
+        trace: bool = False,
+        random: RandomCouplings | None = None,
     ) -> tuple[Tensor, Tensor, EMTrace | None]:
-        """Child grid (B, T_in, 16, H, W), (B, T_in, H, W) -> class poses (B, K, 16), activations (B, K)."""
-        return _in_chunks(self, poses, activations, iterations, trace)
+        """Child grid (B, T_in, 16, H, W), (B, T_in, H, W) -> class poses (B, K, 16), activations (B, K); `random`:
+        routing starts from these random assignments (`_in_chunks`)."""
+        return _in_chunks(self, poses, activations, iterations, trace, random=random)
 
     def by_iterations(self, poses: Tensor, activations: Tensor, iterations: int) -> tuple[Tensor, Tensor]:
         """`forward`'s class poses and activations at r = 1 .. `iterations` from one routing run
@@ -236,7 +273,14 @@ class ClassCapsules(nn.Module):
         return _by_iterations(self, poses, activations, iterations)
 
     def _route(
-        self, poses: Tensor, activations: Tensor, kron: Tensor, iterations: int, trace: bool, every: bool = False
+        self,
+        poses: Tensor,
+        activations: Tensor,
+        kron: Tensor,
+        iterations: int,
+        trace: bool,
+        every: bool = False,
+        start: Tensor | None = None,
     ) -> tuple[Tensor, Tensor, EMTrace | None]:
         batch, types, _, height, width = poses.shape
         cells = height * width
@@ -247,5 +291,5 @@ class ClassCapsules(nn.Module):
         votes = votes.reshape(batch, 1, self.classes, types * cells, POSE_ENTRIES)  # (B, 1, K, I, 16), i = (type, y, x)
         child_a = activations.reshape(batch, 1, types * cells)  # (B, 1, I), slot (type, y, x)
         # (B, 1, K, 16), (B, 1, K); with `every`, r*B in place of B
-        mean, out_a, routed = _route_float32(votes, child_a, self, iterations, trace, every)
+        mean, out_a, routed = _route_float32(votes, child_a, self, iterations, trace, every, start)
         return mean[:, 0], out_a[:, 0], routed

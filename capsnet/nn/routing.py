@@ -11,9 +11,11 @@ before the children: dynamic routing's coupling c_ij as (B, r, K, N), EM's R_ij 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from numbers import Integral
-from typing import Literal, TypeVar
+from typing import Literal, NamedTuple, TypeVar
 
 import torch
 from torch import Tensor
@@ -62,3 +64,75 @@ def in_float32(x: Tensor, route: Callable[[Tensor], T]) -> T:
     logits, or a variance, in bfloat16 loses the differences routing is made of)."""
     with torch.autocast(x.device.type, enabled=False):
         return route(x.float())
+
+
+_MASK64 = (1 << 64) - 1
+
+
+def _signed(value: int) -> int:
+    """A 64-bit constant as torch's int64 holds it."""
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+_GOLDEN, _MIX1, _MIX2 = (_signed(c) for c in (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB))
+
+
+def _shifted(x: Tensor, bits: int) -> Tensor:
+    """x >> bits as an unsigned 64-bit shift (torch shifts int64 arithmetically)."""
+    return (x >> bits) & ((1 << (64 - bits)) - 1)
+
+
+def _splitmix64(x: Tensor) -> Tensor:
+    """SplitMix64's finaliser (Steele, Lea & Flood 2014) on int64 counters, wrapping as uint64 would."""
+    x = x + _GOLDEN
+    x = (x ^ _shifted(x, 30)) * _MIX1
+    x = (x ^ _shifted(x, 27)) * _MIX2
+    return x ^ _shifted(x, 31)
+
+
+@dataclass(frozen=True)
+class RandomCouplings:
+    """Random couplings for a batch, each image's drawn from (seed, the image's index, the layer) alone: the same
+    whatever batch or chunk the image is read in, on any device. Where routing matters puts them, fixed and not
+    routed, beside the routed ones (Paik, Kwak & Kim 2019, "Capsule Networks Need an Improved Routing Algorithm",
+    https://arxiv.org/abs/1907.13327)."""
+
+    seed: int
+    ids: Tensor  # (B,) int64: each image's index in its set
+    layer: int = 0  # which routing layer draws (a network with several gives each its own `for_layer`)
+
+    def for_layer(self, layer: int) -> RandomCouplings:
+        return RandomCouplings(self.seed, self.ids, layer)
+
+    def rows(self, start: int, stop: int) -> RandomCouplings:
+        """The draws of images start .. stop - 1 of the batch (a chunk of it)."""
+        return RandomCouplings(self.seed, self.ids[start:stop], self.layer)
+
+    def logits(self, shape: tuple[int, ...], device: torch.device) -> Tensor:
+        """Start logits of `shape` (B, ...) whose softmax over a child's parents is uniform on the simplex
+        (Dirichlet(1, .., 1)): log E with E = -log U ~ Exp(1), U from a counter-based hash (SplitMix64), float32."""
+        if shape[0] != len(self.ids):
+            raise ValueError(f"random couplings for {len(self.ids)} images, asked for {shape[0]}")
+        count = math.prod(shape[1:])
+        key = _splitmix64(_splitmix64(torch.tensor(self.seed * 1_000_003 + self.layer)) ^ self.ids.long().cpu())  # (B,)
+        bits = _splitmix64(key.unsqueeze(1) * count + torch.arange(count))  # (B, count)
+        uniform = (_shifted(bits, 11).double() + 0.5) * 2.0**-53  # in (0, 1)
+        return torch.log(-torch.log(uniform)).float().view(shape).to(device)  # log E
+
+
+def coupling_entropy(couplings: Tensor) -> Tensor:
+    """How peaked couplings are: each child's entropy over the parents, divided by log(parents) (1: uniform, 0: all on
+    one parent), averaged over the children. Both algorithms' assignments, parents before children: c_ij or a class
+    layer's R_ij as (..., K, N) -> (...)."""
+    parents = couplings.shape[-2]
+    per_child = -torch.special.xlogy(couplings, couplings).sum(dim=-2)  # 0 log 0 = 0: (..., N)
+    return per_child.mean(dim=-1) / math.log(parents) if parents > 1 else torch.ones_like(per_child[..., 0])
+
+
+class CouplingScores(NamedTuple):
+    """A batch read under several coupling rules (`scores_by_coupling` of a routing network), one column each: routed
+    r times from even couplings for each r asked for, then (when a generator is given) random couplings drawn from it
+    and not routed."""
+
+    scores: Tensor  # (B, R, K) the class scores: capsule lengths |v_j| or activations a_j
+    entropy: Tensor  # (B, R) the class layer's coupling entropy (`coupling_entropy`) in the last iteration

@@ -79,6 +79,7 @@ def _em_routing(model: models.Model) -> None:
     klass = prediction if choice is None else choice
     st.markdown(said)
     widgets.away_from_trained(model, r)
+    widgets.routing_experiment_for_input(model, image, r)
     step = widgets.iteration_stepper(r, "◀ ▶ step both charts through the EM iterations together.")
     t = step - 1
     st.plotly_chart(

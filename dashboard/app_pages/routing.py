@@ -92,6 +92,7 @@ else:
     summary += "). With one iteration every coupling stays uniform: routing has not begun."
 st.markdown(summary)
 widgets.away_from_trained(model, r)
+widgets.routing_experiment_for_input(model, image, r)
 notice = st.empty()  # always there, filled or not: the charts below keep their place in the page when it changes
 if r > 1 and result.first_prediction != prediction:
     notice.info(

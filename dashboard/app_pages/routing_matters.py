@@ -8,8 +8,9 @@ from typing import Any
 
 import streamlit as st
 
+from capsnet.readings.coupling_rules import verdict
 from capsnet.readings.routing_matters import RoutingMatters
-from dashboard import figures, guards, links, pages, state
+from dashboard import figures, guards, links, pages, routing_texts, state
 from dashboard.figures import routing_matters as rmf
 
 PER_PAGE = 12
@@ -102,8 +103,8 @@ result, error = model.routing_matters(measure=st.session_state.get(MEASURE) == m
 if result is None:
     how_long = voice.duration
     st.info(
-        f"Not measured yet for this model: each of its {len(labels):,} test images is read at r = 1 to 5, once, and "
-        f"the result is kept beside the checkpoint ({how_long}).",
+        f"Not measured yet for this model: each of its {len(labels):,} test images is read at r = 1 to 5 and with "
+        f"random couplings, once, and the result is kept beside the checkpoint ({how_long}).",
         icon=":material/hourglass_empty:",
     )
     if not st.button("Measure on the whole test set", key="rm_measure_button", icon=":material/play_arrow:"):
@@ -148,6 +149,11 @@ st.plotly_chart(
 )
 share = len(result.changed) / result.total
 st.markdown(voice.verdict(share, trained, float(accuracy[0]), len(result.changed), noun))
+
+st.subheader("Does routing matter? Uniform, routed and random couplings", anchor=False)
+st.markdown(routing_texts.EXPERIMENT_INTRO.format(noun=noun))
+st.dataframe(routing_texts.experiment_rows(result), hide_index=True, key="rm_rules", width="content")
+st.markdown(verdict(result.rules()))
 
 st.subheader(f"The test {noun}s whose answer changes", anchor=False)
 if not result.changed:
