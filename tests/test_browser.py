@@ -603,6 +603,16 @@ def test_train_from_the_sidebar_and_pick_the_new_model(page, app: App, screensho
         field.press("Tab")
         expect(field).to_have_value(value)
 
+    # issue 55, item 1: Enter in a number field of the form starts nothing (it once started a run with the rest of
+    # the form at its defaults)
+    epochs = bar.locator(".st-key-train_epochs input")
+    epochs.focus()
+    epochs.press("Enter")
+    wait_idle(page)
+    expect(bar.get_by_text(re.compile(r"Started \S+ \(pid"))).to_have_count(0)
+    assert not app.runs_dir.exists() or not any(app.runs_dir.iterdir()), "Enter started a run"
+    expect(epochs).to_have_value("2")
+
     bar.get_by_role("button", name="Start training").click()
     started = bar.get_by_text(re.compile(r"Started \S+ \(pid \d+\)\."))
     expect(started).to_be_visible(timeout=RERUN_MS)
@@ -810,8 +820,16 @@ def test_step_the_routing_playground_and_click_a_vote(page, app: App, screenshot
 def test_a_first_visit_walks_the_whole_path_without_a_dead_end(page, app: App, screenshots: Screenshots) -> None:
     """Issue 31's first contact: from a first visit, every step of Start here opens its page (and is ticked on the
     way back), and the page shows something (an input, or a one-click way to a model that reads it), never only
-    "No input yet" or "Pick a ... model"."""
-    from dashboard import guided_path
+    "No input yet" or "Pick a ... model". Issue 55, item 2: r = 4 chosen for the CapsNet on the Routing step, the
+    EM step opens the EM model at its own trained r, and the CapsNet's 4 is there again after it."""
+    from capsnet.checkpoints.checkpoint import load_checkpoint
+    from dashboard import guided_path, pages
+
+    em_r = load_checkpoint(app.checkpoints_dir / "mnist-em.safetensors", networks=("em",)).config.routing_iterations
+    capsnet_r = em_r + 1  # another r than the EM model's own, for the CapsNet
+
+    def routing_r() -> int:
+        return int(page.locator(".st-key-routing_iterations").get_by_role("slider").input_value())
 
     open_app(page, app, "/start")
     expect(page.get_by_text("What is a capsule?")).to_be_visible(timeout=PAGE_LOAD_MS)
@@ -832,11 +850,19 @@ def test_a_first_visit_walks_the_whole_path_without_a_dead_end(page, app: App, s
             wait_idle(page)
             expect(chosen).to_be_checked()
             expect(page.locator(".st-key-em_assignments")).to_be_visible()
+            assert routing_r() == em_r, "the EM model opens at its own r, not the CapsNet's"
         else:
             page.locator(f".st-key-step_{number}").get_by_role("link", name=f"Open {step.page.title}").click()
         expect(page.get_by_role("heading", name=step.page.title).first).to_be_visible(timeout=PAGE_LOAD_MS)
         wait_idle(page)
         assert main.get_by_text("No input yet").count() == 0, step.page.title
+        if step.page is pages.ROUTING and step.network is None:  # the CapsNet at another r than the EM model's
+            slider = page.locator(".st-key-routing_iterations").get_by_role("slider")
+            for _ in range(abs(capsnet_r - routing_r())):
+                slider.focus()
+                page.keyboard.press("ArrowRight" if capsnet_r > routing_r() else "ArrowLeft")
+                wait_idle(page)
+            expect(page.get_by_text(f"With {capsnet_r} iterations")).to_be_visible(timeout=RERUN_MS)
         if step.page.url_path == "overlap":  # a page for another kind of model: one click away, and it opens
             expect(page.locator(".st-key-switch_model")).to_be_visible(timeout=RERUN_MS)
             page.locator(".st-key-switch_model").get_by_role("button").click()
@@ -849,6 +875,12 @@ def test_a_first_visit_walks_the_whole_path_without_a_dead_end(page, app: App, s
             wait_rendered(page)
             screenshots.take(page, "start.png")
     expect(page.get_by_text(f"{steps} of {steps} steps visited")).to_be_visible()
+    page.locator(".st-key-step_4").get_by_role("link", name="Open Routing").click()  # the EM model's, still chosen
+    expect(page.get_by_role("heading", name="EM routing")).to_be_visible(timeout=PAGE_LOAD_MS)
+    page.locator(".st-key-switch_back").get_by_role("button").click()  # one click back to the CapsNet
+    expect(page.get_by_role("heading", name="Routing by agreement")).to_be_visible(timeout=PAGE_LOAD_MS)
+    wait_idle(page)
+    assert routing_r() == capsnet_r, "the CapsNet's r, kept while the EM model was read"
 
 
 # ---------------------------------------------------------------- the server, after every page above
