@@ -306,6 +306,27 @@ def test_the_votes_figure_draws_one_iteration_and_sends_it_compactly(iterations:
     assert len(single.data) == 3  # one iteration: no label
 
 
+def test_the_selected_votes_ring_shows_on_white_points() -> None:
+    """Issue 55, item 7: the ring was white, on votes coloured white where couplings are uniform; now yellow (a colour
+    the diverging scale never takes) on a dark edge."""
+    from plotly.colors import get_colorscale, hex_to_rgb
+
+    from dashboard.figures import agreement
+
+    rng = np.random.default_rng(0)
+    points, k = rng.normal(size=(72, 2)), 10
+    coupling = np.full((3, 72), 1 / k)  # uniform: every vote white
+    agreement_ = np.zeros((3, 72))
+    sums, poses = np.zeros((3, 2)), np.zeros((3, 2))
+    fig = figures.votes_figure(points, coupling, agreement_, sums, poses, "3", k, 6, 2, selected=5)
+    rings = [t for t in fig.data if t.name == "the selected capsule's vote"]
+    assert [t.marker.color for t in rings] == [agreement.RING_EDGE, agreement.RING]
+    assert all(t.x[0] == pytest.approx(points[5, 0], rel=1e-6) and t.marker.symbol == "circle-open" for t in rings)
+    ring = np.array(hex_to_rgb(agreement.RING))
+    scale = [np.array([int(v) for v in c.strip("rgb()").split(",")]) for _, c in get_colorscale("RdBu_r")]
+    assert min(np.abs(ring - c).sum() for c in scale) > 150  # far from every colour a vote can take
+
+
 def test_the_coupling_maps_outline_the_selected_capsules_cell() -> None:
     """The linked views: the outline sits on the one cell of the tiled heatmap that holds that capsule's coupling."""
     rng = np.random.default_rng(0)

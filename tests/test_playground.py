@@ -205,6 +205,26 @@ def test_the_em_plane_draws_each_parents_gaussian() -> None:
     assert fig["layout"]["title"]["text"].startswith("Iteration 3 of 3")
 
 
+def test_a_wide_gaussians_ellipses_stay_ellipses_beyond_the_axes() -> None:
+    """Issue 55, item 7: a 2-sigma ellipse wider than the axes was clipped point by point into a rectangle; every
+    point of each ellipse now lies on it, and the plot area cuts off the rest."""
+    votes = pg.preset_votes("clusters of unequal spread")
+    em = pg.em_route(votes, 3)
+    stds = em.stds * 20  # Gaussians far wider than the axes
+    fig = figs.em_plane_figure(votes, em.assignments, em.means, stds, em.activations, ["a", "b", "c"], 0).to_dict()
+    reach = fig["layout"]["xaxis"]["range"][1]
+    lines = [t for t in fig["data"] if t.get("mode") == "lines"]
+    assert len(lines) == 6  # 1 and 2 sigma for each of 3 parents
+    beyond = 0
+    for n, line in enumerate(lines):
+        j, scale = n // 2, 1 + n % 2
+        x, y = plotly_values(line["x"]), plotly_values(line["y"])
+        (mx, my), (sx, sy) = em.means[0, j], stds[0, j] * scale
+        np.testing.assert_allclose(((x - mx) / sx) ** 2 + ((y - my) / sy) ** 2, 1.0, rtol=1e-5)
+        beyond += int((np.abs(x) > reach).any())
+    assert beyond > 0  # some reach past the axes, unclipped
+
+
 def test_the_squash_curve() -> None:
     norms, lengths = pg.squash_curve(4.0, 401)
     assert norms[0] == 0 and norms[-1] == 4.0 and lengths[0] == 0

@@ -10,6 +10,7 @@ import plotly.graph_objects as go
 from dashboard.figures.style import CLASS_COLOURS, OTHER, WINNER
 
 DIVERGING = "RdBu_r"  # blue: less than uniform, white: uniform, red: more
+RING, RING_EDGE = "#ffd21f", "#0e1117"  # the selected vote's ring: a colour the diverging scale never takes, edged
 
 
 def _capsule_labels(types: int, grid: int) -> np.ndarray:
@@ -89,12 +90,13 @@ def votes_figure(
             textposition="bottom right", showlegend=False, hoverinfo="skip", textfont=dict(size=13, color="#fafafa"),
         ))  # fmt: skip
     ring = []
-    if selected is not None:
-        ring.append(dict(
-            type="scatter", x=[float(points[selected, 0])], y=[float(points[selected, 1])], mode="markers",
-            name="the selected capsule's vote", hoverinfo="skip",
-            marker=dict(symbol="circle-open", size=22, color="#fafafa", line=dict(width=2.5)),
-        ))  # fmt: skip
+    if selected is not None:  # yellow on a dark ring: seen on the white of uniform couplings and on the page alike
+        for size, colour, width in ((25, RING_EDGE, 5.0), (22, RING, 2.5)):
+            ring.append(dict(
+                type="scatter", x=[float(points[selected, 0])], y=[float(points[selected, 1])], mode="markers",
+                name="the selected capsule's vote", hoverinfo="skip", showlegend=colour == RING,
+                marker=dict(symbol="circle-open", size=size, color=colour, line=dict(width=width)),
+            ))  # fmt: skip
     axis = dict(zeroline=True, zerolinecolor="#3a4150", autorange=False)
     # the whole figure in one construction: each update_* call would validate it again
     return go.Figure(

@@ -10,6 +10,7 @@ import plotly.graph_objects as go
 from dashboard.figures.em import activations_bar
 from dashboard.figures.style import MARGIN_LABEL_SPACE, OTHER, WINNER, layout, margin_lines
 
+LABEL_SIZE = 10  # px: at 12, neighbouring labels ran together in the Draw page's column at 1,100 px (issue 55)
 LABEL_GAP = 0.01  # between a bar's top and its label, in units of |v|
 LINE_CLEARANCE = 0.05  # a label (about 12 px tall on the 1.08 axis) that would start within this of m- starts above it
 
@@ -60,6 +61,7 @@ def lengths_bar(
             go.Scatter(
                 x=list(class_names), y=label_heights(lengths, m_minus), text=said, mode="text",
                 textposition="top center", hoverinfo="skip", showlegend=False, name="value",
+                textfont=dict(size=LABEL_SIZE),  # "0.93" in about 22 px: ten apart in a 1,100 px window's column
             )
         )  # fmt: skip
     fig.update_yaxes(range=[0, 1.08], title=None if compact else "capsule length |v|")

@@ -175,10 +175,12 @@ def em_plane_figure(
     for j in range(k):  # the Gaussian of each parent: 1 and 2 sigma, its mean a diamond
         mean, std = np.asarray(means[t, j], dtype=np.float64), np.asarray(stds[t, j], dtype=np.float64)
         for width, dash in ((2, "solid"), (1, "dot")):
+            # whole ellipses: the plot area cuts off what lies beyond the axes (clipping the points would bend an
+            # ellipse into the axes' rectangle)
             x, y = _ellipse(mean, std * (1 if dash == "solid" else 2))
             traces.append(
                 dict(
-                    type="scatter", x=np.clip(x, -reach, reach), y=np.clip(y, -reach, reach), mode="lines",
+                    type="scatter", x=x, y=y, mode="lines",
                     legendgroup=str(j), showlegend=False, hoverinfo="skip",
                     line=dict(color=colour(j), width=width, dash=dash),
                 )
