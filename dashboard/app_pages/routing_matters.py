@@ -55,6 +55,9 @@ class Voice:
         [float, int, float, int, str], str
     ]  # (share changed, trained r, accuracy at r = 1, changed, noun)
     opens_at_r: bool  # a changed image opens on Routing at the r where it changes (else on Draw, at the model's own r)
+    # the list opens on the images that one more iteration than the trained r changes: for a network whose r = 1 is
+    # no reading at all (the EM network's one class for every image), every image changes somewhere
+    next_only: bool = False
 
 
 def _dynamic_verdict(share: float, trained: int, first: float, changed: int, noun: str) -> str:
@@ -78,7 +81,7 @@ def _em_verdict(share: float, trained: int, first: float, changed: int, noun: st
 
 VOICES = {  # by the model's routing (`Routing.kind`)
     "dynamic": Voice(INTRO, "a few minutes on a CPU for the paper's model", _dynamic_verdict, opens_at_r=True),
-    "em": Voice(EM_INTRO, EM_DURATION, _em_verdict, opens_at_r=False),
+    "em": Voice(EM_INTRO, EM_DURATION, _em_verdict, opens_at_r=False, next_only=True),
 }
 
 
@@ -167,15 +170,25 @@ def _changed_list(
 ) -> None:
     """The changed images, a page of them at a time: choosing a kind or a page reruns this alone (not the chart)."""
     rs, own = result.iterations, result.trained_iterations
-    effects = {image.index: result.effect(image) for image in result.changed}
-    counts = {"all": len(result.changed)} | {k: sum(e == k for e in effects.values()) for k in EFFECTS if k != "all"}
+    listed = result.changed
+    if own in rs and own + 1 in rs:
+        after = own + 1
+        one_more = [c for c in listed if c.predictions[rs.index(own)] != c.predictions[rs.index(after)]]
+        if st.toggle(
+            f"Only the {len(one_more):,} whose answer changes from r = {own} to r = {after}", value=voice.next_only,
+            key="rm_next_only", help=f"One more iteration than the model was trained with changes these; the other "
+            f"{len(listed) - len(one_more):,} change only between other r.",
+        ):  # fmt: skip
+            listed = tuple(one_more)
+    effects = {image.index: result.effect(image) for image in listed}
+    counts = {"all": len(listed)} | {k: sum(e == k for e in effects.values()) for k in EFFECTS if k != "all"}
     chosen = st.segmented_control(
         "Show", list(EFFECTS), default="all", required=True, key="rm_effect",
         format_func=lambda key: _effect_label(key, counts),
         help=f"Fixes: wrong at r = 1, right at r = {own}. Breaks: the reverse. Other: a change at another r, or wrong "
         "both times.",
     )  # fmt: skip
-    shown = [image for image in result.changed if chosen == "all" or effects[image.index] == chosen]
+    shown = [image for image in listed if chosen == "all" or effects[image.index] == chosen]
     if not shown:
         st.info("None of this kind.")
         return
