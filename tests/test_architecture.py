@@ -316,3 +316,41 @@ def test_without_a_model_the_papers_network_is_drawn(app_dirs) -> None:  # noqa:
     assert "256 x 20 x 20" in text[1] and "1,152 x 8" in text[2]
     assert any("8,215,568 parameters in all" in c.value for c in at.main.caption)
     assert at.latex  # the stage's formula, even without a model
+
+
+@pytest.mark.slow
+def test_the_em_networks_stages_are_drawn_on_the_current_input(app_dirs, tiny_em) -> None:  # noqa: F811
+    """Issue 55, item 7: the EM network's Architecture page reads the current input at every stage, as the CapsNet's
+    does: Conv1's maps, each capsule grid's activations (the forward pass's own), the class activations, the redraw."""
+    from capsnet.checkpoints.checkpoint import load_checkpoint
+    from capsnet.data.datasets import as_tensors, load_dataset
+    from capsnet.readings.explain_em import explain_em_with_layers
+
+    _, checkpoints = app_dirs
+    shutil.copy(tiny_em, checkpoints / "mnist-em.safetensors")
+    at = new_app()
+    at.query_params.update(checkpoint="mnist-em", test="0")
+    at.run()
+    at.switch_page("app_pages/architecture.py").run()
+    no_exception(at)
+    net = load_checkpoint(checkpoints / "mnist-em.safetensors", networks=("em",)).model
+    images, _ = as_tensors(load_dataset("mnist", train=False))
+    em, (first, second) = explain_em_with_layers(net, images[0, 0].numpy())
+    expected = {"primary": first.child_activations, "convcaps1": first.parent_activations[-1],
+                "convcaps2": second.parent_activations[-1]}  # fmt: skip
+    for stage in arch.EM_STAGE_KEYS:
+        if stage == "decoder" and not net.config.decoder:
+            continue
+        at.radio(key="arch_stage").set_value(stage).run()
+        no_exception(at)
+        assert not any("is on the **Draw** page" in i.value for i in at.info), stage
+        if stage in expected:  # the most active types' maps, tiled: their largest activation is the grid's
+            tiles = values(chart(at, f"arch_em_{stage}")["data"][0]["z"])
+            assert np.nanmax(tiles) == pytest.approx(float(expected[stage].max()), rel=1e-4), stage
+        elif stage == "classes":
+            bars = chart(at, "arch_em_classes")["data"][0]
+            np.testing.assert_allclose(values(bars["y"]), em.activations, rtol=1e-5)
+        elif stage == "conv1":
+            assert "arch_em_conv1" in {c.key for c in at.get("plotly_chart")}
+        elif stage == "input":
+            assert any(c.startswith("x: 28x28") for im in at.get("image") for c in im.captions)

@@ -37,6 +37,7 @@ class EMExplanation:
     assignments: np.ndarray  # (r, K, I) R_ij of every child i of the last grid, i = (type, y, x), per M-step
     child_activations: np.ndarray  # (I,) a_i of those children
     child_grid: tuple[int, int]  # (types, side): the last grid's capsule types and its side, I = types * side^2
+    features: np.ndarray | None = None  # (A, S, S) Conv1's maps, kept with the layers' routing (`layers=True`)
 
     @property
     def runner_up(self) -> int:
@@ -67,7 +68,7 @@ def explain_em_with_layers(
         decode_class = c.check_class(decode_class)
     with torch.inference_mode():
         out = model(x.to(model.device), decode_class=decode_class, routing_iterations=iterations, return_trace=True,
-                    return_layer_traces=layers, return_primary=layers)  # fmt: skip
+                    return_layer_traces=layers, return_primary=layers, return_features=layers)  # fmt: skip
     trace = out.trace
     assert trace is not None  # asked for
     child_a = trace.child_activations[0, 0].double()  # (I,) a_i of the last grid's capsules
@@ -97,5 +98,6 @@ def explain_em_with_layers(
         assignments=assignments.float().cpu().numpy(),
         child_activations=child_a.float().cpu().numpy(),
         child_grid=(c.convcaps2_types, c.convcaps2_grid),
+        features=None if out.features is None else out.features[0].float().cpu().numpy(),
     )
     return explained, (layers_of(c, out) if layers else ())

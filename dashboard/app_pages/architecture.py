@@ -11,7 +11,8 @@ import streamlit as st
 from capsnet.nn.config import CapsNetConfig
 from capsnet.nn.em_capsnet import EMCapsNetConfig
 from capsnet.readings import stages as arch
-from dashboard import guards, pages, routing_texts, state, widgets
+from dashboard import guards, routing_texts, state, widgets
+from dashboard.em_stage_views import em_stage_view
 from dashboard.figures import architecture as arch_fig
 from dashboard.figures import pixel_image
 
@@ -107,7 +108,8 @@ EM_INTRO = (
     "The EM network (the second capsule paper's) is a convolution and then three layers of **matrix capsules**, each "
     "a 4x4 pose and an activation, every layer after the first routed by EM. Each box is one stage, with the shape "
     "of what it hands on (capsules x 17 numbers: 16 pose entries and the activation) and how many weights it learns, "
-    "from the chosen model's config. **Click a box** (or choose a stage below) for its formula."
+    "from the chosen model's config. **Click a box** (or choose a stage below) for its formula and what it computes on "
+    "the current input."
 )
 
 
@@ -183,17 +185,17 @@ def em_explanation(key: str, c: EMCapsNetConfig) -> str:
 @dataclass(frozen=True)
 class StageTexts:
     """What the page says of a network routed one way: its introduction, each stage's formulas and explanation, and
-    whether the page draws what each stage computes on the current input (else the input's reading is on Draw)."""
+    the view of what a stage computes on the current input where the network has its own (else the CapsNet's, below)."""
 
     intro: str
     formulas: Callable[[str, Any], list[str]]
     explanation: Callable[[str, Any], str]
-    per_input: bool
+    own_view: Callable[[str, Any, Any, Any], None] | None = None  # (stage, model, image, config)
 
 
 TEXTS = {  # by the model's routing (`Routing.kind`): vector capsules and dynamic routing, matrix capsules and EM
-    "dynamic": StageTexts(INTRO, formulas, explanation, per_input=True),
-    "em": StageTexts(EM_INTRO, em_formulas, em_explanation, per_input=False),
+    "dynamic": StageTexts(INTRO, formulas, explanation),
+    "em": StageTexts(EM_INTRO, em_formulas, em_explanation, em_stage_view),
 }
 
 
@@ -242,14 +244,13 @@ with formula_col:
     for line in texts.formulas(stage, config):
         st.latex(line)
     st.markdown(texts.explanation(stage, config))
-if not texts.per_input:  # what each stage computes on the current input is drawn for the CapsNet; EM's is on Draw
+if texts.own_view is not None:  # the EM network: each stage on the current input, from its routing views' pass
     with view_col:
-        st.info(
-            "What the EM network computes on the current input is on the **Draw** page: its class activations and "
-            "its class layer's EM routing, iteration by iteration.",
-            icon=":material/draw:",
-        )
-        st.page_link(state.page_path(pages.DRAW), label=f"Go to the {pages.DRAW.title} page", icon=pages.DRAW.icon)
+        reader = guards.require_model(routings=("em",))
+        image = guards.require_input() if reader is not None else None
+        if reader is None or image is None:
+            st.stop()
+        texts.own_view(stage, reader, image, config)
     st.stop()
 
 with view_col:

@@ -133,8 +133,11 @@ def feature_maps_figure(
     window: tuple[int, int] | None,
     kernel: int,
     height: int = 420,
+    name: str = "map",
+    scale: str = "ReLU(a)",
 ) -> go.Figure:
-    """Some of Conv1's feature maps (M, S, S), tiled, each labelled with its channel on hover.
+    """Some of Conv1's feature maps (M, S, S), tiled, each labelled with its channel on hover (`name` and `scale`
+    say what the maps are: the EM network's capsule types' activations are tiled the same way).
 
     `window` (row, column): the top-left corner of the kernel x kernel patch that the chosen primary
     capsule reads, outlined on every map.
@@ -165,8 +168,8 @@ def feature_maps_figure(
         customdata=np.nan_to_num(channel, nan=-1).astype(np.int32),
         colorscale=ACTIVATION,
         zmin=0.0,
-        colorbar=dict(title=dict(text="ReLU(a)"), thickness=12),
-        hovertemplate="map %{customdata}<br>activation %{z:.3f}<extra></extra>",
+        colorbar=dict(title=dict(text=scale), thickness=12),
+        hovertemplate=f"{name} %{{customdata}}<br>activation %{{z:.3f}}<extra></extra>",
         hoverongaps=False,
     )
     return _figure(
