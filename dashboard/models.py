@@ -235,7 +235,7 @@ class Model(Loaded):
         self, image: np.ndarray, capsule: int | None, digit: int | None
     ) -> tuple[ex.Explanation, arch.CapsuleView]:
         """Every stage's output for one input (its explanation: the Routing page's own cached forward pass), and what
-        passes between primary capsule `capsule` (None: the longest where the ink is) and digit capsule `digit`
+        passes between primary capsule `capsule` (None: a long one where the ink is, moved by routing) and digit capsule `digit`
         (None: the prediction): no new pass."""
         reading = self.explain(image)
         return reading, arch.capsule_view(self.net, reading, capsule, digit)

@@ -150,10 +150,14 @@ def test_a_primary_capsules_reading_is_its_row_of_the_trace(model: CapsNet, imag
         box = np.zeros((28, 28), bool)
         box[top : top + size, left : left + size] = True
         np.testing.assert_array_equal(box, fields[y, x])
-    # the first capsule shown: the longest where the ink is (the slow way: one capsule at a time)
+    # the first capsule shown: sure of its feature where the ink is, its couplings moved by routing (the slow way:
+    # one capsule at a time); issue 55: the longest where the ink is had couplings of 1/K, a flat chart
     ink = [float(image[fields[config.primary_position(n)[1:]]].sum()) for n in range(config.num_primary)]
-    score = [votes.primary_lengths[n] * ink[n] for n in range(config.num_primary)]
-    assert ag.first_primary(votes, image, config) == int(np.argmax(score))
+    moved = [max(abs(float(c) - 0.1) for c in votes.coupling[-1, n]) for n in range(config.num_primary)]
+    score = [votes.primary_lengths[n] * ink[n] * (moved[n] + 1e-9) for n in range(config.num_primary)]
+    first = ag.first_primary(votes, image, config)
+    assert first == int(np.argmax(score))
+    assert moved[first] >= np.median([m for m, k in zip(moved, ink) if k > 0])  # it moved more than most under ink
     with pytest.raises(ValueError, match="primary capsule"):
         ag.primary_reading(votes, config, config.num_primary)
 

@@ -165,7 +165,7 @@ def test_a_capsules_view_is_its_matrix_its_vote_and_its_field(model: CapsNet, re
         view.primary.coupling.shape == view.primary.agreement.shape == (config.routing_iterations, config.num_classes)
     )
     np.testing.assert_allclose(view.vote_lengths[j], np.linalg.norm(view.vote), rtol=1e-5)
-    # by default: the longest primary capsule and the prediction
+    # by default: a long primary capsule where the ink is, whose couplings moved; and the prediction
     default = arch.capsule_view(model, reading, None, None)
     assert (
         default.primary.index == first_primary(reading.votes, reading.image, config)
@@ -174,7 +174,8 @@ def test_a_capsules_view_is_its_matrix_its_vote_and_its_field(model: CapsNet, re
     assert (default.field & (reading.image > 0)).any()  # it sees some of the digit
     fields, g = receptive_fields(config), config.primary_grid
     ink = [float(reading.image[fields[divmod(i % g**2, g)]].sum()) for i in range(config.num_primary)]
-    score = np.linalg.norm(reading.primary, axis=1) * np.asarray(ink)  # the slow way, capsule by capsule
+    moved = [np.abs(reading.votes.coupling[-1, i] - 1 / config.num_classes).max() for i in range(config.num_primary)]
+    score = np.linalg.norm(reading.primary, axis=1) * np.asarray(ink) * (np.asarray(moved) + 1e-9)  # the slow way
     assert default.primary.index == int(np.argmax(score))
     with pytest.raises(ValueError, match="primary capsule"):
         arch.capsule_view(model, reading, config.num_primary, 0)

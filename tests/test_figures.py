@@ -486,3 +486,20 @@ def test_the_routing_matters_chart_stays_within_0_and_100_percent_with_every_lab
     caps = rmf.accuracy_figure([1, 2, 3], [0.9950, 0.9962, 0.9960], [0, 20, 25], trained=3, total=10_000)
     bottom, top = caps.layout.yaxis.range
     assert 0.99 < bottom < 0.995 and 0.9962 < top <= 1.0
+
+
+def test_where_the_evidence_goes_shows_how_far_nearly_uniform_shares_moved() -> None:
+    """Issue 55, item 7: a trained network's shares stay near 10% at every iteration, and the stacked chart was ten
+    equal bands in every column; then the chart shows each share's change since iteration 1, in points."""
+    mass = np.full((3, 10), 1.0)
+    mass[1, 7], mass[2, 7] = 1.02, 1.05  # capsule 7 gains a little
+    fig = figures.vote_share_figure(mass, NAMES)
+    assert fig.layout.barmode == "group" and len(fig.data) == 2  # iterations 2 and 3
+    share = mass / mass.sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(fig.data[1].y, 100 * (share[2] - share[0]))
+    assert fig.data[1].y[7] > 0.3 and "how far each moved" in fig.layout.title.text
+    moved = mass.copy()
+    moved[2, 7] = 3.0  # a share that moves by more than two points: the stacked shares show it
+    stacked = figures.vote_share_figure(moved, NAMES)
+    assert stacked.layout.barmode == "stack" and len(stacked.data) == 10
+    assert figures.vote_share_figure(mass[:1], NAMES).layout.barmode == "stack"  # one iteration: the shares

@@ -199,15 +199,21 @@ def primary_reading(votes: Votes, config: CapsNetConfig, index: int) -> PrimaryR
 
 
 def first_primary(votes: Votes, image: np.ndarray, config: CapsNetConfig) -> int:
-    """A good first capsule to look at: the longest where the ink is, |u_i| times the ink in its receptive field.
+    """A good first capsule to look at: one that is sure of its feature where the ink is and whose couplings routing
+    moved: |u_i| times the ink in its receptive field times max_j |c_ij - 1/K| after the last iteration (with one
+    iteration, when nothing has moved, the longest where the ink is).
 
-    (The longest of all may sit in a corner that sees no ink: some types answer to the background.)
+    (The longest of all may sit in a corner that sees no ink: some types answer to the background. And in a trained
+    network most couplings barely move: the longest capsule's were often all 1/K, a chart with nothing to show.)
     """
     g = config.primary_grid
     fields = receptive_fields(config).reshape(g * g, -1).astype(np.float32)  # (G*G, H*W)
     ink = fields @ np.asarray(image, dtype=np.float32).reshape(-1)  # (G*G,) the ink each position sees
     lengths = np.asarray(votes.primary_lengths, np.float32).reshape(config.primary_types, g * g)  # (T, G*G)
-    return int(np.argmax(lengths * ink / max(float(ink.max()), 1e-6)))  # i = type * G^2 + position
+    coupling = np.asarray(votes.coupling[-1], np.float64)  # (N, K)
+    moved = np.abs(coupling - 1.0 / coupling.shape[1]).max(axis=1).reshape(config.primary_types, g * g)  # (T, G*G)
+    score = lengths * ink / max(float(ink.max()), 1e-6) * (moved + 1e-9)  # one iteration: all moved 0, ties kept
+    return int(np.argmax(score))  # i = type * G^2 + position
 
 
 def pixel_votes(coupling: np.ndarray, primary_lengths: np.ndarray, config: CapsNetConfig) -> np.ndarray:

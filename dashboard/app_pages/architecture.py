@@ -264,7 +264,9 @@ with view_col:
     chosen = state.selected_primary()
     chosen = chosen if chosen is not None and 0 <= chosen < config.num_primary else None
     reading, view = reader.stages(image, chosen, widgets.capsule_choice(st.session_state.get(DIGIT)))
-    if stage in PICKS_CAPSULE:  # the capsule looked at: the one selected anywhere, else the longest where the ink is
+    if (
+        stage in PICKS_CAPSULE
+    ):  # the capsule looked at: the one selected anywhere, else a long one where the ink is, moved by routing
         if stage == "votes":
             pick_col, digit_col = st.container(), st.container()  # j under i: beside it, "the prediction" was cut
             widgets.capsule_selectbox("Digit capsule j", names, key=DIGIT, predicted_label="the prediction",
@@ -275,7 +277,11 @@ with view_col:
         st.caption(
             f"Primary capsule i = {view.primary.index:,} (type {view.primary.kind + 1} at ({view.primary.y}, {view.primary.x})), "
             f"length |u_i| = {view.primary.length:.3f}"
-            + ("" if chosen is not None else ": the longest where the ink is, until you choose another")
+            + (
+                ""
+                if chosen is not None
+                else ": a long one where the ink is, whose couplings routing moved, until you choose another"
+            )
         )
 
     if stage == "input":

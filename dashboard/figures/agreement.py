@@ -142,12 +142,46 @@ def coupling_distribution_figure(coupling: np.ndarray, name: str, num_classes: i
     )
 
 
+VISIBLE_SHARE_CHANGE = 0.02  # a share that moves less than this over the iterations looks the same in stacked bars
+
+
+def _share_change_figure(change: np.ndarray, class_names: Sequence[str], height: int) -> go.Figure:
+    """Each capsule's change in share since iteration 1, in points, one bar per later iteration: (r, K)."""
+    r = change.shape[0]
+    bars = [
+        dict(
+            type="bar", x=list(map(str, class_names)), y=100 * change[t], name=f"iteration {t + 1}",
+            marker=dict(color=OTHER if t < r - 1 else WINNER, opacity=0.45 + 0.55 * t / (r - 1)),
+            hovertemplate=f"capsule %{{x}}, iteration {t + 1}: %{{y:+.2f}} points<extra></extra>",
+        )
+        for t in range(1, r)
+    ]  # fmt: skip
+    return go.Figure(
+        data=bars,
+        layout=dict(
+            height=height,
+            margin=dict(l=84, r=80, t=58, b=38),
+            title=dict(text=f"Where the evidence goes<br><sup>every share stays within {VISIBLE_SHARE_CHANGE:.0%} of "
+                            "iteration 1's: here, how far each moved</sup>"),  # fmt: skip
+            barmode="group",
+            legend=dict(title=dict(text="since iteration 1")),
+            xaxis=dict(type="category", title=dict(text="capsule")),
+            yaxis=dict(title=dict(text="change in share (points)"), zeroline=True, tickformat="+.2f"),
+        ),
+    )
+
+
 def vote_share_figure(mass: np.ndarray, class_names: Sequence[str], height: int = 320) -> go.Figure:
     """The share of all the vote mass each digit capsule receives, per iteration: (r, K), stacked to 100%
-    (the mass weighted by each primary capsule's length: `capsnet.readings.agreement.vote_mass`)."""
+    (the mass weighted by each primary capsule's length: `capsnet.readings.agreement.vote_mass`). Where no share
+    moves by VISIBLE_SHARE_CHANGE (a trained network's couplings barely move: ten bands of 10% at every iteration),
+    each share's change since iteration 1 instead."""
     mass = np.asarray(mass, dtype=np.float64)
     share = mass / np.maximum(mass.sum(axis=1, keepdims=True), 1e-12)  # (r, K)
     r, k = share.shape
+    change = share - share[:1]  # (r, K)
+    if r > 1 and float(np.abs(change).max()) < VISIBLE_SHARE_CHANGE:
+        return _share_change_figure(change, class_names, height)
     winner = int(np.argmax(share[-1]))
     x = [f"iteration {t + 1}" for t in range(r)]
     bars = [
