@@ -405,6 +405,14 @@ def test_the_pair_stroke_map_leans_red_or_green_and_leaves_ties_grey() -> None:
     z = np.asarray(fig.data[1].z, dtype=float)
     assert (z[0] > 0).all() and (z[3] < 0).all() and np.isnan(z[1]).all()  # red, green, and no ink
     assert fig.data[1].zmid == 0 and "(red)" in fig.layout.title.text and "(green)" in fig.layout.title.text
+    assert "no stroke leans" not in fig.layout.title.text
+    # issue 55, item 7: leans of a thousandth were stretched over the whole scale, one saturated colour; they now
+    # sit near its grey middle, and the title says why
+    faint = np.full((4, 4, 10), 0.1)
+    faint[0, :, 7] += 0.0004
+    fig = figures.vote_overlay_figure(image, faint, [str(k) for k in range(10)], pair=(7, 0))
+    assert fig.data[1].zmax == figures.agreement.LEAN_SCALE and np.nanmax(np.abs(fig.data[1].z)) < 0.001
+    assert "no stroke leans by 0.5% of its votes" in fig.layout.title.text
 
 
 def test_the_em_class_routing_figure_draws_each_class_per_iteration() -> None:

@@ -142,6 +142,7 @@ def coupling_distribution_figure(coupling: np.ndarray, name: str, num_classes: i
     )
 
 
+LEAN_SCALE = 0.005  # the stroke maps' smallest colour scale (+-): a smaller lean is drawn near grey, as it is
 VISIBLE_SHARE_CHANGE = 0.02  # a share that moves less than this over the iterations looks the same in stacked bars
 
 
@@ -161,8 +162,10 @@ def _share_change_figure(change: np.ndarray, class_names: Sequence[str], height:
         layout=dict(
             height=height,
             margin=dict(l=84, r=80, t=58, b=38),
-            title=dict(text=f"Where the evidence goes<br><sup>every share stays within {VISIBLE_SHARE_CHANGE:.0%} of "
-                            "iteration 1's: here, how far each moved</sup>"),  # fmt: skip
+            title=dict(
+                text=f"Where the evidence goes<br><sup>every share stays within {VISIBLE_SHARE_CHANGE:.0%} of "
+                "iteration 1's: here, how far each moved</sup>"
+            ),  # fmt: skip
             barmode="group",
             legend=dict(title=dict(text="since iteration 1")),
             xaxis=dict(type="category", title=dict(text="capsule")),
@@ -232,7 +235,8 @@ def vote_overlay_figure(
     if pair is not None:
         a, b = pair
         lean = share[..., a] - share[..., b]  # (H, W) > 0: more of the stroke's votes go to the first
-        reach = max(float(np.abs(lean[ink]).max()) if ink.any() else 0.0, 1e-3)
+        largest = float(np.abs(lean[ink]).max()) if ink.any() else 0.0
+        reach = max(largest, LEAN_SCALE)  # leans of a thousandth stay grey, not one saturated colour
         top = dict(
             type="heatmap", z=np.where(ink, lean, np.nan).astype(np.float32), zmin=-reach, zmax=reach, zmid=0.0,
             colorscale=[[0.0, PAIR_GREEN], [0.5, "#9e9e9e"], [1.0, PAIR_RED]], opacity=0.95, hoverongaps=False,
@@ -241,6 +245,8 @@ def vote_overlay_figure(
                           + str(class_names[b]) + ": %{z:+.2%}<extra></extra>",
         )  # fmt: skip
         title = f"Which strokes vote for {class_names[a]} (red) or {class_names[b]} (green)"
+        if largest < LEAN_SCALE:
+            title += f"<br><sup>no stroke leans by {LEAN_SCALE:.1%} of its votes: routing barely split them</sup>"
     elif digit is None:
         best = share.argmax(axis=-1)  # (H, W)
         lead = share.max(axis=-1) - 1.0 / k  # how far the top class is above uniform
@@ -256,7 +262,7 @@ def vote_overlay_figure(
         title = "Where each stroke votes"  # short: the chart is a third of the page
     else:
         change = share[..., digit] - 1.0 / k
-        reach = max(float(np.abs(change[ink]).max()) if ink.any() else 0.0, 1e-3)
+        reach = max(float(np.abs(change[ink]).max()) if ink.any() else 0.0, LEAN_SCALE)
         top = dict(
             type="heatmap", z=np.where(ink, change, np.nan).astype(np.float32), zmin=-reach, zmax=reach, zmid=0.0,
             colorscale=DIVERGING, opacity=0.95, hoverongaps=False, colorbar=dict(title=dict(text="c − 1/K"), thickness=10),
