@@ -78,8 +78,10 @@ GUIDED_PATH = (
          "on a trained network the couplings move only a little: most of the answer is already in the votes."),
     Step(pages.ROUTING_MATTERS, "Find the inputs where routing changes the answer",
          "See how accuracy changes with 1 to 5 routing iterations, and open the few test images whose answer "
-         "depends on them.",
-         "how rare those images are, and whether they look ambiguous to you too."),
+         "depends on them. Then the experiment the field argues about: the same weights with uniform, routed and "
+         "random couplings, side by side.",
+         "how rare those images are, whether they look ambiguous to you too, and whether routing beats couplings "
+         "that are never routed on this model."),
     Step(pages.DIMENSIONS, "Slide the 16 dimensions of a capsule",
          "Move one dimension of the winning capsule and watch the reconstruction change: the paper's Figure 4.",
          "dimensions that carry stroke width, skew or scale, and the ones that carry nothing readable."),

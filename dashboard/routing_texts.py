@@ -10,6 +10,7 @@ import numpy as np
 from capsnet.nn.config import CapsNetConfig
 from capsnet.readings.coupling_rules import InputRules, Rule
 from capsnet.readings.routing_matters import RoutingMatters
+from dashboard.figures.agreement import VISIBLE_SHARE_CHANGE
 
 
 def procedure(config: CapsNetConfig) -> str:
@@ -103,7 +104,9 @@ def vote_share(mass: np.ndarray, names: Sequence[str], capsule: int) -> str:
         f"Each vote counts as much as its primary capsule is sure of its feature (|u_i|), so the many capsules "
         f"that detect nothing do not drown the rest. Capsule {names[capsule]}'s share {change} over the "
         f"iterations: {moves}."
-    )
+        + (f" Every share stays within {VISIBLE_SHARE_CHANGE:.0%} of where it started, so the chart shows how far each moved."
+           if len(share) > 1 and float(np.abs(share - share[:1]).max()) < VISIBLE_SHARE_CHANGE else "")
+    )  # fmt: skip
 
 
 def pair_overlay(config: CapsNetConfig, first: str, second: str) -> str:

@@ -505,7 +505,7 @@ def test_where_the_evidence_goes_shows_how_far_nearly_uniform_shares_moved() -> 
     assert fig.layout.barmode == "group" and len(fig.data) == 2  # iterations 2 and 3
     share = mass / mass.sum(axis=1, keepdims=True)
     np.testing.assert_allclose(fig.data[1].y, 100 * (share[2] - share[0]))
-    assert fig.data[1].y[7] > 0.3 and "how far each moved" in fig.layout.title.text
+    assert fig.data[1].y[7] > 0.3 and "change since iteration 1" in fig.layout.title.text
     moved = mass.copy()
     moved[2, 7] = 3.0  # a share that moves by more than two points: the stacked shares show it
     stacked = figures.vote_share_figure(moved, NAMES)

@@ -162,10 +162,8 @@ def _share_change_figure(change: np.ndarray, class_names: Sequence[str], height:
         layout=dict(
             height=height,
             margin=dict(l=84, r=80, t=58, b=38),
-            title=dict(
-                text=f"Where the evidence goes<br><sup>every share stays within {VISIBLE_SHARE_CHANGE:.0%} of "
-                "iteration 1's: here, how far each moved</sup>"
-            ),  # fmt: skip
+            # short: a half-width chart at 1,100 px (each share within VISIBLE_SHARE_CHANGE: the caption says it)
+            title=dict(text="Where the evidence goes<br><sup>change since iteration 1, in points</sup>"),
             barmode="group",
             legend=dict(title=dict(text="since iteration 1")),
             xaxis=dict(type="category", title=dict(text="capsule")),
