@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -16,6 +17,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
+
+import numpy as np
 
 from capsnet.errors import CapsNetError
 
@@ -68,8 +71,53 @@ def write_failure(path: str | os.PathLike, error: BaseException) -> FileWriteErr
     return FileWriteError(f"cannot write {path}: {text[:200] or type(error).__name__}")
 
 
-def writable(path: str | os.PathLike) -> None:
-    """Raise FileWriteError now if `path` could not be written (its folder cannot be made or written to)."""
+KINDS = ("json", "jsonl", "safetensors")  # what a writer may say it writes, so as never to replace a file of another
+
+
+def _what(mode: int) -> str:
+    return next((name for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISLNK, "a link"), (stat.S_ISFIFO, "a FIFO"),
+                 (stat.S_ISCHR, "a device node"), (stat.S_ISBLK, "a device node"), (stat.S_ISSOCK, "a socket"))
+                 if test(mode)), "not a regular file")  # fmt: skip
+
+
+def _of_kind(path: Path, kind: str) -> bool:
+    """Whether the regular file `path` is empty or holds `kind` (its first bytes say so)."""
+    with open(path, "rb") as handle:
+        head = handle.read(16)
+    if not head:
+        return True
+    if kind == "safetensors":  # an 8-byte little-endian header length, then the header's JSON
+        return len(head) > 8 and head[8:9] == b"{"
+    first = head.lstrip()[:1]
+    return first in (b"{", b"[") if kind == "json" else first in (b"{", b"")
+
+
+def check_target(path: str | os.PathLike, kind: str | None = None) -> None:
+    """FileWriteError (one line) unless `path` is absent or a regular file that a writer of `kind` may replace: a
+    device node, a FIFO, a folder or a link is never replaced (as root, `--record /dev/full` once replaced the
+    system's /dev/full), and neither is a file of another kind (a claim record over a checkpoint)."""
+    path = Path(path)
+    if kind is not None and kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as error:
+        raise _cannot_write(path, error) from None
+    if not stat.S_ISREG(info.st_mode):
+        raise FileWriteError(f"cannot write {path}: it is {_what(info.st_mode)}, not a file this writes")
+    try:
+        ours = kind is None or _of_kind(path, kind)
+    except OSError as error:
+        raise _cannot_write(path, error) from None
+    if not ours:
+        raise FileWriteError(f"cannot write {path}: it holds something other than {kind}; choose another name")
+
+
+def writable(path: str | os.PathLike, kind: str | None = None) -> None:
+    """Raise FileWriteError now if `path` could not be written (its folder cannot be made or written to, or something
+    not to be replaced is there: `check_target`)."""
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -77,15 +125,18 @@ def writable(path: str | os.PathLike) -> None:
         raise _cannot_write(path, error) from None
     if path.is_dir():
         raise FileWriteError(f"cannot write {path}: it is a folder")
+    check_target(path, kind)
     if not os.access(path.parent, os.W_OK):
         reason = "read-only file system" if _read_only(path) else "permission denied"
         raise FileWriteError(f"cannot write {path}: {reason}")
 
 
 @contextmanager
-def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary path beside `path`; on success fsync it and rename it over `path`."""
+def atomic_path(path: str | os.PathLike, kind: str | None = None) -> Iterator[Path]:
+    """Yield a temporary path beside `path`; on success fsync it and rename it over `path`. What is at `path` is
+    checked before and again just before the rename (`check_target`): only a regular file of `kind` is replaced."""
     path = Path(path)
+    check_target(path, kind)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -99,6 +150,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         os.chmod(tmp_path, 0o644)
         with open(tmp_path, "rb") as handle:
             os.fsync(handle.fileno())
+        check_target(path, kind)  # something put there while the file was written is not replaced either
         os.replace(tmp_path, path)
     except OSError as error:
         raise _cannot_write(path, error) from None
@@ -106,19 +158,21 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         tmp_path.unlink(missing_ok=True)
 
 
-def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], Any]) -> None:
-    """Call `write(handle)` on a temporary file, then rename it over `path`."""
-    with atomic_path(path) as tmp, open(tmp, "wb") as handle:
+def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], Any], kind: str | None = None) -> None:
+    """Call `write(handle)` on a temporary file, then rename it over `path` (a regular file of `kind` only)."""
+    with atomic_path(path, kind) as tmp, open(tmp, "wb") as handle:
         write(handle)
 
 
 def write_json(path: str | os.PathLike, data: Any, indent: int | None = 2) -> None:
-    """Write `data` as JSON, atomically: indented for a reader, or on one line (`indent=None`) for a program."""
-    atomic_write(path, lambda handle: handle.write(json.dumps(data, indent=indent).encode()))
+    """Write `data` as JSON, atomically: indented for a reader, or on one line (`indent=None`) for a program; never
+    over anything but a JSON file (`check_target`)."""
+    atomic_write(path, lambda handle: handle.write(json.dumps(data, indent=indent).encode()), kind="json")
 
 
-class FileReadError(CapsNetError):
-    """A file that is not to be read: not a regular file, or too large."""
+class FileReadError(CapsNetError, OSError):
+    """A file that is not to be read: not a regular file, or too large. An OSError too, so that every reader that
+    takes an unreadable file in its stride takes this one."""
 
 
 def read_regular_file(path: str | os.PathLike, limit: int) -> bytes:
@@ -140,13 +194,39 @@ def read_regular_file(path: str | os.PathLike, limit: int) -> bytes:
     return data
 
 
-def read_json(path: str | os.PathLike) -> Any:
-    with open(path, encoding="utf-8") as handle:
-        return json.load(handle)
+MAX_JSON_BYTES = 64 * 2**20  # a JSON side file of ours is a few MB at most
+MAX_JSON_DEPTH = 64  # ours nest 5 deep; Python's parser recurses once a level (10^5 levels: RecursionError)
+
+
+def json_depth(text: str | bytes) -> int:
+    """How deep `text`'s arrays and objects nest, brackets inside strings not counted: one pass, no recursion."""
+    raw = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else bytes(text)
+    unquoted = re.sub(rb'"(?:[^"\\]|\\.)*"', b"", raw)  # every string, escapes and all
+    steps = np.frombuffer(unquoted, dtype=np.uint8)
+    change = np.isin(steps, (ord("["), ord("{"))).astype(np.int32) - np.isin(steps, (ord("]"), ord("}")))
+    return int(np.cumsum(change).max(initial=0))
+
+
+def loads_json(text: str | bytes, what: str = "JSON") -> Any:
+    """`json.loads` of text that may be hostile: ValueError (one line) when it nests deeper than MAX_JSON_DEPTH, where
+    the parser would raise RecursionError; and for what is not JSON."""
+    if json_depth(text) > MAX_JSON_DEPTH:
+        raise ValueError(f"{what} nests deeper than {MAX_JSON_DEPTH} levels: not a file of ours")
+    try:
+        return json.loads(text)
+    except RecursionError:  # pragma: no cover - the depth check comes first
+        raise ValueError(f"{what} nests too deep: not a file of ours") from None
+
+
+def read_json(path: str | os.PathLike, limit: int = MAX_JSON_BYTES) -> Any:
+    """A JSON file's content: a regular file of at most `limit` bytes (`read_regular_file`), nested at most
+    MAX_JSON_DEPTH deep (`loads_json`); FileReadError or ValueError (one line), OSError where it cannot be read."""
+    return loads_json(read_regular_file(path, limit), str(path))
 
 
 def append_jsonl(path: str | os.PathLike, record: dict[str, Any]) -> None:
-    """Append one JSON object as one line (a single write, flushed)."""
+    """Append one JSON object as one line (a single write, flushed), to a regular file only (a FIFO would block)."""
+    check_target(path, "jsonl")
     try:
         with open(path, "a", encoding="utf-8") as handle:
             handle.write(json.dumps(record) + "\n")
@@ -161,13 +241,15 @@ def read_jsonl(path: str | os.PathLike, limit: int | None = None) -> list[dict[s
     (a huge file costs only the lines taken); [] if absent."""
     records: list[dict[str, Any]] = []
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block, a folder raise, a device never end
+            raise FileReadError(f"{path}: not a regular file")
         with open(path, encoding="utf-8", errors="replace") as handle:  # damaged bytes cost their line only
             for line in handle:
                 if limit is not None and len(records) >= limit:
                     break
                 try:
-                    records.append(json.loads(line))
-                except json.JSONDecodeError:
+                    records.append(loads_json(line))
+                except ValueError:  # not JSON, or nested past any line of ours
                     continue
     except FileNotFoundError:
         return []

@@ -23,7 +23,7 @@ from safetensors.torch import save_file
 
 from capsnet.checkpoints.header import CheckpointInfo
 from capsnet.errors import CapsNetError
-from capsnet.files import atomic_path, write_failure
+from capsnet.files import atomic_path, loads_json, write_failure
 from capsnet.nn.registry import AnyConfig, AnyModel, network, network_of
 
 FORMAT = "capsnet"
@@ -83,7 +83,7 @@ def save_checkpoint(
         "info": json.dumps(info.to_dict() if isinstance(info, CheckpointInfo) else dict(info)),
     }
     try:
-        with atomic_path(path) as tmp:
+        with atomic_path(path, "safetensors") as tmp:
             save_file(tensors, str(tmp), metadata=metadata)
     except SafetensorError as error:  # a full disk, among others: one line naming the file and the cause
         raise write_failure(path, error) from None
@@ -100,8 +100,8 @@ def _check_header(path: Path, metadata: Mapping[str, str]) -> tuple[AnyConfig, C
         )
     try:
         name = metadata.get("network") or metadata.get("architecture") or "capsnet"  # older files: see above
-        config = network(name).from_dict(json.loads(metadata["config"]))
-        info = json.loads(metadata.get("info") or "{}")
+        config = network(name).from_dict(loads_json(metadata["config"], "its config"))  # hostile: nested [[[...
+        info = loads_json(metadata.get("info") or "{}", "its info")
     except (KeyError, TypeError, ValueError) as error:
         raise CheckpointError(f"{path}: invalid config or info in the header ({error})") from None
     if not isinstance(info, dict):

@@ -19,7 +19,7 @@ from capsnet.checkpoints.checkpoint import Checkpoint, load_checkpoint
 from capsnet.data.tasks import read_test_set
 from capsnet.errors import CapsNetError
 from capsnet.evaluation import Evaluation, evaluate_set
-from capsnet.files import atomic_path, file_sha256
+from capsnet.files import atomic_path, file_sha256, read_json
 from capsnet.nn.registry import NETWORK_NAMES
 
 MANIFEST_NAME = "manifest.json"
@@ -63,11 +63,11 @@ def read_manifest(folder: str | os.PathLike) -> dict[str, ManifestEntry]:
     """The entries of `folder`'s manifest, keyed by each file's path inside `folder` ({} when there is none)."""
     path = Path(folder) / MANIFEST_NAME
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = read_json(path)  # a regular file, bounded in size and depth: a FIFO, a link to /dev/zero, [[[... refused
         return {name: ManifestEntry.from_dict(entry) for name, entry in data["files"].items()}
     except FileNotFoundError:
         return {}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, CapsNetError) as error:
         raise ManifestError(f"{path} is damaged ({type(error).__name__}): export the shipped files again") from None
 
 
@@ -89,7 +89,7 @@ def record(
     )
     entries = read_manifest(folder)
     entries[name] = entry
-    with atomic_path(folder / MANIFEST_NAME) as tmp:
+    with atomic_path(folder / MANIFEST_NAME, "json") as tmp:
         text = json.dumps({"first": FIRST, "files": {k: asdict(v) for k, v in sorted(entries.items())}}, indent=1)
         tmp.write_text(text + "\n", encoding="utf-8")
     return entry

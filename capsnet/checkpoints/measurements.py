@@ -16,13 +16,12 @@ measured again rather than believed.
 from __future__ import annotations
 
 import functools
-import json
 import os
 from pathlib import Path
 from typing import Any
 
 from capsnet.errors import CapsNetError
-from capsnet.files import FileReadError, file_sha256, read_regular_file, write_failure, write_json
+from capsnet.files import FileReadError, file_sha256, loads_json, read_regular_file, write_failure, write_json
 
 CACHE_ENV = "CAPSNET_CACHE_DIR"
 MAX_ENTRY_BYTES = 16 * 1024 * 1024  # a routing entry of 10,000 images is about 1 MB
@@ -58,7 +57,7 @@ def read(checkpoint: str | os.PathLike, kind: str) -> dict[str, Any] | None:
     sha256 = checkpoint_sha256(checkpoint)
     for place in (beside(checkpoint, kind), in_store(sha256, kind)):
         try:
-            data = json.loads(read_regular_file(place, MAX_ENTRY_BYTES))
+            data = loads_json(read_regular_file(place, MAX_ENTRY_BYTES), str(place))
         except (OSError, FileReadError, ValueError, UnicodeDecodeError, RecursionError):
             continue
         if isinstance(data, dict) and data.get("checkpoint_sha256") == sha256:

@@ -58,7 +58,10 @@ def export_checkpoint(
     dtype = torch.float16 if half else None
     if target.exists() and source.exists() and target.resolve() == source.resolve():
         raise CapsNetError(f"{target} is the source itself: export to another file (the source stays as trained)")
-    writable(target)  # before the minutes of evaluation, not after
+    writable(target, "safetensors")  # before the minutes of evaluation, not after: nor over what is not a checkpoint
+    writable(target.with_suffix(".metrics.jsonl"), "jsonl")
+    if _in_shipped(target):  # a damaged manifest stops the export before anything is written, not after
+        manifest.read_manifest(checkpoints_dir())
     run = load_checkpoint(source, device=pick_device(device), networks=NETWORK_NAMES)
     if half:
         _refuse_float16_overflow(run.model, source)
@@ -102,7 +105,7 @@ def export_checkpoint(
     save_checkpoint(target, exported.model, info, dtype=dtype)
     log = target.with_suffix(".metrics.jsonl")
     if lineage.records:
-        with atomic_path(log) as tmp:
+        with atomic_path(log, "jsonl") as tmp:
             tmp.write_text("".join(json.dumps(record) + "\n" for record in lineage.records), encoding="utf-8")
         if on_note is not None:
             for missing in lineage.missing:
@@ -114,9 +117,12 @@ def export_checkpoint(
 
 def _record_if_shipped(path: Path, data_dir: str | None = None) -> None:
     """A file in the shipped folder gets its manifest entry written anew (its bytes changed): the entry proves it in CI."""
-    shipped = checkpoints_dir()
-    if path.resolve().is_relative_to(shipped.resolve()):
-        manifest.record(path, shipped, data_dir)
+    if _in_shipped(path):
+        manifest.record(path, checkpoints_dir(), data_dir)
+
+
+def _in_shipped(path: Path) -> bool:
+    return path.resolve().is_relative_to(checkpoints_dir().resolve())
 
 
 def _refuse_float16_overflow(model: AnyModel, source: Path) -> None:

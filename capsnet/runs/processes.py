@@ -27,6 +27,7 @@ from typing import IO, Any, Literal
 
 from capsnet.device import pick_device
 from capsnet.errors import CapsNetError
+from capsnet.files import FileReadError, loads_json, read_regular_file
 from capsnet.nn.registry import Network, network
 from capsnet.training.folder import (
     EpochRecord,
@@ -114,8 +115,8 @@ def active_run(root: str | os.PathLike | None = None, include_external: bool = T
 def _lock_says(lock: Path) -> dict[str, Any]:
     """Which run holds the lock, as its JSON says ({} while the starting dashboard writes it, or if damaged)."""
     try:
-        data = json.loads(lock.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = loads_json(read_regular_file(lock, 1 << 16), str(lock))
+    except (OSError, ValueError, FileReadError):
         return {}
     return data if isinstance(data, dict) else {}
 

@@ -23,7 +23,6 @@ damaged or half-written file reads as no snapshot yet (None), never an exception
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 import time
@@ -42,7 +41,7 @@ from torch import Tensor
 from capsnet.data.multimnist import Pairs
 from capsnet.data.tasks import LabelledSet
 from capsnet.errors import CapsNetError
-from capsnet.files import FileReadError, atomic_write, read_regular_file
+from capsnet.files import FileReadError, atomic_write, loads_json, read_regular_file
 from capsnet.nn.capsnet import CapsNet
 from capsnet.nn.em_capsnet import EMCapsNet
 from capsnet.nn.registry import AnyModel, network_of
@@ -165,7 +164,7 @@ class WindowHistory:
 
 def _header(data: bytes) -> dict[str, str]:
     size = int.from_bytes(data[:8], "little")
-    meta = json.loads(data[8 : 8 + size]).get("__metadata__") or {}
+    meta = loads_json(data[8 : 8 + size], "the watch file's header").get("__metadata__") or {}
     if not isinstance(meta, dict):
         raise ValueError("metadata is not an object")
     return meta

@@ -1,0 +1,172 @@
+"""Hostile files and careless hands (issue 56): no write replaces what is not ours (a device node, a FIFO, a folder,
+a link, a file of another kind), no JSON reader recurses into a deeply nested file, no reader blocks on a FIFO, and a
+failed export changes nothing. The hostile files are made here, with the standard library only."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from capsnet.checkpoints import manifest
+from capsnet.checkpoints.checkpoint import FORMAT, FORMAT_VERSION, CheckpointError, load_checkpoint, save_checkpoint
+from capsnet.errors import CapsNetError
+from capsnet.files import (
+    MAX_JSON_DEPTH,
+    FileReadError,
+    FileWriteError,
+    append_jsonl,
+    read_json,
+    read_jsonl,
+    write_json,
+)
+from capsnet.runs.export import export_checkpoint
+
+NESTED = "[" * 100_000  # Python's parser recursed once a level: RecursionError, a traceback in every reader
+
+
+@contextmanager
+def within(seconds: int) -> Iterator[None]:
+    """Fail instead of hanging: a reader that opens a FIFO blocks until a writer comes."""
+
+    def _hung(signum: int, frame: object) -> None:
+        raise AssertionError(f"blocked for {seconds} s (a FIFO opened?)")
+
+    previous = signal.signal(signal.SIGALRM, _hung)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _not_ours(tmp_path: Path) -> dict[str, Path]:
+    """A FIFO, a folder and a link, and, as root (CI), a character device like /dev/full (1, 7)."""
+    places = {"a FIFO": tmp_path / "fifo.json", "a folder": tmp_path / "folder.json", "a link": tmp_path / "link.json"}
+    os.mkfifo(places["a FIFO"])
+    places["a folder"].mkdir()
+    (tmp_path / "elsewhere.json").write_text("{}")
+    places["a link"].symlink_to(tmp_path / "elsewhere.json")
+    if os.geteuid() == 0:
+        places["a device node"] = tmp_path / "full.json"
+        os.mknod(places["a device node"], stat.S_IFCHR | 0o600, os.makedev(1, 7))
+    return places
+
+
+def test_no_write_replaces_a_device_node_a_fifo_a_folder_or_a_link(tmp_path: Path) -> None:
+    """Item 1: as root, `claims --record /dev/full` replaced the system's /dev/full with a JSON file."""
+    places = _not_ours(tmp_path)
+    if os.environ.get("CI"):
+        assert "a device node" in places, "CI runs as root: the device node is made and tested there"
+    for what, place in places.items():
+        before = os.lstat(place)
+        with within(5), pytest.raises(FileWriteError, match=f"it is {what}, not a file this writes"):
+            write_json(place, {"claim": "x"})
+        with within(5), pytest.raises(FileWriteError, match=f"it is {what}"):
+            append_jsonl(place, {"epoch": 1})
+        after = os.lstat(place)
+        assert (after.st_mode, after.st_ino, after.st_rdev) == (before.st_mode, before.st_ino, before.st_rdev), what
+    assert (tmp_path / "elsewhere.json").read_text() == "{}"  # the link's target untouched too
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # no staging file left
+
+
+def test_no_write_replaces_a_file_of_another_kind(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    """Item 1: `claims --record some.safetensors` turned a 16 MB model into a 2 KB record, exit 0."""
+    model = Path(shutil.copy(tiny_checkpoint, tmp_path / "model.safetensors"))
+    data = model.read_bytes()
+    with pytest.raises(FileWriteError, match="holds something other than json; choose another name"):
+        write_json(model, {"version": 1})
+    assert model.read_bytes() == data
+    record = tmp_path / "record.json"
+    write_json(record, {"version": 1})
+    write_json(record, {"version": 2})  # its own kind is replaced, as before
+    with pytest.raises(FileWriteError, match="holds something other than safetensors"):
+        save_checkpoint(record, load_checkpoint(model).model, load_checkpoint(model).info)
+    assert read_json(record) == {"version": 2}
+    (tmp_path / "empty.json").write_bytes(b"")
+    write_json(tmp_path / "empty.json", [])  # an empty file is nobody's
+
+
+def test_json_readers_refuse_deep_nesting_and_fifos_in_one_line(tmp_path: Path) -> None:
+    """Items 4 and 5: nested JSON is a ValueError naming the file (not a RecursionError); a FIFO is refused before it
+    is opened; a metrics log's nested line costs that line only."""
+    nested = tmp_path / "args.json"
+    nested.write_text(NESTED)
+    with pytest.raises(ValueError, match=f"nests deeper than {MAX_JSON_DEPTH} levels"):
+        read_json(nested)
+    deep_but_ours = "[" * MAX_JSON_DEPTH + "]" * MAX_JSON_DEPTH
+    nested.write_text(deep_but_ours)
+    assert read_json(nested) is not None
+    fifo = tmp_path / "progress.json"
+    os.mkfifo(fifo)
+    with within(5), pytest.raises(FileReadError, match="not a regular file"):
+        read_json(fifo)
+    with within(5), pytest.raises(FileReadError, match="not a regular file"):
+        read_jsonl(fifo)
+    assert isinstance(FileReadError("x"), OSError)  # the tolerant readers, which take OSError, take it too
+    log = tmp_path / "metrics.jsonl"
+    log.write_text('{"epoch": 1}\n' + NESTED + "\n" + '{"epoch": 2}\n')
+    assert read_jsonl(log) == [{"epoch": 1}, {"epoch": 2}]
+
+
+def test_a_checkpoint_whose_header_nests_deeply_is_one_line(tmp_path: Path) -> None:
+    """Item 4: a few-KB file whose header's config is [[[... was a RecursionError traceback in every tool."""
+    for field in ("config", "info"):
+        path = tmp_path / f"{field}.safetensors"
+        metadata = {"format": FORMAT, "format_version": FORMAT_VERSION, "network": "capsnet", "config": "{}"}
+        save_file({"x": torch.zeros(1)}, str(path), metadata=metadata | {field: NESTED})
+        with pytest.raises(CheckpointError) as raised:
+            load_checkpoint(path)
+        assert "nests deeper than" in str(raised.value) and "\n" not in str(raised.value), field
+
+
+@pytest.mark.parametrize("damage", ["nested", "fifo", "link to /dev/zero", "folder", "not JSON"])
+def test_a_damaged_manifest_is_one_line_and_stops_an_export_before_it_writes(
+    damage: str, tiny_checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Item 2: with a damaged manifest.json, `export` into the shipped folder wrote the target, then stopped; a nested
+    one was a RecursionError, a FIFO hung, a link to /dev/zero read until MemoryError."""
+    shipped = tmp_path / "shipped"
+    shipped.mkdir()
+    place = shipped / manifest.MANIFEST_NAME
+    if damage == "nested":
+        place.write_text(NESTED)
+    elif damage == "fifo":
+        os.mkfifo(place)
+    elif damage == "link to /dev/zero":
+        place.symlink_to("/dev/zero")
+    elif damage == "folder":
+        place.mkdir()
+    else:
+        place.write_text("not JSON")
+    monkeypatch.setenv("CAPSNET_CHECKPOINTS_DIR", str(shipped))
+    with within(10), pytest.raises(manifest.ManifestError, match="manifest.json is damaged") as raised:
+        manifest.read_manifest(shipped)
+    assert "\n" not in str(raised.value)
+    target = shipped / "mnist.safetensors"
+    with within(10), pytest.raises(CapsNetError, match="manifest.json is damaged"):
+        export_checkpoint(tiny_checkpoint, target, device="cpu", first=20)
+    assert sorted(p.name for p in shipped.iterdir()) == [manifest.MANIFEST_NAME]  # nothing written beside it
+
+
+def test_an_export_refuses_a_target_that_is_not_a_checkpoint_before_measuring(
+    tiny_checkpoint: Path, tmp_path: Path
+) -> None:
+    """Item 1: `export SRC PATH` replaced whatever was at PATH by rename."""
+    fifo = tmp_path / "fifo.safetensors"
+    os.mkfifo(fifo)
+    notes = tmp_path / "notes.safetensors"
+    notes.write_text("my notes")
+    for target, said in ((fifo, "it is a FIFO"), (notes, "holds something other than safetensors")):
+        with within(10), pytest.raises(FileWriteError, match=said):
+            export_checkpoint(tiny_checkpoint, target, device="cpu", first=20)
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and notes.read_text() == "my notes"
