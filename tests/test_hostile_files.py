@@ -170,3 +170,35 @@ def test_an_export_refuses_a_target_that_is_not_a_checkpoint_before_measuring(
         with within(10), pytest.raises(FileWriteError, match=said):
             export_checkpoint(tiny_checkpoint, target, device="cpu", first=20)
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and notes.read_text() == "my notes"
+
+
+def test_a_header_asking_for_20_gb_is_refused_in_one_line_within_1_s_and_500_mb(tiny_em: Path, tmp_path: Path) -> None:
+    """Item 3: the EM network's routing tables were built from the header's config before the weights were compared:
+    `image_size: 100000` made `evaluate` allocate about 20 GB; 10^6 capsule types cost 3.8 GB and 20 s."""
+    import json
+    import subprocess
+    import sys
+
+    from safetensors import safe_open
+
+    with safe_open(str(tiny_em), framework="pt") as handle:
+        metadata = dict(handle.metadata())
+        tensors = {name: handle.get_tensor(name) for name in handle.keys()}
+    probe = (
+        "import resource, sys, time\n"
+        "from capsnet.checkpoints.checkpoint import CheckpointError, load_checkpoint\n"
+        "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "start = time.perf_counter()\n"
+        "try:\n    load_checkpoint(sys.argv[1])\nexcept CheckpointError as error:\n    print(error)\n"
+        "print(time.perf_counter() - start)\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)\n"  # KB the load added to the peak
+    )
+    for change in ({"image_size": 100_000}, {"primary_types": 10**6}):
+        hostile = tmp_path / "hostile.safetensors"
+        config = json.loads(metadata["config"]) | change
+        save_file(tensors, str(hostile), metadata=metadata | {"config": json.dumps(config)})
+        done = subprocess.run([sys.executable, "-c", probe, str(hostile)], capture_output=True, text=True, timeout=120)
+        said, seconds, grown_kb = done.stdout.strip().splitlines()
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert "not a network this builds" in said and str(hostile) in said, said
+        assert float(seconds) < 1.0 and int(grown_kb) < 500 * 1024, (change, seconds, grown_kb)

@@ -43,6 +43,8 @@ from capsnet.nn.routing import (
     coupling_entropy,
 )
 
+MAX_INDEX_BYTES = 256 * 2**20  # the derived routing tables a config may ask for (`EMCapsNetConfig.index_bytes`)
+
 
 @dataclass(frozen=True)
 class EMCapsNetConfig:
@@ -97,6 +99,22 @@ class EMCapsNetConfig:
             raise ValueError(f"margin_anneal is a fraction of training in (0, 1], got {self.margin_anneal}")
         if self.convcaps2_grid < 1:
             raise ValueError(f"image_size {self.image_size} is too small for this network's kernels and strides")
+        if self.index_bytes > MAX_INDEX_BYTES:  # before anything is built: a header may ask for anything
+            raise ValueError(
+                f"image_size {self.image_size} with {self.primary_types}, {self.convcaps1_types} and "
+                f"{self.convcaps2_types} capsule types needs {self.index_bytes / 2**30:.1f} GiB of routing tables "
+                f"(at most {MAX_INDEX_BYTES / 2**20:.0f} MiB): not a network this builds"
+            )
+
+    @property
+    def index_bytes(self) -> int:
+        """Bytes of the tables the capsule layers derive from the config when built (each window's children, the
+        class layer's coordinates), before any weight: 82 KB for the paper's network on 28x28 images."""
+        k = self.convcaps_kernel
+        first = self.convcaps1_grid**2 * self.primary_types * k * k  # ConvCaps1's (L, I) child index
+        second = self.convcaps2_grid**2 * self.convcaps1_types * k * k
+        cells = self.convcaps2_grid**2
+        return 8 * (first + second + self.convcaps2_types * cells + self.conv1_grid**2) + 4 * POSE_ENTRIES * cells
 
     @property
     def conv1_grid(self) -> int:
