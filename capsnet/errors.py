@@ -7,6 +7,7 @@ Only a `CapsNetError` (bad input: a file, an option, a missing dataset) becomes 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 from typing import NoReturn
@@ -66,9 +67,14 @@ class ArgumentParser(argparse.ArgumentParser):
 
 
 def run_cli(body: Callable[[], int], prog: str | None = None) -> int:
-    """Run `body`; a CapsNetError becomes one line on stderr and its exit code (2, or the error's own)."""
+    """Run `body`; a CapsNetError becomes one line on stderr and its exit code (2, or the error's own). A reader that
+    goes away (`predict --json ... | head -c 1`) ends the command quietly with 141, as a shell's own tools do."""
     try:
         return body()
+    except BrokenPipeError:
+        # Python's advice: point stdout at /dev/null, so that the interpreter's own flush at exit raises nothing
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + 13  # killed by SIGPIPE, as the shell reports it
     except CapsNetError as error:
         name = prog or argparse.ArgumentParser().prog
         message = " ".join(str(error).split())  # one line, whatever the error's text

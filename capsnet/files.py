@@ -164,10 +164,11 @@ def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], Any], kind
         write(handle)
 
 
-def write_json(path: str | os.PathLike, data: Any, indent: int | None = 2) -> None:
+def write_json(path: str | os.PathLike, data: Any, indent: int | None = 2, kind: str | None = None) -> None:
     """Write `data` as JSON, atomically: indented for a reader, or on one line (`indent=None`) for a program; never
-    over anything but a JSON file (`check_target`)."""
-    atomic_write(path, lambda handle: handle.write(json.dumps(data, indent=indent).encode()), kind="json")
+    over a device node, FIFO, folder or link, and, with `kind="json"` (a path the user named), over nothing but a
+    JSON file (`check_target`). A side file of our own name is replaced even when damaged."""
+    atomic_write(path, lambda handle: handle.write(json.dumps(data, indent=indent).encode()), kind)
 
 
 class FileReadError(CapsNetError, OSError):
@@ -226,7 +227,7 @@ def read_json(path: str | os.PathLike, limit: int = MAX_JSON_BYTES) -> Any:
 
 def append_jsonl(path: str | os.PathLike, record: dict[str, Any]) -> None:
     """Append one JSON object as one line (a single write, flushed), to a regular file only (a FIFO would block)."""
-    check_target(path, "jsonl")
+    check_target(path)
     try:
         with open(path, "a", encoding="utf-8") as handle:
             handle.write(json.dumps(record) + "\n")

@@ -251,7 +251,7 @@ class Model(Loaded):
         """
         images, labels = test_set(self.dataset)
         try:
-            return _routing_kept(self.key, str(self.checkpoint.path), len(labels)), ""
+            return _routing_kept(self.key, str(self.checkpoint.path), len(labels), len(self.class_names)), ""
         except LookupError:  # not kept (never cached: a summary kept later is read)
             if not measure:
                 return None, ""
@@ -424,9 +424,9 @@ def _reconstructions(
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
-def _routing_kept(model_key: str, path: str, total: int) -> rm.RoutingMatters:
+def _routing_kept(model_key: str, path: str, total: int, classes: int) -> rm.RoutingMatters:
     """The summary kept beside the checkpoint at `path`; LookupError (not cached) when there is none to trust."""
-    kept = rm.read_kept(path, total)
+    kept = rm.read_kept(path, total, classes=classes)
     if kept is None:
         raise LookupError(f"no routing summary kept for {path}")
     return kept

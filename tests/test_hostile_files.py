@@ -4,6 +4,7 @@ failed export changes nothing. The hostile files are made here, with the standar
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -17,7 +18,7 @@ import torch
 from safetensors.torch import save_file
 
 from capsnet.checkpoints import manifest
-from capsnet.checkpoints.checkpoint import FORMAT, FORMAT_VERSION, CheckpointError, load_checkpoint, save_checkpoint
+from capsnet.checkpoints.checkpoint import FORMAT, FORMAT_VERSION, CheckpointError, load_checkpoint
 from capsnet.errors import CapsNetError
 from capsnet.files import (
     MAX_JSON_DEPTH,
@@ -26,6 +27,7 @@ from capsnet.files import (
     append_jsonl,
     read_json,
     read_jsonl,
+    writable,
     write_json,
 )
 from capsnet.runs.export import export_checkpoint
@@ -84,16 +86,20 @@ def test_no_write_replaces_a_file_of_another_kind(tiny_checkpoint: Path, tmp_pat
     model = Path(shutil.copy(tiny_checkpoint, tmp_path / "model.safetensors"))
     data = model.read_bytes()
     with pytest.raises(FileWriteError, match="holds something other than json; choose another name"):
-        write_json(model, {"version": 1})
+        write_json(model, {"version": 1}, kind="json")  # as `claims --record PATH` writes
     assert model.read_bytes() == data
     record = tmp_path / "record.json"
-    write_json(record, {"version": 1})
-    write_json(record, {"version": 2})  # its own kind is replaced, as before
+    write_json(record, {"version": 1}, kind="json")
+    write_json(record, {"version": 2}, kind="json")  # its own kind is replaced, as before
     with pytest.raises(FileWriteError, match="holds something other than safetensors"):
-        save_checkpoint(record, load_checkpoint(model).model, load_checkpoint(model).info)
+        writable(record, "safetensors")  # as `export SRC PATH` checks its target
     assert read_json(record) == {"version": 2}
     (tmp_path / "empty.json").write_bytes(b"")
-    write_json(tmp_path / "empty.json", [])  # an empty file is nobody's
+    write_json(tmp_path / "empty.json", [], kind="json")  # an empty file is nobody's
+    damaged = tmp_path / "model.routing.json"  # a side file of our own name, damaged: replaced when measured again
+    damaged.write_bytes(b"\x00\xff garbage")
+    write_json(damaged, {"format": 2})
+    assert read_json(damaged) == {"format": 2}
 
 
 def test_json_readers_refuse_deep_nesting_and_fifos_in_one_line(tmp_path: Path) -> None:
@@ -202,3 +208,96 @@ def test_a_header_asking_for_20_gb_is_refused_in_one_line_within_1_s_and_500_mb(
         assert done.returncode == 0, done.stderr[-2000:]
         assert "not a network this builds" in said and str(hostile) in said, said
         assert float(seconds) < 1.0 and int(grown_kb) < 500 * 1024, (change, seconds, grown_kb)
+
+
+def _claim_row(network: str) -> dict:
+    return {"network": network, "paper_error": 0.052, "error": 0.06, "test_examples": 10_000,
+            "examples_seen": 600_000, "hours": 1.5, "epochs": 10, "chosen_epoch": 9, "lr": 1e-3,
+            "chosen_on": "validation", "curve": [[60_000, 0.2], [120_000, 0.1]]}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"error": "abc"}, {"error": 2.0}, {"test_examples": -5}, {"curve": [[60_000, 1e400]]}, {"hours": float("nan")},
+     {"network": "em"}, {"epochs": 1.5}],
+)  # fmt: skip
+def test_a_claim_record_out_of_range_is_one_line(change: dict, tmp_path: Path) -> None:
+    """Item 6: a record with `test_examples: -5`, `error: 2.0`, `error: "abc"` or `curve: [[1e400, 0.1]]` crashed the
+    Transform lens; each is now refused in one line, as a damaged record."""
+    from capsnet.readings import claims
+
+    record = tmp_path / "multimnist.json"
+    rows = [_claim_row("capsnet"), _claim_row("cnn")]
+    record.write_text(json.dumps({"version": claims.RECORD_VERSION, "claim": "multimnist", "rows": rows}))
+    assert claims.read_record(record).rows[0].error == 0.06  # the well-formed record reads
+    rows[0] = rows[0] | change
+    record.write_text(json.dumps({"version": claims.RECORD_VERSION, "claim": "multimnist", "rows": rows}))
+    with pytest.raises(CapsNetError) as raised:
+        claims.read_record(record)
+    assert "\n" not in str(raised.value)
+
+
+def test_header_values_out_of_range_are_read_as_unsaid(tmp_path: Path) -> None:
+    """Item 7: `novelty.examples: Infinity` was an OverflowError in predict, `config: []` an AttributeError,
+    `test_accuracy: 5.0` a complex sampling interval in claims."""
+    from capsnet.checkpoints.header import CheckpointInfo
+    from capsnet.readings.novelty import NoveltyThresholds
+
+    assert CheckpointInfo.from_dict({"test_accuracy": 5.0, "test_examples": 100}).test_accuracy is None
+    assert CheckpointInfo.from_dict({"test_accuracy": 0.99}).test_accuracy == 0.99
+    novelty = {"reconstruction_error": 10.0, "length": 0.5}
+    assert NoveltyThresholds.from_dict(novelty | {"examples": float("inf")}) is None
+    assert NoveltyThresholds.from_dict(novelty | {"examples": 5}) is not None
+    path = tmp_path / "list-config.safetensors"
+    metadata = {"format": FORMAT, "format_version": FORMAT_VERSION, "network": "capsnet", "config": "[]"}
+    save_file({"x": torch.zeros(1)}, str(path), metadata=metadata)
+    with pytest.raises(CheckpointError, match="its config must be a JSON object, not list"):
+        load_checkpoint(path)
+
+
+def test_a_routing_summary_of_other_classes_is_not_trusted(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    """Item 6: a `<name>.routing.json` with the file's (computable) SHA-256 and an image labelled 19 crashed Where
+    routing matters (IndexError): an entry is checked against the model's classes too."""
+    import numpy as np
+
+    from capsnet.checkpoints import measurements
+    from capsnet.nn.routing import CouplingScores
+    from capsnet.readings import routing_matters as rm
+
+    model = Path(shutil.copy(tiny_checkpoint, tmp_path / "model.safetensors"))
+    generator = torch.Generator().manual_seed(0)
+    scores = torch.rand(40, len(rm.ITERATIONS) + 1, 20, generator=generator)  # 20 classes, for a model of 10
+    summary = rm.summarise(CouplingScores(scores, torch.rand(40, 6, generator=generator)), np.full(40, 19),
+                           rm.ITERATIONS, "mnist", 3, measurements.checkpoint_sha256(model))  # fmt: skip
+    assert summary.changed and summary.changed[0].label == 19
+    rm.keep(model, summary)
+    assert rm.read_kept(model, 40, classes=20) is not None  # read as kept, for a model of its classes
+    assert rm.read_kept(model, 40, classes=10) is None  # never for this one: measured again
+
+
+def test_a_reader_that_goes_away_ends_predict_quietly(tiny_checkpoint: Path, data_dir: Path, tmp_path: Path) -> None:
+    """Item 19: `predict --json ... | head -c 1` was a BrokenPipeError traceback."""
+    import subprocess
+    import sys
+
+    from PIL import Image
+
+    from capsnet.data.tasks import read_test_set
+
+    digits = read_test_set("mnist").first(600)  # more output than a pipe holds (64 KiB): a write after `head` fails
+    images = []
+    for n, digit in enumerate(digits.images):
+        images.append(tmp_path / f"digit{n}.png")
+        Image.fromarray((digit[0].numpy() * 255).astype("uint8")).save(images[-1])
+    command = [sys.executable, "-m", "capsnet", "predict", "--json", "--checkpoint", str(tiny_checkpoint),
+               *map(str, images)]  # fmt: skip
+    with open(tmp_path / "stderr.txt", "w+b") as errors:  # a file: a pipe for stderr could fill and block it
+        writer = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=errors)
+        assert writer.stdout is not None
+        writer.stdout.read(1)
+        writer.stdout.close()  # the reader goes away, as `head -c 1` does
+        code = writer.wait(timeout=120)
+        errors.seek(0)
+        stderr = errors.read().decode()
+    assert code == 141, stderr
+    assert "Traceback" not in stderr and "BrokenPipeError" not in stderr, stderr

@@ -83,7 +83,7 @@ def save_checkpoint(
         "info": json.dumps(info.to_dict() if isinstance(info, CheckpointInfo) else dict(info)),
     }
     try:
-        with atomic_path(path, "safetensors") as tmp:
+        with atomic_path(path) as tmp:  # the export checks a target the user named (`writable`)
             save_file(tensors, str(tmp), metadata=metadata)
     except SafetensorError as error:  # a full disk, among others: one line naming the file and the cause
         raise write_failure(path, error) from None
@@ -100,7 +100,10 @@ def _check_header(path: Path, metadata: Mapping[str, str]) -> tuple[AnyConfig, C
         )
     try:
         name = metadata.get("network") or metadata.get("architecture") or "capsnet"  # older files: see above
-        config = network(name).from_dict(loads_json(metadata["config"], "its config"))  # hostile: nested [[[...
+        fields = loads_json(metadata["config"], "its config")  # hostile: nested [[[...
+        if not isinstance(fields, dict):
+            raise ValueError(f"its config must be a JSON object, not {type(fields).__name__}")
+        config = network(name).from_dict(fields)
         info = loads_json(metadata.get("info") or "{}", "its info")
     except (KeyError, TypeError, ValueError) as error:
         raise CheckpointError(f"{path}: invalid config or info in the header ({error})") from None

@@ -32,6 +32,9 @@ ORIGIN_KEYS = (
 )
 
 
+FRACTIONS = ("test_accuracy", "test_accuracy_before_export")  # read only from 0 to 1, else as unsaid
+
+
 @dataclass(frozen=True)
 class CheckpointInfo:
     """The facts in a checkpoint's header. None (or empty) where the file does not say."""
@@ -81,6 +84,8 @@ class CheckpointInfo:
             if f.name == "extra" or f.name not in data:
                 continue
             value = _coerce(data.pop(f.name), hints[f.name])
+            if value is not _INVALID and f.name in FRACTIONS and value is not None and not 0 <= value <= 1:
+                value = _INVALID  # an accuracy of 5.0 made the claims' sampling interval complex (issue 56, item 7)
             if value is not _INVALID:
                 values[f.name] = value
         data.pop("extra", None)

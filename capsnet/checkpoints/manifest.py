@@ -89,7 +89,7 @@ def record(
     )
     entries = read_manifest(folder)
     entries[name] = entry
-    with atomic_path(folder / MANIFEST_NAME, "json") as tmp:
+    with atomic_path(folder / MANIFEST_NAME) as tmp:
         text = json.dumps({"first": FIRST, "files": {k: asdict(v) for k, v in sorted(entries.items())}}, indent=1)
         tmp.write_text(text + "\n", encoding="utf-8")
     return entry

@@ -20,6 +20,7 @@ a row of its own beside the warm-started pair, without adding two models to the 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -277,7 +278,7 @@ def verdict(claim: str, capsnet: str | Path, cnn: str | Path) -> Verdict:
 def record_verdict(verdict: Verdict, path: str | Path) -> None:
     """Keep `verdict` as a JSON record at `path` (written atomically): its claim and both rows, every field."""
     rows = [dataclasses.asdict(r) for r in verdict.rows]
-    write_json(path, {"version": RECORD_VERSION, "claim": verdict.claim, "rows": rows})
+    write_json(path, {"version": RECORD_VERSION, "claim": verdict.claim, "rows": rows}, kind="json")  # a path named
 
 
 def read_record(path: str | Path) -> Verdict:
@@ -299,6 +300,47 @@ def _row_from_dict(data: Any) -> ClaimRow:
     if not isinstance(data, dict) or not set(data) <= fields:
         raise ValueError(f"a row must be an object with the fields {', '.join(sorted(fields))}")
     row = dict(data)
-    row["curve"] = tuple((int(seen), float(error)) for seen, error in row.get("curve", ()))
-    row["lr_candidates"] = tuple(float(c) for c in row.get("lr_candidates", ()))
+    row["curve"] = tuple((_count(seen, "curve"), _share(error, "curve")) for seen, error in row.get("curve", ()))
+    row["lr_candidates"] = tuple(_positive(c, "lr_candidates") for c in row.get("lr_candidates", ()))
+    # every value in its range: a record is a file anyone can edit (issue 56, item 6: `error: "abc"`, `test_examples:
+    # -5` or a curve of 1e400 crashed the Transform lens)
+    if row.get("network") not in ("capsnet", "cnn") or row.get("chosen_on") not in ("validation", "test"):
+        raise ValueError("a row's network must be capsnet or cnn, and chosen_on validation or test")
+    for name in ("paper_error", "error", "source_accuracy"):
+        if row.get(name) is not None or name == "paper_error":
+            row[name] = _share(row.get(name), name)
+    for name in ("test_examples", "epochs", "chosen_epoch"):
+        if row.get(name) is not None:
+            row[name] = _count(row[name], name, low=1)
+    row["examples_seen"] = _count(row.get("examples_seen"), "examples_seen")
+    row["started_from"] = _count(row.get("started_from", 0), "started_from")
+    for name in ("hours", "lr"):
+        if row.get(name) is not None:
+            row[name] = _positive(row[name], name)
     return ClaimRow(**row)
+
+
+def _finite(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r}"[:120])
+    return float(value)
+
+
+def _share(value: Any, name: str) -> float:
+    number = _finite(value, name)
+    if not 0 <= number <= 1:
+        raise ValueError(f"{name} must lie from 0 to 1, got {number}")
+    return number
+
+
+def _positive(value: Any, name: str) -> float:
+    number = _finite(value, name)
+    if number <= 0:
+        raise ValueError(f"{name} must be above 0, got {number}")
+    return number
+
+
+def _count(value: Any, name: str, low: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{name} must be a whole number of at least {low}, got {value!r}"[:120])
+    return value

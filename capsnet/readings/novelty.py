@@ -72,9 +72,11 @@ class NoveltyThresholds:
             values = {k: float(data[k]) for k in ("reconstruction_error", "length")}
             extra = {k: float(data[k]) for k in ("quantile", "flagged_right", "flagged_wrong") if k in data}
             examples = int(data.get("examples", 0))
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, OverflowError):  # int(Infinity) overflows (issue 56, item 7)
             return None
-        if not all(np.isfinite(v) and v > 0 for v in values.values()):
+        if not all(np.isfinite(v) and v > 0 for v in values.values()) or examples < 0:
+            return None
+        if not all(np.isfinite(v) for v in extra.values()):
             return None
         return cls(**values, **extra, examples=examples)
 

@@ -317,15 +317,21 @@ def sidecar_path(checkpoint_path: str | os.PathLike) -> Path:
 
 
 def read_kept(
-    checkpoint_path: str | os.PathLike, total: int, iterations: Sequence[int] = ITERATIONS
+    checkpoint_path: str | os.PathLike,
+    total: int,
+    iterations: Sequence[int] = ITERATIONS,
+    classes: int | None = None,
 ) -> RoutingMatters | None:
-    """The kept summary of this checkpoint on `total` test images; None when there is none to trust (missing,
-    unreadable, damaged, or measured on another checkpoint or another test set)."""
+    """The kept summary of this checkpoint on `total` test images (of `classes` classes, where given); None when there
+    is none to trust (missing, unreadable, damaged, measured on another checkpoint or another test set, or not of
+    the model's classes: a file's SHA-256 anyone can compute, so an entry is checked against the model too)."""
     data = measurements.read(checkpoint_path, KIND)
     try:
         result = RoutingMatters.from_dict(data)
     except (ValueError, TypeError, KeyError, AttributeError):
         return None
+    if classes is not None and any(len(row) != classes for image in result.changed for row in image.lengths):
+        return None  # an image labelled 19 for a model of 10 classes crashed the page (issue 56, item 6)
     return result if result.total == total and result.iterations == tuple(iterations) else None
 
 
@@ -339,7 +345,7 @@ def kept_or_measured(
     checkpoint: Checkpoint, test: LabelledSet, on_batch: Callable[[int, int], None] | None = None
 ) -> RoutingMatters:
     """The checkpoint's kept summary on all of `test`, else measured now and kept (once per checkpoint)."""
-    kept = read_kept(checkpoint.path, len(test))
+    kept = read_kept(checkpoint.path, len(test), classes=checkpoint.config.num_classes)
     if kept is not None:
         return kept
     sha256 = measurements.checkpoint_sha256(checkpoint.path)

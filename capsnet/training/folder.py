@@ -240,7 +240,7 @@ class RunFolder:
     def write_metrics(self, records: list[EpochRecord]) -> None:
         """Replace metrics.jsonl with `records`, atomically (a resume reconciling it with the saved state)."""
         text = "".join(json.dumps(dict(r)) + "\n" for r in records)
-        atomic_write(self.path / self.METRICS, lambda handle: handle.write(text.encode()), kind="jsonl")
+        atomic_write(self.path / self.METRICS, lambda handle: handle.write(text.encode()))
 
     def remove_stale_temporaries(self) -> list[Path]:
         """Delete the temporary files of writes a killed trainer never finished (`.<name>.<random>.tmp`)."""
