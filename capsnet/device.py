@@ -46,8 +46,17 @@ def pick_device(name: str = "auto") -> torch.device:
     mps_ok = bool(mps and mps.is_available())
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "mps" if mps_ok else "cpu")
+    index = name.removeprefix("cuda:") if name.startswith("cuda:") else None
+    if index is not None and not (index.isascii() and index.isdigit()):  # cuda:abc reached torch as a traceback
+        raise InvalidArgumentError(f"unknown device {name!r}: a GPU is named cuda or cuda:N, N its number from 0")
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise InvalidArgumentError("device 'cuda' asked for, but no CUDA GPU is available")
+    if index is not None and int(index) >= torch.cuda.device_count():
+        count = torch.cuda.device_count()
+        raise InvalidArgumentError(
+            f"device {name!r} asked for, but this machine has {count} CUDA GPU{'s' if count != 1 else ''} "
+            f"(cuda:0 to cuda:{count - 1})"
+        )
     if name == "mps" and not mps_ok:
         raise InvalidArgumentError("device 'mps' asked for, but Apple MPS is not available")
     return torch.device(name)

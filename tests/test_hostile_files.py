@@ -301,3 +301,20 @@ def test_a_reader_that_goes_away_ends_predict_quietly(tiny_checkpoint: Path, dat
         stderr = errors.read().decode()
     assert code == 141, stderr
     assert "Traceback" not in stderr and "BrokenPipeError" not in stderr, stderr
+
+
+@pytest.mark.parametrize("name", ["cuda:abc", "cuda:99", "cuda:-1", "cuda:１"])
+def test_a_bad_cuda_device_is_one_line_where_cuda_exists(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Item 11: `--device cuda:abc` or `cuda:99` reached torch as a traceback on a machine with CUDA (here CUDA is
+    pretended: two GPUs)."""
+    from capsnet.device import pick_device
+    from capsnet.errors import InvalidArgumentError
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    with pytest.raises(InvalidArgumentError) as raised:
+        pick_device(name)
+    said = str(raised.value)
+    assert "\n" not in said and name in said
+    assert ("has 2 CUDA GPUs (cuda:0 to cuda:1)" in said) == (name == "cuda:99")
+    assert pick_device("cuda:1") == torch.device("cuda:1")
