@@ -304,8 +304,8 @@ def _row_from_dict(data: Any) -> ClaimRow:
     row["lr_candidates"] = tuple(_positive(c, "lr_candidates") for c in row.get("lr_candidates", ()))
     # every value in its range: a record is a file anyone can edit (issue 56, item 6: `error: "abc"`, `test_examples:
     # -5` or a curve of 1e400 crashed the Transform lens)
-    if row.get("network") not in ("capsnet", "cnn") or row.get("chosen_on") not in ("validation", "test"):
-        raise ValueError("a row's network must be capsnet or cnn, and chosen_on validation or test")
+    if row.get("network") not in CLAIMED or row.get("chosen_on") not in ("validation", "test"):
+        raise ValueError(f"a row's network must be one of {', '.join(CLAIMED)}, and chosen_on validation or test")
     for name in ("paper_error", "error", "source_accuracy"):
         if row.get(name) is not None or name == "paper_error":
             row[name] = _share(row.get(name), name)
