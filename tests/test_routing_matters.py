@@ -129,6 +129,19 @@ def test_the_command_line_measures_on_the_device_asked_and_keeps_the_summary(
     assert verdict(kept.rules()) in done.stdout  # the experiment's verdict, as the dashboard says it
     assert f"kept in {sidecar}" in done.stdout
 
+    # issue 56, item 13: a place beside the checkpoint that cannot take the summary (here a folder stands there) sends
+    # it to the user's store, and the command names that file; a bad file among several is its own line, and the
+    # others are measured all the same (exit 2 at the end)
+    sidecar.unlink()
+    sidecar.mkdir()
+    missing = tmp_path / "missing.safetensors"
+    again = capsnet("routing-matters", missing, run_copy, "--device", "cpu")
+    assert again.returncode == 2, again.stderr[-2000:]
+    assert again.stderr.strip().splitlines() == [f"python -m capsnet routing-matters: error: {missing}: no such "
+                                                 "checkpoint file"]  # fmt: skip
+    stored = measurements.in_store(file_sha256(run_copy), rm.KIND)
+    assert stored.is_file() and f"kept in {stored}" in again.stdout and f"kept in {sidecar}" not in again.stdout
+
 
 def test_the_summary_is_kept_once_and_a_damaged_one_is_measured_again(
     run_copy: Path, test_images, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -54,6 +54,18 @@ def in_store(sha256: str, kind: str) -> Path:
 
 def read(checkpoint: str | os.PathLike, kind: str) -> dict[str, Any] | None:
     """The entry of `kind` measured on this checkpoint's bytes (beside it, else in the store), or None."""
+    found = _found(checkpoint, kind)
+    return None if found is None else found[1]
+
+
+def where(checkpoint: str | os.PathLike, kind: str) -> Path | None:
+    """The file holding this checkpoint's entry of `kind` (beside it, else in the store), or None: what a command
+    names as where it kept a measurement (a stale file beside the checkpoint is not it)."""
+    found = _found(checkpoint, kind)
+    return None if found is None else found[0]
+
+
+def _found(checkpoint: str | os.PathLike, kind: str) -> tuple[Path, dict[str, Any]] | None:
     sha256 = checkpoint_sha256(checkpoint)
     for place in (beside(checkpoint, kind), in_store(sha256, kind)):
         try:
@@ -61,7 +73,7 @@ def read(checkpoint: str | os.PathLike, kind: str) -> dict[str, Any] | None:
         except (OSError, FileReadError, ValueError, UnicodeDecodeError, RecursionError):
             continue
         if isinstance(data, dict) and data.get("checkpoint_sha256") == sha256:
-            return data
+            return place, data
     return None
 
 
