@@ -74,10 +74,19 @@ def write_failure(path: str | os.PathLike, error: BaseException) -> FileWriteErr
 KINDS = ("json", "jsonl", "safetensors")  # what a writer may say it writes, so as never to replace a file of another
 
 
+_KINDS_OF_NODE = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISLNK, "a link"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a device node"),
+    (stat.S_ISBLK, "a device node"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
 def _what(mode: int) -> str:
-    return next((name for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISLNK, "a link"), (stat.S_ISFIFO, "a FIFO"),
-                 (stat.S_ISCHR, "a device node"), (stat.S_ISBLK, "a device node"), (stat.S_ISSOCK, "a socket"))
-                 if test(mode)), "not a regular file")  # fmt: skip
+    """What a file-system node that is not a regular file is, in a few words."""
+    return next((name for test, name in _KINDS_OF_NODE if test(mode)), "not a regular file")
 
 
 def _of_kind(path: Path, kind: str) -> bool:
@@ -123,9 +132,7 @@ def writable(path: str | os.PathLike, kind: str | None = None) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise _cannot_write(path, error) from None
-    if path.is_dir():
-        raise FileWriteError(f"cannot write {path}: it is a folder")
-    check_target(path, kind)
+    check_target(path, kind)  # a folder, a FIFO, a device, a link or a file of another kind there
     if not os.access(path.parent, os.W_OK):
         reason = "read-only file system" if _read_only(path) else "permission denied"
         raise FileWriteError(f"cannot write {path}: {reason}")
@@ -176,6 +183,14 @@ class FileReadError(CapsNetError, OSError):
     takes an unreadable file in its stride takes this one."""
 
 
+def _regular(path: str | os.PathLike) -> os.stat_result:
+    """`path`'s stat (through links) when it is a regular file; FileReadError before it is opened when not."""
+    info = os.stat(path)
+    if not stat.S_ISREG(info.st_mode):
+        raise FileReadError(f"{path}: not a regular file")
+    return info
+
+
 def read_regular_file(path: str | os.PathLike, limit: int) -> bytes:
     """The bytes of `path`, a regular file of at most `limit` bytes.
 
@@ -183,9 +198,7 @@ def read_regular_file(path: str | os.PathLike, limit: int) -> bytes:
     grows without bound), and so is a longer file; OSError for a missing or unreadable one.
     """
     path = Path(path)
-    info = os.stat(path)
-    if not stat.S_ISREG(info.st_mode):
-        raise FileReadError(f"{path}: not a regular file")
+    info = _regular(path)
     with open(path, "rb") as handle:
         data = handle.read(limit + 1)
     if len(data) > limit or info.st_size > limit:
@@ -242,8 +255,7 @@ def read_jsonl(path: str | os.PathLike, limit: int | None = None) -> list[dict[s
     (a huge file costs only the lines taken); [] if absent."""
     records: list[dict[str, Any]] = []
     try:
-        if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block, a folder raise, a device never end
-            raise FileReadError(f"{path}: not a regular file")
+        _regular(path)  # a FIFO would block, a folder raise, a device never end
         with open(path, encoding="utf-8", errors="replace") as handle:  # damaged bytes cost their line only
             for line in handle:
                 if limit is not None and len(records) >= limit:

@@ -8,9 +8,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from capsnet.nn.config import CapsNetConfig
+from capsnet.readings.agreement import vote_shares
 from capsnet.readings.coupling_rules import InputRules, Rule
 from capsnet.readings.routing_matters import RoutingMatters
-from dashboard.figures.agreement import VISIBLE_SHARE_CHANGE
+from dashboard.figures.agreement import VISIBLE_SHARE_CHANGE, shows_share_changes
 
 
 def procedure(config: CapsNetConfig) -> str:
@@ -96,7 +97,7 @@ def primary_coupling(length: float, coupling: np.ndarray, names: Sequence[str], 
 
 def vote_share(mass: np.ndarray, names: Sequence[str], capsule: int) -> str:
     """What the share chart shows: each vote weighted by its capsule's length, and how the winner's share moves."""
-    share = np.asarray(mass, dtype=np.float64) / np.maximum(np.asarray(mass).sum(axis=1, keepdims=True), 1e-12)
+    share = vote_shares(mass)  # (r, K)
     first, last = float(share[0, capsule]), float(share[-1, capsule])
     moves = " -> ".join(f"{100 * float(v):.2f}%" for v in share[:, capsule])
     change = "barely changes" if abs(last - first) < BARELY else ("grows" if last > first else "shrinks")
@@ -104,8 +105,8 @@ def vote_share(mass: np.ndarray, names: Sequence[str], capsule: int) -> str:
         f"Each vote counts as much as its primary capsule is sure of its feature (|u_i|), so the many capsules "
         f"that detect nothing do not drown the rest. Capsule {names[capsule]}'s share {change} over the "
         f"iterations: {moves}."
-        + (f" Every share stays within {VISIBLE_SHARE_CHANGE:.0%} of where it started, so the chart shows how far each moved."
-           if len(share) > 1 and float(np.abs(share - share[:1]).max()) < VISIBLE_SHARE_CHANGE else "")
+        + (f" Every share stays within {VISIBLE_SHARE_CHANGE:.0%} of where it started, so the chart shows how far each "
+           "moved." if shows_share_changes(mass) else "")
     )  # fmt: skip
 
 
@@ -293,11 +294,10 @@ def input_rules_rows(reading: InputRules, names: Sequence[str], symbol: str) -> 
         for name, s, e in (rows if r != 1 else rows[:1])
     ]
     draws = len(reading.random)
-    counts = np.bincount(reading.random_predictions, minlength=len(names))
-    common = int(counts.argmax())
+    common, count = reading.random_majority()
     out.append({
         "Couplings": f"Random, {draws} draws (not routed)",
-        "Answer": f"{names[common]} in {counts[common]} of {draws}",
+        "Answer": f"{names[common]} in {count} of {draws}",
         symbol: f"{float(reading.random[:, common].mean()):.2f} (mean)",
         "Entropy": f"{reading.entropy[2]:.3f} (mean)",
     })  # fmt: skip

@@ -246,7 +246,8 @@ class EMCapsNet(nn.Module):
     ) -> CouplingScores:
         """The class activations a_j and the class layer's coupling entropies with every capsule layer routed r times
         for each r of `iterations`, each as the forward pass gives them; then (given `random`) with every capsule
-        layer's assignments R_ij random, each layer's own draw, and not routed (one M-step each). The decoder is not run.
+        layer's assignments R_ij random, each layer's own draw, and not routed (one M-step each). The decoder is not
+        run.
 
         Conv1 and PrimaryCaps run once. ConvCaps1 routes once, max(r) times, and gives its grid at every r on the
         way (`ConvCapsules.by_iterations`: routing r times is the first r iterations of routing more); ConvCaps2 and

@@ -80,8 +80,9 @@ def inverse_temperature(iteration: int) -> float:
 class EMTrace:
     """What EM routing did, one entry per iteration (the dashboard steps through it).
 
-    assignments[:, t] are the R_ij the M-step of iteration t+1 weighed (even for t = 0 unless a start was given), means, variances and
-    activations[:, t] the parents that M-step fitted. Slot i of position p holds child `child_index[p, i]`.
+    assignments[:, t] are the R_ij the M-step of iteration t+1 weighed (even for t = 0 unless a start was given),
+    means, variances and activations[:, t] the parents that M-step fitted. Slot i of position p holds child
+    `child_index[p, i]`.
     """
 
     votes: Tensor  # (B, P, J, I, H) V_ij

@@ -47,7 +47,7 @@ class PrimaryMatrixCapsules(nn.Module):
 def _route_float32(
     votes: Tensor,
     child_a: Tensor,
-    layer: ConvCapsules | ClassCapsules,
+    layer: _EMRoutedLayer,
     iterations: int,
     trace: bool,
     every: bool,
@@ -69,7 +69,7 @@ def _route_float32(
 
 
 def _in_chunks(
-    layer: ConvCapsules | ClassCapsules,
+    layer: _EMRoutedLayer,
     poses: Tensor,
     activations: Tensor,
     iterations: int,
@@ -109,9 +109,7 @@ def _in_chunks(
     return torch.cat(out_poses), torch.cat(out_a), None
 
 
-def _by_iterations(
-    layer: ConvCapsules | ClassCapsules, poses: Tensor, activations: Tensor, iterations: int
-) -> tuple[Tensor, Tensor]:
+def _by_iterations(layer: _EMRoutedLayer, poses: Tensor, activations: Tensor, iterations: int) -> tuple[Tensor, Tensor]:
     """A layer's poses and activations at r = 1 .. iterations from one routing run, each with a leading r axis."""
     out_poses, out_a, _ = _in_chunks(layer, poses, activations, iterations, False, every=True)
     return out_poses.unflatten(0, (iterations, -1)), out_a.unflatten(0, (iterations, -1))
@@ -141,11 +139,55 @@ def _votes(rows: Tensor, kron: Tensor) -> Tensor:
     return out.view(rows.shape[0], rows.shape[1], -1, POSE_ENTRIES)  # (I, N, J, 16)
 
 
-class ConvCapsules(nn.Module):
+class _EMRoutedLayer(nn.Module):
+    """What both layers routed by EM share: a forward pass over the batch in chunks (`_in_chunks`) and the results at
+    every r from one routing run (`_by_iterations`). Each says its shapes and makes its votes in `_route`."""
+
+    child_index: Tensor  # a buffer: the child in each slot of each position (P, I)
+    weight: nn.Parameter
+    beta_u: nn.Parameter
+    beta_a: nn.Parameter
+    children_count: int
+
+    def forward(
+        self,
+        poses: Tensor,
+        activations: Tensor,
+        iterations: int,
+        trace: bool = False,
+        random: RandomCouplings | None = None,
+    ) -> tuple[Tensor, Tensor, EMTrace | None]:
+        """Child grid (B, T_in, 16, H, W), (B, T_in, H, W) -> the layer's poses and activations (its class docstring
+        says their shapes), and the trace when asked for; `random`: routing starts from these random assignments."""
+        return _in_chunks(self, poses, activations, iterations, trace, random=random)
+
+    def by_iterations(self, poses: Tensor, activations: Tensor, iterations: int) -> tuple[Tensor, Tensor]:
+        """`forward`'s poses and activations at r = 1 .. `iterations` from one routing run (`em_routing_by_iterations`),
+        each with a leading r axis."""
+        return _by_iterations(self, poses, activations, iterations)
+
+    def routing_bytes_per_image(self) -> int:  # each layer's own: the bytes it routes for one image
+        raise NotImplementedError
+
+    def _route(  # each layer's own: its votes, routed by `_route_float32`
+        self,
+        poses: Tensor,
+        activations: Tensor,
+        kron: Tensor,
+        iterations: int,
+        trace: bool,
+        every: bool = False,
+        start: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor, EMTrace | None]:
+        raise NotImplementedError
+
+
+class ConvCapsules(_EMRoutedLayer):
     """A convolutional capsule layer: each K x K window of child capsules routed by EM to J parent types there.
 
     Holds one 4x4 W per (child type, kernel cell, parent type) and a beta_u and beta_a per parent type:
-    K*K*T_in*J*16 + 2J parameters (147,520 for 3x3, 32 -> 32).
+    K*K*T_in*J*16 + 2J parameters (147,520 for 3x3, 32 -> 32). Child grid (B, T_in, 16, H, W), (B, T_in, H, W) ->
+    parent grid (B, J, 16, H', W'), (B, J, H', W').
     """
 
     child_index: Tensor  # a buffer: the child in each slot of each window (L, I)
@@ -182,23 +224,6 @@ class ConvCapsules(nn.Module):
         paper's ConvCaps1 (25 positions x 32 types x 288 slots)."""
         return self.out_size**2 * self.out_types * self.child_index.shape[1] * 3 * POSE_ENTRIES * 4
 
-    def forward(
-        self,
-        poses: Tensor,
-        activations: Tensor,
-        iterations: int,
-        trace: bool = False,
-        random: RandomCouplings | None = None,
-    ) -> tuple[Tensor, Tensor, EMTrace | None]:
-        """Child grid (B, T_in, 16, H, W), (B, T_in, H, W) -> parent grid (B, J, 16, H', W'), (B, J, H', W');
-        `random`: routing starts from these random assignments (`_in_chunks`)."""
-        return _in_chunks(self, poses, activations, iterations, trace, random=random)
-
-    def by_iterations(self, poses: Tensor, activations: Tensor, iterations: int) -> tuple[Tensor, Tensor]:
-        """`forward`'s parent grid at r = 1 .. `iterations` from one routing run (`em_routing_by_iterations`):
-        (r, B, J, 16, H', W'), (r, B, J, H', W')."""
-        return _by_iterations(self, poses, activations, iterations)
-
     def _route(
         self,
         poses: Tensor,
@@ -223,12 +248,13 @@ class ConvCapsules(nn.Module):
         return out_poses, out_a.transpose(1, 2).reshape(-1, self.out_types, n, n), routed  # (B, J, H', W')
 
 
-class ClassCapsules(nn.Module):
+class ClassCapsules(_EMRoutedLayer):
     """The class capsules: every child capsule of the last grid routed by EM to one capsule per class.
 
     One 4x4 W per (child type, class), shared by every position of that type, and coordinate addition: the scaled
     (row, column) of the centre of each child's receptive field is added to the first two entries of the right-hand
-    column of its votes (pose entries 3 and 7), so the class poses can still say where the parts were.
+    column of its votes (pose entries 3 and 7), so the class poses can still say where the parts were. Child grid
+    (B, T_in, 16, H, W), (B, T_in, H, W) -> class poses (B, K, 16), activations (B, K).
     """
 
     child_index: Tensor  # buffers: every child (1, I), and what coordinate addition adds to each cell's votes (H*W, 16)
@@ -254,23 +280,6 @@ class ClassCapsules(nn.Module):
     def routing_bytes_per_image(self) -> int:
         """Bytes of votes V and [V, V^2] one image routes through in float32: (K, I, 16 + 32) x 4."""
         return self.classes * self.children_count * 3 * POSE_ENTRIES * 4
-
-    def forward(
-        self,
-        poses: Tensor,
-        activations: Tensor,
-        iterations: int,
-        trace: bool = False,
-        random: RandomCouplings | None = None,
-    ) -> tuple[Tensor, Tensor, EMTrace | None]:
-        """Child grid (B, T_in, 16, H, W), (B, T_in, H, W) -> class poses (B, K, 16), activations (B, K); `random`:
-        routing starts from these random assignments (`_in_chunks`)."""
-        return _in_chunks(self, poses, activations, iterations, trace, random=random)
-
-    def by_iterations(self, poses: Tensor, activations: Tensor, iterations: int) -> tuple[Tensor, Tensor]:
-        """`forward`'s class poses and activations at r = 1 .. `iterations` from one routing run
-        (`em_routing_by_iterations`): (r, B, K, 16), (r, B, K)."""
-        return _by_iterations(self, poses, activations, iterations)
 
     def _route(
         self,

@@ -136,6 +136,18 @@ def vote_mass(coupling: np.ndarray, weights: np.ndarray | None = None) -> np.nda
     return (coupling * w).sum(axis=1)  # (r, K)
 
 
+def vote_shares(mass: np.ndarray) -> np.ndarray:
+    """Each digit capsule's share of all the vote mass (`vote_mass`) in each iteration: (r, K), each row summing to 1."""
+    mass = np.asarray(mass, dtype=np.float64)
+    return mass / np.maximum(mass.sum(axis=1, keepdims=True), 1e-12)  # (r, K)
+
+
+def largest_share_change(mass: np.ndarray) -> float:
+    """How far the share that moves most moves from iteration 1's, at any later iteration (0 with one iteration)."""
+    shares = vote_shares(mass)  # (r, K)
+    return float(np.abs(shares - shares[:1]).max())
+
+
 # ---------------------------------------------------------------- back to the input
 
 

@@ -135,6 +135,11 @@ class InputRules:
     def random_predictions(self) -> np.ndarray:
         return self.random.argmax(axis=1)  # (draws,)
 
+    def random_majority(self) -> tuple[int, int]:
+        """The answer most random draws give, and how many give it."""
+        counts = np.bincount(self.random_predictions, minlength=len(self.routed))  # (K,)
+        return int(counts.argmax()), int(counts.max())
+
     def random_agreeing(self) -> int:
         """How many random draws give the routed answer."""
         return int((self.random_predictions == int(self.routed.argmax())).sum())

@@ -88,7 +88,7 @@ class RoutingMatters:
     @property
     def own(self) -> int:
         """The r the experiment compares against: the trained r, else the last r measured."""
-        return self.trained_iterations if self.trained_iterations in self.iterations else self.iterations[-1]
+        return _own(self.iterations, self.trained_iterations)
 
     def rules(self) -> tuple[Rule, ...]:
         """Every coupling rule's row: uniform (r = 1, when measured), routed at each further r, then random."""
@@ -194,6 +194,10 @@ class RoutingMatters:
         return result
 
 
+def _own(iterations: Sequence[int], trained: int) -> int:
+    return trained if trained in iterations else iterations[-1]
+
+
 def _int(value: Any, name: str, low: int | None = None, high: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"{name} must be a whole number, got {value!r}"[:120])
@@ -261,7 +265,7 @@ def summarise(
         )
     lengths, entropy, random = scores[:, :-1], entropy[:, :-1], scores[:, -1].argmax(axis=1)  # .., .., (N,)
     predictions = lengths.argmax(axis=2)  # (N, R)
-    own = list(iterations).index(trained_iterations) if trained_iterations in iterations else len(iterations) - 1
+    own = list(iterations).index(_own(iterations, trained_iterations))
     right_own, right_random = predictions[:, own] == labels, random == labels  # (N,)
     changed = np.flatnonzero((predictions != predictions[:, :1]).any(axis=1))  # differs between some two r
     rounded = np.round(lengths[changed].astype(np.float64), DECIMALS)  # (C, R, K): float64, so 0.1235 stays 0.1235

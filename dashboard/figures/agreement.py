@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
+from capsnet.readings.agreement import largest_share_change, vote_shares
 from dashboard.figures.style import CLASS_COLOURS, OTHER, WINNER
 
 DIVERGING = "RdBu_r"  # blue: less than uniform, white: uniform, red: more
@@ -172,17 +173,21 @@ def _share_change_figure(change: np.ndarray, class_names: Sequence[str], height:
     )
 
 
+def shows_share_changes(mass: np.ndarray) -> bool:
+    """Whether the share chart shows each share's change since iteration 1 (no share moves by VISIBLE_SHARE_CHANGE,
+    over more than one iteration) rather than the shares themselves."""
+    return len(mass) > 1 and largest_share_change(mass) < VISIBLE_SHARE_CHANGE
+
+
 def vote_share_figure(mass: np.ndarray, class_names: Sequence[str], height: int = 320) -> go.Figure:
     """The share of all the vote mass each digit capsule receives, per iteration: (r, K), stacked to 100%
     (the mass weighted by each primary capsule's length: `capsnet.readings.agreement.vote_mass`). Where no share
     moves by VISIBLE_SHARE_CHANGE (a trained network's couplings barely move: ten bands of 10% at every iteration),
     each share's change since iteration 1 instead."""
-    mass = np.asarray(mass, dtype=np.float64)
-    share = mass / np.maximum(mass.sum(axis=1, keepdims=True), 1e-12)  # (r, K)
+    share = vote_shares(mass)  # (r, K)
     r, k = share.shape
-    change = share - share[:1]  # (r, K)
-    if r > 1 and float(np.abs(change).max()) < VISIBLE_SHARE_CHANGE:
-        return _share_change_figure(change, class_names, height)
+    if shows_share_changes(mass):
+        return _share_change_figure(share - share[:1], class_names, height)
     winner = int(np.argmax(share[-1]))
     x = [f"iteration {t + 1}" for t in range(r)]
     bars = [
