@@ -318,3 +318,117 @@ def test_a_bad_cuda_device_is_one_line_where_cuda_exists(name: str, monkeypatch:
     assert "\n" not in said and name in said
     assert ("has 2 CUDA GPUs (cuda:0 to cuda:1)" in said) == (name == "cuda:99")
     assert pick_device("cuda:1") == torch.device("cuda:1")
+
+
+def _reheaded(source: Path, target: Path, part: str, **changes: object) -> Path:
+    """`source` saved again at `target` with fields of its header's `part` ("config" or "info") changed."""
+    from safetensors import safe_open
+
+    with safe_open(str(source), framework="pt") as handle:
+        metadata = dict(handle.metadata())
+        tensors = {name: handle.get_tensor(name) for name in handle.keys()}
+    metadata[part] = json.dumps(json.loads(metadata[part]) | changes)
+    save_file(tensors, str(target), metadata=metadata)
+    return target
+
+
+@pytest.mark.parametrize("dataset", ["mnist-40", "multimnist", "smallnorb"])
+@pytest.mark.parametrize("command", ["routing-matters", "export", "evaluate", "predict"])
+def test_a_header_naming_a_dataset_of_other_images_is_one_line_in_every_command(
+    tiny_checkpoint: Path, tiny_em: Path, data_dir: Path, tmp_path: Path, command: str, dataset: str
+) -> None:
+    """Item 8: a model of 28x28 images whose header named mnist-40 or MultiMNIST was a shape ValueError traceback in
+    routing-matters and export (evaluate refused in one line); the header is now checked as it is read."""
+    from PIL import Image
+
+    from tests.cli_support import capsnet
+
+    Image.new("L", (28, 28)).save(tmp_path / "digit.png")
+    for model in (tiny_checkpoint, tiny_em):
+        hostile = _reheaded(model, tmp_path / f"{model.parent.name}.safetensors", "info", dataset=dataset)
+        args = {"routing-matters": [hostile], "export": [hostile, tmp_path / "exported.safetensors"],
+                "evaluate": [hostile, "--limit", "10"], "predict": ["--checkpoint", hostile, tmp_path / "digit.png"]}  # fmt: skip
+        done = capsnet(command, *args[command])
+        said = done.stderr.strip()
+        assert done.returncode == 2 and "\n" not in said and "Traceback" not in said, said
+        assert f"its header says it was trained on {dataset}" in said and "28x28" in said, said
+        assert not (tmp_path / "exported.safetensors").exists()
+
+
+def test_a_warm_start_of_a_network_that_has_none_is_one_line(tmp_path: Path, data_dir: Path) -> None:
+    """Item 8: `train --network em --init mnist-em.safetensors --dataset mnist-40` died with KeyError: 'em'."""
+    from tests.cli_support import capsnet
+
+    shipped = Path(__file__).parents[1] / "checkpoints" / "mnist-em.safetensors"
+    done = capsnet("train", "--network", "em", "--preset", "paper-decoder", "--routing-iterations", "2", "--init",
+                   shipped, "--dataset", "mnist-40", "--epochs", "1", "--out", tmp_path / "run")  # fmt: skip
+    said = done.stderr.strip()
+    assert done.returncode == 2 and "\n" not in said, said
+    assert "a matrix-capsule network routed by EM starts from a checkpoint of its own input size only" in said
+
+
+def test_a_refused_run_leaves_no_folder_and_no_args_behind(tmp_path: Path, data_dir: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """Item 16: a refused `train` left args.json (and, without --out, a run the Training runs page listed as failed);
+    `--resume --out <typo>` made the typo folder."""
+    from tests.cli_support import capsnet
+
+    runs = tmp_path / "runs"
+    monkeypatch.setenv("CAPSNET_RUNS_DIR", str(runs))
+    nowhere = ["--data-dir", tmp_path / "no-data"]  # the dataset is missing: refused as the data load
+    for out in ([], ["--out", tmp_path / "new" / "deeper"]):
+        done = capsnet("train", "--epochs", "1", "--train-size", "100", *nowhere, *out)
+        assert done.returncode == 2 and "MNIST not found" in done.stderr, done.stderr
+    assert not list(runs.glob("*")) and not (tmp_path / "new").exists()
+    existing = tmp_path / "mine"
+    existing.mkdir()
+    (existing / "notes.txt").write_text("kept")
+    assert capsnet("train", "--epochs", "1", *nowhere, "--out", existing).returncode == 2
+    assert (existing / "notes.txt").read_text() == "kept" and not (existing / "args.json").exists()
+    done = capsnet("train", "--resume", "--out", tmp_path / "typo")
+    assert done.returncode == 2 and f"--resume: no run folder at {tmp_path / 'typo'}" in done.stderr, done.stderr
+    assert not (tmp_path / "typo").exists()
+
+
+def test_smallnorb_files_that_claim_too_much_are_one_line_and_read_no_further(tmp_path: Path) -> None:
+    """Item 9: a 6 MB `.mat.gz` that inflates to 6 GB was read whole (MemoryError after 5 GB); a header of zero
+    images was a ValueError traceback; sizes whose product overflows passed the size check. Item 15: smallNORB
+    absent said "(download failed: RuntimeError)", though it is never downloaded."""
+    import gzip
+    import tracemalloc
+
+    import numpy as np
+
+    from capsnet.data import smallnorb
+    from capsnet.data.datasets import DatasetDamagedError, DatasetNotFoundError, load_dataset
+    from tests.test_smallnorb import BYTE, make_norb, write_matrix
+
+    with pytest.raises(DatasetNotFoundError) as absent:
+        load_dataset("smallnorb", train=False, data_dir=tmp_path, download=True)
+    assert "download failed" not in str(absent.value) and "this package does not download it" in str(absent.value)
+    raw = make_norb(tmp_path, n_test=10, gz=True) / "smallNORB" / "raw"
+    photos = raw / f"{smallnorb.SPLITS[False]}-dat.mat.gz"
+    header = np.array([BYTE, 4, 10, 2, 96, 96], "<i4").tobytes()
+    zeros = bytes(1 << 20)
+    with gzip.open(photos, "wb", compresslevel=1) as bomb:  # ten photos as declared, then 64 MB more
+        bomb.write(header + bytes(10 * 2 * 96 * 96))
+        for _ in range(64):
+            bomb.write(zeros)
+    assert photos.stat().st_size < 1 << 20
+    tracemalloc.start()
+    try:
+        assert smallnorb.read_matrix(photos).shape == (10, 2, 96, 96)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20, peak  # the declared 184 KB and the decompressor's buffers, not 64 MB
+    for shape in ((300_000, 2, 96, 96), (2**31 - 1, 2**31 - 1, 2**31 - 1, 2**31 - 1), (0, 2, 96, 96)):
+        with gzip.open(photos, "wb") as lying:
+            lying.write(np.array([BYTE, 4, *shape], "<i4").tobytes() + bytes(1000))
+        if shape[0] == 0:
+            write_matrix(photos, np.zeros((0, 2, 96, 96), np.uint8), BYTE)
+        with pytest.raises(DatasetDamagedError) as raised:
+            load_dataset("smallnorb", train=False, data_dir=tmp_path, download=False)
+        said = str(raised.value)
+        assert "\n" not in said and photos.name.removesuffix(".gz") in said, said
+        assert ("holds no images" if shape[0] == 0 else "more than a smallNORB file does") in said, said

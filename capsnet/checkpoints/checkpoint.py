@@ -22,6 +22,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from capsnet.checkpoints.header import CheckpointInfo
+from capsnet.data.datasets import DATASETS
 from capsnet.errors import CapsNetError
 from capsnet.files import atomic_path, loads_json, write_failure
 from capsnet.nn.registry import AnyConfig, AnyModel, network, network_of
@@ -111,7 +112,24 @@ def _check_header(path: Path, metadata: Mapping[str, str]) -> tuple[AnyConfig, C
         raise CheckpointError(
             f"{path}: invalid info in the header (a JSON object is needed, not {type(info).__name__})"
         )
-    return config, CheckpointInfo.from_dict(info)
+    read = CheckpointInfo.from_dict(info)
+    _check_dataset(path, config, read)
+    return config, read
+
+
+def _check_dataset(path: Path, config: AnyConfig, info: CheckpointInfo) -> None:
+    """A header whose dataset is one this package knows must read that dataset's images and classes: a model of
+    28x28 images said to be of mnist-40 was a shape ValueError deep in routing-matters and export (issue 56, item 8).
+    A dataset this package does not know is left to the reader that needs it."""
+    known = DATASETS.get(info.dataset_name)
+    if known is None:
+        return
+    if (config.image_size, config.num_classes) != (known.image_size, known.num_classes):
+        raise CheckpointError(
+            f"{path}: its header says it was trained on {known.name} ({known.image_size}x{known.image_size} images, "
+            f"{known.num_classes} classes), but its config reads {config.image_size}x{config.image_size} images into "
+            f"{config.num_classes} classes"
+        )
 
 
 def _open(path: Path) -> Any:

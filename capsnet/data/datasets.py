@@ -154,6 +154,9 @@ def load_dataset(
     files = [raw / f for f in _raw_files(info)]  # torchvision wants all four, whichever split it loads
     try:
         return info.tv_class(root=str(root), train=train, transform=TO_TENSOR, download=False)
+    except smallnorb.NorbFormatError as error:  # its reader names the file (plain or gzipped) and what is wrong
+        raise DatasetDamagedError(f"{info.title} in {raw.resolve()} is damaged: {error}; replace it with an intact "
+                                  "copy") from None  # fmt: skip
     except (RuntimeError, AssertionError, ValueError, OSError) as error:
         if all(f.is_file() for f in files):  # torchvision found its files but could not read them
             prefix = "train" if train else "t10k"
@@ -163,13 +166,13 @@ def load_dataset(
                 f"({type(error).__name__}{': ' + str(error) if str(error) else ''}); "
                 "replace the files with intact copies"
             ) from None
-    if download:
+    if download and not info.source:  # a dataset with a `source` is never downloaded here: the user fetches it
         try:
             return info.tv_class(root=str(root), train=train, transform=TO_TENSOR, download=True)
         except Exception as error:  # network errors come in many types
             reason = f"download failed: {type(error).__name__}"
     else:
-        reason = "download disabled"
+        reason = "this package does not download it" if info.source else "download disabled"
     archives = [f.with_name(f.name + ".gz") for f in files]
     if any(a.is_file() for a in archives) and not all(f.is_file() for f in files):  # there, but would not unpack
         present = ", ".join(a.name for a in archives if a.is_file())

@@ -21,7 +21,9 @@ type; int32 number of dimensions n; max(n, 3) int32 sizes (only the first n coun
 from __future__ import annotations
 
 import gzip
+import math
 import os
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -36,6 +38,7 @@ CLASSES = ("animal", "human", "airplane", "truck", "car")
 PHOTO_SIZE = 96  # the published images
 STORED_SIZE = 48  # what is kept: the EM paper's downsampling
 INPUT_SIZE = 32  # what the networks read: a crop of it
+MAX_MATRIX_BYTES = 1 << 29  # the largest official file (the training photos) holds 447,897,600 bytes of data
 SPLITS = {True: "smallnorb-5x46789x9x18x6x2x96x96-training", False: "smallnorb-5x01235x9x18x6x2x96x96-testing"}
 # the magic number of each element type (the NORB page's "binary matrix" format)
 ELEMENT_TYPES: dict[int, np.dtype] = {
@@ -51,34 +54,46 @@ class NorbFormatError(ValueError):
     """A file is not a NORB binary matrix, or ends before its header says it should."""
 
 
-def read_matrix(path: str | os.PathLike) -> np.ndarray:
-    """A NORB binary matrix file (`.mat`, or gzipped `.mat.gz`) as a numpy array of its stored shape and type."""
+def read_matrix(path: str | os.PathLike, max_bytes: int = MAX_MATRIX_BYTES) -> np.ndarray:
+    """A NORB binary matrix file (`.mat`, or gzipped `.mat.gz`) as a numpy array of its stored shape and type.
+
+    The header is read first and the data after it only up to the size it declares (at most `max_bytes`): a small
+    archive that inflates to gigabytes is read no further than a real file's size (issue 56, item 9).
+    """
     path = Path(path)
     opener: Callable[..., Any] = gzip.open if path.suffix == ".gz" else open
     try:
         with opener(path, "rb") as f:
-            raw = f.read()
-    except (OSError, EOFError) as error:  # a truncated or damaged gzip stream
+            start = f.read(8)
+            if len(start) < 8:
+                raise NorbFormatError(f"{path.name} is too short to be a NORB matrix ({len(start)} bytes)")
+            magic, ndim = (int(v) for v in np.frombuffer(start, "<i4", count=2))
+            if magic not in ELEMENT_TYPES:
+                raise NorbFormatError(f"{path.name} is not a NORB matrix (magic number {magic & 0xFFFFFFFF:#x})")
+            if not 1 <= ndim <= 16:
+                raise NorbFormatError(f"{path.name} says it has {ndim} dimensions")
+            sizes = f.read(4 * max(ndim, 3))
+            if len(sizes) < 4 * max(ndim, 3):
+                raise NorbFormatError(f"{path.name} ends inside its header")
+            shape = tuple(int(s) for s in np.frombuffer(sizes, "<i4", count=ndim))
+            dtype = ELEMENT_TYPES[magic]
+            if any(s < 0 for s in shape):
+                raise NorbFormatError(f"{path.name} says its shape is {shape}")
+            count = math.prod(shape)  # Python's integers: a product of large sizes cannot wrap round
+            size = count * dtype.itemsize
+            if size > max_bytes:
+                raise NorbFormatError(
+                    f"{path.name} says it holds {shape} ({size:,} bytes), more than a smallNORB file does "
+                    f"({max_bytes:,} bytes at most)"
+                )
+            data = f.read(size)  # no more than declared, however far the stream would go on
+    except (OSError, EOFError, zlib.error) as error:  # a truncated or damaged gzip stream
         raise NorbFormatError(f"{path.name} cannot be read: {error}") from None
-    if len(raw) < 8:
-        raise NorbFormatError(f"{path.name} is too short to be a NORB matrix ({len(raw)} bytes)")
-    magic, ndim = np.frombuffer(raw, "<i4", count=2)
-    if int(magic) not in ELEMENT_TYPES:
-        raise NorbFormatError(f"{path.name} is not a NORB matrix (magic number {int(magic) & 0xFFFFFFFF:#x})")
-    if not 1 <= ndim <= 16:
-        raise NorbFormatError(f"{path.name} says it has {int(ndim)} dimensions")
-    header = 8 + 4 * max(int(ndim), 3)
-    if len(raw) < header:
-        raise NorbFormatError(f"{path.name} ends inside its header")
-    shape = tuple(int(s) for s in np.frombuffer(raw, "<i4", count=int(ndim), offset=8))
-    dtype = ELEMENT_TYPES[int(magic)]
-    count = int(np.prod(shape))
-    if any(s < 0 for s in shape) or len(raw) - header < count * dtype.itemsize:
+    if len(data) < size:
         raise NorbFormatError(
-            f"{path.name} is truncated: its header says {shape} ({count * dtype.itemsize} bytes of data), "
-            f"it holds {len(raw) - header}"
+            f"{path.name} is truncated: its header says {shape} ({size} bytes of data), it holds {len(data)}"
         )
-    return np.frombuffer(raw, dtype, count=count, offset=header).reshape(shape)
+    return np.frombuffer(data, dtype, count=count).reshape(shape)
 
 
 def _find(raw: Path, name: str) -> Path:
@@ -121,6 +136,8 @@ class SmallNORB(Dataset):
         categories = read_matrix(_find(raw, f"{stem}-cat.mat"))  # (N,) int32
         if photos.ndim != 4 or photos.shape[1:] != (2, PHOTO_SIZE, PHOTO_SIZE) or photos.dtype != np.uint8:
             raise NorbFormatError(f"{stem}-dat.mat holds {photos.dtype} {photos.shape}, not (N, 2, 96, 96) bytes")
+        if photos.shape[0] == 0:
+            raise NorbFormatError(f"{stem}-dat.mat holds no images")
         if categories.shape != (photos.shape[0],):
             raise NorbFormatError(f"{stem}-cat.mat holds {categories.shape} labels for {photos.shape[0]} images")
         if categories.size and not 0 <= int(categories.min()) <= int(categories.max()) < len(CLASSES):

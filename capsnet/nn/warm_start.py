@@ -93,7 +93,7 @@ def warm_start(model: AnyModel, source: AnyModel) -> list[str]:
     fill = WARM_STARTS.get(kind.name)
     if fill is None:
         raise ValueError(
-            f"a {kind.title} starts from a checkpoint of its own input size only (no warm start onto another)"
+            f"{kind.described} starts from a checkpoint of its own input size only (no warm start onto another)"
         )
     return fill(model, source)
 

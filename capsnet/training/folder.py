@@ -265,6 +265,13 @@ class RunFolder:
                 pass
         return removed
 
+    def remove_if_empty(self) -> None:
+        """Remove the folder if nothing but its lock file is in it (a run refused before it began)."""
+        with contextlib.suppress(OSError):
+            if {p.name for p in self.path.iterdir()} <= {self.LOCK}:
+                (self.path / self.LOCK).unlink(missing_ok=True)
+                self.path.rmdir()
+
     def lock(self) -> FolderLock:
         """Take the folder's lock, held until released or the process ends (even by kill -9); RunFolderError if
         another trainer holds it."""

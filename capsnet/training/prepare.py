@@ -2,12 +2,14 @@
 
 `prepare` makes or opens the run folder (rank 0 names a new one for every process), takes its lock
 (`RunFolder.lock`: one trainer per folder), refuses a folder that already holds a run unless asked
-to --resume, reads a resumed run's options and lineage, and writes args.json for a new run with the
-acceleration chosen for this machine. The trainer (`capsnet.training.trainer`) then builds and fits.
+to --resume, reads a resumed run's options and lineage, and makes what args.json is to hold, with the
+acceleration chosen for this machine. The trainer (`capsnet.training.trainer`) then builds, writes args.json
+once the run is built, and fits; a new run refused before that leaves nothing behind (`Prepared.abandon`).
 """
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +40,19 @@ class Prepared:
     config: AnyConfig | None = (
         None  # a resumed run's network config, as it was built (a warm start's differs from its preset)
     )
+    made: tuple[Path, ...] = ()  # the folders made for this run, deepest first (its own, and an --out's parents)
+
+    def abandon(self) -> None:
+        """A new run refused before it began (its data missing, its warm start refused) leaves no folder behind that
+        was made for it (issue 56, item 16); a folder that was there before (an --out, the dashboard's) keeps what it
+        held (the dashboard's own args.json and log say why its run failed)."""
+        if self.options.resume or not self.made:
+            return
+        self.folder.file(RunFolder.ARGS).unlink(missing_ok=True)
+        self.folder.remove_if_empty()
+        for parent in self.made[1:]:
+            with contextlib.suppress(OSError):
+                parent.rmdir()  # only when empty
 
 
 def prepare(options: TrainOptions, env: Distributed, device: torch.device) -> Prepared:
@@ -48,6 +63,9 @@ def prepare(options: TrainOptions, env: Distributed, device: torch.device) -> Pr
     """
     if options.out:
         path = Path(options.out)
+        made = tuple(p for p in (path, *path.parents) if not p.exists())
+        if options.resume and not path.is_dir():  # a typo was made into a folder, then refused
+            raise RunFolderError(f"--resume: no run folder at {path}")
         if env.is_main:
             try:
                 path.mkdir(parents=True, exist_ok=True)
@@ -55,14 +73,17 @@ def prepare(options: TrainOptions, env: Distributed, device: torch.device) -> Pr
                 raise RunFolderError(f"cannot use {path} as the run folder: {error.strerror or error}") from None
     else:
         path = Path(from_main(str(new_run_dir(runs_root(), options.dataset)) if env.is_main else None, env))
+        made = (path,)
     folder = RunFolder(path)
     lock = folder.lock() if env.is_main else None  # one trainer per folder, before anything in it is read or written
     try:
-        return _prepare_locked(options, env, device, folder, lock)
+        prepared = _prepare_locked(options, env, device, folder, lock)
     except BaseException:
         if lock is not None:
             lock.release()
         raise
+    prepared.made = made
+    return prepared
 
 
 def _prepare_locked(
@@ -93,9 +114,7 @@ def _prepare_locked(
             origin = read_checkpoint_info(options.init)[1].as_origin(options.init)
         args = options.to_dict() | ({"started_from": origin} if origin else {})
     acceleration = options.acceleration(device)  # from the run's own options: a resumed run's network decides
-    args["acceleration"] = acceleration.to_dict()
-    if not options.resume and env.is_main:
-        folder.write_args(args)  # a resumed run's, once its saved state has proved sound (the trainer)
+    args["acceleration"] = acceleration.to_dict()  # written by the trainer once the run is built and its state sound
     return Prepared(options, folder, origin, args, acceleration, lock, config)
 
 

@@ -296,7 +296,12 @@ def fit(
     prepared: Prepared, env: Distributed, device: torch.device, on_epoch: Callable[[EpochRecord], None] | None = None
 ) -> list[EpochRecord]:
     """Build, load the data, and train epoch by epoch from where the run is, saving after each."""
-    run = set_up(prepared, env, device)
+    try:
+        run = set_up(prepared, env, device)
+    except BaseException:
+        if env.is_main:
+            prepared.abandon()
+        raise
     options, folder, saver = run.options, prepared.folder, run.saver
     model, data, batches = run.model, run.data, run.batches
     start_epoch, start_batch = run.start_epoch, run.start_batch
