@@ -432,3 +432,49 @@ def test_smallnorb_files_that_claim_too_much_are_one_line_and_read_no_further(tm
         said = str(raised.value)
         assert "\n" not in said and photos.name.removesuffix(".gz") in said, said
         assert ("holds no images" if shape[0] == 0 else "more than a smallNORB file does") in said, said
+
+
+def test_a_kill_at_the_last_commit_is_finished_on_resume(data_dir: Path, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """Item 14: after a kill -9 at the last epoch's commit, `--resume` reconciled the folder but left progress.json
+    "running" (its trainer gone), so the Training runs page showed the finished run as failed."""
+    from capsnet.training import trainer
+    from capsnet.training.checkpointer import Checkpointer
+    from capsnet.training.folder import RunFolder
+    from tests.test_run_safety import Killed, tiny
+
+    def killed(self: Checkpointer, *args: object, **kwargs: object) -> None:
+        raise Killed  # after the epoch's state was saved: what a kill -9 there leaves
+
+    save_state = Checkpointer.save_state
+
+    def saved_then_killed(self: Checkpointer, *args: object, **kwargs: object) -> None:
+        save_state(self, *args, **kwargs)
+        killed(self)
+
+    monkeypatch.setattr(Checkpointer, "save_state", saved_then_killed)
+    monkeypatch.setattr(trainer, "record_end", lambda run, status, reason: None)  # kill -9 writes no last word
+    with pytest.raises(Killed):
+        trainer.train(tiny(tmp_path, epochs=1))
+    monkeypatch.undo()
+    assert read_json(tmp_path / "progress.json")["status"] == "running"
+    assert trainer.train(tiny(tmp_path, epochs=1, resume=True)) == []  # reconciled: nothing left to train
+    progress = RunFolder(tmp_path).read_progress()
+    assert progress is not None and progress.status == "finished" and progress.best_accuracy > 0
+
+
+def test_a_resume_that_contradicts_its_run_is_one_line(data_dir: Path, tmp_path: Path) -> None:
+    """Item 17: `--resume` ignored an explicit `--network`, `--preset` or `--routing-iterations` without a word."""
+    from tests.cli_support import capsnet
+
+    run = ["--preset", "tiny", "--train-size", "128", "--test-size", "64", "--no-progress", "--out", tmp_path / "r"]
+    assert capsnet("train", "--epochs", "1", *run).returncode == 0
+    before = (tmp_path / "r" / "args.json").read_bytes()
+    for other, begun in ((["--network", "em"], "--network capsnet"), (["--preset", "paper"], "--preset tiny"),
+                         (["--routing-iterations", "5"], "--routing-iterations 3")):  # fmt: skip
+        done = capsnet("train", "--resume", "--epochs", "2", *run, *other)
+        said = done.stderr.strip()
+        assert done.returncode == 2 and "\n" not in said, said
+        assert f"--resume continues the run as it was begun ({begun}): leave out {' '.join(other)}" in said, said
+        assert (tmp_path / "r" / "args.json").read_bytes() == before
+    assert capsnet("train", "--resume", "--epochs", "2", *run, "--network", "capsnet").returncode == 0  # the same

@@ -14,8 +14,8 @@ from capsnet.training.trainer import train
 
 
 def main(argv: list[str] | None = None) -> int:
-    options = TrainOptions.parse_args(argv)
-    return run_cli(lambda: (train(options), 0)[1], prog="python -m capsnet train")
+    options, given = TrainOptions.parse_args(argv), TrainOptions.given(argv)
+    return run_cli(lambda: (train(options, given=given), 0)[1], prog="python -m capsnet train")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import argparse
 import dataclasses
 import math
 import typing
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -263,12 +263,25 @@ class TrainOptions:
             values["preset"] = LEGACY_PRESETS[values["preset"]]
         return cls(**values)
 
-    def resumed_from(self, stored: dict[str, Any]) -> TrainOptions:
+    def resumed_from(self, stored: dict[str, Any], given: Collection[str] = ()) -> TrainOptions:
         """These options with the run-defining fields that `stored` (a resumed run's args.json) holds, and its explicit
-        choices of how to compute (--amp, --fused-adam, --compile and their --no- forms) where none is given now."""
+        choices of how to compute (--amp, --fused-adam, --compile and their --no- forms) where none is given now.
+
+        A run-defining option `given` on the command line with another value than the run's is refused in one line
+        (it was ignored without a word: issue 56, item 17).
+        """
         stored = {**{new: stored[old] for old, new in RENAMED.items() if old in stored}, **stored}  # older names
         known = TrainOptions.from_dict(stored)
         kept = {name: getattr(known, name) for name in self.run_fields() if name in stored}
+        clash = [
+            name for name in self.run_fields() if name in given and name in kept and getattr(self, name) != kept[name]
+        ]
+        if clash:
+            asked = " ".join(f"{_flag(name)} {getattr(self, name)}" for name in clash)
+            begun = " ".join(f"{_flag(name)} {kept[name]}" for name in clash)
+            raise InvalidArgumentError(
+                f"--resume continues the run as it was begun ({begun}): leave out {asked}, or start a new run"
+            )
         kept |= {name: getattr(known, name) for name in COMPUTE_CHOICES if getattr(self, name) is None}
         return dataclasses.replace(self, **kept)
 
@@ -291,8 +304,9 @@ class TrainOptions:
         return argv
 
     @classmethod
-    def parser(cls, prog: str = "python -m capsnet train") -> ArgumentParser:
-        """The command line, generated from the fields: one flag each, with the field's default and help."""
+    def parser(cls, prog: str = "python -m capsnet train", defaults: bool = True) -> ArgumentParser:
+        """The command line, generated from the fields: one flag each, with the field's default and help (without
+        defaults, what it parses holds the flags given only)."""
         parser = ArgumentParser(prog=prog, description="Train a Capsule Network (Sabour, Frosst & Hinton 2017).")
         hints = typing.get_type_hints(cls)
         for f in dataclasses.fields(cls):
@@ -300,7 +314,10 @@ class TrainOptions:
             shown = "" if f.default is None else f" (default: {f.default})"
             if kind is bool:
                 parser.add_argument(
-                    _flag(f.name), action=argparse.BooleanOptionalAction, default=f.default, help=meta["help"]
+                    _flag(f.name),
+                    action=argparse.BooleanOptionalAction,
+                    default=f.default if defaults else argparse.SUPPRESS,
+                    help=meta["help"],
                 )
                 continue
             convert: Any = {int: int, float: float, str: str}[kind]
@@ -310,7 +327,12 @@ class TrainOptions:
                 convert = ArgumentParser.whole_number
             names = [_flag(f.name), *(_flag(old) for old, new in RENAMED.items() if new == f.name)]
             parser.add_argument(
-                *names, dest=f.name, type=convert, default=f.default, choices=meta["choices"], help=meta["help"] + shown
+                *names,
+                dest=f.name,
+                type=convert,
+                default=f.default if defaults else argparse.SUPPRESS,
+                choices=meta["choices"],
+                help=meta["help"] + shown,
             )
         return parser
 
@@ -332,6 +354,11 @@ class TrainOptions:
         if known.recipe in RECIPES:
             parser.set_defaults(**RECIPES[known.recipe].values)
         return cls(**vars(parser.parse_args(argv)))
+
+    @classmethod
+    def given(cls, argv: Sequence[str] | None = None) -> frozenset[str]:
+        """The fields a command line sets explicitly (a flag given, whatever its value)."""
+        return frozenset(vars(cls.parser(defaults=False).parse_known_args(argv)[0]))
 
 
 def _flag(name: str) -> str:

@@ -10,6 +10,7 @@ once the run is built, and fits; a new run refused before that leaves nothing be
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,7 +56,7 @@ class Prepared:
                 parent.rmdir()  # only when empty
 
 
-def prepare(options: TrainOptions, env: Distributed, device: torch.device) -> Prepared:
+def prepare(options: TrainOptions, env: Distributed, device: torch.device, given: Collection[str] = ()) -> Prepared:
     """The run folder (rank 0 names a new one for every process), and a resumed run's stored options.
 
     args.json records the acceleration chosen for this machine and the run's options (a resumed run's stored ones:
@@ -77,7 +78,7 @@ def prepare(options: TrainOptions, env: Distributed, device: torch.device) -> Pr
     folder = RunFolder(path)
     lock = folder.lock() if env.is_main else None  # one trainer per folder, before anything in it is read or written
     try:
-        prepared = _prepare_locked(options, env, device, folder, lock)
+        prepared = _prepare_locked(options, env, device, folder, lock, given)
     except BaseException:
         if lock is not None:
             lock.release()
@@ -87,7 +88,12 @@ def prepare(options: TrainOptions, env: Distributed, device: torch.device) -> Pr
 
 
 def _prepare_locked(
-    options: TrainOptions, env: Distributed, device: torch.device, folder: RunFolder, lock: FolderLock | None
+    options: TrainOptions,
+    env: Distributed,
+    device: torch.device,
+    folder: RunFolder,
+    lock: FolderLock | None,
+    given: Collection[str],
 ) -> Prepared:
     if not options.resume and env.is_main and folder.holds_a_run():
         stored = folder.read_args()
@@ -100,7 +106,7 @@ def _prepare_locked(
         stored = folder.read_args()
         if not stored:
             raise CapsNetError(f"--resume: cannot read the run's {RunFolder.ARGS} in {folder.path}")
-        options = options.resumed_from(stored).validate()
+        options = options.resumed_from(stored, given).validate()
         origin = stored.get("started_from")
         if origin is None and stored.get("init") and Path(stored["init"]).is_file():  # begun before origins were kept
             origin = read_checkpoint_info(stored["init"])[1].as_origin(stored["init"])

@@ -21,7 +21,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any, NamedTuple, cast
 
@@ -309,6 +309,8 @@ def fit(
     if start_epoch >= options.epochs:
         if env.is_main:
             print(f"{folder.path}: already trained {start_epoch} epochs; raise --epochs to continue", file=sys.stderr)
+            # a trainer killed at its last commit left progress.json "running" (issue 56, item 14)
+            record_end(run, "finished", "")
         return records
     c = model.config
     # a network whose loss sets no margins has none to collapse to: divergence only
@@ -349,14 +351,17 @@ def fit(
     return records
 
 
-def train(options: TrainOptions, on_epoch: Callable[[EpochRecord], None] | None = None) -> list[EpochRecord]:
-    """Train as `options` say; returns the per-epoch records (also appended to metrics.jsonl)."""
+def train(
+    options: TrainOptions, on_epoch: Callable[[EpochRecord], None] | None = None, given: Collection[str] = ()
+) -> list[EpochRecord]:
+    """Train as `options` say; returns the per-epoch records (also appended to metrics.jsonl). `given`: the options a
+    command line set explicitly (`TrainOptions.given`), which a resumed run must not contradict."""
     options.validate()
     with distributed_session(options.device) as env:
         device = pick_device(options.device)
         if env.enabled and device.type == "cuda":
             device = torch.device("cuda", env.local_rank)  # one GPU per torchrun process
-        prepared = prepare(options, env, device)  # with the acceleration chosen for the run's own options
+        prepared = prepare(options, env, device, given)  # with the acceleration chosen for the run's own options
         try:
             return fit(prepared, env, device, on_epoch)
         finally:
