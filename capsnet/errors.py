@@ -7,10 +7,12 @@ Only a `CapsNetError` (bad input: a file, an option, a missing dataset) becomes 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import os
 import sys
 from collections.abc import Callable
-from typing import NoReturn
+from typing import Any, NoReturn
 
 
 class CapsNetError(Exception):
@@ -66,16 +68,59 @@ class ArgumentParser(argparse.ArgumentParser):
         return value
 
 
+class OutputError(CapsNetError):
+    """The command's output could not be written (a full disk, a device that takes nothing)."""
+
+
+class _GuardedOutput:
+    """stdout whose write failures (other than a reader going away) are an `OutputError`, not a traceback."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return int(self._stream.write(text))
+        except BrokenPipeError:
+            raise
+        except OSError as error:
+            raise OutputError(f"cannot write the output: {(error.strerror or str(error)).lower()}") from None
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as error:
+            raise OutputError(f"cannot write the output: {(error.strerror or str(error)).lower()}") from None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null (Python's advice), so that the interpreter's own flush at exit raises nothing."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError, io.UnsupportedOperation):  # not a real file (a test's StringIO): nothing to flush
+        pass
+
+
 def run_cli(body: Callable[[], int], prog: str | None = None) -> int:
     """Run `body`; a CapsNetError becomes one line on stderr and its exit code (2, or the error's own). A reader that
-    goes away (`predict --json ... | head -c 1`) ends the command quietly with 141, as a shell's own tools do."""
+    goes away (`predict --json ... | head -c 1`) ends the command quietly with 141, as a shell's own tools do; an
+    output that cannot be written (`> /dev/full`) is one line (issue 56, item 19)."""
     try:
-        return body()
+        with contextlib.redirect_stdout(_GuardedOutput(sys.stdout)):
+            code = body()
+            sys.stdout.flush()  # a failure to write is found here, not by the interpreter at exit
+        return code
     except BrokenPipeError:
-        # Python's advice: point stdout at /dev/null, so that the interpreter's own flush at exit raises nothing
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _silence_stdout()
         return 128 + 13  # killed by SIGPIPE, as the shell reports it
     except CapsNetError as error:
+        if isinstance(error, OutputError):
+            _silence_stdout()
         name = prog or argparse.ArgumentParser().prog
         message = " ".join(str(error).split())  # one line, whatever the error's text
         print(f"{name}: error: {message}", file=sys.stderr)

@@ -6,6 +6,7 @@ user-facing error naming the file, so the CLIs print it as one line.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -138,31 +139,68 @@ def writable(path: str | os.PathLike, kind: str | None = None) -> None:
         raise FileWriteError(f"cannot write {path}: {reason}")
 
 
+def _alive(pid: int) -> bool:
+    """Whether process `pid` exists (True where that cannot be asked)."""
+    if os.name != "posix":
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: alive
+        return True
+    return True
+
+
+def remove_stale_temporaries(folder: str | os.PathLike) -> list[Path]:
+    """Delete the temporary files in `folder` whose writer is gone (a kill -9 runs no clean-up): those named
+    `.<name>.<pid>-<random>.tmp` (`scratch_beside`) for a process that no longer exists (issue 56, item 18)."""
+    removed = []
+    with contextlib.suppress(OSError):
+        for stale in Path(folder).glob(".*.tmp"):
+            pid = stale.name.removesuffix(".tmp").rpartition(".")[2].partition("-")[0]
+            if pid.isdigit() and not _alive(int(pid)) and stale.is_file() and not stale.is_symlink():
+                with contextlib.suppress(OSError):
+                    stale.unlink()
+                    removed.append(stale)
+    return removed
+
+
+@contextmanager
+def scratch_beside(path: str | os.PathLike) -> Iterator[Path]:
+    """A new empty file beside `path` (`.<name>.<pid>-<random>.tmp`), removed on leaving; what killed writers left
+    in that folder is removed first (`remove_stale_temporaries`)."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(path.parent)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}-", suffix=".tmp", dir=path.parent)
+    except OSError as error:
+        raise _cannot_write(path, error) from None
+    os.close(fd)
+    try:
+        yield Path(tmp)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
 @contextmanager
 def atomic_path(path: str | os.PathLike, kind: str | None = None) -> Iterator[Path]:
     """Yield a temporary path beside `path`; on success fsync it and rename it over `path`. What is at `path` is
     checked before and again just before the rename (`check_target`): only a regular file of `kind` is replaced."""
     path = Path(path)
     check_target(path, kind)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    except OSError as error:
-        raise _cannot_write(path, error) from None
-    os.close(fd)
-    tmp_path = Path(tmp)
-    try:
+    with scratch_beside(path) as tmp_path:
         yield tmp_path
-        # mkstemp (and some writers, safetensors among them) make 0600 files; the result should read like any other
-        os.chmod(tmp_path, 0o644)
-        with open(tmp_path, "rb") as handle:
-            os.fsync(handle.fileno())
-        check_target(path, kind)  # something put there while the file was written is not replaced either
-        os.replace(tmp_path, path)
-    except OSError as error:
-        raise _cannot_write(path, error) from None
-    finally:
-        tmp_path.unlink(missing_ok=True)
+        try:
+            # mkstemp (and some writers, safetensors among them) make 0600 files; the result should read like any other
+            os.chmod(tmp_path, 0o644)
+            with open(tmp_path, "rb") as handle:
+                os.fsync(handle.fileno())
+            check_target(path, kind)  # something put there while the file was written is not replaced either
+            os.replace(tmp_path, path)
+        except OSError as error:
+            raise _cannot_write(path, error) from None
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], Any], kind: str | None = None) -> None:

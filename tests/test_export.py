@@ -20,6 +20,15 @@ def write_log(path: Path, epochs: range | list[int], **extra: object) -> None:
     path.write_text("".join(json.dumps({"epoch": e, "test_accuracy": e / 100, **extra}) + "\n" for e in epochs))
 
 
+def origin_at(path: Path, **facts: object) -> dict:
+    """A checkpoint at `path` with header `facts` (a tiny CapsNet), and the `started_from` record a run begun from it
+    keeps: a lineage is followed only to the checkpoint its record names."""
+    from capsnet.checkpoints.header import CheckpointInfo
+
+    save_checkpoint(path, CapsNet(CapsNetConfig.preset("tiny")), facts)
+    return CheckpointInfo.from_dict(facts).as_origin(path)
+
+
 def epochs_and_runs(records: list[dict]) -> list[tuple[int, str, float]]:
     return [(r["epoch"], r["run"], r["test_accuracy"]) for r in records]
 
@@ -33,7 +42,7 @@ def test_a_single_run_keeps_its_whole_log(tmp_path: Path) -> None:
 def test_an_init_run_follows_the_epochs_of_the_run_it_started_from(tmp_path: Path) -> None:
     write_log(tmp_path / "a" / "metrics.jsonl", range(1, 7))  # run a went on past the checkpoint taken at epoch 5
     write_log(tmp_path / "b" / "metrics.jsonl", range(1, 4))
-    origin = {"checkpoint": str(tmp_path / "a" / "last.safetensors"), "epochs": 5, "total_epochs": 5}
+    origin = origin_at(tmp_path / "a" / "last.safetensors", epochs=5, total_epochs=5)
     info = {"epochs": 2, "total_epochs": 7, "started_from": origin}
     records = read_lineage(tmp_path / "b" / "best.safetensors", info).records
     assert [r[:2] for r in epochs_and_runs(records)] == [(e, "a") for e in range(1, 6)] + [(e, "b") for e in (6, 7, 8)]
@@ -48,11 +57,30 @@ def test_an_init_run_follows_the_epochs_of_the_run_it_started_from(tmp_path: Pat
     assert lineage.missing == [tmp_path / "a" / "last.safetensors"]
 
 
+def test_a_lineage_is_followed_only_to_the_checkpoint_its_record_names(tmp_path: Path) -> None:
+    """Item 20 of issue 56: `export` followed a header's `started_from` path wherever it pointed and copied the lines
+    of a `metrics.jsonl` found there into the exported log."""
+    write_log(tmp_path / "elsewhere" / "metrics.jsonl", range(1, 4), secret="not this run's")
+    write_log(tmp_path / "b" / "metrics.jsonl", [1])
+    real = origin_at(tmp_path / "elsewhere" / "best.safetensors", epochs=3, total_epochs=3, test_accuracy=0.9)
+    for path, facts in (
+        (tmp_path / "elsewhere" / "metrics.jsonl", real),  # a file that is no checkpoint
+        (tmp_path / "elsewhere" / "best.safetensors", real | {"test_accuracy": 0.5}),  # another checkpoint's record
+        (tmp_path / "elsewhere" / "gone.safetensors", real),  # nothing there
+    ):
+        info = {"epochs": 1, "total_epochs": 4, "started_from": facts | {"checkpoint": str(path)}}
+        lineage = read_lineage(tmp_path / "b" / "best.safetensors", info)
+        assert [r["epoch"] for r in lineage.records] == [4] and lineage.unmatched == [path]
+        assert not any("secret" in r for r in lineage.records)
+    info = {"epochs": 1, "total_epochs": 4, "started_from": real}  # the checkpoint it names: followed
+    assert [r["epoch"] for r in read_lineage(tmp_path / "b" / "best.safetensors", info).records] == [1, 2, 3, 4]
+
+
 def test_a_shipped_origin_brings_its_whole_lineage(tmp_path: Path) -> None:
     shipped = tmp_path / "checkpoints" / "mnist.safetensors"
     write_log(shipped.with_suffix(".metrics.jsonl"), range(1, 10), run="old")  # 9 epochs, the last after the shipped 8
     write_log(tmp_path / "c" / "metrics.jsonl", range(1, 3))
-    origin = {"checkpoint": str(shipped), "epochs": 3, "total_epochs": 8, "started_from": {"checkpoint": "gone/x"}}
+    origin = origin_at(shipped, epochs=3, total_epochs=8, started_from={"checkpoint": "gone/x"})
     info = {"epochs": 2, "total_epochs": 10, "started_from": origin}
     records = read_lineage(tmp_path / "c" / "last.safetensors", info).records
     assert [r[:2] for r in epochs_and_runs(records)] == [(e, "old") for e in range(1, 9)] + [(9, "c"), (10, "c")]
@@ -84,7 +112,7 @@ def test_weights_beyond_float16_are_named_with_the_way_out(tmp_path: Path) -> No
 
 def test_an_export_says_whose_log_it_did_not_find(tmp_path: Path, data_dir: Path) -> None:
     """A run started from a checkpoint whose run folder is elsewhere (another machine's path): one line says so."""
-    origin = {"checkpoint": str(tmp_path / "elsewhere" / "best.safetensors"), "epochs": 3, "total_epochs": 3}
+    origin = origin_at(tmp_path / "elsewhere" / "best.safetensors", epochs=3, total_epochs=3)
     info = {"dataset": "mnist", "epochs": 1, "total_epochs": 4, "started_from": origin}
     source = save_checkpoint(tmp_path / "run" / "best.safetensors", CapsNet(CapsNetConfig.preset("tiny")), info)
     write_log(tmp_path / "run" / "metrics.jsonl", [1])

@@ -478,3 +478,59 @@ def test_a_resume_that_contradicts_its_run_is_one_line(data_dir: Path, tmp_path:
         assert f"--resume continues the run as it was begun ({begun}): leave out {' '.join(other)}" in said, said
         assert (tmp_path / "r" / "args.json").read_bytes() == before
     assert capsnet("train", "--resume", "--epochs", "2", *run, "--network", "capsnet").returncode == 0  # the same
+
+
+def test_what_a_killed_export_leaves_is_removed_by_the_next(tiny_checkpoint: Path, data_dir: Path,
+                                                            tmp_path: Path) -> None:  # fmt: skip
+    """Item 18: a killed export left hidden staging files the size of the model in the target folder for good. Each
+    temporary names its writer's process; the next write beside the target removes those whose writer is gone."""
+    import subprocess
+    import sys
+
+    target = tmp_path / "shipped" / "model.safetensors"
+    killed_while_staging = (  # a kill -9 as the staged file is read back: deterministic, no polling
+        "import os, signal, sys\n"
+        "import capsnet.runs.export as export\n"
+        "load = export.load_checkpoint\n"
+        "def dies_on_staged(path, *args, **kwargs):\n"
+        "    if str(path).endswith('.tmp'):\n"
+        "        os.kill(os.getpid(), signal.SIGKILL)\n"
+        "    return load(path, *args, **kwargs)\n"
+        "export.load_checkpoint = dies_on_staged\n"
+        "export.export_checkpoint(sys.argv[1], sys.argv[2], device='cpu', first=100)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", killed_while_staging, str(tiny_checkpoint), str(target)],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == -signal.SIGKILL, done.stderr[-2000:]
+    left = list(target.parent.glob(".*.tmp"))
+    assert left and sum(f.stat().st_size for f in left) > 0 and not target.exists()
+    mine = target.parent / f".{target.name}.{os.getpid()}-live.tmp"  # a live writer's is never touched
+    mine.write_bytes(b"being written")
+    from tests.cli_support import capsnet
+
+    done = capsnet("export", tiny_checkpoint, target, "--test-examples", "100", "--device", "cpu")
+    assert done.returncode == 0, done.stderr
+    assert sorted(target.parent.glob(".*.tmp")) == [mine]
+    assert target.is_file()
+
+
+@pytest.mark.parametrize("command", ["predict", "evaluate"])
+def test_an_output_that_cannot_be_written_is_one_line(tiny_checkpoint: Path, data_dir: Path, tmp_path: Path,
+                                                      command: str) -> None:  # fmt: skip
+    """Item 19: a full stdout (`> /dev/full`) was an OSError traceback."""
+    import subprocess
+    import sys
+
+    from PIL import Image, ImageDraw
+
+    digit = Image.new("L", (28, 28))
+    ImageDraw.Draw(digit).line((14, 4, 14, 24), fill=255, width=3)
+    digit.save(tmp_path / "one.png")
+    args = {"predict": ["--checkpoint", tiny_checkpoint, tmp_path / "one.png"],
+            "evaluate": [tiny_checkpoint, "--limit", "10"]}[command]  # fmt: skip
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "capsnet", command, *map(str, args)], stdout=full,
+                              stderr=subprocess.PIPE, text=True, timeout=120)  # fmt: skip
+    said = done.stderr.strip()
+    assert done.returncode == 2 and "\n" not in said, said
+    assert said == f"python -m capsnet {command}: error: cannot write the output: no space left on device"

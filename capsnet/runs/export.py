@@ -16,23 +16,22 @@ folder gets its entry in that folder's manifest (`capsnet.checkpoints.manifest`)
 from __future__ import annotations
 
 import json
-import tempfile
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from capsnet.checkpoints import manifest
-from capsnet.checkpoints.checkpoint import load_checkpoint, save_checkpoint
-from capsnet.checkpoints.header import CheckpointInfo, trained_epochs
+from capsnet.checkpoints.checkpoint import load_checkpoint, read_checkpoint_info, save_checkpoint
+from capsnet.checkpoints.header import ORIGIN_KEYS, CheckpointInfo, trained_epochs
 from capsnet.data.datasets import DATASETS, dataset_info
 from capsnet.data.tasks import read_test_set, task
 from capsnet.device import pick_device
 from capsnet.errors import CapsNetError
 from capsnet.evaluation import Evaluation, PairEvaluation, evaluate_set
-from capsnet.files import atomic_path, read_jsonl, writable
+from capsnet.files import atomic_path, read_jsonl, scratch_beside, writable
 from capsnet.nn.registry import NETWORK_NAMES, AnyModel, network_of
 from capsnet.readings import affnist
 from capsnet.readings.novelty import NoveltyThresholds
@@ -75,9 +74,9 @@ def export_checkpoint(
     before = measure(run.model)
     # the stored weights are measured in a staging file; `target` is written once, with the final header
     target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=f".{target.name}.", dir=target.parent) as staging:
-        staged = save_checkpoint(Path(staging) / target.name, run.model, run.info, dtype=dtype)
-        exported = load_checkpoint(staged, device=pick_device(device), networks=NETWORK_NAMES)
+    with scratch_beside(target) as staging:  # a killed export's is removed by the next write beside `target`
+        save_checkpoint(staging, run.model, run.info, dtype=dtype)
+        exported = load_checkpoint(staging, device=pick_device(device), networks=NETWORK_NAMES)
     after = measure(exported.model)
     info = run.info.replace(
         test_accuracy=after.accuracy,
@@ -108,6 +107,10 @@ def export_checkpoint(
         with atomic_path(log, "jsonl") as tmp:
             tmp.write_text("".join(json.dumps(record) + "\n" for record in lineage.records), encoding="utf-8")
         if on_note is not None:
+            for unmatched in lineage.unmatched:
+                on_note(f"note: {log} lacks the epochs of the run that saved {unmatched}: the file there is not the "
+                        "checkpoint the run started from (missing, or its header differs), so no log beside it is "
+                        "read; the later epochs are numbered on all the same")  # fmt: skip
             for missing in lineage.missing:
                 on_note(f"note: {log} lacks the epochs of the run that saved {missing}: no log beside it "
                         f"({missing.parent / 'metrics.jsonl'}); the later epochs are numbered on all the same")  # fmt: skip
@@ -194,7 +197,8 @@ class Lineage:
     """The per-epoch records behind a checkpoint, and the checkpoints of its lineage whose run's log was not found."""
 
     records: list[dict[str, Any]]
-    missing: list[Path]
+    missing: list[Path]  # no log beside them
+    unmatched: list[Path] = field(default_factory=list)  # not the checkpoint the record names (not read)
 
 
 def read_lineage(checkpoint: Path, info: CheckpointInfo | Mapping[str, Any]) -> Lineage:
@@ -204,7 +208,9 @@ def read_lineage(checkpoint: Path, info: CheckpointInfo | Mapping[str, Any]) -> 
     `started_from`; that run's records, up to the epoch the checkpoint was taken
     at, come first, and the later runs' epochs are numbered on from them. A
     shipped model's log (`name.metrics.jsonl`) already spans its own lineage.
-    A log that cannot be found is left out; the numbering still counts its epochs.
+    A log that cannot be found is left out; the numbering still counts its epochs. A `started_from` path is
+    followed only to the checkpoint it names: a file there whose header is not the one recorded (anything else, a
+    hostile header's /etc path included) is not the origin, and no log beside it is read (issue 56, item 20).
     """
     facts = info.to_dict() if isinstance(info, CheckpointInfo) else dict(info)
     chain: list[tuple[Path, dict[str, Any]]] = [(checkpoint, facts)]
@@ -214,9 +220,14 @@ def read_lineage(checkpoint: Path, info: CheckpointInfo | Mapping[str, Any]) -> 
         origin = origin.get("started_from")
     records: list[dict[str, Any]] = []
     missing: list[Path] = []
+    unmatched: list[Path] = []
     for depth, (path, facts) in enumerate(reversed(chain)):
         own, before = _epoch_span(facts)
         newest = depth == len(chain) - 1  # the exported checkpoint: its run's whole log, epochs after it included
+        if not newest and not _is_origin(path, facts):
+            unmatched.append(path)
+            records = [r for r in records if r["epoch"] <= before]
+            continue
         shipped = path.with_suffix(".metrics.jsonl")
         if not newest and shipped.is_file():
             records = [r for r in _epochs(shipped) if r["epoch"] <= before + own]
@@ -228,7 +239,17 @@ def read_lineage(checkpoint: Path, info: CheckpointInfo | Mapping[str, Any]) -> 
         kept = [r for r in _epochs(log) if newest or r["epoch"] <= own]
         records = [r for r in records if r["epoch"] <= before]
         records += [{**r, "epoch": r["epoch"] + before, "run": path.parent.name} for r in kept]
-    return Lineage(records, missing)
+    return Lineage(records, missing, unmatched)
+
+
+def _is_origin(path: Path, facts: Mapping[str, Any]) -> bool:
+    """Whether `path` is a capsnet checkpoint whose header says what the `started_from` record `facts` says of it."""
+    try:
+        info = read_checkpoint_info(path)[1]
+    except (CapsNetError, OSError):
+        return False
+    found = info.as_origin(path)
+    return all(found.get(key) == facts.get(key) for key in ORIGIN_KEYS)
 
 
 def _epochs(path: Path) -> list[dict[str, Any]]:
