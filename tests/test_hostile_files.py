@@ -4,6 +4,7 @@ failed export changes nothing. The hostile files are made here, with the standar
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -534,3 +535,35 @@ def test_an_output_that_cannot_be_written_is_one_line(tiny_checkpoint: Path, dat
     said = done.stderr.strip()
     assert done.returncode == 2 and "\n" not in said, said
     assert said == f"python -m capsnet {command}: error: cannot write the output: no space left on device"
+
+
+def test_a_training_state_of_random_bytes_is_one_line(data_dir: Path, tmp_path: Path) -> None:
+    """Item 7: a `train_state.pt` whose pickle is random bytes was an IndexError from the weights-only unpickler."""
+    import pickle
+    import random
+    import zipfile
+
+    from tests.cli_support import capsnet
+
+    run = ["--preset", "tiny", "--train-size", "128", "--test-size", "64", "--no-progress", "--out", tmp_path / "r"]
+    assert capsnet("train", "--epochs", "1", *run).returncode == 0
+    state = tmp_path / "r" / "train_state.pt"
+    good = state.read_bytes()
+    failures: dict[str, bytes] = {}
+    for seed in range(60):  # the archive intact, its pickle random: each way the unpickler fails, once
+        rng = random.Random(seed)
+        with zipfile.ZipFile(tmp_path / "good.pt", "w") as out, zipfile.ZipFile(io.BytesIO(good)) as kept:
+            for name in kept.namelist():
+                data = kept.read(name)
+                out.writestr(name, rng.randbytes(len(data)) if name.endswith("data.pkl") else data)
+        try:
+            torch.load(tmp_path / "good.pt", weights_only=True)
+        except Exception as error:  # noqa: BLE001  (what the unpickler raises is what is collected)
+            failures.setdefault(type(error).__name__, (tmp_path / "good.pt").read_bytes())
+    assert set(failures) - {pickle.UnpicklingError.__name__}, failures.keys()  # more than the one kind caught before
+    for kind, damaged in failures.items():
+        state.write_bytes(damaged)
+        done = capsnet("train", "--resume", "--epochs", "2", *run)
+        said = done.stderr.strip()
+        assert done.returncode == 2 and "\n" not in said, (kind, said)
+        assert f"{state} is damaged or not a training state" in said, said

@@ -15,7 +15,6 @@ past the state dropped and a committed one that is missing appended.
 
 from __future__ import annotations
 
-import pickle
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import cast
@@ -105,7 +104,8 @@ class Checkpointer:
             raise CapsNetError(f"--resume: no {path.name} in {self.folder.path}; start a new run without --resume")
         try:
             saved = torch.load(path, map_location="cpu", weights_only=True)
-        except (OSError, RuntimeError, ValueError, EOFError, pickle.UnpicklingError) as error:
+        except Exception as error:  # the weights-only unpickler runs no code, but a random or hostile pickle fails in
+            # many ways: UnpicklingError, EOFError, IndexError and KeyError from its stack, struct.error (issue 56, item 7)
             raise CapsNetError(
                 f"--resume: {path} is damaged or not a training state ({type(error).__name__})"
             ) from None
