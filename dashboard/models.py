@@ -302,8 +302,8 @@ def open_current() -> tuple[Model | None, str]:
     try:
         mtime = os.path.getmtime(path)
         checkpoint = load_model(path, mtime)
-    except (OSError, CheckpointError) as error:
-        return None, str(error)
+    except (OSError, CheckpointError) as error:  # said by the file's name: not the server's folders (issue 56, 15)
+        return None, str(error).replace(str(path), Path(path).name)
     return Model(checkpoint=checkpoint, key=f"{path}@{mtime}"), ""
 
 

@@ -1372,3 +1372,25 @@ def test_enter_in_a_field_of_the_training_form_starts_nothing() -> None:
 
     (form,) = [f for f in forms(at.sidebar) if f.form_id == "train_form"]
     assert not form.enter_to_submit
+
+
+def test_a_model_that_cannot_be_opened_is_named_without_the_servers_folders(app_with_run) -> None:  # noqa: F811
+    """Issue 56, item 15: "Cannot open the model" showed the server's absolute path to the file."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    runs_root, _ = app_with_run
+    good = runs_root / "20250101-000000-mnist" / "best.safetensors"
+    bad = runs_root / "20250103-000000-mnist"
+    shutil.copytree(good.parent, bad)
+    with safe_open(str(good), framework="pt") as handle:  # the header reads (listed), the weights do not load
+        tensors = {name: handle.get_tensor(name) * float("nan") for name in handle.keys()}
+        for name in ("best.safetensors", "last.safetensors"):
+            save_file(tensors, str(bad / name), metadata=handle.metadata())
+    at = new_app()
+    at.query_params["checkpoint"] = bad.name
+    at.run()
+    no_exception(at)
+    said = [e.value for e in at.error if "Cannot open the model" in e.value]
+    assert said and "best.safetensors: weights hold NaN or infinite values" in said[0], [e.value for e in at.error]
+    assert str(runs_root) not in said[0] and "/" not in said[0], said

@@ -567,3 +567,23 @@ def test_a_training_state_of_random_bytes_is_one_line(data_dir: Path, tmp_path: 
         said = done.stderr.strip()
         assert done.returncode == 2 and "\n" not in said, (kind, said)
         assert f"{state} is damaged or not a training state" in said, said
+
+
+def test_predict_names_what_a_smallnorb_model_reads(tmp_path: Path) -> None:
+    """Item 15: predict called a smallNORB model's input "digits placed anywhere on it (mnist-40)"."""
+    import dataclasses
+
+    from PIL import Image
+
+    from capsnet.checkpoints.checkpoint import save_checkpoint
+    from capsnet.nn.capsnet import CapsNet
+    from capsnet.nn.config import CapsNetConfig
+    from tests.cli_support import capsnet
+
+    config = dataclasses.replace(CapsNetConfig.preset("tiny"), image_size=32, num_classes=5)
+    model = save_checkpoint(tmp_path / "norb.safetensors", CapsNet(config), {"dataset": "smallnorb"})
+    Image.new("L", (28, 28), 128).save(tmp_path / "photo.png")
+    done = capsnet("predict", "--checkpoint", model, tmp_path / "photo.png")
+    said = done.stderr.strip()
+    assert done.returncode == 2 and "\n" not in said, said
+    assert "reads 32x32 crops of smallNORB's photos" in said and "mnist-40" not in said, said

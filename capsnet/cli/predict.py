@@ -117,7 +117,10 @@ def main(argv: list[str] | None = None) -> int:
                                "redraws its input, to say when an image is like no class")  # fmt: skip
         read = task(checkpoint.info.dataset_name) if checkpoint.info.dataset_name in DATASETS else None
         if read is not None and not read.takes_drawings:
-            what = "pairs of digits (MultiMNIST)" if read.pairs else "digits placed anywhere on it (mnist-40)"
+            info = DATASETS[checkpoint.info.dataset_name]
+            what = {"pair": "pairs of digits (MultiMNIST)", "placed": "digits placed anywhere on it (mnist-40)"}.get(
+                read.kind, f"crops of {info.title}'s {info.noun}s"
+            )  # a smallNORB model said "mnist-40" (issue 56, item 15)
             raise CapsNetError(f"{path} reads {checkpoint.config.image_size}x{checkpoint.config.image_size} {what}; "
                                "predict reads one 28x28 digit or item per file")  # fmt: skip
         results = predict_files(checkpoint, thresholds_for(checkpoint, args.data_dir), args.images)
