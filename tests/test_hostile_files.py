@@ -587,3 +587,37 @@ def test_predict_names_what_a_smallnorb_model_reads(tmp_path: Path) -> None:
     said = done.stderr.strip()
     assert done.returncode == 2 and "\n" not in said, said
     assert "reads 32x32 crops of smallNORB's photos" in said and "mnist-40" not in said, said
+
+
+def test_claims_checks_each_file_against_its_place(tmp_path: Path) -> None:
+    """Item 12: `claims` believed its argument order: the CNN and the CapsNet swapped, the EM network as "the
+    CapsNet", MNIST models for the MultiMNIST claim, one file twice were each a confident verdict (exit 0); absurd
+    metrics lines gave absurd budgets, a NaN figure printed "nan%"."""
+    from capsnet.readings import claims
+    from tests.cli_support import capsnet
+
+    shipped = Path(__file__).parents[1] / "checkpoints"
+    caps, cnn = shipped / "multimnist.safetensors", shipped / "baselines" / "multimnist-cnn.safetensors"
+    refused = {
+        (cnn, caps): "holds a CNN baseline, where the claim's CapsNet is asked for: the CapsNet comes first",
+        (shipped / "mnist-em.safetensors", cnn): "holds a matrix-capsule network routed by EM, where the claim's "
+                                                 "CapsNet is asked for",
+        (shipped / "mnist.safetensors", shipped / "baselines" / "mnist-cnn.safetensors"): "was trained on MNIST; the "
+                                                 "multimnist claim is about models trained on multimnist",
+        (caps, caps): "is given twice",
+    }  # fmt: skip
+    for (first, second), said in refused.items():
+        done = capsnet("claims", "multimnist", first, second)
+        assert done.returncode == 2 and said in done.stderr and done.stderr.count("\n") == 1, done.stderr
+    assert capsnet("claims", "multimnist", caps, cnn).returncode == 0
+    for name, source in (("caps", caps), ("cnn", cnn)):  # copies whose logs hold absurd lines among the real ones
+        shutil.copy(source, tmp_path / f"{name}.safetensors")
+        lines = source.with_suffix(".metrics.jsonl").read_text().splitlines()
+        absurd = [{"epoch": 2, "train_images": 10**30, "seconds": 1.0, "test_accuracy": 0.9},
+                  {"epoch": 3, "train_images": -5}, {"epoch": 4, "test_accuracy": float("nan")},
+                  {"epoch": 5, "seconds": float("inf")}]  # fmt: skip
+        (tmp_path / f"{name}.metrics.jsonl").write_text("\n".join(lines + [json.dumps(a) for a in absurd]) + "\n")
+    real = claims.verdict("multimnist", caps, cnn)
+    read = claims.verdict("multimnist", tmp_path / "caps.safetensors", tmp_path / "cnn.safetensors")
+    assert [r.examples_seen for r in read.rows] == [r.examples_seen for r in real.rows]
+    assert [r.curve for r in read.rows] == [r.curve for r in real.rows] and "nan" not in read.statement()

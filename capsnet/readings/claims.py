@@ -28,6 +28,7 @@ from typing import Any
 from capsnet.checkpoints.checkpoint import read_checkpoint_info
 from capsnet.errors import CapsNetError
 from capsnet.files import read_json, read_jsonl, write_json
+from capsnet.nn.registry import network_of
 
 PAPER_ERROR = {  # the paper's test errors, fully trained
     "multimnist": {"capsnet": 0.052, "cnn": 0.081},
@@ -38,6 +39,9 @@ CLAIMED = tuple(NETWORKS)  # a claim's rows, in order: the paper compares its Ca
 TRAINING_DIGITS = 60_000  # MNIST's training set: one pair per digit and epoch
 START_FREE = "{claim}-from-scratch.json"  # the start-free pair's record, in the shipped checkpoints' claims/ folder
 RECORD_VERSION = 1
+CLAIM_DATASET = {"multimnist": "multimnist", "affnist": "mnist-40"}  # what each claim's models are trained on
+# the bounds of a believable metrics line: no epoch of more images, no run of more epochs or an epoch of more seconds
+MAX_EPOCH_IMAGES, MAX_EPOCHS, MAX_EPOCH_SECONDS = 10**8, 10**5, 10**7
 
 
 # two warm-start sources within this of each other's MNIST test accuracy count as equally converged: the shipped
@@ -201,17 +205,28 @@ class Verdict:
 
 
 def _row(network: str, claim: str, path: Path) -> ClaimRow:
-    _, info = read_checkpoint_info(path)
+    config, info = read_checkpoint_info(path)
+    found = network_of(config)
+    if found.name != network:  # the two swapped, or the EM network given as "the CapsNet" (issue 56, item 12)
+        raise CapsNetError(
+            f"{path} holds {found.described}, where the claim's {NETWORKS[network]} is asked for"
+            + (": the CapsNet comes first, then the CNN" if found.name in NETWORKS else "")
+        )
+    if info.dataset_name != CLAIM_DATASET[claim]:
+        raise CapsNetError(
+            f"{path} was trained on {info.title or info.dataset_name}; the {claim} claim is about models trained on "
+            f"{CLAIM_DATASET[claim]}"
+        )
     recipe = info.recipe or {}
     metrics_path = path.with_name(path.name.replace(".safetensors", ".metrics.jsonl"))
     if not metrics_path.is_file():
         metrics_path = path.with_name("metrics.jsonl")  # a run's folder
-    records = [r for r in read_jsonl(metrics_path) if isinstance(r, dict) and isinstance(r.get("epoch"), int)]
+    records = [r for r in read_jsonl(metrics_path) if _sound(r)]  # an absurd line is left out, not believed
     # a warm-started model's metrics begin with its source's runs: the claim counts the last run's examples
     last = records[-1].get("run") if records else None
     before = [r for r in records if r.get("run") != last]
     records = [r for r in records if r.get("run") == last]
-    started_from = sum(int(r.get("train_images") or 0) for r in before if isinstance(r.get("train_images"), int))
+    started_from = sum(int(r.get("train_images") or 0) for r in before)
     curve, seen = [], 0
     for record in records:
         seen += int(record.get("train_images") or 0)
@@ -237,6 +252,7 @@ def _row(network: str, claim: str, path: Path) -> ClaimRow:
     accuracy, examples = info.test_accuracy, info.test_examples
     if claim == "affnist":  # the affNIST-like set's figure, which `capsnet.runs.export` keeps in a mnist-40 header
         accuracy, examples = _number(info.extra.get("affnist_like_accuracy")), info.extra.get("affnist_like_examples")
+        accuracy = accuracy if accuracy is not None and 0 <= accuracy <= 1 else None  # NaN printed "nan%"
     return ClaimRow(
         network=network,
         paper_error=PAPER_ERROR[claim][network],
@@ -256,8 +272,27 @@ def _row(network: str, claim: str, path: Path) -> ClaimRow:
 
 
 def _number(value: object) -> float | None:
-    """A header's number, read tolerantly: None for anything else."""
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    """A header's finite number, read tolerantly: None for anything else (NaN and infinities included)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _sound(record: object) -> bool:
+    """Whether a metrics line can be believed: a whole epoch, and its images, seconds and accuracy (where it has
+    them) whole, finite and in range (absurd lines gave absurd budgets)."""
+    if not isinstance(record, dict) or not _whole(record.get("epoch"), 1, MAX_EPOCHS):
+        return False
+    images, seconds, accuracy = record.get("train_images"), record.get("seconds"), record.get("test_accuracy")
+    return (
+        (images is None or _whole(images, 0, MAX_EPOCH_IMAGES))
+        and (seconds is None or (_number(seconds) is not None and 0 <= seconds <= MAX_EPOCH_SECONDS))
+        and (accuracy is None or (_number(accuracy) is not None and 0 <= accuracy <= 1))
+    )
+
+
+def _whole(value: object, low: int, high: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
 
 def _candidates(value: object) -> tuple[float, ...]:
@@ -272,6 +307,8 @@ def verdict(claim: str, capsnet: str | Path, cnn: str | Path) -> Verdict:
     metrics); raises CheckpointError for an unreadable file."""
     if claim not in PAPER_ERROR:
         raise ValueError(f"unknown claim {claim!r}; choose from {', '.join(PAPER_ERROR)}")
+    if Path(capsnet).resolve() == Path(cnn).resolve():
+        raise CapsNetError(f"{capsnet} is given twice: the claim compares a CapsNet with a CNN, one file each")
     return Verdict(claim, (_row("capsnet", claim, Path(capsnet)), _row("cnn", claim, Path(cnn))))
 
 
