@@ -621,3 +621,57 @@ def test_claims_checks_each_file_against_its_place(tmp_path: Path) -> None:
     read = claims.verdict("multimnist", tmp_path / "caps.safetensors", tmp_path / "cnn.safetensors")
     assert [r.examples_seen for r in read.rows] == [r.examples_seen for r in real.rows]
     assert [r.curve for r in read.rows] == [r.curve for r in real.rows] and "nan" not in read.statement()
+
+
+def test_running_out_of_memory_is_one_line_naming_the_batch(data_dir: Path, tmp_path: Path) -> None:
+    """Item 10: the paper EM network at the default batch of 128 died under 6 GiB with an allocator traceback."""
+    import subprocess
+    import sys
+
+    within_6_gib = (
+        "import resource, sys\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))\n"
+        "from capsnet.__main__ import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    out = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-c", within_6_gib, "train", "--network", "em", "--preset", "paper",
+                           "--epochs", "1", "--train-size", "256", "--test-size", "128", "--no-progress", "--out",
+                           str(out)], capture_output=True, text=True, timeout=300)  # fmt: skip
+    said = done.stderr.strip().splitlines()[-1]
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert said.startswith("python -m capsnet train: error: out of memory with batches of 128"), said
+    assert said.endswith("try --batch-size 64"), said
+    progress = read_json(out / "progress.json")
+    assert progress["status"] == "failed" and progress["reason"].startswith("out of memory with batches of 128")
+
+
+def test_predict_reads_its_files_a_batch_at_a_time(tiny_checkpoint: Path, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """Item 10: predict read every file into one batch (2,000 images took 4.2 GB; 6,000 failed under 8 GiB)."""
+    from PIL import Image, ImageDraw
+
+    from capsnet.checkpoints.checkpoint import load_checkpoint
+    from capsnet.cli import predict
+    from capsnet.readings.novelty import NoveltyThresholds
+
+    paths = []
+    for n in range(8):
+        image = Image.new("L", (28, 28))
+        ImageDraw.Draw(image).line((6 + 2 * n, 4, 14, 24), fill=255, width=3)
+        paths.append(str(tmp_path / f"d{n}.png"))
+        image.save(paths[-1])
+    paths.insert(3, str(tmp_path / "missing.png"))
+    checkpoint = load_checkpoint(tiny_checkpoint)
+    thresholds = NoveltyThresholds(reconstruction_error=50.0, length=0.5, examples=100)
+    read: list[str] = []
+    monkeypatch.setattr(
+        predict, "read_regular_file", lambda path, limit: (read.append(path), open(path, "rb").read())[1]
+    )
+    whole = list(predict.predict_files(checkpoint, thresholds, paths, batch_size=100))
+    read.clear()
+    results = predict.predict_files(checkpoint, thresholds, paths, batch_size=3)
+    first = next(results)
+    assert read == paths[:3]  # one batch read, not every file
+    rest = list(results)
+    assert [first, *rest] == whole and isinstance(whole[3], str) and "missing.png" in whole[3]

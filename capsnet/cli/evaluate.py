@@ -10,7 +10,7 @@ from capsnet.checkpoints.checkpoint import load_checkpoint
 from capsnet.data.datasets import dataset_info
 from capsnet.data.tasks import read_test_set, task
 from capsnet.device import pick_device
-from capsnet.errors import ArgumentParser, CapsNetError, run_cli
+from capsnet.errors import ArgumentParser, CapsNetError, run_cli, said_out_of_memory
 from capsnet.evaluation import Evaluation, PairEvaluation, evaluate_set, format_report
 from capsnet.nn.registry import NETWORK_NAMES, network_of
 from capsnet.nn.routing import MAX_ROUTING_ITERATIONS
@@ -61,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.keep and task(name).pairs:
             raise CapsNetError(f"{info.title} is read on the Overlapping digits page, which keeps no evaluation")
         test = read_test_set(name, args.data_dir).first(args.limit)
-        result = evaluate_set(checkpoint.model, test, args.batch_size, device, args.routing_iterations)
+        with said_out_of_memory(args.batch_size):
+            result = evaluate_set(checkpoint.model, test, args.batch_size, device, args.routing_iterations)
         if args.keep and isinstance(result, Evaluation):  # single images (pairs were refused above)
             print(f"kept in {kept_evaluation.keep(checkpoint.path, result, name, ship=True)}", file=sys.stderr)
         if isinstance(result, PairEvaluation):  # MultiMNIST: the fixed test pairs, judged as the paper does

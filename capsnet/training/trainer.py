@@ -32,7 +32,7 @@ from capsnet.checkpoints.checkpoint import load_checkpoint
 from capsnet.data.augment import augment_seed
 from capsnet.data.datasets import dataset_info
 from capsnet.device import describe_device, pick_device, seed_everything
-from capsnet.errors import CapsNetError
+from capsnet.errors import CapsNetError, out_of_memory
 from capsnet.nn.registry import AnyConfig, AnyModel, network, network_of
 from capsnet.nn.warm_start import warm_config, warm_start
 from capsnet.training.acceleration import Acceleration, lay_out
@@ -344,6 +344,10 @@ def fit(
             status, reason = "failed", str(error)
             raise
         except BaseException as error:
+            said = out_of_memory(error, options.batch_size)  # one line naming --batch-size, not an allocator's trace
+            if said is not None:
+                status, reason = "failed", str(said)
+                raise said from None
             status, reason = "failed", f"{type(error).__name__}: {' '.join(str(error).split())}"[:300]
             raise
         finally:
