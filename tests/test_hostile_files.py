@@ -675,3 +675,82 @@ def test_predict_reads_its_files_a_batch_at_a_time(tiny_checkpoint: Path, tmp_pa
     assert read == paths[:3]  # one batch read, not every file
     rest = list(results)
     assert [first, *rest] == whole and isinstance(whole[3], str) and "missing.png" in whole[3]
+
+
+def _gallery(tiny_checkpoint: Path, tiny_em: Path, folder: Path) -> dict[str, Path]:
+    """Hostile checkpoint files, made with the standard library and safetensors only: each reader must refuse all."""
+    from safetensors import safe_open
+
+    folder.mkdir()
+    with safe_open(str(tiny_checkpoint), framework="pt") as handle:
+        metadata = dict(handle.metadata())
+        tensors = {name: handle.get_tensor(name) for name in handle.keys()}
+    made = {
+        "nested config": {"config": NESTED},
+        "unknown format": {"format": "pytorch"},
+        "list config": {"config": "[]"},
+    }
+    files: dict[str, Path] = {}
+    for name, change in made.items():
+        files[name] = folder / f"{name.replace(' ', '-')}.safetensors"
+        save_file(tensors, str(files[name]), metadata=metadata | change)
+    files["nan weights"] = folder / "nan.safetensors"
+    save_file({k: v * float("nan") for k, v in tensors.items()}, str(files["nan weights"]), metadata=metadata)
+    files["integer weights"] = folder / "int.safetensors"
+    save_file({k: v.int() for k, v in tensors.items()}, str(files["integer weights"]), metadata=metadata)
+    files["20 GB header"] = _reheaded(tiny_em, folder / "huge.safetensors", "config", image_size=100_000)
+    files["other images"] = _reheaded(tiny_checkpoint, folder / "forty.safetensors", "info", dataset="mnist-40")
+    whole = tiny_checkpoint.read_bytes()
+    for name, content in (("truncated", whole[: len(whole) // 2]), ("random bytes", os.urandom(4096)),
+                          ("empty", b""), ("text", b"not a model\n")):  # fmt: skip
+        files[name] = folder / f"{name.replace(' ', '-')}.safetensors"
+        files[name].write_bytes(content)
+    files["a FIFO"] = folder / "fifo.safetensors"
+    os.mkfifo(files["a FIFO"])
+    files["a folder"] = folder / "dir.safetensors"
+    files["a folder"].mkdir()
+    files["a link to /dev/zero"] = folder / "zero.safetensors"
+    files["a link to /dev/zero"].symlink_to("/dev/zero")
+    return files
+
+
+def test_every_command_and_the_catalogue_refuse_every_hostile_checkpoint_in_one_line(
+    tiny_checkpoint: Path, tiny_em: Path, data_dir: Path, tmp_path: Path
+) -> None:
+    """The whole issue, as a walk: each hostile file through every command that reads a checkpoint and through the
+    dashboard's catalogue, so that the next reader written cannot forget. Each is one line, exit 2, within seconds,
+    and nothing is written."""
+    from PIL import Image, ImageDraw
+
+    from capsnet.runs import catalog
+    from tests.cli_support import capsnet
+
+    files = _gallery(tiny_checkpoint, tiny_em, tmp_path / "hostile")
+    digit = Image.new("L", (28, 28))
+    ImageDraw.Draw(digit).line((14, 4, 14, 24), fill=255, width=3)
+    digit.save(tmp_path / "one.png")
+    cnn = Path(__file__).parents[1] / "checkpoints" / "baselines" / "multimnist-cnn.safetensors"
+    commands = {
+        "evaluate": lambda f: ["evaluate", f, "--limit", "10"],
+        "predict": lambda f: ["predict", "--checkpoint", f, tmp_path / "one.png"],
+        "export": lambda f: ["export", f, tmp_path / "out" / "x.safetensors"],
+        "export --calibrate": lambda f: ["export", "--calibrate", f],
+        "routing-matters": lambda f: ["routing-matters", f],
+        "claims": lambda f: ["claims", "multimnist", f, cnn],
+        "train --init": lambda f: ["train", "--init", f, "--epochs", "1", "--out", tmp_path / "run"],
+    }
+    for what, path in files.items():
+        for command, argv in commands.items():
+            with within(20):
+                done = capsnet(*argv(path))
+            said = done.stderr.strip()
+            assert done.returncode == 2, (what, command, said)
+            assert said.count("\n") == 0 and "Traceback" not in said and said.startswith("python -m capsnet"), (
+                what, command, said)  # fmt: skip
+            assert not (tmp_path / "out").exists() and not (tmp_path / "run").exists(), (what, command)
+    with within(20):
+        entries = catalog.list_checkpoints(tmp_path / "hostile", tmp_path / "no-runs")
+    listed = {e.path.name: e for e in entries}
+    assert {"fifo.safetensors", "dir.safetensors", "zero.safetensors"}.isdisjoint(listed)  # never opened
+    for name in ("nested-config", "unknown-format", "list-config", "truncated", "random-bytes", "empty", "text"):
+        assert listed[f"{name}.safetensors"].error, name  # named in the picker as unreadable, never chosen

@@ -162,6 +162,9 @@ def test_progress_bar_on_stderr(data_dir: Path, tmp_path: Path) -> None:
     assert "epoch 1/1" in result.stderr and "img_s=" in result.stderr and "loss=" in result.stderr
 
 
+SHIPPED_MNIST = Path(__file__).resolve().parents[1] / "checkpoints" / "mnist.safetensors"
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
@@ -463,7 +466,7 @@ def test_an_epoch_shorter_than_the_sync_interval_is_still_watched(data_dir: Path
     [
         (["-m", "capsnet", "train", *TINY, "--epochs", "1", "--out", "/proc/self"], "cannot write /proc/self/"),
         (
-            ["-m", "capsnet", "export", "/nonexistent.safetensors", "/proc/self/x.safetensors"],
+            ["-m", "capsnet", "export", str(SHIPPED_MNIST), "/proc/self/x.safetensors"],  # the source read first
             "cannot write /proc/self",
         ),
     ],

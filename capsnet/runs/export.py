@@ -57,11 +57,11 @@ def export_checkpoint(
     dtype = torch.float16 if half else None
     if target.exists() and source.exists() and target.resolve() == source.resolve():
         raise CapsNetError(f"{target} is the source itself: export to another file (the source stays as trained)")
+    run = load_checkpoint(source, device=pick_device(device), networks=NETWORK_NAMES)  # a bad source: no folder made
     writable(target, "safetensors")  # before the minutes of evaluation, not after: nor over what is not a checkpoint
     writable(target.with_suffix(".metrics.jsonl"), "jsonl")
     if _in_shipped(target):  # a damaged manifest stops the export before anything is written, not after
         manifest.read_manifest(checkpoints_dir())
-    run = load_checkpoint(source, device=pick_device(device), networks=NETWORK_NAMES)
     if half:
         _refuse_float16_overflow(run.model, source)
     name = run.info.dataset_name

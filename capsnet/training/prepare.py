@@ -47,13 +47,19 @@ class Prepared:
         """A new run refused before it began (its data missing, its warm start refused) leaves no folder behind that
         was made for it (issue 56, item 16); a folder that was there before (an --out, the dashboard's) keeps what it
         held (the dashboard's own args.json and log say why its run failed)."""
-        if self.options.resume or not self.made:
-            return
-        self.folder.file(RunFolder.ARGS).unlink(missing_ok=True)
-        self.folder.remove_if_empty()
-        for parent in self.made[1:]:
-            with contextlib.suppress(OSError):
-                parent.rmdir()  # only when empty
+        if not self.options.resume:
+            _remove_made(self.folder, self.made)
+
+
+def _remove_made(folder: RunFolder, made: tuple[Path, ...]) -> None:
+    """Remove the folders made for a run that never began (its args.json, if written, with them): only empty ones."""
+    if not made:
+        return
+    folder.file(RunFolder.ARGS).unlink(missing_ok=True)
+    folder.remove_if_empty()
+    for parent in made[1:]:
+        with contextlib.suppress(OSError):
+            parent.rmdir()  # only when empty
 
 
 def prepare(options: TrainOptions, env: Distributed, device: torch.device, given: Collection[str] = ()) -> Prepared:
@@ -81,6 +87,7 @@ def prepare(options: TrainOptions, env: Distributed, device: torch.device, given
         prepared = _prepare_locked(options, env, device, folder, lock, given)
     except BaseException:
         if lock is not None:
+            _remove_made(folder, made)  # an --init that cannot be read, say: no folder left for it
             lock.release()
         raise
     prepared.made = made
