@@ -38,6 +38,8 @@ MODEL_LABELS = {
     ("capsnet", "paper"): f"Paper's CapsNet ({_parameters('capsnet', 'paper')} parameters)",
     ("capsnet", "official"): "Paper's CapsNet, the official code's initial scales "
     f"({_parameters('capsnet', 'official')} parameters; learns at lr 1e-3 on 40x40 too)",
+    ("capsnet", "cifar10"): "Paper's CapsNet for colour 32x32 CIFAR-10, 64 primary types "
+    f"({_parameters('capsnet', 'cifar10')} parameters)",
     ("capsnet", "tiny"): f"Tiny CapsNet ({_parameters('capsnet', 'tiny')} parameters, a quick demo)",
     ("capsnet", "multimnist"): "Paper's CapsNet for 36x36 MultiMNIST "
     f"({_parameters('capsnet', 'multimnist')} parameters)",

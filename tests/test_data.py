@@ -54,7 +54,7 @@ def test_missing_dataset_is_one_clear_line(tmp_path: Path) -> None:
 
 def test_unknown_dataset() -> None:
     with pytest.raises(ValueError, match="choose from mnist, fashion-mnist"):
-        load_dataset("cifar10", train=False)
+        load_dataset("cifar100", train=False)
 
 
 def test_data_dir_resolution(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -124,12 +124,17 @@ def _check_dataset(path: Path, config: AnyConfig, info: CheckpointInfo) -> None:
     known = DATASETS.get(info.dataset_name)
     if known is None:
         return
-    if (config.image_size, config.num_classes) != (known.image_size, known.num_classes):
+    said = (known.image_size, known.channels, known.num_classes)
+    if (config.image_size, config.in_channels, config.num_classes) != said:
         raise CheckpointError(
-            f"{path}: its header says it was trained on {known.name} ({known.image_size}x{known.image_size} images, "
-            f"{known.num_classes} classes), but its config reads {config.image_size}x{config.image_size} images into "
-            f"{config.num_classes} classes"
+            f"{path}: its header says it was trained on {known.name} ({_images(*said)}), but its config reads "
+            f"{_images(config.image_size, config.in_channels, config.num_classes)}"
         )
+
+
+def _images(side: int, channels: int, classes: int) -> str:
+    """ "28x28 images, 10 classes", or "32x32 colour images, 10 classes"."""
+    return f"{side}x{side} {'colour ' if channels == 3 else ''}images{'' if channels in (1, 3) else f' of {channels} channels'}, {classes} classes"
 
 
 def _open(path: Path) -> Any:

@@ -129,9 +129,11 @@ def main(argv: list[str] | None = None) -> int:
         read = task(checkpoint.info.dataset_name) if checkpoint.info.dataset_name in DATASETS else None
         if read is not None and not read.takes_drawings:
             info = DATASETS[checkpoint.info.dataset_name]
-            what = {"pair": "pairs of digits (MultiMNIST)", "placed": "digits placed anywhere on it (mnist-40)"}.get(
-                read.kind, f"crops of {info.title}'s {info.noun}s"
-            )  # a smallNORB model said "mnist-40" (issue 56, item 15)
+            what = {  # a smallNORB model said "mnist-40" (issue 56, item 15)
+                "pair": "pairs of digits (MultiMNIST)",
+                "placed": "digits placed anywhere on it (mnist-40)",
+                "crop": f"crops of {info.title}'s {info.noun}s",
+            }.get(read.kind, f"{'colour ' if info.channels == 3 else ''}{info.noun}s of {info.title}")
             raise CapsNetError(f"{path} reads {checkpoint.config.image_size}x{checkpoint.config.image_size} {what}; "
                                "predict reads one 28x28 digit or item per file")  # fmt: skip
         results = predict_files(checkpoint, thresholds_for(checkpoint, args.data_dir), args.images)

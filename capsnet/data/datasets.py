@@ -1,4 +1,4 @@
-"""Datasets: MNIST and Fashion-MNIST through `torchvision.datasets`, the sets made from MNIST, and smallNORB.
+"""Datasets: MNIST and Fashion-MNIST through `torchvision.datasets`, the sets made from MNIST, smallNORB and CIFAR-10.
 
 The data root is `--data-dir`, else the environment variable CAPSNET_DATA_DIR,
 else `./data`. Pixels are floats in [0, 1]. Training takes the stored uint8 arrays
@@ -6,7 +6,7 @@ whole (`stored_tensors`) and augments them a batch at a time (`capsnet.data.augm
 MultiMNIST overlays two digits on 36x36 (`capsnet.data.multimnist`); "mnist-40" is the paper's
 setting for affNIST (section 5.2): each digit anywhere on a 40x40 canvas (`placed`). smallNORB, the EM paper's
 dataset, is read from its official files where a user has them (`capsnet.data.smallnorb`): stored 48x48, read
-as 32x32 crops.
+as 32x32 crops. CIFAR-10, colour 32x32 photos, is read from its official binary version (`capsnet.data.cifar10`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from torch.utils.data import Dataset, Subset
 from torchvision import datasets
 from torchvision.transforms import v2
 
-from capsnet.data import smallnorb
+from capsnet.data import cifar10, smallnorb
 from capsnet.data.augment import shift_and_flip
 from capsnet.errors import CapsNetError, InvalidArgumentError
 
@@ -42,13 +42,16 @@ class DatasetInfo:
     folder: str  # torchvision's folder under the root
     classes: tuple[str, ...]
     hflip: bool  # horizontal flips are label-preserving for this dataset
-    tv_class: type[datasets.MNIST] | type[smallnorb.SmallNORB]  # the reader: torchvision's (or smallNORB's, here)
+    tv_class: type[datasets.MNIST] | type[smallnorb.SmallNORB] | type[cifar10.CIFAR10]  # the reader: torchvision's
+    # (or, for smallNORB and CIFAR-10's binary version, this package's)
     noun: str = "item"  # what one example is called: "Draw a digit", "the predicted item"
     image_size: int = 28  # the side of the network's input
     pairs: bool = False  # MultiMNIST: each example overlays two digits of different classes (capsnet.data.multimnist)
     shift: int = 2  # training shifts in pixels per axis: the paper's 2, or anywhere on a larger canvas
     stored_size: int = 28  # the side of the stored images; larger than image_size: the networks read crops of them
     source: str = ""  # where to get the files when they cannot be downloaded here (named when they are missing)
+    channels: int = 1  # 1 grey, 3 colour (RGB)
+    subfolder: str = "raw"  # where the files lie under `folder` ("" for CIFAR-10, as its archive unpacks)
 
     @property
     def num_classes(self) -> int:
@@ -116,6 +119,21 @@ DATASETS: dict[str, DatasetInfo] = {
         stored_size=smallnorb.STORED_SIZE,
         source=smallnorb.URL,
     ),  # fmt: skip
+    # colour photos of ten classes (the CapsNet paper, section 7), read from the official binary version only
+    "cifar10": DatasetInfo(
+        "cifar10",
+        "CIFAR-10",
+        cifar10.FOLDER,
+        cifar10.CLASSES,
+        hflip=True,
+        tv_class=cifar10.CIFAR10,
+        noun="image",
+        image_size=cifar10.SIDE,
+        stored_size=cifar10.SIDE,
+        source=cifar10.URL,
+        channels=cifar10.CHANNELS,
+        subfolder="",
+    ),  # fmt: skip
 }
 
 
@@ -150,11 +168,11 @@ def load_dataset(
     """
     info = dataset_info(name)
     root = resolve_data_dir(data_dir)
-    raw = root / info.folder / "raw"
+    raw = root / info.folder / info.subfolder
     files = [raw / f for f in _raw_files(info)]  # torchvision wants all four, whichever split it loads
     try:
         return info.tv_class(root=str(root), train=train, transform=TO_TENSOR, download=False)
-    except smallnorb.NorbFormatError as error:  # its reader names the file (plain or gzipped) and what is wrong
+    except (smallnorb.NorbFormatError, cifar10.CifarFormatError) as error:  # these readers name the file and fault
         raise DatasetDamagedError(f"{info.title} in {raw.resolve()} is damaged: {error}; replace it with an intact "
                                   "copy") from None  # fmt: skip
     except (RuntimeError, AssertionError, ValueError, OSError) as error:
@@ -181,9 +199,10 @@ def load_dataset(
             f"archives; {reason}); replace them with intact copies"
         )
     fetch = f"; its files are published at {info.source}" if info.source else ""
+    where = f"{info.folder}/{info.subfolder}".rstrip("/")
     raise DatasetNotFoundError(
-        f"{info.title} not found in {(root / info.folder / 'raw').resolve()} ({reason}); "
-        f"pass --data-dir or set CAPSNET_DATA_DIR to a folder that holds {info.folder}/raw{fetch}"
+        f"{info.title} not found in {raw.resolve()} ({reason}); "
+        f"pass --data-dir or set CAPSNET_DATA_DIR to a folder that holds {where}{fetch}"
     )
 
 
@@ -205,7 +224,7 @@ def subset(dataset: Dataset, size: int | None, seed: int = 0) -> Dataset:
 
 
 def stored_tensors(dataset: Dataset) -> tuple[torch.Tensor, torch.Tensor]:
-    """The stored uint8 images (N, 1, 28, 28) and labels (N,) of a torchvision set or its Subset, read whole.
+    """The stored uint8 images (N, C, H, W) and labels (N,) of a torchvision set or its Subset, read whole.
 
     Reads the dataset's arrays instead of going through PIL one image at a time.
     """
@@ -214,11 +233,13 @@ def stored_tensors(dataset: Dataset) -> tuple[torch.Tensor, torch.Tensor]:
         inner = torch.as_tensor(dataset.indices)
         indices = inner if indices is None else inner[indices]
         dataset = dataset.dataset
-    images = dataset.data  # type: ignore[attr-defined]  # a torchvision set's arrays (N, 28, 28) uint8
+    images = dataset.data  # type: ignore[attr-defined]  # (N, H, W) uint8 grey, or (N, C, H, W) (CIFAR-10's reader)
     labels = torch.as_tensor(dataset.targets)  # type: ignore[attr-defined]  # (torch's Dataset declares neither)
     if indices is not None:
         images, labels = images[indices], labels[indices]
-    return images.unsqueeze(1), labels.long()  # (N, 1, 28, 28), (N,)
+    if images.dim() == 3:
+        images = images.unsqueeze(1)  # (N, 1, H, W)
+    return images, labels.long()  # (N, C, H, W), (N,)
 
 
 def as_tensors(dataset: Dataset, image_size: int = 28, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

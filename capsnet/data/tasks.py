@@ -35,17 +35,18 @@ class Task:
     """What one example of a dataset is, and the answers to every question that depends on it."""
 
     kind: TaskKind
-    input_size: int  # the side of the network's input: 28, 40 (placed), 32 (crops) or 36 (pairs)
+    input_size: int  # the side of the network's input: 28, 40 (placed), 32 (crops, CIFAR-10) or 36 (pairs)
+    channels: int = 1  # 1 grey, 3 colour
 
     @classmethod
     def of(cls, info: DatasetInfo) -> Task:
         kind: TaskKind = (
             "pair" if info.pairs
             else "crop" if info.image_size < info.stored_size
-            else "placed" if info.image_size != MNIST_SIZE
+            else "placed" if info.image_size > info.stored_size
             else "image"
         )  # fmt: skip
-        return cls(kind, info.image_size)
+        return cls(kind, info.image_size, info.channels)
 
     @property
     def pairs(self) -> bool:
@@ -60,7 +61,7 @@ class Task:
     @property
     def takes_drawings(self) -> bool:
         """Whether a drawing, an upload or a single 28x28 test image can be the input (the Draw page, predict)."""
-        return self.kind == "image"
+        return self.kind == "image" and self.channels == 1 and self.input_size == MNIST_SIZE
 
     @property
     def eval_batch(self) -> int:
@@ -90,7 +91,7 @@ class LabelledSet:
     """Examples of one dataset with their labels: images, or digits and the pairs made of them."""
 
     info: DatasetInfo
-    images: Tensor  # (N, 1, H, W) float in [0, 1]; for pairs the uint8 digits (M, 1, 28, 28) they are made of
+    images: Tensor  # (N, C, H, W) float in [0, 1]; for pairs the uint8 digits (M, 1, 28, 28) they are made of
     labels: Tensor  # (N,) the images' labels, or the digits'
     pairs: Pairs | None = None  # MultiMNIST: which two digits, and their shifts, make each example
 

@@ -151,6 +151,10 @@ PRESETS: dict[str, CapsNetConfig] = {
     # the same on MultiMNIST's 36x36 pairs: a 10x10 primary grid, 3,200 primary capsules, 11,361,808 parameters
     # (the shipped multimnist.safetensors predates the official scales: its header says primary_scale 1.0)
     "multimnist": CapsNetConfig(image_size=36, primary_scale=1 / 32, init="official"),
+    # the paper's CIFAR-10 network (section 7): colour 32x32 inputs and 64 primary capsule types, an 8x8 grid of 4,096
+    # primary capsules; with the official code's initial scales, as for the other inputs larger than 28x28 (the
+    # paper's optional "none-of-the-above" class and its ensemble of seven are not built here)
+    "cifar10": CapsNetConfig(in_channels=3, image_size=32, primary_types=64, primary_scale=1 / 32, init="official"),
     # a small network for tests and quick demos: same structure, narrower layers
     "tiny": CapsNetConfig(conv1_channels=32, primary_types=8, primary_dim=8, digit_dim=16, decoder_hidden=(64, 128)),
 }

@@ -232,7 +232,8 @@ class TrainOptions:
         configured = {f.name for f in dataclasses.fields(chosen.config_type)}
         own = {name: getattr(self, name) for name in chosen.run_options if name in configured}
         read = Task.of(info)
-        return chosen.config_for(self.preset, read.input_size, read.pairs, num_classes=info.num_classes, **own)
+        fields = {"num_classes": info.num_classes, "in_channels": info.channels, **own}
+        return chosen.config_for(self.preset, read.input_size, read.pairs, **fields)
 
     # ------------------------------------------------------------ stored forms
 

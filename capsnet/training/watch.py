@@ -7,7 +7,7 @@ CNN baseline's class probabilities), and for a network that redraws its input (`
 EM network with a decoder) the image redrawn from its winning capsule (from its two highest for a MultiMNIST
 pair). The snapshots go to the run folder's `watch.safetensors`, rewritten atomically:
 
-    images           (n, H, W) uint8     the window, the same for the whole run (also after --resume)
+    images           (n, H, W) uint8     the window, the same for the whole run (also after --resume); colour (n, H, W, 3)
     labels           (n, L) int64        each example's class (L = 2 for a MultiMNIST pair)
     epoch, batch     (S,) int32          when each snapshot was taken: in epoch `epoch` (from 1), after
                                          `batch` of its batches (all of them: at its end)
@@ -100,10 +100,23 @@ def look(model: AnyModel, images: Tensor, present: int) -> tuple[np.ndarray, np.
             top = out.scores.topk(present, dim=1).indices  # (n, L)
             redrawing = cast("CapsNet | EMCapsNet", model)  # a network that redraws has a decoder
             parts = torch.stack([redrawing.decode(out.poses, top[:, k]) for k in range(present)], 1)  # (n, L, C, H, W)
-            redrawn = parts.float().sum(dim=1).clamp(max=1.0)[:, 0]  # (n, H, W): channel 0
-            return out.scores.float().cpu().numpy(), redrawn.cpu().numpy()
+            redrawn = parts.float().sum(dim=1).clamp(max=1.0)  # (n, C, H, W)
+            return out.scores.float().cpu().numpy(), as_pictures(redrawn)
     finally:
         model.train(was_training)
+
+
+def as_pictures(images: Tensor) -> np.ndarray:
+    """Images (n, C, H, W) as the window keeps them: (n, H, W) grey, or (n, H, W, 3) colour."""
+    if images.shape[1] == 1:
+        return images[:, 0].cpu().numpy()  # (n, H, W)
+    return images.permute(0, 2, 3, 1).cpu().numpy()  # (n, H, W, 3)
+
+
+def as_inputs(pictures: np.ndarray) -> Tensor:
+    """The window's pictures (uint8, `as_pictures`' layout) as a network's input (n, C, H, W) in [0, 1]."""
+    images = torch.from_numpy(pictures).float().div(255)
+    return images[:, None] if images.dim() == 3 else images.permute(0, 3, 1, 2)
 
 
 def thinned(count: int, keep: int = KEEP) -> np.ndarray:
@@ -129,12 +142,12 @@ class WindowHistory:
     batches: int  # per epoch
     m_plus: float
     m_minus: float
-    images: np.ndarray  # (n, H, W) float32 in [0, 1]
+    images: np.ndarray  # (n, H, W) float32 in [0, 1], or (n, H, W, 3) for colour
     labels: np.ndarray  # (n, L) int64
     epochs: np.ndarray  # (S,) the epoch each snapshot was taken in, from 1
     batch: np.ndarray  # (S,) that epoch's batches done (`batches`: at its end)
     scores: np.ndarray  # (S, n, K) float32
-    reconstructions: np.ndarray | None  # (S, n, H, W) float32 in [0, 1], where the network redraws its input
+    reconstructions: np.ndarray | None  # (S, n, H, W) (or (S, n, H, W, 3)) in [0, 1], where the network redraws
     network: str = "capsnet"  # the registry's name ("cnn" for a file older than the name that has no capsules)
 
     @property
@@ -194,7 +207,7 @@ def read_window(folder: RunFolder | str | Path) -> WindowHistory | None:
         recon = t.get("reconstructions") if redrawn else None
         s, n = len(epochs), len(images)
         shapes_fit = (
-            images.ndim == 3 and labels.ndim == 2 and len(labels) == n and batch.shape == (s,) and s > 0
+            (images.ndim == 3 or images.ndim == 4 and images.shape[3] == 3) and labels.ndim == 2 and len(labels) == n and batch.shape == (s,) and s > 0
             and scores.ndim == 3 and scores.shape[:2] == (s, n)
             and (not redrawn or (recon is not None and recon.shape == (s, *images.shape)))
             and labels.size and 0 <= labels.min() and labels.max() < scores.shape[2]
@@ -262,7 +275,7 @@ class Watcher:
         }  # fmt: skip
         images, labels = window_examples(test)
         self.labels = labels.numpy()  # (n, L)
-        self.images = _to_bytes(images[:, 0].numpy())  # (n, H, W)
+        self.images = _to_bytes(as_pictures(images))  # (n, H, W), or (n, H, W, 3) for colour
         self.epochs, self.batch = np.zeros(0, np.int32), np.zeros(0, np.int32)
         self.scores = np.zeros((0, len(images), c.num_classes), np.float32)
         self.reconstructions = np.zeros((0, *self.images.shape), np.uint8)
@@ -279,7 +292,7 @@ class Watcher:
             self.scores = old.scores[keep]
             if old.reconstructions is not None:
                 self.reconstructions = _to_bytes(old.reconstructions[keep])
-        self.inputs = torch.from_numpy(self.images).float().div(255)[:, None].to(next(model.parameters()).device)
+        self.inputs = as_inputs(self.images).to(next(model.parameters()).device)  # (n, C, H, W)
         if resume_at is None or not len(self.epochs):
             self.snapshot(resume_at[0] + 1 if resume_at else 1, resume_at[1] if resume_at else 0)
 

@@ -75,20 +75,24 @@ def training_window(
 ) -> go.Figure:
     """A training run's window at one snapshot: each test image over its reconstruction, its class scores below.
 
-    images (n, H, W) and reconstructions (n, H, W) (None for a network without a decoder) in [0, 1];
+    images (n, H, W) and reconstructions (n, H, W) (None for a network without a decoder) in [0, 1], or (n, H, W, 3)
+    each in colour;
     scores (n, K): capsule lengths, EM activations or a CNN's class probabilities (`score_name`, the axis title);
     labels and predictions (n, L): each
     image's classes and its L highest scores'. Image i's K bars stand right under it (one shared x axis, in
     pixels). `margins` (m+, m-) draws the margin loss's lines over capsule lengths.
     """
     images, scores = np.asarray(images, dtype=np.float32), np.asarray(scores, dtype=np.float32)
-    n, h, w = images.shape
+    n, h, w = images.shape[:3]
     k = scores.shape[1]
     if scores.shape[0] != n or len(labels) != n or len(predictions) != n or len(class_names) != k:
         raise ValueError(f"{n} images need {n} score rows, labels and predictions, and {k} class names")
     rows = [images] if reconstructions is None else [images, np.asarray(reconstructions, dtype=np.float32)]
-    stack = np.stack(rows)  # (R, n, H, W)
-    tiles = tile_maps(stack.reshape(len(rows) * n, h, w), columns=n, gap=WINDOW_GAP)
+    stack = np.stack(rows).reshape(len(rows) * n, *images.shape[1:])  # (R*n, H, W), or (R*n, H, W, 3) in colour
+    if images.ndim == 4:  # each colour plane tiled alike, then the planes put back together
+        tiles = np.moveaxis(tile_maps(np.moveaxis(stack, -1, 0), columns=n, gap=WINDOW_GAP), 0, -1)  # (Ht, Wt, 3)
+    else:
+        tiles = tile_maps(stack, columns=n, gap=WINDOW_GAP)  # (Ht, Wt)
     slot = w + WINDOW_GAP
     x = (np.arange(n)[:, None] * slot - 0.5 + (np.arange(k)[None, :] + 0.5) * w / k).ravel()  # (n*K,) under image i
     winner = np.zeros((n, k), dtype=bool)
