@@ -300,6 +300,17 @@ and fits again. The prediction's activation rises as it gathers the children who
 """
 
 
+def takes_no_drawings(title: str, side: int, channels: int, noun: str) -> str:
+    """Why the Draw page has no input for a model of other images (a 40x40 canvas, smallNORB's crops, colour
+    CIFAR-10): what the model reads, and where its test images are read."""
+    picture = f"{side}x{side} {'colour ' if channels == 3 else ''}{noun}s ({title})"
+    return (
+        f"The model chosen in the sidebar reads **{picture}**; drawing, and the pages that read one input, take "
+        "28x28 grey digits and items. Its own test images are read on the **Evaluate** and **Where routing "
+        "matters** pages, and its training on **Training runs**."
+    )
+
+
 def not_for(routing: str) -> str:
     """Why a page does not read the chosen model, by how that model routes (`Routing.kind`)."""
     return NOT_FOR[routing]()

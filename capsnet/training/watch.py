@@ -39,6 +39,7 @@ from safetensors.numpy import save as save_tensors
 from torch import Tensor
 
 from capsnet.data.multimnist import Pairs
+from capsnet.data.pictures import as_inputs, as_pictures
 from capsnet.data.tasks import LabelledSet
 from capsnet.errors import CapsNetError
 from capsnet.files import FileReadError, atomic_write, loads_json, read_regular_file
@@ -101,22 +102,9 @@ def look(model: AnyModel, images: Tensor, present: int) -> tuple[np.ndarray, np.
             redrawing = cast("CapsNet | EMCapsNet", model)  # a network that redraws has a decoder
             parts = torch.stack([redrawing.decode(out.poses, top[:, k]) for k in range(present)], 1)  # (n, L, C, H, W)
             redrawn = parts.float().sum(dim=1).clamp(max=1.0)  # (n, C, H, W)
-            return out.scores.float().cpu().numpy(), as_pictures(redrawn)
+            return out.scores.float().cpu().numpy(), as_pictures(redrawn)  # (n, H, W) or (n, H, W, 3)
     finally:
         model.train(was_training)
-
-
-def as_pictures(images: Tensor) -> np.ndarray:
-    """Images (n, C, H, W) as the window keeps them: (n, H, W) grey, or (n, H, W, 3) colour."""
-    if images.shape[1] == 1:
-        return images[:, 0].cpu().numpy()  # (n, H, W)
-    return images.permute(0, 2, 3, 1).cpu().numpy()  # (n, H, W, 3)
-
-
-def as_inputs(pictures: np.ndarray) -> Tensor:
-    """The window's pictures (uint8, `as_pictures`' layout) as a network's input (n, C, H, W) in [0, 1]."""
-    images = torch.from_numpy(pictures).float().div(255)
-    return images[:, None] if images.dim() == 3 else images.permute(0, 3, 1, 2)
 
 
 def thinned(count: int, keep: int = KEEP) -> np.ndarray:

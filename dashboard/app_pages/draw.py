@@ -258,9 +258,12 @@ def _matrix_primer(config: Any) -> None:
 CAPSULE_PRIMERS = {"dynamic": _vector_primer, "em": _matrix_primer}  # what a capsule is, by the model's routing
 
 model = guards.current_model()
-if model is not None and not model.task.takes_drawings:  # a MultiMNIST or mnist-40 model: said why
+if model is not None and not model.task.takes_drawings:  # a MultiMNIST, mnist-40, smallNORB or colour model: said why
     st.title("Draw a digit", anchor=False)
-    guards.require_model()
+    if guards.require_model() is not None:  # not a pair model (the guard said that one): another kind of image
+        read = model.task
+        st.info(texts.takes_no_drawings(model.info.title or model.dataset, read.input_size, read.channels, model.noun),
+                icon=":material/image:")  # fmt: skip
     st.stop()
 names = models.class_names(model)
 dataset = model.dataset if model is not None else "mnist"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
+from capsnet.data.pictures import as_pictures
 from capsnet.readings import reconstruction
 from dashboard import figures, guards, links, pages, state, texts, training_texts
 
@@ -151,7 +152,7 @@ else:
         int(i) for i in np.random.default_rng(seed).choice(limit, size=min(GRID_COUNT, limit), replace=False)
     )
     recon = model.reconstructions(sample)
-    originals = images[list(sample), 0].numpy()
+    originals = as_pictures(images[list(sample)])  # (n, H, W), or (n, H, W, 3) in colour
     event = st.plotly_chart(
         figures.image_rows_figure([originals, recon.reconstructions], ["original", "reconstruction"], ids=sample),
         key="reconstruction_grid",
@@ -187,7 +188,7 @@ else:
         with cols[n % GALLERY_COLUMNS]:
             true_class, predicted = int(truth[index]), int(predictions[index])
             st.image(
-                figures.pixel_image(images[index, 0].numpy(), 3),
+                figures.pixel_image(as_pictures(images[index : index + 1])[0], 3),
                 caption=f"#{index}: true {names[true_class]}, predicted {names[predicted]}",
                 width=84,
                 output_format="PNG",

@@ -42,6 +42,14 @@ def tile_maps(maps: np.ndarray, columns: int = 8, gap: int = 1) -> np.ndarray:
     return image[..., : rows * (h + gap) - gap, : columns * (w + gap) - gap]
 
 
+def tile_pictures(pictures: np.ndarray, columns: int = 8, gap: int = 1) -> np.ndarray:
+    """`tile_maps` for pictures (M, h, w) grey or (M, h, w, 3) colour: one (H, W) or (H, W, 3) image."""
+    pictures = np.asarray(pictures, dtype=np.float32)
+    if pictures.ndim == 4 and pictures.shape[-1] == 3:  # each colour plane tiled alike, then put back together
+        return np.moveaxis(tile_maps(np.moveaxis(pictures, -1, 0), columns=columns, gap=gap), 0, -1)
+    return tile_maps(pictures, columns=columns, gap=gap)
+
+
 def _to_uint8(image: np.ndarray) -> np.ndarray:
     return (
         (np.clip(np.nan_to_num(np.asarray(image, dtype=np.float32), nan=0.35), 0.0, 1.0) * 255).round().astype(np.uint8)
@@ -49,7 +57,8 @@ def _to_uint8(image: np.ndarray) -> np.ndarray:
 
 
 def pixel_image(image: np.ndarray, scale: int = 6) -> np.ndarray:
-    """A small grey image in [0, 1] -> uint8, enlarged `scale` times with sharp pixels (for st.image)."""
+    """A small picture in [0, 1], grey (h, w) or colour (h, w, 3) -> uint8, enlarged `scale` times with sharp pixels
+    (for st.image)."""
     image = _to_uint8(image)
     return np.repeat(np.repeat(image, scale, axis=0), scale, axis=1)
 
@@ -102,17 +111,17 @@ def image_rows_figure(
     height: int | None = None,
     ids: Sequence[int] | None = None,
 ) -> go.Figure:
-    """Rows of 28x28 images (e.g. originals over their reconstructions), one labelled row each.
+    """Rows of small pictures (e.g. originals over their reconstructions; grey or colour), one labelled row each.
 
     With `ids` (one per column), each column gets an invisible point that selection events can
     pick: clicking a column selects its id (the dashboard opens that test image).
     """
     if len(rows) != len(labels) or not rows:
         raise ValueError("need one label per row and at least one row")
-    stack = np.stack([np.asarray(r, dtype=np.float32) for r in rows])  # (R, n, h, w)
-    count, n, h, w = stack.shape
+    stack = np.stack([np.asarray(r, dtype=np.float32) for r in rows])  # (R, n, h, w), or (R, n, h, w, 3) in colour
+    count, n, h, w = stack.shape[:4]
     gap = 2
-    tiles = tile_maps(stack.reshape(count * n, h, w), columns=n, gap=gap)
+    tiles = tile_pictures(stack.reshape(count * n, *stack.shape[2:]), columns=n, gap=gap)
     fig = _image_figure(tiles, height or 60 + count * 70)
     fig.update_xaxes(showticklabels=False, showgrid=False)
     fig.update_yaxes(

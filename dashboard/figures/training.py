@@ -9,7 +9,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from dashboard.figures.images import _png_data_url, tile_maps
+from dashboard.figures.images import _png_data_url, tile_pictures
 from dashboard.figures.style import MARGIN_LABEL_SPACE, MARGIN_PLUS, OTHER, RUN_COLOURS, WINNER, layout, margin_marks
 
 MARKED_EPOCHS = 40  # runs up to this long get a marker on every epoch
@@ -89,10 +89,7 @@ def training_window(
         raise ValueError(f"{n} images need {n} score rows, labels and predictions, and {k} class names")
     rows = [images] if reconstructions is None else [images, np.asarray(reconstructions, dtype=np.float32)]
     stack = np.stack(rows).reshape(len(rows) * n, *images.shape[1:])  # (R*n, H, W), or (R*n, H, W, 3) in colour
-    if images.ndim == 4:  # each colour plane tiled alike, then the planes put back together
-        tiles = np.moveaxis(tile_maps(np.moveaxis(stack, -1, 0), columns=n, gap=WINDOW_GAP), 0, -1)  # (Ht, Wt, 3)
-    else:
-        tiles = tile_maps(stack, columns=n, gap=WINDOW_GAP)  # (Ht, Wt)
+    tiles = tile_pictures(stack, columns=n, gap=WINDOW_GAP)  # (Ht, Wt), or (Ht, Wt, 3)
     slot = w + WINDOW_GAP
     x = (np.arange(n)[:, None] * slot - 0.5 + (np.arange(k)[None, :] + 0.5) * w / k).ravel()  # (n*K,) under image i
     winner = np.zeros((n, k), dtype=bool)

@@ -1,0 +1,31 @@
+"""Pictures: images as people look at them, (H, W) grey or (H, W, 3) colour, beside the (C, H, W) a network reads.
+
+A reading that hands images to the dashboard (a reconstruction, a training window) gives them as pictures, so that a
+figure draws a grey digit and a colour photo alike; `as_inputs` turns pictures back into a network's input.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import Tensor
+
+
+def as_pictures(images: Tensor) -> np.ndarray:
+    """Images (n, C, H, W) as pictures: (n, H, W) for one channel, (n, H, W, 3) for colour."""
+    if images.dim() != 4 or images.shape[1] not in (1, 3):
+        raise ValueError(f"expected images of shape (n, 1 or 3, H, W), got {tuple(images.shape)}")
+    if images.shape[1] == 1:
+        return images[:, 0].cpu().numpy()  # (n, H, W)
+    return images.permute(0, 2, 3, 1).cpu().numpy()  # (n, H, W, 3)
+
+
+def as_inputs(pictures: np.ndarray | Tensor) -> Tensor:
+    """Pictures ((n, H, W) or (n, H, W, 3); uint8 0-255 or floats in [0, 1]) as a network's input (n, C, H, W)."""
+    images = torch.as_tensor(pictures)
+    images = images.float().div(255) if images.dtype == torch.uint8 else images.float()
+    if images.dim() == 3:
+        return images[:, None]  # (n, 1, H, W)
+    if images.dim() == 4 and images.shape[3] == 3:
+        return images.permute(0, 3, 1, 2)  # (n, 3, H, W)
+    raise ValueError(f"expected pictures of shape (n, H, W) or (n, H, W, 3), got {tuple(images.shape)}")
