@@ -201,7 +201,7 @@ class Model(Loaded):
     def task(self) -> Task:
         """What one input of this model is (`capsnet.data.tasks.Task`): its size, whether it is a pair or a drawing."""
         known = self.dataset in DATASETS
-        return task(self.dataset) if known else Task("image", self.config.image_size)
+        return task(self.dataset) if known else Task("image", self.config.image_size, self.config.in_channels)
 
     @property
     def reads_pairs(self) -> bool:

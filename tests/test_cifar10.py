@@ -147,3 +147,12 @@ def test_the_papers_cifar10_network_has_64_primary_types_and_its_parameters() ->
     assert counts == {"encoder": encoder, "decoder": decoder} and encoder + decoder == 19_679_232
     out = model.eval()(torch.rand(2, 3, 32, 32))
     assert out.scores.shape == (2, 10) and out.reconstruction.shape == (2, 3, 32, 32)
+
+
+def test_a_time_estimate_measures_colour_batches() -> None:
+    """The sidebar's estimate timed steps on grey batches whatever the dataset: a colour network refused them."""
+    from capsnet.runs.estimate import measure_speed
+    from capsnet.training.options import TrainOptions
+
+    speed = measure_speed(TrainOptions(dataset="cifar10", preset="tiny", device="cpu", compile=False), batch=2, steps=1)
+    assert speed.images_per_s > 0

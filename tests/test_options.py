@@ -81,7 +81,7 @@ def test_validation_names_the_option(changes: dict, message: str) -> None:
 def test_resume_keeps_the_fields_that_define_the_run() -> None:
     assert set(TrainOptions.run_fields()) == {
         "dataset", "network", "preset", "batch_size", "lr", "lr_decay", "routing_iterations", "seed", "train_size", "test_size",
-        "hflip", "val_size", "recipe", "schedule", "warmup", "beta_lr",
+        "hflip", "val_size", "recipe", "schedule", "warmup", "beta_lr", "image_size",
     }  # fmt: skip
     stored = TrainOptions(dataset="fashion-mnist", preset="tiny", lr=0.02, batch_size=64, seed=5, epochs=3)
     given = TrainOptions(out="runs/x", resume=True, epochs=9, device="cpu", lr=0.5)

@@ -20,7 +20,7 @@ from torch.utils.data import Dataset, Subset
 from torchvision import datasets
 from torchvision.transforms import v2
 
-from capsnet.data import cifar10, smallnorb
+from capsnet.data import cifar10, image_folder, smallnorb
 from capsnet.data.augment import shift_and_flip
 from capsnet.errors import CapsNetError, InvalidArgumentError
 
@@ -42,8 +42,8 @@ class DatasetInfo:
     folder: str  # torchvision's folder under the root
     classes: tuple[str, ...]
     hflip: bool  # horizontal flips are label-preserving for this dataset
-    tv_class: type[datasets.MNIST] | type[smallnorb.SmallNORB] | type[cifar10.CIFAR10]  # the reader: torchvision's
-    # (or, for smallNORB and CIFAR-10's binary version, this package's)
+    # the reader: torchvision's (or, for smallNORB, CIFAR-10's binary version and a folder, this package's)
+    tv_class: type[datasets.MNIST] | type[smallnorb.SmallNORB] | type[cifar10.CIFAR10] | None  # None for a folder
     noun: str = "item"  # what one example is called: "Draw a digit", "the predicted item"
     image_size: int = 28  # the side of the network's input
     pairs: bool = False  # MultiMNIST: each example overlays two digits of different classes (capsnet.data.multimnist)
@@ -52,6 +52,7 @@ class DatasetInfo:
     source: str = ""  # where to get the files when they cannot be downloaded here (named when they are missing)
     channels: int = 1  # 1 grey, 3 colour (RGB)
     subfolder: str = "raw"  # where the files lie under `folder` ("" for CIFAR-10, as its archive unpacks)
+    own: image_folder.FolderSpec | None = None  # a folder of the user's own pictures (`capsnet.data.image_folder`)
 
     @property
     def num_classes(self) -> int:
@@ -138,9 +139,15 @@ DATASETS: dict[str, DatasetInfo] = {
 
 
 def dataset_info(name: str) -> DatasetInfo:
-    """The `DatasetInfo` of `name`, or a ValueError that lists the known ones."""
+    """The `DatasetInfo` of `name`, a known dataset or a folder of pictures (`photos`, `photos@48`: its side); a
+    ValueError that lists the known ones for another name."""
     if name not in DATASETS:
-        raise InvalidArgumentError(f"unknown dataset {name!r}; choose from {', '.join(DATASETS)}")
+        spec = image_folder.parse(name)
+        if spec is None:
+            raise InvalidArgumentError(
+                f"unknown dataset {name!r}; choose from {', '.join(DATASETS)}, or name a folder of labelled pictures"
+            )
+        return _folder_info(spec)
     return DATASETS[name]
 
 
@@ -167,11 +174,15 @@ def load_dataset(
     but cannot be read.
     """
     info = dataset_info(name)
+    if info.own is not None:  # the user's folder: read from where it is named, never from the data folder
+        return image_folder.FolderImages(info.own, train=train, transform=TO_TENSOR)
+    reader = info.tv_class
+    assert reader is not None  # every named dataset has its reader
     root = resolve_data_dir(data_dir)
     raw = root / info.folder / info.subfolder
     files = [raw / f for f in _raw_files(info)]  # torchvision wants all four, whichever split it loads
     try:
-        return info.tv_class(root=str(root), train=train, transform=TO_TENSOR, download=False)
+        return reader(root=str(root), train=train, transform=TO_TENSOR, download=False)
     except (smallnorb.NorbFormatError, cifar10.CifarFormatError) as error:  # these readers name the file and fault
         raise DatasetDamagedError(f"{info.title} in {raw.resolve()} is damaged: {error}; replace it with an intact "
                                   "copy") from None  # fmt: skip
@@ -186,7 +197,7 @@ def load_dataset(
             ) from None
     if download and not info.source:  # a dataset with a `source` is never downloaded here: the user fetches it
         try:
-            return info.tv_class(root=str(root), train=train, transform=TO_TENSOR, download=True)
+            return reader(root=str(root), train=train, transform=TO_TENSOR, download=True)
         except Exception as error:  # network errors come in many types
             reason = f"download failed: {type(error).__name__}"
     else:
@@ -206,9 +217,19 @@ def load_dataset(
     )
 
 
+def _folder_info(spec: image_folder.FolderSpec) -> DatasetInfo:
+    """A folder's `DatasetInfo`: its classes, side and channels from its pictures (ImageFolderError, one line)."""
+    found = image_folder.scan(spec)
+    return DatasetInfo(
+        spec.name, spec.path.resolve().name, str(spec.path), found.classes, hflip=False,
+        tv_class=None, noun="image", image_size=found.side, stored_size=found.side,
+        channels=3 if found.colour else 1, subfolder="", own=spec,
+    )  # fmt: skip
+
+
 def _raw_files(info: DatasetInfo) -> list[str]:
     """The uncompressed files torchvision looks for, e.g. t10k-images-idx3-ubyte."""
-    return [Path(url).name.removesuffix(".gz") for url, _ in info.tv_class.resources]
+    return [Path(url).name.removesuffix(".gz") for url, _ in getattr(info.tv_class, "resources", [])]
 
 
 def subset(dataset: Dataset, size: int | None, seed: int = 0) -> Dataset:

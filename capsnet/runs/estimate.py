@@ -68,7 +68,7 @@ def measure_speed(options: TrainOptions, batch: int = 8, steps: int = 2) -> Spee
     config = options.network_config()
     model = lay_out(network(options.network).build(config).to(device).train(), acceleration)
     optimizer = run_optimizer(model, options.lr, options.beta_lr, acceleration.fused_adam)
-    images = torch.rand(batch, 1, info.image_size, info.image_size, device=device)
+    images = torch.rand(batch, info.channels, info.image_size, info.image_size, device=device)  # (B, C, H, W)
     labels = torch.randint(0, config.num_classes, (batch,), device=device)
     times = []
     for step in range(steps + 1):

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from capsnet.data import image_folder
 from capsnet.data.datasets import DATASETS, dataset_info
 from capsnet.data.tasks import Task
 from capsnet.device import DEVICE_CHOICES
@@ -58,7 +59,16 @@ def option(
 class TrainOptions:
     """Everything a training run needs. Defaults are the paper's recipe (section 4 and the official code)."""
 
-    dataset: str = field(default="mnist", metadata=option("dataset", choices=tuple(DATASETS), defines_run=True))
+    dataset: str = field(
+        default="mnist",
+        metadata=option(f"dataset: {', '.join(DATASETS)}, or a folder of labelled pictures (one sub-folder per class)",
+                        defines_run=True),
+    )  # fmt: skip
+    image_size: int | None = field(
+        default=None,
+        metadata=option("a folder's pictures read at N x N (default: their median shorter side, 28 to 64)",
+                        positive=True, defines_run=True),
+    )  # fmt: skip
     recipe: str = field(
         default="paper",
         metadata=option("a named set of defaults for the options below (capsnet.training.recipes): paper, or fast for a short "
@@ -155,6 +165,20 @@ class TrainOptions:
 
     # ------------------------------------------------------------ validation
 
+    def __post_init__(self) -> None:
+        """A folder dataset named with the side it is read at (`photos@32`): a run's args.json and its checkpoints'
+        headers then say which pictures at which size, whatever the folder's default later becomes (`sized`)."""
+        if self.image_size is not None:
+            if self.dataset in DATASETS:
+                raise InvalidArgumentError(f"--image-size applies to a folder of pictures, not to {self.dataset}")
+            self.dataset = image_folder.with_side(self.dataset, self.image_size)
+
+    def sized(self) -> TrainOptions:
+        """These options with a folder dataset's side chosen (`--image-size`, else the folder's default)."""
+        if self.image_size is not None or self.dataset in DATASETS:
+            return self
+        return dataclasses.replace(self, image_size=dataset_info(self.dataset).image_size)
+
     def validate(self) -> TrainOptions:
         """Raise InvalidArgumentError (a ValueError) naming the option and the value; return self when fine."""
         hints = typing.get_type_hints(type(self))
@@ -192,6 +216,9 @@ class TrainOptions:
             raise InvalidArgumentError(f"--beta-lr must be finite, got {self.beta_lr}")
         if not 0 < self.lr_decay <= 1:
             raise InvalidArgumentError(f"--lr-decay must lie in (0, 1], got {self.lr_decay}")
+        if self.dataset not in DATASETS and image_folder.parse(self.dataset) is None:
+            raise InvalidArgumentError(f"unknown --dataset {self.dataset!r}; choose from {', '.join(DATASETS)}, or name "
+                                       "a folder of labelled pictures")  # fmt: skip
         chosen = network(self.network)
         if self.preset not in chosen.presets:
             raise InvalidArgumentError(

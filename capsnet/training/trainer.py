@@ -360,7 +360,7 @@ def train(
 ) -> list[EpochRecord]:
     """Train as `options` say; returns the per-epoch records (also appended to metrics.jsonl). `given`: the options a
     command line set explicitly (`TrainOptions.given`), which a resumed run must not contradict."""
-    options.validate()
+    options = options.validate().sized()  # a folder of pictures: the side it is read at, in its name from now on
     with distributed_session(options.device) as env:
         device = pick_device(options.device)
         if env.enabled and device.type == "cuda":
