@@ -362,7 +362,7 @@ def test_a_warm_start_of_a_network_that_has_none_is_one_line(tmp_path: Path, dat
 
     shipped = Path(__file__).parents[1] / "checkpoints" / "mnist-em.safetensors"
     done = capsnet("train", "--network", "em", "--preset", "paper-decoder", "--routing-iterations", "2", "--init",
-                   shipped, "--dataset", "mnist-40", "--epochs", "1", "--out", tmp_path / "run")  # fmt: skip
+                   shipped, "--dataset", "mnist-40", "--epochs", "1", "--batch-size", "8", "--out", tmp_path / "run")  # fmt: skip
     said = done.stderr.strip()
     assert done.returncode == 2 and "\n" not in said, said
     assert "a matrix-capsule network routed by EM starts from a checkpoint of its own input size only" in said
@@ -623,8 +623,13 @@ def test_claims_checks_each_file_against_its_place(tmp_path: Path) -> None:
     assert [r.curve for r in read.rows] == [r.curve for r in real.rows] and "nan" not in read.statement()
 
 
-def test_running_out_of_memory_is_one_line_naming_the_batch(data_dir: Path, tmp_path: Path) -> None:
-    """Item 10: the paper EM network at the default batch of 128 died under 6 GiB with an allocator traceback."""
+def test_a_batch_that_would_not_fit_is_refused_before_the_run_and_the_batch_said_fits(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    """Item 10 (and issue 57's memory guard): the paper EM network at the default batch of 128 died under 6 GiB with
+    an allocator traceback. Its step's memory is measured before the data is read: the run is refused in one line
+    that names a batch that fits, and that batch trains under the same limit."""
+    import re
     import subprocess
     import sys
 
@@ -634,16 +639,38 @@ def test_running_out_of_memory_is_one_line_naming_the_batch(data_dir: Path, tmp_
         "from capsnet.__main__ import main\n"
         "sys.exit(main(sys.argv[1:]))\n"
     )
-    out = tmp_path / "run"
-    done = subprocess.run([sys.executable, "-c", within_6_gib, "train", "--network", "em", "--preset", "paper",
-                           "--epochs", "1", "--train-size", "256", "--test-size", "128", "--no-progress", "--out",
-                           str(out)], capture_output=True, text=True, timeout=300)  # fmt: skip
-    said = done.stderr.strip().splitlines()[-1]
-    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
-    assert said.startswith("python -m capsnet train: error: out of memory with batches of 128"), said
-    assert said.endswith("try --batch-size 64"), said
-    progress = read_json(out / "progress.json")
-    assert progress["status"] == "failed" and progress["reason"].startswith("out of memory with batches of 128")
+    run = ["train", "--network", "em", "--preset", "paper", "--epochs", "1", "--no-progress", "--no-compile"]
+    done = subprocess.run([sys.executable, "-c", within_6_gib, *run, "--train-size", "256", "--out", str(tmp_path / "a")],
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    said = done.stderr.strip()
+    assert done.returncode == 2 and "\n" not in said and "Traceback" not in said, done.stderr[-3000:]
+    assert said.startswith("python -m capsnet train: error: the EM CapsNet (paper preset) at a batch of 128 needs"), (
+        said
+    )
+    assert not (tmp_path / "a").exists()  # refused before anything: no run folder left
+    fits = re.search(r"--batch-size (\d+) fits$", said)
+    assert fits is not None and 4 <= int(fits.group(1)) < 128, said
+    batch = fits.group(1)
+    done = subprocess.run([sys.executable, "-c", within_6_gib, *run, "--batch-size", batch, "--train-size", batch,
+                           "--test-size", batch, "--out", str(tmp_path / "b")],
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_an_allocation_that_fails_is_one_line_naming_the_batch() -> None:
+    """Item 10: where nothing was measured (a GPU, another system) an allocation failure is one line, not a trace."""
+    from capsnet.errors import out_of_memory, said_out_of_memory
+
+    failed = RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: "
+                          "you tried to allocate 29491200 bytes. Error code 12 (Cannot allocate memory)")  # fmt: skip
+    said = out_of_memory(failed, 128)
+    assert said is not None and str(said) == (
+        "out of memory with batches of 128 (an allocation of 28 MiB failed): try --batch-size 64"
+    )
+    assert out_of_memory(RuntimeError("CUDA out of memory. Tried to allocate 2 GiB"), 1) is not None
+    assert out_of_memory(RuntimeError("shapes do not match"), 128) is None
+    with pytest.raises(RuntimeError, match="shapes"), said_out_of_memory(8):
+        raise RuntimeError("shapes do not match")
 
 
 def test_predict_reads_its_files_a_batch_at_a_time(tiny_checkpoint: Path, tmp_path: Path,

@@ -41,6 +41,7 @@ from capsnet.training.collapse import CollapseWatch, TrainingCollapsedError
 from capsnet.training.distributed import Distributed, barrier, distributed_session
 from capsnet.training.epoch import EpochContext, EpochSums, StopFlag, train_one_epoch
 from capsnet.training.folder import EpochRecord, Progress, ProgressWriter
+from capsnet.training.memory import check_fits
 from capsnet.training.optimizer import run_optimizer
 from capsnet.training.options import TrainOptions
 from capsnet.training.prepare import NETWORK_CONFIG, Prepared, prepare
@@ -157,6 +158,11 @@ def seed(options: TrainOptions, env: Distributed) -> None:
 def set_up(prepared: Prepared, env: Distributed, device: torch.device) -> Run:
     """Load the data, build the model, optimizer and schedule (restored on --resume), record the network built."""
     options, folder, accel = prepared.options, prepared.folder, prepared.acceleration
+    if device.type == "cpu":  # refused in one line, before the data is read, if the batch would not fit the memory
+        config, family = prepared.config or options.network_config(), network(options.network)
+        probe = lay_out(family.build(config), accel)
+        check_fits(probe, config, accel, options.batch_size, f"the {family.title} ({options.preset} preset)")
+        del probe
     seed(options, env)
     data = load_data(options, device, env)
     batches = math.ceil(len(data.sampler) / options.batch_size)
