@@ -121,6 +121,16 @@ def train_form() -> None:
                 "Dataset", list(DATASETS), index=list(DATASETS).index(d.dataset),
                 format_func=lambda name: DATASETS[name].title, key="train_dataset",
             )  # fmt: skip
+            f1, f2 = st.columns([3, 1])
+            folder = f1.text_input(
+                "Or your own pictures", key="train_folder", placeholder="a folder on this server",
+                help="A folder of labelled pictures (one sub-folder per class, PNG, JPEG, BMP or WebP, grey or colour): "
+                "trained on instead of the dataset above; see the README's 'Your own pictures'.",
+            )  # fmt: skip
+            side = f2.number_input(
+                "Side", *form.IMAGE_SIZE, value=0, step=4, key="train_image_size",
+                help="The pictures are read at this side (0: their median side, 28 to 64).",
+            )  # fmt: skip
             choice = st.selectbox(
                 "Model", list(form.MODEL_LABELS), index=list(form.MODEL_LABELS).index((d.network, d.preset)),
                 format_func=lambda model: form.MODEL_LABELS[model], key=_key("train_preset", recipe),
@@ -175,6 +185,7 @@ def train_form() -> None:
                         recipe=recipe, dataset=dataset, network=network, preset=preset, epochs=int(epochs),
                         batch_size=int(batch), lr=float(lr), routing_iterations=int(iterations),
                         beta_lr=float(beta_lr), train_size=int(train_size), test_size=int(test_size), device=device,
+                        folder=folder, image_size=int(side),
                     )  # fmt: skip
                 except ValueError as error:
                     st.error(str(error), icon=":material/block:")

@@ -11,6 +11,7 @@ import math
 
 import torch
 
+from capsnet.data import image_folder
 from capsnet.nn import registry
 from capsnet.nn.routing import MAX_ROUTING_ITERATIONS
 from capsnet.training.options import TrainOptions
@@ -21,6 +22,7 @@ BATCH_SIZE = (1, 1024)
 ROUTING_ITERATIONS = (1, MAX_ROUTING_ITERATIONS)  # the one bound, from the config (the CLI refuses more too)
 TRAIN_SIZE = (1, 60_000)  # the largest is the whole training set: no subset
 TEST_SIZE = (1, 10_000)
+IMAGE_SIZE = (0, image_folder.MAX_SIDE)  # a folder's pictures read at N x N; 0: the folder's own default
 LEARNING_RATE = (1e-6, 1.0)
 BETA_LR = (0.01, 1000.0)  # the EM layers' beta_u and beta_a: a multiple of the learning rate (the CLI's --beta-lr)
 
@@ -73,8 +75,12 @@ def form_options(
     train_size: int = TRAIN_SIZE[1],
     test_size: int = TEST_SIZE[1],
     device: str = DEFAULTS.device,
+    folder: str = "",
+    image_size: int = 0,
 ) -> TrainOptions:
-    """The run the form asks for, checked against the form's bounds: ValueError with a message a user can act on."""
+    """The run the form asks for, checked against the form's bounds: ValueError with a message a user can act on.
+    `folder`: a folder of the user's own pictures on this server, trained on instead of `dataset`, read at
+    `image_size` (0: the folder's default); it is read now, so that a fault in it is said here, not in a failed run."""
     value: object  # what a caller passed, checked below against bounds: whole numbers, then real ones
     low: float
     high: float
@@ -84,6 +90,7 @@ def form_options(
         ("routing iterations", routing_iterations, ROUTING_ITERATIONS),
         ("train size", train_size, TRAIN_SIZE),
         ("test size", test_size, TEST_SIZE),
+        ("image size", image_size, IMAGE_SIZE),
     ):
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             raise ValueError(f"{label} must be a whole number from {low} to {high}, got {value!r}")
@@ -104,16 +111,21 @@ def form_options(
     # the form shows every field at once: an option the chosen network does not read stays at its default
     asked = {"routing_iterations": routing_iterations, "beta_lr": float(beta_lr)}
     own = {name: value for name, value in asked.items() if name in registry.network(network).run_options}
-    return TrainOptions.from_recipe(
-        recipe,
-        dataset=dataset,
-        network=network,
-        preset=preset,
-        epochs=epochs,
-        batch_size=batch_size,
-        lr=float(lr),
-        **own,
-        train_size=None if train_size >= TRAIN_SIZE[1] else train_size,
-        test_size=None if test_size >= TEST_SIZE[1] else test_size,
-        device=device,
-    ).validate()  # the recipe's schedule and warm-up; the form's own fields win over its defaults
+    return (
+        TrainOptions.from_recipe(
+            recipe,
+            dataset=folder.strip() or dataset,
+            image_size=image_size or None if folder.strip() else None,
+            network=network,
+            preset=preset,
+            epochs=epochs,
+            batch_size=batch_size,
+            lr=float(lr),
+            **own,
+            train_size=None if train_size >= TRAIN_SIZE[1] else train_size,
+            test_size=None if test_size >= TEST_SIZE[1] else test_size,
+            device=device,
+        )
+        .validate()
+        .sized()
+    )  # the recipe's schedule and warm-up; the form's own fields win over its defaults

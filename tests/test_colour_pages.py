@@ -106,3 +106,42 @@ def test_where_routing_matters_measures_a_colour_model(colour_app: Path) -> None
     assert not at.exception, [e.stack_trace for e in at.exception]
     assert not at.error, [e.value for e in at.error]
     assert at.dataframe or at.table, "no table of the measured rules"
+
+
+def test_the_sidebar_trains_on_a_folder_of_pictures_and_says_a_bad_one_in_one_line(
+    colour_app: Path, tmp_path: Path
+) -> None:
+    """Issue 57, item 3: the sidebar's form takes a folder on the server (and its side); the run it starts records
+    the folder with the side, and a folder that is not a dataset is said in the form, starting nothing."""
+    import json
+
+    from PIL import Image
+
+    from capsnet.runs import processes
+
+    pictures = tmp_path / "my pictures"
+    for k, colour in enumerate(((200, 30, 30), (30, 30, 200))):
+        (pictures / f"kind {k}").mkdir(parents=True)
+        for n in range(5):
+            Image.new("RGB", (40, 30), tuple(c + 5 * n for c in colour)).save(pictures / f"kind {k}" / f"{n}.png")
+    at = _colour_app()
+    at.sidebar.text_input(key="train_folder").set_value(str(tmp_path / "nowhere"))
+    at.sidebar.button(key="FormSubmitter:train_form-Start training").click().run()
+    assert not at.exception, [e.stack_trace for e in at.exception]
+    said = [e.value for e in at.sidebar.error]
+    assert said and "or name a folder of labelled pictures" in said[0] and processes.active_run(colour_app) is None
+    at.sidebar.text_input(key="train_folder").set_value(str(pictures))
+    at.sidebar.number_input(key="train_image_size").set_value(32)
+    at.sidebar.selectbox(key="train_preset").set_value(("capsnet", "tiny"))
+    at.sidebar.number_input(key="train_epochs").set_value(1)
+    at.sidebar.button(key="FormSubmitter:train_form-Start training").click().run()
+    assert not at.exception, [e.stack_trace for e in at.exception]
+    running = processes.active_run(colour_app)
+    try:
+        assert running is not None and running.run_dir.name.endswith("-my-pictures"), running
+        args = json.loads((running.run_dir / "args.json").read_text())
+        assert (args["dataset"], args["image_size"], args["preset"]) == (f"{pictures}@32", 32, "tiny")
+    finally:
+        processes.cancel_run(colour_app)
+        if running is not None and running.pid in processes._CHILDREN:
+            processes._CHILDREN[running.pid].wait(timeout=60)

@@ -25,6 +25,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -416,8 +417,10 @@ def new_run_dir(root: str | os.PathLike, dataset: str) -> Path:
     """Create and return `root/<timestamp>-<dataset>`, with a suffix if a run took that name this second."""
     root = Path(root)
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    # a folder of pictures ("/data/my photos@32") is named by its last part, in letters, digits and dashes only
+    label = re.sub(r"[^A-Za-z0-9_-]+", "-", Path(dataset.rpartition("@")[0] or dataset).name).strip("-")[:40]
     for suffix in [""] + [f"-{n}" for n in range(2, 100)]:
-        run_dir = root / f"{stamp}-{dataset}{suffix}"
+        run_dir = root / f"{stamp}-{label or 'pictures'}{suffix}"
         try:
             run_dir.mkdir(parents=True)
             return run_dir
