@@ -11,7 +11,8 @@ import numpy as np
 import streamlit as st
 import torch
 
-from capsnet.data.datasets import DATASETS, DatasetDamagedError, DatasetNotFoundError, dataset_info
+from capsnet.data import image_folder
+from capsnet.data.datasets import DATASETS, DatasetDamagedError, DatasetNotFoundError
 from capsnet.data.tasks import task
 from capsnet.nn.family import RoutingKind
 from capsnet.nn.registry import named
@@ -79,8 +80,19 @@ def _model_reading(pairs: bool, routings: tuple[RoutingKind, ...] = ("dynamic",)
 
 
 def require_input() -> np.ndarray | None:
-    """The current input, or a pointer to the Draw page (and None)."""
+    """The current input, or a pointer to the Draw page (and None). The pages that follow one input step by step
+    read 28x28 grey digits and items: for a model of other pictures they say so in one line; an input left from a
+    model of other pictures is not this one's."""
     image = state.current_input()
+    model = current_model(show_errors=False)
+    if model is not None and not model.task.takes_drawings and not model.task.pairs:
+        st.info(texts.follows_drawings_only(model.info.title or model.dataset), icon=":material/image:")
+        st.page_link(
+            state.page_path(pages.DRAW), label=f"Read one on the {pages.DRAW.title} page", icon=pages.DRAW.icon
+        )
+        return None
+    if image is not None and model is not None and not model.task.pairs and image.shape != (model.task.input_size,) * 2:
+        image = None  # a colour or larger picture read for another model: this model's input is still to choose
     if image is None:
         st.info("No input yet: draw a digit, pick a test image or upload one on the **Draw** page.")
         st.page_link(state.page_path(pages.DRAW), label=f"Go to the {pages.DRAW.title} page", icon=pages.DRAW.icon)
@@ -92,7 +104,7 @@ def try_test_set(name: str, quiet: bool = False) -> tuple[torch.Tensor, torch.Te
 
     `quiet`: no message, for what the app does before the page is drawn (the page that needs the set says why).
     """
-    if name not in DATASETS:  # a header naming a dataset this version does not know
+    if name not in DATASETS and image_folder.parse(name) is None:  # a dataset this version does not know
         if not quiet:
             st.error(
                 f"This model's dataset {name[:60]!r} is unknown to this version: no test images.",
@@ -101,9 +113,10 @@ def try_test_set(name: str, quiet: bool = False) -> tuple[torch.Tensor, torch.Te
         return None
     try:
         return models.test_set(name)
-    except (DatasetNotFoundError, DatasetDamagedError) as error:
+    except (DatasetNotFoundError, DatasetDamagedError, image_folder.ImageFolderError) as error:
         if not quiet:
-            st.error(f"The {dataset_info(name).title} test set is not available: {error}", icon=":material/folder_off:")
+            title = DATASETS[name].title if name in DATASETS else "folder's"
+            st.error(f"The {title} test set is not available: {error}", icon=":material/folder_off:")
         return None
 
 

@@ -230,6 +230,11 @@ def set_test_index(index: int) -> None:
     st.session_state[TEST_INDEX] = int(index)
 
 
+def input_source() -> str | None:
+    """The Draw page's input source as the session holds it: "Draw", "Test image" or "Upload"."""
+    return st.session_state.get(INPUT_SOURCE)
+
+
 def show_test_images() -> None:
     """Make the Draw page's input a test image (a model of a dataset that cannot be drawn opens there)."""
     st.session_state[INPUT_SOURCE] = TEST_SOURCE

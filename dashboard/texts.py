@@ -301,13 +301,23 @@ and fits again. The prediction's activation rises as it gathers the children who
 
 
 def takes_no_drawings(title: str, side: int, channels: int, noun: str) -> str:
-    """Why the Draw page has no input for a model of other images (a 40x40 canvas, smallNORB's crops, colour
-    CIFAR-10): what the model reads, and where its test images are read."""
+    """What the Draw page reads for a model of other pictures than drawings (a 40x40 canvas, smallNORB's crops,
+    colour CIFAR-10, a folder of one's own): what the model reads, and where its whole test set is read."""
     picture = f"{side}x{side} {'colour ' if channels == 3 else ''}{noun}s ({title})"
     return (
-        f"The model chosen in the sidebar reads **{picture}**; drawing, and the pages that read one input, take "
-        "28x28 grey digits and items. Its own test images are read on the **Evaluate** and **Where routing "
-        "matters** pages, and its training on **Training runs**."
+        f"The model chosen in the sidebar reads **{picture}**, not drawings: pick one of its test images or upload "
+        f"a picture, read as its data is ({side}x{side}, the centre square). The pages that follow one input step "
+        "by step read 28x28 grey digits and items; this model's whole test set is read on **Evaluate** and **Where "
+        "routing matters**."
+    )
+
+
+def follows_drawings_only(title: str) -> str:
+    """Why a page that follows one input step by step does not read a model of other pictures."""
+    return (
+        f"This page follows one 28x28 grey digit or item step by step; the chosen model reads {title}'s pictures. "
+        "Its reading of one picture (the prediction, the redraw) is on the **Draw** page, its whole test set on "
+        "**Evaluate** and **Where routing matters**."
     )
 
 

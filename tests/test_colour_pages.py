@@ -75,10 +75,48 @@ def _colour_app() -> AppTest:
     return at.run()
 
 
-def test_the_draw_page_says_in_one_line_what_a_colour_model_reads(colour_app: Path) -> None:
+def test_the_draw_page_reads_a_colour_test_image_and_offers_an_upload(colour_app: Path) -> None:
+    """Issue 57, item 4: a colour model's Draw page opens on its test images (no drawing: it reads photos) and reads
+    the one chosen with its prediction and redraw; the other source is an upload of a picture."""
     at = _colour_app()
-    said = [e.value for e in at.info if "reads **32x32 colour images (CIFAR-10)**" in e.value]
-    assert len(said) == 1 and "Evaluate" in said[0], [e.value for e in at.info]
+    assert not at.exception, [e.stack_trace for e in at.exception]
+    said = [e.value for e in at.info if "reads **32x32 colour images (CIFAR-10)**, not drawings" in e.value]
+    assert len(said) == 1, [e.value for e in at.info]
+    assert at.segmented_control(key="input_source").options == ["Test image", "Upload"]
+    assert at.title[0].value == "Read an image"
+    assert [m.value for m in at.metric if m.label == "Prediction"], "no prediction for the test image"
+    at.segmented_control(key="input_source").set_value("Upload").run()
+    assert not at.exception, [e.stack_trace for e in at.exception]
+    assert at.get("file_uploader"), "no uploader for pictures"
+
+
+def test_an_upload_is_read_as_the_models_data_is() -> None:
+    """A picture for a 32x32 colour model: its shorter side to 32, the centre square, in colour; a file that is not
+    a picture is one line naming it."""
+    import io
+
+    from PIL import Image
+
+    from capsnet.data.image_folder import ImageFolderError, picture_from_bytes
+
+    photo = Image.new("RGB", (96, 64), (0, 0, 255))
+    photo.paste((255, 0, 0), (0, 0, 16, 64))  # a red band at the left, outside the centre square
+    data = io.BytesIO()
+    photo.save(data, format="PNG")
+    picture = picture_from_bytes(data.getvalue(), 32, True, "photo.png")
+    assert picture.shape == (3, 32, 32) and picture.dtype.is_floating_point is False
+    assert int(picture[0].max()) < 40 and int(picture[2].min()) > 215  # the band cropped away: blue throughout
+    with pytest.raises(ImageFolderError, match="notes.txt cannot be read as a picture"):
+        picture_from_bytes(b"hello", 32, True, "notes.txt")
+
+
+def test_the_pages_that_follow_one_input_say_so_for_a_colour_model(colour_app: Path) -> None:
+    at = _colour_app()
+    for page in (pages.ROUTING.path, pages.DIMENSIONS.path, pages.TRANSFORM.path):
+        at.switch_page(page).run()
+        assert not at.exception, [e.stack_trace for e in at.exception]
+        said = [e.value for e in at.info if "follows one 28x28 grey digit or item step by step" in e.value]
+        assert len(said) == 1, (page, [e.value for e in at.info])
 
 
 def test_the_evaluate_page_redraws_colour_images_in_colour(colour_app: Path) -> None:

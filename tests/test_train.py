@@ -169,7 +169,7 @@ SHIPPED_MNIST = Path(__file__).resolve().parents[1] / "checkpoints" / "mnist.saf
     "args, message",
     [
         (["-m", "capsnet", "train", "--epochs", "-1"], "--epochs: must be at least 1"),
-        (["-m", "capsnet", "train", "--dataset", "cifar"], "invalid choice: 'cifar'"),
+        (["-m", "capsnet", "train", "--dataset", "cifar"], "unknown --dataset 'cifar'"),
         (["-m", "capsnet", "train", "--lr", "zero"], "is not a number"),
         (["-m", "capsnet", "train", "--resume"], "--resume needs --out"),
         (["-m", "capsnet", "evaluate", "/nonexistent.safetensors"], "no such checkpoint"),

@@ -182,14 +182,23 @@ def scan(spec: FolderSpec) -> Scan:
 
 
 def read_picture(path: Path, side: int, colour: bool) -> torch.Tensor:
-    """One picture as the networks read it: (C, side, side) uint8, its shorter side resized to `side`, then cropped
-    to the centre square."""
+    """One picture file as the networks read it: (C, side, side) uint8 (`picture_from_bytes`)."""
     _header(path)  # regular, readable, not a bomb
-    with Image.open(io.BytesIO(read_regular_file(path, MAX_FILE_BYTES))) as image:
-        try:
-            picture = image.convert("RGB" if colour else "L")
-        except (OSError, ValueError) as error:  # a truncated file fails as it is decoded
-            raise ImageFolderError(f"{path} cannot be read as a picture ({error})") from None
+    return picture_from_bytes(read_regular_file(path, MAX_FILE_BYTES), side, colour, str(path))
+
+
+def picture_from_bytes(data: bytes, side: int, colour: bool, name: str = "the picture") -> torch.Tensor:
+    """A picture's bytes as the networks read them: (C, side, side) uint8, its shorter side resized to `side`, then
+    cropped to the centre square (an upload made like a folder's pictures); ImageFolderError naming it otherwise."""
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            if image.size[0] * image.size[1] > MAX_PIXELS:
+                raise ImageFolderError(f"{name} is {image.size[0]}x{image.size[1]} pixels: at most {MAX_PIXELS:,}")
+            picture = image.convert("RGB" if colour else "L")  # a truncated file fails as it is decoded
+    except (OSError, UnidentifiedImageError, ValueError, Image.DecompressionBombError) as error:
+        if isinstance(error, ImageFolderError):
+            raise
+        raise ImageFolderError(f"{name} cannot be read as a picture ({error})") from None
     tensor = torch.from_numpy(np.asarray(picture, dtype=np.uint8).copy())  # (H, W) or (H, W, 3)
     tensor = tensor[None] if tensor.dim() == 2 else tensor.permute(2, 0, 1)  # (C, H, W)
     tensor = v2.functional.resize(tensor, [side], antialias=True)  # the shorter side to `side`

@@ -29,3 +29,19 @@ def as_inputs(pictures: np.ndarray | Tensor) -> Tensor:
     if images.dim() == 4 and images.shape[3] == 3:
         return images.permute(0, 3, 1, 2)  # (n, 3, H, W)
     raise ValueError(f"expected pictures of shape (n, H, W) or (n, H, W, 3), got {tuple(images.shape)}")
+
+
+def picture_of(image: np.ndarray | Tensor, channels: int, side: int) -> np.ndarray:
+    """One input as a picture of a network's shape, float32 in [0, 1]: (side, side), or (side, side, 3) in colour.
+    A flat or (1, side, side) grey image and a (3, side, side) colour one are taken too; ValueError otherwise."""
+    if isinstance(image, Tensor):
+        image = image.detach().cpu().numpy()
+    picture = np.asarray(image, dtype=np.float32)
+    if channels == 1 and picture.size == side * side:
+        return picture.reshape(side, side)
+    if channels == 3 and picture.shape == (3, side, side):
+        return np.ascontiguousarray(picture.transpose(1, 2, 0))
+    if channels == 3 and picture.shape == (side, side, 3):
+        return picture
+    kind = "grey " if channels == 1 else "colour "
+    raise ValueError(f"expected one {kind}{side}x{side} image, got an array of shape {picture.shape}")

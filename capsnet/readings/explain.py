@@ -18,6 +18,7 @@ from typing import Literal
 import numpy as np
 import torch
 
+from capsnet.data.pictures import as_inputs, as_pictures, picture_of
 from capsnet.nn.capsnet import CapsNet
 from capsnet.readings.agreement import Votes, votes_from_trace
 
@@ -28,11 +29,11 @@ Weighting = Literal["length", "mean"]
 class Explanation:
     """One input image read by the network, with everything the pages draw."""
 
-    image: np.ndarray  # (H, W) the input, in [0, 1]
+    image: np.ndarray  # (H, W) the input, in [0, 1]; (H, W, 3) in colour
     lengths: np.ndarray  # (K,) |v_j| after the last routing iteration
     prediction: int  # argmax_j |v_j|
     poses: np.ndarray  # (K, D) the digit capsules v_j
-    reconstruction: np.ndarray  # (H, W) decoded from the capsule of `decode_class`
+    reconstruction: np.ndarray  # (H, W) (or (H, W, 3)) decoded from the capsule of `decode_class`
     decode_class: int  # the class whose capsule was decoded (the prediction unless asked otherwise)
     reconstruction_error: (
         float  # sum of squared pixel errors of the winner's reconstruction (`capsnet.readings.novelty`)
@@ -93,13 +94,8 @@ def explain(
     if model.training:
         raise ValueError("explain needs the model in eval mode (call model.eval())")
     iterations = model.config.routing_iterations if routing_iterations is None else int(routing_iterations)
-    if isinstance(image, torch.Tensor):
-        image = image.detach().cpu().numpy()
-    image = np.asarray(image, dtype=np.float32).reshape(-1)
-    side = model.config.image_size
-    if image.size != side * side:
-        raise ValueError(f"expected one {side}x{side} image, got {image.size} pixels")
-    x = torch.from_numpy(image.copy()).view(1, 1, side, side).to(model.device)  # (1, 1, H, W)
+    picture = picture_of(image, model.config.in_channels, model.config.image_size)  # (H, W) or (H, W, 3)
+    x = as_inputs(picture[None]).to(model.device)  # (1, C, H, W)
     with torch.inference_mode():
         out = model(x, routing_iterations=iterations, return_trace=True, return_primary=True, return_features=True)
         prediction = int(out.prediction[0])
@@ -109,11 +105,11 @@ def explain(
     assert out.trace is not None and out.primary is not None and out.features is not None
     c = model.config
     return Explanation(
-        image=image.reshape(side, side),
+        image=picture,
         lengths=out.lengths[0].float().cpu().numpy(),
         prediction=prediction,
         poses=out.poses[0].float().cpu().numpy(),
-        reconstruction=reconstruction[0, 0].float().cpu().numpy(),
+        reconstruction=as_pictures(reconstruction.float())[0],
         decode_class=chosen,
         reconstruction_error=error,
         iterations=iterations,

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from capsnet.data.pictures import as_inputs, as_pictures, picture_of
 from capsnet.nn.em_capsnet import EMCapsNet
 from capsnet.readings.em_layers import ConvLayerRouting, layers_of
 
@@ -63,7 +64,8 @@ def explain_em_with_layers(
     """`explain_em` and, with `layers`, ConvCaps1's and ConvCaps2's routing (`capsnet.readings.em_layers`), from one
     forward pass (which keeps those layers' traces only when asked: they cost a vote-sized tensor each)."""
     c = model.config
-    x = torch.as_tensor(image, dtype=torch.float32).reshape(1, c.in_channels, c.image_size, c.image_size)
+    picture = picture_of(image, c.in_channels, c.image_size)  # (H, W) or (H, W, 3)
+    x = as_inputs(picture[None])  # (1, C, H, W)
     if decode_class is not None:
         decode_class = c.check_class(decode_class)
     with torch.inference_mode():
@@ -76,7 +78,7 @@ def explain_em_with_layers(
     shares = (assignments * child_a).sum(dim=-1) / child_a.sum().clamp(min=1e-12)  # (r, K)
     spreads = trace.variances[0, :, 0].double().sqrt().mean(dim=-1)  # (r, K)
     prediction = int(out.prediction[0])
-    recon = None if out.reconstruction is None else out.reconstruction[0, 0].float().cpu().numpy()
+    recon = None if out.reconstruction is None else as_pictures(out.reconstruction.float())[0]
     chosen = prediction if decode_class is None else decode_class
     error = None
     if out.reconstruction is not None:  # the winner's redraw, whichever class was asked to be redrawn
@@ -84,7 +86,7 @@ def explain_em_with_layers(
             winner = out.reconstruction if chosen == prediction else model.decode(out.poses, prediction)
         error = float((winner.float().cpu() - x.float()).square().sum())
     explained = EMExplanation(
-        image=x[0, 0].numpy(),
+        image=picture,
         activations=out.activations[0].float().cpu().numpy(),
         prediction=prediction,
         poses=out.poses[0].float().cpu().numpy(),

@@ -9,6 +9,8 @@ import numpy as np
 import streamlit as st
 from streamlit_drawable_canvas import st_canvas
 
+from capsnet.data.image_folder import ImageFolderError, picture_from_bytes
+from capsnet.data.pictures import as_pictures
 from capsnet.data.preprocess import PreprocessError, preprocess_canvas, preprocess_upload
 from capsnet.nn.config import CapsNetConfig
 from dashboard import figures, guards, guided_path, models, pages, state, texts, widgets
@@ -98,7 +100,7 @@ def test_image_input(dataset: str, class_names: list[str]) -> tuple[np.ndarray |
     c2.button("Random", key="random_test_image", icon=":material/casino:", on_click=_random_index, args=(count,))
     true_class = int(labels[int(index)])
     st.caption(f"Test image #{int(index)} (indices 0 to {count - 1:,}) · true class: **{class_names[true_class]}**")
-    return images[int(index), 0].numpy(), f"test image #{int(index)}", true_class
+    return as_pictures(images[int(index) : int(index) + 1])[0], f"test image #{int(index)}", true_class
 
 
 def upload_input(noun: str) -> tuple[np.ndarray | None, str, int | None]:
@@ -121,6 +123,26 @@ def upload_input(noun: str) -> tuple[np.ndarray | None, str, int | None]:
         message.error(str(error), icon=":material/broken_image:")
         return None, "", None
     return digit, f"upload {upload.name}", None
+
+
+def upload_picture(model: models.Model, noun: str) -> tuple[np.ndarray | None, str, int | None]:
+    """A picture for a model of other pictures than drawings: made like its data (its side, grey or colour)."""
+    read = model.task
+    upload = st.file_uploader(
+        f"Upload a picture of {texts.a(noun)} (PNG, JPEG, BMP or WebP)", type=["png", "jpg", "jpeg", "bmp", "webp"],
+        key="upload_picture", max_upload_size=UPLOAD_MB,
+        help=f"Read as this model's data is: its shorter side resized to {read.input_size}, the centre square kept, "
+        + ("in colour." if read.channels == 3 else "in grey."),
+    )  # fmt: skip
+    message = st.empty()
+    if upload is None:
+        return None, "", None
+    try:
+        picture = picture_from_bytes(upload.getvalue(), read.input_size, read.channels == 3, upload.name)
+    except ImageFolderError as error:
+        message.error(str(error), icon=":material/broken_image:")
+        return None, "", None
+    return as_pictures(picture[None].float() / 255)[0], f"upload {upload.name}", None
 
 
 def _em_reading(
@@ -258,24 +280,22 @@ def _matrix_primer(config: Any) -> None:
 CAPSULE_PRIMERS = {"dynamic": _vector_primer, "em": _matrix_primer}  # what a capsule is, by the model's routing
 
 model = guards.current_model()
-if model is not None and not model.task.takes_drawings:  # a MultiMNIST, mnist-40, smallNORB or colour model: said why
+if model is not None and model.task.pairs:  # a MultiMNIST model: said why, with one click to a model of one digit
     st.title("Draw a digit", anchor=False)
-    if guards.require_model() is not None:  # not a pair model (the guard said that one): another kind of image
-        read = model.task
-        st.info(texts.takes_no_drawings(model.info.title or model.dataset, read.input_size, read.channels, model.noun),
-                icon=":material/image:")  # fmt: skip
+    guards.require_model()
     st.stop()
+drawn = model is None or model.task.takes_drawings  # else a model of other pictures: its test images and uploads
 names = models.class_names(model)
 dataset = model.dataset if model is not None else "mnist"
 noun = model.noun if model is not None else "digit"
 routing = model.routing if model is not None else "dynamic"  # each network its own reading (`READINGS`)
 config = model.config if model is not None else CapsNetConfig()
-if st.session_state.get("draw_dataset") != dataset:  # a model of another dataset: its own default input
-    st.session_state["draw_dataset"] = dataset
-    if noun != "digit":
+if st.session_state.get("draw_dataset") != dataset or not drawn and state.input_source() == "Draw":
+    st.session_state["draw_dataset"] = dataset  # a model of another dataset: its own default input
+    if noun != "digit" or not drawn:
         state.show_test_images()
 
-st.title(f"Draw {texts.a(noun)}", anchor=False)
+st.title(f"Draw {texts.a(noun)}" if drawn else f"Read {texts.a(noun)}", anchor=False)
 if pages.START.url_path not in state.visited_pages():  # a first visit: the way to the primer and the path
     with st.container(key="start_pointer"):
         st.info(guided_path.START_POINTER, icon=pages.START.icon)
@@ -284,7 +304,12 @@ st.markdown(
     f"Draw {texts.a(noun)}, pick one from the test set or upload a picture, and see how a **Capsule Network** reads it: "
     + DRAW_SAYS[routing]
 )
-if noun != "digit":
+if not drawn:
+    assert model is not None  # `drawn` without a model
+    read = model.task
+    st.info(texts.takes_no_drawings(model.info.title or model.dataset, read.input_size, read.channels, noun),
+            icon=":material/image:")  # fmt: skip
+elif noun != "digit":
     st.info(texts.fashion_drawing(noun), icon=":material/checkroom:")
 with st.expander("What is a capsule?", icon=":material/help:"):
     CAPSULE_PRIMERS[routing](config)
@@ -293,7 +318,7 @@ left, right = st.columns([1.2, 1], gap="large")
 with left:
     source = st.segmented_control(  # its value starts in the session state (a link or a model may choose it)
         "Input",
-        SOURCES,
+        SOURCES if drawn else SOURCES[1:],
         required=True,
         key=state.INPUT_SOURCE,
         persist_state=state.ACROSS_PAGES,
@@ -303,7 +328,7 @@ with left:
     if source == state.TEST_SOURCE:
         digit, label, true_class = test_image_input(dataset, names)
     elif source == "Upload":
-        digit, label, true_class = upload_input(noun)
+        digit, label, true_class = upload_input(noun) if drawn or model is None else upload_picture(model, noun)
     else:
         digit, label, true_class = draw_input(noun)
     if source != "Draw":
