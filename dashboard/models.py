@@ -1,11 +1,10 @@
 """The chosen model, and everything the pages read from it, cached.
 
-The model is loaded once per checkpoint file (path + modification time) with
-`st.cache_resource` and never mutated. A page holds a `Model` and asks it for what it shows
-(`model.explain(image)`, `model.evaluation(1000)`, ...): each reading goes through a bounded
-`st.cache_data` function keyed by the model's key and the reading's arguments, so a rerun (a
-slider move, a page switch) recomputes only what changed. Cached functions hold no widgets,
-and cached results are typed.
+The model is loaded once per checkpoint file (path + modification time) with `st.cache_resource` and never
+mutated. A page holds a `Model` and asks it for what it shows (`model.explain(image)`, `model.evaluation(1000)`,
+...): each reading goes through a bounded `st.cache_data` function keyed by the model's key and the reading's
+arguments, so a rerun (a slider move, a page switch) recomputes only what changed. Cached functions hold no
+widgets, and cached results are typed.
 """
 
 from __future__ import annotations
@@ -214,8 +213,9 @@ class Model(Loaded):
 
     @property
     def noun(self) -> str:
-        """What one example is: "digit" (MNIST), "item" (Fashion-MNIST)."""
-        return dataset_info(self.dataset).noun if self.dataset in DATASETS else "item"
+        """What one example is: "digit" (MNIST), "item" (Fashion-MNIST), "image" (a colour folder of one's own)."""
+        other = "image" if self.task.channels > 1 else "item"
+        return dataset_info(self.dataset).noun if self.dataset in DATASETS else other
 
     def novelty(self) -> tuple[NoveltyThresholds | None, str]:
         """The not-like-any-class thresholds (the header's, else computed once on the test set), or why not."""

@@ -3,7 +3,7 @@
 A network's memory in training grows with the batch: its activations, kept for the backward pass, are so many bytes
 an image (the paper's EM network on 28x28 digits: about 45 MB; the CapsNet: about 3 MB). `step_memory` measures it
 where the operating system can say so (Linux: the process's peak resident memory, `VmHWM`, reset through
-`/proc/self/clear_refs`): a throwaway copy of the network takes one training step at a batch of 4 and one of 16 on
+`/proc/self/clear_refs`): a throwaway copy of the network takes one training step at a batch of 2 and one of 8 on
 random images (after one to warm up), and the two peaks give the bytes an image; the fixed part adds the weights,
 their gradients and Adam's two moments. `headroom` is what this process may
 still take: the memory the kernel says is available, the container's limit (cgroup v2) and the address-space limit
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import ctypes
+import json
 import resource
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +28,8 @@ from capsnet.nn.registry import AnyConfig
 from capsnet.training.acceleration import Acceleration
 from capsnet.training.step import training_step
 
-PROBE_BATCHES = (4, 16)
+PROBE_BATCHES = (2, 8)
+_MEASURED: dict[tuple[str, str, bool], StepMemory | None] = {}  # `check_fits`' measures, by network and precision
 MARGIN = 1.5  # the estimate's margin: an epoch's other work (evaluation, the window) and the allocator's slack
 
 
@@ -129,7 +131,10 @@ def check_fits(
     room = headroom()
     if room is None:
         return
-    needs = step_memory(model, config, acceleration)
+    key = (type(model).__name__, json.dumps(config.to_dict(), sort_keys=True), acceleration.amp)
+    if key not in _MEASURED:  # once a process for each network and precision (a test session trains many alike)
+        _MEASURED[key] = step_memory(model, config, acceleration)
+    needs = _MEASURED[key]
     if needs is None or needs.at(batch) <= room:
         return
     fits = int(0.9 * needs.largest_batch(room))  # a tenth below the estimate's edge: the measure varies by a few
