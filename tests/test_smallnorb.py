@@ -132,3 +132,17 @@ def test_the_em_network_trains_on_smallnorb_crops(tmp_path: Path) -> None:
     assert evaluated.returncode == 0, evaluated.stderr
     assert "on the smallNORB test set" in evaluated.stdout
     assert "(spread loss)" in evaluated.stdout and "/10)" in evaluated.stdout and "Class 4:" in evaluated.stdout
+
+
+def test_the_em_papers_smallnorb_networks_are_the_presets_read_on_its_crops() -> None:
+    """The EM paper's networks are its smallNORB networks (section 5): A = B = C = D = 32, "310K" parameters, and
+    A = 64, B = 8, C = D = 16, "68K". Built from the data (32x32 crops, five classes, one channel) by the presets."""
+    from capsnet.nn.registry import network
+    from capsnet.training.options import TrainOptions
+
+    counts = {}
+    for preset in ("paper", "small"):
+        config = TrainOptions(dataset="smallnorb", network="em", preset=preset).network_config()
+        assert (config.in_channels, config.image_size, config.num_classes) == (1, 32, 5)
+        counts[preset] = sum(p.numel() for p in network("em").build(config).parameters())
+    assert counts == {"paper": 316_394, "small": 67_154}  # within 2% of the paper's 310K and 68K
