@@ -176,3 +176,17 @@ def test_image_size_applies_to_folders_only(tmp_path: Path) -> None:
     assert done.returncode == 2 and "--image-size applies to a folder of pictures, not to mnist" in done.stderr
     done = capsnet("train", "--dataset", tmp_path / "nowhere", "--epochs", "1", "--out", tmp_path / "r")
     assert done.returncode == 2 and "or name a folder of labelled pictures" in done.stderr, done.stderr
+
+
+def test_a_picture_added_to_a_split_is_seen_by_the_next_scan(tmp_path: Path) -> None:
+    """The scan is cached until the folder changes, down to the class folders under train/ and test/."""
+    root = tmp_path / "pictures"
+    for split in ("train", "test"):
+        for name in ("a", "b"):
+            (root / split / name).mkdir(parents=True)
+            Image.new("L", (28, 28), 99).save(root / split / name / "0.png")
+    spec = image_folder.FolderSpec(root)
+    assert len(image_folder.scan(spec).files[True]) == 2
+    os.utime(root / "train" / "a", (1, 1))  # a clock that did not move would hide the change: make it move
+    Image.new("L", (28, 28), 50).save(root / "train" / "a" / "1.png")
+    assert len(image_folder.scan(spec).files[True]) == 3

@@ -175,7 +175,9 @@ def scan(spec: FolderSpec) -> Scan:
     """The folder's classes, splits and side (cached until the folder changes); ImageFolderError naming what is wrong."""
     root = spec.path.resolve()
     try:
-        stamp = max([root.stat().st_mtime] + [p.stat().st_mtime for p in root.iterdir() if p.is_dir()])
+        folders = [p for p in root.iterdir() if p.is_dir()]  # the class folders, or train/ and test/ and theirs
+        folders += [q for p in folders if p.name in ("train", "test") for q in p.iterdir() if q.is_dir()]
+        stamp = max([root.stat().st_mtime] + [p.stat().st_mtime for p in folders])
     except OSError as error:
         raise ImageFolderError(f"{spec.path} cannot be read: {error.strerror or error}") from None
     return _scan(root, spec.side, stamp)
