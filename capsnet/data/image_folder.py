@@ -184,9 +184,13 @@ def scan(spec: FolderSpec) -> Scan:
 
 
 def read_picture(path: Path, side: int, colour: bool) -> torch.Tensor:
-    """One picture file as the networks read it: (C, side, side) uint8 (`picture_from_bytes`)."""
-    _header(path)  # regular, readable, not a bomb
-    return picture_from_bytes(read_regular_file(path, MAX_FILE_BYTES), side, colour, str(path))
+    """One picture file as the networks read it: (C, side, side) uint8 (`picture_from_bytes`, which refuses a bomb);
+    the file is read once."""
+    try:
+        data = read_regular_file(path, MAX_FILE_BYTES)  # a FIFO, a device or a folder is refused before it is opened
+    except OSError as error:
+        raise ImageFolderError(f"{path} cannot be read as a picture ({error})") from None
+    return picture_from_bytes(data, side, colour, str(path))
 
 
 def picture_from_bytes(data: bytes, side: int, colour: bool, name: str = "the picture") -> torch.Tensor:
