@@ -179,8 +179,8 @@ def robustness_curves(
 @st.cache_data(max_entries=16, show_spinner=False)
 def reading_rate(key: str, _net: Any) -> float:
     """Images this network reads per second on this machine: one warm batch of 64, timed once per model."""
-    size = _net.config.image_size
-    batch = torch.rand(64, 1, size, size, generator=torch.Generator().manual_seed(0))  # (64, 1, H, W)
+    channels, size = _net.config.in_channels, _net.config.image_size
+    batch = torch.rand(64, channels, size, size, generator=torch.Generator().manual_seed(0))  # (64, C, H, W)
     with torch.no_grad():
         _net.eval()(batch[:8])  # the first call pays for allocation and kernel choice
         start = time.perf_counter()

@@ -168,7 +168,7 @@ class Model(Loaded):
         return decoding.perturbation_steps(self.info.dimension_std)
 
     def perturbations(self, vector: np.ndarray, class_index: int) -> np.ndarray:
-        """Figure 4's grid (D, 11, 28, 28) around one capsule vector, at `perturbation_steps`."""
+        """Figure 4's grid (D, 11, H, W[, 3]) around one capsule vector, at `perturbation_steps`."""
         steps = tuple(float(s) for s in self.perturbation_steps)
         return _perturbations(self.key, tuple(float(v) for v in vector), class_index, steps, self.net)
 

@@ -307,17 +307,8 @@ def takes_no_drawings(title: str, side: int, channels: int, noun: str) -> str:
     return (
         f"The model chosen in the sidebar reads **{picture}**, not drawings: pick one of its test images or upload "
         f"a picture, read as its data is ({side}x{side}, the centre square). The pages that follow one input step "
-        "by step read 28x28 grey digits and items; this model's whole test set is read on **Evaluate** and **Where "
-        "routing matters**."
-    )
-
-
-def follows_drawings_only(title: str) -> str:
-    """Why a page that follows one input step by step does not read a model of other pictures."""
-    return (
-        f"This page follows one 28x28 grey digit or item step by step; the chosen model reads {title}'s pictures. "
-        "Its reading of one picture (the prediction, the redraw) is on the **Draw** page, its whole test set on "
-        "**Evaluate** and **Where routing matters**."
+        "by step (**Routing**, **Capsule dimensions**, **Transform lens**, **Architecture**) follow the one chosen "
+        "here; its whole test set is read on **Evaluate** and **Where routing matters**."
     )
 
 

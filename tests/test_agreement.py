@@ -162,6 +162,23 @@ def test_a_primary_capsules_reading_is_its_row_of_the_trace(model: CapsNet, imag
         ag.primary_reading(votes, config, config.num_primary)
 
 
+def test_in_a_colour_picture_the_first_capsule_shown_sees_what_stands_out() -> None:
+    """Issue 57: a photo has no ink: the first capsule shown sits where the picture differs from its mean colour (a
+    red square on blue), never where it is as plain as the rest."""
+    torch.manual_seed(4)
+    net = CapsNet(CapsNetConfig.preset("tiny", in_channels=3, image_size=32)).eval()
+    config = net.config
+    picture = np.zeros((32, 32, 3), np.float32)
+    picture[..., 2] = 0.7
+    picture[20:30, 20:30] = (1.0, 0.0, 0.0)  # the square, at the bottom right
+    votes = explain(net, picture, 3).votes
+    first = ag.first_primary(votes, picture, config)
+    top, left, size = ag.receptive_box(config, first)
+    assert top + size > 20 and left + size > 20  # its receptive field holds some of the square
+    stands_out = ag._ink(picture)
+    assert stands_out.shape == (32, 32) and stands_out[25, 25] > 5 * stands_out[2, 2]
+
+
 def test_vote_mass_weighted_by_length_ignores_the_capsules_that_detect_nothing() -> None:
     """Issue 31, item 4: a thousand inactive children with uniform couplings held every share at 1/K."""
     coupling = np.full((2, 1000, 10), 0.1)  # (r, N, K): 999 idle children, uniform

@@ -81,3 +81,22 @@ def test_the_sweep_is_one_batch_that_matches_reading_each_angle(model: CapsNet) 
     moves = eq.sensitivity(model, image, base, capsule=4)
     assert set(moves) == set(eq.LIMITS) and all(m.shape == (16,) and (m >= 0).all() for m in moves.values())
     assert moves["rotation"].sum() > 0  # turning the input moves the pose
+
+
+def test_a_colour_picture_is_read_in_colour_and_its_edges_carried_out() -> None:
+    """Issue 57: the lens reads a colour model's (H, W, 3) picture, transforms its three channels alike and gives
+    pictures back (with the redraws) in colour; what comes in from outside a photo is its edge, not black."""
+    torch.manual_seed(2)
+    net = CapsNet(CapsNetConfig.preset("tiny", in_channels=3, image_size=32)).eval()
+    picture = np.zeros((32, 32, 3), np.float32)
+    picture[..., 2] = 0.8  # a blue photo
+    picture[:, :8, 0] = 1.0  # with a red band at its left edge
+    reading = eq.read_transforms(net, picture, [eq.Transform(), eq.Transform(dx=4.0)])
+    assert reading.images.shape == (2, 32, 32, 3)
+    assert reading.reconstructions is not None and reading.reconstructions.shape == (2, 32, 32, 3)
+    np.testing.assert_allclose(reading.images[0], picture, atol=1e-6)  # the identity is the identity
+    moved = reading.images[1]
+    np.testing.assert_allclose(moved[:, :4, 0], 1.0, atol=1e-6)  # the edge carried in: red, not black
+    np.testing.assert_allclose(moved[..., 2], 0.8, atol=1e-5)  # the blue channel moved as it is: still blue
+    grey = eq.transform(torch.ones(1, 1, 8, 8), [eq.Transform(dx=4.0)])
+    assert float(grey[0, 0, :, :2].max()) == 0.0  # a digit's background comes in black

@@ -204,3 +204,16 @@ def test_figure_4_moves_each_capsule_by_its_own_spread() -> None:
     assert np.allclose(np.diff(em), 0.013)
     for missing in (None, [], "wide", [[float("nan")]], [[0.0]]):
         assert np.array_equal(perturbation_steps(missing), PERTURBATION_STEPS), missing
+
+
+def test_a_colour_capsule_is_redrawn_in_colour() -> None:
+    """Issue 57: a colour model's decodes are pictures (H, W, 3), one per dimension and step in Figure 4's grid,
+    each the same as decoding that vector alone."""
+    torch.manual_seed(3)
+    net = CapsNet(CapsNetConfig.preset("tiny", in_channels=3, image_size=32)).eval()
+    vector = np.linspace(-0.2, 0.2, 16).astype(np.float32)
+    grid = perturbation_grid(net, vector, 4)
+    assert grid.shape == (16, 11, 32, 32, 3)
+    moved = vector.copy()
+    moved[5] += PERTURBATION_STEPS[2]
+    np.testing.assert_allclose(grid[5, 2], decode_vector(net, moved, 4), atol=1e-5)

@@ -174,7 +174,7 @@ def accuracy_sweep(
     values: Sequence[float] | None = None,
     on_step: Callable[[int, int], None] | None = None,
 ) -> Sweep:
-    """Accuracy on `images` (N, 1, H, W) in [0, 1] rotated by each angle (or scaled by each factor) in `values`."""
+    """Accuracy on `images` (N, C, H, W) in [0, 1] rotated by each angle (or scaled by each factor) in `values`."""
     if kind not in ("rotation", "scale"):
         raise ValueError(f"kind must be 'rotation' or 'scale', got {kind!r}")
     values = tuple(float(v) for v in (values if values is not None else (ANGLES if kind == "rotation" else SCALES)))

@@ -210,6 +210,15 @@ def primary_reading(votes: Votes, config: CapsNetConfig, index: int) -> PrimaryR
     )
 
 
+def _ink(image: np.ndarray) -> np.ndarray:
+    """What stands out in a picture, (H, W): a grey digit's ink itself; in a colour picture (H, W, 3), each pixel's
+    distance from the picture's mean colour (a photo has no blank background to tell strokes from)."""
+    picture = np.asarray(image, dtype=np.float32)
+    if picture.ndim == 2:
+        return picture
+    return np.linalg.norm(picture - picture.reshape(-1, picture.shape[-1]).mean(axis=0), axis=-1)  # (H, W)
+
+
 def first_primary(votes: Votes, image: np.ndarray, config: CapsNetConfig) -> int:
     """A good first capsule to look at: one that is sure of its feature where the ink is and whose couplings routing
     moved: |u_i| times the ink in its receptive field times max_j |c_ij - 1/K| after the last iteration (with one
@@ -220,7 +229,7 @@ def first_primary(votes: Votes, image: np.ndarray, config: CapsNetConfig) -> int
     """
     g = config.primary_grid
     fields = receptive_fields(config).reshape(g * g, -1).astype(np.float32)  # (G*G, H*W)
-    ink = fields @ np.asarray(image, dtype=np.float32).reshape(-1)  # (G*G,) the ink each position sees
+    ink = fields @ _ink(image).reshape(-1)  # (G*G,) the ink each position sees
     lengths = np.asarray(votes.primary_lengths, np.float32).reshape(config.primary_types, g * g)  # (T, G*G)
     coupling = np.asarray(votes.coupling[-1], np.float64)  # (N, K)
     moved = np.abs(coupling - 1.0 / coupling.shape[1]).max(axis=1).reshape(config.primary_types, g * g)  # (T, G*G)

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from capsnet.checkpoints.header import CheckpointInfo
+from capsnet.data.pictures import as_pictures
 from capsnet.nn.capsnet import CapsNet
 
 # Figure 4 of the paper: each dimension moved by -0.25 ... +0.25 in steps of 0.05 (11 steps)
@@ -42,7 +43,7 @@ DEFAULT_DIMENSION_STD = 0.25  # the slider half-range is 2 x this when a checkpo
 
 
 def decode_vector(model: CapsNet, vector: np.ndarray | torch.Tensor, class_index: int) -> np.ndarray:
-    """Decode one 16-D capsule vector placed in `class_index`'s row: (D,) -> (28, 28)."""
+    """Decode one 16-D capsule vector placed in `class_index`'s row: (D,) -> a picture (H, W), or (H, W, 3) in colour."""
     class_index = model.config.check_class(class_index)
     c = model.config
     vec = torch.as_tensor(np.asarray(vector, dtype=np.float32)).reshape(-1)
@@ -51,8 +52,8 @@ def decode_vector(model: CapsNet, vector: np.ndarray | torch.Tensor, class_index
     poses = torch.zeros(1, c.num_classes, c.digit_dim)  # (1, K, D)
     poses[0, class_index] = vec
     with torch.inference_mode():
-        image = model.decode(poses.to(model.device), class_index)  # (1, 1, 28, 28)
-    return image[0, 0].float().cpu().numpy()
+        image = model.decode(poses.to(model.device), class_index)  # (1, C, H, W)
+    return as_pictures(image.float())[0]  # (H, W) or (H, W, 3)
 
 
 def perturbation_grid(
@@ -60,7 +61,7 @@ def perturbation_grid(
 ) -> np.ndarray:
     """Figure 4 of the paper: each dimension of a capsule moved by each step, all in ONE batched decode.
 
-    (D,) vector -> (D, S, 28, 28) images; row d has dimension d set to vector[d] + step.
+    (D,) vector -> (D, S, H, W) pictures, (D, S, H, W, 3) in colour; row d has dimension d set to vector[d] + step.
     """
     class_index = model.config.check_class(class_index)
     c = model.config
@@ -75,9 +76,9 @@ def perturbation_grid(
     poses = torch.zeros(d * s, c.num_classes, c.digit_dim)  # (D*S, K, D)
     poses[:, class_index] = vectors.reshape(d * s, d)
     with torch.inference_mode():
-        images = model.decode(poses.to(model.device), class_index)  # (D*S, 1, 28, 28)
-    side = c.image_size
-    return images.float().cpu().numpy().reshape(d, s, side, side)
+        images = model.decode(poses.to(model.device), class_index)  # (D*S, C, H, W)
+    pictures = as_pictures(images.float())  # (D*S, H, W) or (D*S, H, W, 3)
+    return pictures.reshape(d, s, *pictures.shape[1:])  # (D, S, H, W[, 3])
 
 
 @dataclass

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from capsnet.data.pictures import as_inputs, as_pictures, picture_of
 from capsnet.nn.capsnet import CapsNet
 from capsnet.nn.em_capsnet import EMCapsNet
 
@@ -74,10 +75,12 @@ def _affine_thetas(transforms: list[Transform]) -> tuple[Tensor, Tensor]:
 
 
 def transform(images: Tensor, transforms: list[Transform]) -> Tensor:
-    """Apply transforms[b] to images[b] (B, 1, H, W) in [0, 1], all at once; zero fill, bilinear sampling.
+    """Apply transforms[b] to images[b] (B, C, H, W) in [0, 1], all at once; bilinear sampling. What comes in from
+    outside the picture is black for a grey one (a digit's background), the nearest edge pixel for a colour one (a
+    photo has no blank background).
 
     Stroke thickness is changed first (a 3x3 grey dilation per added pixel, an erosion per
-    removed one, blended for fractions), then the affine transform.
+    removed one, blended for fractions, each channel alike), then the affine transform.
     """
     if images.dim() != 4 or len(transforms) != images.shape[0]:
         raise ValueError(
@@ -89,7 +92,8 @@ def transform(images: Tensor, transforms: list[Transform]) -> Tensor:
     pixels = torch.tensor([w, h], dtype=torch.float64)
     theta = torch.cat([inverse, (-inverse @ (2 * shift / pixels)[:, :, None])], dim=2)  # (B, 2, 3)
     grid = F.affine_grid(theta.to(images.dtype), list(images.shape), align_corners=False)  # (B, H, W, 2)
-    return F.grid_sample(images, grid, mode="bilinear", padding_mode="zeros", align_corners=False).clamp(0.0, 1.0)
+    fill = "zeros" if images.shape[1] == 1 else "border"
+    return F.grid_sample(images, grid, mode="bilinear", padding_mode=fill, align_corners=False).clamp(0.0, 1.0)
 
 
 def _thicken(images: Tensor, amount: Tensor) -> Tensor:
@@ -112,12 +116,12 @@ def _thicken(images: Tensor, amount: Tensor) -> Tensor:
 class TransformedReading:
     """What the network reads from transformed inputs, for one tracked capsule."""
 
-    images: np.ndarray  # (A, H, W) the transformed inputs
+    images: np.ndarray  # (A, H, W) the transformed inputs as pictures, (A, H, W, 3) in colour
     lengths: np.ndarray  # (A, K) the class scores: capsule lengths, or the EM network's activations a_j
     predictions: np.ndarray  # (A,)
     capsule: int  # the capsule tracked (its pose, its reconstruction)
     poses: np.ndarray  # (A, D) that capsule's pose
-    reconstructions: np.ndarray | None  # (A, H, W) decoded from that capsule; None for a network without a decoder
+    reconstructions: np.ndarray | None  # (A, H, W[, 3]) decoded from that capsule; None for a network without a decoder
 
 
 def read_transforms(
@@ -128,11 +132,11 @@ def read_transforms(
         raise ValueError("read_transforms needs the model in eval mode (call model.eval())")
     for tr in transforms:
         tr.validate()
-    side = model.config.image_size
-    base = torch.as_tensor(np.asarray(image, dtype=np.float32)).reshape(1, 1, side, side)
+    channels, side = model.config.in_channels, model.config.image_size
+    base = as_inputs(picture_of(image, channels, side)[None])  # (1, C, H, W)
     device = next(model.parameters()).device
     with torch.inference_mode():
-        x = transform(base.expand(len(transforms), 1, side, side), transforms).to(device)  # (A, 1, H, W)
+        x = transform(base.expand(len(transforms), -1, -1, -1), transforms).to(device)  # (A, C, H, W)
         tracked = int(model(x[:1]).prediction[0]) if capsule is None else int(capsule)
         if not 0 <= tracked < model.config.num_classes:
             raise ValueError(f"capsule must lie in [0, {model.config.num_classes}), got {capsule}")
@@ -140,14 +144,14 @@ def read_transforms(
     lengths = torch.cat([o.scores for o in outs])  # (A, K): lengths, or the EM network's activations
     poses = torch.cat([o.poses[:, tracked] for o in outs])  # (A, D): a vector capsule, or a 4x4 pose's 16 entries
     redraws = outs[0].reconstruction is not None
-    recon = torch.cat([o.reconstruction for o in outs]) if redraws else None  # (A, 1, H, W), from the tracked one
+    recon = torch.cat([o.reconstruction for o in outs]) if redraws else None  # (A, C, H, W), from the tracked one
     return TransformedReading(
-        images=x[:, 0].cpu().numpy(),
+        images=as_pictures(x),  # (A, H, W) or (A, H, W, 3)
         lengths=lengths.float().cpu().numpy(),
         predictions=lengths.argmax(dim=1).cpu().numpy(),
         capsule=tracked,
         poses=poses.float().cpu().numpy(),
-        reconstructions=recon[:, 0].float().cpu().numpy() if recon is not None else None,
+        reconstructions=as_pictures(recon.float()) if recon is not None else None,
     )
 
 

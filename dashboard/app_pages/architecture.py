@@ -67,11 +67,21 @@ def formulas(key: str, c: CapsNetConfig) -> list[str]:
     }[key]
 
 
+def _input_words(c: CapsNetConfig | EMCapsNetConfig) -> str:
+    """The input stage in words: a grey image or a colour one, at the model's side."""
+    if c.in_channels == 1:
+        return f"One grey image, {c.image_size}x{c.image_size} pixels, each between 0 (background) and 1 (ink)."
+    return (
+        f"One colour image, {c.image_size}x{c.image_size} pixels of {c.in_channels} channels (red, green, blue), "
+        "each between 0 and 1; Conv1's filters read the channels together."
+    )
+
+
 def explanation(key: str, c: CapsNetConfig) -> str:
     """What one stage does, in words, with the model's own sizes."""
     g, n, k, side = c.primary_grid, c.num_primary, c.num_classes, c.image_size - c.conv1_kernel + 1
     return {
-        "input": f"One grey image, {c.image_size}x{c.image_size} pixels, each between 0 (background) and 1 (ink).",
+        "input": _input_words(c),
         "conv1": (
             f"An ordinary convolution: {c.conv1_channels} learned {c.conv1_kernel}x{c.conv1_kernel} filters slide "
             f"over the image, giving {c.conv1_channels} maps of {side}x{side} local features (edges, stroke ends). "
@@ -157,7 +167,7 @@ def em_explanation(key: str, c: EMCapsNetConfig) -> str:
         "several windows is shared between all of their parents."
     )
     return {
-        "input": f"One grey image, {c.image_size}x{c.image_size} pixels, each between 0 (background) and 1 (ink).",
+        "input": _input_words(c),
         "conv1": (
             f"An ordinary convolution: {c.conv1_channels} learned {c.conv1_kernel}x{c.conv1_kernel} filters with "
             f"stride {c.conv1_stride} give {c.conv1_channels} maps of {c.conv1_grid}x{c.conv1_grid} local features."

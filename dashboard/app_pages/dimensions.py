@@ -113,7 +113,7 @@ st.subheader("Each dimension, perturbed (Figure 4 of the paper)", anchor=False)
 steps = model.perturbation_steps.tolist()
 st.markdown(texts.figure4(model.config, steps))
 with st.spinner(texts.decoding_spinner(model.config, len(steps)), show_time=False):
-    grid = model.perturbations(base, klass)  # (D, 11, 28, 28)
+    grid = model.perturbations(base, klass)  # (D, 11, H, W), or (D, 11, H, W, 3) in colour
 st.plotly_chart(
     figures.perturbation_figure(grid, steps, [texts.POSE_LABELS[model.routing](d) for d in range(len(grid))]),
     key="perturbation_grid",

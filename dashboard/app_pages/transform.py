@@ -69,7 +69,8 @@ with view:
         captions = ["original", "transformed"]
         if reading.reconstructions is not None:
             shown, captions = [*shown, reading.reconstructions[1]], [*captions, f"from capsule {names[capsule]}"]
-        st.image([figures.pixel_image(x, 4) for x in shown], caption=captions, width=28 * 4, output_format="PNG")
+        st.image([figures.pixel_image(x, 4) for x in shown], caption=captions, width=config.image_size * 4,
+                 output_format="PNG")  # fmt: skip
     with verdict:
         st.metric(
             "Prediction", names[predicted], delta=f"{symbol} = {lengths[predicted]:.2f}", delta_color="off",

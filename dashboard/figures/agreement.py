@@ -8,6 +8,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from capsnet.readings.agreement import largest_share_change, vote_shares
+from dashboard.figures.images import is_colour, picture_trace, strokes
 from dashboard.figures.style import CLASS_COLOURS, OTHER, WINNER
 
 DIVERGING = "RdBu_r"  # blue: less than uniform, white: uniform, red: more
@@ -233,8 +234,9 @@ def vote_overlay_figure(
     votes = np.asarray(pixel_votes, dtype=np.float64)
     k = votes.shape[-1]
     share = votes / np.maximum(votes.sum(axis=-1, keepdims=True), 1e-12)  # (H, W, K)
-    ink = image > 0.15
-    base = dict(type="heatmap", z=image, colorscale="gray", showscale=False, hoverinfo="skip", zmin=0, zmax=1)
+    ink = strokes(image)  # (H, W): a digit's ink, or the whole of a colour picture
+    base = picture_trace(image)
+    see_through = 0.45 if is_colour(image) else 0.0  # a photo stays visible under its colours
     if pair is not None:
         a, b = pair
         lean = share[..., a] - share[..., b]  # (H, W) > 0: more of the stroke's votes go to the first
@@ -242,7 +244,7 @@ def vote_overlay_figure(
         reach = max(largest, LEAN_SCALE)  # leans of a thousandth stay grey, not one saturated colour
         top = dict(
             type="heatmap", z=np.where(ink, lean, np.nan).astype(np.float32), zmin=-reach, zmax=reach, zmid=0.0,
-            colorscale=[[0.0, PAIR_GREEN], [0.5, "#9e9e9e"], [1.0, PAIR_RED]], opacity=0.95, hoverongaps=False,
+            colorscale=[[0.0, PAIR_GREEN], [0.5, "#9e9e9e"], [1.0, PAIR_RED]], opacity=0.95 - see_through, hoverongaps=False,
             colorbar=dict(title=dict(text=f"{class_names[a]} − {class_names[b]}"), thickness=10),
             hovertemplate="pixel (%{y}, %{x})<br>share to capsule " + str(class_names[a]) + " minus to "
                           + str(class_names[b]) + ": %{z:+.2%}<extra></extra>",
@@ -256,7 +258,7 @@ def vote_overlay_figure(
         z = np.where(ink & (lead > 1e-4), best, np.nan).astype(np.float32)  # a tie (uniform routing) leans nowhere
         colours = [CLASS_COLOURS[j % len(CLASS_COLOURS)] for j in range(k)]
         top = dict(
-            type="heatmap", z=z, zmin=-0.5, zmax=k - 0.5, colorscale=_discrete(colours), opacity=0.9, hoverongaps=False,
+            type="heatmap", z=z, zmin=-0.5, zmax=k - 0.5, colorscale=_discrete(colours), opacity=0.9 - see_through, hoverongaps=False,
             customdata=np.stack([np.round(share.max(axis=-1), 4), np.asarray(class_names, dtype=object)[best]], axis=-1),
             colorbar=dict(title=dict(text="votes for"), tickvals=list(range(k)), ticktext=list(class_names), thickness=10),
             hovertemplate="pixel (%{y}, %{x})<br>most of its votes go to capsule %{customdata[1]}"
@@ -268,7 +270,7 @@ def vote_overlay_figure(
         reach = max(float(np.abs(change[ink]).max()) if ink.any() else 0.0, LEAN_SCALE)
         top = dict(
             type="heatmap", z=np.where(ink, change, np.nan).astype(np.float32), zmin=-reach, zmax=reach, zmid=0.0,
-            colorscale=DIVERGING, opacity=0.95, hoverongaps=False, colorbar=dict(title=dict(text="c − 1/K"), thickness=10),
+            colorscale=DIVERGING, opacity=0.95 - see_through, hoverongaps=False, colorbar=dict(title=dict(text="c − 1/K"), thickness=10),
             hovertemplate="pixel (%{y}, %{x})<br>coupling to capsule " + str(class_names[digit])
                           + ": %{z:+.3f} from uniform<extra></extra>",
         )  # fmt: skip

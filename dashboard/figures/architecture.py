@@ -15,7 +15,7 @@ import plotly.graph_objects as go
 
 from capsnet.readings.stages import Stage
 from dashboard.figures.agreement import DIVERGING
-from dashboard.figures.images import tile_maps
+from dashboard.figures.images import is_colour, picture_trace, tile_maps
 from dashboard.figures.style import OTHER, WINNER
 
 CHOSEN = WINNER  # the stage shown below the diagram
@@ -185,22 +185,14 @@ def receptive_field_figure(image: np.ndarray, field: np.ndarray, title: str, hei
     """The input, dimmed outside a primary capsule's receptive field `field` (H, W) bool, which is outlined."""
     image = np.asarray(image, dtype=np.float32)
     field = np.asarray(field, dtype=bool)
-    if image.shape != field.shape:
+    if image.shape[:2] != field.shape:
         raise ValueError(f"image {image.shape} and field {field.shape} differ")
     rows, cols = np.nonzero(field)
     shapes = [_rect(cols.min() - 0.5, cols.max() + 0.5, rows.min() - 0.5, rows.max() + 0.5)] if rows.size else []
-    heatmap = dict(
-        type="heatmap",
-        z=image * np.where(field, 1.0, 0.35).astype(np.float32),
-        colorscale="Greys",
-        reversescale=True,
-        zmin=0.0,
-        zmax=1.0,
-        showscale=False,
-        hovertemplate="pixel (%{y}, %{x})<extra></extra>",
-    )
+    dimmed = np.where(field, 1.0, 0.35).astype(np.float32)  # (H, W)
+    dimmed = dimmed[..., None] if is_colour(image) else dimmed  # (H, W, 1) in colour: each channel alike
     return _figure(
-        [heatmap],
+        [picture_trace(image * dimmed, hover="pixel (%{y}, %{x})<extra></extra>")],
         height,
         dict(l=0, r=0, t=30, b=0),
         title=_title(title),

@@ -69,6 +69,30 @@ def _png_data_url(image: np.ndarray) -> str:
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
+def is_colour(image: np.ndarray) -> bool:
+    """Whether a picture is colour (H, W, 3) rather than grey (H, W)."""
+    return np.ndim(image) == 3 and np.shape(image)[-1] == 3
+
+
+def picture_trace(image: np.ndarray, hover: str | None = None) -> dict:
+    """A picture as the trace a figure draws over: a grey one as a heatmap (0 black, 1 white), a colour one as a PNG
+    image, each pixel at (row, column) as a heatmap's; `hover` is its hover template (none without)."""
+    image = np.asarray(image, dtype=np.float32)
+    hovers = dict(hovertemplate=hover) if hover else dict(hoverinfo="skip")
+    if is_colour(image):
+        return dict(type="image", source=_png_data_url(image), **hovers)
+    return dict(type="heatmap", z=image, colorscale="gray", showscale=False, zmin=0, zmax=1, **hovers)
+
+
+def strokes(image: np.ndarray) -> np.ndarray:
+    """The pixels a reading is drawn on, (H, W) bool: a grey digit's ink; every pixel of a colour picture (a photo has
+    no blank background)."""
+    image = np.asarray(image, dtype=np.float32)
+    if is_colour(image):
+        return np.ones(image.shape[:2], dtype=bool)
+    return image > 0.15
+
+
 def _image_figure(image: np.ndarray, height: int) -> go.Figure:
     """A grey image as one PNG-encoded trace (light to send, unlike a heatmap of every pixel)."""
     fig = go.Figure(go.Image(source=_png_data_url(image), hoverinfo="skip"))
@@ -81,12 +105,12 @@ def perturbation_figure(
 ) -> go.Figure:
     """The paper's Figure 4: row d shows the reconstruction with dimension d moved by each step; `rows` names the
     rows as the page names the dimensions ("Dimension 3", "Pose entry (1, 3)"), else "dim d"."""
-    grid = np.asarray(grid, dtype=np.float32)
-    dims, count, h, w = grid.shape
+    grid = np.asarray(grid, dtype=np.float32)  # (D, S, h, w), or (D, S, h, w, 3) in colour
+    dims, count, h, w = grid.shape[:4]
     if len(steps) != count:
         raise ValueError(f"{count} columns but {len(steps)} steps")
     gap = 2
-    tiles = tile_maps(grid.reshape(dims * count, h, w), columns=count, gap=gap)  # (dims*(h+gap)-gap, count*(w+gap)-gap)
+    tiles = tile_pictures(grid.reshape(dims * count, *grid.shape[2:]), columns=count, gap=gap)  # (rows, cols[, 3])
     fig = _image_figure(tiles, height)
     fig.update_xaxes(
         tickmode="array",
