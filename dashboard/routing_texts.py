@@ -16,6 +16,17 @@ from dashboard.figures.agreement import VISIBLE_SHARE_CHANGE, shows_share_change
 
 def procedure(config: CapsNetConfig) -> str:
     g, k = config.primary_grid, config.num_classes
+    if config.none_of_the_above:  # section 7: one more parent, whose logit stays 0 and whose share is dropped
+        return f"""
+**Routing by agreement (Procedure 1 of the paper), with a "none of the above" category.** Each of the primary
+capsules $i$ ({config.primary_types} types on a {g}x{g} grid: {config.num_primary:,} in this model) *predicts* every
+class capsule $j$ through a learned matrix: $\hat u_{{j|i}} = W_{{ij}} u_i$. Its **coupling coefficients** $c_{{ij}}$
+share its vote between the {k} class capsules and one more parent that stands for *none of the above* (section 7 of
+the paper, for CIFAR-10's cluttered photos): its logit stays 0 and its share goes nowhere, so a child's couplings sum
+to less than 1 ($c_{{ij}} = \exp b_{{ij}} / (1 + \sum_k \exp b_{{ik}})$). They start equal, $1/{k + 1}$ each; each
+iteration raises $b_{{ij}}$ where the prediction **agrees** with the class capsule's output, and a child that agrees
+with no class sends most of its vote to none of them.
+"""
     return f"""
 **Routing by agreement (Procedure 1 of the paper).** Each of the primary capsules $i$
 ({config.primary_types} types on a {g}x{g} grid: {config.num_primary:,} in this model) *predicts*
@@ -79,18 +90,20 @@ def votes_reading(name: str, moved_share: float, children: int, k: int, iteratio
 BARELY = 0.005  # a coupling within this of 1/K has barely moved: it is said so, not called a favourite
 
 
-def primary_coupling(length: float, coupling: np.ndarray, names: Sequence[str], step: int) -> str:
-    """The selected primary capsule after iteration `step`: where its vote goes, or that routing barely moved it."""
-    k = len(coupling)
+def primary_coupling(length: float, coupling: np.ndarray, names: Sequence[str], step: int, leak: bool = False) -> str:
+    """The selected primary capsule after iteration `step`: where its vote goes, or that routing barely moved it.
+    `leak`: the model routes with a "none-of-the-above" category (uniform is 1/(K+1), the rest goes to no class)."""
+    k = len(coupling) + int(leak)
     favourite = int(np.argmax(coupling))
     said = f"Its pose is {length:.2f} long (how sure it is that its feature is in its square); after iteration {step} "
+    lost = f" and {1 - float(np.sum(coupling)):.1%} to none of the above" if leak else ""
     if abs(float(coupling[favourite]) - 1 / k) < BARELY:
         return said + (
             f"its couplings have barely moved: every one is within {BARELY:.1%} of 1/{k} = {1 / k:.1%}, as before "
-            "routing (a capsule that is short, or whose votes agree with no consensus more than another's)."
+            f"routing (a capsule that is short, or whose votes agree with no consensus more than another's){lost}."
         )
     return said + (
-        f"it sends {float(coupling[favourite]):.1%} of its vote to capsule {names[favourite]}, "
+        f"it sends {float(coupling[favourite]):.1%} of its vote to capsule {names[favourite]}{lost}, "
         f"against 1/{k} = {1 / k:.1%} for each before routing."
     )
 

@@ -190,3 +190,25 @@ def test_vote_mass_weighted_by_length_ignores_the_capsules_that_detect_nothing()
     assert plain[1, 0] / plain[1].sum() < 0.101  # drowned
     np.testing.assert_allclose(weighted.sum(axis=1), [0.9, 0.9])  # each row sums to sum |u_i|
     np.testing.assert_allclose(weighted[:, 0] / weighted.sum(axis=1), [0.1, 0.55])  # what routing did
+
+
+def test_with_none_of_the_above_uniform_is_one_over_k_plus_one() -> None:
+    """Section 7's "none-of-the-above" category: before routing each child sends 1/(K+1) to each class (the rest to
+    no class), and the views measure a coupling's move from that, not from 1/K."""
+    from dashboard.figures import primary_coupling_figure
+    from dashboard.routing_texts import primary_coupling
+
+    torch.manual_seed(6)
+    net = CapsNet(CapsNetConfig.preset("tiny", none_of_the_above=True)).eval()
+    digit = np.zeros((28, 28), np.float32)
+    digit[6:22, 12:16] = 1.0
+    votes = explain(net, digit, 3).votes
+    assert votes.leak and votes.uniform == pytest.approx(1 / 11) == net.config.uniform_coupling
+    np.testing.assert_allclose(votes.coupling[0], 1 / 11, rtol=1e-5)
+    view = ag.vote_view(votes, 2)
+    np.testing.assert_allclose(view.change[0], 0.0, atol=1e-6)  # no move before routing
+    one = ag.primary_reading(votes, net.config, 0)
+    line = primary_coupling_figure(one.coupling, one.agreement, list("0123456789"), "t", 2, uniform=votes.uniform)
+    assert line.layout.shapes[0].y0 == pytest.approx(1 / 11)
+    said = primary_coupling(one.length, one.coupling[-1], list("0123456789"), 3, leak=True)
+    assert "to none of the above" in said and "1/11" in said

@@ -145,8 +145,16 @@ def test_the_papers_cifar10_network_has_64_primary_types_and_its_parameters() ->
     for name, p in model.named_parameters():
         counts["decoder" if name.startswith("decoder") else "encoder"] += p.numel()
     assert counts == {"encoder": encoder, "decoder": decoder} and encoder + decoder == 19_679_232
-    out = model.eval()(torch.rand(2, 3, 32, 32))
+    out = model.eval()(torch.rand(2, 3, 32, 32), return_trace=True)
     assert out.scores.shape == (2, 10) and out.reconstruction.shape == (2, 3, 32, 32)
+    # with the paper's "none-of-the-above" category (no parameters): a child's couplings to the 10 classes start at
+    # 1/11 each, and may sum to less than 1 after routing
+    assert model.config.none_of_the_above and model.config.uniform_coupling == pytest.approx(1 / 11)
+    assert out.trace is not None and torch.allclose(out.trace.coupling[:, 0], torch.tensor(1 / 11))
+    assert float(out.trace.coupling[:, -1].sum(dim=1).max()) < 1
+    assert not CapsNetConfig.preset("paper").none_of_the_above and CapsNetConfig().uniform_coupling == 0.1
+    with pytest.raises(ValueError, match="none_of_the_above must be true or false"):
+        CapsNetConfig(none_of_the_above="yes")  # type: ignore[arg-type]
 
 
 def test_a_time_estimate_measures_colour_batches() -> None:

@@ -14,10 +14,11 @@ from capsnet.nn.layers import RoutingCapsules
 from capsnet.nn.squash import squash
 
 
-def reference_routing(u_hat: torch.Tensor, iterations: int) -> torch.Tensor:
+def reference_routing(u_hat: torch.Tensor, iterations: int, leak: bool = False) -> torch.Tensor:
     """Procedure 1 written loop by loop, for one example at a time. u_hat: (B, N, K, D).
 
-    Every quantity stays a tensor, so that autograd through these loops is a reference for the gradients too.
+    Every quantity stays a tensor, so that autograd through these loops is a reference for the gradients too. `leak`:
+    the CIFAR-10 network's "none-of-the-above" category, one more parent whose logit stays 0 and whose share is lost.
     """
     batch, children, parents, _ = u_hat.shape
     out = []
@@ -27,7 +28,7 @@ def reference_routing(u_hat: torch.Tensor, iterations: int) -> torch.Tensor:
             coupling = []
             for i in range(children):
                 exps = [torch.exp(logits[i][j]) for j in range(parents)]
-                total = sum(exps)
+                total = sum(exps) + (1.0 if leak else 0.0)  # exp(0) for none of the above
                 coupling.append([e / total for e in exps])  # softmax over the parents j
             v = []
             for j in range(parents):
@@ -123,11 +124,33 @@ class TestRouting:
     @pytest.mark.parametrize("iterations", [1, 2, 3, 5])
     def test_hand_written_backward_matches_autograd(self, iterations: int) -> None:
         u_hat = (torch.randn(3, 4, 7, 5, dtype=torch.float64) * 0.7).requires_grad_()
-        assert torch.autograd.gradcheck(lambda x: _DynamicRouting.apply(x, iterations), (u_hat,))
+        assert torch.autograd.gradcheck(lambda x: _DynamicRouting.apply(x, iterations, False), (u_hat,))
         grad_out = torch.randn(3, 4, 5, dtype=torch.float64)
         (expected,) = torch.autograd.grad(_route(u_hat, iterations)[3][-1], u_hat, grad_out)
-        (actual,) = torch.autograd.grad(_DynamicRouting.apply(u_hat, iterations), u_hat, grad_out)
+        (actual,) = torch.autograd.grad(_DynamicRouting.apply(u_hat, iterations, False), u_hat, grad_out)
         assert torch.allclose(actual, expected, atol=1e-12)
+
+    @pytest.mark.parametrize("iterations", [1, 3])
+    def test_none_of_the_above_matches_the_loop_reference_forward_and_backward(self, iterations: int) -> None:
+        """Section 7's "none-of-the-above" category: each child's couplings are a softmax over K+1 parents whose
+        extra one has logit 0 and is dropped; both backwards match autograd through the loop reference."""
+        torch.manual_seed(5)
+        u_hat = (torch.randn(2, 6, 4, 5, dtype=torch.float64) * 0.8).requires_grad_()  # (B, N, K, D)
+        reference = reference_routing(u_hat, iterations, leak=True)
+        (expected,) = torch.autograd.grad(reference.square().sum(), u_hat)
+        layout = u_hat.transpose(1, 2)  # (B, K, N, D)
+        assert not torch.allclose(dynamic_routing(layout, iterations)[0], reference)  # the leak changes the answer
+        for backward in ("manual", "autograd"):
+            v, _ = dynamic_routing(layout, iterations, backward=backward, leak=True)
+            torch.testing.assert_close(v, reference)
+            (grad,) = torch.autograd.grad(v.square().sum(), u_hat)
+            torch.testing.assert_close(grad, expected)
+        plain = layout.detach().clone().requires_grad_()
+        assert torch.autograd.gradcheck(lambda x: _DynamicRouting.apply(x, iterations, True), (plain,))
+        _, trace = dynamic_routing(layout.detach(), iterations, trace=True, leak=True)
+        assert torch.allclose(trace.coupling[:, 0], torch.full_like(trace.coupling[:, 0], 1 / 5))  # 1/(K+1) at first
+        sums = trace.coupling.sum(dim=2)  # (B, r, N): what each child sends to the K classes, less than 1
+        assert bool((sums < 1).all()) and bool((sums > 0).all())
 
     def test_rejects_zero_iterations(self) -> None:
         with pytest.raises(ValueError, match="from 1 to 20"):

@@ -74,7 +74,9 @@ class CapsNet(nn.Module):
             config.primary_stride,
             config.primary_scale,
         )
-        self.digits = RoutingCapsules(config.num_primary, config.primary_dim, config.num_classes, config.digit_dim)
+        self.digits = RoutingCapsules(
+            config.num_primary, config.primary_dim, config.num_classes, config.digit_dim, config.none_of_the_above
+        )
         self.decoder = Decoder(
             config.num_classes,
             config.digit_dim,

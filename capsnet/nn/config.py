@@ -40,6 +40,9 @@ class CapsNetConfig:
     # DigitCaps: one 16-D capsule per class, reached by dynamic routing
     digit_dim: int = 16
     routing_iterations: int = 3
+    # the CIFAR-10 network's "none-of-the-above" category for the routing softmaxes (section 7): a child's couplings
+    # may go to no class, c_ij = exp b_ij / (1 + sum_k exp b_ik) (the official code's leaky routing); no parameters
+    none_of_the_above: bool = False
     # decoder: FC 512 ReLU, FC 1024 ReLU, FC H*W*C sigmoid
     decoder_hidden: tuple[int, ...] = (512, 1024)
     # margin loss (equation 4) and reconstruction weight (section 4.1)
@@ -59,6 +62,9 @@ class CapsNetConfig:
             if f.type == "int":
                 if not _is_int(value) or value < 1:
                     raise ValueError(f"{f.name} must be a whole number >= 1, got {value!r}")
+            elif f.type == "bool":
+                if not isinstance(value, bool):
+                    raise ValueError(f"{f.name} must be true or false, got {value!r}")
             elif f.type == "float":
                 if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                     raise ValueError(f"{f.name} must be a finite number, got {value!r}")
@@ -78,6 +84,11 @@ class CapsNetConfig:
                 f"image_size {self.image_size} is too small for conv1_kernel {self.conv1_kernel} "
                 f"and primary_kernel {self.primary_kernel}"
             )
+
+    @property
+    def uniform_coupling(self) -> float:
+        """c_ij before routing has measured any agreement (b_ij = 0): 1/K, or 1/(K+1) with "none of the above"."""
+        return 1.0 / (self.num_classes + int(self.none_of_the_above))
 
     @property
     def primary_grid(self) -> int:
@@ -152,9 +163,12 @@ PRESETS: dict[str, CapsNetConfig] = {
     # (the shipped multimnist.safetensors predates the official scales: its header says primary_scale 1.0)
     "multimnist": CapsNetConfig(image_size=36, primary_scale=1 / 32, init="official"),
     # the paper's CIFAR-10 network (section 7): colour 32x32 inputs and 64 primary capsule types, an 8x8 grid of 4,096
-    # primary capsules; with the official code's initial scales, as for the other inputs larger than 28x28 (the
-    # paper's optional "none-of-the-above" class and its ensemble of seven are not built here)
-    "cifar10": CapsNetConfig(in_channels=3, image_size=32, primary_types=64, primary_scale=1 / 32, init="official"),
+    # primary capsules; with the official code's initial scales, as for the other inputs larger than 28x28, and the
+    # paper's "none-of-the-above" category for the routing softmaxes (`--preset paper` on CIFAR-10 goes without it; the
+    # paper's ensemble of seven, trained on 24x24 patches, is not built here)
+    "cifar10": CapsNetConfig(
+        in_channels=3, image_size=32, primary_types=64, primary_scale=1 / 32, init="official", none_of_the_above=True
+    ),
     # a small network for tests and quick demos: same structure, narrower layers
     "tiny": CapsNetConfig(conv1_channels=32, primary_types=8, primary_dim=8, digit_dim=16, decoder_hidden=(64, 128)),
 }

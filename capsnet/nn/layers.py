@@ -55,10 +55,11 @@ class RoutingCapsules(nn.Module):
     no bias: 1152 * 10 * 16 * 8 = 1,474,560 parameters in the paper's model.
     """
 
-    def __init__(self, children: int, child_dim: int, parents: int, parent_dim: int) -> None:
+    def __init__(self, children: int, child_dim: int, parents: int, parent_dim: int, leak: bool = False) -> None:
         super().__init__()
         self.children_count, self.child_dim = children, child_dim
         self.parents, self.parent_dim = parents, parent_dim
+        self.leak = leak  # the "none-of-the-above" category of the CIFAR-10 network (`dynamic_routing`)
         self.weight = nn.Parameter(torch.empty(children, parents, parent_dim, child_dim))  # W: (N, K, D, P)
         nn.init.normal_(self.weight, std=1.0 / math.sqrt(child_dim * parents))
 
@@ -86,10 +87,12 @@ class RoutingCapsules(nn.Module):
         """Dynamic routing of votes u_hat (B, K, N, D) to the parent poses (B, K, D), behind the float32 guard;
         `start`: the first iteration's logits b_ij (B, K, N), zero when None (`dynamic_routing`)."""
         if not needs_float32(u_hat):
-            return dynamic_routing(u_hat, iterations, trace, start=start)
+            return dynamic_routing(u_hat, iterations, trace, start=start, leak=self.leak)
         # routing (softmax, squash) in float32 under autocast and in a half-precision model; the latter
         # gets its poses back in its own dtype (autocast takes float32 poses on to the decoder)
-        poses, routed = in_float32(u_hat, lambda votes: dynamic_routing(votes, iterations, trace, start=start))
+        poses, routed = in_float32(
+            u_hat, lambda votes: dynamic_routing(votes, iterations, trace, start=start, leak=self.leak)
+        )
         autocast = torch.is_autocast_enabled(u_hat.device.type)
         return (poses if autocast else poses.to(u_hat.dtype)), routed
 

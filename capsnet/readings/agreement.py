@@ -19,7 +19,7 @@ import torch
 from capsnet.nn.config import CapsNetConfig
 from capsnet.nn.dynamic_routing import RoutingTrace
 
-MOVED = 0.01  # a coupling "moved" when it is this far from uniform (1/K)
+MOVED = 0.01  # a coupling "moved" when it is this far from uniform (1/K; 1/(K+1) with "none of the above")
 
 
 @dataclass
@@ -27,11 +27,17 @@ class Votes:
     """Every vote and coupling of one input, iteration by iteration."""
 
     votes: np.ndarray  # (K, N, D) u_hat_{j|i}
-    coupling: np.ndarray  # (r, N, K) c_ij used in iteration t; sums to 1 over K
+    coupling: np.ndarray  # (r, N, K) c_ij used in iteration t; sums to 1 over K (less with "none of the above")
     sums: np.ndarray  # (r, K, D) s_j = sum_i c_ij u_hat_{j|i} in iteration t
     poses: np.ndarray  # (r, K, D) v_j = squash(s_j) after iteration t
     agreement: np.ndarray  # (r, N, K) u_hat_{j|i} . v_j after iteration t (what iteration t + 1 adds to b_ij)
     primary_lengths: np.ndarray  # (N,) |u_i|
+    leak: bool = False  # routed with the "none-of-the-above" category: a child's couplings may sum to less than 1
+
+    @property
+    def uniform(self) -> float:
+        """A coupling before routing has measured any agreement: 1/K, or 1/(K+1) with "none of the above"."""
+        return 1.0 / (self.votes.shape[0] + int(self.leak))
 
     @property
     def iterations(self) -> int:
@@ -52,6 +58,7 @@ def votes_from_trace(trace: RoutingTrace, primary_lengths: torch.Tensor, index: 
         poses=trace.poses[index].float().cpu().numpy(),  # (r, K, D)
         agreement=trace.agreement[index].transpose(1, 2).float().cpu().numpy(),  # (r, K, N) -> (r, N, K)
         primary_lengths=primary_lengths[index].float().cpu().numpy(),  # (N,)
+        leak=trace.leak,
     )
 
 
@@ -90,7 +97,7 @@ class VoteView:
     basis: np.ndarray  # (2, D)
     points: np.ndarray  # (N, 2) the votes u_hat_{j|i}, projected (the same in every iteration)
     coupling: np.ndarray  # (r, N) c_ij to this capsule
-    change: np.ndarray  # (r, N) c_ij - 1/K
+    change: np.ndarray  # (r, N) c_ij - 1/K (the uniform coupling: 1/(K+1) with "none of the above")
     agreement: np.ndarray  # (r, N) u_hat_{j|i} . v_j after iteration t
     sums: np.ndarray  # (r, 2) s_j projected
     poses: np.ndarray  # (r, 2) v_j projected
@@ -106,7 +113,7 @@ def vote_view(votes: Votes, digit: int) -> VoteView:
     mine = votes.votes[digit]  # (N, D)
     basis = vote_basis(mine, votes.poses[-1, digit])
     coupling = votes.coupling[:, :, digit]  # (r, N)
-    change = coupling - 1.0 / k
+    change = coupling - votes.uniform
     return VoteView(
         digit=digit,
         basis=basis,
@@ -232,7 +239,7 @@ def first_primary(votes: Votes, image: np.ndarray, config: CapsNetConfig) -> int
     ink = fields @ _ink(image).reshape(-1)  # (G*G,) the ink each position sees
     lengths = np.asarray(votes.primary_lengths, np.float32).reshape(config.primary_types, g * g)  # (T, G*G)
     coupling = np.asarray(votes.coupling[-1], np.float64)  # (N, K)
-    moved = np.abs(coupling - 1.0 / coupling.shape[1]).max(axis=1).reshape(config.primary_types, g * g)  # (T, G*G)
+    moved = np.abs(coupling - votes.uniform).max(axis=1).reshape(config.primary_types, g * g)  # (T, G*G)
     score = lengths * ink / max(float(ink.max()), 1e-6) * (moved + 1e-9)  # one iteration: all moved 0, ties kept
     return int(np.argmax(score))  # i = type * G^2 + position
 

@@ -342,7 +342,7 @@ with view_col:
         strongest = int(view.primary.coupling[-1].argmax())
         st.caption(
             f"After {reading.votes.iterations} iterations capsule i sends {view.primary.coupling[-1, strongest]:.0%} of its "
-            f"vote to digit capsule {names[strongest]} (uniform: {1 / config.num_classes:.0%}); the network predicts "
+            f"vote to digit capsule {names[strongest]} (uniform: {config.uniform_coupling:.0%}); the network predicts "
             f"**{names[reading.prediction]}** (|v| = {reading.lengths[reading.prediction]:.2f})."
         )
     else:

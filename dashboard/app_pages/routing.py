@@ -125,7 +125,7 @@ def _one_iteration(
     chosen = widgets.primary_capsule_picker(config, default=ag.first_primary(votes, image, config))
     one = ag.primary_reading(votes, config, chosen)
     views = [ag.vote_view(votes, j) for j in (digit, other)]
-    reach = max(float(np.abs(v.coupling - 1.0 / k).max()) for v in views)  # one colour scale for both plots
+    reach = max(float(np.abs(v.change).max()) for v in views)  # one colour scale for both plots
     for column, view in zip(st.columns(2, gap="medium"), views):
         with column:
             st.plotly_chart(
@@ -143,7 +143,7 @@ def _one_iteration(
     if r > 1:
         t, y, x = config.primary_position(main.largest)
         st.caption(
-            f"The coupling that moved most: type {t + 1} at position ({y}, {x}), from 1/{k} to "
+            f"The coupling that moved most: type {t + 1} at position ({y}, {x}), from {votes.uniform:.3f} to "
             f"{main.coupling[-1, main.largest]:.2f}. Hover a point for its coupling and its agreement û·v in the "
             "iteration shown."
         )
@@ -167,12 +167,12 @@ def _one_iteration(
         st.plotly_chart(
             figures.primary_coupling_figure(
                 one.coupling, one.agreement, names,
-                f"Where type {one.kind + 1} at ({one.y}, {one.x}) sends its vote", step - 1,
+                f"Where type {one.kind + 1} at ({one.y}, {one.x}) sends its vote", step - 1, uniform=votes.uniform,
             ),
             key="primary_coupling",
             config={"displayModeBar": False},
         )  # fmt: skip
-        st.caption(routing_texts.primary_coupling(one.length, one.coupling[step - 1], names, step))
+        st.caption(routing_texts.primary_coupling(one.length, one.coupling[step - 1], names, step, votes.leak))
     share_left, share_right = st.columns(2, gap="large")
     with share_left:
         mass = ag.vote_mass(votes.coupling, votes.primary_lengths)  # weighted by |u_i|: the evidence present
@@ -192,8 +192,14 @@ def _one_iteration(
     )  # (r, types, K)
     st.plotly_chart(
         figures.coupling_by_type_figure(
-            by_type, result.iteration_lengths, names, config.m_plus, config.m_minus, step=step - 1
-        ),
+            by_type,
+            result.iteration_lengths,
+            names,
+            config.m_plus,
+            config.m_minus,
+            step=step - 1,
+            uniform=votes.uniform,
+        ),  # fmt: skip
         key="coupling_by_type",
         config={"displayModeBar": False},
     )
@@ -216,8 +222,13 @@ def _one_iteration(
                 maps = ex.coupling_maps(result.coupling, digit, result.primary_types, result.primary_grid)
                 st.plotly_chart(
                     figures.coupling_maps_figure(
-                        maps, names[digit], num_classes=k, step=step - 1, selected=(one.kind, one.y, one.x)
-                    ),
+                        maps,
+                        names[digit],
+                        num_classes=k,
+                        step=step - 1,
+                        selected=(one.kind, one.y, one.x),
+                        uniform=votes.uniform,
+                    ),  # fmt: skip
                     key="coupling_maps",
                     config={"displayModeBar": False},
                 )

@@ -310,14 +310,22 @@ def _discrete(colours: list[str]) -> list[list]:
 
 
 def primary_coupling_figure(
-    coupling: np.ndarray, agreement: np.ndarray, class_names: Sequence[str], title: str, step: int, height: int = 320
+    coupling: np.ndarray,
+    agreement: np.ndarray,
+    class_names: Sequence[str],
+    title: str,
+    step: int,
+    height: int = 320,
+    uniform: float | None = None,
 ) -> go.Figure:
     """One primary capsule's couplings c_ij to every digit capsule, one group of bars per iteration up to `step`.
 
-    coupling and agreement (r, K) (`capsnet.readings.agreement.primary_reading`); the dotted line is uniform routing, 1/K.
+    coupling and agreement (r, K) (`capsnet.readings.agreement.primary_reading`); the dotted line is uniform routing,
+    `uniform` (1/K by default; 1/(K+1) with "none of the above", `Votes.uniform`).
     """
     coupling, agreement = np.asarray(coupling, np.float32), np.asarray(agreement, np.float32)
     r, k = coupling.shape
+    uniform = 1.0 / k if uniform is None else uniform
     shown = int(np.clip(step, 0, r - 1)) + 1
     names = list(class_names)
     bars = [
@@ -343,8 +351,8 @@ def primary_coupling_figure(
                     xref="paper",
                     x0=0,
                     x1=1,
-                    y0=1.0 / k,
-                    y1=1.0 / k,
+                    y0=uniform,
+                    y1=uniform,
                     line=dict(color="#8a93a6", dash="dot", width=1),
                 )
             ],  # fmt: skip

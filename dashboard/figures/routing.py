@@ -20,10 +20,12 @@ def coupling_by_type_figure(
     m_minus: float = 0.1,
     height: int = 520,
     step: int | None = None,
+    uniform: float | None = None,
 ) -> go.Figure:
     """Routing by agreement in iteration `step` (from 0; default the last), summed up per primary-capsule type.
 
-    Left: coupling c_ij aggregated per type (types x K heatmap), as its change from uniform, c - 1/K,
+    Left: coupling c_ij aggregated per type (types x K heatmap), as its change from uniform, c - 1/K (`uniform`: 1/K
+    by default, 1/(K+1) with "none of the above"),
     on a diverging scale centred at 0 whose ends are the same for every iteration, so stepping
     through them compares like with like; right: the class-capsule lengths after that iteration.
     by_type (r, types, K), iteration_lengths (r, K).
@@ -37,7 +39,7 @@ def coupling_by_type_figure(
         )
     shown = r - 1 if step is None else int(np.clip(step, 0, r - 1))
     x = list(class_names)
-    change = by_type - 1.0 / k  # (r, types, K)
+    change = by_type - (1.0 / k if uniform is None else uniform)  # (r, types, K)
     reach = max(float(np.abs(change).max()), 1e-3)
     heatmap = dict(
         type="heatmap", z=change[shown], x=x, y=[f"type {t + 1}" for t in range(types)], zmin=-reach, zmax=reach,
@@ -112,16 +114,18 @@ def coupling_maps_figure(
     num_classes: int = 10,
     step: int | None = None,
     selected: tuple[int, int, int] | None = None,
+    uniform: float | None = None,
 ) -> go.Figure:
     """Coupling of every primary capsule to one digit capsule in iteration `step` (from 0; default the last), as a
     grid of types x (6x6 positions); maps (r, types, G, G).
 
-    Shown as the change from uniform, c - 1/K, on a diverging scale centred at 0. The blocks are
+    Shown as the change from uniform, c - 1/K (`uniform`: 1/(K+1) with "none of the above"), on a diverging scale
+    centred at 0. The blocks are
     laid out about twice as wide as tall (`tile_columns`) and, unless `height` is given, the
     figure is as tall as they need in a figure about `width` px wide: no empty band. `selected`
     (type, y, x), all from 0: the selected primary capsule's cell, outlined (the linked views).
     """
-    maps = np.asarray(maps, dtype=np.float32) - 1.0 / num_classes
+    maps = np.asarray(maps, dtype=np.float32) - (1.0 / num_classes if uniform is None else uniform)
     r, types, grid, _ = maps.shape
     columns = columns or tile_columns(types)
     tiles = tile_maps(maps, columns)  # (r, H, W)
