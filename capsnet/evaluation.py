@@ -19,6 +19,7 @@ from torch import Tensor
 
 from capsnet.data.tasks import LabelledSet, Task
 from capsnet.device import exact_float32
+from capsnet.memory import reading_batch
 from capsnet.nn.capsnet import CapsNet
 from capsnet.nn.config import CapsNetConfig
 from capsnet.nn.em_capsnet import EMCapsNet, EMCapsNetConfig
@@ -112,12 +113,13 @@ def evaluate(
     model: AnyModel,
     images: Tensor,
     labels: Tensor,
-    batch_size: int = 500,
+    batch_size: int | None = None,
     device: torch.device | str | None = None,
     routing_iterations: int | None = None,
     on_batch: Callable[[int, int], None] | None = None,
 ) -> Evaluation:
-    """Run `model` over images (N, C, H, W) in [0, 1] with labels (N,), in batches, in eval mode.
+    """Run `model` over images (N, C, H, W) in [0, 1] with labels (N,), in batches (500, or fewer where this
+    machine's memory is short: `capsnet.memory.reading_batch`), in eval mode.
 
     The loss masks the decoder by the true label, as in training; predictions are the highest
     class scores (the longest capsules). A network that routes runs `routing_iterations` (its own
@@ -128,6 +130,7 @@ def evaluate(
         raise ValueError(f"need as many labels as images, and at least one: {len(images)} vs {len(labels)}")
     device = torch.device(device) if device is not None else next(model.parameters()).device
     config = model.config
+    batch_size = batch_size or reading_batch(model, config, 500)
     net = network_of(model)
     redraws = net.redraws(config)  # poses and redraws to summarise
     options = routing_options(model, routing_iterations)
@@ -323,9 +326,10 @@ def evaluate_set(
 ) -> Evaluation | PairEvaluation:
     """`model` on a labelled set: an `Evaluation`, or for pairs a `PairEvaluation` judged as the paper does.
 
-    `batch_size` defaults to the task's own (`Task.eval_batch`: 500 images, 250 pairs).
+    `batch_size` defaults to the task's own (`Task.eval_batch`: 500 images, 250 pairs), or fewer where this machine's
+    memory is short (`capsnet.memory.reading_batch`).
     """
-    size = batch_size or test.task.eval_batch
+    size = batch_size or reading_batch(model, model.config, test.task.eval_batch)
     if test.task.pairs:
         return evaluate_pairs(model, test.images, test.labels, test.pairs, size, device, on_batch, routing_iterations)
     return evaluate(model, test.images, test.labels, size, device, routing_iterations, on_batch)

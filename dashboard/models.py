@@ -401,7 +401,7 @@ def _evaluation(model_key: str, path: str, dataset: str, start: int, stop: int, 
     if start == 0 and (kept := kept_evaluation.read_kept(path, dataset, stop)) is not None:
         return kept
     images, labels = test_set(dataset)
-    result = evaluate(_model, images[start:stop], labels[start:stop], batch_size=250)
+    result = evaluate(_model, images[start:stop], labels[start:stop])  # 500 a batch, fewer where memory is short
     if start == 0:
         try:
             kept_evaluation.keep(path, result, dataset)

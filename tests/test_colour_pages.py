@@ -248,6 +248,32 @@ def test_the_sidebar_trains_on_a_folder_of_pictures_and_says_a_bad_one_in_one_li
             processes._CHILDREN[running.pid].wait(timeout=60)
 
 
+@pytest.mark.parametrize(("dataset", "model"), [("cifar10", ("em", "tiny")), ("smallnorb", ("cnn", "tiny"))])
+def test_the_sidebar_trains_each_family_on_cifar10_and_smallnorb(
+    colour_app: Path, dataset: str, model: tuple[str, str]
+) -> None:
+    """Issue 57, item 3: the sidebar's form trains on CIFAR-10 and smallNORB where the data folder has them, as on
+    MNIST: the run it starts trains its network on that dataset (watched to its first metrics line)."""
+
+    from capsnet.runs import processes
+
+    at = _colour_app()
+    at.sidebar.selectbox(key="train_dataset").set_value(dataset)
+    at.sidebar.selectbox(key="train_preset").set_value(model)
+    at.sidebar.number_input(key="train_epochs").set_value(1)
+    at.sidebar.button(key="FormSubmitter:train_form-Start training").click().run()
+    assert not at.exception, [e.stack_trace for e in at.exception]
+    assert not at.sidebar.error, [e.value for e in at.sidebar.error]
+    running = processes.active_run(colour_app)
+    assert running is not None
+    args = json.loads((running.run_dir / "args.json").read_text())
+    assert (args["dataset"], args["network"], args["preset"]) == (dataset, *model)
+    child = processes._CHILDREN[running.pid]
+    assert child.wait(timeout=300) == 0, (running.run_dir / "train.log").read_text()[-2000:]
+    metrics = [json.loads(line) for line in (running.run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert metrics[-1]["epoch"] == 1 and metrics[-1]["train_images"] > 0
+
+
 def test_every_page_reads_a_smallnorb_matrix_capsule_model(colour_app: Path) -> None:
     """Issue 57, items 1 and 4: smallNORB through every page: a matrix-capsule network of grey 32x32 crops, its test
     image followed on each page (its EM routing, every stage of its architecture), its test split measured."""

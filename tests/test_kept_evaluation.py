@@ -107,7 +107,7 @@ def test_the_evaluate_page_reads_a_kept_evaluation_instead_of_measuring(
 
     path = _checkpoint(tmp_path, "em")
     test = read_test_set("mnist").first(1000)
-    result = evaluate(load_checkpoint(path).model, test.images, test.labels, batch_size=250)
+    result = evaluate(load_checkpoint(path).model, test.images, test.labels)  # as the page reads: 500 a batch
     kept_evaluation.keep(path, result, "mnist", ship=True)
     st.cache_data.clear()
     model = models.Model(load_checkpoint(path), "kept")

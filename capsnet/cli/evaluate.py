@@ -12,6 +12,7 @@ from capsnet.data.tasks import read_test_set, task
 from capsnet.device import pick_device
 from capsnet.errors import ArgumentParser, CapsNetError, run_cli, said_out_of_memory
 from capsnet.evaluation import Evaluation, PairEvaluation, evaluate_set, format_report
+from capsnet.memory import check_reading_fits
 from capsnet.nn.registry import NETWORK_NAMES, network_of
 from capsnet.nn.routing import MAX_ROUTING_ITERATIONS
 
@@ -60,6 +61,9 @@ def main(argv: list[str] | None = None) -> int:
                                "its own routing count (leave out --dataset and --routing-iterations)")  # fmt: skip
         if args.keep and task(name).pairs:
             raise CapsNetError(f"{info.title} is read on the Overlapping digits page, which keeps no evaluation")
+        # measured before the data is read: a batch that would not fit is one line naming one that does
+        batch = min(args.batch_size, args.limit or args.batch_size)  # a batch is never larger than what is read
+        check_reading_fits(checkpoint.model, checkpoint.config, batch, f"reading with the {net.title}")
         test = read_test_set(name, args.data_dir).first(args.limit)
         with said_out_of_memory(args.batch_size):
             result = evaluate_set(checkpoint.model, test, args.batch_size, device, args.routing_iterations)

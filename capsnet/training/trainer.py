@@ -33,6 +33,7 @@ from capsnet.data.augment import augment_seed
 from capsnet.data.datasets import dataset_info
 from capsnet.device import describe_device, pick_device, seed_everything
 from capsnet.errors import CapsNetError, out_of_memory
+from capsnet.memory import check_fits
 from capsnet.nn.registry import AnyConfig, AnyModel, network, network_of
 from capsnet.nn.warm_start import warm_config, warm_start
 from capsnet.training.acceleration import Acceleration, lay_out
@@ -41,11 +42,11 @@ from capsnet.training.collapse import CollapseWatch, TrainingCollapsedError
 from capsnet.training.distributed import Distributed, barrier, distributed_session
 from capsnet.training.epoch import EpochContext, EpochSums, StopFlag, train_one_epoch
 from capsnet.training.folder import EpochRecord, Progress, ProgressWriter
-from capsnet.training.memory import check_fits
 from capsnet.training.optimizer import run_optimizer
 from capsnet.training.options import TrainOptions
 from capsnet.training.prepare import NETWORK_CONFIG, Prepared, prepare
 from capsnet.training.schedule import Schedule
+from capsnet.training.step import training_step
 from capsnet.training.train_data import Data, load_data
 from capsnet.training.watch import Watcher
 
@@ -161,7 +162,8 @@ def set_up(prepared: Prepared, env: Distributed, device: torch.device) -> Run:
     if device.type == "cpu":  # refused in one line, before the data is read, if the batch would not fit the memory
         config, family = prepared.config or options.network_config(), network(options.network)
         probe = lay_out(family.build(config), accel)
-        check_fits(probe, config, accel, options.batch_size, f"the {family.title} ({options.preset} preset)")
+        check_fits(probe, config, lambda m, opt, x, y: training_step(m, opt, x, y, x, config, accel.amp), str(accel.amp),
+                   options.batch_size, f"the {family.title} ({options.preset} preset)")  # fmt: skip
         del probe
     seed(options, env)
     data = load_data(options, device, env)

@@ -1,0 +1,65 @@
+"""Will it fit this machine's memory (`capsnet.memory`): an evaluation's batch measured before the data is read and
+refused in one line naming one that fits; where nobody chose a batch (a page, an export), a smaller one is taken."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+from conftest import REPO
+
+from capsnet import memory
+from capsnet.data.tasks import read_test_set as real_read
+from capsnet.evaluation import evaluate
+from capsnet.nn.capsnet import CapsNet
+from capsnet.nn.config import CapsNetConfig
+
+
+def test_an_evaluation_that_would_not_fit_is_refused_before_reading_and_the_batch_said_fits(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 57, item 2: an `evaluate` whose batch would not fit was killed by the allocator half-way (here the
+    shipped CapsNet at 10,000 images a batch with 2 GiB free); its reading is measured before the data is read and
+    refused in one line that names a batch, and that batch reads. (The address-space limit that `headroom` reads is
+    tested with a real training run in test_hostile_files.py.)"""
+    from capsnet.cli import evaluate as cli
+
+    mnist = str(REPO / "checkpoints" / "mnist.safetensors")
+    monkeypatch.setattr(memory, "headroom", lambda: 2 << 30)
+    read = []
+    monkeypatch.setattr(cli, "read_test_set", lambda *a, **k: read.append(a) or real_read(*a, **k))
+    assert cli.main([mnist, "--batch-size", "10000"]) == 2
+    said = capsys.readouterr().err.strip()
+    assert "\n" not in said and not read, said  # refused before the test set was read
+    assert said.startswith("python -m capsnet evaluate: error: reading with the CapsNet at a batch of 10000 needs"), (
+        said
+    )
+    fits = re.search(r"--batch-size (\d+) fits$", said)
+    assert fits is not None and 16 <= int(fits.group(1)) < 10000, said
+    batch = fits.group(1)
+    assert cli.main([mnist, "--batch-size", batch, "--limit", batch]) == 0
+    assert "on the MNIST test set" in capsys.readouterr().out
+
+
+def test_where_nobody_chose_a_batch_a_smaller_one_is_read_when_memory_is_short(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A page or an export reads 500 images a batch, or as many as fit: the same results in more batches."""
+    torch.manual_seed(0)
+    net = CapsNet(CapsNetConfig.preset("tiny")).eval()
+    images, labels = torch.rand(40, 1, 28, 28), torch.randint(0, 10, (40,))
+    batches: list[int] = []
+    roomy = evaluate(net, images, labels, on_batch=lambda done, total: batches.append(done))
+    assert batches == [40]  # one batch of up to 500
+    needs = memory.reading_memory(net, net.config)
+    assert needs is not None and needs.per_image > 0
+    monkeypatch.setattr(memory, "headroom", lambda: int(needs.at(16)))  # room for 16 images a batch, not 500
+    assert 1 <= memory.reading_batch(net, net.config, 500) <= 16
+    batches.clear()
+    tight = evaluate(net, images, labels, on_batch=lambda done, total: batches.append(done))
+    assert len(batches) >= 3 and batches[-1] == 40
+    assert tight.accuracy == roomy.accuracy and tight.loss == pytest.approx(roomy.loss, rel=1e-6)
+    assert torch.equal(torch.as_tensor(tight.predictions), torch.as_tensor(roomy.predictions))
+    monkeypatch.setattr(memory, "headroom", lambda: None)  # nothing known: the batch asked for
+    assert memory.reading_batch(net, net.config, 500) == 500
