@@ -36,8 +36,9 @@ def _find_data_dir() -> Path | None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Under pytest-xdist (`make test` runs two workers) each worker takes its share of the cores, and so do the
-    apps and commands it starts: two workers of two threads each on two cores would wait on each other."""
+    """Under pytest-xdist (`make test` runs three workers) each worker takes its share of the cores (at least one),
+    and so do the apps and commands it starts: two workers of two threads each on two cores would wait on each
+    other."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
         share = (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
         os.environ.setdefault("OMP_NUM_THREADS", str(max(1, share)))

@@ -102,10 +102,13 @@ def test_each_family_trains_on_a_colour_folder(colour_folder: Path, tmp_path: Pa
     assert evaluated.returncode == 0 and '"total": 24' in evaluated.stdout, evaluated.stderr
 
 
-def test_a_grey_folder_trains_at_its_own_side_and_names_it(grey_folder: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("network", ["capsnet", "cnn", "em"])
+def test_a_grey_folder_trains_each_family_at_its_own_side_and_names_it(
+    grey_folder: Path, tmp_path: Path, network: str
+) -> None:
     out = tmp_path / "run"
-    done = capsnet("train", "--dataset", grey_folder, "--preset", "tiny", "--epochs", "1", "--no-progress",
-                   "--out", out)  # fmt: skip
+    done = capsnet("train", "--dataset", grey_folder, "--network", network, "--preset", "tiny", "--epochs", "1",
+                   "--no-progress", "--no-compile", "--out", out)  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     from capsnet.checkpoints.checkpoint import read_checkpoint_info
 
