@@ -41,7 +41,8 @@ SUGGESTED = 0.75  # the batch said to fit, as a share of the largest the estimat
 
 @dataclass(frozen=True)
 class StepMemory:
-    """A training step's peak memory above what the process held before it: `fixed` + `per_image` x batch bytes."""
+    """A training step's or a reading's peak memory above what the process held before it: `fixed` + `per_image` x
+    batch bytes."""
 
     fixed: float
     per_image: float
@@ -217,22 +218,26 @@ def check_fits(
         raise _refuse(needs, batch, room, described, "no batch fits: a smaller --image-size or preset does")
 
 
+def _reading_room(model: torch.nn.Module, config: AnyConfig) -> tuple[int, StepMemory] | None:
+    """The room free here and what a reading with `model` needs (measured once a process); None where either is
+    unknown."""
+    room = headroom()
+    needs = None if room is None else _measured(model, config, "reading", lambda: reading_memory(model, config))
+    return None if room is None or needs is None else (room, needs)
+
+
 def check_reading_fits(model: torch.nn.Module, config: AnyConfig, batch: int, described: str) -> None:
     """Refuse, in one line, a reading (an evaluation) whose batch would not fit this machine's memory; say a batch
     that does."""
-    room = headroom()
-    if room is None:
-        return
-    needs = _measured(model, config, "reading", lambda: reading_memory(model, config))
-    if needs is not None and needs.at(batch) > room:
-        raise _refuse(needs, batch, room, described, "no batch fits: this machine has too little memory for it")
+    known = _reading_room(model, config)
+    if known is not None and known[1].at(batch) > known[0]:
+        raise _refuse(known[1], batch, known[0], described, "no batch fits: this machine has too little memory for it")
 
 
 def reading_batch(model: torch.nn.Module, config: AnyConfig, wanted: int) -> int:
-    """The batch to read with where nobody chose one (a dashboard page): `wanted`, or fewer where memory is short
-    (at least 1)."""
-    room = headroom()
-    needs = None if room is None else _measured(model, config, "reading", lambda: reading_memory(model, config))
-    if needs is None or room is None or needs.at(wanted) <= room:
+    """The batch to read with where nobody chose one (a dashboard page, an export, a training run's evaluation):
+    `wanted`, or fewer where memory is short (at least 1)."""
+    known = _reading_room(model, config)
+    if known is None or known[1].at(wanted) <= known[0]:
         return wanted
-    return max(1, min(wanted, int(SUGGESTED * needs.largest_batch(room))))
+    return max(1, min(wanted, int(SUGGESTED * known[1].largest_batch(known[0]))))

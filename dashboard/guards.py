@@ -13,7 +13,7 @@ import torch
 
 from capsnet.data import image_folder
 from capsnet.data.datasets import DATASETS, DatasetDamagedError, DatasetNotFoundError
-from capsnet.data.tasks import Task, task
+from capsnet.data.tasks import task
 from capsnet.nn.family import RoutingKind
 from capsnet.nn.registry import named
 from capsnet.runs import catalog
@@ -84,18 +84,12 @@ def require_input() -> np.ndarray | None:
     grey or (side, side, 3) colour; an input left from a model of other pictures is not this one's."""
     image = state.current_input()
     model = current_model(show_errors=False)
-    if image is not None and model is not None and not model.task.pairs and image.shape != _input_shape(model.task):
+    if image is not None and model is not None and not model.task.pairs and image.shape != model.task.picture_shape:
         image = None  # a colour or larger picture read for another model: this model's input is still to choose
     if image is None:
         st.info("No input yet: draw a digit, pick a test image or upload one on the **Draw** page.")
         st.page_link(state.page_path(pages.DRAW), label=f"Go to the {pages.DRAW.title} page", icon=pages.DRAW.icon)
     return image
-
-
-def _input_shape(read: Task) -> tuple[int, ...]:
-    """The shape of one input picture for a task: (side, side) grey, (side, side, 3) colour."""
-    side = read.input_size
-    return (side, side) if read.channels == 1 else (side, side, 3)
 
 
 def try_test_set(name: str, quiet: bool = False) -> tuple[torch.Tensor, torch.Tensor] | None:

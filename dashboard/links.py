@@ -20,6 +20,7 @@ import streamlit as st
 
 from capsnet.checkpoints.checkpoint import read_checkpoint_info
 from capsnet.data.datasets import DATASETS, dataset_info
+from capsnet.data.pictures import as_pictures
 from capsnet.data.tasks import task
 from capsnet.errors import CapsNetError
 from capsnet.runs.catalog import CheckpointEntry
@@ -75,7 +76,7 @@ def read_link(entries: list[CheckpointEntry]) -> None:
             notices.append(f"The link's capsule {params['capsule']!r} is not a class from 0 to {classes - 1}: ignored.")
         else:
             state.choose_capsule(value)
-    if "test" in params and known and not task(known).takes_drawings:
+    if "test" in params and known and not task(known).one_picture:
         title = dataset_info(known).title
         notices.append(
             f"The link's test image {str(params['test'])[:20]!r} is one 28x28 image, and the model the link opens "
@@ -94,7 +95,7 @@ def read_link(entries: list[CheckpointEntry]) -> None:
             notices.append(f"The link's test image {params['test']!r} is not an index from 0 to {count - 1:,}.")
         else:
             open_test_image(value, dataset)
-    if state.current_input() is None and (not known or task(known).takes_drawings):
+    if state.current_input() is None and (not known or task(known).one_picture):
         # a first visit has an input: every page that reads one shows it at once (the Draw page says which)
         open_test_image(DEFAULT_TEST_IMAGE, known or "mnist")
     st.session_state[NOTICES] = notices
@@ -150,7 +151,7 @@ def open_test_image(index: int, dataset: str) -> None:
 
     Nothing happens (and nothing is said) when the test set cannot be read: the page that needs it says why, once.
     """
-    if dataset in DATASETS and not task(dataset).takes_drawings:  # 36x36 pairs or 40x40 digits: not an input
+    if dataset in DATASETS and not task(dataset).one_picture:  # 36x36 pairs, 40x40 digits: not an input
         return
     data = guards.try_test_set(dataset, quiet=True)
     if data is None:
@@ -158,7 +159,8 @@ def open_test_image(index: int, dataset: str) -> None:
     images, labels = data
     index = int(np.clip(index, 0, len(images) - 1))
     state.choose_test_image(index)
-    state.set_input(images[index, 0].numpy(), f"test image #{index}", int(labels[index]))
+    picture = as_pictures(images[index : index + 1])[0]  # (H, W), or (H, W, 3) in colour
+    state.set_input(picture, f"test image #{index}", int(labels[index]))
 
 
 def _whole(text: str, low: int, high: int) -> int | None:

@@ -188,6 +188,23 @@ def test_the_pages_that_follow_one_input_read_a_colour_image(colour_app: Path) -
     assert any("One colour image, 32x32 pixels" in m.value for m in at.markdown)
 
 
+def test_a_link_to_a_test_image_opens_it_in_colour_on_every_page(colour_app: Path) -> None:
+    """A link's (or the Evaluate grid's) test image of a colour model is the input of every page, in colour (it
+    was left out: only 28x28 grey sets were opened, and a folder's image lost two of its channels)."""
+    clear_streamlit_caches()
+    at = AppTest.from_file(APP, default_timeout=180)
+    at.query_params["checkpoint"] = RUN
+    at.query_params["test"] = "3"
+    at.run()
+    at.switch_page(pages.ROUTING.path).run()
+    assert not at.exception, [e.stack_trace for e in at.exception]
+    assert any("Input: **test image #3**" in m.value for m in at.markdown), [
+        m.value[:60] for m in at.markdown if "Input" in m.value
+    ]
+    overlay = chart(at, "vote_overlay")
+    assert overlay["data"][0]["type"] == "image" and _is_colour(overlay["data"][0]["source"])
+
+
 def test_the_evaluate_page_redraws_colour_images_in_colour(colour_app: Path) -> None:
     at = _colour_app()
     at.switch_page(pages.EVALUATE.path).run()

@@ -64,6 +64,17 @@ class Task:
         return self.kind == "image" and self.channels == 1 and self.input_size == MNIST_SIZE
 
     @property
+    def one_picture(self) -> bool:
+        """Whether one test image is an input the pages follow: not a pair, nor a digit placed on a larger canvas."""
+        return self.kind in ("image", "crop")
+
+    @property
+    def picture_shape(self) -> tuple[int, ...]:
+        """One input as a picture (`capsnet.data.pictures`): (side, side) grey, (side, side, 3) colour."""
+        side = self.input_size
+        return (side, side) if self.channels == 1 else (side, side, 3)
+
+    @property
     def eval_batch(self) -> int:
         """Examples per evaluation batch: 500 images, or 250 pairs (made on the fly, twice the tensors)."""
         return 250 if self.pairs else 500

@@ -46,11 +46,6 @@ class RoutingTrace:
     agreement: Tensor  # (B, r, K, N)
     leak: bool = False  # routed with the "none-of-the-above" category (`couplings`)
 
-    @property
-    def uniform(self) -> float:
-        """The couplings before any agreement is measured: 1/K, or 1/(K+1) with "none of the above"."""
-        return 1.0 / (self.coupling.shape[2] + int(self.leak))
-
 
 def _dot_children(u_hat: Tensor, x: Tensor) -> Tensor:
     """u_hat_{j|i} . x_j for every child i: (B, K, N, D), (B, K, D) -> (B, K, N).
