@@ -19,6 +19,7 @@ import numpy as np
 import streamlit as st
 
 from capsnet.checkpoints.checkpoint import read_checkpoint_info
+from capsnet.data import image_folder
 from capsnet.data.datasets import DATASETS, dataset_info
 from capsnet.data.pictures import as_pictures
 from capsnet.data.tasks import task
@@ -95,9 +96,12 @@ def read_link(entries: list[CheckpointEntry]) -> None:
             notices.append(f"The link's test image {params['test']!r} is not an index from 0 to {count - 1:,}.")
         else:
             open_test_image(value, dataset)
-    if state.current_input() is None and (not known or task(known).one_picture):
+    # the dataset whose test images are the inputs: the model's own where this version reads it (a folder too)
+    own = chosen.dataset if chosen is not None and chosen.dataset else ""
+    opened = own if own in DATASETS or image_folder.parse(own) is not None else "mnist"
+    if state.current_input() is None and task(opened).one_picture:
         # a first visit has an input: every page that reads one shows it at once (the Draw page says which)
-        open_test_image(DEFAULT_TEST_IMAGE, known or "mnist")
+        open_test_image(DEFAULT_TEST_IMAGE, opened)
     st.session_state[NOTICES] = notices
 
 
