@@ -23,6 +23,13 @@ import numpy as np
 
 from capsnet.errors import CapsNetError
 
+CACHE_ENV = "CAPSNET_CACHE_DIR"  # where the package keeps what it measured or built for this user and machine
+
+
+def cache_dir() -> Path:
+    """The user's cache: $CAPSNET_CACHE_DIR, else ~/.cache/capsnet (measurements, the compiled EM kernel)."""
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "capsnet")
+
 
 class FileWriteError(CapsNetError):
     """A file could not be written."""

@@ -21,15 +21,25 @@ from pathlib import Path
 from typing import Any
 
 from capsnet.errors import CapsNetError
-from capsnet.files import FileReadError, file_sha256, loads_json, read_regular_file, write_failure, write_json
+from capsnet.files import (
+    CACHE_ENV as CACHE_ENV,
+)
+from capsnet.files import (
+    FileReadError,
+    cache_dir,
+    file_sha256,
+    loads_json,
+    read_regular_file,
+    write_failure,
+    write_json,
+)
 
-CACHE_ENV = "CAPSNET_CACHE_DIR"
 MAX_ENTRY_BYTES = 16 * 1024 * 1024  # a routing entry of 10,000 images is about 1 MB
 
 
 def store_dir() -> Path:
     """The user's store: $CAPSNET_CACHE_DIR/measurements, else ~/.cache/capsnet/measurements."""
-    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "capsnet") / "measurements"
+    return cache_dir() / "measurements"
 
 
 @functools.lru_cache(maxsize=64)

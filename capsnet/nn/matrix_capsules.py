@@ -10,11 +10,21 @@ in the kernel, never on the position of the kernel: transformation matrices are 
 
 from __future__ import annotations
 
+from ctypes import CDLL
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from capsnet.nn.em_routing import EMTrace, em_routing, em_routing_by_iterations
+from capsnet.nn import em_native
+from capsnet.nn.em_routing import (
+    LOG_WEIGHT_FLOOR,
+    EMTrace,
+    child_softmax,
+    em_routing,
+    em_routing_by_iterations,
+    inverse_temperature,
+)
 from capsnet.nn.routing import RandomCouplings, in_float32
 
 POSE = 4  # a pose is a 4x4 matrix
@@ -84,7 +94,6 @@ def _in_chunks(
     at r = 1 .. iterations, r-major along the batch (r*B, ...). With `random`, the first R_ij are drawn from it,
     each image's the same in any chunk."""
     batch = poses.shape[0]
-    kron = _kron(layer.weight, poses)  # once for every chunk
     positions, slots = layer.child_index.shape
 
     def start(rows: slice) -> Tensor | None:  # the first R_ij's logits of these images: (b, P, J, I)
@@ -95,6 +104,13 @@ def _in_chunks(
 
     on_cpu = poses.device.type == "cpu"
     needs_grad = torch.is_grad_enabled() and any(p.requires_grad for p in (poses, activations, layer.weight))
+    plain = not (trace or needs_grad or torch.compiler.is_compiling() or torch.is_autocast_enabled("cpu"))
+    library = em_native.kernel() if on_cpu and plain and poses.dtype == torch.float32 else None
+    if library is not None:  # a CPU reading in float32: the compiled kernel, image by image (`em_native`)
+        logits = start(slice(0, batch))
+        first = None if logits is None else child_softmax(logits, layer.child_index, layer.children_count)
+        return layer._route_native(library, poses, activations, iterations, every, first)
+    kron = _kron(layer.weight, poses)  # once for every chunk
     chunk = max(1, (CPU_CHUNK_BYTES if on_cpu else DEVICE_CHUNK_BYTES) // layer.routing_bytes_per_image())
     if trace or (needs_grad and not on_cpu) or chunk >= batch or torch.compiler.is_compiling():
         return layer._route(poses, activations, kron, iterations, trace, every, start(slice(0, batch)))
@@ -139,6 +155,33 @@ def _votes(rows: Tensor, kron: Tensor) -> Tensor:
     return out.view(rows.shape[0], rows.shape[1], -1, POSE_ENTRIES)  # (I, N, J, 16)
 
 
+def _native(
+    layer: _EMRoutedLayer,
+    library: CDLL,
+    poses: Tensor,
+    activations: Tensor,
+    weights: Tensor,
+    offsets: Tensor | None,
+    order: Tensor | None,
+    iterations: int,
+    every: bool,
+    start: Tensor | None,
+) -> tuple[Tensor, Tensor]:
+    """`em_routing`'s poses and activations (with `every`, r-major along the batch: (r*B, P, J, ...)) from the
+    compiled kernel (`em_native.route`), for slot poses (B, P, I, 16) and activations (B, P, I), W per slot (I, J, 4,
+    4), offsets (I, 16) or None; `order`: the children in the order the kernel visits them."""
+    slots, even = em_native.slot_table(layer.child_index, layer.children_count, layer.beta_u.numel(), order)
+    positions, slot_count = layer.child_index.shape
+    mean, out_a = em_native.route(
+        library, poses, activations, weights.detach(), offsets, slots, even, layer.beta_u, layer.beta_a,
+        tuple(inverse_temperature(t + 1) for t in range(iterations)), layer.beta_u.numel() / slot_count,
+        LOG_WEIGHT_FLOOR, every, start,
+    )  # fmt: skip
+    if every:  # (r, B, ...) -> (r*B, ...), as `_route_float32` gives them
+        return mean.flatten(0, 1), out_a.flatten(0, 1)
+    return mean, out_a
+
+
 class _EMRoutedLayer(nn.Module):
     """What both layers routed by EM share: a forward pass over the batch in chunks (`_in_chunks`) and the results at
     every r from one routing run (`_by_iterations`). Each says its shapes and makes its votes in `_route`."""
@@ -167,6 +210,17 @@ class _EMRoutedLayer(nn.Module):
         return _by_iterations(self, poses, activations, iterations)
 
     def routing_bytes_per_image(self) -> int:  # each layer's own: the bytes it routes for one image
+        raise NotImplementedError
+
+    def _route_native(  # each layer's own: its slots, routed by the compiled kernel (`_native`)
+        self,
+        library: CDLL,
+        poses: Tensor,
+        activations: Tensor,
+        iterations: int,
+        every: bool,
+        start: Tensor | None,
+    ) -> tuple[Tensor, Tensor, EMTrace | None]:
         raise NotImplementedError
 
     def _route(  # each layer's own: its votes, routed by `_route_float32`
@@ -235,17 +289,46 @@ class ConvCapsules(_EMRoutedLayer):
         start: Tensor | None = None,
     ) -> tuple[Tensor, Tensor, EMTrace | None]:
         batch = poses.shape[0]
-        k, s, n = self.kernel, self.stride, self.out_size
-        windows = F.unfold(poses.flatten(1, 2), k, stride=s)  # (B, T_in*16*K*K, L)
-        windows = windows.view(batch, self.in_types, POSE_ENTRIES, k * k, n * n)  # (B, T_in, 16, K*K, L)
+        n = self.out_size
+        windows = self._windows(poses)  # (B, T_in, 16, K*K, L)
         rows = windows.permute(1, 3, 0, 4, 2).reshape(-1, batch * n * n, POSE_ENTRIES)  # (T_in*K*K, B*L, 16)
-        child_a = F.unfold(activations, k, stride=s).transpose(1, 2)  # (B, L, T_in*K*K)
+        child_a = F.unfold(activations, self.kernel, stride=self.stride).transpose(1, 2)  # (B, L, T_in*K*K)
         votes = _votes(rows, kron).view(-1, batch, n * n, self.out_types, POSE_ENTRIES)  # (I, B, L, J, 16)
         votes = votes.permute(1, 2, 3, 0, 4)  # (B, L, J, I, 16), a view: routing copies it once, into [V, V^2]
         # (B, L, J, 16), (B, L, J); with `every`, r*B in place of B (as in the lines below)
         mean, out_a, routed = _route_float32(votes, child_a, self, iterations, trace, every, start)
+        return *self._grid(mean, out_a), routed
+
+    def _windows(self, poses: Tensor) -> Tensor:
+        """Each window's child poses: (B, T_in, 16, H, W) -> (B, T_in, 16, K*K, L), slot i = (type, kernel cell)."""
+        k, n = self.kernel, self.out_size
+        windows = F.unfold(poses.flatten(1, 2), k, stride=self.stride)  # (B, T_in*16*K*K, L)
+        return windows.view(poses.shape[0], self.in_types, POSE_ENTRIES, k * k, n * n)  # (B, T_in, 16, K*K, L)
+
+    def _grid(self, mean: Tensor, out_a: Tensor) -> tuple[Tensor, Tensor]:
+        """Routing's parents (B, L, J, 16), (B, L, J) as the parent grid (B, J, 16, H', W'), (B, J, H', W')."""
+        n = self.out_size
         out_poses = mean.permute(0, 2, 3, 1).reshape(-1, self.out_types, POSE_ENTRIES, n, n)  # (B, J, 16, H', W')
-        return out_poses, out_a.transpose(1, 2).reshape(-1, self.out_types, n, n), routed  # (B, J, H', W')
+        return out_poses, out_a.transpose(1, 2).reshape(-1, self.out_types, n, n)  # (B, J, H', W')
+
+    def _route_native(
+        self,
+        library: CDLL,
+        poses: Tensor,
+        activations: Tensor,
+        iterations: int,
+        every: bool,
+        start: Tensor | None,
+    ) -> tuple[Tensor, Tensor, EMTrace | None]:
+        batch = poses.shape[0]
+        # each slot's child (child = type * H * W + cell), gathered: (B, C, 16) -> (B, L, I, 16); (B, C) -> (B, L, I)
+        slot_poses = poses.permute(0, 1, 3, 4, 2).reshape(batch, -1, POSE_ENTRIES)[:, self.child_index]
+        child_a = activations.reshape(batch, -1)[:, self.child_index]
+        # the children cell by cell (child = type * H * W + cell): the types of one cell share their parent positions
+        cells = self.in_size * self.in_size
+        order = torch.arange(self.children_count).view(self.in_types, cells).t().flatten()
+        mean, out_a = _native(self, library, slot_poses, child_a, self.weight, None, order, iterations, every, start)
+        return *self._grid(mean, out_a), None
 
 
 class ClassCapsules(_EMRoutedLayer):
@@ -302,3 +385,21 @@ class ClassCapsules(_EMRoutedLayer):
         # (B, 1, K, 16), (B, 1, K); with `every`, r*B in place of B
         mean, out_a, routed = _route_float32(votes, child_a, self, iterations, trace, every, start)
         return mean[:, 0], out_a[:, 0], routed
+
+    def _route_native(
+        self,
+        library: CDLL,
+        poses: Tensor,
+        activations: Tensor,
+        iterations: int,
+        every: bool,
+        start: Tensor | None,
+    ) -> tuple[Tensor, Tensor, EMTrace | None]:
+        batch, types, _, height, width = poses.shape
+        cells = height * width
+        slot_poses = poses.permute(0, 1, 3, 4, 2).reshape(batch, 1, types * cells, POSE_ENTRIES)  # (B, 1, I, 16)
+        child_a = activations.reshape(batch, 1, types * cells)  # (B, 1, I), slot (type, y, x)
+        weights = self.weight.repeat_interleave(cells, dim=0)  # a type's W for each of its cells: (I, K, 4, 4)
+        offsets = self.offsets.repeat(types, 1)  # coordinate addition, each slot its cell's: (I, 16)
+        mean, out_a = _native(self, library, slot_poses, child_a, weights, offsets, None, iterations, every, start)
+        return mean[:, 0], out_a[:, 0], None

@@ -1,0 +1,286 @@
+/* EM routing of one capsule layer for a reading (no gradients): each vote made where it is used, each iteration
+   one pass over the votes.
+
+Hinton, Sabour & Frosst (2018), "Matrix capsules with EM routing", ICLR: Procedure 1 as capsnet/nn/em_routing.py
+writes it (its module docstring has the formulas and the pitfalls avoided), for a reading on a CPU. The PyTorch
+path writes every vote V_ij and [V - c, (V - c)^2] to memory (29.5 MB an image in the paper's ConvCaps1) and reads
+them back for each M-step and each E-step. Here a child's votes for every parent type are remade from its pose and
+the 4x4 matrices W (four fused multiply-adds an entry) when a pass reaches it, and the E-step of iteration t and the
+M-step of iteration t + 1 are one pass: the children are visited one at a time, each child's votes at every parent
+position that reaches it made once, its assignments R_ij normalised over all of them (pitfall 1) and added into
+those parents' moments at once. An image's routing then touches its children's poses, the matrices W and its
+parents' moments, never a vote-sized array. Compiled at run time for the machine by capsnet/nn/em_native.py, which
+falls back to the PyTorch path (the reference the tests hold this to) where no C compiler is found.
+
+Layouts (float32, contiguous; the batch's images one after another):
+    poses    (B, P, I, 16)    each slot's child pose M, row-major
+    acts     (B, P, I)        each slot's child activation a_i
+    wtiles   (I, 4, 4, Jp)    W_ij[k][c] at [i][k][c][j]; J parent types padded with zeros to Jp, a multiple of
+                              em_block(), so that every inner loop is whole vectors
+    offsets  (I, 16)          added to every vote of slot i (the class capsules' coordinate addition), or NULL
+    centre   (B, P, 16, Jp)   each parent's centre c: the plain mean of its votes (a matrix product, made by the
+                              caller), about which the moments are taken so that sigma^2 does not cancel away
+    slots    (C, S)           the slots (p * I + i) of each child, -1 past its last: a child is normalised over
+                              every parent position that reaches it
+    start    (B, P, I, Jp)    the first R_ij, or NULL: each slot's `even` share (P, I) for every parent type
+    beta_u, beta_a (Jp)       each parent type's costs
+    out_mean (R, B, P, J, 16) and out_act (R, B, P, J): the parents after the last M-step (R = 1), or after each
+                              (R = iterations) when `every` is set
+*/
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define H 16                 /* a pose's entries */
+#define VB 16                /* parent types a block: the length of every inner loop (one or two vectors) */
+#define EPSILON 1e-8f        /* em_routing.EPSILON */
+#define VARIANCE_FLOOR 1e-4f /* em_routing.VARIANCE_FLOOR */
+#define TWO_PI 6.283185307179586f
+
+/* exp(x) for x <= 0 (x >= -87 after the clamp): Cephes' polynomial after x = n ln 2 + f, about 1e-7 relative;
+   written so that a loop over it vectorises, where libm's expf is a call a number */
+static inline float exp_neg(float x) {
+    x = x < -87.0f ? -87.0f : x;
+    const float n = floorf(x * 1.44269504088896341f + 0.5f);
+    const float f = x - n * 0.693359375f + n * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * f + 1.3981999507e-3f;
+    p = p * f + 8.3334519073e-3f;
+    p = p * f + 4.1665795894e-2f;
+    p = p * f + 1.6666665459e-1f;
+    p = p * f + 5.0000001201e-1f;
+    p = p * f * f + f + 1.0f;
+    union {
+        float f;
+        int32_t i;
+    } scale;
+    scale.i = ((int32_t)n + 127) << 23;
+    return p * scale.f;
+}
+
+typedef struct {
+    int64_t P, I, J, Jp, C, S;
+    const float *wtiles, *offsets, *beta_u, *beta_a;
+    const int64_t *slots;
+    float scale; /* pitfall 3: n_j scaled by parents / children of a receptive field */
+} Layer;
+
+/* What one M-step adds up for every parent (about its centre), and the fit it gives. (P, 16, Jp) or (P, Jp). */
+typedef struct {
+    float *first, *second, *amount;    /* sum_i r (V - c), sum_i r (V - c)^2, n = sum_i r, with r = R a */
+    float *mean, *variance, *logit;    /* d = mu - c, sigma^2, the activation's logit z */
+    float *q1, *q2, *constant;         /* the next E-step's weights: -2 d / sigma^2, 1 / sigma^2, log a - k / 2 */
+} Fit;
+
+/* Adds r (Jp) times the votes about the centre v (16, Jp) of position p into the fit's sums. */
+static inline void add_moments(const Layer *L, Fit *F, int64_t p, const float *restrict v, const float *restrict r) {
+    const int64_t Jp = L->Jp;
+    float *restrict n = F->amount + p * Jp;
+    for (int64_t j = 0; j < Jp; j++) n[j] += r[j];
+    for (int l = 0; l < H; l++) {
+        const float *restrict d = v + l * Jp;
+        float *restrict f = F->first + (p * H + l) * Jp, *restrict s = F->second + (p * H + l) * Jp;
+        for (int64_t jb = 0; jb < Jp; jb += VB) {
+#pragma omp simd
+            for (int jj = 0; jj < VB; jj++) {
+                const int64_t j = jb + jj;
+                const float rd = r[j] * d[j];
+                f[j] += rd;
+                s[j] += rd * d[j];
+            }
+        }
+    }
+}
+
+static void clear_sums(const Layer *L, Fit *F) {
+    memset(F->first, 0, sizeof(float) * L->P * H * L->Jp);
+    memset(F->second, 0, sizeof(float) * L->P * H * L->Jp);
+    memset(F->amount, 0, sizeof(float) * L->P * L->Jp);
+}
+
+/* The end of an M-step: each parent's mean about its centre, variance and activation logit from its sums (as
+   capsnet.nn.em_routing._m_step), then the next E-step's weights. */
+static void fit_parents(const Layer *L, Fit *F, const float *centre, float lam) {
+    const int64_t Jp = L->Jp;
+    for (int64_t p = 0; p < L->P; p++)
+        for (int64_t j = 0; j < Jp; j++) {
+            const float n = F->amount[p * Jp + j], inv = 1.0f / (n + EPSILON), total = n * inv;
+            float cost = 0.0f, k = 0.0f;
+            for (int l = 0; l < H; l++) {
+                const int64_t at = (p * H + l) * Jp + j;
+                const float f = F->first[at] * inv, s = F->second[at] * inv;
+                const float d = f - centre[at] * (1.0f - total); /* mu - c, with mu = sum_i w_i V_i */
+                const float spread = s - d * (2.0f * f - d * total);
+                const float var = (spread > 0.0f ? spread : 0.0f) + VARIANCE_FLOOR, prec = 1.0f / var;
+                F->mean[at] = d;
+                F->variance[at] = var;
+                cost += (L->beta_u[j] + 0.5f * logf(var)) * (n * L->scale);
+                /* about the centre: sum_h (V - mu)^2 / sigma^2 = sum_h (V' - d)^2 / sigma^2, V' = V - c */
+                F->q1[at] = -2.0f * d * prec;
+                F->q2[at] = prec;
+                k += d * d * prec + logf(TWO_PI * var);
+            }
+            const float z = lam * (L->beta_a[j] - cost);
+            const float log_a = z < 0.0f ? z - log1pf(expf(z)) : -log1pf(expf(-z)); /* logsigmoid, exact near 0 */
+            F->logit[p * Jp + j] = z;
+            F->constant[p * Jp + j] = j < L->J ? log_a - 0.5f * k : -INFINITY; /* a padded type gets nothing */
+        }
+}
+
+/* The first M-step's sums, from R given (P, I, Jp) or each slot's even share: each vote made and added at once */
+static void first_pass(const Layer *L, Fit *F, const float *poses, const float *acts, const float *centre,
+                       const float *start, const float *even, float *r) {
+    const int64_t Jp = L->Jp;
+    clear_sums(L, F);
+    for (int64_t p = 0; p < L->P; p++)
+        for (int64_t i = 0; i < L->I; i++) {
+            const int64_t slot = p * L->I + i;
+            const float a = acts[slot];
+            if (a == 0.0f) continue;
+            for (int64_t j = 0; j < Jp; j++) r[j] = (start ? start[slot * Jp + j] : (j < L->J ? even[slot] : 0.0f)) * a;
+            float *restrict n = F->amount + p * Jp;
+            for (int64_t j = 0; j < Jp; j++) n[j] += r[j];
+            const float *pose = poses + slot * H, *w = L->wtiles + i * H * Jp, *off = L->offsets + i * H;
+            for (int l = 0; l < H; l++) {
+                const int row = l >> 2, col = l & 3;
+                const float m0 = pose[row * 4], m1 = pose[row * 4 + 1], m2 = pose[row * 4 + 2], m3 = pose[row * 4 + 3];
+                const float o = off[l];
+                const float *w0 = w + col * Jp, *w1 = w + (4 + col) * Jp, *w2 = w + (8 + col) * Jp,
+                            *w3 = w + (12 + col) * Jp, *restrict c = centre + (p * H + l) * Jp;
+                float *restrict f = F->first + (p * H + l) * Jp, *restrict s = F->second + (p * H + l) * Jp;
+                for (int64_t jb = 0; jb < Jp; jb += VB) {
+#pragma omp simd
+                    for (int jj = 0; jj < VB; jj++) {
+                        const int64_t j = jb + jj;
+                        const float d = m0 * w0[j] + m1 * w1[j] + m2 * w2[j] + m3 * w3[j] + o - c[j], rd = r[j] * d;
+                        f[j] += rd;
+                        s[j] += rd * d;
+                    }
+                }
+            }
+        }
+}
+
+/* The E-step of one fit and the sums of the next M-step, one child at a time: each of its slots' votes made
+   once, R_ij = a_j p_ij / sum over every parent of the child (log space, weights floored at `log_floor` below the
+   likeliest's: LOG_WEIGHT_FLOOR), then r = R a added into those parents' sums */
+static void next_pass(const Layer *L, const Fit *F, Fit *G, const float *poses, const float *acts,
+                      const float *centre, float log_floor, float *v, float *r) {
+    const int64_t Jp = L->Jp;
+    clear_sums(L, G);
+    for (int64_t ch = 0; ch < L->C; ch++) {
+        const int64_t *slots = L->slots + ch * L->S;
+        int64_t count = 0;
+        float top = -INFINITY;
+        for (; count < L->S && slots[count] >= 0; count++) {
+            const int64_t slot = slots[count], p = slot / L->I, i = slot % L->I;
+            float *vs = v + count * H * Jp, *rs = r + count * Jp;
+            const float *pose = poses + slot * H, *w = L->wtiles + i * H * Jp, *off = L->offsets + i * H;
+            const float *k = F->constant + p * Jp;
+            for (int64_t jb = 0; jb < Jp; jb += VB) {
+                float acc[VB];
+#pragma omp simd
+                for (int jj = 0; jj < VB; jj++) acc[jj] = 0.0f;
+                for (int l = 0; l < H; l++) {
+                    const int row = l >> 2, col = l & 3;
+                    const float m0 = pose[row * 4], m1 = pose[row * 4 + 1], m2 = pose[row * 4 + 2],
+                                m3 = pose[row * 4 + 3], o = off[l];
+                    const float *w0 = w + col * Jp + jb, *w1 = w + (4 + col) * Jp + jb, *w2 = w + (8 + col) * Jp + jb,
+                                *w3 = w + (12 + col) * Jp + jb, *restrict c = centre + (p * H + l) * Jp + jb,
+                                *restrict a = F->q1 + (p * H + l) * Jp + jb, *restrict b = F->q2 + (p * H + l) * Jp + jb;
+                    float *restrict vl = vs + l * Jp + jb;
+#pragma omp simd
+                    for (int jj = 0; jj < VB; jj++) {
+                        const float d = m0 * w0[jj] + m1 * w1[jj] + m2 * w2[jj] + m3 * w3[jj] + o - c[jj];
+                        vl[jj] = d; /* the vote about the centre, for the M-step below */
+                        acc[jj] += d * (a[jj] + d * b[jj]);
+                    }
+                }
+#pragma omp simd reduction(max : top)
+                for (int jj = 0; jj < VB; jj++) {
+                    rs[jb + jj] = k[jb + jj] - 0.5f * acc[jj]; /* log a_j + log N(V_ij; mu_j, sigma_j^2) */
+                    top = rs[jb + jj] > top ? rs[jb + jj] : top;
+                }
+            }
+        }
+        if (count == 0) continue; /* a child no window reaches */
+        float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+        for (int64_t n = 0; n < count * Jp; n++) {
+            const float x = r[n] - top;
+            r[n] = x == -INFINITY ? 0.0f : exp_neg(x > log_floor ? x : log_floor);
+            sum += r[n];
+        }
+        for (int64_t s = 0; s < count; s++) {
+            const int64_t slot = slots[s], p = slot / L->I;
+            const float scale = acts[slot] / sum; /* r = R a */
+            if (scale == 0.0f) continue;
+            float *rs = r + s * Jp;
+            for (int64_t j = 0; j < Jp; j++) rs[j] *= scale;
+            add_moments(L, G, p, v + s * H * Jp, rs);
+        }
+    }
+}
+
+static void write_out(const Layer *L, const Fit *F, const float *centre, float *out_mean, float *out_act) {
+    const int64_t J = L->J, Jp = L->Jp;
+    for (int64_t p = 0; p < L->P; p++)
+        for (int64_t j = 0; j < J; j++) {
+            for (int l = 0; l < H; l++) {
+                const int64_t at = (p * H + l) * Jp + j;
+                out_mean[(p * J + j) * H + l] = F->mean[at] + centre[at];
+            }
+            out_act[p * J + j] = 1.0f / (1.0f + expf(-F->logit[p * Jp + j]));
+        }
+}
+
+/* The block the caller pads the parent types to. */
+int64_t em_block(void) { return VB; }
+
+/* Routes images [first_image, last_image) of a batch of `batch` (the layouts are at the top of this file). S is
+   the most slots a child fills. Returns 0; 1 when its scratch memory could not be had; 2 for a Jp that is not a
+   multiple of em_block() or less than J. */
+int em_route(int64_t batch, int64_t first_image, int64_t last_image, int64_t P, int64_t I, int64_t J, int64_t Jp,
+             int64_t C, int64_t S, int64_t iterations, int64_t every, const float *poses, const float *acts,
+             const float *wtiles, const float *offsets, const float *centre, const int64_t *slots,
+             const float *start, const float *even, const float *beta_u, const float *beta_a, const float *lambdas,
+             float scale, float log_floor, float *out_mean, float *out_act) {
+    if (Jp % VB != 0 || Jp < J) return 2;
+    const int64_t PI = P * I, PJ = P * Jp, sums = PJ * H * 2 + PJ, fit = PJ * H * 4 + PJ * 2;
+    const size_t floats = (size_t)I * H + (size_t)S * H * Jp + (size_t)S * Jp + 2 * (size_t)(sums + fit);
+    float *scratch = (float *)malloc(floats * sizeof(float));
+    if (!scratch) return 1;
+    float *zeros = scratch, *v = zeros + I * H, *r = v + S * H * Jp, *at = r + S * Jp;
+    Fit fits[2];
+    for (int n = 0; n < 2; n++) {
+        Fit *F = &fits[n];
+        F->first = at, F->second = at + PJ * H, F->amount = at + 2 * PJ * H, F->mean = F->amount + PJ;
+        F->variance = F->mean + PJ * H, F->q1 = F->variance + PJ * H, F->q2 = F->q1 + PJ * H;
+        F->logit = F->q2 + PJ * H, F->constant = F->logit + PJ;
+        at = F->constant + PJ;
+    }
+    if (!offsets) {
+        memset(zeros, 0, sizeof(float) * I * H);
+        offsets = zeros;
+    }
+    const Layer L = {P, I, J, Jp, C, S, wtiles, offsets, beta_u, beta_a, slots, scale};
+    for (int64_t b = first_image; b < last_image; b++) {
+        const float *img_poses = poses + b * PI * H, *img_acts = acts + b * PI, *img_centre = centre + b * PJ * H;
+        for (int64_t t = 0; t < iterations; t++) {
+            Fit *F = &fits[t % 2];
+            if (t == 0)
+                first_pass(&L, F, img_poses, img_acts, img_centre, start ? start + b * PI * Jp : NULL, even, r);
+            else
+                next_pass(&L, &fits[(t + 1) % 2], F, img_poses, img_acts, img_centre, log_floor, v, r);
+            fit_parents(&L, F, img_centre, lambdas[t]);
+            if (every || t == iterations - 1) {
+                const int64_t at_image = every ? t * batch + b : b;
+                write_out(&L, F, img_centre, out_mean + at_image * P * J * H, out_act + at_image * P * J);
+            }
+        }
+    }
+    free(scratch);
+    return 0;
+}

@@ -1,0 +1,230 @@
+"""EM routing for a CPU reading in compiled C: `em_kernel.c`, built once for this machine and kept in the cache.
+
+Hinton, Sabour & Frosst (2018), "Matrix capsules with EM routing", ICLR. https://openreview.net/forum?id=HJWLfGWRb
+
+The PyTorch path (`capsnet.nn.em_routing`) writes every vote and [V - c, (V - c)^2] to memory and reads them back in
+each M-step and E-step; the kernel remakes a child's votes from its pose and W where a step needs them and does the
+E-step of one iteration and the M-step of the next in one pass, so a reading of the paper's network runs several
+times faster (`benchmarks/README.md`) in the same float32 arithmetic (the tests hold both to each other). It serves
+readings only (no gradients, no trace): training and the dashboard's step-by-step views keep the PyTorch path.
+
+The kernel is compiled with the system's C compiler (`$CC`, else cc, gcc or clang) for the CPU it runs on
+(`-march=native`: AVX2, AVX-512, whatever this machine has, chosen here and never assumed) into
+`$CAPSNET_CACHE_DIR/native/` (default ~/.cache/capsnet), under a name that hashes the source, the flags, the
+compiler and the CPU, written atomically. Where no compiler works, or `CAPSNET_NATIVE=0` is set, `kernel()` is None
+and every layer routes with PyTorch: slower, never different.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from capsnet.files import atomic_path, cache_dir
+
+SOURCE = Path(__file__).with_name("em_kernel.c")
+NATIVE_ENV = "CAPSNET_NATIVE"  # "0" routes every reading with PyTorch (as where no compiler is found)
+COMPILER_ENV = "CC"
+# the flags tried in turn: the machine's own instructions first, then plain optimised C
+FLAG_SETS = (
+    ("-O3", "-march=native", "-mprefer-vector-width=512", "-fopenmp-simd", "-fno-math-errno"),
+    ("-O3", "-fopenmp-simd", "-fno-math-errno"),
+)
+COMPILE_SECONDS = 120
+
+
+def enabled() -> bool:
+    """Whether readings may use the kernel: unless $CAPSNET_NATIVE is "0"."""
+    return os.environ.get(NATIVE_ENV, "1").strip() != "0"
+
+
+def _compiler() -> str | None:
+    """The C compiler to build with: $CC, else the first of cc, gcc and clang on the PATH."""
+    named = os.environ.get(COMPILER_ENV)
+    if named:
+        return shutil.which(named)
+    return next((found for name in ("cc", "gcc", "clang") if (found := shutil.which(name))), None)
+
+
+def _cpu() -> str:
+    """What the build depends on in this CPU: its model and instruction sets (/proc/cpuinfo where there is one)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        return platform.machine() + platform.processor()
+    lines = [line for line in text.splitlines() if line.startswith(("model name", "flags", "Features"))]
+    return platform.machine() + "\n".join(sorted(set(lines)))
+
+
+def _version(compiler: str) -> str:
+    try:
+        return subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def _build(compiler: str, flags: tuple[str, ...], target: Path) -> bool:
+    """Compile SOURCE into `target` (atomically); False where the compiler fails."""
+    with tempfile.TemporaryDirectory() as scratch:
+        built = Path(scratch) / "em_kernel.so"
+        command = [compiler, *flags, "-fPIC", "-shared", "-o", str(built), str(SOURCE), "-lm"]
+        try:
+            done = subprocess.run(command, capture_output=True, timeout=COMPILE_SECONDS)
+        except (OSError, subprocess.SubprocessError):
+            return False
+        if done.returncode != 0 or not built.is_file():
+            return False
+        with atomic_path(target) as tmp:
+            shutil.copyfile(built, tmp)
+    return True
+
+
+def _bind(library: ctypes.CDLL) -> ctypes.CDLL:
+    i64, pointer, f32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_float
+    library.em_block.restype = i64
+    library.em_block.argtypes = []
+    library.em_route.restype = ctypes.c_int
+    library.em_route.argtypes = [i64] * 11 + [pointer] * 11 + [f32, f32, pointer, pointer]
+    return library
+
+
+@functools.lru_cache(maxsize=1)
+def _load() -> ctypes.CDLL | None:
+    compiler = _compiler()
+    if compiler is None:
+        return None
+    source = SOURCE.read_bytes()
+    machine = _cpu() + _version(compiler)
+    for flags in FLAG_SETS:
+        key = hashlib.sha256(b"\0".join([source, " ".join(flags).encode(), compiler.encode(), machine.encode()]))
+        target = cache_dir() / "native" / f"em_kernel-{key.hexdigest()[:24]}.so"
+        try:
+            if target.is_file() or _build(compiler, flags, target):
+                return _bind(ctypes.CDLL(str(target)))
+        except OSError:  # a cache that cannot be written, or a library that does not load: try the next flags
+            continue
+    return None
+
+
+def kernel() -> ctypes.CDLL | None:
+    """The compiled kernel, built on first use; None where it is turned off ($CAPSNET_NATIVE=0) or cannot be built
+    (then every layer routes with PyTorch)."""
+    return _load() if enabled() else None
+
+
+def _address(x: Tensor | None) -> int | None:
+    return None if x is None else x.data_ptr()
+
+
+def route(
+    library: ctypes.CDLL,
+    poses: Tensor,
+    activations: Tensor,
+    weights: Tensor,
+    offsets: Tensor | None,
+    slots: Tensor,
+    even: Tensor,
+    beta_u: Tensor,
+    beta_a: Tensor,
+    lambdas: tuple[float, ...],
+    scale: float,
+    log_floor: float,
+    every: bool = False,
+    start: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """EM routing of one layer for a batch, on torch's threads (each a share of the images).
+
+    Args:
+        poses: each slot's child pose (B, P, I, 16); activations (B, P, I).
+        weights: W per slot (I, J, 4, 4); offsets (I, 16) added to every vote of a slot, or None.
+        slots: (C, S) long, each child's slots p * I + i, -1 past its last (`slot_table`).
+        even: (P, I) each slot's share of a child spread evenly over its parents.
+        beta_u, beta_a: (J,); lambdas: the inverse temperature of each iteration; scale: parents / slots.
+        every: return the parents after each iteration (r, B, P, J, ...), else after the last (B, P, J, ...).
+        start: the first R_ij (B, P, J, I), normalised over each child's parents, else the even spread.
+
+    Returns:
+        poses mu_j (B, P, J, 16) and activations a_j (B, P, J), or with `every` an r axis first.
+    """
+    batch, positions, slot_count, _ = poses.shape
+    parents = weights.shape[1]
+    block = int(library.em_block())
+    padded = -(-parents // block) * block
+    pad = padded - parents
+    f32 = torch.float32
+    poses, activations = poses.to(f32).contiguous(), activations.to(f32).contiguous()
+    weights = weights.to(f32)
+    tiles = torch.nn.functional.pad(weights.permute(0, 2, 3, 1), (0, pad)).contiguous()  # (I, 4, 4, Jp)
+    # each parent's centre, the plain mean of its votes: one matrix product (B*P*4, I*4) @ (I*4, 4*Jp)
+    rows = poses.view(batch, positions, slot_count, 4, 4).transpose(2, 3).reshape(batch * positions * 4, -1)
+    centre = (rows @ tiles.view(slot_count * 4, 4 * padded)).view(batch, positions, 4, 4, padded) / slot_count
+    if offsets is not None:
+        offsets = offsets.to(f32).contiguous()
+        centre = centre + offsets.mean(dim=0).view(1, 1, 4, 4, 1)
+    centre = centre.reshape(batch, positions, 16, padded).contiguous()  # (B, P, 16, Jp)
+    if start is not None:  # (B, P, J, I) -> (B, P, I, Jp)
+        start = torch.nn.functional.pad(start.to(f32).transpose(2, 3), (0, pad)).contiguous()
+    beta_u = torch.nn.functional.pad(beta_u.detach().to(f32), (0, pad)).contiguous()
+    beta_a = torch.nn.functional.pad(beta_a.detach().to(f32), (0, pad)).contiguous()
+    rounds = len(lambdas)
+    kept = rounds if every else 1
+    out_mean = torch.empty(kept, batch, positions, parents, 16, dtype=f32)
+    out_a = torch.empty(kept, batch, positions, parents, dtype=f32)
+    temperatures = torch.tensor(lambdas, dtype=f32)
+    slots, even = slots.contiguous(), even.to(f32).contiguous()
+    arguments = (
+        _address(poses), _address(activations), _address(tiles), _address(offsets), _address(centre),
+        _address(slots), _address(start), _address(even), _address(beta_u), _address(beta_a),
+        _address(temperatures), scale, log_floor, _address(out_mean), _address(out_a),
+    )  # fmt: skip
+
+    def images(first: int, last: int) -> int:
+        return int(library.em_route(
+            batch, first, last, positions, slot_count, parents, padded, slots.shape[0], slots.shape[1], rounds,
+            int(every), *arguments,
+        ))  # fmt: skip
+
+    threads = max(1, min(torch.get_num_threads(), batch))
+    share = -(-batch // threads)
+    bounds = [(n, min(batch, n + share)) for n in range(0, batch, share)]
+    if len(bounds) == 1:
+        codes = [images(*bounds[0])]
+    else:
+        with ThreadPoolExecutor(len(bounds)) as pool:  # the kernel runs without the GIL (ctypes releases it)
+            codes = list(pool.map(lambda bound: images(*bound), bounds))
+    if any(codes):
+        raise MemoryError(f"EM routing's kernel could not run a batch of {batch} (code {max(codes)})")
+    if every:
+        return out_mean, out_a
+    return out_mean[0], out_a[0]
+
+
+def slot_table(child_index: Tensor, children: int, parents: int, order: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """A layer's children as the kernel visits them: each child's slots (C, S) long, p * I + i, -1 past its last,
+    and each slot's even share of its child, 1 / (the slots the child fills x `parents`): (P, I) float.
+
+    `order`: the children in the order to visit them (the kernel adds a child's votes into the parents at its
+    positions, so children that share positions are best visited together); default 0 .. C - 1."""
+    flat = child_index.flatten()  # (P*I,)
+    counts = torch.bincount(flat, minlength=children)  # (C,) slots each child fills
+    widest = max(1, int(counts.max()))
+    ranked = torch.argsort(flat, stable=True)  # slots child by child
+    first = torch.cumsum(counts, 0) - counts
+    column = torch.arange(flat.numel()) - first[flat[ranked]]
+    table = torch.full((children, widest), -1, dtype=torch.long)
+    table[flat[ranked], column] = ranked
+    if order is not None:
+        table = table[order]
+    even = 1.0 / (counts[child_index].clamp(min=1).double() * parents)  # (P, I)
+    return table.contiguous(), even.float()
