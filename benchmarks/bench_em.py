@@ -11,10 +11,10 @@
    implementations lay them, the Gaussian density taken directly, autograd for the backward), with a check that
    both give the same outputs and gradients.
 2. Reading throughput and memory (a forward pass in eval mode without gradients, as evaluation, predict and the
-   dashboard run it) of the EM networks beside the CapsNet, each in a fresh process so that its peak memory is its
-   own: the EM network routing a batch in chunks of at most `CPU_CHUNK_BYTES` of votes (the package's way) against the
-   whole batch at once (the way before it, at the 36 images evaluation could then fit in memory), images/s and the
-   process's peak memory per image of the batch.
+   dashboard run it) at batch 500 of the EM networks (r = 2, as the shipped EM model) beside the CapsNet (r = 3), each in a fresh process so that its peak
+   memory is its own, the rows in turn twice: the EM network read by the compiled kernel (`capsnet.nn.em_native`,
+   the package's way on a CPU) against the PyTorch path (routing in chunks of at most `CPU_CHUNK_BYTES` of votes,
+   the way before it, and the way wherever no C compiler works), images/s and the process's peak memory per image.
 3. Training throughput (forward, loss, backward, Adam step, bf16 autocast where the CPU computes bf16 natively)
    of the EM networks ("small", "small-decoder", "paper-decoder") beside the dynamic-routing CapsNet ("paper"), the
    trainer's own step, each eager and under `torch.compile` (the trainer compiles the EM network on a CPU).
@@ -24,10 +24,9 @@
    without gradients as evaluation runs it, with the GPU's peak memory per image read. Eager rows come first, so a
    run cut short still has them.
 5. `--only routing-matters`: Where routing matters with the shipped EM model (`checkpoints/mnist-em.safetensors`) on
-   the first `--images` MNIST test digits, r = 1..5, three ways taking turns batch by batch (so that a drift in the
-   machine's speed reaches each alike): the way before (a whole forward pass for each r, the E-step's weights free
-   to fall into subnormal numbers), the same with the E-step's floor (`LOG_WEIGHT_FLOOR`), and the package's
-   `iteration_lengths` (ConvCaps1 routed once for every r, the floor); with the time the whole test set would take.
+   the first `--images` MNIST test digits, r = 1..5, `iteration_lengths` (ConvCaps1 routed once for every r) on the
+   PyTorch path and with the compiled kernel, taking turns batch by batch (so that a drift in the machine's speed
+   reaches each alike); with the time the whole test set would take.
 """
 
 from __future__ import annotations
@@ -35,6 +34,7 @@ from __future__ import annotations
 import argparse
 import functools
 import math
+import os
 import statistics
 import subprocess
 import sys
@@ -131,15 +131,19 @@ def peak_kb() -> int:
         return next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
 
 
-def read_once(name: str, preset: str, batch: int, chunked: bool, seconds: float = 8.0) -> None:
-    """One reading measurement in this process: prints 'images/s MB-per-image' for the parent process to collect."""
-    from capsnet.nn import matrix_capsules
+def read_once(name: str, preset: str, batch: int, way: str, seconds: float = 8.0) -> None:
+    """One reading measurement in this process: prints 'images/s MB-per-image' for the parent process to collect.
+    `way`: "kernel" (the compiled kernel, `capsnet.nn.em_native`) or "pytorch" (the PyTorch path in chunks)."""
+    from capsnet.nn import em_native
 
-    if not chunked:
-        matrix_capsules.CPU_CHUNK_BYTES = 2**62  # the whole batch's votes at once
+    if way == "pytorch":
+        os.environ[em_native.NATIVE_ENV] = "0"
+    elif name == "em" and em_native.kernel() is None:
+        raise SystemExit("no C compiler works here: the kernel cannot be measured")
     torch.manual_seed(0)
     net = network(name)
-    model = net.build(net.preset(preset)).eval()
+    # the EM networks at r = 2, as the shipped EM model was trained and is read; the CapsNet at the paper's r = 3
+    model = net.build(net.preset(preset, routing_iterations=2 if name == "em" else 3)).eval()
     images = torch.rand(batch, 1, 28, 28)
     with torch.no_grad():
         model(images[:1])  # warm-up, and the model's own memory before the peak is measured
@@ -153,26 +157,33 @@ def read_once(name: str, preset: str, batch: int, chunked: bool, seconds: float 
     print(f"{rate} {grown / 1024 / batch}")
 
 
-def bench_reading(threads: int) -> None:
+def bench_reading(threads: int, rounds: int = 2) -> None:
+    """Each row in a fresh process (its peak memory its own), the rows in turn `rounds` times so that a drift in the
+    machine's speed reaches each alike; the ratios are taken within a round."""
     runs = (
-        ("em", "paper-decoder", 36, False),
-        ("em", "paper-decoder", 500, True),
-        ("em", "small-decoder", 500, False),
-        ("em", "small-decoder", 500, True),
-        ("capsnet", "paper", 500, True),
+        ("em", "paper-decoder", "pytorch"),
+        ("em", "paper-decoder", "kernel"),
+        ("em", "small-decoder", "pytorch"),
+        ("em", "small-decoder", "kernel"),
+        ("capsnet", "paper", "pytorch"),
     )
-    rates = {}
-    for name, preset, batch, chunked in runs:
-        command = [sys.executable, __file__, "--read-once", name, preset, str(batch), str(int(chunked))]
-        command += ["--threads", str(threads)]
-        rate, per_image = map(float, subprocess.run(command, check=True, capture_output=True, text=True).stdout.split())
-        rates[preset, chunked] = rate
-        how = "in chunks" if chunked else "the whole batch at once"
-        print(f"reading, {network(name).title} ({preset}), batch {batch}, {how}: {rate:.1f} images/s, "
-              f"peak memory {per_image:.1f} MB an image", flush=True)  # fmt: skip
-    for preset in ("paper-decoder", "small-decoder"):
-        print(f"reading, {preset}: in chunks / whole batch {rates[preset, True] / rates[preset, False]:.2f}x; "
-              f"EM / CapsNet {rates[preset, True] / rates['paper', True]:.2f}x")  # fmt: skip
+    batch = 500
+    for round_ in range(1, rounds + 1):
+        rates = {}
+        for name, preset, way in runs:
+            command = [sys.executable, __file__, "--read-once", name, preset, str(batch), way]
+            command += ["--threads", str(threads)]
+            out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+            rate, per_image = map(float, out.split())
+            rates[preset, way] = rate
+            how = "" if name != "em" else f", {'the compiled kernel' if way == 'kernel' else 'the PyTorch path'}"
+            print(f"round {round_}: reading, {network(name).title} ({preset}), batch {batch}{how}: {rate:.1f} images/s, "
+                  f"peak memory {per_image:.2f} MB an image", flush=True)  # fmt: skip
+        capsnet = rates["paper", "pytorch"]
+        for preset in ("paper-decoder", "small-decoder"):
+            kernel, plain = rates[preset, "kernel"], rates[preset, "pytorch"]
+            print(f"round {round_}: reading, {preset}: kernel / PyTorch path {kernel / plain:.2f}x; EM / CapsNet "
+                  f"{kernel / capsnet:.2f}x with the kernel, {plain / capsnet:.2f}x without", flush=True)  # fmt: skip
 
 
 def bench_training(batch: int, repeats: int) -> None:
@@ -286,25 +297,22 @@ def bench_routing_matters(images: int) -> None:
 
     from capsnet.checkpoints.checkpoint import load_checkpoint
     from capsnet.data.tasks import read_test_set
-    from capsnet.nn import em_routing as em
-    from capsnet.readings.routing_matters import BATCH_SIZE, ITERATIONS, iteration_lengths
+    from capsnet.nn import em_native
+    from capsnet.readings.routing_matters import BATCH_SIZE, iteration_lengths
 
     model = load_checkpoint(Path(__file__).resolve().parents[1] / "checkpoints" / "mnist-em.safetensors").model.eval()
     test = read_test_set("mnist").first(images)
-    floor = em.LOG_WEIGHT_FLOOR
 
-    def each_r(x: torch.Tensor, with_floor: bool) -> torch.Tensor:
-        em.LOG_WEIGHT_FLOOR = floor if with_floor else -math.inf
+    def lengths(x: torch.Tensor, kernel: bool) -> torch.Tensor:
+        os.environ[em_native.NATIVE_ENV] = "1" if kernel else "0"
         try:
-            with torch.inference_mode():
-                return torch.stack([model(x, routing_iterations=r).activations for r in ITERATIONS], dim=1)
+            return iteration_lengths(model, x)
         finally:
-            em.LOG_WEIGHT_FLOOR = floor
+            os.environ.pop(em_native.NATIVE_ENV)
 
     ways: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-        "before: a forward pass for each r": functools.partial(each_r, with_floor=False),
-        "a forward pass for each r, the E-step's floor": functools.partial(each_r, with_floor=True),
-        "now: iteration_lengths (ConvCaps1 once for every r, the floor)": functools.partial(iteration_lengths, model),
+        "before: iteration_lengths on the PyTorch path": functools.partial(lengths, kernel=False),
+        "now: iteration_lengths with the compiled kernel": functools.partial(lengths, kernel=True),
     }
     seconds = dict.fromkeys(ways, 0.0)
     results: dict[str, list[torch.Tensor]] = {name: [] for name in ways}
@@ -334,15 +342,13 @@ def main() -> None:
     )
     parser.add_argument("--images", type=int, default=256, help="test digits for --only routing-matters")
     parser.add_argument("--device", default="cpu", help="cuda: the routing and the GPU table (4) instead")
-    parser.add_argument(
-        "--read-once", nargs=4, metavar=("NETWORK", "PRESET", "BATCH", "CHUNKED"), help=argparse.SUPPRESS
-    )
+    parser.add_argument("--read-once", nargs=4, metavar=("NETWORK", "PRESET", "BATCH", "WAY"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.read_once:
-        name, preset, batch, chunked = args.read_once
-        read_once(name, preset, int(batch), chunked == "1")
+        name, preset, batch, way = args.read_once
+        read_once(name, preset, int(batch), way)
         return
     device = torch.device(args.device)
     if device.type != "cpu":

@@ -13,7 +13,8 @@ parents' moments, never a vote-sized array. Compiled at run time for the machine
 falls back to the PyTorch path (the reference the tests hold this to) where no C compiler is found.
 
 Layouts (float32, contiguous; the batch's images one after another):
-    poses    (B, P, I, 16)    each slot's child pose M, row-major
+    poses    (B, 4, P, I, 4)  each slot's child pose M by rows: row r of slot (p, i) is [b][r][p][i][:] (the layout
+                              the caller's matrix product for the centres reads too)
     acts     (B, P, I)        each slot's child activation a_i
     wtiles   (I, 4, 4, Jp)    W_ij[k][c] at [i][k][c][j]; J parent types padded with zeros to Jp, a multiple of
                               em_block(), so that every inner loop is whole vectors
@@ -52,12 +53,10 @@ static inline float exp_neg(float x) {
     p = p * f + 1.6666665459e-1f;
     p = p * f + 5.0000001201e-1f;
     p = p * f * f + f + 1.0f;
-    union {
-        float f;
-        int32_t i;
-    } scale;
-    scale.i = ((int32_t)n + 127) << 23;
-    return p * scale.f;
+    const int32_t bits = ((int32_t)n + 127) << 23; /* 2^n, n in [-126, 0] */
+    float scale;
+    memcpy(&scale, &bits, sizeof scale); /* a bit cast the vectoriser sees through, where a union is not */
+    return p * scale;
 }
 
 typedef struct {
@@ -66,6 +65,11 @@ typedef struct {
     const int64_t *slots;
     float scale; /* pitfall 3: n_j scaled by parents / children of a receptive field */
 } Layer;
+
+/* Slot `slot`'s pose (16 entries, row-major) from the image's rows (4, P, I, 4). */
+static inline void slot_pose(const Layer *L, const float *rows, int64_t slot, float *pose) {
+    for (int r = 0; r < 4; r++) memcpy(pose + r * 4, rows + (r * L->P * L->I + slot) * 4, 4 * sizeof(float));
+}
 
 /* What one M-step adds up for every parent (about its centre), and the fit it gives. (P, 16, Jp) or (P, Jp). */
 typedef struct {
@@ -142,7 +146,9 @@ static void first_pass(const Layer *L, Fit *F, const float *poses, const float *
             for (int64_t j = 0; j < Jp; j++) r[j] = (start ? start[slot * Jp + j] : (j < L->J ? even[slot] : 0.0f)) * a;
             float *restrict n = F->amount + p * Jp;
             for (int64_t j = 0; j < Jp; j++) n[j] += r[j];
-            const float *pose = poses + slot * H, *w = L->wtiles + i * H * Jp, *off = L->offsets + i * H;
+            float pose[H];
+            slot_pose(L, poses, slot, pose);
+            const float *w = L->wtiles + i * H * Jp, *off = L->offsets + i * H;
             for (int l = 0; l < H; l++) {
                 const int row = l >> 2, col = l & 3;
                 const float m0 = pose[row * 4], m1 = pose[row * 4 + 1], m2 = pose[row * 4 + 2], m3 = pose[row * 4 + 3];
@@ -177,7 +183,9 @@ static void next_pass(const Layer *L, const Fit *F, Fit *G, const float *poses, 
         for (; count < L->S && slots[count] >= 0; count++) {
             const int64_t slot = slots[count], p = slot / L->I, i = slot % L->I;
             float *vs = v + count * H * Jp, *rs = r + count * Jp;
-            const float *pose = poses + slot * H, *w = L->wtiles + i * H * Jp, *off = L->offsets + i * H;
+            float pose[H];
+            slot_pose(L, poses, slot, pose);
+            const float *w = L->wtiles + i * H * Jp, *off = L->offsets + i * H;
             const float *k = F->constant + p * Jp;
             for (int64_t jb = 0; jb < Jp; jb += VB) {
                 float acc[VB];

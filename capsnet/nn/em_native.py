@@ -38,8 +38,8 @@ NATIVE_ENV = "CAPSNET_NATIVE"  # "0" routes every reading with PyTorch (as where
 COMPILER_ENV = "CC"
 # the flags tried in turn: the machine's own instructions first, then plain optimised C
 FLAG_SETS = (
-    ("-O3", "-march=native", "-mprefer-vector-width=512", "-fopenmp-simd", "-fno-math-errno"),
-    ("-O3", "-fopenmp-simd", "-fno-math-errno"),
+    ("-O3", "-march=native", "-mprefer-vector-width=512", "-fopenmp-simd", "-fno-math-errno", "-fno-trapping-math"),
+    ("-O3", "-fopenmp-simd", "-fno-math-errno", "-fno-trapping-math"),
 )
 COMPILE_SECONDS = 120
 
@@ -129,7 +129,7 @@ def _address(x: Tensor | None) -> int | None:
 
 def route(
     library: ctypes.CDLL,
-    poses: Tensor,
+    rows: Tensor,
     activations: Tensor,
     weights: Tensor,
     offsets: Tensor | None,
@@ -146,7 +146,7 @@ def route(
     """EM routing of one layer for a batch, on torch's threads (each a share of the images).
 
     Args:
-        poses: each slot's child pose (B, P, I, 16); activations (B, P, I).
+        rows: each slot's child pose by rows, (B, 4, P, I, 4) (`slot_rows`); activations (B, P, I).
         weights: W per slot (I, J, 4, 4); offsets (I, 16) added to every vote of a slot, or None.
         slots: (C, S) long, each child's slots p * I + i, -1 past its last (`slot_table`).
         even: (P, I) each slot's share of a child spread evenly over its parents.
@@ -157,18 +157,19 @@ def route(
     Returns:
         poses mu_j (B, P, J, 16) and activations a_j (B, P, J), or with `every` an r axis first.
     """
-    batch, positions, slot_count, _ = poses.shape
+    batch, _, positions, slot_count, _ = rows.shape
     parents = weights.shape[1]
     block = int(library.em_block())
     padded = -(-parents // block) * block
     pad = padded - parents
     f32 = torch.float32
-    poses, activations = poses.to(f32).contiguous(), activations.to(f32).contiguous()
+    rows, activations = rows.to(f32).contiguous(), activations.to(f32).contiguous()
     weights = weights.to(f32)
     tiles = torch.nn.functional.pad(weights.permute(0, 2, 3, 1), (0, pad)).contiguous()  # (I, 4, 4, Jp)
-    # each parent's centre, the plain mean of its votes: one matrix product (B*P*4, I*4) @ (I*4, 4*Jp)
-    rows = poses.view(batch, positions, slot_count, 4, 4).transpose(2, 3).reshape(batch * positions * 4, -1)
-    centre = (rows @ tiles.view(slot_count * 4, 4 * padded)).view(batch, positions, 4, 4, padded) / slot_count
+    # each parent's centre, the plain mean of its votes, sum_i M_i W_ij / I: one matrix product over (i, k),
+    # (B*4*P, I*4) @ (I*4, 4*Jp) -> (B, 4, P, 4, Jp), rows r before positions as `rows` holds them
+    centre = (rows.view(-1, slot_count * 4) @ tiles.view(slot_count * 4, 4 * padded)) / slot_count
+    centre = centre.view(batch, 4, positions, 4, padded).transpose(1, 2)  # (B, P, 4, 4, Jp), entry (r, c)
     if offsets is not None:
         offsets = offsets.to(f32).contiguous()
         centre = centre + offsets.mean(dim=0).view(1, 1, 4, 4, 1)
@@ -184,7 +185,7 @@ def route(
     temperatures = torch.tensor(lambdas, dtype=f32)
     slots, even = slots.contiguous(), even.to(f32).contiguous()
     arguments = (
-        _address(poses), _address(activations), _address(tiles), _address(offsets), _address(centre),
+        _address(rows), _address(activations), _address(tiles), _address(offsets), _address(centre),
         _address(slots), _address(start), _address(even), _address(beta_u), _address(beta_a),
         _address(temperatures), scale, log_floor, _address(out_mean), _address(out_a),
     )  # fmt: skip
@@ -208,6 +209,15 @@ def route(
     if every:
         return out_mean, out_a
     return out_mean[0], out_a[0]
+
+
+def slot_rows(poses: Tensor, child_index: Tensor) -> Tensor:
+    """Each slot's child pose by rows, as the kernel and the centres' product read them: a child grid (B, T, 16, H, W)
+    (child = type * H * W + cell) -> (B, 4, P, I, 4), row r of slot (p, i) at [:, r, p, i]."""
+    batch, types, _, height, width = poses.shape
+    grid = poses.view(batch, types, 4, 4, height, width).permute(0, 2, 1, 4, 5, 3)  # (B, 4 rows, T, H, W, 4)
+    chosen = grid.reshape(batch * 4, types * height * width, 4).index_select(1, child_index.flatten())  # (B*4, P*I, 4)
+    return chosen.view(batch, 4, *child_index.shape, 4)  # (B, 4, P, I, 4)
 
 
 def slot_table(child_index: Tensor, children: int, parents: int, order: Tensor | None = None) -> tuple[Tensor, Tensor]:

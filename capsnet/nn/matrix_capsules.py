@@ -168,8 +168,8 @@ def _native(
     start: Tensor | None,
 ) -> tuple[Tensor, Tensor]:
     """`em_routing`'s poses and activations (with `every`, r-major along the batch: (r*B, P, J, ...)) from the
-    compiled kernel (`em_native.route`), for slot poses (B, P, I, 16) and activations (B, P, I), W per slot (I, J, 4,
-    4), offsets (I, 16) or None; `order`: the children in the order the kernel visits them."""
+    compiled kernel (`em_native.route`), for slot poses by rows (B, 4, P, I, 4) and activations (B, P, I), W per slot
+    (I, J, 4, 4), offsets (I, 16) or None; `order`: the children in the order the kernel visits them."""
     slots, even = em_native.slot_table(layer.child_index, layer.children_count, layer.beta_u.numel(), order)
     positions, slot_count = layer.child_index.shape
     mean, out_a = em_native.route(
@@ -320,10 +320,9 @@ class ConvCapsules(_EMRoutedLayer):
         every: bool,
         start: Tensor | None,
     ) -> tuple[Tensor, Tensor, EMTrace | None]:
-        batch = poses.shape[0]
-        # each slot's child (child = type * H * W + cell), gathered: (B, C, 16) -> (B, L, I, 16); (B, C) -> (B, L, I)
-        slot_poses = poses.permute(0, 1, 3, 4, 2).reshape(batch, -1, POSE_ENTRIES)[:, self.child_index]
-        child_a = activations.reshape(batch, -1)[:, self.child_index]
+        # each slot's child (child = type * H * W + cell), gathered: (B, 4, L, I, 4) by rows; (B, C) -> (B, L, I)
+        slot_poses = em_native.slot_rows(poses, self.child_index)
+        child_a = activations.flatten(1)[:, self.child_index]
         # the children cell by cell (child = type * H * W + cell): the types of one cell share their parent positions
         cells = self.in_size * self.in_size
         order = torch.arange(self.children_count).view(self.in_types, cells).t().flatten()
@@ -397,8 +396,8 @@ class ClassCapsules(_EMRoutedLayer):
     ) -> tuple[Tensor, Tensor, EMTrace | None]:
         batch, types, _, height, width = poses.shape
         cells = height * width
-        slot_poses = poses.permute(0, 1, 3, 4, 2).reshape(batch, 1, types * cells, POSE_ENTRIES)  # (B, 1, I, 16)
-        child_a = activations.reshape(batch, 1, types * cells)  # (B, 1, I), slot (type, y, x)
+        slot_poses = em_native.slot_rows(poses, self.child_index)  # (B, 4, 1, I, 4), slot (type, y, x)
+        child_a = activations.reshape(batch, 1, types * cells)  # (B, 1, I)
         weights = self.weight.repeat_interleave(cells, dim=0)  # a type's W for each of its cells: (I, K, 4, 4)
         offsets = self.offsets.repeat(types, 1)  # coordinate addition, each slot its cell's: (I, 16)
         mean, out_a = _native(self, library, slot_poses, child_a, weights, offsets, None, iterations, every, start)
