@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from capsnet.files import read_jsonl
+from capsnet.nn import em_native
 from capsnet.training.acceleration import (
     Acceleration,
     CpuFeatures,
@@ -59,10 +60,13 @@ def test_a_cpu_compiles_where_the_caller_says_it_pays_unless_told_otherwise() ->
     [("em", None, 1, True), ("em", 5_000, 2, True), ("em", 1_000, 1, False), ("em", 256, 30, False),
      ("capsnet", None, 50, False), ("cnn", None, 50, False)],
 )  # fmt: skip
-def test_a_run_compiles_on_a_cpu_for_the_em_network_when_long_enough(
-    network: str, train_size: int | None, epochs: int, pays: bool
+def test_a_run_compiles_on_a_cpu_for_the_em_network_when_long_enough_and_without_its_kernel(
+    network: str, train_size: int | None, epochs: int, pays: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     options = TrainOptions(network=network, preset="tiny", train_size=train_size, epochs=epochs, device="cpu")
+    # where the EM routing kernel is built, a run never compiles (`torch.compile` would route with PyTorch instead)
+    assert not options.cpu_compile_pays() and not options.acceleration(CPU).compile
+    monkeypatch.setattr(em_native, "kernel", lambda: None)  # no C compiler: compiling is what makes the EM network fast
     assert options.cpu_compile_pays() == pays
     assert options.acceleration(CPU).compile == pays
     assert not TrainOptions(**{**options.to_dict(), "compile": False}).acceleration(CPU).compile  # --no-compile
@@ -73,12 +77,15 @@ def test_a_run_compiles_on_a_cpu_for_the_em_network_when_long_enough(
     [(None, None, True), (False, None, False), (False, True, True), (None, False, False)],
 )
 def test_a_resumed_run_chooses_for_its_stored_network_and_keeps_its_explicit_choices(
-    tmp_path: Path, stored: bool | None, given: bool | None, compiled: bool
+    tmp_path: Path, stored: bool | None, given: bool | None, compiled: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`--resume --out F` names no network: the stored run's (an EM network on the whole training set) decides that
-    a CPU compiles, unless the run was started with --no-compile (kept) or the resume says otherwise."""
+    """`--resume --out F` names no network: the stored run's (an EM network on the whole training set, on a machine
+    without its routing kernel) decides that a CPU compiles, unless the run was started with --no-compile (kept) or
+    the resume says otherwise."""
     from capsnet.training.distributed import Distributed
     from capsnet.training.prepare import prepare
+
+    monkeypatch.setattr(em_native, "kernel", lambda: None)
 
     run = TrainOptions(network="em", preset="tiny", epochs=3, out=str(tmp_path), device="cpu", compile=stored)
     (tmp_path / "args.json").write_text(json.dumps(run.to_dict()))

@@ -179,12 +179,13 @@ def _largest_allocation(run: Callable[[], object]) -> int:
 
 
 def test_the_cpu_routes_the_batch_in_chunks_that_bound_its_memory(monkeypatch: pytest.MonkeyPatch) -> None:
-    """On a CPU each EM layer routes the batch in chunks of at most CPU_CHUNK_BYTES of votes and [V, V^2], in a reading
-    and in training alike, with the whole batch's results and gradients; so no tensor grows with the batch past a
-    chunk's (the paper's network made 29.5 MB of [V, V^2] an image: a batch of 500 asked for 29 GB). A trace keeps
-    every example's votes: one routing over the whole batch."""
-    from capsnet.nn import matrix_capsules
+    """On a CPU without the EM kernel (`capsnet.nn.em_native`) each EM layer routes the batch in chunks of at most
+    CPU_CHUNK_BYTES of votes and [V, V^2], in a reading and in training alike, with the whole batch's results and
+    gradients; so no tensor grows with the batch past a chunk's (the paper's network made 29.5 MB of [V, V^2] an
+    image: a batch of 500 asked for 29 GB). A trace keeps every example's votes: one routing over the whole batch."""
+    from capsnet.nn import em_native, matrix_capsules
 
+    monkeypatch.setenv(em_native.NATIVE_ENV, "0")
     torch.manual_seed(0)
     model = EMCapsNet(EM_PRESETS["small"])
     images, labels = torch.rand(12, 1, 28, 28), torch.randint(0, 10, (12,))
@@ -213,6 +214,21 @@ def test_the_cpu_routes_the_batch_in_chunks_that_bound_its_memory(monkeypatch: p
     with torch.no_grad():
         traced = model.eval()(images, return_layer_traces=True)
     assert traced.layer_traces is not None and traced.layer_traces[0].assignments.shape[0] == 12
+
+
+def test_the_kernel_reads_and_trains_without_a_tensor_of_the_votes_size() -> None:
+    """With the EM kernel (`capsnet.nn.em_native`, `em_native_training`) each vote is remade where a pass needs it:
+    a reading's largest allocation is one number a vote of the batch (the assignments), a training step's the 2r - 1
+    numbers a vote its backward stacks (r = 3: 5), where the PyTorch path held 48 (V and [V, V^2]) a vote."""
+    torch.manual_seed(0)
+    model = EMCapsNet(EM_PRESETS["small"])
+    images, labels = torch.rand(12, 1, 28, 28), torch.randint(0, 10, (12,))
+    one_number = 12 * model.convcaps1.routing_bytes_per_image() // 48  # a float a vote of the widest layer, 12 images
+    with torch.no_grad():
+        read = _largest_allocation(lambda: model.eval()(images))
+    model.train()
+    trained = _largest_allocation(lambda: spread_loss(model(images, labels).activations, labels, 0.5).backward())
+    assert read <= one_number and trained <= 5 * one_number, (read, trained, one_number)
 
 
 @pytest.mark.parametrize("chunked", [False, True])

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from capsnet.files import CACHE_ENV
-from capsnet.nn import em_native
+from capsnet.nn import em_native, em_native_training
 from capsnet.nn.em_capsnet import EMCapsNet, EMCapsNetConfig
 from capsnet.nn.matrix_capsules import ClassCapsules, ConvCapsules
 from capsnet.nn.routing import RandomCouplings
@@ -162,3 +162,57 @@ def test_the_build_is_kept_in_the_cache_and_named_by_its_source(
         assert em_native.kernel() is not None and len(builds) == 2 and builds[1] != builds[0]
     finally:
         em_native._load.cache_clear()
+
+
+def _gradients(monkeypatch: pytest.MonkeyPatch, layer: torch.nn.Module, shape: tuple[int, ...], iterations: int):  # type: ignore[no-untyped-def]
+    """The layer's outputs and the gradients of a fixed loss of them, with the kernel's passes, then with PyTorch."""
+    results = []
+    for native in ("1", "0"):
+        monkeypatch.setenv(em_native.NATIVE_ENV, native)
+        g = torch.Generator().manual_seed(1)
+        poses = torch.randn(*shape, generator=g).requires_grad_()
+        activations = torch.rand(shape[0], shape[1], shape[3], shape[4], generator=g).requires_grad_()
+        layer.zero_grad()
+        out, out_a, _ = layer(poses, activations, iterations)
+        loss = (out * torch.linspace(-1, 1, out.numel()).view_as(out)).sum() + (out_a * out_a.detach()).sum()
+        loss.backward()
+        grads = [poses.grad, activations.grad, layer.weight.grad, layer.beta_u.grad, layer.beta_a.grad]
+        results.append([out.detach(), out_a.detach(), *grads])
+    monkeypatch.delenv(em_native.NATIVE_ENV)
+    return results
+
+
+@pytest.mark.parametrize(
+    ("layer", "shape"),
+    [
+        (lambda: ConvCapsules(4, 5, kernel=3, stride=2, in_size=9), (3, 4, 16, 9, 9)),  # J padded, stride 2
+        (lambda: ConvCapsules(3, 16, kernel=3, stride=1, in_size=5), (2, 3, 16, 5, 5)),  # a child in 9 windows
+        (lambda: ClassCapsules(6, 10, in_size=3), (4, 6, 16, 3, 3)),  # coordinate addition
+    ],
+)
+@pytest.mark.parametrize("iterations", [1, 2, 3])
+def test_training_gradients_through_the_kernel_equal_the_pytorch_paths(
+    monkeypatch: pytest.MonkeyPatch,
+    layer,
+    shape: tuple[int, ...],
+    iterations: int,  # type: ignore[no-untyped-def]
+) -> None:
+    torch.manual_seed(0)
+    native, plain = _gradients(monkeypatch, layer(), shape, iterations)
+    names = ("poses", "activations", "d/dposes", "d/dactivations", "d/dW", "d/dbeta_u", "d/dbeta_a")
+    for name, got, want in zip(names, native, plain):
+        scale = want.abs().max().item()
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-4 * scale + 1e-7, msg=lambda m, n=name: f"{n}: {m}")
+
+
+def test_training_takes_the_kernels_passes_up_to_four_iterations(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+    route = em_native_training.route
+    monkeypatch.setattr(em_native_training, "route", lambda *a: calls.append(a[-1]) or route(*a))
+    layer = ConvCapsules(2, 4, kernel=3, stride=1, in_size=4)
+    poses, activations = _grid(2, 2, 4, seed=0)
+    poses.requires_grad_()
+    for iterations in (2, 4, 5):  # five iterations make nine factors a vote: more than the kernel keeps
+        out, _, _ = layer(poses, activations, iterations)
+        out.sum().backward()
+    assert calls == [2, 4]

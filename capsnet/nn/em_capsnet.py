@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from capsnet.nn import em_native
 from capsnet.nn.config import config_from_fields, preset_of
 from capsnet.nn.decoder import Decoder
 from capsnet.nn.em_routing import EMTrace
@@ -352,7 +353,11 @@ register(
         "a matrix-capsule network routed by EM", EMCapsNetConfig, EMCapsNet, tuple(EM_PRESETS),
         routing=Routing("em", "EM routing"), baseline=False, pairs=False, pairs_field=None,
         _loss=_em_loss, _redraws=lambda config: config.decoder, _parameter_groups=_parameter_groups,
-        cpu_compile_from=10_000,  # 1.8-2.6x faster steps after 30-40 s of compiling
+        # compiled, the PyTorch path's steps were 1.0-2.6x faster after 30-40 s of compiling; the kernel's passes
+        # (`em_native_training`, where a C compiler is found) train 2-3x faster than that, and compiling would trade
+        # them for the PyTorch path
+        cpu_compile_from=10_000,
+        cpu_compile_needed=lambda: em_native.kernel() is None,
         judges_compiled=False,  # compiled, a reading of 500 holds 43 MB an image on an H100 (eager: 2.7), 1.5x faster
         extra_options=("beta_lr",),
     )

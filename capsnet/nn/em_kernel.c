@@ -292,3 +292,153 @@ int em_route(int64_t batch, int64_t first_image, int64_t last_image, int64_t P, 
     free(scratch);
     return 0;
 }
+
+/* ---- The passes a training step's routing is made of (capsnet/nn/em_native.py writes the rest of Procedure 1
+   and its backward around them, in PyTorch, on tensors of one number a vote or one vector a parent). ---- */
+
+/* The vote of slot (p, i) about its parents' centres, for the VB parent types of block jb, entry l: d[jj] */
+#define VOTE_ABOUT_CENTRE(d, pose, w, off, centre_l, l, Jp, jb)                                                    \
+    const int row_ = (l) >> 2, col_ = (l) & 3;                                                                   \
+    const float m0_ = (pose)[row_ * 4], m1_ = (pose)[row_ * 4 + 1], m2_ = (pose)[row_ * 4 + 2],                  \
+                m3_ = (pose)[row_ * 4 + 3], o_ = (off)[l];                                                       \
+    const float *w0_ = (w) + col_ * (Jp) + (jb), *w1_ = (w) + (4 + col_) * (Jp) + (jb),                          \
+                *w2_ = (w) + (8 + col_) * (Jp) + (jb), *w3_ = (w) + (12 + col_) * (Jp) + (jb);                   \
+    float d[VB];                                                                                                 \
+    _Pragma("omp simd") for (int jj = 0; jj < VB; jj++) d[jj] =                                                  \
+        m0_ * w0_[jj] + m1_ * w1_[jj] + m2_ * w2_[jj] + m3_ * w3_[jj] + o_ - (centre_l)[(jb) + jj]
+
+static Layer pass_layer(int64_t P, int64_t I, int64_t Jp, const float *wtiles, const float *offsets, float *zeros) {
+    if (!offsets) {
+        memset(zeros, 0, sizeof(float) * I * H);
+        offsets = zeros;
+    }
+    const Layer L = {P, I, Jp, Jp, 0, 0, wtiles, offsets, NULL, NULL, NULL, 0.0f};
+    return L;
+}
+
+/* out (B, P, 2, 16, Jp) = sum_i w (B, P, I, Jp) [V - c, (V - c)^2]: the M-step's moments for any weights */
+int em_moments(int64_t first_image, int64_t last_image, int64_t P, int64_t I, int64_t Jp, const float *rows,
+               const float *wtiles, const float *offsets, const float *centre, const float *weights, float *out) {
+    float *zeros = (float *)malloc(sizeof(float) * I * H);
+    if (!zeros) return 1;
+    const Layer L = pass_layer(P, I, Jp, wtiles, offsets, zeros);
+    for (int64_t b = first_image; b < last_image; b++) {
+        float *o = out + b * P * 2 * H * Jp;
+        memset(o, 0, sizeof(float) * P * 2 * H * Jp);
+        for (int64_t p = 0; p < P; p++)
+            for (int64_t i = 0; i < I; i++) {
+                float pose[H];
+                slot_pose(&L, rows + b * 4 * P * I * 4, p * I + i, pose);
+                const float *w = L.wtiles + i * H * Jp, *off = L.offsets + i * H;
+                const float *r = weights + ((b * P + p) * I + i) * Jp;
+                for (int l = 0; l < H; l++) {
+                    const float *c = centre + ((b * P + p) * H + l) * Jp;
+                    float *restrict f = o + (p * 2 * H + l) * Jp, *restrict s = o + (p * 2 * H + H + l) * Jp;
+                    for (int64_t jb = 0; jb < Jp; jb += VB) {
+                        VOTE_ABOUT_CENTRE(d, pose, w, off, c, l, Jp, jb);
+#pragma omp simd
+                        for (int jj = 0; jj < VB; jj++) {
+                            const float rd = r[jb + jj] * d[jj];
+                            f[jb + jj] += rd;
+                            s[jb + jj] += rd * d[jj];
+                        }
+                    }
+                }
+            }
+    }
+    free(zeros);
+    return 0;
+}
+
+/* out (B, P, I, Jp) = [V - c, (V - c)^2] . g (B, P, 2, 16, Jp): each vote's row against its parent's vector */
+int em_dots(int64_t first_image, int64_t last_image, int64_t P, int64_t I, int64_t Jp, const float *rows,
+            const float *wtiles, const float *offsets, const float *centre, const float *g, float *out) {
+    float *zeros = (float *)malloc(sizeof(float) * I * H);
+    if (!zeros) return 1;
+    const Layer L = pass_layer(P, I, Jp, wtiles, offsets, zeros);
+    for (int64_t b = first_image; b < last_image; b++)
+        for (int64_t p = 0; p < P; p++)
+            for (int64_t i = 0; i < I; i++) {
+                float pose[H];
+                slot_pose(&L, rows + b * 4 * P * I * 4, p * I + i, pose);
+                const float *w = L.wtiles + i * H * Jp, *off = L.offsets + i * H;
+                const float *gp = g + (b * P + p) * 2 * H * Jp;
+                float *o = out + ((b * P + p) * I + i) * Jp;
+                for (int64_t jb = 0; jb < Jp; jb += VB) {
+                    float acc[VB] = {0};
+                    for (int l = 0; l < H; l++) {
+                        const float *c = centre + ((b * P + p) * H + l) * Jp;
+                        const float *restrict a = gp + l * Jp + jb, *restrict q = gp + (H + l) * Jp + jb;
+                        VOTE_ABOUT_CENTRE(d, pose, w, off, c, l, Jp, jb);
+#pragma omp simd
+                        for (int jj = 0; jj < VB; jj++) acc[jj] += d[jj] * (a[jj] + d[jj] * q[jj]);
+                    }
+                    for (int jj = 0; jj < VB; jj++) o[jb + jj] = acc[jj];
+                }
+            }
+    free(zeros);
+    return 0;
+}
+
+/* The gradients of the poses and of W from the gradient of [V - c, (V - c)^2], given as sum_t left_t right_t with
+   left (B, P, T, I, Jp) one number a vote and right (B, P, T, 2, 16, Jp) one vector a parent: dL/dV = g1 + 2 (V - c)
+   g2, then dL/dM[r][k] = sum_j,c dL/dV[r][c] W[k][c] into grad_rows (B, 4, P, I, 4) and dL/dW[k][c] = sum_r M[r][k]
+   dL/dV[r][c] added into grad_w (I, 4, 4, Jp) (the caller's own for this range of images). */
+int em_vote_grad(int64_t first_image, int64_t last_image, int64_t P, int64_t I, int64_t Jp, int64_t T,
+                 const float *rows, const float *wtiles, const float *offsets, const float *centre, const float *left,
+                 const float *right, float *grad_rows, float *grad_w) {
+    float *zeros = (float *)malloc(sizeof(float) * I * H);
+    if (!zeros) return 1;
+    const Layer L = pass_layer(P, I, Jp, wtiles, offsets, zeros);
+    for (int64_t b = first_image; b < last_image; b++)
+        for (int64_t p = 0; p < P; p++)
+            for (int64_t i = 0; i < I; i++) {
+                float pose[H], accm[H][VB]; /* dL/dM[r][k], lane by lane until the slot is done */
+                memset(accm, 0, sizeof accm);
+                slot_pose(&L, rows + b * 4 * P * I * 4, p * I + i, pose);
+                const float *w = L.wtiles + i * H * Jp, *off = L.offsets + i * H;
+                float *gw = grad_w + i * H * Jp;
+                const float *rp = right + (b * P + p) * T * 2 * H * Jp;
+                for (int64_t jb = 0; jb < Jp; jb += VB) {
+                    float lt[8][VB]; /* T <= 8: r <= 4 iterations give 2r - 1 factors */
+                    for (int64_t t = 0; t < T; t++)
+                        memcpy(lt[t], left + (((b * P + p) * T + t) * I + i) * Jp + jb, sizeof lt[t]);
+                    for (int l = 0; l < H; l++) {
+                        const float *c = centre + ((b * P + p) * H + l) * Jp;
+                        VOTE_ABOUT_CENTRE(d, pose, w, off, c, l, Jp, jb);
+                        float g1[VB] = {0}, g2[VB] = {0};
+                        for (int64_t t = 0; t < T; t++) {
+                            const float *r1 = rp + (t * 2 * H + l) * Jp + jb, *r2 = rp + (t * 2 * H + H + l) * Jp + jb;
+#pragma omp simd
+                            for (int jj = 0; jj < VB; jj++) {
+                                g1[jj] += lt[t][jj] * r1[jj];
+                                g2[jj] += lt[t][jj] * r2[jj];
+                            }
+                        }
+                        const int row = l >> 2, col = l & 3;
+                        for (int k = 0; k < 4; k++) {
+                            const float *wk = w + (k * 4 + col) * Jp + jb;
+                            float *restrict gwk = gw + (k * 4 + col) * Jp + jb, *restrict am = accm[row * 4 + k];
+                            const float m = pose[row * 4 + k];
+#pragma omp simd
+                            for (int jj = 0; jj < VB; jj++) {
+                                const float gv = g1[jj] + 2.0f * d[jj] * g2[jj]; /* dL/dV[row][col] */
+                                am[jj] += gv * wk[jj];
+                                gwk[jj] += m * gv;
+                            }
+                        }
+                    }
+                }
+                float gm[H];
+                for (int n = 0; n < H; n++) {
+                    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+                    for (int jj = 0; jj < VB; jj++) sum += accm[n][jj];
+                    gm[n] = sum;
+                }
+                for (int r = 0; r < 4; r++)
+                    for (int k = 0; k < 4; k++) grad_rows[((b * 4 + r) * P * I + p * I + i) * 4 + k] = gm[r * 4 + k];
+            }
+    free(zeros);
+    return 0;
+}

@@ -25,10 +25,12 @@ import platform
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from capsnet.files import atomic_path, cache_dir
@@ -96,6 +98,11 @@ def _bind(library: ctypes.CDLL) -> ctypes.CDLL:
     library.em_block.argtypes = []
     library.em_route.restype = ctypes.c_int
     library.em_route.argtypes = [i64] * 11 + [pointer] * 11 + [f32, f32, pointer, pointer]
+    for name, pointers in (("em_moments", 6), ("em_dots", 6)):
+        getattr(library, name).restype = ctypes.c_int
+        getattr(library, name).argtypes = [i64] * 5 + [pointer] * pointers
+    library.em_vote_grad.restype = ctypes.c_int
+    library.em_vote_grad.argtypes = [i64] * 6 + [pointer] * 8
     return library
 
 
@@ -123,8 +130,48 @@ def kernel() -> ctypes.CDLL | None:
     return _load() if enabled() else None
 
 
-def _address(x: Tensor | None) -> int | None:
+def address(x: Tensor | None) -> int | None:
     return None if x is None else x.data_ptr()
+
+
+def padded_types(library: ctypes.CDLL, parents: int) -> int:
+    """J rounded up to the kernel's block: every inner loop of the kernel is whole vectors."""
+    block = int(library.em_block())
+    return -(-parents // block) * block
+
+
+def tiles_of(weights: Tensor, padded: int) -> Tensor:
+    """W per slot (I, J, 4, 4) as the kernel reads it: W_ij[k][c] at [i][k][c][j], J padded with zeros: (I, 4, 4, Jp)."""
+    return F.pad(weights.permute(0, 2, 3, 1), (0, padded - weights.shape[1])).contiguous()
+
+
+def centres(rows: Tensor, tiles: Tensor, offsets: Tensor | None) -> Tensor:
+    """Each parent's centre c, the plain mean of its votes (the shift routing's moments are taken about), without
+    gradient: sum_i M_i W_ij / I (+ the mean offset) as one matrix product over (i, k), (B*4*P, I*4) @ (I*4, 4*Jp)
+    -> (B, P, 16, Jp)."""
+    batch, _, positions, slot_count, _ = rows.shape
+    padded = tiles.shape[-1]
+    with torch.no_grad(), torch.autocast(rows.device.type, enabled=False):  # float32, as the kernel reads it
+        centre = (rows.reshape(-1, slot_count * 4) @ tiles.view(slot_count * 4, 4 * padded)) / slot_count
+        centre = centre.view(batch, 4, positions, 4, padded).transpose(1, 2)  # (B, P, 4, 4, Jp), entry (r, c)
+        if offsets is not None:
+            centre = centre + offsets.mean(dim=0).view(1, 1, 4, 4, 1)
+        return centre.reshape(batch, positions, 16, padded).contiguous()  # (B, P, 16, Jp)
+
+
+def in_parallel(batch: int, images: Callable[[int, int], int]) -> None:
+    """`images(first, last)` over the batch on torch's threads, each a share of the images (the kernel runs without
+    the GIL: ctypes releases it); MemoryError where a share's scratch memory could not be had."""
+    threads = max(1, min(torch.get_num_threads(), batch))
+    share = -(-batch // threads)
+    bounds = [(n, min(batch, n + share)) for n in range(0, batch, share)]
+    if len(bounds) == 1:
+        codes = [images(*bounds[0])]
+    else:
+        with ThreadPoolExecutor(len(bounds)) as pool:
+            codes = list(pool.map(lambda bound: images(*bound), bounds))
+    if any(codes):
+        raise MemoryError(f"EM routing's kernel could not run a batch of {batch} (code {max(codes)})")
 
 
 def route(
@@ -159,25 +206,17 @@ def route(
     """
     batch, _, positions, slot_count, _ = rows.shape
     parents = weights.shape[1]
-    block = int(library.em_block())
-    padded = -(-parents // block) * block
+    padded = padded_types(library, parents)
     pad = padded - parents
     f32 = torch.float32
     rows, activations = rows.to(f32).contiguous(), activations.to(f32).contiguous()
-    weights = weights.to(f32)
-    tiles = torch.nn.functional.pad(weights.permute(0, 2, 3, 1), (0, pad)).contiguous()  # (I, 4, 4, Jp)
-    # each parent's centre, the plain mean of its votes, sum_i M_i W_ij / I: one matrix product over (i, k),
-    # (B*4*P, I*4) @ (I*4, 4*Jp) -> (B, 4, P, 4, Jp), rows r before positions as `rows` holds them
-    centre = (rows.view(-1, slot_count * 4) @ tiles.view(slot_count * 4, 4 * padded)) / slot_count
-    centre = centre.view(batch, 4, positions, 4, padded).transpose(1, 2)  # (B, P, 4, 4, Jp), entry (r, c)
-    if offsets is not None:
-        offsets = offsets.to(f32).contiguous()
-        centre = centre + offsets.mean(dim=0).view(1, 1, 4, 4, 1)
-    centre = centre.reshape(batch, positions, 16, padded).contiguous()  # (B, P, 16, Jp)
+    tiles = tiles_of(weights.to(f32), padded)
+    offsets = None if offsets is None else offsets.to(f32).contiguous()
+    centre = centres(rows, tiles, offsets)
     if start is not None:  # (B, P, J, I) -> (B, P, I, Jp)
-        start = torch.nn.functional.pad(start.to(f32).transpose(2, 3), (0, pad)).contiguous()
-    beta_u = torch.nn.functional.pad(beta_u.detach().to(f32), (0, pad)).contiguous()
-    beta_a = torch.nn.functional.pad(beta_a.detach().to(f32), (0, pad)).contiguous()
+        start = F.pad(start.to(f32).transpose(2, 3), (0, pad)).contiguous()
+    beta_u = F.pad(beta_u.detach().to(f32), (0, pad)).contiguous()
+    beta_a = F.pad(beta_a.detach().to(f32), (0, pad)).contiguous()
     rounds = len(lambdas)
     kept = rounds if every else 1
     out_mean = torch.empty(kept, batch, positions, parents, 16, dtype=f32)
@@ -185,9 +224,9 @@ def route(
     temperatures = torch.tensor(lambdas, dtype=f32)
     slots, even = slots.contiguous(), even.to(f32).contiguous()
     arguments = (
-        _address(rows), _address(activations), _address(tiles), _address(offsets), _address(centre),
-        _address(slots), _address(start), _address(even), _address(beta_u), _address(beta_a),
-        _address(temperatures), scale, log_floor, _address(out_mean), _address(out_a),
+        address(rows), address(activations), address(tiles), address(offsets), address(centre),
+        address(slots), address(start), address(even), address(beta_u), address(beta_a),
+        address(temperatures), scale, log_floor, address(out_mean), address(out_a),
     )  # fmt: skip
 
     def images(first: int, last: int) -> int:
@@ -196,16 +235,7 @@ def route(
             int(every), *arguments,
         ))  # fmt: skip
 
-    threads = max(1, min(torch.get_num_threads(), batch))
-    share = -(-batch // threads)
-    bounds = [(n, min(batch, n + share)) for n in range(0, batch, share)]
-    if len(bounds) == 1:
-        codes = [images(*bounds[0])]
-    else:
-        with ThreadPoolExecutor(len(bounds)) as pool:  # the kernel runs without the GIL (ctypes releases it)
-            codes = list(pool.map(lambda bound: images(*bound), bounds))
-    if any(codes):
-        raise MemoryError(f"EM routing's kernel could not run a batch of {batch} (code {max(codes)})")
+    in_parallel(batch, images)
     if every:
         return out_mean, out_a
     return out_mean[0], out_a[0]

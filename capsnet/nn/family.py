@@ -70,6 +70,9 @@ class Network:
     # the fewest training images from which `torch.compile` pays for itself on a CPU (its half a minute of compiling
     # won back by faster steps), None where it never does: measured in benchmarks/README.md
     cpu_compile_from: int | None = None
+    # whether compiling still makes it faster on this CPU: False where it trains by a compiled kernel of its own that
+    # `torch.compile` would replace with slower code (the EM network's routing: `capsnet.nn.em_native_training`)
+    cpu_compile_needed: Callable[[], bool] = lambda: True
     # whether a GPU evaluates with the compiled module: False where a compiled pass routes the whole evaluation batch
     # at once and the eager one bounds its memory (the EM network: 21.6 GB against 1.35 GB at 500 images on an H100)
     judges_compiled: bool = True

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from capsnet.nn import em_native
+from capsnet.nn import em_native, em_native_training
 from capsnet.nn.em_routing import (
     LOG_WEIGHT_FLOOR,
     EMTrace,
@@ -110,6 +110,10 @@ def _in_chunks(
         logits = start(slice(0, batch))
         first = None if logits is None else child_softmax(logits, layer.child_index, layer.children_count)
         return layer._route_native(library, poses, activations, iterations, every, first)
+    trains = on_cpu and needs_grad and not (trace or every or random or torch.compiler.is_compiling())
+    library = em_native.kernel() if trains and em_native_training.supports(iterations) else None
+    if library is not None:  # CPU training: Procedure 1 and its backward on the kernel's passes, no vote-sized tensor
+        return layer._route_native_training(library, poses, activations, iterations)
     kron = _kron(layer.weight, poses)  # once for every chunk
     chunk = max(1, (CPU_CHUNK_BYTES if on_cpu else DEVICE_CHUNK_BYTES) // layer.routing_bytes_per_image())
     if trace or (needs_grad and not on_cpu) or chunk >= batch or torch.compiler.is_compiling():
@@ -223,6 +227,11 @@ class _EMRoutedLayer(nn.Module):
     ) -> tuple[Tensor, Tensor, EMTrace | None]:
         raise NotImplementedError
 
+    def _route_native_training(  # each layer's own: its slots, routed with gradients by the kernel's passes
+        self, library: CDLL, poses: Tensor, activations: Tensor, iterations: int
+    ) -> tuple[Tensor, Tensor, EMTrace | None]:
+        raise NotImplementedError
+
     def _route(  # each layer's own: its votes, routed by `_route_float32`
         self,
         poses: Tensor,
@@ -329,6 +338,17 @@ class ConvCapsules(_EMRoutedLayer):
         mean, out_a = _native(self, library, slot_poses, child_a, self.weight, None, order, iterations, every, start)
         return *self._grid(mean, out_a), None
 
+    def _route_native_training(
+        self, library: CDLL, poses: Tensor, activations: Tensor, iterations: int
+    ) -> tuple[Tensor, Tensor, EMTrace | None]:
+        slot_poses = em_native.slot_rows(poses, self.child_index)  # (B, 4, L, I, 4)
+        child_a = activations.flatten(1)[:, self.child_index]  # (B, L, I)
+        mean, out_a = em_native_training.route(
+            library, slot_poses, child_a, self.weight, self.beta_u, self.beta_a, None, self.child_index,
+            self.children_count, iterations,
+        )  # fmt: skip
+        return *self._grid(mean, out_a), None
+
 
 class ClassCapsules(_EMRoutedLayer):
     """The class capsules: every child capsule of the last grid routed by EM to one capsule per class.
@@ -401,4 +421,16 @@ class ClassCapsules(_EMRoutedLayer):
         weights = self.weight.repeat_interleave(cells, dim=0)  # a type's W for each of its cells: (I, K, 4, 4)
         offsets = self.offsets.repeat(types, 1)  # coordinate addition, each slot its cell's: (I, 16)
         mean, out_a = _native(self, library, slot_poses, child_a, weights, offsets, None, iterations, every, start)
+        return mean[:, 0], out_a[:, 0], None
+
+    def _route_native_training(
+        self, library: CDLL, poses: Tensor, activations: Tensor, iterations: int
+    ) -> tuple[Tensor, Tensor, EMTrace | None]:
+        batch, types, _, height, width = poses.shape
+        cells = height * width
+        mean, out_a = em_native_training.route(
+            library, em_native.slot_rows(poses, self.child_index), activations.reshape(batch, 1, types * cells),
+            self.weight.repeat_interleave(cells, dim=0), self.beta_u, self.beta_a, self.offsets.repeat(types, 1),
+            self.child_index, self.children_count, iterations,
+        )  # fmt: skip
         return mean[:, 0], out_a[:, 0], None

@@ -9,9 +9,10 @@ Chosen at run time from what torch and oneDNN report about the machine, never ha
   step is about 13x slower (`benchmarks/README.md`);
 - on a CPU, Adam's per-parameter updates run as one fused kernel (`Adam(fused=True)`);
 - on a CPU, `torch.compile` where the caller says it pays (`cpu_compile`): the EM network's
-  routing is many small passes over its votes that the compiler fuses, 1.8-2.6x faster steps
-  after half a minute of compiling, so a run long enough compiles (`TrainOptions.acceleration`)
-  where a C++ compiler is found to build the compiled code;
+  routing on the PyTorch path is many small passes over its votes that the compiler fuses,
+  1.0-2.6x faster steps after half a minute of compiling, so a run long enough compiles
+  (`TrainOptions.acceleration`) where a C++ compiler is found to build the compiled code and the
+  EM routing kernel, 2-3x faster again, is not (`Network.cpu_compile_needed`);
   the dynamic-routing CapsNet trains slower compiled on a CPU and stays eager;
 - CUDA keeps its path: bf16 autocast, `torch.compile`, and the default (foreach) Adam, which the
   compiler handles.

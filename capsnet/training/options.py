@@ -240,10 +240,12 @@ class TrainOptions:
         return self
 
     def cpu_compile_pays(self) -> bool:
-        """Whether compiling wins back its time on a CPU: the network trains faster compiled there and the run trains
-        at least `Network.cpu_compile_from` images (the whole training set, or epochs x --train-size)."""
-        fewest = network(self.network).cpu_compile_from
-        if fewest is None:
+        """Whether compiling wins back its time on a CPU: the network trains faster compiled there (and has no faster
+        kernel of its own: `Network.cpu_compile_needed`) and the run trains at least `Network.cpu_compile_from` images
+        (the whole training set, or epochs x --train-size)."""
+        chosen = network(self.network)
+        fewest = chosen.cpu_compile_from
+        if fewest is None or not chosen.cpu_compile_needed():
             return False
         return self.train_size is None or self.epochs * self.train_size >= fewest
 

@@ -1,0 +1,251 @@
+"""EM routing with gradients on a CPU, its vote-sized work done by the compiled kernel's passes (`em_native`).
+
+Hinton, Sabour & Frosst (2018), "Matrix capsules with EM routing", ICLR. https://openreview.net/forum?id=HJWLfGWRb
+
+Procedure 1 and its hand-written backward exactly as `capsnet.nn.em_routing` writes them (`_route`, `_m_step`,
+`_e_step`, `_EMRouting.backward`: the formulas are in their docstrings), with every operation that reads the votes
+replaced by a pass of the kernel that remakes them from the children's poses and W where it needs them:
+    em_moments    sum_i w_ij [V' , V'^2]           the M-step's moments, and the backward's g_weights
+    em_dots       [V', V'^2] . g_j                 the E-step's distances, and the backward's g_w
+    em_vote_grad  dL/dM and dL/dW from dL/d[V', V'^2] = sum_t left_t right_t, never written out
+(V' = V - c, each parent's votes about its centre c). What stays in PyTorch is one number a vote (the assignments,
+B x P x I x J) or one vector a parent: no tensor of the votes' size is made, in the forward or the backward.
+Layouts: a vote's number (B, P, I, Jp), a parent's vector (B, P, 16, Jp), J padded to the kernel's block (a padded
+type gets no assignment and is cut from the results).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from capsnet.nn import em_native
+from capsnet.nn.em_routing import EPSILON, LOG_WEIGHT_FLOOR, VARIANCE_FLOOR, inverse_temperature
+
+MAX_FACTORS = 8  # em_vote_grad keeps 2r - 1 factors a vote: up to r = 4 (the papers route 2 or 3 times)
+
+
+def supports(iterations: int) -> bool:
+    """Whether the kernel's backward takes `iterations` (2r - 1 factors a vote at most MAX_FACTORS)."""
+    return 2 * iterations - 1 <= MAX_FACTORS
+
+
+class _Passes:
+    """The kernel's three passes over one layer's votes for one batch, each on torch's threads."""
+
+    def __init__(self, library: ctypes.CDLL, rows: Tensor, tiles: Tensor, offsets: Tensor | None, centre: Tensor):
+        self.library, self.rows, self.tiles, self.offsets, self.centre = library, rows, tiles, offsets, centre
+        self.batch, _, self.positions, self.slots, _ = rows.shape
+        self.padded = tiles.shape[-1]
+        a = em_native.address
+        self.common = (a(rows), a(tiles), a(offsets), a(centre))
+
+    def _sizes(self, first: int, last: int) -> tuple[int, ...]:
+        return first, last, self.positions, self.slots, self.padded
+
+    def moments(self, weights: Tensor) -> Tensor:
+        """sum_i w [V', V'^2]: weights (B, P, I, Jp) -> (B, P, 2, 16, Jp)."""
+        weights = weights.contiguous()
+        out = torch.empty(self.batch, self.positions, 2, 16, self.padded)
+        em_native.in_parallel(self.batch, lambda first, last: self.library.em_moments(
+            *self._sizes(first, last), *self.common, weights.data_ptr(), out.data_ptr()))  # fmt: skip
+        return out
+
+    def dots(self, vectors: Tensor) -> Tensor:
+        """[V', V'^2] . g: vectors (B, P, 2, 16, Jp) -> (B, P, I, Jp)."""
+        vectors = vectors.contiguous()
+        out = torch.empty(self.batch, self.positions, self.slots, self.padded)
+        em_native.in_parallel(self.batch, lambda first, last: self.library.em_dots(
+            *self._sizes(first, last), *self.common, vectors.data_ptr(), out.data_ptr()))  # fmt: skip
+        return out
+
+    def vote_grad(self, left: Tensor, right: Tensor) -> tuple[Tensor, Tensor]:
+        """dL/d rows (B, 4, P, I, 4) and dL/d tiles (I, 4, 4, Jp) from left (B, P, T, I, Jp), right (B, P, T, 2, 16,
+        Jp); each thread adds into its own W gradient, summed here."""
+        left, right = left.contiguous(), right.contiguous()
+        grad_rows = torch.empty_like(self.rows)
+        threads = max(1, min(torch.get_num_threads(), self.batch))
+        grad_tiles = torch.zeros(threads, *self.tiles.shape)
+        share = -(-self.batch // threads)
+
+        def images(first: int, last: int) -> int:
+            return int(self.library.em_vote_grad(
+                *self._sizes(first, last), left.shape[2], *self.common, left.data_ptr(), right.data_ptr(),
+                grad_rows.data_ptr(), grad_tiles[first // share].data_ptr(),
+            ))  # fmt: skip
+
+        em_native.in_parallel(self.batch, images)
+        return grad_rows, grad_tiles.sum(dim=0)
+
+
+def _child_softmax(logits: Tensor, child_index: Tensor, children: int, real: Tensor) -> Tensor:
+    """R (B, P, I, Jp): each child's softmax over every parent it reaches (all its slots and real types), the weights
+    floored at LOG_WEIGHT_FLOOR below its likeliest (as `em_routing.child_softmax`); `real` (Jp,) masks the padding."""
+    batch, positions, slots, _ = logits.shape
+    flat = child_index.flatten().expand(batch, -1)  # (B, P*I)
+    logits = logits.masked_fill(real == 0, -math.inf)  # a padded type is no parent (its votes, all 0, fit best)
+    slot_max = logits.detach().amax(dim=-1).flatten(1)  # (B, P*I)
+    child_max = slot_max.new_full((batch, children), -math.inf).scatter_reduce(1, flat, slot_max, "amax")
+    shift = child_max.gather(1, flat).view(batch, positions, slots, 1)
+    weights = torch.exp((logits - shift).clamp(min=LOG_WEIGHT_FLOOR)) * real  # (B, P, I, Jp)
+    slot_sum = weights.sum(dim=-1).flatten(1)
+    child_sum = slot_sum.new_zeros(batch, children).scatter_add(1, flat, slot_sum)
+    return weights / child_sum.gather(1, flat).view(batch, positions, slots, 1)
+
+
+def _group_sum(x: Tensor, child_index: Tensor, children: int) -> Tensor:
+    """The sum of x (B, P, I, Jp) over every slot and type of each child, back in its slots: (B, P, I, 1)."""
+    batch, positions, slots, _ = x.shape
+    flat = child_index.flatten().expand(batch, -1)
+    per_child = x.new_zeros(batch, children).scatter_add(1, flat, x.sum(dim=-1).flatten(1))
+    return per_child.gather(1, flat).view(batch, positions, slots, 1)
+
+
+def _fit(
+    moments: Tensor, amount: Tensor, centre: Tensor, beta_u: Tensor, beta_a: Tensor, scale: float, lam: float
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """`em_routing._m_step` from the moments of w = r / (n + eps): mean about the centre d, sigma^2, where the spread
+    is positive, the logit z. moments (B, P, 2, 16, Jp), amount n (B, P, 1, Jp), centre (B, P, 16, Jp)."""
+    first, second = moments[:, :, 0], moments[:, :, 1]  # (B, P, 16, Jp)
+    total = amount / (amount + EPSILON)
+    mean = first - centre * (1 - total)
+    spread = second - mean * (2 * first - mean * total)
+    variance = spread.clamp(min=0) + VARIANCE_FLOOR
+    cost = (beta_u + 0.5 * torch.log(variance)) * (amount * scale)  # (B, P, 16, Jp)
+    return mean, variance, spread > 0, lam * (beta_a - cost.sum(dim=2))  # .., (B, P, Jp)
+
+
+def route(
+    library: ctypes.CDLL,
+    rows: Tensor,
+    activations: Tensor,
+    weights: Tensor,
+    beta_u: Tensor,
+    beta_a: Tensor,
+    offsets: Tensor | None,
+    child_index: Tensor,
+    children: int,
+    iterations: int,
+) -> tuple[Tensor, Tensor]:
+    """EM routing of one layer with gradients: slot poses by rows (B, 4, P, I, 4) (`em_native.slot_rows`) and
+    activations (B, P, I), W per slot (I, J, 4, 4), beta_u and beta_a (J,), offsets (I, 16) or None -> poses mu_j
+    (B, P, J, 16) and activations a_j (B, P, J), in float32 whatever autocast says (as the PyTorch path routes)."""
+    with torch.autocast(rows.device.type, enabled=False):
+        return NativeEMRouting.apply(
+            rows, activations, weights, beta_u, beta_a, offsets, child_index, children, iterations, library
+        )
+
+
+class NativeEMRouting(torch.autograd.Function):
+    """Procedure 1 and `_EMRouting`'s backward on the kernel's passes (the module docstring)."""
+
+    @staticmethod
+    def forward(ctx: Any, rows: Tensor, activations: Tensor, weights: Tensor, beta_u: Tensor, beta_a: Tensor,
+                offsets: Tensor | None, child_index: Tensor, children: int, iterations: int,
+                library: ctypes.CDLL) -> tuple[Tensor, Tensor]:  # fmt: skip
+        parents = weights.shape[1]
+        padded = em_native.padded_types(library, parents)
+        rows, activations = rows.float().contiguous(), activations.float().contiguous()
+        tiles = em_native.tiles_of(weights.float(), padded)
+        offsets = None if offsets is None else offsets.float().contiguous()
+        centre = em_native.centres(rows, tiles, offsets)
+        passes = _Passes(library, rows, tiles, offsets, centre)
+        pad = padded - parents
+        bu, ba = F.pad(beta_u.float(), (0, pad)), F.pad(beta_a.float(), (0, pad))
+        real = (torch.arange(padded) < parents).float()  # (Jp,)
+        positions, slots = child_index.shape
+        scale = parents / slots
+        counts = torch.bincount(child_index.flatten(), minlength=children).clamp(min=1)
+        even = 1.0 / (counts[child_index].float() * parents)  # (P, I)
+        assignment = even.view(1, positions, slots, 1) * real  # (1, P, I, Jp), broadcast over the batch
+        child_a = activations.unsqueeze(-1)  # (B, P, I, 1)
+        assignments, fits = [], []
+        for t in range(iterations):
+            lam = inverse_temperature(t + 1)
+            assigned = assignment * child_a  # r = R a: (B, P, I, Jp)
+            amount = assigned.sum(dim=2, keepdim=True)  # n: (B, P, 1, Jp)
+            weights_t = assigned / (amount + EPSILON)
+            fit = (amount, *_fit(passes.moments(weights_t), amount, centre, bu.view(-1), ba, scale, lam))
+            assignments.append(assignment.expand_as(assigned) if t == 0 else assignment)
+            fits.append(fit)
+            if t < iterations - 1:
+                _, mean, variance, _, logit = fit
+                precision = 1.0 / variance
+                quadratic = passes.dots(torch.stack([-2 * mean * precision, precision], dim=2))  # (B, P, I, Jp)
+                constant = (mean * mean * precision + torch.log(2 * math.pi * variance)).sum(dim=2)  # (B, P, Jp)
+                log_p = -0.5 * (quadratic + constant.unsqueeze(2))
+                assignment = _child_softmax(F.logsigmoid(logit).unsqueeze(2) + log_p, child_index, children, real)
+        _, mean, _, _, logit = fits[-1]
+        ctx.passes, ctx.fits, ctx.assignments = passes, fits, assignments
+        ctx.shape = (children, iterations, parents, scale, weights.shape)
+        ctx.save_for_backward(child_a, beta_u, child_index, real)
+        out_mean = (mean + centre)[..., :parents].permute(0, 1, 3, 2)  # (B, P, J, 16)
+        return out_mean.contiguous(), torch.sigmoid(logit[..., :parents])
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, grad_mean: Tensor, grad_a: Tensor) -> tuple[Tensor | None, ...]:
+        children, r, parents, scale, weight_shape = ctx.shape
+        child_a, beta_u, child_index, real = ctx.saved_tensors
+        passes: _Passes = ctx.passes
+        centre, padded = passes.centre, passes.padded
+        pad = padded - parents
+        bu = F.pad(beta_u.float(), (0, pad))
+        grad_mean = F.pad(grad_mean.float().permute(0, 1, 3, 2), (0, pad))  # (B, P, 16, Jp)
+        grad_a = F.pad(grad_a.float(), (0, pad))  # (B, P, Jp)
+        left: list[Tensor] = []  # (B, P, I, Jp) factors of the gradient of [V', V'^2]
+        right: list[Tensor] = []  # (B, P, 2, 16, Jp) factors
+        grad_child_a = torch.zeros_like(child_a)
+        grad_beta_u = torch.zeros(padded)
+        grad_beta_a = torch.zeros(padded)
+        grad_next: Tensor | None = None
+        for t in reversed(range(r)):
+            amount, mean, variance, spread, logit = ctx.fits[t]
+            lam = inverse_temperature(t + 1)
+            if t == r - 1:
+                a = torch.sigmoid(logit)
+                g_mean, g_logit, g_var = grad_mean, grad_a * a * (1 - a), torch.zeros_like(variance)
+            else:
+                assert grad_next is not None
+                after = ctx.assignments[t + 1]
+                g_l = after * (grad_next - _group_sum(after * grad_next, child_index, children))  # (B, P, I, Jp)
+                g_logit = g_l.sum(dim=2) * torch.sigmoid(-logit)
+                precision = 1.0 / variance
+                g_quadratic = -0.5 * g_l
+                left.append(g_quadratic)
+                right.append(torch.stack([-2 * mean * precision, precision], dim=2))
+                g_weights = passes.moments(g_quadratic)  # (B, P, 2, 16, Jp)
+                g_q, g_precision = -2 * g_weights[:, :, 0], g_weights[:, :, 1]
+                g_k = -0.5 * g_l.sum(dim=2).unsqueeze(2)  # (B, P, 1, Jp)
+                g_mean = g_k * 2 * mean * precision + g_q * precision
+                g_precision = g_precision + g_k * mean * mean + g_q * mean
+                g_var = g_k / variance - g_precision * precision * precision
+            grad_beta_a += lam * g_logit.sum(dim=(0, 1))
+            g_cost = -lam * g_logit.unsqueeze(2)  # (B, P, 1, Jp)
+            grad_beta_u += (g_cost * amount * scale).sum(dim=(0, 1, 2)) * 16
+            g_var = g_var + g_cost * amount * scale * 0.5 / variance
+            g_amount = (g_cost * (bu + 0.5 * torch.log(variance))).sum(dim=2, keepdim=True) * scale
+            g_u = g_var * spread
+            total = amount / (amount + EPSILON)
+            first = mean + centre * (1 - total)
+            g_first = g_mean + g_u * 2 * (mean * total - mean - first)
+            g_total = g_mean * centre + g_u * (mean * mean - 2 * centre * (first - mean * total))
+            g_amount = g_amount + g_total.sum(dim=2, keepdim=True) * EPSILON / (amount + EPSILON) ** 2
+            g_moments = torch.stack([g_first, g_u], dim=2)  # (B, P, 2, 16, Jp)
+            weights = ctx.assignments[t] * child_a / (amount + EPSILON)  # w = r / (n + eps): (B, P, I, Jp)
+            left.append(weights)
+            right.append(g_moments)
+            g_w = passes.dots(g_moments)  # (B, P, I, Jp)
+            g_amount = g_amount - (g_w * weights).sum(dim=2, keepdim=True) / (amount + EPSILON)
+            g_assigned = g_w / (amount + EPSILON) + g_amount  # (B, P, I, Jp)
+            grad_child_a += (g_assigned * ctx.assignments[t]).sum(dim=-1, keepdim=True)
+            grad_next = g_assigned * child_a
+        grad_rows, grad_tiles = passes.vote_grad(torch.stack(left, dim=2), torch.stack(right, dim=2))
+        grad_weights = grad_tiles[..., :parents].permute(0, 3, 1, 2).reshape(weight_shape)  # (I, J, 4, 4)
+        return (grad_rows, grad_child_a.squeeze(-1), grad_weights, grad_beta_u[:parents], grad_beta_a[:parents],
+                None, None, None, None, None)  # fmt: skip
