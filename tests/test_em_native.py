@@ -25,9 +25,9 @@ def _grid(batch: int, types: int, size: int, seed: int) -> tuple[torch.Tensor, t
 
 
 # both paths are float32 with their sums in different orders; three iterations of sharpening assignments carry a
-# rounding difference to a few parts in 10^4 of a pose entry at most
+# rounding difference to a few parts in 10^4 of a pose entry or an activation at most
 POSES = dict(rtol=1e-3, atol=1e-4)
-ACTIVATIONS = dict(rtol=1e-4, atol=1e-6)
+ACTIVATIONS = dict(rtol=1e-3, atol=1e-5)
 
 
 def _both(monkeypatch: pytest.MonkeyPatch, read):  # type: ignore[no-untyped-def]

@@ -13,8 +13,8 @@ parents' moments, never a vote-sized array. Compiled at run time for the machine
 falls back to the PyTorch path (the reference the tests hold this to) where no C compiler is found.
 
 Layouts (float32, contiguous; the batch's images one after another):
-    poses    (B, 4, P, I, 4)  each slot's child pose M by rows: row r of slot (p, i) is [b][r][p][i][:] (the layout
-                              the caller's matrix product for the centres reads too)
+    grid     (B, 4, C, 4)     each child's pose M by rows: row r of child n at [b][r][n][:]
+    child    (P, I)           the child in each slot
     acts     (B, P, I)        each slot's child activation a_i
     wtiles   (I, 4, 4, Jp)    W_ij[k][c] at [i][k][c][j]; J parent types padded with zeros to Jp, a multiple of
                               em_block(), so that every inner loop is whole vectors
@@ -62,13 +62,14 @@ static inline float exp_neg(float x) {
 typedef struct {
     int64_t P, I, J, Jp, C, S;
     const float *wtiles, *offsets, *beta_u, *beta_a;
-    const int64_t *slots;
+    const int64_t *slots, *child;
     float scale; /* pitfall 3: n_j scaled by parents / children of a receptive field */
 } Layer;
 
-/* Slot `slot`'s pose (16 entries, row-major) from the image's rows (4, P, I, 4). */
-static inline void slot_pose(const Layer *L, const float *rows, int64_t slot, float *pose) {
-    for (int r = 0; r < 4; r++) memcpy(pose + r * 4, rows + (r * L->P * L->I + slot) * 4, 4 * sizeof(float));
+/* Slot `slot`'s pose (16 entries, row-major) from the image's grid of children by rows (4, C, 4). */
+static inline void slot_pose(const Layer *L, const float *grid, int64_t slot, float *pose) {
+    const int64_t n = L->child[slot];
+    for (int r = 0; r < 4; r++) memcpy(pose + r * 4, grid + (r * L->C + n) * 4, 4 * sizeof(float));
 }
 
 /* What one M-step adds up for every parent (about its centre), and the fit it gives. (P, 16, Jp) or (P, Jp). */
@@ -252,8 +253,8 @@ int64_t em_block(void) { return VB; }
    multiple of em_block() or less than J. */
 int em_route(int64_t batch, int64_t first_image, int64_t last_image, int64_t P, int64_t I, int64_t J, int64_t Jp,
              int64_t C, int64_t S, int64_t iterations, int64_t every, const float *poses, const float *acts,
-             const float *wtiles, const float *offsets, const float *centre, const int64_t *slots,
-             const float *start, const float *even, const float *beta_u, const float *beta_a, const float *lambdas,
+             const float *wtiles, const float *offsets, const float *centre, const int64_t *child,
+             const int64_t *slots, const float *start, const float *even, const float *beta_u, const float *beta_a, const float *lambdas,
              float scale, float log_floor, float *out_mean, float *out_act) {
     if (Jp % VB != 0 || Jp < J) return 2;
     const int64_t PI = P * I, PJ = P * Jp, sums = PJ * H * 2 + PJ, fit = PJ * H * 4 + PJ * 2;
@@ -273,9 +274,9 @@ int em_route(int64_t batch, int64_t first_image, int64_t last_image, int64_t P, 
         memset(zeros, 0, sizeof(float) * I * H);
         offsets = zeros;
     }
-    const Layer L = {P, I, J, Jp, C, S, wtiles, offsets, beta_u, beta_a, slots, scale};
+    const Layer L = {P, I, J, Jp, C, S, wtiles, offsets, beta_u, beta_a, slots, child, scale};
     for (int64_t b = first_image; b < last_image; b++) {
-        const float *img_poses = poses + b * PI * H, *img_acts = acts + b * PI, *img_centre = centre + b * PJ * H;
+        const float *img_poses = poses + b * 16 * C, *img_acts = acts + b * PI, *img_centre = centre + b * PJ * H;
         for (int64_t t = 0; t < iterations; t++) {
             Fit *F = &fits[t % 2];
             if (t == 0)
@@ -307,28 +308,30 @@ int em_route(int64_t batch, int64_t first_image, int64_t last_image, int64_t P, 
     _Pragma("omp simd") for (int jj = 0; jj < VB; jj++) d[jj] =                                                  \
         m0_ * w0_[jj] + m1_ * w1_[jj] + m2_ * w2_[jj] + m3_ * w3_[jj] + o_ - (centre_l)[(jb) + jj]
 
-static Layer pass_layer(int64_t P, int64_t I, int64_t Jp, const float *wtiles, const float *offsets, float *zeros) {
+static Layer pass_layer(int64_t P, int64_t I, int64_t Jp, int64_t C, const int64_t *child, const float *wtiles,
+                        const float *offsets, float *zeros) {
     if (!offsets) {
         memset(zeros, 0, sizeof(float) * I * H);
         offsets = zeros;
     }
-    const Layer L = {P, I, Jp, Jp, 0, 0, wtiles, offsets, NULL, NULL, NULL, 0.0f};
+    const Layer L = {P, I, Jp, Jp, C, 0, wtiles, offsets, NULL, NULL, NULL, child, 0.0f};
     return L;
 }
 
 /* out (B, P, 2, 16, Jp) = sum_i w (B, P, I, Jp) [V - c, (V - c)^2]: the M-step's moments for any weights */
-int em_moments(int64_t first_image, int64_t last_image, int64_t P, int64_t I, int64_t Jp, const float *rows,
+int em_moments(int64_t first_image, int64_t last_image, int64_t P, int64_t I, int64_t Jp, int64_t C,
+               const int64_t *child, const float *rows,
                const float *wtiles, const float *offsets, const float *centre, const float *weights, float *out) {
     float *zeros = (float *)malloc(sizeof(float) * I * H);
     if (!zeros) return 1;
-    const Layer L = pass_layer(P, I, Jp, wtiles, offsets, zeros);
+    const Layer L = pass_layer(P, I, Jp, C, child, wtiles, offsets, zeros);
     for (int64_t b = first_image; b < last_image; b++) {
         float *o = out + b * P * 2 * H * Jp;
         memset(o, 0, sizeof(float) * P * 2 * H * Jp);
         for (int64_t p = 0; p < P; p++)
             for (int64_t i = 0; i < I; i++) {
                 float pose[H];
-                slot_pose(&L, rows + b * 4 * P * I * 4, p * I + i, pose);
+                slot_pose(&L, rows + b * 16 * C, p * I + i, pose);
                 const float *w = L.wtiles + i * H * Jp, *off = L.offsets + i * H;
                 const float *r = weights + ((b * P + p) * I + i) * Jp;
                 for (int l = 0; l < H; l++) {
@@ -351,16 +354,17 @@ int em_moments(int64_t first_image, int64_t last_image, int64_t P, int64_t I, in
 }
 
 /* out (B, P, I, Jp) = [V - c, (V - c)^2] . g (B, P, 2, 16, Jp): each vote's row against its parent's vector */
-int em_dots(int64_t first_image, int64_t last_image, int64_t P, int64_t I, int64_t Jp, const float *rows,
+int em_dots(int64_t first_image, int64_t last_image, int64_t P, int64_t I, int64_t Jp, int64_t C,
+               const int64_t *child, const float *rows,
             const float *wtiles, const float *offsets, const float *centre, const float *g, float *out) {
     float *zeros = (float *)malloc(sizeof(float) * I * H);
     if (!zeros) return 1;
-    const Layer L = pass_layer(P, I, Jp, wtiles, offsets, zeros);
+    const Layer L = pass_layer(P, I, Jp, C, child, wtiles, offsets, zeros);
     for (int64_t b = first_image; b < last_image; b++)
         for (int64_t p = 0; p < P; p++)
             for (int64_t i = 0; i < I; i++) {
                 float pose[H];
-                slot_pose(&L, rows + b * 4 * P * I * 4, p * I + i, pose);
+                slot_pose(&L, rows + b * 16 * C, p * I + i, pose);
                 const float *w = L.wtiles + i * H * Jp, *off = L.offsets + i * H;
                 const float *gp = g + (b * P + p) * 2 * H * Jp;
                 float *o = out + ((b * P + p) * I + i) * Jp;
@@ -382,20 +386,21 @@ int em_dots(int64_t first_image, int64_t last_image, int64_t P, int64_t I, int64
 
 /* The gradients of the poses and of W from the gradient of [V - c, (V - c)^2], given as sum_t left_t right_t with
    left (B, P, T, I, Jp) one number a vote and right (B, P, T, 2, 16, Jp) one vector a parent: dL/dV = g1 + 2 (V - c)
-   g2, then dL/dM[r][k] = sum_j,c dL/dV[r][c] W[k][c] into grad_rows (B, 4, P, I, 4) and dL/dW[k][c] = sum_r M[r][k]
+   g2, then dL/dM[r][k] = sum_j,c dL/dV[r][c] W[k][c] added into the child's grad_rows (B, 4, C, 4), and dL/dW[k][c] = sum_r M[r][k]
    dL/dV[r][c] added into grad_w (I, 4, 4, Jp) (the caller's own for this range of images). */
-int em_vote_grad(int64_t first_image, int64_t last_image, int64_t P, int64_t I, int64_t Jp, int64_t T,
-                 const float *rows, const float *wtiles, const float *offsets, const float *centre, const float *left,
+int em_vote_grad(int64_t first_image, int64_t last_image, int64_t P, int64_t I, int64_t Jp, int64_t C,
+                 const int64_t *child, int64_t T, const float *rows, const float *wtiles, const float *offsets, const float *centre, const float *left,
                  const float *right, float *grad_rows, float *grad_w) {
     float *zeros = (float *)malloc(sizeof(float) * I * H);
     if (!zeros) return 1;
-    const Layer L = pass_layer(P, I, Jp, wtiles, offsets, zeros);
+    const Layer L = pass_layer(P, I, Jp, C, child, wtiles, offsets, zeros);
+    memset(grad_rows + first_image * 16 * C, 0, sizeof(float) * (last_image - first_image) * 16 * C);
     for (int64_t b = first_image; b < last_image; b++)
         for (int64_t p = 0; p < P; p++)
             for (int64_t i = 0; i < I; i++) {
                 float pose[H], accm[H][VB]; /* dL/dM[r][k], lane by lane until the slot is done */
                 memset(accm, 0, sizeof accm);
-                slot_pose(&L, rows + b * 4 * P * I * 4, p * I + i, pose);
+                slot_pose(&L, rows + b * 16 * C, p * I + i, pose);
                 const float *w = L.wtiles + i * H * Jp, *off = L.offsets + i * H;
                 float *gw = grad_w + i * H * Jp;
                 const float *rp = right + (b * P + p) * T * 2 * H * Jp;
@@ -436,8 +441,9 @@ int em_vote_grad(int64_t first_image, int64_t last_image, int64_t P, int64_t I, 
                     for (int jj = 0; jj < VB; jj++) sum += accm[n][jj];
                     gm[n] = sum;
                 }
+                const int64_t n = child[p * I + i];
                 for (int r = 0; r < 4; r++)
-                    for (int k = 0; k < 4; k++) grad_rows[((b * 4 + r) * P * I + p * I + i) * 4 + k] = gm[r * 4 + k];
+                    for (int k = 0; k < 4; k++) grad_rows[((b * 4 + r) * C + n) * 4 + k] += gm[r * 4 + k];
             }
     free(zeros);
     return 0;

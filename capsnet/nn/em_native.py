@@ -97,12 +97,12 @@ def _bind(library: ctypes.CDLL) -> ctypes.CDLL:
     library.em_block.restype = i64
     library.em_block.argtypes = []
     library.em_route.restype = ctypes.c_int
-    library.em_route.argtypes = [i64] * 11 + [pointer] * 11 + [f32, f32, pointer, pointer]
-    for name, pointers in (("em_moments", 6), ("em_dots", 6)):
+    library.em_route.argtypes = [i64] * 11 + [pointer] * 12 + [f32, f32, pointer, pointer]
+    for name in ("em_moments", "em_dots"):
         getattr(library, name).restype = ctypes.c_int
-        getattr(library, name).argtypes = [i64] * 5 + [pointer] * pointers
+        getattr(library, name).argtypes = [i64] * 6 + [pointer] * 7
     library.em_vote_grad.restype = ctypes.c_int
-    library.em_vote_grad.argtypes = [i64] * 6 + [pointer] * 8
+    library.em_vote_grad.argtypes = [*[i64] * 6, pointer, i64, *[pointer] * 8]
     return library
 
 
@@ -145,20 +145,6 @@ def tiles_of(weights: Tensor, padded: int) -> Tensor:
     return F.pad(weights.permute(0, 2, 3, 1), (0, padded - weights.shape[1])).contiguous()
 
 
-def centres(rows: Tensor, tiles: Tensor, offsets: Tensor | None) -> Tensor:
-    """Each parent's centre c, the plain mean of its votes (the shift routing's moments are taken about), without
-    gradient: sum_i M_i W_ij / I (+ the mean offset) as one matrix product over (i, k), (B*4*P, I*4) @ (I*4, 4*Jp)
-    -> (B, P, 16, Jp)."""
-    batch, _, positions, slot_count, _ = rows.shape
-    padded = tiles.shape[-1]
-    with torch.no_grad(), torch.autocast(rows.device.type, enabled=False):  # float32, as the kernel reads it
-        centre = (rows.reshape(-1, slot_count * 4) @ tiles.view(slot_count * 4, 4 * padded)) / slot_count
-        centre = centre.view(batch, 4, positions, 4, padded).transpose(1, 2)  # (B, P, 4, 4, Jp), entry (r, c)
-        if offsets is not None:
-            centre = centre + offsets.mean(dim=0).view(1, 1, 4, 4, 1)
-        return centre.reshape(batch, positions, 16, padded).contiguous()  # (B, P, 16, Jp)
-
-
 def in_parallel(batch: int, images: Callable[[int, int], int]) -> None:
     """`images(first, last)` over the batch on torch's threads, each a share of the images (the kernel runs without
     the GIL: ctypes releases it); MemoryError where a share's scratch memory could not be had."""
@@ -176,10 +162,12 @@ def in_parallel(batch: int, images: Callable[[int, int], int]) -> None:
 
 def route(
     library: ctypes.CDLL,
-    rows: Tensor,
+    grid: Tensor,
     activations: Tensor,
     weights: Tensor,
     offsets: Tensor | None,
+    centre: Tensor,
+    child_index: Tensor,
     slots: Tensor,
     even: Tensor,
     beta_u: Tensor,
@@ -193,8 +181,10 @@ def route(
     """EM routing of one layer for a batch, on torch's threads (each a share of the images).
 
     Args:
-        rows: each slot's child pose by rows, (B, 4, P, I, 4) (`slot_rows`); activations (B, P, I).
+        grid: each child's pose by rows, (B, 4, C, 4) (`child_rows`); activations: each slot's child's, (B, P, I).
+        child_index: (P, I) the child in each slot, as `grid` numbers them (`cell_major`).
         weights: W per slot (I, J, 4, 4); offsets (I, 16) added to every vote of a slot, or None.
+        centre: each parent's centre, the plain mean of its votes, (B, P, 16, Jp) (the layer's `_kernel_inputs`).
         slots: (C, S) long, each child's slots p * I + i, -1 past its last (`slot_table`).
         even: (P, I) each slot's share of a child spread evenly over its parents.
         beta_u, beta_a: (J,); lambdas: the inverse temperature of each iteration; scale: parents / slots.
@@ -204,15 +194,15 @@ def route(
     Returns:
         poses mu_j (B, P, J, 16) and activations a_j (B, P, J), or with `every` an r axis first.
     """
-    batch, _, positions, slot_count, _ = rows.shape
+    batch, positions, slot_count = activations.shape
     parents = weights.shape[1]
     padded = padded_types(library, parents)
     pad = padded - parents
     f32 = torch.float32
-    rows, activations = rows.to(f32).contiguous(), activations.to(f32).contiguous()
+    grid, activations, centre = (x.to(f32).contiguous() for x in (grid, activations, centre))
     tiles = tiles_of(weights.to(f32), padded)
     offsets = None if offsets is None else offsets.to(f32).contiguous()
-    centre = centres(rows, tiles, offsets)
+    child_index = child_index.contiguous()
     if start is not None:  # (B, P, J, I) -> (B, P, I, Jp)
         start = F.pad(start.to(f32).transpose(2, 3), (0, pad)).contiguous()
     beta_u = F.pad(beta_u.detach().to(f32), (0, pad)).contiguous()
@@ -224,14 +214,14 @@ def route(
     temperatures = torch.tensor(lambdas, dtype=f32)
     slots, even = slots.contiguous(), even.to(f32).contiguous()
     arguments = (
-        address(rows), address(activations), address(tiles), address(offsets), address(centre),
-        address(slots), address(start), address(even), address(beta_u), address(beta_a),
+        address(grid), address(activations), address(tiles), address(offsets), address(centre),
+        address(child_index), address(slots), address(start), address(even), address(beta_u), address(beta_a),
         address(temperatures), scale, log_floor, address(out_mean), address(out_a),
     )  # fmt: skip
 
     def images(first: int, last: int) -> int:
         return int(library.em_route(
-            batch, first, last, positions, slot_count, parents, padded, slots.shape[0], slots.shape[1], rounds,
+            batch, first, last, positions, slot_count, parents, padded, grid.shape[2], slots.shape[1], rounds,
             int(every), *arguments,
         ))  # fmt: skip
 
@@ -241,13 +231,18 @@ def route(
     return out_mean[0], out_a[0]
 
 
-def slot_rows(poses: Tensor, child_index: Tensor) -> Tensor:
-    """Each slot's child pose by rows, as the kernel and the centres' product read them: a child grid (B, T, 16, H, W)
-    (child = type * H * W + cell) -> (B, 4, P, I, 4), row r of slot (p, i) at [:, r, p, i]."""
+def child_rows(poses: Tensor) -> Tensor:
+    """A child grid (B, T, 16, H, W) as the kernel reads it: each child's pose by rows, the children cell-major
+    (`cell_major`), (B, 4, H*W*T, 4) with row r of child (cell, type) at [:, r, cell * T + type]. Viewed as (B*4, H, W,
+    T*4) it is also a channels-last image whose convolution gives a convolutional layer's centres (`ConvCapsules`)."""
     batch, types, _, height, width = poses.shape
-    grid = poses.view(batch, types, 4, 4, height, width).permute(0, 2, 1, 4, 5, 3)  # (B, 4 rows, T, H, W, 4)
-    chosen = grid.reshape(batch * 4, types * height * width, 4).index_select(1, child_index.flatten())  # (B*4, P*I, 4)
-    return chosen.view(batch, 4, *child_index.shape, 4)  # (B, 4, P, I, 4)
+    grid = poses.reshape(batch, types, 4, 4, height * width).permute(0, 2, 4, 1, 3)  # (B, 4 rows, H*W, T, 4)
+    return grid.reshape(batch, 4, height * width * types, 4).contiguous()
+
+
+def cell_major(child_index: Tensor, types: int, cells: int) -> Tensor:
+    """A layer's children (child = type * cells + cell) numbered as `child_rows` holds them: cell * types + type."""
+    return (child_index % cells) * types + child_index // cells
 
 
 def slot_table(child_index: Tensor, children: int, parents: int, order: Tensor | None = None) -> tuple[Tensor, Tensor]:

@@ -38,15 +38,20 @@ def supports(iterations: int) -> bool:
 class _Passes:
     """The kernel's three passes over one layer's votes for one batch, each on torch's threads."""
 
-    def __init__(self, library: ctypes.CDLL, rows: Tensor, tiles: Tensor, offsets: Tensor | None, centre: Tensor):
-        self.library, self.rows, self.tiles, self.offsets, self.centre = library, rows, tiles, offsets, centre
-        self.batch, _, self.positions, self.slots, _ = rows.shape
+    def __init__(
+        self, library: ctypes.CDLL, grid: Tensor, tiles: Tensor, offsets: Tensor | None, centre: Tensor, child: Tensor
+    ):
+        self.library, self.grid, self.tiles, self.offsets, self.centre, self.child = (
+            library, grid, tiles, offsets, centre, child
+        )  # fmt: skip
+        self.batch, _, self.children, _ = grid.shape
+        self.positions, self.slots = child.shape
         self.padded = tiles.shape[-1]
         a = em_native.address
-        self.common = (a(rows), a(tiles), a(offsets), a(centre))
+        self.common = (a(grid), a(tiles), a(offsets), a(centre))
 
-    def _sizes(self, first: int, last: int) -> tuple[int, ...]:
-        return first, last, self.positions, self.slots, self.padded
+    def _sizes(self, first: int, last: int) -> tuple[Any, ...]:
+        return first, last, self.positions, self.slots, self.padded, self.children, self.child.data_ptr()
 
     def moments(self, weights: Tensor) -> Tensor:
         """sum_i w [V', V'^2]: weights (B, P, I, Jp) -> (B, P, 2, 16, Jp)."""
@@ -65,10 +70,10 @@ class _Passes:
         return out
 
     def vote_grad(self, left: Tensor, right: Tensor) -> tuple[Tensor, Tensor]:
-        """dL/d rows (B, 4, P, I, 4) and dL/d tiles (I, 4, 4, Jp) from left (B, P, T, I, Jp), right (B, P, T, 2, 16,
+        """dL/d grid (B, 4, C, 4) and dL/d tiles (I, 4, 4, Jp) from left (B, P, T, I, Jp), right (B, P, T, 2, 16,
         Jp); each thread adds into its own W gradient, summed here."""
         left, right = left.contiguous(), right.contiguous()
-        grad_rows = torch.empty_like(self.rows)
+        grad_grid = torch.empty_like(self.grid)
         threads = max(1, min(torch.get_num_threads(), self.batch))
         grad_tiles = torch.zeros(threads, *self.tiles.shape)
         share = -(-self.batch // threads)
@@ -76,11 +81,11 @@ class _Passes:
         def images(first: int, last: int) -> int:
             return int(self.library.em_vote_grad(
                 *self._sizes(first, last), left.shape[2], *self.common, left.data_ptr(), right.data_ptr(),
-                grad_rows.data_ptr(), grad_tiles[first // share].data_ptr(),
+                grad_grid.data_ptr(), grad_tiles[first // share].data_ptr(),
             ))  # fmt: skip
 
         em_native.in_parallel(self.batch, images)
-        return grad_rows, grad_tiles.sum(dim=0)
+        return grad_grid, grad_tiles.sum(dim=0)
 
 
 def _child_softmax(logits: Tensor, child_index: Tensor, children: int, real: Tensor) -> Tensor:
@@ -122,22 +127,24 @@ def _fit(
 
 def route(
     library: ctypes.CDLL,
-    rows: Tensor,
+    grid: Tensor,
     activations: Tensor,
     weights: Tensor,
     beta_u: Tensor,
     beta_a: Tensor,
     offsets: Tensor | None,
+    centre: Tensor,
     child_index: Tensor,
     children: int,
     iterations: int,
 ) -> tuple[Tensor, Tensor]:
-    """EM routing of one layer with gradients: slot poses by rows (B, 4, P, I, 4) (`em_native.slot_rows`) and
-    activations (B, P, I), W per slot (I, J, 4, 4), beta_u and beta_a (J,), offsets (I, 16) or None -> poses mu_j
-    (B, P, J, 16) and activations a_j (B, P, J), in float32 whatever autocast says (as the PyTorch path routes)."""
-    with torch.autocast(rows.device.type, enabled=False):
+    """EM routing of one layer with gradients: each child's pose by rows (B, 4, C, 4) (`em_native.child_rows`), each
+    slot's child activation (B, P, I), W per slot (I, J, 4, 4), beta_u and beta_a (J,), offsets (I, 16) or None, each
+    parent's centre (B, P, 16, Jp) -> poses mu_j (B, P, J, 16) and activations a_j (B, P, J), in float32 whatever
+    autocast says (as the PyTorch path routes)."""
+    with torch.autocast(grid.device.type, enabled=False):
         return NativeEMRouting.apply(
-            rows, activations, weights, beta_u, beta_a, offsets, child_index, children, iterations, library
+            grid, activations, weights, beta_u, beta_a, offsets, centre, child_index, children, iterations, library
         )
 
 
@@ -145,16 +152,15 @@ class NativeEMRouting(torch.autograd.Function):
     """Procedure 1 and `_EMRouting`'s backward on the kernel's passes (the module docstring)."""
 
     @staticmethod
-    def forward(ctx: Any, rows: Tensor, activations: Tensor, weights: Tensor, beta_u: Tensor, beta_a: Tensor,
-                offsets: Tensor | None, child_index: Tensor, children: int, iterations: int,
+    def forward(ctx: Any, grid: Tensor, activations: Tensor, weights: Tensor, beta_u: Tensor, beta_a: Tensor,
+                offsets: Tensor | None, centre: Tensor, child_index: Tensor, children: int, iterations: int,
                 library: ctypes.CDLL) -> tuple[Tensor, Tensor]:  # fmt: skip
         parents = weights.shape[1]
         padded = em_native.padded_types(library, parents)
-        rows, activations = rows.float().contiguous(), activations.float().contiguous()
+        grid, activations, centre = (x.float().contiguous() for x in (grid, activations, centre))
         tiles = em_native.tiles_of(weights.float(), padded)
         offsets = None if offsets is None else offsets.float().contiguous()
-        centre = em_native.centres(rows, tiles, offsets)
-        passes = _Passes(library, rows, tiles, offsets, centre)
+        passes = _Passes(library, grid, tiles, offsets, centre, child_index.contiguous())
         pad = padded - parents
         bu, ba = F.pad(beta_u.float(), (0, pad)), F.pad(beta_a.float(), (0, pad))
         real = (torch.arange(padded) < parents).float()  # (Jp,)
@@ -245,7 +251,7 @@ class NativeEMRouting(torch.autograd.Function):
             g_assigned = g_w / (amount + EPSILON) + g_amount  # (B, P, I, Jp)
             grad_child_a += (g_assigned * ctx.assignments[t]).sum(dim=-1, keepdim=True)
             grad_next = g_assigned * child_a
-        grad_rows, grad_tiles = passes.vote_grad(torch.stack(left, dim=2), torch.stack(right, dim=2))
+        grad_grid, grad_tiles = passes.vote_grad(torch.stack(left, dim=2), torch.stack(right, dim=2))
         grad_weights = grad_tiles[..., :parents].permute(0, 3, 1, 2).reshape(weight_shape)  # (I, J, 4, 4)
-        return (grad_rows, grad_child_a.squeeze(-1), grad_weights, grad_beta_u[:parents], grad_beta_a[:parents],
-                None, None, None, None, None)  # fmt: skip
+        return (grad_grid, grad_child_a.squeeze(-1), grad_weights, grad_beta_u[:parents], grad_beta_a[:parents],
+                None, None, None, None, None, None)  # fmt: skip

@@ -11,6 +11,7 @@ in the kernel, never on the position of the kernel: transformation matrices are 
 from __future__ import annotations
 
 from ctypes import CDLL
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -109,11 +110,11 @@ def _in_chunks(
     if library is not None:  # a CPU reading in float32: the compiled kernel, image by image (`em_native`)
         logits = start(slice(0, batch))
         first = None if logits is None else child_softmax(logits, layer.child_index, layer.children_count)
-        return layer._route_native(library, poses, activations, iterations, every, first)
+        return _native(layer, library, poses, activations, iterations, every, first)
     trains = on_cpu and needs_grad and not (trace or every or random or torch.compiler.is_compiling())
     library = em_native.kernel() if trains and em_native_training.supports(iterations) else None
     if library is not None:  # CPU training: Procedure 1 and its backward on the kernel's passes, no vote-sized tensor
-        return layer._route_native_training(library, poses, activations, iterations)
+        return _native_training(layer, library, poses, activations, iterations)
     kron = _kron(layer.weight, poses)  # once for every chunk
     chunk = max(1, (CPU_CHUNK_BYTES if on_cpu else DEVICE_CHUNK_BYTES) // layer.routing_bytes_per_image())
     if trace or (needs_grad and not on_cpu) or chunk >= batch or torch.compiler.is_compiling():
@@ -159,31 +160,56 @@ def _votes(rows: Tensor, kron: Tensor) -> Tensor:
     return out.view(rows.shape[0], rows.shape[1], -1, POSE_ENTRIES)  # (I, N, J, 16)
 
 
+@dataclass
+class _KernelInputs:
+    """What the kernel reads of one layer's input (`em_native`): each child's pose by rows (B, 4, C, 4) and the child
+    in each slot as it numbers them (P, I) (`em_native.child_rows`, `cell_major`), each slot's child activation (B, P,
+    I), W per slot (I, J, 4, 4), what is added to each slot's votes (I, 16) or None, each parent's centre (B, P, 16,
+    Jp), and the children in the order to visit them (None: 0 .. C - 1)."""
+
+    grid: Tensor
+    child: Tensor
+    activations: Tensor
+    weights: Tensor
+    offsets: Tensor | None
+    centre: Tensor
+    order: Tensor | None = None
+
+
 def _native(
     layer: _EMRoutedLayer,
     library: CDLL,
     poses: Tensor,
     activations: Tensor,
-    weights: Tensor,
-    offsets: Tensor | None,
-    order: Tensor | None,
     iterations: int,
     every: bool,
     start: Tensor | None,
-) -> tuple[Tensor, Tensor]:
-    """`em_routing`'s poses and activations (with `every`, r-major along the batch: (r*B, P, J, ...)) from the
-    compiled kernel (`em_native.route`), for slot poses by rows (B, 4, P, I, 4) and activations (B, P, I), W per slot
-    (I, J, 4, 4), offsets (I, 16) or None; `order`: the children in the order the kernel visits them."""
-    slots, even = em_native.slot_table(layer.child_index, layer.children_count, layer.beta_u.numel(), order)
-    positions, slot_count = layer.child_index.shape
+) -> tuple[Tensor, Tensor, EMTrace | None]:
+    """`layer._route`'s results from the compiled kernel (`em_native.route`), with `every` r-major along the batch
+    ((r*B, ...), as `_route_float32` gives them); `start`: the first R_ij (B, P, J, I) where not even."""
+    given = layer._kernel_inputs(poses, activations, em_native.padded_types(library, layer.beta_u.numel()))
+    slots, even = em_native.slot_table(layer.child_index, layer.children_count, layer.beta_u.numel(), given.order)
     mean, out_a = em_native.route(
-        library, poses, activations, weights.detach(), offsets, slots, even, layer.beta_u, layer.beta_a,
-        tuple(inverse_temperature(t + 1) for t in range(iterations)), layer.beta_u.numel() / slot_count,
-        LOG_WEIGHT_FLOOR, every, start,
+        library, given.grid, given.activations, given.weights.detach(), given.offsets, given.centre, given.child,
+        slots, even, layer.beta_u, layer.beta_a,
+        tuple(inverse_temperature(t + 1) for t in range(iterations)),
+        layer.beta_u.numel() / layer.child_index.shape[1], LOG_WEIGHT_FLOOR, every, start,
     )  # fmt: skip
-    if every:  # (r, B, ...) -> (r*B, ...), as `_route_float32` gives them
-        return mean.flatten(0, 1), out_a.flatten(0, 1)
-    return mean, out_a
+    if every:  # (r, B, ...) -> (r*B, ...)
+        mean, out_a = mean.flatten(0, 1), out_a.flatten(0, 1)
+    return *layer._parents(mean, out_a), None
+
+
+def _native_training(
+    layer: _EMRoutedLayer, library: CDLL, poses: Tensor, activations: Tensor, iterations: int
+) -> tuple[Tensor, Tensor, EMTrace | None]:
+    """`layer._route`'s results with gradients from the kernel's passes (`em_native_training.route`)."""
+    given = layer._kernel_inputs(poses, activations, em_native.padded_types(library, layer.beta_u.numel()))
+    mean, out_a = em_native_training.route(
+        library, given.grid, given.activations, given.weights, layer.beta_u, layer.beta_a, given.offsets,
+        given.centre, given.child, layer.children_count, iterations,
+    )  # fmt: skip
+    return *layer._parents(mean, out_a), None
 
 
 class _EMRoutedLayer(nn.Module):
@@ -216,21 +242,11 @@ class _EMRoutedLayer(nn.Module):
     def routing_bytes_per_image(self) -> int:  # each layer's own: the bytes it routes for one image
         raise NotImplementedError
 
-    def _route_native(  # each layer's own: its slots, routed by the compiled kernel (`_native`)
-        self,
-        library: CDLL,
-        poses: Tensor,
-        activations: Tensor,
-        iterations: int,
-        every: bool,
-        start: Tensor | None,
-    ) -> tuple[Tensor, Tensor, EMTrace | None]:
-        raise NotImplementedError
+    def _kernel_inputs(self, poses: Tensor, activations: Tensor, padded: int) -> _KernelInputs:
+        raise NotImplementedError  # each layer's own: its slots as the kernel reads them, J padded to `padded`
 
-    def _route_native_training(  # each layer's own: its slots, routed with gradients by the kernel's passes
-        self, library: CDLL, poses: Tensor, activations: Tensor, iterations: int
-    ) -> tuple[Tensor, Tensor, EMTrace | None]:
-        raise NotImplementedError
+    def _parents(self, mean: Tensor, out_a: Tensor) -> tuple[Tensor, Tensor]:
+        raise NotImplementedError  # each layer's own: routing's parents (B, P, J, 16), (B, P, J) in its output shapes
 
     def _route(  # each layer's own: its votes, routed by `_route_float32`
         self,
@@ -320,34 +336,26 @@ class ConvCapsules(_EMRoutedLayer):
         out_poses = mean.permute(0, 2, 3, 1).reshape(-1, self.out_types, POSE_ENTRIES, n, n)  # (B, J, 16, H', W')
         return out_poses, out_a.transpose(1, 2).reshape(-1, self.out_types, n, n)  # (B, J, H', W')
 
-    def _route_native(
-        self,
-        library: CDLL,
-        poses: Tensor,
-        activations: Tensor,
-        iterations: int,
-        every: bool,
-        start: Tensor | None,
-    ) -> tuple[Tensor, Tensor, EMTrace | None]:
-        # each slot's child (child = type * H * W + cell), gathered: (B, 4, L, I, 4) by rows; (B, C) -> (B, L, I)
-        slot_poses = em_native.slot_rows(poses, self.child_index)
-        child_a = activations.flatten(1)[:, self.child_index]
-        # the children cell by cell (child = type * H * W + cell): the types of one cell share their parent positions
-        cells = self.in_size * self.in_size
-        order = torch.arange(self.children_count).view(self.in_types, cells).t().flatten()
-        mean, out_a = _native(self, library, slot_poses, child_a, self.weight, None, order, iterations, every, start)
-        return *self._grid(mean, out_a), None
+    def _parents(self, mean: Tensor, out_a: Tensor) -> tuple[Tensor, Tensor]:
+        return self._grid(mean, out_a)
 
-    def _route_native_training(
-        self, library: CDLL, poses: Tensor, activations: Tensor, iterations: int
-    ) -> tuple[Tensor, Tensor, EMTrace | None]:
-        slot_poses = em_native.slot_rows(poses, self.child_index)  # (B, 4, L, I, 4)
+    def _kernel_inputs(self, poses: Tensor, activations: Tensor, padded: int) -> _KernelInputs:
+        batch, k, n, cells = poses.shape[0], self.kernel, self.out_size, self.in_size * self.in_size
+        grid = em_native.child_rows(poses)  # (B, 4, H*W*T, 4)
+        with torch.no_grad(), torch.autocast(poses.device.type, enabled=False):
+            # each parent's centre, the mean of its votes sum_i M_i W_ij / I, as a convolution of the grid: its rows
+            # in the batch, a channels-last image (B*4, T_in*4, H, W), and W as (4*J, T_in*4, K, K)
+            image = grid.float().view(batch * 4, self.in_size, self.in_size, -1).permute(0, 3, 1, 2)
+            kernel = self.weight.float().view(self.in_types, k, k, self.out_types, 4, 4).permute(5, 3, 0, 4, 1, 2)
+            kernel = kernel.reshape(4 * self.out_types, self.in_types * 4, k, k)
+            centre = F.conv2d(image, kernel, stride=self.stride) / self.child_index.shape[1]  # (B*4, 4*J, n, n)
+            centre = centre.permute(0, 2, 3, 1).reshape(batch, 4, n * n, 4, self.out_types).transpose(1, 2)
+            centre = F.pad(centre.reshape(batch, n * n, POSE_ENTRIES, self.out_types), (0, padded - self.out_types))
+        # the children cell by cell (child = type * H * W + cell): the types of one cell share their parent positions
+        order = torch.arange(self.children_count).view(self.in_types, cells).t().flatten()
+        child = em_native.cell_major(self.child_index, self.in_types, cells)
         child_a = activations.flatten(1)[:, self.child_index]  # (B, L, I)
-        mean, out_a = em_native_training.route(
-            library, slot_poses, child_a, self.weight, self.beta_u, self.beta_a, None, self.child_index,
-            self.children_count, iterations,
-        )  # fmt: skip
-        return *self._grid(mean, out_a), None
+        return _KernelInputs(grid, child, child_a, self.weight, None, centre, order)
 
 
 class ClassCapsules(_EMRoutedLayer):
@@ -405,32 +413,21 @@ class ClassCapsules(_EMRoutedLayer):
         mean, out_a, routed = _route_float32(votes, child_a, self, iterations, trace, every, start)
         return mean[:, 0], out_a[:, 0], routed
 
-    def _route_native(
-        self,
-        library: CDLL,
-        poses: Tensor,
-        activations: Tensor,
-        iterations: int,
-        every: bool,
-        start: Tensor | None,
-    ) -> tuple[Tensor, Tensor, EMTrace | None]:
+    def _parents(self, mean: Tensor, out_a: Tensor) -> tuple[Tensor, Tensor]:
+        return mean[:, 0], out_a[:, 0]  # (B, K, 16), (B, K)
+
+    def _kernel_inputs(self, poses: Tensor, activations: Tensor, padded: int) -> _KernelInputs:
         batch, types, _, height, width = poses.shape
         cells = height * width
-        slot_poses = em_native.slot_rows(poses, self.child_index)  # (B, 4, 1, I, 4), slot (type, y, x)
-        child_a = activations.reshape(batch, 1, types * cells)  # (B, 1, I)
+        grid = em_native.child_rows(poses)  # (B, 4, H*W*T, 4)
+        with torch.no_grad(), torch.autocast(poses.device.type, enabled=False):
+            # each class's centre, the mean of its votes: sum over the types of (their poses summed over the cells)
+            # times the type's W, over the I = T*H*W children, plus the mean coordinate added: (B, 1, 16, Jp)
+            summed = grid.float().view(batch, 4, cells, types, 4).sum(dim=2)  # (B, 4, T, 4)
+            centre = torch.einsum("brtk,tjkc->brcj", summed, self.weight.float()) / (types * cells)  # (B, 4, 4, K)
+            centre = centre.reshape(batch, 1, POSE_ENTRIES, self.classes) + self.offsets.mean(dim=0).view(1, 1, -1, 1)
+            centre = F.pad(centre, (0, padded - self.classes))
         weights = self.weight.repeat_interleave(cells, dim=0)  # a type's W for each of its cells: (I, K, 4, 4)
         offsets = self.offsets.repeat(types, 1)  # coordinate addition, each slot its cell's: (I, 16)
-        mean, out_a = _native(self, library, slot_poses, child_a, weights, offsets, None, iterations, every, start)
-        return mean[:, 0], out_a[:, 0], None
-
-    def _route_native_training(
-        self, library: CDLL, poses: Tensor, activations: Tensor, iterations: int
-    ) -> tuple[Tensor, Tensor, EMTrace | None]:
-        batch, types, _, height, width = poses.shape
-        cells = height * width
-        mean, out_a = em_native_training.route(
-            library, em_native.slot_rows(poses, self.child_index), activations.reshape(batch, 1, types * cells),
-            self.weight.repeat_interleave(cells, dim=0), self.beta_u, self.beta_a, self.offsets.repeat(types, 1),
-            self.child_index, self.children_count, iterations,
-        )  # fmt: skip
-        return mean[:, 0], out_a[:, 0], None
+        child = em_native.cell_major(self.child_index, types, cells)
+        return _KernelInputs(grid, child, activations.reshape(batch, 1, types * cells), weights, offsets, centre)
