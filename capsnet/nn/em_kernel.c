@@ -318,38 +318,109 @@ static Layer pass_layer(int64_t P, int64_t I, int64_t Jp, int64_t C, const int64
     return L;
 }
 
-/* out (B, P, 2, 16, Jp) = sum_i w (B, P, I, Jp) [V - c, (V - c)^2]: the M-step's moments for any weights */
+/* out (B, P, 2, 16, Jp) = sum_i w [V - c, (V - c)^2] with w = weights (B, P, I, Jp; an image's `weights_stride`
+   floats after the last's, 0 for one set of weights for every image) times scale (B, P, I) where one is given (the
+   M-step's r = R a), and amount (B, P, Jp) = sum_i w where asked for: the M-step's moments */
 int em_moments(int64_t first_image, int64_t last_image, int64_t P, int64_t I, int64_t Jp, int64_t C,
-               const int64_t *child, const float *rows,
-               const float *wtiles, const float *offsets, const float *centre, const float *weights, float *out) {
+               const int64_t *child, const float *rows, const float *wtiles, const float *offsets,
+               const float *centre, const float *weights, int64_t weights_stride, const float *scale, float *out,
+               float *amount) {
     float *zeros = (float *)malloc(sizeof(float) * I * H);
     if (!zeros) return 1;
     const Layer L = pass_layer(P, I, Jp, C, child, wtiles, offsets, zeros);
     for (int64_t b = first_image; b < last_image; b++) {
         float *o = out + b * P * 2 * H * Jp;
         memset(o, 0, sizeof(float) * P * 2 * H * Jp);
+        if (amount) memset(amount + b * P * Jp, 0, sizeof(float) * P * Jp);
         for (int64_t p = 0; p < P; p++)
             for (int64_t i = 0; i < I; i++) {
-                float pose[H];
+                const float a = scale ? scale[(b * P + p) * I + i] : 1.0f;
+                if (a == 0.0f) continue;
+                float pose[H], r[VB];
                 slot_pose(&L, rows + b * 16 * C, p * I + i, pose);
                 const float *w = L.wtiles + i * H * Jp, *off = L.offsets + i * H;
-                const float *r = weights + ((b * P + p) * I + i) * Jp;
-                for (int l = 0; l < H; l++) {
-                    const float *c = centre + ((b * P + p) * H + l) * Jp;
-                    float *restrict f = o + (p * 2 * H + l) * Jp, *restrict s = o + (p * 2 * H + H + l) * Jp;
-                    for (int64_t jb = 0; jb < Jp; jb += VB) {
+                const float *given = weights + b * weights_stride + (p * I + i) * Jp;
+                for (int64_t jb = 0; jb < Jp; jb += VB) {
+#pragma omp simd
+                    for (int jj = 0; jj < VB; jj++) r[jj] = given[jb + jj] * a;
+                    if (amount) {
+                        float *n = amount + (b * P + p) * Jp + jb;
+#pragma omp simd
+                        for (int jj = 0; jj < VB; jj++) n[jj] += r[jj];
+                    }
+                    for (int l = 0; l < H; l++) {
+                        const float *c = centre + ((b * P + p) * H + l) * Jp;
+                        float *restrict f = o + (p * 2 * H + l) * Jp + jb, *restrict s = o + (p * 2 * H + H + l) * Jp + jb;
                         VOTE_ABOUT_CENTRE(d, pose, w, off, c, l, Jp, jb);
 #pragma omp simd
                         for (int jj = 0; jj < VB; jj++) {
-                            const float rd = r[jb + jj] * d[jj];
-                            f[jb + jj] += rd;
-                            s[jb + jj] += rd * d[jj];
+                            const float rd = r[jj] * d[jj];
+                            f[jj] += rd;
+                            s[jj] += rd * d[jj];
                         }
                     }
                 }
             }
     }
     free(zeros);
+    return 0;
+}
+
+/* The E-step: R (B, P, I, Jp) = a_j p_ij / sum over every parent of child i, from each parent's weights g (B, P, 2,
+   16, Jp) = [-2 d / sigma^2, 1 / sigma^2] and constant (B, P, Jp) = log a_j - (sum_h d^2 / sigma^2 + log 2 pi
+   sigma^2) / 2 (-inf for a padded type), child by child (`slots`, S a child at most), the weights floored at
+   `log_floor` below the child's likeliest parent's */
+int em_estep(int64_t first_image, int64_t last_image, int64_t P, int64_t I, int64_t Jp, int64_t C,
+             const int64_t *child, const float *rows, const float *wtiles, const float *offsets, const float *centre,
+             const float *g, const float *constant, const int64_t *slots, int64_t S, float log_floor, float *R) {
+    float *scratch = (float *)malloc(sizeof(float) * (I * H + S * Jp));
+    if (!scratch) return 1;
+    float *r = scratch + I * H;
+    const Layer L = pass_layer(P, I, Jp, C, child, wtiles, offsets, scratch);
+    for (int64_t b = first_image; b < last_image; b++)
+        for (int64_t ch = 0; ch < C; ch++) {
+            const int64_t *own = slots + ch * S;
+            int64_t count = 0;
+            float top = -INFINITY;
+            for (; count < S && own[count] >= 0; count++) {
+                const int64_t slot = own[count], p = slot / I, i = slot % I;
+                float pose[H];
+                slot_pose(&L, rows + b * 16 * C, slot, pose);
+                const float *w = L.wtiles + i * H * Jp, *off = L.offsets + i * H;
+                const float *gp = g + (b * P + p) * 2 * H * Jp, *k = constant + (b * P + p) * Jp;
+                float *rs = r + count * Jp;
+                for (int64_t jb = 0; jb < Jp; jb += VB) {
+                    float acc[VB] = {0};
+                    for (int l = 0; l < H; l++) {
+                        const float *c = centre + ((b * P + p) * H + l) * Jp;
+                        const float *restrict qa = gp + l * Jp + jb, *restrict qb = gp + (H + l) * Jp + jb;
+                        VOTE_ABOUT_CENTRE(d, pose, w, off, c, l, Jp, jb);
+#pragma omp simd
+                        for (int jj = 0; jj < VB; jj++) acc[jj] += d[jj] * (qa[jj] + d[jj] * qb[jj]);
+                    }
+#pragma omp simd reduction(max : top)
+                    for (int jj = 0; jj < VB; jj++) {
+                        rs[jb + jj] = k[jb + jj] - 0.5f * acc[jj];
+                        top = rs[jb + jj] > top ? rs[jb + jj] : top;
+                    }
+                }
+            }
+            if (count == 0) continue;
+            float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+            for (int64_t n = 0; n < count * Jp; n++) {
+                const float x = r[n] - top;
+                r[n] = x == -INFINITY ? 0.0f : exp_neg(x > log_floor ? x : log_floor);
+                sum += r[n];
+            }
+            const float inv = 1.0f / sum;
+            for (int64_t s = 0; s < count; s++) {
+                float *out = R + (b * P * I + own[s]) * Jp;
+#pragma omp simd
+                for (int64_t j = 0; j < Jp; j++) out[j] = r[s * Jp + j] * inv;
+            }
+        }
+    free(scratch);
     return 0;
 }
 

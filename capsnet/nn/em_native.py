@@ -98,10 +98,11 @@ def _bind(library: ctypes.CDLL) -> ctypes.CDLL:
     library.em_block.argtypes = []
     library.em_route.restype = ctypes.c_int
     library.em_route.argtypes = [i64] * 11 + [pointer] * 12 + [f32, f32, pointer, pointer]
-    for name in ("em_moments", "em_dots"):
+    for name in ("em_moments", "em_dots", "em_estep", "em_vote_grad"):
         getattr(library, name).restype = ctypes.c_int
-        getattr(library, name).argtypes = [i64] * 6 + [pointer] * 7
-    library.em_vote_grad.restype = ctypes.c_int
+    library.em_moments.argtypes = [*[i64] * 6, *[pointer] * 6, i64, *[pointer] * 3]
+    library.em_dots.argtypes = [i64] * 6 + [pointer] * 7
+    library.em_estep.argtypes = [*[i64] * 6, *[pointer] * 8, i64, f32, pointer]
     library.em_vote_grad.argtypes = [*[i64] * 6, pointer, i64, *[pointer] * 8]
     return library
 

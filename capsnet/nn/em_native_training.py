@@ -53,12 +53,27 @@ class _Passes:
     def _sizes(self, first: int, last: int) -> tuple[Any, ...]:
         return first, last, self.positions, self.slots, self.padded, self.children, self.child.data_ptr()
 
-    def moments(self, weights: Tensor) -> Tensor:
-        """sum_i w [V', V'^2]: weights (B, P, I, Jp) -> (B, P, 2, 16, Jp)."""
+    def moments(self, weights: Tensor, scale: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """sum_i w [V', V'^2] (B, P, 2, 16, Jp) and sum_i w (B, P, Jp), w = weights (B, P, I, Jp), or (1, P, I, Jp)
+        for every image alike, times scale (B, P, I) where given."""
         weights = weights.contiguous()
+        stride = 0 if weights.shape[0] == 1 else weights[0].numel()
+        scale = None if scale is None else scale.contiguous()
         out = torch.empty(self.batch, self.positions, 2, 16, self.padded)
+        amount = torch.empty(self.batch, self.positions, self.padded)
         em_native.in_parallel(self.batch, lambda first, last: self.library.em_moments(
-            *self._sizes(first, last), *self.common, weights.data_ptr(), out.data_ptr()))  # fmt: skip
+            *self._sizes(first, last), *self.common, weights.data_ptr(), stride, em_native.address(scale),
+            out.data_ptr(), amount.data_ptr()))  # fmt: skip
+        return out, amount
+
+    def estep(self, vectors: Tensor, constant: Tensor, slots: Tensor) -> Tensor:
+        """R (B, P, I, Jp), each child's softmax over its parents of constant - [V', V'^2] . g / 2: vectors (B, P, 2,
+        16, Jp) = g, constant (B, P, Jp), slots (C, S) each child's slots (`em_native.slot_table`)."""
+        vectors, constant = vectors.contiguous(), constant.contiguous()
+        out = torch.empty(self.batch, self.positions, self.slots, self.padded)
+        em_native.in_parallel(self.batch, lambda first, last: self.library.em_estep(
+            *self._sizes(first, last), *self.common, vectors.data_ptr(), constant.data_ptr(), slots.data_ptr(),
+            slots.shape[1], LOG_WEIGHT_FLOOR, out.data_ptr()))  # fmt: skip
         return out
 
     def dots(self, vectors: Tensor) -> Tensor:
@@ -86,21 +101,6 @@ class _Passes:
 
         em_native.in_parallel(self.batch, images)
         return grad_grid, grad_tiles.sum(dim=0)
-
-
-def _child_softmax(logits: Tensor, child_index: Tensor, children: int, real: Tensor) -> Tensor:
-    """R (B, P, I, Jp): each child's softmax over every parent it reaches (all its slots and real types), the weights
-    floored at LOG_WEIGHT_FLOOR below its likeliest (as `em_routing.child_softmax`); `real` (Jp,) masks the padding."""
-    batch, positions, slots, _ = logits.shape
-    flat = child_index.flatten().expand(batch, -1)  # (B, P*I)
-    logits = logits.masked_fill(real == 0, -math.inf)  # a padded type is no parent (its votes, all 0, fit best)
-    slot_max = logits.detach().amax(dim=-1).flatten(1)  # (B, P*I)
-    child_max = slot_max.new_full((batch, children), -math.inf).scatter_reduce(1, flat, slot_max, "amax")
-    shift = child_max.gather(1, flat).view(batch, positions, slots, 1)
-    weights = torch.exp((logits - shift).clamp(min=LOG_WEIGHT_FLOOR)) * real  # (B, P, I, Jp)
-    slot_sum = weights.sum(dim=-1).flatten(1)
-    child_sum = slot_sum.new_zeros(batch, children).scatter_add(1, flat, slot_sum)
-    return weights / child_sum.gather(1, flat).view(batch, positions, slots, 1)
 
 
 def _group_sum(x: Tensor, child_index: Tensor, children: int) -> Tensor:
@@ -166,26 +166,23 @@ class NativeEMRouting(torch.autograd.Function):
         real = (torch.arange(padded) < parents).float()  # (Jp,)
         positions, slots = child_index.shape
         scale = parents / slots
-        counts = torch.bincount(child_index.flatten(), minlength=children).clamp(min=1)
-        even = 1.0 / (counts[child_index].float() * parents)  # (P, I)
-        assignment = even.view(1, positions, slots, 1) * real  # (1, P, I, Jp), broadcast over the batch
+        table, even = em_native.slot_table(child_index, children, parents)  # each child's slots; (P, I)
+        assignment = (even.view(1, positions, slots, 1) * real).contiguous()  # R: (1, P, I, Jp), every image alike
         child_a = activations.unsqueeze(-1)  # (B, P, I, 1)
         assignments, fits = [], []
         for t in range(iterations):
             lam = inverse_temperature(t + 1)
-            assigned = assignment * child_a  # r = R a: (B, P, I, Jp)
-            amount = assigned.sum(dim=2, keepdim=True)  # n: (B, P, 1, Jp)
-            weights_t = assigned / (amount + EPSILON)
-            fit = (amount, *_fit(passes.moments(weights_t), amount, centre, bu.view(-1), ba, scale, lam))
-            assignments.append(assignment.expand_as(assigned) if t == 0 else assignment)
+            sums, amount = passes.moments(assignment, scale=activations)  # r = R a: sum_i r [V', V'^2], n = sum_i r
+            amount = amount.unsqueeze(2)  # (B, P, 1, Jp)
+            fit = (amount, *_fit(sums / (amount.unsqueeze(2) + EPSILON), amount, centre, bu, ba, scale, lam))
+            assignments.append(assignment.expand(child_a.shape[0], -1, -1, -1) if t == 0 else assignment)
             fits.append(fit)
             if t < iterations - 1:
                 _, mean, variance, _, logit = fit
                 precision = 1.0 / variance
-                quadratic = passes.dots(torch.stack([-2 * mean * precision, precision], dim=2))  # (B, P, I, Jp)
-                constant = (mean * mean * precision + torch.log(2 * math.pi * variance)).sum(dim=2)  # (B, P, Jp)
-                log_p = -0.5 * (quadratic + constant.unsqueeze(2))
-                assignment = _child_softmax(F.logsigmoid(logit).unsqueeze(2) + log_p, child_index, children, real)
+                k = (mean * mean * precision + torch.log(2 * math.pi * variance)).sum(dim=2)  # (B, P, Jp)
+                constant = (F.logsigmoid(logit) - 0.5 * k).masked_fill(real == 0, -math.inf)  # a padded type: none
+                assignment = passes.estep(torch.stack([-2 * mean * precision, precision], dim=2), constant, table)
         _, mean, _, _, logit = fits[-1]
         ctx.passes, ctx.fits, ctx.assignments = passes, fits, assignments
         ctx.shape = (children, iterations, parents, scale, weights.shape)
@@ -225,7 +222,7 @@ class NativeEMRouting(torch.autograd.Function):
                 g_quadratic = -0.5 * g_l
                 left.append(g_quadratic)
                 right.append(torch.stack([-2 * mean * precision, precision], dim=2))
-                g_weights = passes.moments(g_quadratic)  # (B, P, 2, 16, Jp)
+                g_weights, _ = passes.moments(g_quadratic)  # (B, P, 2, 16, Jp)
                 g_q, g_precision = -2 * g_weights[:, :, 0], g_weights[:, :, 1]
                 g_k = -0.5 * g_l.sum(dim=2).unsqueeze(2)  # (B, P, 1, Jp)
                 g_mean = g_k * 2 * mean * precision + g_q * precision
