@@ -16,8 +16,9 @@
    the package's way on a CPU) against the PyTorch path (routing in chunks of at most `CPU_CHUNK_BYTES` of votes,
    the way before it, and the way wherever no C compiler works), images/s and the process's peak memory per image.
 3. Training throughput (forward, loss, backward, Adam step, bf16 autocast where the CPU computes bf16 natively)
-   of the EM networks ("small", "small-decoder", "paper-decoder") beside the dynamic-routing CapsNet ("paper"), the
-   trainer's own step, each eager and under `torch.compile` (the trainer compiles the EM network on a CPU).
+   of the EM networks ("small-decoder", "paper-decoder", r = 2) beside the dynamic-routing CapsNet ("paper"), the
+   trainer's own step: the EM networks on the PyTorch path eager and compiled (the trainer's way on a CPU before the
+   kernel) and on the kernel's passes (`capsnet.nn.em_native_training`, its way now).
 4. With `--device cuda`: the routing of 1 on the GPU, then one table of training and reading throughput at the batch
    size for the EM networks, the CapsNet and the seeds' einsum formulation of the CapsNet (`bench_training.py`'s
    baseline): training as the trainer runs it on CUDA (bf16 autocast, eager, then compiled), reading in float32
@@ -187,21 +188,21 @@ def bench_reading(threads: int, rounds: int = 2) -> None:
 
 
 def bench_training(batch: int, repeats: int) -> None:
-    from capsnet.nn import matrix_capsules
+    from capsnet.nn import em_native
 
     device = torch.device("cpu")
     accel = choose_acceleration(device, amp=None, fused_adam=None, compile=None)
     images, labels = torch.rand(batch, 1, 28, 28), torch.randint(0, 10, (batch,))
     rates = {}
-    # the small EM network as the paper routes it (r = 3), as the shipped model was trained (r = 2, with the decoder),
-    # the paper's EM network with the decoder, and the paper's dynamic-routing CapsNet; the EM networks eager with the
-    # whole batch routed at once (the way before the chunks), eager in chunks (the package's way) and compiled (whole)
-    chunk_bytes = matrix_capsules.CPU_CHUNK_BYTES
-    runs = (("em", "small", 3), ("em", "small-decoder", 2), ("em", "paper-decoder", 2), ("capsnet", "paper", 3))
+    # the EM networks at r = 2 as the shipped EM model was trained (the small one and the paper's, both with the
+    # decoder), beside the paper's dynamic-routing CapsNet (r = 3, eager: it trains slower compiled on a CPU); each
+    # EM network three ways: the PyTorch path eager (routing in chunks), the PyTorch path compiled (how the trainer ran
+    # a long CPU run before the kernel), and the kernel's passes (`em_native_training`, the trainer's way now)
+    runs = (("em", "small-decoder", 2), ("em", "paper-decoder", 2), ("capsnet", "paper", 3))
     for name, preset, iterations in runs:
-        for how in ("whole", "eager", "compiled") if name == "em" else ("eager", "compiled"):
+        for how in ("pytorch", "compiled", "kernel") if name == "em" else ("eager",):
             torch.manual_seed(0)
-            matrix_capsules.CPU_CHUNK_BYTES = 2**62 if how == "whole" else chunk_bytes
+            os.environ[em_native.NATIVE_ENV] = "1" if how == "kernel" else "0"
             net = network(name)
             config = net.preset(preset, routing_iterations=iterations)
             model = lay_out(net.build(config).train(), accel)
@@ -213,24 +214,16 @@ def bench_training(batch: int, repeats: int) -> None:
             first = time.perf_counter() - start
             seconds = timed(step, repeats)
             rates[preset, how] = batch / seconds
-            said = {
-                "whole": "eager, the whole batch routed at once",
-                "eager": "eager" + ", routed in chunks" * (name == "em"),
-            }
+            said = {"pytorch": "the PyTorch path, eager", "kernel": "the kernel's passes", "eager": "eager"}
             print(f"training step, {net.title} ({preset}, r={iterations}, {model.num_parameters():,} parameters), "
-                  f"batch {batch}, {accel.precision}, {said.get(how, f'compiled (first step {first:.0f} s)')}: "
+                  f"batch {batch}, {accel.precision}, {said.get(how, f'the PyTorch path compiled (first step {first:.0f} s)')}: "
                   f"{rates[preset, how]:.1f} images/s", flush=True)  # fmt: skip
-    matrix_capsules.CPU_CHUNK_BYTES = chunk_bytes
-    for _, preset, _ in runs:
-        chunks = (
-            f", in chunks / whole {rates[preset, 'eager'] / rates[preset, 'whole']:.2f}x" if preset != "paper" else ""
-        )
-        print(f"{preset}: compiled / eager {rates[preset, 'compiled'] / rates[preset, 'eager']:.2f}x{chunks}")
+    os.environ.pop(em_native.NATIVE_ENV)
     paper = rates["paper", "eager"]
-    print("EM CapsNet / CapsNet (paper, eager) training speed, the EM networks as the trainer runs them: " + ", ".join(
-        f"{preset} {max(rates[preset, 'eager'], rates[preset, 'compiled']) / paper:.2f}x"
-        for preset in ("small", "small-decoder", "paper-decoder")
-    ))  # fmt: skip
+    for _, preset, _ in runs[:-1]:
+        kernel, before = rates[preset, "kernel"], max(rates[preset, "pytorch"], rates[preset, "compiled"])
+        print(f"{preset}: kernel / the PyTorch path's best {kernel / before:.2f}x; EM / CapsNet {kernel / paper:.2f}x "
+              f"with the kernel, {before / paper:.2f}x without")  # fmt: skip
 
 
 def bench_on_device(device: torch.device, batch: int, repeats: int) -> None:

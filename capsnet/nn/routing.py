@@ -74,6 +74,7 @@ def _signed(value: int) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
+DRAWS_AT_ONCE = 2**20  # random couplings hashed at a time (`RandomCouplings.logits`): 8 MB of each int64 temporary
 _GOLDEN, _MIX1, _MIX2 = (_signed(c) for c in (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB))
 
 
@@ -115,9 +116,15 @@ class RandomCouplings:
             raise ValueError(f"random couplings for {len(self.ids)} images, asked for {shape[0]}")
         count = math.prod(shape[1:])
         key = _splitmix64(_splitmix64(torch.tensor(self.seed * 1_000_003 + self.layer)) ^ self.ids.long().cpu())  # (B,)
-        bits = _splitmix64(key.unsqueeze(1) * count + torch.arange(count))  # (B, count)
-        uniform = (_shifted(bits, 11).double() + 0.5) * 2.0**-53  # in (0, 1)
-        return torch.log(-torch.log(uniform)).float().view(shape).to(device)  # log E
+        out = torch.empty(len(self.ids), count)  # (B, count)
+        # a few images' draws at a time: the hash's int64 temporaries stay small enough for the allocator to serve
+        # them again from its heap (a whole batch's were hundreds of MB of fresh pages each, most of the time spent)
+        rows = max(1, DRAWS_AT_ONCE // count)
+        for first in range(0, len(self.ids), rows):
+            bits = _splitmix64(key[first : first + rows].unsqueeze(1) * count + torch.arange(count))  # (rows, count)
+            uniform = (_shifted(bits, 11).double() + 0.5) * 2.0**-53  # in (0, 1)
+            out[first : first + rows] = torch.log(-torch.log(uniform))  # log E
+        return out.view(shape).to(device)
 
 
 def coupling_entropy(couplings: Tensor) -> Tensor:
