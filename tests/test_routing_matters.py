@@ -286,7 +286,7 @@ def test_the_em_network_is_measured_at_each_r_and_its_changes_open_on_draw(
     at.switch_page("app_pages/routing_matters.py").run()
     assert not at.exception, [e.stack_trace for e in at.exception]
     assert any("EM network routes" in m.value for m in at.markdown)
-    assert any("10 minutes on two cores" in i.value for i in at.info)  # how long, for this network, before the button
+    assert any("5 minutes on two cores" in i.value for i in at.info)  # how long, for this network, before the button
     at.button(key="rm_measure_button").click().run()
     assert not at.exception, [e.stack_trace for e in at.exception]
     assert _metric(at, "r = 1") == f"{100 * expected.accuracy[0]:.2f}%"

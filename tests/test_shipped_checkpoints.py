@@ -145,7 +145,7 @@ def test_shipped_em_model() -> None:
 def test_a_shipped_routing_summary_belongs_to_its_checkpoint(name: str) -> None:
     """Where routing matters opens at once for the shipped models: each `<name>.routing.json` was measured on the
     very bytes shipped (its SHA-256), on the whole test set, at the iterations the model was trained with; the EM
-    network's takes about 10 minutes of a 2-core CPU to measure again."""
+    network's takes about 5 minutes of a 2-core CPU to measure again."""
     path = CHECKPOINTS / f"{name}.safetensors"
     kept = routing_matters.read_kept(path, 10_000)
     assert kept is not None, f"{routing_matters.sidecar_path(path).name} is missing or measured another file"

@@ -24,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--device", default="auto",
         help="auto, cpu, cuda or mps: where the network runs (the paper's EM network: seconds on a GPU, "
-        "about 10 minutes on a 2-core CPU)",
+        "about 5 minutes on a 2-core CPU)",
     )  # fmt: skip
     args = parser.parse_args(argv)
 

@@ -39,7 +39,7 @@ EM_INTRO = (
     "class layer's routing."
 )
 EM_DURATION = (
-    "long on a CPU, since the EM network routes in all three capsule layers at each r: about 10 minutes on two cores "
+    "long on a CPU, since the EM network routes in all three capsule layers at each r: about 5 minutes on two cores "
     "for the paper's network (the shipped EM model's summary ships with it)"
 )
 FOR_SINGLE_IMAGES = "This view is for models that read one 28x28 image (MNIST, Fashion-MNIST), not MultiMNIST pairs."
