@@ -105,21 +105,23 @@ def test_the_paper_network_reads_as_the_pytorch_path(monkeypatch: pytest.MonkeyP
     torch.testing.assert_close(by_r[0], by_r[1], **ACTIVATIONS)
 
 
-def test_a_reading_routes_with_the_kernel_and_training_with_pytorch(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_reading_is_one_kernel_call_training_its_passes_and_a_trace_pytorch(monkeypatch: pytest.MonkeyPatch) -> None:
     layer = ConvCapsules(2, 4, kernel=3, stride=1, in_size=4)
     poses, activations = _grid(2, 2, 4, seed=0)
     calls: list[str] = []
-    route = em_native.route
+    route, passes = em_native.route, em_native_training.route
     monkeypatch.setattr(em_native, "route", lambda *a, **k: calls.append("kernel") or route(*a, **k))
+    monkeypatch.setattr(em_native_training, "route", lambda *a: calls.append("passes") or passes(*a))
     with torch.no_grad():
         layer(poses, activations, 2)
     assert calls == ["kernel"]
-    out, _, _ = layer(poses, activations, 2)  # gradients wanted: the PyTorch path, with its hand-written backward
+    out, _, _ = layer(poses, activations, 2)  # gradients wanted: the kernel's passes, with their backward
     out.sum().backward()
-    assert calls == ["kernel"] and layer.weight.grad is not None
+    assert calls == ["kernel", "passes"] and layer.weight.grad is not None
+    calls.clear()
     with torch.no_grad():
-        _, _, trace = layer(poses, activations, 2, trace=True)  # a trace keeps every vote: PyTorch too
-    assert calls == ["kernel"] and trace is not None
+        _, _, trace = layer(poses, activations, 2, trace=True)  # a trace keeps every vote: the PyTorch path
+    assert calls == [] and trace is not None
 
 
 def test_without_a_compiler_every_layer_routes_with_pytorch(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -216,3 +218,45 @@ def test_training_takes_the_kernels_passes_up_to_four_iterations(monkeypatch: py
         out, _, _ = layer(poses, activations, iterations)
         out.sum().backward()
     assert calls == [2, 4]
+
+
+def test_a_reading_refuses_what_the_pytorch_path_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the kernel trusts its shapes and counts, so the layer checks them first, in one line, on either path
+    from capsnet.errors import InvalidArgumentError
+
+    layer = ConvCapsules(2, 4, kernel=3, stride=1, in_size=4)
+    poses, activations = _grid(2, 2, 4, seed=0)
+    for native in ("1", "0"):
+        monkeypatch.setenv(em_native.NATIVE_ENV, native)
+        with torch.no_grad(), pytest.raises(InvalidArgumentError, match="routing iterations"):
+            layer(poses, activations, 0)
+        wider, wider_a = _grid(2, 2, 5, seed=0)
+        with torch.no_grad(), pytest.raises(ValueError, match=r"reads poses \(B, 2, 16, 4, 4\)"):
+            layer(wider, wider_a, 2)
+
+
+def test_trainable_costs_alone_still_get_their_gradients() -> None:
+    # W frozen and the inputs fixed, beta_u and beta_a learnt: a step must not take the reading path (no gradients)
+    layer = ClassCapsules(3, 10, in_size=3)
+    layer.weight.requires_grad_(False)
+    poses, activations = _grid(2, 3, 3, seed=4)
+    _, out_a, _ = layer(poses, activations, 2)
+    out_a.sum().backward()
+    assert layer.beta_a.grad is not None and layer.beta_a.grad.abs().sum() > 0
+
+
+def test_a_cache_that_cannot_be_written_still_gives_the_kernel(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a folder")
+    monkeypatch.setenv(CACHE_ENV, str(blocked))  # cache_dir()/native cannot be made
+    em_native._load.cache_clear()
+    try:
+        library = em_native.kernel()
+        assert library is not None  # loaded from where it was built
+        layer = ConvCapsules(2, 4, kernel=3, stride=1, in_size=4)
+        poses, activations = _grid(2, 2, 4, seed=0)
+        native, plain = _both(monkeypatch, lambda: layer(poses, activations, 2))
+        torch.testing.assert_close(native[1], plain[1], **ACTIVATIONS)
+        assert blocked.read_text() == "not a folder"
+    finally:
+        em_native._load.cache_clear()

@@ -1,5 +1,6 @@
-/* EM routing of one capsule layer for a reading (no gradients): each vote made where it is used, each iteration
-   one pass over the votes.
+/* EM routing of one capsule layer on a CPU, each vote made where it is used: a reading (no gradients) in one call,
+   an iteration one pass over the votes (em_route); a training step's passes (em_moments, em_estep, em_dots,
+   em_vote_grad, at the end of this file) around which capsnet/nn/em_native_training.py writes the rest.
 
 Hinton, Sabour & Frosst (2018), "Matrix capsules with EM routing", ICLR: Procedure 1 as capsnet/nn/em_routing.py
 writes it (its module docstring has the formulas and the pitfalls avoided), for a reading on a CPU. The PyTorch
@@ -19,8 +20,9 @@ Layouts (float32, contiguous; the batch's images one after another):
     wtiles   (I, 4, 4, Jp)    W_ij[k][c] at [i][k][c][j]; J parent types padded with zeros to Jp, a multiple of
                               em_block(), so that every inner loop is whole vectors
     offsets  (I, 16)          added to every vote of slot i (the class capsules' coordinate addition), or NULL
-    centre   (B, P, 16, Jp)   each parent's centre c: the plain mean of its votes (a matrix product, made by the
-                              caller), about which the moments are taken so that sigma^2 does not cancel away
+    centre   (B, P, 16, Jp)   each parent's centre c: the plain mean of its votes (made by the caller: a
+                              convolution or a matrix product), about which the moments are taken so that sigma^2
+                              does not cancel away
     slots    (C, S)           the slots (p * I + i) of each child, -1 past its last: a child is normalised over
                               every parent position that reaches it
     start    (B, P, I, Jp)    the first R_ij, or NULL: each slot's `even` share (P, I) for every parent type
@@ -462,6 +464,7 @@ int em_dots(int64_t first_image, int64_t last_image, int64_t P, int64_t I, int64
 int em_vote_grad(int64_t first_image, int64_t last_image, int64_t P, int64_t I, int64_t Jp, int64_t C,
                  const int64_t *child, int64_t T, const float *rows, const float *wtiles, const float *offsets, const float *centre, const float *left,
                  const float *right, float *grad_rows, float *grad_w) {
+    if (T > 8) return 2; /* the factors kept a vote below */
     float *zeros = (float *)malloc(sizeof(float) * I * H);
     if (!zeros) return 1;
     const Layer L = pass_layer(P, I, Jp, C, child, wtiles, offsets, zeros);

@@ -1,12 +1,13 @@
-"""EM routing for a CPU reading in compiled C: `em_kernel.c`, built once for this machine and kept in the cache.
+"""EM routing on a CPU in compiled C: `em_kernel.c`, built once for this machine and kept in the cache.
 
 Hinton, Sabour & Frosst (2018), "Matrix capsules with EM routing", ICLR. https://openreview.net/forum?id=HJWLfGWRb
 
 The PyTorch path (`capsnet.nn.em_routing`) writes every vote and [V - c, (V - c)^2] to memory and reads them back in
 each M-step and E-step; the kernel remakes a child's votes from its pose and W where a step needs them and does the
 E-step of one iteration and the M-step of the next in one pass, so a reading of the paper's network runs several
-times faster (`benchmarks/README.md`) in the same float32 arithmetic (the tests hold both to each other). It serves
-readings only (no gradients, no trace): training and the dashboard's step-by-step views keep the PyTorch path.
+times faster (`benchmarks/README.md`) in the same float32 arithmetic (the tests hold both to each other). This module
+builds and loads the kernel and runs a reading (`route`); training takes its passes in `em_native_training`; a
+trace (the dashboard's step-by-step views, which show every vote) keeps the PyTorch path.
 
 The kernel is compiled with the system's C compiler (`$CC`, else cc, gcc or clang) for the CPU it runs on
 (`-march=native`: AVX2, AVX-512, whatever this machine has, chosen here and never assumed) into
@@ -22,6 +23,7 @@ import functools
 import hashlib
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -33,6 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from capsnet.errors import CapsNetError
 from capsnet.files import atomic_path, cache_dir
 
 SOURCE = Path(__file__).with_name("em_kernel.c")
@@ -51,12 +54,14 @@ def enabled() -> bool:
     return os.environ.get(NATIVE_ENV, "1").strip() != "0"
 
 
-def _compiler() -> str | None:
-    """The C compiler to build with: $CC, else the first of cc, gcc and clang on the PATH."""
-    named = os.environ.get(COMPILER_ENV)
+def _compiler() -> list[str] | None:
+    """The C compiler to build with, as a command: $CC (which may carry words of its own, "ccache gcc"), else the
+    first of cc, gcc and clang on the PATH."""
+    named = shlex.split(os.environ.get(COMPILER_ENV, ""))
     if named:
-        return shutil.which(named)
-    return next((found for name in ("cc", "gcc", "clang") if (found := shutil.which(name))), None)
+        found = shutil.which(named[0])
+        return None if found is None else [found, *named[1:]]
+    return next(([found] for name in ("cc", "gcc", "clang") if (found := shutil.which(name))), None)
 
 
 def _cpu() -> str:
@@ -69,27 +74,34 @@ def _cpu() -> str:
     return platform.machine() + "\n".join(sorted(set(lines)))
 
 
-def _version(compiler: str) -> str:
+def _version(compiler: list[str]) -> str:
     try:
-        return subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30).stdout
+        return subprocess.run([*compiler, "--version"], capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.SubprocessError):
         return ""
 
 
-def _build(compiler: str, flags: tuple[str, ...], target: Path) -> bool:
-    """Compile SOURCE into `target` (atomically); False where the compiler fails."""
+def _build(compiler: list[str], flags: tuple[str, ...], target: Path) -> ctypes.CDLL | None:
+    """Compile SOURCE and load it, kept at `target` (written atomically) where the cache can be written, else loaded
+    from where it was built; None where the compiler fails or the library does not load."""
     with tempfile.TemporaryDirectory() as scratch:
         built = Path(scratch) / "em_kernel.so"
-        command = [compiler, *flags, "-fPIC", "-shared", "-o", str(built), str(SOURCE), "-lm"]
+        command = [*compiler, *flags, "-fPIC", "-shared", "-o", str(built), str(SOURCE), "-lm"]
         try:
             done = subprocess.run(command, capture_output=True, timeout=COMPILE_SECONDS)
         except (OSError, subprocess.SubprocessError):
-            return False
+            return None
         if done.returncode != 0 or not built.is_file():
-            return False
-        with atomic_path(target) as tmp:
-            shutil.copyfile(built, tmp)
-    return True
+            return None
+        try:
+            with atomic_path(target) as tmp:
+                shutil.copyfile(built, tmp)
+            return ctypes.CDLL(str(target))
+        except (OSError, CapsNetError):  # a cache that cannot be written: this process loads its own build
+            try:
+                return ctypes.CDLL(str(built))  # loaded before the folder goes; the mapping outlives the file
+            except OSError:
+                return None
 
 
 def _bind(library: ctypes.CDLL) -> ctypes.CDLL:
@@ -114,14 +126,23 @@ def _load() -> ctypes.CDLL | None:
         return None
     source = SOURCE.read_bytes()
     machine = _cpu() + _version(compiler)
+    try:
+        folder = cache_dir() / "native"
+    except RuntimeError:  # no home folder to keep it in
+        folder = Path(tempfile.gettempdir()) / "capsnet-native"
     for flags in FLAG_SETS:
-        key = hashlib.sha256(b"\0".join([source, " ".join(flags).encode(), compiler.encode(), machine.encode()]))
-        target = cache_dir() / "native" / f"em_kernel-{key.hexdigest()[:24]}.so"
-        try:
-            if target.is_file() or _build(compiler, flags, target):
-                return _bind(ctypes.CDLL(str(target)))
-        except OSError:  # a cache that cannot be written, or a library that does not load: try the next flags
-            continue
+        words = [source, " ".join(flags).encode(), " ".join(compiler).encode(), machine.encode()]
+        digest = hashlib.sha256(b"\0".join(words)).hexdigest()[:24]
+        target = folder / f"em_kernel-{digest}.so"
+        library = None
+        if target.is_file():
+            try:
+                library = ctypes.CDLL(str(target))
+            except OSError:  # a damaged file in the cache: built again
+                library = None
+        library = library or _build(compiler, flags, target)
+        if library is not None:
+            return _bind(library)
     return None
 
 
@@ -149,6 +170,8 @@ def tiles_of(weights: Tensor, padded: int) -> Tensor:
 def in_parallel(batch: int, images: Callable[[int, int], int]) -> None:
     """`images(first, last)` over the batch on torch's threads, each a share of the images (the kernel runs without
     the GIL: ctypes releases it); MemoryError where a share's scratch memory could not be had."""
+    if batch == 0:
+        return
     threads = max(1, min(torch.get_num_threads(), batch))
     share = -(-batch // threads)
     bounds = [(n, min(batch, n + share)) for n in range(0, batch, share)]

@@ -6,7 +6,8 @@ Procedure 1 and its hand-written backward exactly as `capsnet.nn.em_routing` wri
 `_e_step`, `_EMRouting.backward`: the formulas are in their docstrings), with every operation that reads the votes
 replaced by a pass of the kernel that remakes them from the children's poses and W where it needs them:
     em_moments    sum_i w_ij [V' , V'^2]           the M-step's moments, and the backward's g_weights
-    em_dots       [V', V'^2] . g_j                 the E-step's distances, and the backward's g_w
+    em_estep      R_ij from [V', V'^2] . g_j       the E-step: distances, then each child's softmax over its parents
+    em_dots       [V', V'^2] . g_j                 the backward's g_w
     em_vote_grad  dL/dM and dL/dW from dL/d[V', V'^2] = sum_t left_t right_t, never written out
 (V' = V - c, each parent's votes about its centre c). What stays in PyTorch is one number a vote (the assignments,
 B x P x I x J) or one vector a parent: no tensor of the votes' size is made, in the forward or the backward.
@@ -36,7 +37,7 @@ def supports(iterations: int) -> bool:
 
 
 class _Passes:
-    """The kernel's three passes over one layer's votes for one batch, each on torch's threads."""
+    """The kernel's passes over one layer's votes for one batch, each on torch's threads."""
 
     def __init__(
         self, library: ctypes.CDLL, grid: Tensor, tiles: Tensor, offsets: Tensor | None, centre: Tensor, child: Tensor
@@ -59,8 +60,8 @@ class _Passes:
         weights = weights.contiguous()
         stride = 0 if weights.shape[0] == 1 else weights[0].numel()
         scale = None if scale is None else scale.contiguous()
-        out = torch.empty(self.batch, self.positions, 2, 16, self.padded)
-        amount = torch.empty(self.batch, self.positions, self.padded)
+        out = torch.empty(self.batch, self.positions, 2, 16, self.padded, dtype=torch.float32)
+        amount = torch.empty(self.batch, self.positions, self.padded, dtype=torch.float32)
         em_native.in_parallel(self.batch, lambda first, last: self.library.em_moments(
             *self._sizes(first, last), *self.common, weights.data_ptr(), stride, em_native.address(scale),
             out.data_ptr(), amount.data_ptr()))  # fmt: skip
@@ -70,7 +71,7 @@ class _Passes:
         """R (B, P, I, Jp), each child's softmax over its parents of constant - [V', V'^2] . g / 2: vectors (B, P, 2,
         16, Jp) = g, constant (B, P, Jp), slots (C, S) each child's slots (`em_native.slot_table`)."""
         vectors, constant = vectors.contiguous(), constant.contiguous()
-        out = torch.empty(self.batch, self.positions, self.slots, self.padded)
+        out = torch.empty(self.batch, self.positions, self.slots, self.padded, dtype=torch.float32)
         em_native.in_parallel(self.batch, lambda first, last: self.library.em_estep(
             *self._sizes(first, last), *self.common, vectors.data_ptr(), constant.data_ptr(), slots.data_ptr(),
             slots.shape[1], LOG_WEIGHT_FLOOR, out.data_ptr()))  # fmt: skip
@@ -79,7 +80,7 @@ class _Passes:
     def dots(self, vectors: Tensor) -> Tensor:
         """[V', V'^2] . g: vectors (B, P, 2, 16, Jp) -> (B, P, I, Jp)."""
         vectors = vectors.contiguous()
-        out = torch.empty(self.batch, self.positions, self.slots, self.padded)
+        out = torch.empty(self.batch, self.positions, self.slots, self.padded, dtype=torch.float32)
         em_native.in_parallel(self.batch, lambda first, last: self.library.em_dots(
             *self._sizes(first, last), *self.common, vectors.data_ptr(), out.data_ptr()))  # fmt: skip
         return out
@@ -90,7 +91,7 @@ class _Passes:
         left, right = left.contiguous(), right.contiguous()
         grad_grid = torch.empty_like(self.grid)
         threads = max(1, min(torch.get_num_threads(), self.batch))
-        grad_tiles = torch.zeros(threads, *self.tiles.shape)
+        grad_tiles = torch.zeros(threads, *self.tiles.shape, dtype=torch.float32)
         share = -(-self.batch // threads)
 
         def images(first: int, last: int) -> int:
@@ -204,8 +205,8 @@ class NativeEMRouting(torch.autograd.Function):
         left: list[Tensor] = []  # (B, P, I, Jp) factors of the gradient of [V', V'^2]
         right: list[Tensor] = []  # (B, P, 2, 16, Jp) factors
         grad_child_a = torch.zeros_like(child_a)
-        grad_beta_u = torch.zeros(padded)
-        grad_beta_a = torch.zeros(padded)
+        grad_beta_u = torch.zeros(padded, dtype=torch.float32)
+        grad_beta_a = torch.zeros(padded, dtype=torch.float32)
         grad_next: Tensor | None = None
         for t in reversed(range(r)):
             amount, mean, variance, spread, logit = ctx.fits[t]

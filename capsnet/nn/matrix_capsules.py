@@ -26,7 +26,7 @@ from capsnet.nn.em_routing import (
     em_routing_by_iterations,
     inverse_temperature,
 )
-from capsnet.nn.routing import RandomCouplings, in_float32
+from capsnet.nn.routing import RandomCouplings, check_iterations, in_float32
 
 POSE = 4  # a pose is a 4x4 matrix
 POSE_ENTRIES = POSE * POSE  # 16
@@ -103,8 +103,16 @@ def _in_chunks(
         chunk = random.rows(rows.start, min(rows.stop, batch))
         return chunk.logits((len(chunk.ids), positions, layer.beta_u.numel(), slots), poses.device)
 
+    check_iterations(iterations)
+    grid = (layer.in_types, layer.in_size, layer.in_size)
+    if poses.shape[1:] != (grid[0], POSE_ENTRIES, *grid[1:]) or activations.shape != (poses.shape[0], *grid):
+        raise ValueError(
+            f"{type(layer).__name__} reads poses (B, {grid[0]}, 16, {grid[1]}, {grid[2]}) and activations (B, "
+            f"{grid[0]}, {grid[1]}, {grid[2]}), got {tuple(poses.shape)} and {tuple(activations.shape)}"
+        )
     on_cpu = poses.device.type == "cpu"
-    needs_grad = torch.is_grad_enabled() and any(p.requires_grad for p in (poses, activations, layer.weight))
+    learnt = (poses, activations, layer.weight, layer.beta_u, layer.beta_a)
+    needs_grad = torch.is_grad_enabled() and any(p.requires_grad for p in learnt)
     plain = not (trace or needs_grad or torch.compiler.is_compiling() or torch.is_autocast_enabled("cpu"))
     library = em_native.kernel() if on_cpu and plain and poses.dtype == torch.float32 else None
     if library is not None:  # a CPU reading in float32: the compiled kernel, image by image (`em_native`)
@@ -217,6 +225,8 @@ class _EMRoutedLayer(nn.Module):
     every r from one routing run (`_by_iterations`). Each says its shapes and makes its votes in `_route`."""
 
     child_index: Tensor  # a buffer: the child in each slot of each position (P, I)
+    in_types: int  # the child grid it reads: (B, in_types, 16, in_size, in_size)
+    in_size: int
     weight: nn.Parameter
     beta_u: nn.Parameter
     beta_a: nn.Parameter

@@ -116,7 +116,7 @@ class RandomCouplings:
             raise ValueError(f"random couplings for {len(self.ids)} images, asked for {shape[0]}")
         count = math.prod(shape[1:])
         key = _splitmix64(_splitmix64(torch.tensor(self.seed * 1_000_003 + self.layer)) ^ self.ids.long().cpu())  # (B,)
-        out = torch.empty(len(self.ids), count)  # (B, count)
+        out = torch.empty(len(self.ids), count, dtype=torch.float32)  # (B, count)
         # a few images' draws at a time: the hash's int64 temporaries stay small enough for the allocator to serve
         # them again from its heap (a whole batch's were hundreds of MB of fresh pages each, most of the time spent)
         rows = max(1, DRAWS_AT_ONCE // count)
