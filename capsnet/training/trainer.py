@@ -99,10 +99,11 @@ def judge_of(
     model: AnyModel, net: torch.nn.Module, acceleration: Acceleration, env: Distributed, device: torch.device
 ) -> AnyModel:
     """What evaluates after each epoch: the compiled module on a GPU where there is one process and the network says
-    it judges compiled (`Network.judges_compiled`); else the eager model. The EM layers route eagerly in chunks of
-    bounded memory, where a compiled pass routes the whole evaluation batch at once: about 26 GB for the paper-sized
-    EM network at 500 images on a CPU, 21.6 GB on an H100 (1.35 GB eager, for 1.5x the speed). Under torchrun the
-    main process evaluates alone, outside the DDP wrapper."""
+    it judges compiled (`Network.judges_compiled`); else the eager model. The eager EM layers read by the compiled
+    kernel on a CPU (`capsnet.nn.em_native`, about 1 MB an image) or in chunks of bounded memory, where a compiled
+    pass routes the whole evaluation batch at once: about 26 GB for the paper-sized EM network at 500 images on a CPU,
+    21.6 GB on an H100 (1.35 GB eager, for 1.5x the speed). Under torchrun the main process evaluates alone, outside
+    the DDP wrapper."""
     gpu = device.type != "cpu" and network_of(model).judges_compiled
     compiled = acceleration.compile and not env.enabled and gpu
     return cast(AnyModel, net) if compiled else model

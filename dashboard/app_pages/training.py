@@ -92,7 +92,7 @@ def _row(run: processes.RunSummary) -> dict[str, object]:
         "training time": texts.format_duration(seconds) if run.metrics else "—",
         # one type per column (text): a column of numbers and "all" makes pyarrow raise on every rerun
         "examples": f"{examples:,}" if isinstance(examples, int) and not isinstance(examples, bool) else "all",
-        "computed": _computed(run.args),  # why two runs of one network differ in speed (an EM run compiles on a CPU)
+        "computed": _computed(run.args),  # why two runs of one network differ in speed (compiled or not)
     }
 
 
