@@ -1,6 +1,6 @@
 /* EM routing of one capsule layer on a CPU, each vote made where it is used: a reading (no gradients) in one call,
-   an iteration one pass over the votes (em_route); a training step's passes (em_moments, em_estep, em_dots,
-   em_vote_grad, at the end of this file) around which capsnet/nn/em_native_training.py writes the rest.
+   an iteration one pass over the votes (em_route); a training step's passes (em_moments, em_estep, em_vote_grad,
+   em_back_mstep, em_back_assign, em_back_softmax, at the end of this file) around which capsnet/nn/em_native_training.py writes the rest.
 
 Hinton, Sabour & Frosst (2018), "Matrix capsules with EM routing", ICLR: Procedure 1 as capsnet/nn/em_routing.py
 writes it (its module docstring has the formulas and the pitfalls avoided), for a reading on a CPU. The PyTorch
@@ -426,37 +426,6 @@ int em_estep(int64_t first_image, int64_t last_image, int64_t P, int64_t I, int6
     return 0;
 }
 
-/* out (B, P, I, Jp) = [V - c, (V - c)^2] . g (B, P, 2, 16, Jp): each vote's row against its parent's vector */
-int em_dots(int64_t first_image, int64_t last_image, int64_t P, int64_t I, int64_t Jp, int64_t C,
-               const int64_t *child, const float *rows,
-            const float *wtiles, const float *offsets, const float *centre, const float *g, float *out) {
-    float *zeros = (float *)malloc(sizeof(float) * I * H);
-    if (!zeros) return 1;
-    const Layer L = pass_layer(P, I, Jp, C, child, wtiles, offsets, zeros);
-    for (int64_t b = first_image; b < last_image; b++)
-        for (int64_t p = 0; p < P; p++)
-            for (int64_t i = 0; i < I; i++) {
-                float pose[H];
-                slot_pose(&L, rows + b * 16 * C, p * I + i, pose);
-                const float *w = L.wtiles + i * H * Jp, *off = L.offsets + i * H;
-                const float *gp = g + (b * P + p) * 2 * H * Jp;
-                float *o = out + ((b * P + p) * I + i) * Jp;
-                for (int64_t jb = 0; jb < Jp; jb += VB) {
-                    float acc[VB] = {0};
-                    for (int l = 0; l < H; l++) {
-                        const float *c = centre + ((b * P + p) * H + l) * Jp;
-                        const float *restrict a = gp + l * Jp + jb, *restrict q = gp + (H + l) * Jp + jb;
-                        VOTE_ABOUT_CENTRE(d, pose, w, off, c, l, Jp, jb);
-#pragma omp simd
-                        for (int jj = 0; jj < VB; jj++) acc[jj] += d[jj] * (a[jj] + d[jj] * q[jj]);
-                    }
-                    for (int jj = 0; jj < VB; jj++) o[jb + jj] = acc[jj];
-                }
-            }
-    free(zeros);
-    return 0;
-}
-
 /* The gradients of the poses and of W from the gradient of [V - c, (V - c)^2], given as sum_t left_t right_t with
    left (B, P, T, I, Jp) one number a vote and right (B, P, T, 2, 16, Jp) one vector a parent: dL/dV = g1 + 2 (V - c)
    g2, then dL/dM[r][k] = sum_j,c dL/dV[r][c] W[k][c] added into the child's grad_rows (B, 4, C, 4), and dL/dW[k][c] = sum_r M[r][k]
@@ -520,5 +489,109 @@ int em_vote_grad(int64_t first_image, int64_t last_image, int64_t P, int64_t I, 
                     for (int k = 0; k < 4; k++) grad_rows[((b * 4 + r) * C + n) * 4 + k] += gm[r * 4 + k];
             }
     free(zeros);
+    return 0;
+}
+
+/* The backward's per-vote arithmetic, each a pass over one number a vote (the gradients of the E-step's softmax and
+   of the M-step's weights), so that PyTorch keeps only a parent's vectors. R (B, P, I, Jp) has an image's `r_stride`
+   floats after the last's (0: every image's R alike, the even start). */
+
+/* The M-step's side: w = R a / (n + eps) into out_w (the votes' gradient's left factor), g_w = [V', V'^2] . g into
+   out_gw, and S_j = sum_i g_w w into out_s (B, P, Jp); inv_n (B, P, Jp) = 1 / (n + eps), acts (B, P, I). */
+int em_back_mstep(int64_t first_image, int64_t last_image, int64_t P, int64_t I, int64_t Jp, int64_t C,
+                  const int64_t *child, const float *rows, const float *wtiles, const float *offsets,
+                  const float *centre, const float *g, const float *R, int64_t r_stride, const float *acts,
+                  const float *inv_n, float *out_w, float *out_gw, float *out_s) {
+    float *zeros = (float *)malloc(sizeof(float) * I * H);
+    if (!zeros) return 1;
+    const Layer L = pass_layer(P, I, Jp, C, child, wtiles, offsets, zeros);
+    for (int64_t b = first_image; b < last_image; b++) {
+        memset(out_s + b * P * Jp, 0, sizeof(float) * P * Jp);
+        for (int64_t p = 0; p < P; p++)
+            for (int64_t i = 0; i < I; i++) {
+                float pose[H];
+                slot_pose(&L, rows + b * 16 * C, p * I + i, pose);
+                const float *w = L.wtiles + i * H * Jp, *off = L.offsets + i * H;
+                const float *gp = g + (b * P + p) * 2 * H * Jp, *inv = inv_n + (b * P + p) * Jp;
+                const float *r = R + b * r_stride + (p * I + i) * Jp;
+                const float a = acts[(b * P + p) * I + i];
+                const int64_t at = ((b * P + p) * I + i) * Jp;
+                float *s = out_s + (b * P + p) * Jp;
+                for (int64_t jb = 0; jb < Jp; jb += VB) {
+                    float acc[VB] = {0};
+                    for (int l = 0; l < H; l++) {
+                        const float *c = centre + ((b * P + p) * H + l) * Jp;
+                        const float *restrict qa = gp + l * Jp + jb, *restrict qb = gp + (H + l) * Jp + jb;
+                        VOTE_ABOUT_CENTRE(d, pose, w, off, c, l, Jp, jb);
+#pragma omp simd
+                        for (int jj = 0; jj < VB; jj++) acc[jj] += d[jj] * (qa[jj] + d[jj] * qb[jj]);
+                    }
+#pragma omp simd
+                    for (int jj = 0; jj < VB; jj++) {
+                        const int64_t j = jb + jj;
+                        const float weight = r[j] * a * inv[j];
+                        out_w[at + j] = weight;
+                        out_gw[at + j] = acc[jj];
+                        s[j] += acc[jj] * weight;
+                    }
+                }
+            }
+    }
+    free(zeros);
+    return 0;
+}
+
+/* After the M-step's side: g_assigned = g_w / (n + eps) + g_amount_j; grad_a (B, P, I) += sum_j g_assigned R; the
+   next gradient dL/dR a of the step before, g_assigned a, written over g_w (B, P, I, Jp). */
+int em_back_assign(int64_t first_image, int64_t last_image, int64_t P, int64_t I, int64_t Jp, float *gw,
+                   const float *R, int64_t r_stride, const float *acts, const float *inv_n, const float *g_amount,
+                   float *grad_a) {
+    for (int64_t b = first_image; b < last_image; b++)
+        for (int64_t p = 0; p < P; p++) {
+            const float *inv = inv_n + (b * P + p) * Jp, *ga = g_amount + (b * P + p) * Jp;
+            for (int64_t i = 0; i < I; i++) {
+                float *x = gw + ((b * P + p) * I + i) * Jp;
+                const float *r = R + b * r_stride + (p * I + i) * Jp;
+                const float a = acts[(b * P + p) * I + i];
+                float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+                for (int64_t j = 0; j < Jp; j++) {
+                    const float assigned = x[j] * inv[j] + ga[j];
+                    sum += assigned * r[j];
+                    x[j] = assigned * a;
+                }
+                grad_a[(b * P + p) * I + i] += sum;
+            }
+        }
+    return 0;
+}
+
+/* The E-step's softmax backward, child by child (`slots`, S a child at most): g_l = R (g - sum over the child's
+   slots and types of R g) into out (B, P, I, Jp), and its sum over the slots of each parent into out_sum (B, P, Jp);
+   R is the E-step's result, g = dL/dR (B, P, I, Jp). */
+int em_back_softmax(int64_t first_image, int64_t last_image, int64_t P, int64_t I, int64_t Jp, int64_t C,
+                    const int64_t *slots, int64_t S, const float *R, const float *g, float *out, float *out_sum) {
+    for (int64_t b = first_image; b < last_image; b++) {
+        memset(out_sum + b * P * Jp, 0, sizeof(float) * P * Jp);
+        for (int64_t ch = 0; ch < C; ch++) {
+            const int64_t *own = slots + ch * S;
+            float total = 0.0f;
+            for (int64_t s = 0; s < S && own[s] >= 0; s++) {
+                const float *r = R + (b * P * I + own[s]) * Jp, *x = g + (b * P * I + own[s]) * Jp;
+#pragma omp simd reduction(+ : total)
+                for (int64_t j = 0; j < Jp; j++) total += r[j] * x[j];
+            }
+            for (int64_t s = 0; s < S && own[s] >= 0; s++) {
+                const int64_t at = (b * P * I + own[s]) * Jp, p = own[s] / I;
+                float *sum = out_sum + (b * P + p) * Jp;
+#pragma omp simd
+                for (int64_t j = 0; j < Jp; j++) {
+                    const float gl = R[at + j] * (g[at + j] - total);
+                    out[at + j] = gl;
+                    sum[j] += gl;
+                }
+            }
+        }
+    }
     return 0;
 }

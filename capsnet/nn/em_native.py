@@ -110,11 +110,15 @@ def _bind(library: ctypes.CDLL) -> ctypes.CDLL:
     library.em_block.argtypes = []
     library.em_route.restype = ctypes.c_int
     library.em_route.argtypes = [i64] * 11 + [pointer] * 12 + [f32, f32, pointer, pointer]
-    for name in ("em_moments", "em_dots", "em_estep", "em_vote_grad"):
+    for name in ("em_moments", "em_estep", "em_vote_grad"):
         getattr(library, name).restype = ctypes.c_int
     library.em_moments.argtypes = [*[i64] * 6, *[pointer] * 6, i64, *[pointer] * 3]
-    library.em_dots.argtypes = [i64] * 6 + [pointer] * 7
     library.em_estep.argtypes = [*[i64] * 6, *[pointer] * 8, i64, f32, pointer]
+    for name in ("em_back_mstep", "em_back_assign", "em_back_softmax"):
+        getattr(library, name).restype = ctypes.c_int
+    library.em_back_mstep.argtypes = [*[i64] * 6, *[pointer] * 7, i64, *[pointer] * 5]
+    library.em_back_assign.argtypes = [*[i64] * 5, pointer, pointer, i64, *[pointer] * 4]
+    library.em_back_softmax.argtypes = [*[i64] * 6, pointer, i64, *[pointer] * 4]
     library.em_vote_grad.argtypes = [*[i64] * 6, pointer, i64, *[pointer] * 8]
     return library
 

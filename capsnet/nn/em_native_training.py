@@ -7,10 +7,12 @@ Procedure 1 and its hand-written backward exactly as `capsnet.nn.em_routing` wri
 replaced by a pass of the kernel that remakes them from the children's poses and W where it needs them:
     em_moments    sum_i w_ij [V' , V'^2]           the M-step's moments, and the backward's g_weights
     em_estep      R_ij from [V', V'^2] . g_j       the E-step: distances, then each child's softmax over its parents
-    em_dots       [V', V'^2] . g_j                 the backward's g_w
+    em_back_mstep w = R a / (n + eps), g_w = [V', V'^2] . g_j and sum_i g_w w      the M-step's backward
     em_vote_grad  dL/dM and dL/dW from dL/d[V', V'^2] = sum_t left_t right_t, never written out
-(V' = V - c, each parent's votes about its centre c). What stays in PyTorch is one number a vote (the assignments,
-B x P x I x J) or one vector a parent: no tensor of the votes' size is made, in the forward or the backward.
+and two passes over one number a vote without the votes: em_back_softmax (the E-step's softmax backward, child by
+child) and em_back_assign (dL/dR and dL/da from g_w). (V' = V - c, each parent's votes about its centre c.) What stays in PyTorch is one vector a parent; the
+assignments and the backward's factors, one number a vote (B x P x I x J), are kept between passes; no tensor of the
+votes' size is made, in the forward or the backward.
 Layouts: a vote's number (B, P, I, Jp), a parent's vector (B, P, 16, Jp), J padded to the kernel's block (a padded
 type gets no assignment and is cut from the results).
 """
@@ -77,13 +79,47 @@ class _Passes:
             slots.shape[1], LOG_WEIGHT_FLOOR, out.data_ptr()))  # fmt: skip
         return out
 
-    def dots(self, vectors: Tensor) -> Tensor:
-        """[V', V'^2] . g: vectors (B, P, 2, 16, Jp) -> (B, P, I, Jp)."""
-        vectors = vectors.contiguous()
-        out = torch.empty(self.batch, self.positions, self.slots, self.padded, dtype=torch.float32)
-        em_native.in_parallel(self.batch, lambda first, last: self.library.em_dots(
-            *self._sizes(first, last), *self.common, vectors.data_ptr(), out.data_ptr()))  # fmt: skip
-        return out
+    def back_mstep(
+        self, vectors: Tensor, assignment: Tensor, activations: Tensor, inverse: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """The M-step's side of the backward: w = R a / (n + eps), g_w = [V', V'^2] . g (both (B, P, I, Jp)) and
+        sum_i g_w w (B, P, Jp), from g (B, P, 2, 16, Jp), R (B or 1, P, I, Jp), a (B, P, I), 1 / (n + eps) (B, P, Jp)."""
+        vectors, assignment, activations, inverse = (
+            x.contiguous() for x in (vectors, assignment, activations, inverse)
+        )  # fmt: skip
+        stride = 0 if assignment.shape[0] == 1 else assignment[0].numel()
+        shape = (self.batch, self.positions, self.slots, self.padded)
+        weights, g_w = torch.empty(shape, dtype=torch.float32), torch.empty(shape, dtype=torch.float32)
+        sums = torch.empty(self.batch, self.positions, self.padded, dtype=torch.float32)
+        em_native.in_parallel(self.batch, lambda first, last: self.library.em_back_mstep(
+            *self._sizes(first, last), *self.common, vectors.data_ptr(), assignment.data_ptr(), stride,
+            activations.data_ptr(), inverse.data_ptr(), weights.data_ptr(), g_w.data_ptr(), sums.data_ptr()))  # fmt: skip
+        return weights, g_w, sums
+
+    def back_assign(
+        self, g_w: Tensor, assignment: Tensor, activations: Tensor, inverse: Tensor, g_amount: Tensor, grad_a: Tensor
+    ) -> Tensor:
+        """g_assigned = g_w / (n + eps) + g_amount; grad_a (B, P, I) += sum_j g_assigned R; returns g_assigned a, the
+        gradient the E-step before receives (written over g_w)."""
+        assignment, activations, inverse, g_amount = (
+            x.contiguous() for x in (assignment, activations, inverse, g_amount)
+        )  # fmt: skip
+        stride = 0 if assignment.shape[0] == 1 else assignment[0].numel()
+        em_native.in_parallel(self.batch, lambda first, last: self.library.em_back_assign(
+            first, last, self.positions, self.slots, self.padded, g_w.data_ptr(), assignment.data_ptr(), stride,
+            activations.data_ptr(), inverse.data_ptr(), g_amount.data_ptr(), grad_a.data_ptr()))  # fmt: skip
+        return g_w
+
+    def back_softmax(self, assignment: Tensor, grad: Tensor, slots: Tensor) -> tuple[Tensor, Tensor]:
+        """The E-step's softmax backward: g_l = R (g - the sum of R g over each child's slots and types) (B, P, I, Jp)
+        and its sum over each parent's slots (B, P, Jp)."""
+        assignment, grad = assignment.contiguous(), grad.contiguous()
+        g_l = torch.empty(self.batch, self.positions, self.slots, self.padded, dtype=torch.float32)
+        sums = torch.empty(self.batch, self.positions, self.padded, dtype=torch.float32)
+        em_native.in_parallel(self.batch, lambda first, last: self.library.em_back_softmax(
+            first, last, self.positions, self.slots, self.padded, slots.shape[0], slots.data_ptr(), slots.shape[1],
+            assignment.data_ptr(), grad.data_ptr(), g_l.data_ptr(), sums.data_ptr()))  # fmt: skip
+        return g_l, sums
 
     def vote_grad(self, left: Tensor, right: Tensor) -> tuple[Tensor, Tensor]:
         """dL/d grid (B, 4, C, 4) and dL/d tiles (I, 4, 4, Jp) from left (B, P, T, I, Jp), right (B, P, T, 2, 16,
@@ -102,14 +138,6 @@ class _Passes:
 
         em_native.in_parallel(self.batch, images)
         return grad_grid, grad_tiles.sum(dim=0)
-
-
-def _group_sum(x: Tensor, child_index: Tensor, children: int) -> Tensor:
-    """The sum of x (B, P, I, Jp) over every slot and type of each child, back in its slots: (B, P, I, 1)."""
-    batch, positions, slots, _ = x.shape
-    flat = child_index.flatten().expand(batch, -1)
-    per_child = x.new_zeros(batch, children).scatter_add(1, flat, x.sum(dim=-1).flatten(1))
-    return per_child.gather(1, flat).view(batch, positions, slots, 1)
 
 
 def _fit(
@@ -176,7 +204,7 @@ class NativeEMRouting(torch.autograd.Function):
             sums, amount = passes.moments(assignment, scale=activations)  # r = R a: sum_i r [V', V'^2], n = sum_i r
             amount = amount.unsqueeze(2)  # (B, P, 1, Jp)
             fit = (amount, *_fit(sums / (amount.unsqueeze(2) + EPSILON), amount, centre, bu, ba, scale, lam))
-            assignments.append(assignment.expand(child_a.shape[0], -1, -1, -1) if t == 0 else assignment)
+            assignments.append(assignment)  # the first (1, P, I, Jp), every image's alike
             fits.append(fit)
             if t < iterations - 1:
                 _, mean, variance, _, logit = fit
@@ -185,7 +213,7 @@ class NativeEMRouting(torch.autograd.Function):
                 constant = (F.logsigmoid(logit) - 0.5 * k).masked_fill(real == 0, -math.inf)  # a padded type: none
                 assignment = passes.estep(torch.stack([-2 * mean * precision, precision], dim=2), constant, table)
         _, mean, _, _, logit = fits[-1]
-        ctx.passes, ctx.fits, ctx.assignments = passes, fits, assignments
+        ctx.passes, ctx.fits, ctx.assignments, ctx.table = passes, fits, assignments, table
         ctx.shape = (children, iterations, parents, scale, weights.shape)
         ctx.save_for_backward(child_a, beta_u, child_index, real)
         out_mean = (mean + centre)[..., :parents].permute(0, 1, 3, 2)  # (B, P, J, 16)
@@ -204,10 +232,11 @@ class NativeEMRouting(torch.autograd.Function):
         grad_a = F.pad(grad_a.float(), (0, pad))  # (B, P, Jp)
         left: list[Tensor] = []  # (B, P, I, Jp) factors of the gradient of [V', V'^2]
         right: list[Tensor] = []  # (B, P, 2, 16, Jp) factors
-        grad_child_a = torch.zeros_like(child_a)
+        activations = child_a.squeeze(-1).contiguous()  # (B, P, I)
+        grad_child_a = torch.zeros_like(activations)
         grad_beta_u = torch.zeros(padded, dtype=torch.float32)
         grad_beta_a = torch.zeros(padded, dtype=torch.float32)
-        grad_next: Tensor | None = None
+        grad_next: Tensor | None = None  # dL/dR_{t+1} a, from the step after
         for t in reversed(range(r)):
             amount, mean, variance, spread, logit = ctx.fits[t]
             lam = inverse_temperature(t + 1)
@@ -216,16 +245,15 @@ class NativeEMRouting(torch.autograd.Function):
                 g_mean, g_logit, g_var = grad_mean, grad_a * a * (1 - a), torch.zeros_like(variance)
             else:
                 assert grad_next is not None
-                after = ctx.assignments[t + 1]
-                g_l = after * (grad_next - _group_sum(after * grad_next, child_index, children))  # (B, P, I, Jp)
-                g_logit = g_l.sum(dim=2) * torch.sigmoid(-logit)
+                # the softmax's backward: g_l = R_{t+1} (g - sum over the child of R_{t+1} g), summed per parent
+                g_l, g_l_sum = passes.back_softmax(ctx.assignments[t + 1], grad_next, ctx.table)
+                g_logit = g_l_sum * torch.sigmoid(-logit)  # through logsigmoid(z_t)
                 precision = 1.0 / variance
-                g_quadratic = -0.5 * g_l
-                left.append(g_quadratic)
-                right.append(torch.stack([-2 * mean * precision, precision], dim=2))
-                g_weights, _ = passes.moments(g_quadratic)  # (B, P, 2, 16, Jp)
+                left.append(g_l)  # g_quadratic = -g_l / 2: the half is in its right factor
+                right.append(-0.5 * torch.stack([-2 * mean * precision, precision], dim=2))
+                g_weights = -0.5 * passes.moments(g_l)[0]  # sum_i g_quadratic [V', V'^2]: (B, P, 2, 16, Jp)
                 g_q, g_precision = -2 * g_weights[:, :, 0], g_weights[:, :, 1]
-                g_k = -0.5 * g_l.sum(dim=2).unsqueeze(2)  # (B, P, 1, Jp)
+                g_k = -0.5 * g_l_sum.unsqueeze(2)  # (B, P, 1, Jp)
                 g_mean = g_k * 2 * mean * precision + g_q * precision
                 g_precision = g_precision + g_k * mean * mean + g_q * mean
                 g_var = g_k / variance - g_precision * precision * precision
@@ -241,15 +269,14 @@ class NativeEMRouting(torch.autograd.Function):
             g_total = g_mean * centre + g_u * (mean * mean - 2 * centre * (first - mean * total))
             g_amount = g_amount + g_total.sum(dim=2, keepdim=True) * EPSILON / (amount + EPSILON) ** 2
             g_moments = torch.stack([g_first, g_u], dim=2)  # (B, P, 2, 16, Jp)
-            weights = ctx.assignments[t] * child_a / (amount + EPSILON)  # w = r / (n + eps): (B, P, I, Jp)
+            inverse = (1.0 / (amount + EPSILON)).squeeze(2)  # (B, P, Jp)
+            # w = r / (n + eps) (the left factor), g_w = [V', V'^2] . g_moments, and sum_i g_w w, in one pass
+            weights, g_w, g_w_sum = passes.back_mstep(g_moments, ctx.assignments[t], activations, inverse)
             left.append(weights)
             right.append(g_moments)
-            g_w = passes.dots(g_moments)  # (B, P, I, Jp)
-            g_amount = g_amount - (g_w * weights).sum(dim=2, keepdim=True) / (amount + EPSILON)
-            g_assigned = g_w / (amount + EPSILON) + g_amount  # (B, P, I, Jp)
-            grad_child_a += (g_assigned * ctx.assignments[t]).sum(dim=-1, keepdim=True)
-            grad_next = g_assigned * child_a
+            g_amount = g_amount.squeeze(2) - g_w_sum * inverse  # (B, P, Jp)
+            grad_next = passes.back_assign(g_w, ctx.assignments[t], activations, inverse, g_amount, grad_child_a)
         grad_grid, grad_tiles = passes.vote_grad(torch.stack(left, dim=2), torch.stack(right, dim=2))
         grad_weights = grad_tiles[..., :parents].permute(0, 3, 1, 2).reshape(weight_shape)  # (I, J, 4, 4)
-        return (grad_grid, grad_child_a.squeeze(-1), grad_weights, grad_beta_u[:parents], grad_beta_a[:parents],
+        return (grad_grid, grad_child_a, grad_weights, grad_beta_u[:parents], grad_beta_a[:parents],
                 None, None, None, None, None, None)  # fmt: skip
