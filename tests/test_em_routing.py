@@ -165,8 +165,11 @@ def test_sharp_assignments_never_become_subnormal_numbers(backward):
     assert assigned.numel() > 0 and bool((assigned >= torch.finfo(torch.float32).tiny).all())
     assert float(assigned.min()) < 1e-20  # sharp indeed: the floor was reached
     exact = em_routing(votes, acts, *args, beta_u, beta_a, 5)
-    torch.testing.assert_close(mean.double(), exact[0], rtol=1e-4, atol=1e-3)
-    torch.testing.assert_close(act.double(), exact[1], rtol=1e-4, atol=1e-5)
+    # float32 against float64 after five sharp iterations: the sums' rounding differs with the CPU's vector width
+    # (an AMD EPYC's differ by 5e-3 on means of about 13, 4e-4 of them); a floor that moved a value would move it
+    # by far more
+    torch.testing.assert_close(mean.double(), exact[0], rtol=1e-3, atol=1e-2)
+    torch.testing.assert_close(act.double(), exact[1], rtol=1e-3, atol=1e-4)
     mean, act, _ = em_routing(*wide[:2], *args, *wide[2:], 5, backward=backward)
     grads = torch.autograd.grad(mean.sum() + act.sum(), wide)
     assert all(bool(torch.isfinite(g).all()) for g in grads)
