@@ -61,6 +61,72 @@ static inline float exp_neg(float x) {
     return p * scale;
 }
 
+/* VB floats as one vector of GCC's and Clang's vector extension (one AVX-512 register, two AVX2 ones): the passes
+   that hold a slot's 16 W entries in registers are written with it; loads and stores through memcpy, unaligned */
+typedef float vf __attribute__((vector_size(VB * sizeof(float))));
+static inline vf vload(const float *p) {
+    vf v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+static inline void vstore(float *p, vf v) { memcpy(p, &v, sizeof v); }
+
+/* A slot's W entries for a block of VB parent types in registers: wt[k * 4 + c] = W[k][c] */
+static inline void load_tile(vf *wt, const float *w, int64_t Jp, int64_t jb) {
+#pragma GCC unroll 16
+    for (int n = 0; n < H; n++) wt[n] = vload(w + n * Jp + jb);
+}
+
+/* Entry l = (row, col) of a slot's vote about its parents' centres c (VB types): the child's pose row `m` (4 floats in
+   the grid) times W[:, col], plus the offset o where there are offsets, minus c: four fused multiply-adds where there
+   are none (a convolutional layer). Inlined into loops unrolled over l, so that the tile stays in registers. */
+static inline __attribute__((always_inline)) vf vote_of(const vf *wt, const float *m, int l, const float *off,
+                                                        const float *c) {
+    const int col = l & 3;
+    const vf shift = off ? off[l] - vload(c) : -vload(c);
+    return m[0] * wt[col] + shift + m[1] * wt[4 + col] + m[2] * wt[8 + col] + m[3] * wt[12 + col];
+}
+
+/* sum_l d_l (q1_l + d_l q2_l) over a slot's 16 vote entries d about the centre c, for VB types: [V', V'^2] . q with q
+   (2, 16, Jp) a parent's vector (the E-step's distance, an M-step backward's g_w) */
+static inline __attribute__((always_inline)) vf weighed_votes(const vf *wt, const float *const rows[4],
+                                                              const float *off, const float *c, const float *q,
+                                                              int64_t Jp) {
+    vf acc[4] = {{0}, {0}, {0}, {0}}; /* four sums, so that no chain of 16 dependent multiply-adds waits on itself */
+#pragma GCC unroll 16
+    for (int l = 0; l < H; l++) {
+        const vf d = vote_of(wt, rows[l >> 2], l, off, c + l * Jp);
+        acc[l & 3] += d * (vload(q + l * Jp) + d * vload(q + (H + l) * Jp));
+    }
+    return (acc[0] + acc[1]) + (acc[2] + acc[3]);
+}
+
+/* One slot's share of em_moments: r (VB types) times the votes about the centre and their squares into f and s */
+static inline __attribute__((always_inline)) void moments_slot(const vf *wt, const float *const rows[4],
+                                                               const float *off, const float *c, vf r, float *f,
+                                                               float *s, int64_t Jp) {
+#pragma GCC unroll 16
+    for (int l = 0; l < H; l++) {
+        const vf d = vote_of(wt, rows[l >> 2], l, off, c + l * Jp), rd = r * d;
+        vstore(f + l * Jp, vload(f + l * Jp) + rd);
+        vstore(s + l * Jp, vload(s + l * Jp) + rd * d);
+    }
+}
+
+/* A vote's entry about its parents' centres for VB parent types: d = m . w + o - c, as four fused multiply-adds
+   where the offset is 0 (every entry of a convolutional layer's votes, 14 of 16 of the class capsules') */
+static inline void vote_about(float *restrict d, float m0, float m1, float m2, float m3, const float *restrict w0,
+                              const float *restrict w1, const float *restrict w2, const float *restrict w3, float o,
+                              const float *restrict c) {
+    if (o == 0.0f) {
+#pragma omp simd
+        for (int jj = 0; jj < VB; jj++) d[jj] = m0 * w0[jj] - c[jj] + m1 * w1[jj] + m2 * w2[jj] + m3 * w3[jj];
+    } else {
+#pragma omp simd
+        for (int jj = 0; jj < VB; jj++) d[jj] = m0 * w0[jj] + (o - c[jj]) + m1 * w1[jj] + m2 * w2[jj] + m3 * w3[jj];
+    }
+}
+
 typedef struct {
     int64_t P, I, J, Jp, C, S;
     const float *wtiles, *offsets, *beta_u, *beta_a;
@@ -72,6 +138,12 @@ typedef struct {
 static inline void slot_pose(const Layer *L, const float *grid, int64_t slot, float *pose) {
     const int64_t n = L->child[slot];
     for (int r = 0; r < 4; r++) memcpy(pose + r * 4, grid + (r * L->C + n) * 4, 4 * sizeof(float));
+}
+
+/* The pose rows of the child in slot `slot` of an image's grid (4, C, 4): row r at rows[r] */
+static inline void pose_rows(const Layer *L, const float *grid, int64_t slot, const float *rows[4]) {
+    const int64_t n = L->child[slot];
+    for (int r = 0; r < 4; r++) rows[r] = grid + (r * L->C + n) * 4;
 }
 
 /* What one M-step adds up for every parent (about its centre), and the fit it gives. (P, 16, Jp) or (P, Jp). */
@@ -160,12 +232,14 @@ static void first_pass(const Layer *L, Fit *F, const float *poses, const float *
                             *w3 = w + (12 + col) * Jp, *restrict c = centre + (p * H + l) * Jp;
                 float *restrict f = F->first + (p * H + l) * Jp, *restrict s = F->second + (p * H + l) * Jp;
                 for (int64_t jb = 0; jb < Jp; jb += VB) {
+                    float d[VB];
+                    vote_about(d, m0, m1, m2, m3, w0 + jb, w1 + jb, w2 + jb, w3 + jb, o, c + jb);
 #pragma omp simd
                     for (int jj = 0; jj < VB; jj++) {
                         const int64_t j = jb + jj;
-                        const float d = m0 * w0[j] + m1 * w1[j] + m2 * w2[j] + m3 * w3[j] + o - c[j], rd = r[j] * d;
+                        const float rd = r[j] * d[jj];
                         f[j] += rd;
-                        s[j] += rd * d;
+                        s[j] += rd * d[jj];
                     }
                 }
             }
@@ -202,12 +276,9 @@ static void next_pass(const Layer *L, const Fit *F, Fit *G, const float *poses, 
                                 *w3 = w + (12 + col) * Jp + jb, *restrict c = centre + (p * H + l) * Jp + jb,
                                 *restrict a = F->q1 + (p * H + l) * Jp + jb, *restrict b = F->q2 + (p * H + l) * Jp + jb;
                     float *restrict vl = vs + l * Jp + jb;
+                    vote_about(vl, m0, m1, m2, m3, w0, w1, w2, w3, o, c); /* about the centre, for the M-step below */
 #pragma omp simd
-                    for (int jj = 0; jj < VB; jj++) {
-                        const float d = m0 * w0[jj] + m1 * w1[jj] + m2 * w2[jj] + m3 * w3[jj] + o - c[jj];
-                        vl[jj] = d; /* the vote about the centre, for the M-step below */
-                        acc[jj] += d * (a[jj] + d * b[jj]);
-                    }
+                    for (int jj = 0; jj < VB; jj++) acc[jj] += vl[jj] * (a[jj] + vl[jj] * b[jj]);
                 }
 #pragma omp simd reduction(max : top)
                 for (int jj = 0; jj < VB; jj++) {
@@ -307,12 +378,11 @@ int em_route(int64_t batch, int64_t first_image, int64_t last_image, int64_t P, 
     const float *w0_ = (w) + col_ * (Jp) + (jb), *w1_ = (w) + (4 + col_) * (Jp) + (jb),                          \
                 *w2_ = (w) + (8 + col_) * (Jp) + (jb), *w3_ = (w) + (12 + col_) * (Jp) + (jb);                   \
     float d[VB];                                                                                                 \
-    _Pragma("omp simd") for (int jj = 0; jj < VB; jj++) d[jj] =                                                  \
-        m0_ * w0_[jj] + m1_ * w1_[jj] + m2_ * w2_[jj] + m3_ * w3_[jj] + o_ - (centre_l)[(jb) + jj]
+    vote_about(d, m0_, m1_, m2_, m3_, w0_, w1_, w2_, w3_, o_, (centre_l) + (jb))
 
 static Layer pass_layer(int64_t P, int64_t I, int64_t Jp, int64_t C, const int64_t *child, const float *wtiles,
                         const float *offsets, float *zeros) {
-    if (!offsets) {
+    if (!offsets && zeros) { /* the passes that read offsets[l] for every entry: zeros for none */
         memset(zeros, 0, sizeof(float) * I * H);
         offsets = zeros;
     }
@@ -338,29 +408,18 @@ int em_moments(int64_t first_image, int64_t last_image, int64_t P, int64_t I, in
             for (int64_t i = 0; i < I; i++) {
                 const float a = scale ? scale[(b * P + p) * I + i] : 1.0f;
                 if (a == 0.0f) continue;
-                float pose[H], r[VB];
-                slot_pose(&L, rows + b * 16 * C, p * I + i, pose);
-                const float *w = L.wtiles + i * H * Jp, *off = L.offsets + i * H;
+                const float *m[4];
+                pose_rows(&L, rows + b * 16 * C, p * I + i, m);
+                const float *w = L.wtiles + i * H * Jp;
                 const float *given = weights + b * weights_stride + (p * I + i) * Jp;
                 for (int64_t jb = 0; jb < Jp; jb += VB) {
-#pragma omp simd
-                    for (int jj = 0; jj < VB; jj++) r[jj] = given[jb + jj] * a;
-                    if (amount) {
-                        float *n = amount + (b * P + p) * Jp + jb;
-#pragma omp simd
-                        for (int jj = 0; jj < VB; jj++) n[jj] += r[jj];
-                    }
-                    for (int l = 0; l < H; l++) {
-                        const float *c = centre + ((b * P + p) * H + l) * Jp;
-                        float *restrict f = o + (p * 2 * H + l) * Jp + jb, *restrict s = o + (p * 2 * H + H + l) * Jp + jb;
-                        VOTE_ABOUT_CENTRE(d, pose, w, off, c, l, Jp, jb);
-#pragma omp simd
-                        for (int jj = 0; jj < VB; jj++) {
-                            const float rd = r[jj] * d[jj];
-                            f[jj] += rd;
-                            s[jj] += rd * d[jj];
-                        }
-                    }
+                    const vf r = vload(given + jb) * a;
+                    if (amount) vstore(amount + (b * P + p) * Jp + jb, vload(amount + (b * P + p) * Jp + jb) + r);
+                    vf wt[H];
+                    load_tile(wt, w, Jp, jb);
+                    const float *c = centre + (b * P + p) * H * Jp + jb;
+                    float *f = o + p * 2 * H * Jp + jb, *s = f + H * Jp;
+                    moments_slot(wt, m, offsets ? offsets + i * H : NULL, c, r, f, s, Jp);
                 }
             }
     }
@@ -375,10 +434,9 @@ int em_moments(int64_t first_image, int64_t last_image, int64_t P, int64_t I, in
 int em_estep(int64_t first_image, int64_t last_image, int64_t P, int64_t I, int64_t Jp, int64_t C,
              const int64_t *child, const float *rows, const float *wtiles, const float *offsets, const float *centre,
              const float *g, const float *constant, const int64_t *slots, int64_t S, float log_floor, float *R) {
-    float *scratch = (float *)malloc(sizeof(float) * (I * H + S * Jp));
-    if (!scratch) return 1;
-    float *r = scratch + I * H;
-    const Layer L = pass_layer(P, I, Jp, C, child, wtiles, offsets, scratch);
+    float *r = (float *)malloc(sizeof(float) * S * Jp);
+    if (!r) return 1;
+    const Layer L = pass_layer(P, I, Jp, C, child, wtiles, offsets, NULL);
     for (int64_t b = first_image; b < last_image; b++)
         for (int64_t ch = 0; ch < C; ch++) {
             const int64_t *own = slots + ch * S;
@@ -386,20 +444,17 @@ int em_estep(int64_t first_image, int64_t last_image, int64_t P, int64_t I, int6
             float top = -INFINITY;
             for (; count < S && own[count] >= 0; count++) {
                 const int64_t slot = own[count], p = slot / I, i = slot % I;
-                float pose[H];
-                slot_pose(&L, rows + b * 16 * C, slot, pose);
-                const float *w = L.wtiles + i * H * Jp, *off = L.offsets + i * H;
+                const float *m[4];
+                pose_rows(&L, rows + b * 16 * C, slot, m);
+                const float *w = L.wtiles + i * H * Jp;
                 const float *gp = g + (b * P + p) * 2 * H * Jp, *k = constant + (b * P + p) * Jp;
                 float *rs = r + count * Jp;
                 for (int64_t jb = 0; jb < Jp; jb += VB) {
-                    float acc[VB] = {0};
-                    for (int l = 0; l < H; l++) {
-                        const float *c = centre + ((b * P + p) * H + l) * Jp;
-                        const float *restrict qa = gp + l * Jp + jb, *restrict qb = gp + (H + l) * Jp + jb;
-                        VOTE_ABOUT_CENTRE(d, pose, w, off, c, l, Jp, jb);
-#pragma omp simd
-                        for (int jj = 0; jj < VB; jj++) acc[jj] += d[jj] * (qa[jj] + d[jj] * qb[jj]);
-                    }
+                    vf wt[H];
+                    load_tile(wt, w, Jp, jb);
+                    const float *c = centre + (b * P + p) * H * Jp + jb;
+                    float acc[VB];
+                    vstore(acc, weighed_votes(wt, m, offsets ? offsets + i * H : NULL, c, gp + jb, Jp));
 #pragma omp simd reduction(max : top)
                     for (int jj = 0; jj < VB; jj++) {
                         rs[jb + jj] = k[jb + jj] - 0.5f * acc[jj];
@@ -422,147 +477,191 @@ int em_estep(int64_t first_image, int64_t last_image, int64_t P, int64_t I, int6
                 for (int64_t j = 0; j < Jp; j++) out[j] = r[s * Jp + j] * inv;
             }
         }
-    free(scratch);
+    free(r);
     return 0;
 }
 
-/* The gradients of the poses and of W from the gradient of [V - c, (V - c)^2], given as sum_t left_t right_t with
-   left (B, P, T, I, Jp) one number a vote and right (B, P, T, 2, 16, Jp) one vector a parent: dL/dV = g1 + 2 (V - c)
-   g2, then dL/dM[r][k] = sum_j,c dL/dV[r][c] W[k][c] added into the child's grad_rows (B, 4, C, 4), and dL/dW[k][c] = sum_r M[r][k]
-   dL/dV[r][c] added into grad_w (I, 4, 4, Jp) (the caller's own for this range of images). */
-int em_vote_grad(int64_t first_image, int64_t last_image, int64_t P, int64_t I, int64_t Jp, int64_t C,
-                 const int64_t *child, int64_t T, const float *rows, const float *wtiles, const float *offsets, const float *centre, const float *left,
-                 const float *right, float *grad_rows, float *grad_w) {
-    if (T > 8) return 2; /* the factors kept a vote below */
-    float *zeros = (float *)malloc(sizeof(float) * I * H);
-    if (!zeros) return 1;
-    const Layer L = pass_layer(P, I, Jp, C, child, wtiles, offsets, zeros);
-    memset(grad_rows + first_image * 16 * C, 0, sizeof(float) * (last_image - first_image) * 16 * C);
-    for (int64_t b = first_image; b < last_image; b++)
-        for (int64_t p = 0; p < P; p++)
-            for (int64_t i = 0; i < I; i++) {
-                float pose[H], accm[H][VB]; /* dL/dM[r][k], lane by lane until the slot is done */
-                memset(accm, 0, sizeof accm);
-                slot_pose(&L, rows + b * 16 * C, p * I + i, pose);
-                const float *w = L.wtiles + i * H * Jp, *off = L.offsets + i * H;
-                float *gw = grad_w + i * H * Jp;
-                const float *rp = right + (b * P + p) * T * 2 * H * Jp;
-                for (int64_t jb = 0; jb < Jp; jb += VB) {
-                    float lt[8][VB]; /* T <= 8: r <= 4 iterations give 2r - 1 factors */
-                    for (int64_t t = 0; t < T; t++)
-                        memcpy(lt[t], left + (((b * P + p) * T + t) * I + i) * Jp + jb, sizeof lt[t]);
-                    for (int l = 0; l < H; l++) {
-                        const float *c = centre + ((b * P + p) * H + l) * Jp;
-                        VOTE_ABOUT_CENTRE(d, pose, w, off, c, l, Jp, jb);
-                        float g1[VB] = {0}, g2[VB] = {0};
-                        for (int64_t t = 0; t < T; t++) {
-                            const float *r1 = rp + (t * 2 * H + l) * Jp + jb, *r2 = rp + (t * 2 * H + H + l) * Jp + jb;
-#pragma omp simd
-                            for (int jj = 0; jj < VB; jj++) {
-                                g1[jj] += lt[t][jj] * r1[jj];
-                                g2[jj] += lt[t][jj] * r2[jj];
-                            }
-                        }
-                        const int row = l >> 2, col = l & 3;
-                        for (int k = 0; k < 4; k++) {
-                            const float *wk = w + (k * 4 + col) * Jp + jb;
-                            float *restrict gwk = gw + (k * 4 + col) * Jp + jb, *restrict am = accm[row * 4 + k];
-                            const float m = pose[row * 4 + k];
-#pragma omp simd
-                            for (int jj = 0; jj < VB; jj++) {
-                                const float gv = g1[jj] + 2.0f * d[jj] * g2[jj]; /* dL/dV[row][col] */
-                                am[jj] += gv * wk[jj];
-                                gwk[jj] += m * gv;
-                            }
-                        }
-                    }
-                }
-                float gm[H];
-                for (int n = 0; n < H; n++) {
-                    float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-                    for (int jj = 0; jj < VB; jj++) sum += accm[n][jj];
-                    gm[n] = sum;
-                }
-                const int64_t n = child[p * I + i];
-                for (int r = 0; r < 4; r++)
-                    for (int k = 0; k < 4; k++) grad_rows[((b * 4 + r) * C + n) * 4 + k] += gm[r * 4 + k];
+/* One factor of the gradient of [V', V'^2]: a number a vote, left = base (B, P, I, Jp; an image's `stride` floats
+   after the last's, 0 for every image alike), times a (B, P, I) and inv (B, P, Jp) where inv is given (an M-step's
+   weights w = R a / (n + eps)), and a vector a parent, right (B, P, 2, 16, Jp). */
+typedef struct {
+    const float *base;
+    int64_t stride;
+    const float *inv, *right;
+} Factor;
+
+/* Sum of each of 16 vectors' lanes, out[n] = sum_jj v[n][jj] */
+static inline void lane_sums(const vf v[H], float out[H]) {
+    float sums[H][VB];
+    for (int n = 0; n < H; n++) vstore(sums[n], v[n]);
+    for (int n = 0; n < H; n++) {
+        float total = 0.0f;
+#pragma omp simd reduction(+ : total)
+        for (int jj = 0; jj < VB; jj++) total += sums[n][jj];
+        out[n] = total;
+    }
+}
+
+/* One slot's share of em_vote_grad (below), with T factors, the last of them the first M-step's weights: T and `off`
+   constant where it is called, so that the loops unroll and a block's numbers stay in registers. */
+static inline __attribute__((always_inline)) void grad_slot(const Layer *L, const int T, const float *off, int64_t b,
+                                                            int64_t p, int64_t i, const float *grid,
+                                                            const float *centre, const Factor *factors,
+                                                            const float *acts, float *grad_rows, float *grad_w,
+                                                            float *out_sum, float *out_a) {
+    const int64_t P = L->P, I = L->I, Jp = L->Jp, C = L->C, slot = (b * P + p) * I + i;
+    const float a = acts[slot];
+    const float *m[4];
+    pose_rows(L, grid + b * 16 * C, p * I + i, m);
+    const float *w = L->wtiles + i * H * Jp;
+    float *gw = grad_w + i * H * Jp, assigned = 0.0f;
+    vf am[H]; /* dL/dM[r][k], lane by lane until the slot is done */
+#pragma GCC unroll 16
+    for (int n = 0; n < H; n++) am[n] = (vf){0};
+    for (int64_t jb = 0; jb < Jp; jb += VB) {
+        vf wt[H], lt[8], gv[H], gm = {0};
+        const float *rt[8];
+        load_tile(wt, w, Jp, jb);
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+            const Factor *f = factors + t;
+            lt[t] = vload(f->base + b * f->stride + (p * I + i) * Jp + jb);
+            if (f->inv) lt[t] *= a * vload(f->inv + (b * P + p) * Jp + jb);
+            rt[t] = f->right + (b * P + p) * 2 * H * Jp + jb;
+        }
+        const float *c = centre + (b * P + p) * H * Jp + jb;
+#pragma GCC unroll 16
+        for (int l = 0; l < H; l++) {
+            const vf d = vote_of(wt, m[l >> 2], l, off, c + l * Jp);
+            vf g1 = lt[0] * vload(rt[0] + l * Jp), g2 = lt[0] * vload(rt[0] + (H + l) * Jp);
+#pragma GCC unroll 8
+            for (int t = 1; t < T; t++) {
+                g1 += lt[t] * vload(rt[t] + l * Jp);
+                g2 += lt[t] * vload(rt[t] + (H + l) * Jp);
             }
-    free(zeros);
+            /* g_w of the first M-step's weights, the last factor: [V', V'^2] . its right */
+            gm += d * (vload(rt[T - 1] + l * Jp) + d * vload(rt[T - 1] + (H + l) * Jp));
+            gv[l] = g1 + 2.0f * d * g2; /* dL/dV[row][col] */
+        }
+#pragma GCC unroll 4
+        for (int row = 0; row < 4; row++)
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) /* dL/dM[row][k] = sum_col dL/dV[row][col] W[k][col] */
+                am[row * 4 + k] += gv[row * 4] * wt[k * 4] + gv[row * 4 + 1] * wt[k * 4 + 1] +
+                                   gv[row * 4 + 2] * wt[k * 4 + 2] + gv[row * 4 + 3] * wt[k * 4 + 3];
+#pragma GCC unroll 16
+        for (int n = 0; n < H; n++) { /* dL/dW[k][col] = sum_row M[row][k] dL/dV[row][col] */
+            const int k = n >> 2, col = n & 3;
+            float *at = gw + n * Jp + jb;
+            vstore(at, vload(at) + m[0][k] * gv[col] + m[1][k] * gv[4 + col] + m[2][k] * gv[8 + col] +
+                           m[3][k] * gv[12 + col]);
+        }
+        const Factor *f = factors + T - 1;
+        const vf base = vload(f->base + b * f->stride + (p * I + i) * Jp + jb), inv = vload(f->inv + (b * P + p) * Jp + jb);
+        float *s = out_sum + (b * P + p) * Jp + jb;
+        vstore(s, vload(s) + gm * lt[T - 1]);
+        const vf share = gm * base * inv;
+        for (int jj = 0; jj < VB; jj++) assigned += share[jj];
+    }
+    out_a[slot] = assigned;
+    float gm[H];
+    lane_sums(am, gm);
+    const int64_t n = L->child[p * I + i];
+    for (int r = 0; r < 4; r++)
+        for (int k = 0; k < 4; k++) grad_rows[((b * 4 + r) * C + n) * 4 + k] += gm[r * 4 + k];
+}
+
+/* The votes' gradient dL/d[V', V'^2] = sum_t left_t right_t (never written out): dL/dV = g1 + 2 V' g2, then dL/dM[r][k]
+   = sum_j,c dL/dV[r][c] W[k][c] into the child's grad_rows (B, 4, C, 4) and dL/dW[k][c] = sum_r M[r][k] dL/dV[r][c]
+   added into grad_w (I, 4, 4, Jp) (the caller's own for this range of images); T = 2r - 1 factors for r iterations.
+   The same pass does the M-step's side of the backward for the last factor (the first M-step's weights, whose inv is
+   given): g_w = [V', V'^2] . right, its sum_i g_w w into out_sum (B, P, Jp) and sum_j g_w R / (n + eps) into out_a
+   (B, P, I). */
+int em_vote_grad(int64_t first_image, int64_t last_image, int64_t P, int64_t I, int64_t Jp, int64_t C,
+                 const int64_t *child, int64_t T, const float *rows, const float *wtiles, const float *offsets,
+                 const float *centre, const Factor *factors, const float *acts, float *grad_rows, float *grad_w,
+                 float *out_sum, float *out_a) {
+    if (T < 1 || T > 7 || T % 2 == 0 || !factors[T - 1].inv) return 2;
+    const Layer L = pass_layer(P, I, Jp, C, child, wtiles, offsets, NULL);
+    memset(grad_rows + first_image * 16 * C, 0, sizeof(float) * (last_image - first_image) * 16 * C);
+    memset(out_sum + first_image * P * Jp, 0, sizeof(float) * (last_image - first_image) * P * Jp);
+#define GRAD_SLOTS(t, off)                                                                                           \
+    for (int64_t b = first_image; b < last_image; b++)                                                               \
+        for (int64_t p = 0; p < P; p++)                                                                              \
+            for (int64_t i = 0; i < I; i++)                                                                          \
+                grad_slot(&L, t, off, b, p, i, rows, centre, factors, acts, grad_rows, grad_w, out_sum, out_a)
+#define GRAD_CASE(t)                                                                                                 \
+    case t:                                                                                                          \
+        GRAD_SLOTS(t, offsets ? offsets + i * H : NULL);                                                             \
+        break
+    switch (T) { /* 2r - 1 factors for r iterations */
+        GRAD_CASE(1);
+        GRAD_CASE(3);
+        GRAD_CASE(5);
+        GRAD_CASE(7);
+    }
+#undef GRAD_CASE
+#undef GRAD_SLOTS
     return 0;
 }
 
-/* The backward's per-vote arithmetic, each a pass over one number a vote (the gradients of the E-step's softmax and
-   of the M-step's weights), so that PyTorch keeps only a parent's vectors. R (B, P, I, Jp) has an image's `r_stride`
+/* The backward's per-vote arithmetic without the vote-gradient's own pass: the gradients of an M-step's weights and
+   of the E-step's softmax, so that PyTorch keeps only a parent's vectors. R (B, P, I, Jp) has an image's `r_stride`
    floats after the last's (0: every image's R alike, the even start). */
 
-/* The M-step's side: w = R a / (n + eps) into out_w (the votes' gradient's left factor), g_w = [V', V'^2] . g into
-   out_gw, and S_j = sum_i g_w w into out_s (B, P, Jp); inv_n (B, P, Jp) = 1 / (n + eps), acts (B, P, I). */
+/* The M-step's side of an iteration after the first, a position at a time: g_w = [V', V'^2] . g (g the gradient of
+   its moments, (B, P, 2, 16, Jp)), S_j = sum_i g_w w with w = R a / (n + eps) (inv_n (B, P, Jp) = 1 / (n + eps),
+   acts (B, P, I)), then the gradient of n, g_n = g_amount (B, P, Jp) - S / (n + eps), and of each assignment,
+   g_assigned = g_w / (n + eps) + g_n: grad_a (B, P, I) += sum_j g_assigned R, and out (B, P, I, Jp) = g_assigned a,
+   the gradient dL/dR a that the E-step before receives. */
 int em_back_mstep(int64_t first_image, int64_t last_image, int64_t P, int64_t I, int64_t Jp, int64_t C,
                   const int64_t *child, const float *rows, const float *wtiles, const float *offsets,
                   const float *centre, const float *g, const float *R, int64_t r_stride, const float *acts,
-                  const float *inv_n, float *out_w, float *out_gw, float *out_s) {
-    float *zeros = (float *)malloc(sizeof(float) * I * H);
-    if (!zeros) return 1;
-    const Layer L = pass_layer(P, I, Jp, C, child, wtiles, offsets, zeros);
-    for (int64_t b = first_image; b < last_image; b++) {
-        memset(out_s + b * P * Jp, 0, sizeof(float) * P * Jp);
-        for (int64_t p = 0; p < P; p++)
+                  const float *inv_n, const float *g_amount, float *out, float *grad_a) {
+    float *s = (float *)malloc(sizeof(float) * Jp);
+    if (!s) return 1;
+    const Layer L = pass_layer(P, I, Jp, C, child, wtiles, offsets, NULL);
+    for (int64_t b = first_image; b < last_image; b++)
+        for (int64_t p = 0; p < P; p++) {
+            const float *gp = g + (b * P + p) * 2 * H * Jp, *inv = inv_n + (b * P + p) * Jp;
+            const float *Rp = R + b * r_stride + p * I * Jp, *ap = acts + (b * P + p) * I;
+            float *op = out + (b * P + p) * I * Jp;
+            memset(s, 0, sizeof(float) * Jp);
             for (int64_t i = 0; i < I; i++) {
-                float pose[H];
-                slot_pose(&L, rows + b * 16 * C, p * I + i, pose);
-                const float *w = L.wtiles + i * H * Jp, *off = L.offsets + i * H;
-                const float *gp = g + (b * P + p) * 2 * H * Jp, *inv = inv_n + (b * P + p) * Jp;
-                const float *r = R + b * r_stride + (p * I + i) * Jp;
-                const float a = acts[(b * P + p) * I + i];
-                const int64_t at = ((b * P + p) * I + i) * Jp;
-                float *s = out_s + (b * P + p) * Jp;
+                const float *m[4];
+                pose_rows(&L, rows + b * 16 * C, p * I + i, m);
+                const float *w = L.wtiles + i * H * Jp, *r = Rp + i * Jp;
                 for (int64_t jb = 0; jb < Jp; jb += VB) {
-                    float acc[VB] = {0};
-                    for (int l = 0; l < H; l++) {
-                        const float *c = centre + ((b * P + p) * H + l) * Jp;
-                        const float *restrict qa = gp + l * Jp + jb, *restrict qb = gp + (H + l) * Jp + jb;
-                        VOTE_ABOUT_CENTRE(d, pose, w, off, c, l, Jp, jb);
-#pragma omp simd
-                        for (int jj = 0; jj < VB; jj++) acc[jj] += d[jj] * (qa[jj] + d[jj] * qb[jj]);
-                    }
+                    vf wt[H];
+                    load_tile(wt, w, Jp, jb);
+                    const float *c = centre + (b * P + p) * H * Jp + jb;
+                    float acc[VB];
+                    vstore(acc, weighed_votes(wt, m, offsets ? offsets + i * H : NULL, c, gp + jb, Jp));
 #pragma omp simd
                     for (int jj = 0; jj < VB; jj++) {
                         const int64_t j = jb + jj;
-                        const float weight = r[j] * a * inv[j];
-                        out_w[at + j] = weight;
-                        out_gw[at + j] = acc[jj];
-                        s[j] += acc[jj] * weight;
+                        op[i * Jp + j] = acc[jj];
+                        s[j] += acc[jj] * r[j] * ap[i] * inv[j];
                     }
                 }
             }
-    }
-    free(zeros);
-    return 0;
-}
-
-/* After the M-step's side: g_assigned = g_w / (n + eps) + g_amount_j; grad_a (B, P, I) += sum_j g_assigned R; the
-   next gradient dL/dR a of the step before, g_assigned a, written over g_w (B, P, I, Jp). */
-int em_back_assign(int64_t first_image, int64_t last_image, int64_t P, int64_t I, int64_t Jp, float *gw,
-                   const float *R, int64_t r_stride, const float *acts, const float *inv_n, const float *g_amount,
-                   float *grad_a) {
-    for (int64_t b = first_image; b < last_image; b++)
-        for (int64_t p = 0; p < P; p++) {
-            const float *inv = inv_n + (b * P + p) * Jp, *ga = g_amount + (b * P + p) * Jp;
+            const float *ga = g_amount + (b * P + p) * Jp; /* the position's sums are whole: its assignments' gradient */
+#pragma omp simd
+            for (int64_t j = 0; j < Jp; j++) s[j] = ga[j] - s[j] * inv[j]; /* g_n */
             for (int64_t i = 0; i < I; i++) {
-                float *x = gw + ((b * P + p) * I + i) * Jp;
-                const float *r = R + b * r_stride + (p * I + i) * Jp;
-                const float a = acts[(b * P + p) * I + i];
+                float *x = op + i * Jp;
+                const float *r = Rp + i * Jp;
                 float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
                 for (int64_t j = 0; j < Jp; j++) {
-                    const float assigned = x[j] * inv[j] + ga[j];
+                    const float assigned = x[j] * inv[j] + s[j];
                     sum += assigned * r[j];
-                    x[j] = assigned * a;
+                    x[j] = assigned * ap[i];
                 }
                 grad_a[(b * P + p) * I + i] += sum;
             }
         }
+    free(s);
     return 0;
 }
 

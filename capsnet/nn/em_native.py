@@ -114,12 +114,11 @@ def _bind(library: ctypes.CDLL) -> ctypes.CDLL:
         getattr(library, name).restype = ctypes.c_int
     library.em_moments.argtypes = [*[i64] * 6, *[pointer] * 6, i64, *[pointer] * 3]
     library.em_estep.argtypes = [*[i64] * 6, *[pointer] * 8, i64, f32, pointer]
-    for name in ("em_back_mstep", "em_back_assign", "em_back_softmax"):
+    for name in ("em_back_mstep", "em_back_softmax"):
         getattr(library, name).restype = ctypes.c_int
     library.em_back_mstep.argtypes = [*[i64] * 6, *[pointer] * 7, i64, *[pointer] * 5]
-    library.em_back_assign.argtypes = [*[i64] * 5, pointer, pointer, i64, *[pointer] * 4]
     library.em_back_softmax.argtypes = [*[i64] * 6, pointer, i64, *[pointer] * 4]
-    library.em_vote_grad.argtypes = [*[i64] * 6, pointer, i64, *[pointer] * 8]
+    library.em_vote_grad.argtypes = [*[i64] * 6, pointer, i64, *[pointer] * 10]
     return library
 
 

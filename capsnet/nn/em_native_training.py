@@ -30,7 +30,7 @@ from torch import Tensor
 from capsnet.nn import em_native
 from capsnet.nn.em_routing import EPSILON, LOG_WEIGHT_FLOOR, VARIANCE_FLOOR, inverse_temperature
 
-MAX_FACTORS = 8  # em_vote_grad keeps 2r - 1 factors a vote: up to r = 4 (the papers route 2 or 3 times)
+MAX_FACTORS = 7  # em_vote_grad keeps 2r - 1 factors a vote: up to r = 4 (the papers route 2 or 3 times)
 
 
 def supports(iterations: int) -> bool:
@@ -80,35 +80,26 @@ class _Passes:
         return out
 
     def back_mstep(
-        self, vectors: Tensor, assignment: Tensor, activations: Tensor, inverse: Tensor
-    ) -> tuple[Tensor, Tensor, Tensor]:
-        """The M-step's side of the backward: w = R a / (n + eps), g_w = [V', V'^2] . g (both (B, P, I, Jp)) and
-        sum_i g_w w (B, P, Jp), from g (B, P, 2, 16, Jp), R (B or 1, P, I, Jp), a (B, P, I), 1 / (n + eps) (B, P, Jp)."""
-        vectors, assignment, activations, inverse = (
-            x.contiguous() for x in (vectors, assignment, activations, inverse)
+        self,
+        vectors: Tensor,
+        assignment: Tensor,
+        activations: Tensor,
+        inverse: Tensor,
+        g_amount: Tensor,
+        grad_a: Tensor,
+    ) -> Tensor:
+        """The M-step's side of the backward of an iteration after the first: from the gradient of its moments g (B,
+        P, 2, 16, Jp), R (B, P, I, Jp), a (B, P, I), 1 / (n + eps) and the gradient of n so far (B, P, Jp), adds the
+        activations' share into grad_a (B, P, I) and returns dL/dR a (B, P, I, Jp), what the E-step before receives."""
+        vectors, assignment, activations, inverse, g_amount = (
+            x.contiguous() for x in (vectors, assignment, activations, inverse, g_amount)
         )  # fmt: skip
         stride = 0 if assignment.shape[0] == 1 else assignment[0].numel()
-        shape = (self.batch, self.positions, self.slots, self.padded)
-        weights, g_w = torch.empty(shape, dtype=torch.float32), torch.empty(shape, dtype=torch.float32)
-        sums = torch.empty(self.batch, self.positions, self.padded, dtype=torch.float32)
+        out = torch.empty(self.batch, self.positions, self.slots, self.padded, dtype=torch.float32)
         em_native.in_parallel(self.batch, lambda first, last: self.library.em_back_mstep(
             *self._sizes(first, last), *self.common, vectors.data_ptr(), assignment.data_ptr(), stride,
-            activations.data_ptr(), inverse.data_ptr(), weights.data_ptr(), g_w.data_ptr(), sums.data_ptr()))  # fmt: skip
-        return weights, g_w, sums
-
-    def back_assign(
-        self, g_w: Tensor, assignment: Tensor, activations: Tensor, inverse: Tensor, g_amount: Tensor, grad_a: Tensor
-    ) -> Tensor:
-        """g_assigned = g_w / (n + eps) + g_amount; grad_a (B, P, I) += sum_j g_assigned R; returns g_assigned a, the
-        gradient the E-step before receives (written over g_w)."""
-        assignment, activations, inverse, g_amount = (
-            x.contiguous() for x in (assignment, activations, inverse, g_amount)
-        )  # fmt: skip
-        stride = 0 if assignment.shape[0] == 1 else assignment[0].numel()
-        em_native.in_parallel(self.batch, lambda first, last: self.library.em_back_assign(
-            first, last, self.positions, self.slots, self.padded, g_w.data_ptr(), assignment.data_ptr(), stride,
-            activations.data_ptr(), inverse.data_ptr(), g_amount.data_ptr(), grad_a.data_ptr()))  # fmt: skip
-        return g_w
+            activations.data_ptr(), inverse.data_ptr(), g_amount.data_ptr(), out.data_ptr(), grad_a.data_ptr()))  # fmt: skip
+        return out
 
     def back_softmax(self, assignment: Tensor, grad: Tensor, slots: Tensor) -> tuple[Tensor, Tensor]:
         """The E-step's softmax backward: g_l = R (g - the sum of R g over each child's slots and types) (B, P, I, Jp)
@@ -121,23 +112,49 @@ class _Passes:
             assignment.data_ptr(), grad.data_ptr(), g_l.data_ptr(), sums.data_ptr()))  # fmt: skip
         return g_l, sums
 
-    def vote_grad(self, left: Tensor, right: Tensor) -> tuple[Tensor, Tensor]:
-        """dL/d grid (B, 4, C, 4) and dL/d tiles (I, 4, 4, Jp) from left (B, P, T, I, Jp), right (B, P, T, 2, 16,
-        Jp); each thread adds into its own W gradient, summed here."""
-        left, right = left.contiguous(), right.contiguous()
+    def vote_grad(self, factors: list[Factor], activations: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """dL/d grid (B, 4, C, 4) and dL/d tiles (I, 4, 4, Jp) from the gradient of [V', V'^2], the sum of the
+        factors, and with them the M-step's side of the last factor's (the first M-step's weights): sum_i g_w w (B,
+        P, Jp) and sum_j g_w R / (n + eps) (B, P, I), g_w = [V', V'^2] . its right. Each thread adds into its own W
+        gradient, summed here."""
+        table = (_FactorStruct * len(factors))(*(f.struct() for f in factors))
+        activations = activations.contiguous()
         grad_grid = torch.empty_like(self.grid)
         threads = max(1, min(torch.get_num_threads(), self.batch))
         grad_tiles = torch.zeros(threads, *self.tiles.shape, dtype=torch.float32)
+        sums = torch.empty(self.batch, self.positions, self.padded, dtype=torch.float32)
+        assigned = torch.empty(self.batch, self.positions, self.slots, dtype=torch.float32)
         share = -(-self.batch // threads)
 
         def images(first: int, last: int) -> int:
             return int(self.library.em_vote_grad(
-                *self._sizes(first, last), left.shape[2], *self.common, left.data_ptr(), right.data_ptr(),
-                grad_grid.data_ptr(), grad_tiles[first // share].data_ptr(),
+                *self._sizes(first, last), len(factors), *self.common, ctypes.addressof(table),
+                activations.data_ptr(), grad_grid.data_ptr(), grad_tiles[first // share].data_ptr(),
+                sums.data_ptr(), assigned.data_ptr(),
             ))  # fmt: skip
 
         em_native.in_parallel(self.batch, images)
-        return grad_grid, grad_tiles.sum(dim=0)
+        return grad_grid, grad_tiles.sum(dim=0), sums, assigned
+
+
+class _FactorStruct(ctypes.Structure):
+    """em_kernel.c's Factor."""
+
+    _fields_ = [("base", ctypes.c_void_p), ("stride", ctypes.c_int64), ("inv", ctypes.c_void_p),
+                ("right", ctypes.c_void_p)]  # fmt: skip
+
+
+class Factor:
+    """One factor of the gradient of [V', V'^2]: a number a vote, base (B or 1, P, I, Jp) times a_i / (n_j + eps)
+    where `inverse` (B, P, Jp) is given (an M-step's weights), times a vector a parent, right (B, P, 2, 16, Jp)."""
+
+    def __init__(self, base: Tensor, right: Tensor, inverse: Tensor | None = None):
+        self.base, self.right = base.contiguous(), right.contiguous()
+        self.inverse = None if inverse is None else inverse.contiguous()
+
+    def struct(self) -> _FactorStruct:
+        stride = 0 if self.base.shape[0] == 1 else self.base[0].numel()
+        return _FactorStruct(self.base.data_ptr(), stride, em_native.address(self.inverse), self.right.data_ptr())
 
 
 def _fit(
@@ -230,8 +247,7 @@ class NativeEMRouting(torch.autograd.Function):
         bu = F.pad(beta_u.float(), (0, pad))
         grad_mean = F.pad(grad_mean.float().permute(0, 1, 3, 2), (0, pad))  # (B, P, 16, Jp)
         grad_a = F.pad(grad_a.float(), (0, pad))  # (B, P, Jp)
-        left: list[Tensor] = []  # (B, P, I, Jp) factors of the gradient of [V', V'^2]
-        right: list[Tensor] = []  # (B, P, 2, 16, Jp) factors
+        factors: list[Factor] = []  # the gradient of [V', V'^2]: a number a vote times a vector a parent, summed
         activations = child_a.squeeze(-1).contiguous()  # (B, P, I)
         grad_child_a = torch.zeros_like(activations)
         grad_beta_u = torch.zeros(padded, dtype=torch.float32)
@@ -249,8 +265,8 @@ class NativeEMRouting(torch.autograd.Function):
                 g_l, g_l_sum = passes.back_softmax(ctx.assignments[t + 1], grad_next, ctx.table)
                 g_logit = g_l_sum * torch.sigmoid(-logit)  # through logsigmoid(z_t)
                 precision = 1.0 / variance
-                left.append(g_l)  # g_quadratic = -g_l / 2: the half is in its right factor
-                right.append(-0.5 * torch.stack([-2 * mean * precision, precision], dim=2))
+                # g_quadratic = -g_l / 2: the half is in its right factor
+                factors.append(Factor(g_l, -0.5 * torch.stack([-2 * mean * precision, precision], dim=2)))
                 g_weights = -0.5 * passes.moments(g_l)[0]  # sum_i g_quadratic [V', V'^2]: (B, P, 2, 16, Jp)
                 g_q, g_precision = -2 * g_weights[:, :, 0], g_weights[:, :, 1]
                 g_k = -0.5 * g_l_sum.unsqueeze(2)  # (B, P, 1, Jp)
@@ -270,13 +286,17 @@ class NativeEMRouting(torch.autograd.Function):
             g_amount = g_amount + g_total.sum(dim=2, keepdim=True) * EPSILON / (amount + EPSILON) ** 2
             g_moments = torch.stack([g_first, g_u], dim=2)  # (B, P, 2, 16, Jp)
             inverse = (1.0 / (amount + EPSILON)).squeeze(2)  # (B, P, Jp)
-            # w = r / (n + eps) (the left factor), g_w = [V', V'^2] . g_moments, and sum_i g_w w, in one pass
-            weights, g_w, g_w_sum = passes.back_mstep(g_moments, ctx.assignments[t], activations, inverse)
-            left.append(weights)
-            right.append(g_moments)
-            g_amount = g_amount.squeeze(2) - g_w_sum * inverse  # (B, P, Jp)
-            grad_next = passes.back_assign(g_w, ctx.assignments[t], activations, inverse, g_amount, grad_child_a)
-        grad_grid, grad_tiles = passes.vote_grad(torch.stack(left, dim=2), torch.stack(right, dim=2))
+            # the weights w = R a / (n + eps) times g_moments; R_0's own gradient is not wanted (the even start)
+            factors.append(Factor(ctx.assignments[t], g_moments, inverse))
+            if t > 0:  # g_w = [V', V'^2] . g_moments, sum_i g_w w, then dL/dR a and dL/da, a position at a time
+                grad_next = passes.back_mstep(
+                    g_moments, ctx.assignments[t], activations, inverse, g_amount.squeeze(2), grad_child_a
+                )
+        # the votes' gradient, with the first M-step's side in the same pass: sum_i g_w w and sum_j g_w R / (n + eps)
+        grad_grid, grad_tiles, g_w_sum, g_w_assigned = passes.vote_grad(factors, activations)
+        g_n = g_amount.squeeze(2) - g_w_sum * inverse  # (B, P, Jp): the gradient of n_0
+        start = ctx.assignments[0]  # (1, P, I, Jp)
+        grad_child_a += g_w_assigned + torch.einsum("bpj,pij->bpi", g_n, start[0])  # sum_j (g_w / (n + eps) + g_n) R
         grad_weights = grad_tiles[..., :parents].permute(0, 3, 1, 2).reshape(weight_shape)  # (I, J, 4, 4)
         return (grad_grid, grad_child_a, grad_weights, grad_beta_u[:parents], grad_beta_a[:parents],
                 None, None, None, None, None, None)  # fmt: skip
