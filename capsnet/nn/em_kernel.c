@@ -31,6 +31,7 @@ Layouts (float32, contiguous; the batch's images one after another):
                               (R = iterations) when `every` is set
 */
 
+#pragma GCC diagnostic ignored "-Wpsabi" /* vf passed between static functions, never across the ABI */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -87,16 +88,18 @@ static inline __attribute__((always_inline)) vf vote_of(const vf *wt, const floa
     return m[0] * wt[col] + shift + m[1] * wt[4 + col] + m[2] * wt[8 + col] + m[3] * wt[12 + col];
 }
 
-/* sum_l d_l (q1_l + d_l q2_l) over a slot's 16 vote entries d about the centre c, for VB types: [V', V'^2] . q with q
-   (2, 16, Jp) a parent's vector (the E-step's distance, an M-step backward's g_w) */
+/* sum_l d_l (q1_l + d_l q2_l) over a slot's 16 vote entries d about the centre c (16 rows of Jp), for VB types: [V',
+   V'^2] . q with q1 and q2 a parent's vectors (16 rows of Jp each: the E-step's distance, an M-step backward's g_w),
+   each d kept in v (16 rows of Jp) where v is given */
 static inline __attribute__((always_inline)) vf weighed_votes(const vf *wt, const float *const rows[4],
-                                                              const float *off, const float *c, const float *q,
-                                                              int64_t Jp) {
+                                                              const float *off, const float *c, const float *q1,
+                                                              const float *q2, int64_t Jp, float *v) {
     vf acc[4] = {{0}, {0}, {0}, {0}}; /* four sums, so that no chain of 16 dependent multiply-adds waits on itself */
 #pragma GCC unroll 16
     for (int l = 0; l < H; l++) {
         const vf d = vote_of(wt, rows[l >> 2], l, off, c + l * Jp);
-        acc[l & 3] += d * (vload(q + l * Jp) + d * vload(q + (H + l) * Jp));
+        if (v) vstore(v + l * Jp, d);
+        acc[l & 3] += d * (vload(q1 + l * Jp) + d * vload(q2 + l * Jp));
     }
     return (acc[0] + acc[1]) + (acc[2] + acc[3]);
 }
@@ -113,32 +116,12 @@ static inline __attribute__((always_inline)) void moments_slot(const vf *wt, con
     }
 }
 
-/* A vote's entry about its parents' centres for VB parent types: d = m . w + o - c, as four fused multiply-adds
-   where the offset is 0 (every entry of a convolutional layer's votes, 14 of 16 of the class capsules') */
-static inline void vote_about(float *restrict d, float m0, float m1, float m2, float m3, const float *restrict w0,
-                              const float *restrict w1, const float *restrict w2, const float *restrict w3, float o,
-                              const float *restrict c) {
-    if (o == 0.0f) {
-#pragma omp simd
-        for (int jj = 0; jj < VB; jj++) d[jj] = m0 * w0[jj] - c[jj] + m1 * w1[jj] + m2 * w2[jj] + m3 * w3[jj];
-    } else {
-#pragma omp simd
-        for (int jj = 0; jj < VB; jj++) d[jj] = m0 * w0[jj] + (o - c[jj]) + m1 * w1[jj] + m2 * w2[jj] + m3 * w3[jj];
-    }
-}
-
 typedef struct {
     int64_t P, I, J, Jp, C, S;
     const float *wtiles, *offsets, *beta_u, *beta_a;
     const int64_t *slots, *child;
     float scale; /* pitfall 3: n_j scaled by parents / children of a receptive field */
 } Layer;
-
-/* Slot `slot`'s pose (16 entries, row-major) from the image's grid of children by rows (4, C, 4). */
-static inline void slot_pose(const Layer *L, const float *grid, int64_t slot, float *pose) {
-    const int64_t n = L->child[slot];
-    for (int r = 0; r < 4; r++) memcpy(pose + r * 4, grid + (r * L->C + n) * 4, 4 * sizeof(float));
-}
 
 /* The pose rows of the child in slot `slot` of an image's grid (4, C, 4): row r at rows[r] */
 static inline void pose_rows(const Layer *L, const float *grid, int64_t slot, const float *rows[4]) {
@@ -156,19 +139,15 @@ typedef struct {
 /* Adds r (Jp) times the votes about the centre v (16, Jp) of position p into the fit's sums. */
 static inline void add_moments(const Layer *L, Fit *F, int64_t p, const float *restrict v, const float *restrict r) {
     const int64_t Jp = L->Jp;
-    float *restrict n = F->amount + p * Jp;
-    for (int64_t j = 0; j < Jp; j++) n[j] += r[j];
-    for (int l = 0; l < H; l++) {
-        const float *restrict d = v + l * Jp;
-        float *restrict f = F->first + (p * H + l) * Jp, *restrict s = F->second + (p * H + l) * Jp;
-        for (int64_t jb = 0; jb < Jp; jb += VB) {
-#pragma omp simd
-            for (int jj = 0; jj < VB; jj++) {
-                const int64_t j = jb + jj;
-                const float rd = r[j] * d[j];
-                f[j] += rd;
-                s[j] += rd * d[j];
-            }
+    for (int64_t jb = 0; jb < Jp; jb += VB) {
+        const vf rj = vload(r + jb);
+        float *n = F->amount + p * Jp + jb, *f = F->first + p * H * Jp + jb, *s = F->second + p * H * Jp + jb;
+        vstore(n, vload(n) + rj);
+#pragma GCC unroll 16
+        for (int l = 0; l < H; l++) {
+            const vf d = vload(v + l * Jp + jb), rd = rj * d;
+            vstore(f + l * Jp, vload(f + l * Jp) + rd);
+            vstore(s + l * Jp, vload(s + l * Jp) + rd * d);
         }
     }
 }
@@ -210,7 +189,7 @@ static void fit_parents(const Layer *L, Fit *F, const float *centre, float lam) 
 
 /* The first M-step's sums, from R given (P, I, Jp) or each slot's even share: each vote made and added at once */
 static void first_pass(const Layer *L, Fit *F, const float *poses, const float *acts, const float *centre,
-                       const float *start, const float *even, float *r) {
+                       const float *start, const float *even) {
     const int64_t Jp = L->Jp;
     clear_sums(L, F);
     for (int64_t p = 0; p < L->P; p++)
@@ -218,30 +197,21 @@ static void first_pass(const Layer *L, Fit *F, const float *poses, const float *
             const int64_t slot = p * L->I + i;
             const float a = acts[slot];
             if (a == 0.0f) continue;
-            for (int64_t j = 0; j < Jp; j++) r[j] = (start ? start[slot * Jp + j] : (j < L->J ? even[slot] : 0.0f)) * a;
-            float *restrict n = F->amount + p * Jp;
-            for (int64_t j = 0; j < Jp; j++) n[j] += r[j];
-            float pose[H];
-            slot_pose(L, poses, slot, pose);
-            const float *w = L->wtiles + i * H * Jp, *off = L->offsets + i * H;
-            for (int l = 0; l < H; l++) {
-                const int row = l >> 2, col = l & 3;
-                const float m0 = pose[row * 4], m1 = pose[row * 4 + 1], m2 = pose[row * 4 + 2], m3 = pose[row * 4 + 3];
-                const float o = off[l];
-                const float *w0 = w + col * Jp, *w1 = w + (4 + col) * Jp, *w2 = w + (8 + col) * Jp,
-                            *w3 = w + (12 + col) * Jp, *restrict c = centre + (p * H + l) * Jp;
-                float *restrict f = F->first + (p * H + l) * Jp, *restrict s = F->second + (p * H + l) * Jp;
-                for (int64_t jb = 0; jb < Jp; jb += VB) {
-                    float d[VB];
-                    vote_about(d, m0, m1, m2, m3, w0 + jb, w1 + jb, w2 + jb, w3 + jb, o, c + jb);
-#pragma omp simd
-                    for (int jj = 0; jj < VB; jj++) {
-                        const int64_t j = jb + jj;
-                        const float rd = r[j] * d[jj];
-                        f[j] += rd;
-                        s[j] += rd * d[jj];
-                    }
-                }
+            const float *m[4];
+            pose_rows(L, poses, slot, m);
+            const float *w = L->wtiles + i * H * Jp, *off = L->offsets ? L->offsets + i * H : NULL;
+            for (int64_t jb = 0; jb < Jp; jb += VB) {
+                vf r;
+                if (start)
+                    r = vload(start + slot * Jp + jb) * a;
+                else
+                    for (int jj = 0; jj < VB; jj++) r[jj] = jb + jj < L->J ? even[slot] * a : 0.0f;
+                float *n = F->amount + p * Jp + jb;
+                vstore(n, vload(n) + r);
+                vf wt[H];
+                load_tile(wt, w, Jp, jb);
+                moments_slot(wt, m, off, centre + p * H * Jp + jb, r, F->first + p * H * Jp + jb,
+                             F->second + p * H * Jp + jb, Jp);
             }
         }
 }
@@ -260,31 +230,18 @@ static void next_pass(const Layer *L, const Fit *F, Fit *G, const float *poses, 
         for (; count < L->S && slots[count] >= 0; count++) {
             const int64_t slot = slots[count], p = slot / L->I, i = slot % L->I;
             float *vs = v + count * H * Jp, *rs = r + count * Jp;
-            float pose[H];
-            slot_pose(L, poses, slot, pose);
-            const float *w = L->wtiles + i * H * Jp, *off = L->offsets + i * H;
+            const float *m[4];
+            pose_rows(L, poses, slot, m);
+            const float *w = L->wtiles + i * H * Jp, *off = L->offsets ? L->offsets + i * H : NULL;
             const float *k = F->constant + p * Jp;
             for (int64_t jb = 0; jb < Jp; jb += VB) {
-                float acc[VB];
-#pragma omp simd
-                for (int jj = 0; jj < VB; jj++) acc[jj] = 0.0f;
-                for (int l = 0; l < H; l++) {
-                    const int row = l >> 2, col = l & 3;
-                    const float m0 = pose[row * 4], m1 = pose[row * 4 + 1], m2 = pose[row * 4 + 2],
-                                m3 = pose[row * 4 + 3], o = off[l];
-                    const float *w0 = w + col * Jp + jb, *w1 = w + (4 + col) * Jp + jb, *w2 = w + (8 + col) * Jp + jb,
-                                *w3 = w + (12 + col) * Jp + jb, *restrict c = centre + (p * H + l) * Jp + jb,
-                                *restrict a = F->q1 + (p * H + l) * Jp + jb, *restrict b = F->q2 + (p * H + l) * Jp + jb;
-                    float *restrict vl = vs + l * Jp + jb;
-                    vote_about(vl, m0, m1, m2, m3, w0, w1, w2, w3, o, c); /* about the centre, for the M-step below */
-#pragma omp simd
-                    for (int jj = 0; jj < VB; jj++) acc[jj] += vl[jj] * (a[jj] + vl[jj] * b[jj]);
-                }
-#pragma omp simd reduction(max : top)
-                for (int jj = 0; jj < VB; jj++) {
-                    rs[jb + jj] = k[jb + jj] - 0.5f * acc[jj]; /* log a_j + log N(V_ij; mu_j, sigma_j^2) */
-                    top = rs[jb + jj] > top ? rs[jb + jj] : top;
-                }
+                vf wt[H];
+                load_tile(wt, w, Jp, jb);
+                const int64_t at = p * H * Jp + jb; /* the votes about the centre kept for the M-step below */
+                const vf acc = weighed_votes(wt, m, off, centre + at, F->q1 + at, F->q2 + at, Jp, vs + jb);
+                const vf logp = vload(k + jb) - 0.5f * acc; /* log a_j + log N(V_ij; mu_j, sigma_j^2) */
+                vstore(rs + jb, logp);
+                for (int jj = 0; jj < VB; jj++) top = logp[jj] > top ? logp[jj] : top;
             }
         }
         if (count == 0) continue; /* a child no window reaches */
@@ -331,10 +288,10 @@ int em_route(int64_t batch, int64_t first_image, int64_t last_image, int64_t P, 
              float scale, float log_floor, float *out_mean, float *out_act) {
     if (Jp % VB != 0 || Jp < J) return 2;
     const int64_t PI = P * I, PJ = P * Jp, sums = PJ * H * 2 + PJ, fit = PJ * H * 4 + PJ * 2;
-    const size_t floats = (size_t)I * H + (size_t)S * H * Jp + (size_t)S * Jp + 2 * (size_t)(sums + fit);
+    const size_t floats = (size_t)S * H * Jp + (size_t)S * Jp + 2 * (size_t)(sums + fit);
     float *scratch = (float *)malloc(floats * sizeof(float));
     if (!scratch) return 1;
-    float *zeros = scratch, *v = zeros + I * H, *r = v + S * H * Jp, *at = r + S * Jp;
+    float *v = scratch, *r = v + S * H * Jp, *at = r + S * Jp;
     Fit fits[2];
     for (int n = 0; n < 2; n++) {
         Fit *F = &fits[n];
@@ -343,17 +300,13 @@ int em_route(int64_t batch, int64_t first_image, int64_t last_image, int64_t P, 
         F->logit = F->q2 + PJ * H, F->constant = F->logit + PJ;
         at = F->constant + PJ;
     }
-    if (!offsets) {
-        memset(zeros, 0, sizeof(float) * I * H);
-        offsets = zeros;
-    }
     const Layer L = {P, I, J, Jp, C, S, wtiles, offsets, beta_u, beta_a, slots, child, scale};
     for (int64_t b = first_image; b < last_image; b++) {
         const float *img_poses = poses + b * 16 * C, *img_acts = acts + b * PI, *img_centre = centre + b * PJ * H;
         for (int64_t t = 0; t < iterations; t++) {
             Fit *F = &fits[t % 2];
             if (t == 0)
-                first_pass(&L, F, img_poses, img_acts, img_centre, start ? start + b * PI * Jp : NULL, even, r);
+                first_pass(&L, F, img_poses, img_acts, img_centre, start ? start + b * PI * Jp : NULL, even);
             else
                 next_pass(&L, &fits[(t + 1) % 2], F, img_poses, img_acts, img_centre, log_floor, v, r);
             fit_parents(&L, F, img_centre, lambdas[t]);
@@ -370,22 +323,8 @@ int em_route(int64_t batch, int64_t first_image, int64_t last_image, int64_t P, 
 /* ---- The passes a training step's routing is made of (capsnet/nn/em_native.py writes the rest of Procedure 1
    and its backward around them, in PyTorch, on tensors of one number a vote or one vector a parent). ---- */
 
-/* The vote of slot (p, i) about its parents' centres, for the VB parent types of block jb, entry l: d[jj] */
-#define VOTE_ABOUT_CENTRE(d, pose, w, off, centre_l, l, Jp, jb)                                                    \
-    const int row_ = (l) >> 2, col_ = (l) & 3;                                                                   \
-    const float m0_ = (pose)[row_ * 4], m1_ = (pose)[row_ * 4 + 1], m2_ = (pose)[row_ * 4 + 2],                  \
-                m3_ = (pose)[row_ * 4 + 3], o_ = (off)[l];                                                       \
-    const float *w0_ = (w) + col_ * (Jp) + (jb), *w1_ = (w) + (4 + col_) * (Jp) + (jb),                          \
-                *w2_ = (w) + (8 + col_) * (Jp) + (jb), *w3_ = (w) + (12 + col_) * (Jp) + (jb);                   \
-    float d[VB];                                                                                                 \
-    vote_about(d, m0_, m1_, m2_, m3_, w0_, w1_, w2_, w3_, o_, (centre_l) + (jb))
-
 static Layer pass_layer(int64_t P, int64_t I, int64_t Jp, int64_t C, const int64_t *child, const float *wtiles,
-                        const float *offsets, float *zeros) {
-    if (!offsets && zeros) { /* the passes that read offsets[l] for every entry: zeros for none */
-        memset(zeros, 0, sizeof(float) * I * H);
-        offsets = zeros;
-    }
+                        const float *offsets) {
     const Layer L = {P, I, Jp, Jp, C, 0, wtiles, offsets, NULL, NULL, NULL, child, 0.0f};
     return L;
 }
@@ -397,9 +336,7 @@ int em_moments(int64_t first_image, int64_t last_image, int64_t P, int64_t I, in
                const int64_t *child, const float *rows, const float *wtiles, const float *offsets,
                const float *centre, const float *weights, int64_t weights_stride, const float *scale, float *out,
                float *amount) {
-    float *zeros = (float *)malloc(sizeof(float) * I * H);
-    if (!zeros) return 1;
-    const Layer L = pass_layer(P, I, Jp, C, child, wtiles, offsets, zeros);
+    const Layer L = pass_layer(P, I, Jp, C, child, wtiles, offsets);
     for (int64_t b = first_image; b < last_image; b++) {
         float *o = out + b * P * 2 * H * Jp;
         memset(o, 0, sizeof(float) * P * 2 * H * Jp);
@@ -423,7 +360,6 @@ int em_moments(int64_t first_image, int64_t last_image, int64_t P, int64_t I, in
                 }
             }
     }
-    free(zeros);
     return 0;
 }
 
@@ -436,7 +372,7 @@ int em_estep(int64_t first_image, int64_t last_image, int64_t P, int64_t I, int6
              const float *g, const float *constant, const int64_t *slots, int64_t S, float log_floor, float *R) {
     float *r = (float *)malloc(sizeof(float) * S * Jp);
     if (!r) return 1;
-    const Layer L = pass_layer(P, I, Jp, C, child, wtiles, offsets, NULL);
+    const Layer L = pass_layer(P, I, Jp, C, child, wtiles, offsets);
     for (int64_t b = first_image; b < last_image; b++)
         for (int64_t ch = 0; ch < C; ch++) {
             const int64_t *own = slots + ch * S;
@@ -454,7 +390,7 @@ int em_estep(int64_t first_image, int64_t last_image, int64_t P, int64_t I, int6
                     load_tile(wt, w, Jp, jb);
                     const float *c = centre + (b * P + p) * H * Jp + jb;
                     float acc[VB];
-                    vstore(acc, weighed_votes(wt, m, offsets ? offsets + i * H : NULL, c, gp + jb, Jp));
+                    vstore(acc, weighed_votes(wt, m, offsets ? offsets + i * H : NULL, c, gp + jb, gp + H * Jp + jb, Jp, NULL));
 #pragma omp simd reduction(max : top)
                     for (int jj = 0; jj < VB; jj++) {
                         rs[jb + jj] = k[jb + jj] - 0.5f * acc[jj];
@@ -582,7 +518,7 @@ int em_vote_grad(int64_t first_image, int64_t last_image, int64_t P, int64_t I, 
                  const float *centre, const Factor *factors, const float *acts, float *grad_rows, float *grad_w,
                  float *out_sum, float *out_a) {
     if (T < 1 || T > 7 || T % 2 == 0 || !factors[T - 1].inv) return 2;
-    const Layer L = pass_layer(P, I, Jp, C, child, wtiles, offsets, NULL);
+    const Layer L = pass_layer(P, I, Jp, C, child, wtiles, offsets);
     memset(grad_rows + first_image * 16 * C, 0, sizeof(float) * (last_image - first_image) * 16 * C);
     memset(out_sum + first_image * P * Jp, 0, sizeof(float) * (last_image - first_image) * P * Jp);
 #define GRAD_SLOTS(t, off)                                                                                           \
@@ -620,7 +556,7 @@ int em_back_mstep(int64_t first_image, int64_t last_image, int64_t P, int64_t I,
                   const float *inv_n, const float *g_amount, float *out, float *grad_a) {
     float *s = (float *)malloc(sizeof(float) * Jp);
     if (!s) return 1;
-    const Layer L = pass_layer(P, I, Jp, C, child, wtiles, offsets, NULL);
+    const Layer L = pass_layer(P, I, Jp, C, child, wtiles, offsets);
     for (int64_t b = first_image; b < last_image; b++)
         for (int64_t p = 0; p < P; p++) {
             const float *gp = g + (b * P + p) * 2 * H * Jp, *inv = inv_n + (b * P + p) * Jp;
@@ -636,7 +572,7 @@ int em_back_mstep(int64_t first_image, int64_t last_image, int64_t P, int64_t I,
                     load_tile(wt, w, Jp, jb);
                     const float *c = centre + (b * P + p) * H * Jp + jb;
                     float acc[VB];
-                    vstore(acc, weighed_votes(wt, m, offsets ? offsets + i * H : NULL, c, gp + jb, Jp));
+                    vstore(acc, weighed_votes(wt, m, offsets ? offsets + i * H : NULL, c, gp + jb, gp + H * Jp + jb, Jp, NULL));
 #pragma omp simd
                     for (int jj = 0; jj < VB; jj++) {
                         const int64_t j = jb + jj;
