@@ -136,20 +136,26 @@ typedef struct {
     float *q1, *q2, *constant;         /* the next E-step's weights: -2 d / sigma^2, 1 / sigma^2, log a - k / 2 */
 } Fit;
 
-/* Adds r (Jp) times the votes about the centre v (16, Jp) of position p into the fit's sums. */
-static inline void add_moments(const Layer *L, Fit *F, int64_t p, const float *restrict v, const float *restrict r) {
-    const int64_t Jp = L->Jp;
+/* Adds r (Jp) times the votes about the centre v (16 rows of Jp) into a parent position's sums: n (Jp) += r, f (16
+   rows of Jp) += r v, s += r v^2 */
+static inline void add_weighed(const float *restrict v, const float *restrict r, float *n, float *f, float *s,
+                               int64_t Jp) {
     for (int64_t jb = 0; jb < Jp; jb += VB) {
         const vf rj = vload(r + jb);
-        float *n = F->amount + p * Jp + jb, *f = F->first + p * H * Jp + jb, *s = F->second + p * H * Jp + jb;
-        vstore(n, vload(n) + rj);
+        vstore(n + jb, vload(n + jb) + rj);
 #pragma GCC unroll 16
         for (int l = 0; l < H; l++) {
             const vf d = vload(v + l * Jp + jb), rd = rj * d;
-            vstore(f + l * Jp, vload(f + l * Jp) + rd);
-            vstore(s + l * Jp, vload(s + l * Jp) + rd * d);
+            vstore(f + l * Jp + jb, vload(f + l * Jp + jb) + rd);
+            vstore(s + l * Jp + jb, vload(s + l * Jp + jb) + rd * d);
         }
     }
+}
+
+/* Adds r (Jp) times the votes about the centre v (16, Jp) of position p into the fit's sums. */
+static inline void add_moments(const Layer *L, Fit *F, int64_t p, const float *restrict v, const float *restrict r) {
+    const int64_t Jp = L->Jp;
+    add_weighed(v, r, F->amount + p * Jp, F->first + p * H * Jp, F->second + p * H * Jp, Jp);
 }
 
 static void clear_sums(const Layer *L, Fit *F) {
@@ -366,14 +372,20 @@ int em_moments(int64_t first_image, int64_t last_image, int64_t P, int64_t I, in
 /* The E-step: R (B, P, I, Jp) = a_j p_ij / sum over every parent of child i, from each parent's weights g (B, P, 2,
    16, Jp) = [-2 d / sigma^2, 1 / sigma^2] and constant (B, P, Jp) = log a_j - (sum_h d^2 / sigma^2 + log 2 pi
    sigma^2) / 2 (-inf for a padded type), child by child (`slots`, S a child at most), the weights floored at
-   `log_floor` below the child's likeliest parent's */
+   `log_floor` below the child's likeliest parent's; and the next M-step's sums in the same pass, each child's votes
+   made once: out (B, P, 2, 16, Jp) = sum_i r [V', V'^2] and amount (B, P, Jp) = sum_i r, with r = R a, a = acts
+   (B, P, I) (as em_moments gives them). */
 int em_estep(int64_t first_image, int64_t last_image, int64_t P, int64_t I, int64_t Jp, int64_t C,
              const int64_t *child, const float *rows, const float *wtiles, const float *offsets, const float *centre,
-             const float *g, const float *constant, const int64_t *slots, int64_t S, float log_floor, float *R) {
-    float *r = (float *)malloc(sizeof(float) * S * Jp);
+             const float *g, const float *constant, const int64_t *slots, int64_t S, float log_floor, float *R,
+             const float *acts, float *out, float *amount) {
+    float *r = (float *)malloc(sizeof(float) * S * Jp * (H + 1));
     if (!r) return 1;
+    float *v = r + S * Jp; /* each slot's votes about the centre, for the M-step's sums */
     const Layer L = pass_layer(P, I, Jp, C, child, wtiles, offsets);
-    for (int64_t b = first_image; b < last_image; b++)
+    for (int64_t b = first_image; b < last_image; b++) {
+        memset(out + b * P * 2 * H * Jp, 0, sizeof(float) * P * 2 * H * Jp);
+        memset(amount + b * P * Jp, 0, sizeof(float) * P * Jp);
         for (int64_t ch = 0; ch < C; ch++) {
             const int64_t *own = slots + ch * S;
             int64_t count = 0;
@@ -382,20 +394,17 @@ int em_estep(int64_t first_image, int64_t last_image, int64_t P, int64_t I, int6
                 const int64_t slot = own[count], p = slot / I, i = slot % I;
                 const float *m[4];
                 pose_rows(&L, rows + b * 16 * C, slot, m);
-                const float *w = L.wtiles + i * H * Jp;
+                const float *w = L.wtiles + i * H * Jp, *off = offsets ? offsets + i * H : NULL;
                 const float *gp = g + (b * P + p) * 2 * H * Jp, *k = constant + (b * P + p) * Jp;
                 float *rs = r + count * Jp;
                 for (int64_t jb = 0; jb < Jp; jb += VB) {
                     vf wt[H];
                     load_tile(wt, w, Jp, jb);
                     const float *c = centre + (b * P + p) * H * Jp + jb;
-                    float acc[VB];
-                    vstore(acc, weighed_votes(wt, m, offsets ? offsets + i * H : NULL, c, gp + jb, gp + H * Jp + jb, Jp, NULL));
-#pragma omp simd reduction(max : top)
-                    for (int jj = 0; jj < VB; jj++) {
-                        rs[jb + jj] = k[jb + jj] - 0.5f * acc[jj];
-                        top = rs[jb + jj] > top ? rs[jb + jj] : top;
-                    }
+                    const vf acc = weighed_votes(wt, m, off, c, gp + jb, gp + H * Jp + jb, Jp, v + count * H * Jp + jb);
+                    const vf logp = vload(k + jb) - 0.5f * acc; /* log a_j + log N(V_ij; mu_j, sigma_j^2) */
+                    vstore(rs + jb, logp);
+                    for (int jj = 0; jj < VB; jj++) top = logp[jj] > top ? logp[jj] : top;
                 }
             }
             if (count == 0) continue;
@@ -408,11 +417,21 @@ int em_estep(int64_t first_image, int64_t last_image, int64_t P, int64_t I, int6
             }
             const float inv = 1.0f / sum;
             for (int64_t s = 0; s < count; s++) {
-                float *out = R + (b * P * I + own[s]) * Jp;
+                const int64_t at = b * P * I + own[s], p = own[s] / I;
+                float *rs = r + s * Jp, *assigned = R + at * Jp;
+                const float a = acts[at];
 #pragma omp simd
-                for (int64_t j = 0; j < Jp; j++) out[j] = r[s * Jp + j] * inv;
+                for (int64_t j = 0; j < Jp; j++) {
+                    assigned[j] = rs[j] * inv;
+                    rs[j] = assigned[j] * a;
+                }
+                if (a != 0.0f) {
+                    float *sums = out + (b * P + p) * 2 * H * Jp;
+                    add_weighed(v + s * H * Jp, rs, amount + (b * P + p) * Jp, sums, sums + H * Jp, Jp);
+                }
             }
         }
+    }
     free(r);
     return 0;
 }

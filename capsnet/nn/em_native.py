@@ -113,7 +113,7 @@ def _bind(library: ctypes.CDLL) -> ctypes.CDLL:
     for name in ("em_moments", "em_estep", "em_vote_grad"):
         getattr(library, name).restype = ctypes.c_int
     library.em_moments.argtypes = [*[i64] * 6, *[pointer] * 6, i64, *[pointer] * 3]
-    library.em_estep.argtypes = [*[i64] * 6, *[pointer] * 8, i64, f32, pointer]
+    library.em_estep.argtypes = [*[i64] * 6, *[pointer] * 8, i64, f32, *[pointer] * 4]
     for name in ("em_back_mstep", "em_back_softmax"):
         getattr(library, name).restype = ctypes.c_int
     library.em_back_mstep.argtypes = [*[i64] * 6, *[pointer] * 7, i64, *[pointer] * 5]

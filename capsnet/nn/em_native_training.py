@@ -69,15 +69,19 @@ class _Passes:
             out.data_ptr(), amount.data_ptr()))  # fmt: skip
         return out, amount
 
-    def estep(self, vectors: Tensor, constant: Tensor, slots: Tensor) -> Tensor:
+    def estep(self, vectors: Tensor, constant: Tensor, slots: Tensor, scale: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """R (B, P, I, Jp), each child's softmax over its parents of constant - [V', V'^2] . g / 2: vectors (B, P, 2,
-        16, Jp) = g, constant (B, P, Jp), slots (C, S) each child's slots (`em_native.slot_table`)."""
-        vectors, constant = vectors.contiguous(), constant.contiguous()
+        16, Jp) = g, constant (B, P, Jp), slots (C, S) each child's slots (`em_native.slot_table`); and in the same
+        pass the next M-step's moments of R times scale (B, P, I), as `moments` gives them."""
+        vectors, constant, scale = vectors.contiguous(), constant.contiguous(), scale.contiguous()
         out = torch.empty(self.batch, self.positions, self.slots, self.padded, dtype=torch.float32)
+        sums = torch.empty(self.batch, self.positions, 2, 16, self.padded, dtype=torch.float32)
+        amount = torch.empty(self.batch, self.positions, self.padded, dtype=torch.float32)
         em_native.in_parallel(self.batch, lambda first, last: self.library.em_estep(
             *self._sizes(first, last), *self.common, vectors.data_ptr(), constant.data_ptr(), slots.data_ptr(),
-            slots.shape[1], LOG_WEIGHT_FLOOR, out.data_ptr()))  # fmt: skip
-        return out
+            slots.shape[1], LOG_WEIGHT_FLOOR, out.data_ptr(), scale.data_ptr(), sums.data_ptr(),
+            amount.data_ptr()))  # fmt: skip
+        return out, sums, amount
 
     def back_mstep(
         self,
@@ -216,9 +220,9 @@ class NativeEMRouting(torch.autograd.Function):
         assignment = (even.view(1, positions, slots, 1) * real).contiguous()  # R: (1, P, I, Jp), every image alike
         child_a = activations.unsqueeze(-1)  # (B, P, I, 1)
         assignments, fits = [], []
+        sums, amount = passes.moments(assignment, scale=activations)  # r = R a: sum_i r [V', V'^2], n = sum_i r
         for t in range(iterations):
             lam = inverse_temperature(t + 1)
-            sums, amount = passes.moments(assignment, scale=activations)  # r = R a: sum_i r [V', V'^2], n = sum_i r
             amount = amount.unsqueeze(2)  # (B, P, 1, Jp)
             fit = (amount, *_fit(sums / (amount.unsqueeze(2) + EPSILON), amount, centre, bu, ba, scale, lam))
             assignments.append(assignment)  # the first (1, P, I, Jp), every image's alike
@@ -228,7 +232,10 @@ class NativeEMRouting(torch.autograd.Function):
                 precision = 1.0 / variance
                 k = (mean * mean * precision + torch.log(2 * math.pi * variance)).sum(dim=2)  # (B, P, Jp)
                 constant = (F.logsigmoid(logit) - 0.5 * k).masked_fill(real == 0, -math.inf)  # a padded type: none
-                assignment = passes.estep(torch.stack([-2 * mean * precision, precision], dim=2), constant, table)
+                # the E-step, and the next M-step's sums in the same pass
+                assignment, sums, amount = passes.estep(
+                    torch.stack([-2 * mean * precision, precision], dim=2), constant, table, activations
+                )
         _, mean, _, _, logit = fits[-1]
         ctx.passes, ctx.fits, ctx.assignments, ctx.table = passes, fits, assignments, table
         ctx.shape = (children, iterations, parents, scale, weights.shape)
