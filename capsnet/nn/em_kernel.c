@@ -38,7 +38,11 @@ Layouts (float32, contiguous; the batch's images one after another):
 #include <string.h>
 
 #define H 16                 /* a pose's entries */
-#define VB 16                /* parent types a block: the length of every inner loop (one or two vectors) */
+#if defined(__AVX512F__)
+#define VB 16 /* parent types a block: one vector register, the length of every inner loop */
+#else
+#define VB 8 /* AVX2's (two of SSE's): a slot's 16 W entries a block then fill its 16 registers at most */
+#endif
 #define EPSILON 1e-8f        /* em_routing.EPSILON */
 #define VARIANCE_FLOOR 1e-4f /* em_routing.VARIANCE_FLOOR */
 #define TWO_PI 6.283185307179586f
