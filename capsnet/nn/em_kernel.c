@@ -1,6 +1,7 @@
 /* EM routing of one capsule layer on a CPU, each vote made where it is used: a reading (no gradients) in one call,
    an iteration one pass over the votes (em_route); a training step's passes (em_moments, em_estep, em_vote_grad,
-   em_back_mstep, em_back_assign, em_back_softmax, at the end of this file) around which capsnet/nn/em_native_training.py writes the rest.
+   em_back_mstep, em_back_softmax, at the end of this file), around which capsnet/nn/em_native_training.py writes the
+   rest.
 
 Hinton, Sabour & Frosst (2018), "Matrix capsules with EM routing", ICLR: Procedure 1 as capsnet/nn/em_routing.py
 writes it (its module docstring has the formulas and the pitfalls avoided), for a reading on a CPU. The PyTorch
@@ -12,6 +13,11 @@ position that reaches it made once, its assignments R_ij normalised over all of 
 those parents' moments at once. An image's routing then touches its children's poses, the matrices W and its
 parents' moments, never a vote-sized array. Compiled at run time for the machine by capsnet/nn/em_native.py, which
 falls back to the PyTorch path (the reference the tests hold this to) where no C compiler is found.
+
+For speed, the passes hold a slot's 16 entries of W for a block of VB parent types in vector registers (GCC's and
+Clang's vector extension, loops over the pose unrolled), so that a vote entry is four fused multiply-adds and its
+uses, with no reload of W or copy of the pose: VB is 16 (one AVX-512 register) where the CPU has AVX-512 and 8
+(one AVX2 register, two SSE ones) elsewhere, where 16 registers are all there are.
 
 Layouts (float32, contiguous; the batch's images one after another):
     grid     (B, 4, C, 4)     each child's pose M by rows: row r of child n at [b][r][n][:]

@@ -4,15 +4,21 @@ Hinton, Sabour & Frosst (2018), "Matrix capsules with EM routing", ICLR. https:/
 
 Procedure 1 and its hand-written backward exactly as `capsnet.nn.em_routing` writes them (`_route`, `_m_step`,
 `_e_step`, `_EMRouting.backward`: the formulas are in their docstrings), with every operation that reads the votes
-replaced by a pass of the kernel that remakes them from the children's poses and W where it needs them:
-    em_moments    sum_i w_ij [V' , V'^2]           the M-step's moments, and the backward's g_weights
-    em_estep      R_ij from [V', V'^2] . g_j       the E-step: distances, then each child's softmax over its parents
-    em_back_mstep w = R a / (n + eps), g_w = [V', V'^2] . g_j and sum_i g_w w      the M-step's backward
-    em_vote_grad  dL/dM and dL/dW from dL/d[V', V'^2] = sum_t left_t right_t, never written out
-and two passes over one number a vote without the votes: em_back_softmax (the E-step's softmax backward, child by
-child) and em_back_assign (dL/dR and dL/da from g_w). (V' = V - c, each parent's votes about its centre c.) What stays in PyTorch is one vector a parent; the
-assignments and the backward's factors, one number a vote (B x P x I x J), are kept between passes; no tensor of the
-votes' size is made, in the forward or the backward.
+replaced by a pass of the kernel that remakes them from the children's poses and W where it needs them (a slot's W
+held in registers, each entry of a vote four fused multiply-adds):
+    em_moments    sum_i w_ij [V', V'^2]          the first M-step's moments, and the backward's g_weights
+    em_estep      R_ij from [V', V'^2] . g_j     the E-step (distances, then each child's softmax over its parents)
+                                                 and the next M-step's moments of R a, in one pass
+    em_back_mstep g_w = [V', V'^2] . g_j         an M-step's backward after the first, a position at a time: sum_i g_w w,
+                                                 then dL/dR a for the E-step before and dL/da
+    em_vote_grad  dL/dM and dL/dW from dL/d[V', V'^2] = sum_t left_t right_t (never written out), and the first
+                  M-step's backward in the same pass (its g_w, sum_i g_w w and sum_j g_w R / (n + eps))
+and one pass over one number a vote without the votes: em_back_softmax (the E-step's softmax backward, child by
+child). (V' = V - c, each parent's votes about its centre c.) A step of r iterations makes 3r - 1 vote passes a
+layer: r forward, 2r - 1 backward. What stays in PyTorch is one vector a parent; the assignments and the backward's
+left factors, one number a vote (B x P x I x J), are kept between passes (an M-step's weights w = R a / (n + eps)
+as R and 1 / (n + eps), made where the pass needs them); no tensor of the votes' size is made, in the forward or the
+backward.
 Layouts: a vote's number (B, P, I, Jp), a parent's vector (B, P, 16, Jp), J padded to the kernel's block (a padded
 type gets no assignment and is cut from the results).
 """
