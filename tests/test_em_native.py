@@ -263,9 +263,8 @@ def test_a_cache_that_cannot_be_written_still_gives_the_kernel(monkeypatch: pyte
         em_native._load.cache_clear()
 
 
-@pytest.mark.parametrize("layer", ["conv", "class"])
 def test_the_portable_build_reads_and_trains_as_the_pytorch_path(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, layer: str
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """The build without the machine's own instructions (the second flag set, as on a CPU without AVX-512: blocks of
     8 parent types, two vectors or one a block) holds the same values and gradients as the PyTorch path."""
@@ -278,15 +277,16 @@ def test_the_portable_build_reads_and_trains_as_the_pytorch_path(
         if platform.machine() in ("x86_64", "AMD64"):
             assert library.em_block() == 8  # x86-64 without -march: no AVX-512
         torch.manual_seed(0)
-        if layer == "conv":
-            made, shape = ConvCapsules(4, 11, kernel=3, stride=2, in_size=9), (3, 4, 16, 9, 9)  # J padded to 16
-        else:
-            made, shape = ClassCapsules(6, 10, in_size=3), (4, 6, 16, 3, 3)
-        poses, activations = _grid(shape[0], shape[1], shape[3], seed=3)
-        native, plain = _both(monkeypatch, lambda: made(poses, activations, 3))
-        torch.testing.assert_close(native[0], plain[0], **POSES)
-        torch.testing.assert_close(native[1], plain[1], **ACTIVATIONS)
-        for got, want in zip(*_gradients(monkeypatch, made, shape, 2)):
-            torch.testing.assert_close(got, want, rtol=0, atol=1e-4 * want.abs().max().item() + 1e-7)
+        layers = [
+            (ConvCapsules(4, 11, kernel=3, stride=2, in_size=9), (3, 4, 16, 9, 9)),  # J padded to 16
+            (ClassCapsules(6, 10, in_size=3), (4, 6, 16, 3, 3)),  # coordinate addition
+        ]
+        for made, shape in layers:
+            poses, activations = _grid(shape[0], shape[1], shape[3], seed=3)
+            native, plain = _both(monkeypatch, lambda m=made, p=poses, a=activations: m(p, a, 3))
+            torch.testing.assert_close(native[0], plain[0], **POSES)
+            torch.testing.assert_close(native[1], plain[1], **ACTIVATIONS)
+            for got, want in zip(*_gradients(monkeypatch, made, shape, 2)):
+                torch.testing.assert_close(got, want, rtol=0, atol=1e-4 * want.abs().max().item() + 1e-7)
     finally:
         em_native._load.cache_clear()
