@@ -631,8 +631,8 @@ int em_back_mstep(int64_t first_image, int64_t last_image, int64_t P, int64_t I,
 }
 
 /* The E-step's softmax backward, child by child (`slots`, S a child at most): g_l = R (g - sum over the child's
-   slots and types of R g) into out (B, P, I, Jp), and its sum over the slots of each parent into out_sum (B, P, Jp);
-   R is the E-step's result, g = dL/dR (B, P, I, Jp). */
+   slots and types of R g) into out (B, P, I, Jp), which may be g itself, and its sum over the slots of each parent
+   into out_sum (B, P, Jp); R is the E-step's result, g = dL/dR (B, P, I, Jp). */
 int em_back_softmax(int64_t first_image, int64_t last_image, int64_t P, int64_t I, int64_t Jp, int64_t C,
                     const int64_t *slots, int64_t S, const float *R, const float *g, float *out, float *out_sum) {
     for (int64_t b = first_image; b < last_image; b++) {

@@ -112,14 +112,13 @@ class _Passes:
         return out
 
     def back_softmax(self, assignment: Tensor, grad: Tensor, slots: Tensor) -> tuple[Tensor, Tensor]:
-        """The E-step's softmax backward: g_l = R (g - the sum of R g over each child's slots and types) (B, P, I, Jp)
-        and its sum over each parent's slots (B, P, Jp)."""
-        assignment, grad = assignment.contiguous(), grad.contiguous()
-        g_l = torch.empty(self.batch, self.positions, self.slots, self.padded, dtype=torch.float32)
+        """The E-step's softmax backward: g_l = R (g - the sum of R g over each child's slots and types) (B, P, I, Jp),
+        written over g (the caller's own), and its sum over each parent's slots (B, P, Jp)."""
+        assignment, g_l = assignment.contiguous(), grad.contiguous()
         sums = torch.empty(self.batch, self.positions, self.padded, dtype=torch.float32)
         em_native.in_parallel(self.batch, lambda first, last: self.library.em_back_softmax(
             first, last, self.positions, self.slots, self.padded, slots.shape[0], slots.data_ptr(), slots.shape[1],
-            assignment.data_ptr(), grad.data_ptr(), g_l.data_ptr(), sums.data_ptr()))  # fmt: skip
+            assignment.data_ptr(), g_l.data_ptr(), g_l.data_ptr(), sums.data_ptr()))  # fmt: skip
         return g_l, sums
 
     def vote_grad(self, factors: list[Factor], activations: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
