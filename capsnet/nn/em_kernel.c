@@ -630,6 +630,59 @@ int em_back_mstep(int64_t first_image, int64_t last_image, int64_t P, int64_t I,
     return 0;
 }
 
+/* The backward of an M-step's fit, parent by parent (capsnet.nn.em_routing._EMRouting.backward's per-parent
+   arithmetic, as em_native_training wrote it in PyTorch): from fit t (amount n (B, P, Jp), mean about the centre d,
+   variance and `positive` (spread > 0) (B, P, 16, Jp), logit z (B, P, Jp)), the centre c and beta_u (Jp), and what
+   reaches it from the step after: for the last fit, g_mean (B, P, 16, Jp) and g_a (B, P, Jp) = dL/d sigmoid(z); for
+   an earlier one, the E-step's g_l summed per parent (B, P, Jp) and sum_i g_l [V', V'^2] (B, P, 2, 16, Jp). Writes
+   the gradient of its moments g (B, P, 2, 16, Jp), the gradient of n so far (B, P, Jp), 1 / (n + eps) (B, P, Jp),
+   for an earlier fit the E-step's right factor -[-2 d / sigma^2, 1 / sigma^2] / 2 (B, P, 2, 16, Jp), and adds
+   lam sum g_z into grad_beta_a (Jp) and 16 sum g_cost n scale into grad_beta_u (Jp) (the caller's own). */
+int em_back_fit(int64_t first_image, int64_t last_image, int64_t P, int64_t Jp, int64_t last, const float *amount,
+                const float *mean, const float *variance, const uint8_t *positive, const float *logit,
+                const float *centre, const float *beta_u, float scale, float lam, const float *g_mean,
+                const float *g_a, const float *g_l_sum, const float *g_l_moments, float *g_moments, float *g_amount,
+                float *inverse, float *right, float *grad_beta_a, float *grad_beta_u) {
+    for (int64_t b = first_image; b < last_image; b++)
+        for (int64_t p = 0; p < P; p++)
+            for (int64_t j = 0; j < Jp; j++) {
+                const int64_t at = (b * P + p) * Jp + j, rows = (b * P + p) * H * Jp + j;
+                const int64_t twice = (b * P + p) * 2 * H * Jp + j;
+                const float n = amount[at], z = logit[at], inv = 1.0f / (n + EPSILON), total = n * inv;
+                const float sig = 1.0f / (1.0f + expf(-z));
+                const float g_logit = last ? g_a[at] * sig * (1.0f - sig) : g_l_sum[at] * (1.0f - sig);
+                const float g_k = last ? 0.0f : -0.5f * g_l_sum[at], g_cost = -lam * g_logit;
+                grad_beta_a[j] += lam * g_logit;
+                grad_beta_u[j] += g_cost * n * scale * 16.0f;
+                float g_n = 0.0f, g_totals = 0.0f;
+                for (int l = 0; l < H; l++) {
+                    const int64_t e = rows + l * Jp;
+                    const float d = mean[e], var = variance[e], prec = 1.0f / var, c = centre[e];
+                    float g_d, g_var;
+                    if (last) {
+                        g_d = g_mean[e];
+                        g_var = 0.0f;
+                    } else {
+                        const float g_q = g_l_moments[twice + l * Jp], g_p0 = -0.5f * g_l_moments[twice + (H + l) * Jp];
+                        g_d = g_k * 2.0f * d * prec + g_q * prec;
+                        const float g_prec = g_p0 + g_k * d * d + g_q * d;
+                        g_var = g_k / var - g_prec * prec * prec;
+                        right[twice + l * Jp] = d * prec;
+                        right[twice + (H + l) * Jp] = -0.5f * prec;
+                    }
+                    g_var += g_cost * n * scale * 0.5f / var;
+                    g_n += g_cost * (beta_u[j] + 0.5f * logf(var)) * scale;
+                    const float g_u = positive[e] ? g_var : 0.0f, first = d + c * (1.0f - total);
+                    g_moments[twice + l * Jp] = g_d + g_u * 2.0f * (d * total - d - first);
+                    g_moments[twice + (H + l) * Jp] = g_u;
+                    g_totals += g_d * c + g_u * (d * d - 2.0f * c * (first - d * total));
+                }
+                g_amount[at] = g_n + g_totals * EPSILON * inv * inv;
+                inverse[at] = inv;
+            }
+    return 0;
+}
+
 /* The E-step's softmax backward, child by child (`slots`, S a child at most): g_l = R (g - sum over the child's
    slots and types of R g) into out (B, P, I, Jp), which may be g itself, and its sum over the slots of each parent
    into out_sum (B, P, Jp); R is the E-step's result, g = dL/dR (B, P, I, Jp). */

@@ -121,6 +121,44 @@ class _Passes:
             assignment.data_ptr(), g_l.data_ptr(), g_l.data_ptr(), sums.data_ptr()))  # fmt: skip
         return g_l, sums
 
+    def back_fit(
+        self,
+        fit: tuple[Tensor, ...],
+        beta_u: Tensor,
+        scale: float,
+        lam: float,
+        after: tuple[Tensor, Tensor] | None,
+        last: tuple[Tensor, Tensor] | None,
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor | None, Tensor, Tensor]:
+        """The backward of an M-step's fit, parent by parent (em_kernel.c's em_back_fit): `last` (g_mean (B, P, 16,
+        Jp), g_a (B, P, Jp)) for the last fit, else `after` (the E-step's g_l summed per parent (B, P, Jp) and sum_i
+        g_l [V', V'^2] (B, P, 2, 16, Jp)). Returns the gradient of the moments (B, P, 2, 16, Jp), of n (B, P, Jp),
+        1 / (n + eps) (B, P, Jp), the E-step's right factor (B, P, 2, 16, Jp; None for the last fit) and the
+        gradients of beta_a and beta_u (Jp)."""
+        amount, mean, variance, positive, logit = (x.contiguous() for x in fit)
+        shape = (self.batch, self.positions, 2, 16, self.padded)
+        g_moments = torch.empty(shape, dtype=torch.float32)
+        right = None if last is not None else torch.empty(shape, dtype=torch.float32)
+        g_amount = torch.empty(self.batch, self.positions, self.padded, dtype=torch.float32)
+        inverse = torch.empty_like(g_amount)
+        given = [x.contiguous() for x in (last if last is not None else after)]  # type: ignore[union-attr]
+        threads = max(1, min(torch.get_num_threads(), self.batch))
+        betas = torch.zeros(2, threads, self.padded, dtype=torch.float32)  # each thread's sums: beta_a, beta_u
+        share = -(-self.batch // threads)
+        a = em_native.address
+
+        def images(first: int, last_: int) -> int:
+            return int(self.library.em_back_fit(
+                first, last_, self.positions, self.padded, int(last is not None), a(amount), a(mean), a(variance),
+                a(positive), a(logit), a(self.centre), a(beta_u), scale, lam,
+                *((a(given[0]), a(given[1]), None, None) if last is not None else (None, None, a(given[0]), a(given[1]))),
+                a(g_moments), a(g_amount), a(inverse), a(right), a(betas[0, first // share]), a(betas[1, first // share]),
+            ))  # fmt: skip
+
+        em_native.in_parallel(self.batch, images)
+        sums = betas.sum(dim=1)
+        return g_moments, g_amount, inverse, right, sums[0], sums[1]
+
     def vote_grad(self, factors: list[Factor], activations: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """dL/d grid (B, 4, C, 4) and dL/d tiles (I, 4, 4, Jp) from the gradient of [V', V'^2], the sum of the
         factors, and with them the M-step's side of the last factor's (the first M-step's weights): sum_i g_w w (B,
@@ -254,7 +292,7 @@ class NativeEMRouting(torch.autograd.Function):
         children, r, parents, scale, weight_shape = ctx.shape
         child_a, beta_u, child_index, real = ctx.saved_tensors
         passes: _Passes = ctx.passes
-        centre, padded = passes.centre, passes.padded
+        padded = passes.padded
         pad = padded - parents
         bu = F.pad(beta_u.float(), (0, pad))
         grad_mean = F.pad(grad_mean.float().permute(0, 1, 3, 2), (0, pad))  # (B, P, 16, Jp)
@@ -266,47 +304,31 @@ class NativeEMRouting(torch.autograd.Function):
         grad_beta_a = torch.zeros(padded, dtype=torch.float32)
         grad_next: Tensor | None = None  # dL/dR_{t+1} a, from the step after
         for t in reversed(range(r)):
-            amount, mean, variance, spread, logit = ctx.fits[t]
             lam = inverse_temperature(t + 1)
             if t == r - 1:
-                a = torch.sigmoid(logit)
-                g_mean, g_logit, g_var = grad_mean, grad_a * a * (1 - a), torch.zeros_like(variance)
+                after, last = None, (grad_mean, grad_a)
             else:
                 assert grad_next is not None
                 # the softmax's backward: g_l = R_{t+1} (g - sum over the child of R_{t+1} g), summed per parent
                 g_l, g_l_sum = passes.back_softmax(ctx.assignments[t + 1], grad_next, ctx.table)
-                g_logit = g_l_sum * torch.sigmoid(-logit)  # through logsigmoid(z_t)
-                precision = 1.0 / variance
-                # g_quadratic = -g_l / 2: the half is in its right factor
-                factors.append(Factor(g_l, -0.5 * torch.stack([-2 * mean * precision, precision], dim=2)))
-                g_weights = -0.5 * passes.moments(g_l)[0]  # sum_i g_quadratic [V', V'^2]: (B, P, 2, 16, Jp)
-                g_q, g_precision = -2 * g_weights[:, :, 0], g_weights[:, :, 1]
-                g_k = -0.5 * g_l_sum.unsqueeze(2)  # (B, P, 1, Jp)
-                g_mean = g_k * 2 * mean * precision + g_q * precision
-                g_precision = g_precision + g_k * mean * mean + g_q * mean
-                g_var = g_k / variance - g_precision * precision * precision
-            grad_beta_a += lam * g_logit.sum(dim=(0, 1))
-            g_cost = -lam * g_logit.unsqueeze(2)  # (B, P, 1, Jp)
-            grad_beta_u += (g_cost * amount * scale).sum(dim=(0, 1, 2)) * 16
-            g_var = g_var + g_cost * amount * scale * 0.5 / variance
-            g_amount = (g_cost * (bu + 0.5 * torch.log(variance))).sum(dim=2, keepdim=True) * scale
-            g_u = g_var * spread
-            total = amount / (amount + EPSILON)
-            first = mean + centre * (1 - total)
-            g_first = g_mean + g_u * 2 * (mean * total - mean - first)
-            g_total = g_mean * centre + g_u * (mean * mean - 2 * centre * (first - mean * total))
-            g_amount = g_amount + g_total.sum(dim=2, keepdim=True) * EPSILON / (amount + EPSILON) ** 2
-            g_moments = torch.stack([g_first, g_u], dim=2)  # (B, P, 2, 16, Jp)
-            inverse = (1.0 / (amount + EPSILON)).squeeze(2)  # (B, P, Jp)
+                after, last = (g_l_sum, passes.moments(g_l)[0]), None  # and sum_i g_l [V', V'^2]
+            fit = ctx.fits[t]
+            g_moments, g_amount, inverse, right, g_beta_a, g_beta_u = passes.back_fit(
+                (fit[0].squeeze(2), *fit[1:]), bu, scale, lam, after, last
+            )
+            grad_beta_a += g_beta_a
+            grad_beta_u += g_beta_u
+            if right is not None:  # the E-step's distances: g_quadratic = -g_l / 2, the half in its right factor
+                factors.append(Factor(g_l, right))
             # the weights w = R a / (n + eps) times g_moments; R_0's own gradient is not wanted (the even start)
             factors.append(Factor(ctx.assignments[t], g_moments, inverse))
             if t > 0:  # g_w = [V', V'^2] . g_moments, sum_i g_w w, then dL/dR a and dL/da, a position at a time
                 grad_next = passes.back_mstep(
-                    g_moments, ctx.assignments[t], activations, inverse, g_amount.squeeze(2), grad_child_a
+                    g_moments, ctx.assignments[t], activations, inverse, g_amount, grad_child_a
                 )
         # the votes' gradient, with the first M-step's side in the same pass: sum_i g_w w and sum_j g_w R / (n + eps)
         grad_grid, grad_tiles, g_w_sum, g_w_assigned = passes.vote_grad(factors, activations)
-        g_n = g_amount.squeeze(2) - g_w_sum * inverse  # (B, P, Jp): the gradient of n_0
+        g_n = g_amount - g_w_sum * inverse  # (B, P, Jp): the gradient of n_0
         start = ctx.assignments[0]  # (1, P, I, Jp)
         grad_child_a += g_w_assigned + torch.einsum("bpj,pij->bpi", g_n, start[0])  # sum_j (g_w / (n + eps) + g_n) R
         grad_weights = grad_tiles[..., :parents].permute(0, 3, 1, 2).reshape(weight_shape)  # (I, J, 4, 4)
