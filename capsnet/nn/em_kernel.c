@@ -174,32 +174,49 @@ static void clear_sums(const Layer *L, Fit *F) {
     memset(F->amount, 0, sizeof(float) * L->P * L->Jp);
 }
 
-/* The end of an M-step: each parent's mean about its centre, variance and activation logit from its sums (as
-   capsnet.nn.em_routing._m_step), then the next E-step's weights. */
+/* One parent's fit at the end of an M-step (as capsnet.nn.em_routing._m_step), from its sums first = sum_i r V' and
+   second = sum_i r V'^2 (16 entries, Jp floats apart) and n = sum_i r: its mean about the centre d, variance
+   sigma^2 (and where `positive` is given, whether the spread was above 0), and activation logit z; where q1 is
+   given, the next E-step's weights q1 = -2 d / sigma^2, q2 = 1 / sigma^2 and constant log a - k / 2 (-inf for a
+   padded type, `real` 0). */
+static inline void fit_one(const float *first, const float *second, float n, const float *centre, float beta_u,
+                           float beta_a, float scale, float lam, int real, int64_t Jp, float *mean, float *variance,
+                           uint8_t *positive, float *q1, float *q2, float *logit, float *constant) {
+    const float inv = 1.0f / (n + EPSILON), total = n * inv;
+    float cost = 0.0f, k = 0.0f;
+    for (int l = 0; l < H; l++) {
+        const int64_t at = l * Jp;
+        const float f = first[at] * inv, s = second[at] * inv;
+        const float d = f - centre[at] * (1.0f - total); /* mu - c, with mu = sum_i w_i V_i */
+        const float spread = s - d * (2.0f * f - d * total);
+        const float var = (spread > 0.0f ? spread : 0.0f) + VARIANCE_FLOOR, prec = 1.0f / var;
+        mean[at] = d;
+        variance[at] = var;
+        if (positive) positive[at] = spread > 0.0f;
+        cost += (beta_u + 0.5f * logf(var)) * (n * scale);
+        if (q1) { /* about the centre: sum_h (V - mu)^2 / sigma^2 = sum_h (V' - d)^2 / sigma^2, V' = V - c */
+            q1[at] = -2.0f * d * prec;
+            q2[at] = prec;
+            k += d * d * prec + logf(TWO_PI * var);
+        }
+    }
+    const float z = lam * (beta_a - cost);
+    *logit = z;
+    if (q1) {
+        const float log_a = z < 0.0f ? z - log1pf(expf(z)) : -log1pf(expf(-z)); /* logsigmoid, exact near 0 */
+        *constant = real ? log_a - 0.5f * k : -INFINITY; /* a padded type gets nothing */
+    }
+}
+
+/* The end of an M-step for every parent of an image, and the next E-step's weights. */
 static void fit_parents(const Layer *L, Fit *F, const float *centre, float lam) {
     const int64_t Jp = L->Jp;
     for (int64_t p = 0; p < L->P; p++)
         for (int64_t j = 0; j < Jp; j++) {
-            const float n = F->amount[p * Jp + j], inv = 1.0f / (n + EPSILON), total = n * inv;
-            float cost = 0.0f, k = 0.0f;
-            for (int l = 0; l < H; l++) {
-                const int64_t at = (p * H + l) * Jp + j;
-                const float f = F->first[at] * inv, s = F->second[at] * inv;
-                const float d = f - centre[at] * (1.0f - total); /* mu - c, with mu = sum_i w_i V_i */
-                const float spread = s - d * (2.0f * f - d * total);
-                const float var = (spread > 0.0f ? spread : 0.0f) + VARIANCE_FLOOR, prec = 1.0f / var;
-                F->mean[at] = d;
-                F->variance[at] = var;
-                cost += (L->beta_u[j] + 0.5f * logf(var)) * (n * L->scale);
-                /* about the centre: sum_h (V - mu)^2 / sigma^2 = sum_h (V' - d)^2 / sigma^2, V' = V - c */
-                F->q1[at] = -2.0f * d * prec;
-                F->q2[at] = prec;
-                k += d * d * prec + logf(TWO_PI * var);
-            }
-            const float z = lam * (L->beta_a[j] - cost);
-            const float log_a = z < 0.0f ? z - log1pf(expf(z)) : -log1pf(expf(-z)); /* logsigmoid, exact near 0 */
-            F->logit[p * Jp + j] = z;
-            F->constant[p * Jp + j] = j < L->J ? log_a - 0.5f * k : -INFINITY; /* a padded type gets nothing */
+            const int64_t at = p * H * Jp + j;
+            fit_one(F->first + at, F->second + at, F->amount[p * Jp + j], centre + at, L->beta_u[j], L->beta_a[j],
+                    L->scale, lam, j < L->J, Jp, F->mean + at, F->variance + at, NULL, F->q1 + at, F->q2 + at,
+                    F->logit + p * Jp + j, F->constant + p * Jp + j);
         }
 }
 
@@ -627,6 +644,25 @@ int em_back_mstep(int64_t first_image, int64_t last_image, int64_t P, int64_t I,
             }
         }
     free(s);
+    return 0;
+}
+
+/* The end of a training step's M-step, parent by parent (fit_one): from sums (B, P, 2, 16, Jp) and amount n (B, P,
+   Jp) as em_moments and em_estep give them, the centre (B, P, 16, Jp), beta_u and beta_a (Jp) and the J real types,
+   writes mean d and variance (B, P, 16, Jp), positive (B, P, 16, Jp; the spread above 0), logit (B, P, Jp), and
+   where g is given, the next E-step's g (B, P, 2, 16, Jp) = [-2 d / sigma^2, 1 / sigma^2] and constant (B, P, Jp). */
+int em_fit(int64_t first_image, int64_t last_image, int64_t P, int64_t Jp, int64_t J, const float *sums,
+           const float *amount, const float *centre, const float *beta_u, const float *beta_a, float scale, float lam,
+           float *mean, float *variance, uint8_t *positive, float *logit, float *g, float *constant) {
+    for (int64_t b = first_image; b < last_image; b++)
+        for (int64_t p = 0; p < P; p++)
+            for (int64_t j = 0; j < Jp; j++) {
+                const int64_t at = (b * P + p) * Jp + j, rows = (b * P + p) * H * Jp + j;
+                const int64_t twice = (b * P + p) * 2 * H * Jp + j;
+                fit_one(sums + twice, sums + twice + H * Jp, amount[at], centre + rows, beta_u[j], beta_a[j], scale,
+                        lam, j < J, Jp, mean + rows, variance + rows, positive + rows, g ? g + twice : NULL,
+                        g ? g + twice + H * Jp : NULL, logit + at, constant ? constant + at : NULL);
+            }
     return 0;
 }
 

@@ -14,8 +14,10 @@ held in registers, each entry of a vote four fused multiply-adds):
     em_vote_grad  dL/dM and dL/dW from dL/d[V', V'^2] = sum_t left_t right_t (never written out), and the first
                   M-step's backward in the same pass (its g_w, sum_i g_w w and sum_j g_w R / (n + eps))
 and one pass over one number a vote without the votes: em_back_softmax (the E-step's softmax backward, child by
-child). (V' = V - c, each parent's votes about its centre c.) A step of r iterations makes 3r - 1 vote passes a
-layer: r forward, 2r - 1 backward. What stays in PyTorch is one vector a parent; the assignments and the backward's
+child), and the per-parent arithmetic in a call each: em_fit (an M-step's end: d, sigma^2, the logit, the next
+E-step's weights) and em_back_fit (its backward: the gradients of the moments, of n and of the betas). (V' = V - c,
+each parent's votes about its centre c.) A step of r iterations makes 3r - 1 vote passes a layer: r forward, 2r - 1
+backward. What stays in PyTorch is the order of the calls and a few sums; the assignments and the backward's
 left factors, one number a vote (B x P x I x J), are kept between passes (an M-step's weights w = R a / (n + eps)
 as R and 1 / (n + eps), made where the pass needs them); no tensor of the votes' size is made, in the forward or the
 backward.
@@ -26,7 +28,6 @@ type gets no assignment and is cut from the results).
 from __future__ import annotations
 
 import ctypes
-import math
 from typing import Any
 
 import torch
@@ -34,7 +35,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from capsnet.nn import em_native
-from capsnet.nn.em_routing import EPSILON, LOG_WEIGHT_FLOOR, VARIANCE_FLOOR, inverse_temperature
+from capsnet.nn.em_routing import LOG_WEIGHT_FLOOR, inverse_temperature
 
 MAX_FACTORS = 7  # em_vote_grad keeps 2r - 1 factors a vote: up to r = 4 (the papers route 2 or 3 times)
 
@@ -121,6 +122,35 @@ class _Passes:
             assignment.data_ptr(), g_l.data_ptr(), g_l.data_ptr(), sums.data_ptr()))  # fmt: skip
         return g_l, sums
 
+    def fit(
+        self,
+        sums: Tensor,
+        amount: Tensor,
+        beta_u: Tensor,
+        beta_a: Tensor,
+        parents: int,
+        scale: float,
+        lam: float,
+        estep: bool,
+    ) -> tuple[tuple[Tensor, ...], tuple[Tensor, Tensor] | None]:
+        """The end of an M-step (em_kernel.c's em_fit) from its sums (B, P, 2, 16, Jp) and n (B, P, Jp): the fit (n,
+        the mean about the centre d and sigma^2 (B, P, 16, Jp), spread > 0 (bool, the same), the logit z (B, P, Jp)),
+        and where an E-step follows, its weights [-2 d / sigma^2, 1 / sigma^2] (B, P, 2, 16, Jp) and constant (B, P,
+        Jp) = log a - k / 2, -inf for a padded type."""
+        sums, amount = sums.contiguous(), amount.contiguous()
+        rows = (self.batch, self.positions, 16, self.padded)
+        mean, variance = torch.empty(rows, dtype=torch.float32), torch.empty(rows, dtype=torch.float32)
+        positive = torch.empty(rows, dtype=torch.bool)
+        logit = torch.empty(self.batch, self.positions, self.padded, dtype=torch.float32)
+        g = torch.empty(self.batch, self.positions, 2, 16, self.padded, dtype=torch.float32) if estep else None
+        constant = torch.empty_like(logit) if estep else None
+        a = em_native.address
+        em_native.in_parallel(self.batch, lambda first, last: self.library.em_fit(
+            first, last, self.positions, self.padded, parents, a(sums), a(amount), a(self.centre), a(beta_u),
+            a(beta_a), scale, lam, a(mean), a(variance), a(positive), a(logit), a(g), a(constant)))  # fmt: skip
+        weights = None if g is None or constant is None else (g, constant)
+        return (amount, mean, variance, positive, logit), weights
+
     def back_fit(
         self,
         fit: tuple[Tensor, ...],
@@ -204,20 +234,6 @@ class Factor:
         return _FactorStruct(self.base.data_ptr(), stride, em_native.address(self.inverse), self.right.data_ptr())
 
 
-def _fit(
-    moments: Tensor, amount: Tensor, centre: Tensor, beta_u: Tensor, beta_a: Tensor, scale: float, lam: float
-) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """`em_routing._m_step` from the moments of w = r / (n + eps): mean about the centre d, sigma^2, where the spread
-    is positive, the logit z. moments (B, P, 2, 16, Jp), amount n (B, P, 1, Jp), centre (B, P, 16, Jp)."""
-    first, second = moments[:, :, 0], moments[:, :, 1]  # (B, P, 16, Jp)
-    total = amount / (amount + EPSILON)
-    mean = first - centre * (1 - total)
-    spread = second - mean * (2 * first - mean * total)
-    variance = spread.clamp(min=0) + VARIANCE_FLOOR
-    cost = (beta_u + 0.5 * torch.log(variance)) * (amount * scale)  # (B, P, 16, Jp)
-    return mean, variance, spread > 0, lam * (beta_a - cost.sum(dim=2))  # .., (B, P, Jp)
-
-
 def route(
     library: ctypes.CDLL,
     grid: Tensor,
@@ -265,20 +281,14 @@ class NativeEMRouting(torch.autograd.Function):
         assignments, fits = [], []
         sums, amount = passes.moments(assignment, scale=activations)  # r = R a: sum_i r [V', V'^2], n = sum_i r
         for t in range(iterations):
-            lam = inverse_temperature(t + 1)
-            amount = amount.unsqueeze(2)  # (B, P, 1, Jp)
-            fit = (amount, *_fit(sums / (amount.unsqueeze(2) + EPSILON), amount, centre, bu, ba, scale, lam))
+            # the M-step's end: (n, d, sigma^2, spread > 0, z), and the next E-step's weights where one follows
+            fit, following = passes.fit(
+                sums, amount, bu, ba, parents, scale, inverse_temperature(t + 1), t < iterations - 1
+            )
             assignments.append(assignment)  # the first (1, P, I, Jp), every image's alike
             fits.append(fit)
-            if t < iterations - 1:
-                _, mean, variance, _, logit = fit
-                precision = 1.0 / variance
-                k = (mean * mean * precision + torch.log(2 * math.pi * variance)).sum(dim=2)  # (B, P, Jp)
-                constant = (F.logsigmoid(logit) - 0.5 * k).masked_fill(real == 0, -math.inf)  # a padded type: none
-                # the E-step, and the next M-step's sums in the same pass
-                assignment, sums, amount = passes.estep(
-                    torch.stack([-2 * mean * precision, precision], dim=2), constant, table, activations
-                )
+            if following is not None:  # the E-step, and the next M-step's sums in the same pass
+                assignment, sums, amount = passes.estep(*following, table, activations)
         _, mean, _, _, logit = fits[-1]
         ctx.passes, ctx.fits, ctx.assignments, ctx.table = passes, fits, assignments, table
         ctx.shape = (children, iterations, parents, scale, weights.shape)
@@ -313,9 +323,7 @@ class NativeEMRouting(torch.autograd.Function):
                 g_l, g_l_sum = passes.back_softmax(ctx.assignments[t + 1], grad_next, ctx.table)
                 after, last = (g_l_sum, passes.moments(g_l)[0]), None  # and sum_i g_l [V', V'^2]
             fit = ctx.fits[t]
-            g_moments, g_amount, inverse, right, g_beta_a, g_beta_u = passes.back_fit(
-                (fit[0].squeeze(2), *fit[1:]), bu, scale, lam, after, last
-            )
+            g_moments, g_amount, inverse, right, g_beta_a, g_beta_u = passes.back_fit(fit, bu, scale, lam, after, last)
             grad_beta_a += g_beta_a
             grad_beta_u += g_beta_u
             if right is not None:  # the E-step's distances: g_quadratic = -g_l / 2, the half in its right factor
