@@ -587,7 +587,9 @@ def test_the_sidebar_form_starts_an_em_run_with_its_beta_learning_rate(app_with_
     at = new_app().run()
     at.sidebar.selectbox(key="train_preset").set_value(("em", "tiny"))
     at.sidebar.number_input(key="train_epochs").set_value(1)
-    at.sidebar.number_input(key="train_size").set_value(100)
+    # enough images that the run is still going when the test looks (the EM kernel trains the tiny network at
+    # hundreds of images a second: 100 images could be done before the page's run returned); cancelled below
+    at.sidebar.number_input(key="train_size").set_value(20000)
     at.sidebar.number_input(key="test_size").set_value(100)
     at.sidebar.number_input(key="train_beta_lr").set_value(50.0)
     at.sidebar.button(key="FormSubmitter:train_form-Start training").click().run()
