@@ -17,7 +17,7 @@ from dashboard.figures.agreement import VISIBLE_SHARE_CHANGE, shows_share_change
 def procedure(config: CapsNetConfig) -> str:
     g, k = config.primary_grid, config.num_classes
     if config.none_of_the_above:  # section 7: one more parent, whose logit stays 0 and whose share is dropped
-        return f"""
+        return rf"""
 **Routing by agreement (Procedure 1 of the paper), with a "none of the above" category.** Each of the primary
 capsules $i$ ({config.primary_types} types on a {g}x{g} grid: {config.num_primary:,} in this model) *predicts* every
 class capsule $j$ through a learned matrix: $\hat u_{{j|i}} = W_{{ij}} u_i$. Its **coupling coefficients** $c_{{ij}}$

@@ -33,6 +33,17 @@ def test_no_module_is_too_long(path: Path) -> None:
     assert lines <= MAX_LINES, f"{path.relative_to(REPO)} has {lines} lines: split it by concept"
 
 
+def test_no_module_warns_as_it_compiles() -> None:
+    """No invalid escape sequence (a LaTeX command in a plain f-string): a DeprecationWarning today, an error in a
+    later Python."""
+    import warnings
+
+    for path in modules("capsnet", "dashboard", "benchmarks", "tests", "docs"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            compile(path.read_text(encoding="utf-8"), str(path), "exec")
+
+
 def test_the_core_does_not_know_the_dashboard() -> None:
     for path in modules("capsnet"):
         assert not any(name.startswith("dashboard") for name in imports(path)), path
