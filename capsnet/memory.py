@@ -200,7 +200,8 @@ def _refuse(needs: StepMemory, batch: int, room: int, described: str, none_fits:
     way_out = f"--batch-size {fits} fits" if fits >= 1 else none_fits
     return OutOfMemoryError(
         f"{described} at a batch of {batch} needs about {needs.at(batch) / 2**30:.1f} GiB "
-        f"({needs.per_image / 2**20:.0f} MiB an image), more than the {max(room, 0) / 2**30:.1f} GiB free here: "
+        f"({needs.fixed / 2**20:,.0f} MiB and {needs.per_image / 2**20:.1f} MiB an image, times {MARGIN:g} to spare), "
+        f"more than the {max(room, 0) / 2**30:.1f} GiB free here: "
         f"{way_out}"
     )
 
