@@ -172,21 +172,42 @@ def tiles_of(weights: Tensor, padded: int) -> Tensor:
     return F.pad(weights.permute(0, 2, 3, 1), (0, padded - weights.shape[1])).contiguous()
 
 
-def in_parallel(batch: int, images: Callable[[int, int], int]) -> None:
-    """`images(first, last)` over the batch on torch's threads, each a share of the images (the kernel runs without
-    the GIL: ctypes releases it); MemoryError where a share's scratch memory could not be had."""
-    if batch == 0:
-        return
+def _shares(batch: int) -> list[tuple[int, int]]:
+    """The batch split into one share of images a thread of torch's: [(first, last), ...]."""
     threads = max(1, min(torch.get_num_threads(), batch))
     share = -(-batch // threads)
-    bounds = [(n, min(batch, n + share)) for n in range(0, batch, share)]
-    if len(bounds) == 1:
-        codes = [images(*bounds[0])]
+    return [(n, min(batch, n + share)) for n in range(0, batch, share)]
+
+
+def _run(batch: int, shares: list[tuple[int, int]], work: Callable[[int], int]) -> None:
+    """`work(n)` for each share n, each on a thread of its own (the kernel runs without the GIL: ctypes releases it);
+    MemoryError where a share's scratch memory could not be had."""
+    if len(shares) == 1:
+        codes = [work(0)]
     else:
-        with ThreadPoolExecutor(len(bounds)) as pool:
-            codes = list(pool.map(lambda bound: images(*bound), bounds))
+        with ThreadPoolExecutor(len(shares)) as pool:
+            codes = list(pool.map(work, range(len(shares))))
     if any(codes):
         raise MemoryError(f"EM routing's kernel could not run a batch of {batch} (code {max(codes)})")
+
+
+def in_parallel(batch: int, images: Callable[[int, int], int]) -> None:
+    """`images(first, last)` over the batch on torch's threads, each a share of the images."""
+    if batch == 0:
+        return
+    shares = _shares(batch)
+    _run(batch, shares, lambda n: images(*shares[n]))
+
+
+def summed_in_parallel(batch: int, shape: tuple[int, ...], images: Callable[[int, int, Tensor], int]) -> Tensor:
+    """`images(first, last, own)` over the batch as `in_parallel` runs it, each share adding into a float32 tensor of
+    `shape` of its own (zeros to begin with), so that no two threads add into the same numbers: their sum."""
+    if batch == 0:
+        return torch.zeros(shape, dtype=torch.float32)
+    shares = _shares(batch)
+    own = torch.zeros(len(shares), *shape, dtype=torch.float32)
+    _run(batch, shares, lambda n: images(*shares[n], own[n]))
+    return own.sum(dim=0)
 
 
 def route(

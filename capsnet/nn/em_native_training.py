@@ -172,46 +172,39 @@ class _Passes:
         g_amount = torch.empty(self.batch, self.positions, self.padded, dtype=torch.float32)
         inverse = torch.empty_like(g_amount)
         given = [x.contiguous() for x in (last if last is not None else after)]  # type: ignore[union-attr]
-        threads = max(1, min(torch.get_num_threads(), self.batch))
-        betas = torch.zeros(2, threads, self.padded, dtype=torch.float32)  # each thread's sums: beta_a, beta_u
-        share = -(-self.batch // threads)
         a = em_native.address
 
-        def images(first: int, last_: int) -> int:
+        def images(first: int, last_: int, betas: Tensor) -> int:  # betas (2, Jp): this share's beta_a, beta_u
             return int(self.library.em_back_fit(
                 first, last_, self.positions, self.padded, int(last is not None), a(amount), a(mean), a(variance),
                 a(positive), a(logit), a(self.centre), a(beta_u), scale, lam,
                 *((a(given[0]), a(given[1]), None, None) if last is not None else (None, None, a(given[0]), a(given[1]))),
-                a(g_moments), a(g_amount), a(inverse), a(right), a(betas[0, first // share]), a(betas[1, first // share]),
+                a(g_moments), a(g_amount), a(inverse), a(right), a(betas[0]), a(betas[1]),
             ))  # fmt: skip
 
-        em_native.in_parallel(self.batch, images)
-        sums = betas.sum(dim=1)
+        sums = em_native.summed_in_parallel(self.batch, (2, self.padded), images)
         return g_moments, g_amount, inverse, right, sums[0], sums[1]
 
     def vote_grad(self, factors: list[Factor], activations: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """dL/d grid (B, 4, C, 4) and dL/d tiles (I, 4, 4, Jp) from the gradient of [V', V'^2], the sum of the
         factors, and with them the M-step's side of the last factor's (the first M-step's weights): sum_i g_w w (B,
-        P, Jp) and sum_j g_w R / (n + eps) (B, P, I), g_w = [V', V'^2] . its right. Each thread adds into its own W
-        gradient, summed here."""
+        P, Jp) and sum_j g_w R / (n + eps) (B, P, I), g_w = [V', V'^2] . its right. Each share of the batch adds into
+        its own W gradient (`em_native.summed_in_parallel`)."""
         table = (_FactorStruct * len(factors))(*(f.struct() for f in factors))
         activations = activations.contiguous()
         grad_grid = torch.empty_like(self.grid)
-        threads = max(1, min(torch.get_num_threads(), self.batch))
-        grad_tiles = torch.zeros(threads, *self.tiles.shape, dtype=torch.float32)
         sums = torch.empty(self.batch, self.positions, self.padded, dtype=torch.float32)
         assigned = torch.empty(self.batch, self.positions, self.slots, dtype=torch.float32)
-        share = -(-self.batch // threads)
 
-        def images(first: int, last: int) -> int:
+        def images(first: int, last: int, grad_tiles: Tensor) -> int:  # this share's own W gradient
             return int(self.library.em_vote_grad(
                 *self._sizes(first, last), len(factors), *self.common, ctypes.addressof(table),
-                activations.data_ptr(), grad_grid.data_ptr(), grad_tiles[first // share].data_ptr(),
-                sums.data_ptr(), assigned.data_ptr(),
+                activations.data_ptr(), grad_grid.data_ptr(), grad_tiles.data_ptr(), sums.data_ptr(),
+                assigned.data_ptr(),
             ))  # fmt: skip
 
-        em_native.in_parallel(self.batch, images)
-        return grad_grid, grad_tiles.sum(dim=0), sums, assigned
+        grad_tiles = em_native.summed_in_parallel(self.batch, tuple(self.tiles.shape), images)
+        return grad_grid, grad_tiles, sums, assigned
 
 
 class _FactorStruct(ctypes.Structure):
