@@ -114,6 +114,31 @@ static inline __attribute__((always_inline)) vf weighed_votes(const vf *wt, cons
     return (acc[0] + acc[1]) + (acc[2] + acc[3]);
 }
 
+/* log a_j + log N(V_ij; mu_j, sigma_j^2) for a slot's VB types into logp, its votes about the centre kept in v (16
+   rows of Jp), the largest so far in *top: constant k (VB) minus half the votes weighed by q1, q2 (weighed_votes) */
+static inline __attribute__((always_inline)) void log_density(const vf *wt, const float *const rows[4],
+                                                              const float *off, const float *c, const float *q1,
+                                                              const float *q2, const float *k, int64_t Jp, float *v,
+                                                              float *logp, float *top) {
+    const vf x = vload(k) - 0.5f * weighed_votes(wt, rows, off, c, q1, q2, Jp, v);
+    vstore(logp, x);
+    for (int jj = 0; jj < VB; jj++) *top = x[jj] > *top ? x[jj] : *top;
+}
+
+/* A child's assignments over its n slot-types from their log-densities r (top the largest), in place: weights
+   exp(r - top), each floored at `log_floor` below the likeliest (LOG_WEIGHT_FLOOR), 0 for a padded type (-inf).
+   Returns their sum, by which the caller normalises. */
+static inline float child_weights(float *r, int64_t n, float top, float log_floor) {
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t at = 0; at < n; at++) {
+        const float x = r[at] - top;
+        r[at] = x == -INFINITY ? 0.0f : exp_neg(x > log_floor ? x : log_floor);
+        sum += r[at];
+    }
+    return sum;
+}
+
 /* One slot's share of em_moments: r (VB types) times the votes about the centre and their squares into f and s */
 static inline __attribute__((always_inline)) void moments_slot(const vf *wt, const float *const rows[4],
                                                                const float *off, const float *c, vf r, float *f,
@@ -271,20 +296,11 @@ static void next_pass(const Layer *L, const Fit *F, Fit *G, const float *poses, 
                 vf wt[H];
                 load_tile(wt, w, Jp, jb);
                 const int64_t at = p * H * Jp + jb; /* the votes about the centre kept for the M-step below */
-                const vf acc = weighed_votes(wt, m, off, centre + at, F->q1 + at, F->q2 + at, Jp, vs + jb);
-                const vf logp = vload(k + jb) - 0.5f * acc; /* log a_j + log N(V_ij; mu_j, sigma_j^2) */
-                vstore(rs + jb, logp);
-                for (int jj = 0; jj < VB; jj++) top = logp[jj] > top ? logp[jj] : top;
+                log_density(wt, m, off, centre + at, F->q1 + at, F->q2 + at, k + jb, Jp, vs + jb, rs + jb, &top);
             }
         }
         if (count == 0) continue; /* a child no window reaches */
-        float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-        for (int64_t n = 0; n < count * Jp; n++) {
-            const float x = r[n] - top;
-            r[n] = x == -INFINITY ? 0.0f : exp_neg(x > log_floor ? x : log_floor);
-            sum += r[n];
-        }
+        const float sum = child_weights(r, count * Jp, top, log_floor);
         for (int64_t s = 0; s < count; s++) {
             const int64_t slot = slots[s], p = slot / L->I;
             const float scale = acts[slot] / sum; /* r = R a */
@@ -428,21 +444,12 @@ int em_estep(int64_t first_image, int64_t last_image, int64_t P, int64_t I, int6
                     vf wt[H];
                     load_tile(wt, w, Jp, jb);
                     const float *c = centre + (b * P + p) * H * Jp + jb;
-                    const vf acc = weighed_votes(wt, m, off, c, gp + jb, gp + H * Jp + jb, Jp, v + count * H * Jp + jb);
-                    const vf logp = vload(k + jb) - 0.5f * acc; /* log a_j + log N(V_ij; mu_j, sigma_j^2) */
-                    vstore(rs + jb, logp);
-                    for (int jj = 0; jj < VB; jj++) top = logp[jj] > top ? logp[jj] : top;
+                    log_density(wt, m, off, c, gp + jb, gp + H * Jp + jb, k + jb, Jp, v + count * H * Jp + jb, rs + jb,
+                                &top);
                 }
             }
             if (count == 0) continue;
-            float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-            for (int64_t n = 0; n < count * Jp; n++) {
-                const float x = r[n] - top;
-                r[n] = x == -INFINITY ? 0.0f : exp_neg(x > log_floor ? x : log_floor);
-                sum += r[n];
-            }
-            const float inv = 1.0f / sum;
+            const float inv = 1.0f / child_weights(r, count * Jp, top, log_floor);
             for (int64_t s = 0; s < count; s++) {
                 const int64_t at = b * P * I + own[s], p = own[s] / I;
                 float *rs = r + s * Jp, *assigned = R + at * Jp;
