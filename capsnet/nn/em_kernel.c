@@ -81,6 +81,7 @@ static inline vf vload(const float *p) {
     return v;
 }
 static inline void vstore(float *p, vf v) { memcpy(p, &v, sizeof v); }
+typedef int32_t vi __attribute__((vector_size(VB * sizeof(int32_t)))); /* a comparison's lanes, and shuffles' */
 
 /* A slot's W entries for a block of VB parent types in registers: wt[k * 4 + c] = W[k][c] */
 static inline void load_tile(vf *wt, const float *w, int64_t Jp, int64_t jb) {
@@ -115,14 +116,23 @@ static inline __attribute__((always_inline)) vf weighed_votes(const vf *wt, cons
 }
 
 /* log a_j + log N(V_ij; mu_j, sigma_j^2) for a slot's VB types into logp, its votes about the centre kept in v (16
-   rows of Jp), the largest so far in *top: constant k (VB) minus half the votes weighed by q1, q2 (weighed_votes) */
+   rows of Jp), the largest so far lane by lane in *top (lane_max finds the child's): constant k (VB) minus half the
+   votes weighed by q1, q2 (weighed_votes) */
 static inline __attribute__((always_inline)) void log_density(const vf *wt, const float *const rows[4],
                                                               const float *off, const float *c, const float *q1,
                                                               const float *q2, const float *k, int64_t Jp, float *v,
-                                                              float *logp, float *top) {
+                                                              float *logp, vf *top) {
     const vf x = vload(k) - 0.5f * weighed_votes(wt, rows, off, c, q1, q2, Jp, v);
     vstore(logp, x);
-    for (int jj = 0; jj < VB; jj++) *top = x[jj] > *top ? x[jj] : *top;
+    const vi above = x > *top; /* lane by lane, where one scalar maximum a vote was a chain of VB comparisons */
+    *top = (vf)(((vi)x & above) | ((vi)*top & ~above));
+}
+
+/* The largest of a vector's lanes */
+static inline float lane_max(vf v) {
+    float top = v[0];
+    for (int jj = 1; jj < VB; jj++) top = v[jj] > top ? v[jj] : top;
+    return top;
 }
 
 /* A child's assignments over its n slot-types from their log-densities r (top the largest), in place: weights
@@ -173,7 +183,7 @@ typedef struct {
 
 /* Adds r (Jp) times the votes about the centre v (16 rows of Jp) into a parent position's sums: n (Jp) += r, f (16
    rows of Jp) += r v, s += r v^2 */
-static inline void add_weighed(const float *restrict v, const float *restrict r, float *n, float *f, float *s,
+static inline __attribute__((always_inline)) void add_weighed(const float *restrict v, const float *restrict r, float *n, float *f, float *s,
                                int64_t Jp) {
     for (int64_t jb = 0; jb < Jp; jb += VB) {
         const vf rj = vload(r + jb);
@@ -284,7 +294,8 @@ static void next_pass(const Layer *L, const Fit *F, Fit *G, const float *poses, 
     for (int64_t ch = 0; ch < L->C; ch++) {
         const int64_t *slots = L->slots + ch * L->S;
         int64_t count = 0;
-        float top = -INFINITY;
+        vf top = {0};
+        top -= INFINITY;
         for (; count < L->S && slots[count] >= 0; count++) {
             const int64_t slot = slots[count], p = slot / L->I, i = slot % L->I;
             float *vs = v + count * H * Jp, *rs = r + count * Jp;
@@ -300,7 +311,7 @@ static void next_pass(const Layer *L, const Fit *F, Fit *G, const float *poses, 
             }
         }
         if (count == 0) continue; /* a child no window reaches */
-        const float sum = child_weights(r, count * Jp, top, log_floor);
+        const float sum = child_weights(r, count * Jp, lane_max(top), log_floor);
         for (int64_t s = 0; s < count; s++) {
             const int64_t slot = slots[s], p = slot / L->I;
             const float scale = acts[slot] / sum; /* r = R a */
@@ -381,11 +392,11 @@ static Layer pass_layer(int64_t P, int64_t I, int64_t Jp, int64_t C, const int64
 /* out (B, P, 2, 16, Jp) = sum_i w [V - c, (V - c)^2] with w = weights (B, P, I, Jp; an image's `weights_stride`
    floats after the last's, 0 for one set of weights for every image) times scale (B, P, I) where one is given (the
    M-step's r = R a), and amount (B, P, Jp) = sum_i w where asked for: the M-step's moments */
-int em_moments(int64_t first_image, int64_t last_image, int64_t P, int64_t I, int64_t Jp, int64_t C,
-               const int64_t *child, const float *rows, const float *wtiles, const float *offsets,
-               const float *centre, const float *weights, int64_t weights_stride, const float *scale, float *out,
-               float *amount) {
-    const Layer L = pass_layer(P, I, Jp, C, child, wtiles, offsets);
+static inline __attribute__((always_inline)) void moments_images(
+    const Layer *L, const int64_t Jp, const int offsets, int64_t first_image, int64_t last_image, const float *rows,
+    const float *centre, const float *weights, int64_t weights_stride, const float *scale, float *out,
+    float *amount) {
+    const int64_t P = L->P, I = L->I, C = L->C;
     for (int64_t b = first_image; b < last_image; b++) {
         float *o = out + b * P * 2 * H * Jp;
         memset(o, 0, sizeof(float) * P * 2 * H * Jp);
@@ -395,8 +406,8 @@ int em_moments(int64_t first_image, int64_t last_image, int64_t P, int64_t I, in
                 const float a = scale ? scale[(b * P + p) * I + i] : 1.0f;
                 if (a == 0.0f) continue;
                 const float *m[4];
-                pose_rows(&L, rows + b * 16 * C, p * I + i, m);
-                const float *w = L.wtiles + i * H * Jp;
+                pose_rows(L, rows + b * 16 * C, p * I + i, m);
+                const float *w = L->wtiles + i * H * Jp;
                 const float *given = weights + b * weights_stride + (p * I + i) * Jp;
                 for (int64_t jb = 0; jb < Jp; jb += VB) {
                     const vf r = vload(given + jb) * a;
@@ -405,39 +416,52 @@ int em_moments(int64_t first_image, int64_t last_image, int64_t P, int64_t I, in
                     load_tile(wt, w, Jp, jb);
                     const float *c = centre + (b * P + p) * H * Jp + jb;
                     float *f = o + p * 2 * H * Jp + jb, *s = f + H * Jp;
-                    moments_slot(wt, m, offsets ? offsets + i * H : NULL, c, r, f, s, Jp);
+                    moments_slot(wt, m, offsets ? L->offsets + i * H : NULL, c, r, f, s, Jp);
                 }
             }
     }
+}
+
+/* A pass's body with Jp and whether there are offsets as constants for the widths the networks have (one or two
+   blocks): each entry's address is then a fixed distance from a block's, where with Jp a variable the sixteen rows'
+   pointers are kept apart and spill */
+#define BY_WIDTH(body, L, ...)                                                                                       \
+    do {                                                                                                             \
+        const int with = (L)->offsets != NULL;                                                                      \
+        if ((L)->Jp == VB && with) body(L, VB, 1, __VA_ARGS__);                                                     \
+        else if ((L)->Jp == VB && !with) body(L, VB, 0, __VA_ARGS__);                                               \
+        else if ((L)->Jp == 2 * VB && with) body(L, 2 * VB, 1, __VA_ARGS__);                                        \
+        else if ((L)->Jp == 2 * VB && !with) body(L, 2 * VB, 0, __VA_ARGS__);                                       \
+        else body(L, (L)->Jp, with, __VA_ARGS__);                                                                    \
+    } while (0)
+
+int em_moments(int64_t first_image, int64_t last_image, int64_t P, int64_t I, int64_t Jp, int64_t C,
+               const int64_t *child, const float *rows, const float *wtiles, const float *offsets,
+               const float *centre, const float *weights, int64_t weights_stride, const float *scale, float *out,
+               float *amount) {
+    const Layer L = pass_layer(P, I, Jp, C, child, wtiles, offsets);
+    BY_WIDTH(moments_images, &L, first_image, last_image, rows, centre, weights, weights_stride, scale, out, amount);
     return 0;
 }
 
-/* The E-step: R (B, P, I, Jp) = a_j p_ij / sum over every parent of child i, from each parent's weights g (B, P, 2,
-   16, Jp) = [-2 d / sigma^2, 1 / sigma^2] and constant (B, P, Jp) = log a_j - (sum_h d^2 / sigma^2 + log 2 pi
-   sigma^2) / 2 (-inf for a padded type), child by child (`slots`, S a child at most), the weights floored at
-   `log_floor` below the child's likeliest parent's; and the next M-step's sums in the same pass, each child's votes
-   made once: out (B, P, 2, 16, Jp) = sum_i r [V', V'^2] and amount (B, P, Jp) = sum_i r, with r = R a, a = acts
-   (B, P, I) (as em_moments gives them). */
-int em_estep(int64_t first_image, int64_t last_image, int64_t P, int64_t I, int64_t Jp, int64_t C,
-             const int64_t *child, const float *rows, const float *wtiles, const float *offsets, const float *centre,
-             const float *g, const float *constant, const int64_t *slots, int64_t S, float log_floor, float *R,
-             const float *acts, float *out, float *amount) {
-    float *r = (float *)malloc(sizeof(float) * S * Jp * (H + 1));
-    if (!r) return 1;
-    float *v = r + S * Jp; /* each slot's votes about the centre, for the M-step's sums */
-    const Layer L = pass_layer(P, I, Jp, C, child, wtiles, offsets);
+static inline __attribute__((always_inline)) void estep_images(
+    const Layer *L, const int64_t Jp, const int with, int64_t first_image, int64_t last_image, const float *rows,
+    const float *centre, const float *g, const float *constant, const int64_t *slots, int64_t S, float log_floor,
+    float *R, const float *acts, float *out, float *amount, float *r, float *v) {
+    const int64_t P = L->P, I = L->I, C = L->C;
     for (int64_t b = first_image; b < last_image; b++) {
         memset(out + b * P * 2 * H * Jp, 0, sizeof(float) * P * 2 * H * Jp);
         memset(amount + b * P * Jp, 0, sizeof(float) * P * Jp);
         for (int64_t ch = 0; ch < C; ch++) {
             const int64_t *own = slots + ch * S;
             int64_t count = 0;
-            float top = -INFINITY;
+            vf top = {0};
+            top -= INFINITY;
             for (; count < S && own[count] >= 0; count++) {
                 const int64_t slot = own[count], p = slot / I, i = slot % I;
                 const float *m[4];
-                pose_rows(&L, rows + b * 16 * C, slot, m);
-                const float *w = L.wtiles + i * H * Jp, *off = offsets ? offsets + i * H : NULL;
+                pose_rows(L, rows + b * 16 * C, slot, m);
+                const float *w = L->wtiles + i * H * Jp, *off = with ? L->offsets + i * H : NULL;
                 const float *gp = g + (b * P + p) * 2 * H * Jp, *k = constant + (b * P + p) * Jp;
                 float *rs = r + count * Jp;
                 for (int64_t jb = 0; jb < Jp; jb += VB) {
@@ -449,7 +473,7 @@ int em_estep(int64_t first_image, int64_t last_image, int64_t P, int64_t I, int6
                 }
             }
             if (count == 0) continue;
-            const float inv = 1.0f / child_weights(r, count * Jp, top, log_floor);
+            const float inv = 1.0f / child_weights(r, count * Jp, lane_max(top), log_floor);
             for (int64_t s = 0; s < count; s++) {
                 const int64_t at = b * P * I + own[s], p = own[s] / I;
                 float *rs = r + s * Jp, *assigned = R + at * Jp;
@@ -466,6 +490,24 @@ int em_estep(int64_t first_image, int64_t last_image, int64_t P, int64_t I, int6
             }
         }
     }
+}
+
+/* The E-step: R (B, P, I, Jp) = a_j p_ij / sum over every parent of child i, from each parent's weights g (B, P, 2,
+   16, Jp) = [-2 d / sigma^2, 1 / sigma^2] and constant (B, P, Jp) = log a_j - (sum_h d^2 / sigma^2 + log 2 pi
+   sigma^2) / 2 (-inf for a padded type), child by child (`slots`, S a child at most), the weights floored at
+   `log_floor` below the child's likeliest parent's; and the next M-step's sums in the same pass, each child's votes
+   made once: out (B, P, 2, 16, Jp) = sum_i r [V', V'^2] and amount (B, P, Jp) = sum_i r, with r = R a, a = acts
+   (B, P, I) (as em_moments gives them). */
+int em_estep(int64_t first_image, int64_t last_image, int64_t P, int64_t I, int64_t Jp, int64_t C,
+             const int64_t *child, const float *rows, const float *wtiles, const float *offsets, const float *centre,
+             const float *g, const float *constant, const int64_t *slots, int64_t S, float log_floor, float *R,
+             const float *acts, float *out, float *amount) {
+    float *r = (float *)malloc(sizeof(float) * S * Jp * (H + 1));
+    if (!r) return 1;
+    float *v = r + S * Jp; /* each slot's votes about the centre, for the M-step's sums */
+    const Layer L = pass_layer(P, I, Jp, C, child, wtiles, offsets);
+    BY_WIDTH(estep_images, &L, first_image, last_image, rows, centre, g, constant, slots, S, log_floor, R, acts, out,
+             amount, r, v);
     free(r);
     return 0;
 }
@@ -479,31 +521,84 @@ typedef struct {
     const float *inv, *right;
 } Factor;
 
-/* Sum of each of 16 vectors' lanes, out[n] = sum_jj v[n][jj] */
+/* Two vectors' lanes picked by index (0..VB-1 the first's, VB.. the second's): GCC's and Clang's builtins */
+#if defined(__clang__)
+#define PICK(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+#else
+#define PICK(a, b, ...) __builtin_shuffle(a, b, (vi){__VA_ARGS__})
+#endif
+
+/* Pairs of vectors halved: lane sums of width `w` of a and b, side by side (a's in the lower half of each 2w) */
+#if VB == 16
+#define HALVE16(a, b) (PICK(a, b, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) + \
+                       PICK(a, b, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31))
+#define HALVE8(a, b) (PICK(a, b, 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27) + \
+                      PICK(a, b, 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31))
+#define HALVE4(a, b) (PICK(a, b, 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29) + \
+                      PICK(a, b, 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31))
+#define HALVE2(a, b) (PICK(a, b, 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30) + \
+                      PICK(a, b, 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31))
+#else
+#define HALVE4(a, b) (PICK(a, b, 0, 1, 2, 3, 8, 9, 10, 11) + PICK(a, b, 4, 5, 6, 7, 12, 13, 14, 15))
+#define HALVE2(a, b) (PICK(a, b, 0, 1, 8, 9, 4, 5, 12, 13) + PICK(a, b, 2, 3, 10, 11, 6, 7, 14, 15))
+#define HALVE1(a, b) (PICK(a, b, 0, 8, 2, 10, 4, 12, 6, 14) + PICK(a, b, 1, 9, 3, 11, 5, 13, 7, 15))
+#endif
+
+/* The sum of a vector's lanes, by halves */
+static inline float lane_total(vf v) {
+#if VB == 16
+    v = HALVE16(v, v);
+    v = HALVE8(v, v);
+    v = HALVE4(v, v);
+    return HALVE2(v, v)[0];
+#else
+    v = HALVE4(v, v);
+    v = HALVE2(v, v);
+    return HALVE1(v, v)[0];
+#endif
+}
+
+/* Sum of each of 16 vectors' lanes, out[n] = sum_jj v[n][jj]: a tree of shuffles and adds (15 adds and 30
+   shuffles for VB = 16, where lane by lane it is 240 dependent scalar additions) */
 static inline void lane_sums(const vf v[H], float out[H]) {
-    float sums[H][VB];
-    for (int n = 0; n < H; n++) vstore(sums[n], v[n]);
-    for (int n = 0; n < H; n++) {
-        float total = 0.0f;
-#pragma omp simd reduction(+ : total)
-        for (int jj = 0; jj < VB; jj++) total += sums[n][jj];
-        out[n] = total;
-    }
+#if VB == 16
+    vf x[8], y[4], z[2];
+    for (int n = 0; n < 8; n++) x[n] = HALVE16(v[2 * n], v[2 * n + 1]); /* (v0 | v1) sums of 8 lanes ... */
+    for (int n = 0; n < 4; n++) y[n] = HALVE8(x[2 * n], x[2 * n + 1]);  /* 4 lanes each: v0 v2 v1 v3 ... by order */
+    for (int n = 0; n < 2; n++) z[n] = HALVE4(y[2 * n], y[2 * n + 1]);
+    const vf t = HALVE2(z[0], z[1]);
+    float lanes[VB];
+    vstore(lanes, t);
+    /* the tree leaves sums in the order of its picks: v n at lane order[n] */
+    static const int order[H] = {0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15};
+    for (int n = 0; n < H; n++) out[n] = lanes[order[n]];
+#else
+    vf x[8], y[4], z[2];
+    for (int n = 0; n < 8; n++) x[n] = HALVE4(v[2 * n], v[2 * n + 1]);
+    for (int n = 0; n < 4; n++) y[n] = HALVE2(x[2 * n], x[2 * n + 1]);
+    for (int n = 0; n < 2; n++) z[n] = HALVE1(y[2 * n], y[2 * n + 1]);
+    float lanes[2 * VB];
+    vstore(lanes, z[0]);
+    vstore(lanes + VB, z[1]);
+    static const int order[H] = {0, 4, 2, 6, 1, 5, 3, 7, 8, 12, 10, 14, 9, 13, 11, 15};
+    for (int n = 0; n < H; n++) out[n] = lanes[order[n]];
+#endif
 }
 
 /* One slot's share of em_vote_grad (below), with T factors, the last of them the first M-step's weights: T and `off`
    constant where it is called, so that the loops unroll and a block's numbers stay in registers. */
-static inline __attribute__((always_inline)) void grad_slot(const Layer *L, const int T, const float *off, int64_t b,
+static inline __attribute__((always_inline)) void grad_slot(const Layer *L, const int64_t Jp, const int T, const float *off, int64_t b,
                                                             int64_t p, int64_t i, const float *grid,
                                                             const float *centre, const Factor *factors,
                                                             const float *acts, float *grad_rows, float *grad_w,
                                                             float *out_sum, float *out_a) {
-    const int64_t P = L->P, I = L->I, Jp = L->Jp, C = L->C, slot = (b * P + p) * I + i;
+    const int64_t P = L->P, I = L->I, C = L->C, slot = (b * P + p) * I + i;
     const float a = acts[slot];
     const float *m[4];
     pose_rows(L, grid + b * 16 * C, p * I + i, m);
     const float *w = L->wtiles + i * H * Jp;
-    float *gw = grad_w + i * H * Jp, assigned = 0.0f;
+    float *gw = grad_w + i * H * Jp;
+    vf assigned = {0};
     vf am[H]; /* dL/dM[r][k], lane by lane until the slot is done */
 #pragma GCC unroll 16
     for (int n = 0; n < H; n++) am[n] = (vf){0};
@@ -549,15 +644,38 @@ static inline __attribute__((always_inline)) void grad_slot(const Layer *L, cons
         const vf base = vload(f->base + b * f->stride + (p * I + i) * Jp + jb), inv = vload(f->inv + (b * P + p) * Jp + jb);
         float *s = out_sum + (b * P + p) * Jp + jb;
         vstore(s, vload(s) + gm * lt[T - 1]);
-        const vf share = gm * base * inv;
-        for (int jj = 0; jj < VB; jj++) assigned += share[jj];
+        assigned += gm * base * inv;
     }
-    out_a[slot] = assigned;
+    out_a[slot] = lane_total(assigned);
     float gm[H];
     lane_sums(am, gm);
     const int64_t n = L->child[p * I + i];
     for (int r = 0; r < 4; r++)
         for (int k = 0; k < 4; k++) grad_rows[((b * 4 + r) * C + n) * 4 + k] += gm[r * 4 + k];
+}
+
+/* em_vote_grad's images with Jp, whether there are offsets, and T constants (BY_WIDTH, then a case a T) */
+static inline __attribute__((always_inline)) void grad_images(const Layer *L, const int64_t Jp, const int with, int T,
+                                                              int64_t first_image, int64_t last_image,
+                                                              const float *rows, const float *centre,
+                                                              const Factor *factors, const float *acts,
+                                                              float *grad_rows, float *grad_w, float *out_sum,
+                                                              float *out_a) {
+#define GRAD_CASE(t)                                                                                                 \
+    case t:                                                                                                          \
+        for (int64_t b = first_image; b < last_image; b++)                                                           \
+            for (int64_t p = 0; p < L->P; p++)                                                                       \
+                for (int64_t i = 0; i < L->I; i++)                                                                   \
+                    grad_slot(L, Jp, t, with ? L->offsets + i * H : NULL, b, p, i, rows, centre, factors, acts,       \
+                              grad_rows, grad_w, out_sum, out_a);                                                    \
+        break
+    switch (T) { /* 2r - 1 factors for r iterations */
+        GRAD_CASE(1);
+        GRAD_CASE(3);
+        GRAD_CASE(5);
+        GRAD_CASE(7);
+    }
+#undef GRAD_CASE
 }
 
 /* The votes' gradient dL/d[V', V'^2] = sum_t left_t right_t (never written out): dL/dV = g1 + 2 V' g2, then dL/dM[r][k]
@@ -574,23 +692,8 @@ int em_vote_grad(int64_t first_image, int64_t last_image, int64_t P, int64_t I, 
     const Layer L = pass_layer(P, I, Jp, C, child, wtiles, offsets);
     memset(grad_rows + first_image * 16 * C, 0, sizeof(float) * (last_image - first_image) * 16 * C);
     memset(out_sum + first_image * P * Jp, 0, sizeof(float) * (last_image - first_image) * P * Jp);
-#define GRAD_SLOTS(t, off)                                                                                           \
-    for (int64_t b = first_image; b < last_image; b++)                                                               \
-        for (int64_t p = 0; p < P; p++)                                                                              \
-            for (int64_t i = 0; i < I; i++)                                                                          \
-                grad_slot(&L, t, off, b, p, i, rows, centre, factors, acts, grad_rows, grad_w, out_sum, out_a)
-#define GRAD_CASE(t)                                                                                                 \
-    case t:                                                                                                          \
-        GRAD_SLOTS(t, offsets ? offsets + i * H : NULL);                                                             \
-        break
-    switch (T) { /* 2r - 1 factors for r iterations */
-        GRAD_CASE(1);
-        GRAD_CASE(3);
-        GRAD_CASE(5);
-        GRAD_CASE(7);
-    }
-#undef GRAD_CASE
-#undef GRAD_SLOTS
+    BY_WIDTH(grad_images, &L, T, first_image, last_image, rows, centre, factors, acts, grad_rows, grad_w, out_sum,
+             out_a);
     return 0;
 }
 
@@ -598,18 +701,11 @@ int em_vote_grad(int64_t first_image, int64_t last_image, int64_t P, int64_t I, 
    of the E-step's softmax, so that PyTorch keeps only a parent's vectors. R (B, P, I, Jp) has an image's `r_stride`
    floats after the last's (0: every image's R alike, the even start). */
 
-/* The M-step's side of an iteration after the first, a position at a time: g_w = [V', V'^2] . g (g the gradient of
-   its moments, (B, P, 2, 16, Jp)), S_j = sum_i g_w w with w = R a / (n + eps) (inv_n (B, P, Jp) = 1 / (n + eps),
-   acts (B, P, I)), then the gradient of n, g_n = g_amount (B, P, Jp) - S / (n + eps), and of each assignment,
-   g_assigned = g_w / (n + eps) + g_n: grad_a (B, P, I) += sum_j g_assigned R, and out (B, P, I, Jp) = g_assigned a,
-   the gradient dL/dR a that the E-step before receives. */
-int em_back_mstep(int64_t first_image, int64_t last_image, int64_t P, int64_t I, int64_t Jp, int64_t C,
-                  const int64_t *child, const float *rows, const float *wtiles, const float *offsets,
-                  const float *centre, const float *g, const float *R, int64_t r_stride, const float *acts,
-                  const float *inv_n, const float *g_amount, float *out, float *grad_a) {
-    float *s = (float *)malloc(sizeof(float) * Jp);
-    if (!s) return 1;
-    const Layer L = pass_layer(P, I, Jp, C, child, wtiles, offsets);
+static inline __attribute__((always_inline)) void back_mstep_images(
+    const Layer *L, const int64_t Jp, const int with, int64_t first_image, int64_t last_image, const float *rows,
+    const float *centre, const float *g, const float *R, int64_t r_stride, const float *acts, const float *inv_n,
+    const float *g_amount, float *out, float *grad_a, float *s) {
+    const int64_t P = L->P, I = L->I, C = L->C;
     for (int64_t b = first_image; b < last_image; b++)
         for (int64_t p = 0; p < P; p++) {
             const float *gp = g + (b * P + p) * 2 * H * Jp, *inv = inv_n + (b * P + p) * Jp;
@@ -618,14 +714,14 @@ int em_back_mstep(int64_t first_image, int64_t last_image, int64_t P, int64_t I,
             memset(s, 0, sizeof(float) * Jp);
             for (int64_t i = 0; i < I; i++) {
                 const float *m[4];
-                pose_rows(&L, rows + b * 16 * C, p * I + i, m);
-                const float *w = L.wtiles + i * H * Jp, *r = Rp + i * Jp;
+                pose_rows(L, rows + b * 16 * C, p * I + i, m);
+                const float *w = L->wtiles + i * H * Jp, *r = Rp + i * Jp;
                 for (int64_t jb = 0; jb < Jp; jb += VB) {
                     vf wt[H];
                     load_tile(wt, w, Jp, jb);
                     const float *c = centre + (b * P + p) * H * Jp + jb;
                     float acc[VB];
-                    vstore(acc, weighed_votes(wt, m, offsets ? offsets + i * H : NULL, c, gp + jb, gp + H * Jp + jb, Jp, NULL));
+                    vstore(acc, weighed_votes(wt, m, with ? L->offsets + i * H : NULL, c, gp + jb, gp + H * Jp + jb, Jp, NULL));
 #pragma omp simd
                     for (int jj = 0; jj < VB; jj++) {
                         const int64_t j = jb + jj;
@@ -650,6 +746,22 @@ int em_back_mstep(int64_t first_image, int64_t last_image, int64_t P, int64_t I,
                 grad_a[(b * P + p) * I + i] += sum;
             }
         }
+}
+
+/* The M-step's side of an iteration after the first, a position at a time: g_w = [V', V'^2] . g (g the gradient of
+   its moments, (B, P, 2, 16, Jp)), S_j = sum_i g_w w with w = R a / (n + eps) (inv_n (B, P, Jp) = 1 / (n + eps),
+   acts (B, P, I)), then the gradient of n, g_n = g_amount (B, P, Jp) - S / (n + eps), and of each assignment,
+   g_assigned = g_w / (n + eps) + g_n: grad_a (B, P, I) += sum_j g_assigned R, and out (B, P, I, Jp) = g_assigned a,
+   the gradient dL/dR a that the E-step before receives. */
+int em_back_mstep(int64_t first_image, int64_t last_image, int64_t P, int64_t I, int64_t Jp, int64_t C,
+                  const int64_t *child, const float *rows, const float *wtiles, const float *offsets,
+                  const float *centre, const float *g, const float *R, int64_t r_stride, const float *acts,
+                  const float *inv_n, const float *g_amount, float *out, float *grad_a) {
+    float *s = (float *)malloc(sizeof(float) * Jp);
+    if (!s) return 1;
+    const Layer L = pass_layer(P, I, Jp, C, child, wtiles, offsets);
+    BY_WIDTH(back_mstep_images, &L, first_image, last_image, rows, centre, g, R, r_stride, acts, inv_n, g_amount, out,
+             grad_a, s);
     free(s);
     return 0;
 }
