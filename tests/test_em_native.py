@@ -191,6 +191,8 @@ def _gradients(monkeypatch: pytest.MonkeyPatch, layer: torch.nn.Module, shape: t
         (lambda: ConvCapsules(4, 5, kernel=3, stride=2, in_size=9), (3, 4, 16, 9, 9)),  # J padded, stride 2
         (lambda: ConvCapsules(3, 16, kernel=3, stride=1, in_size=5), (2, 3, 16, 5, 5)),  # a child in 9 windows
         (lambda: ClassCapsules(6, 10, in_size=3), (4, 6, 16, 3, 3)),  # coordinate addition
+        (lambda: ConvCapsules(3, 20, kernel=3, stride=2, in_size=7), (3, 3, 16, 7, 7)),  # two blocks of types
+        (lambda: ConvCapsules(2, 40, kernel=2, stride=1, in_size=3), (3, 2, 16, 3, 3)),  # three: Jp not a constant
     ],
 )
 @pytest.mark.parametrize("iterations", [1, 2, 3])
@@ -206,6 +208,40 @@ def test_training_gradients_through_the_kernel_equal_the_pytorch_paths(
     for name, got, want in zip(names, native, plain):
         scale = want.abs().max().item()
         torch.testing.assert_close(got, want, rtol=0, atol=1e-4 * scale + 1e-7, msg=lambda m, n=name: f"{n}: {m}")
+
+
+def test_a_tensor_is_reused_once_nothing_holds_it() -> None:
+    first = em_native.reusable(5, 3, 7)
+    address = first.data_ptr()
+    second = em_native.reusable(5, 3, 7)  # the first is still held: a new one
+    assert second.data_ptr() != address and second.shape == (5, 3, 7) and second.dtype == torch.float32
+    del first
+    assert em_native.reusable(5, 3, 7).data_ptr() == address
+
+
+def test_two_forwards_before_one_backward_keep_their_own_assignments(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernel's tensors of one number a vote are reused from step to step: never one that a graph still holds."""
+    torch.manual_seed(0)
+    layer = ConvCapsules(3, 20, kernel=3, stride=2, in_size=7)
+    inputs = [_grid(3, 3, 7, seed=seed) for seed in (1, 2)]
+    inputs = [(p.requires_grad_(), a) for p, a in inputs]
+
+    def loss(poses: torch.Tensor, activations: torch.Tensor) -> torch.Tensor:
+        out, out_a, _ = layer(poses, activations, 3)
+        return (out * torch.linspace(-1, 1, out.numel()).view_as(out)).sum() + out_a.square().sum()
+
+    alone = []
+    for poses, activations in inputs:  # one step at a time
+        layer.zero_grad()
+        loss(poses, activations).backward()
+        alone.append((poses.grad.clone(), layer.weight.grad.clone()))  # type: ignore[union-attr]
+        poses.grad = None
+    layer.zero_grad()
+    both = loss(*inputs[0]) + loss(*inputs[1])  # the second forward runs while the first's graph is alive
+    both.backward()
+    for (poses, _), (want, _) in zip(inputs, alone):
+        torch.testing.assert_close(poses.grad, want, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(layer.weight.grad, alone[0][1] + alone[1][1], rtol=1e-4, atol=1e-6)
 
 
 def test_training_takes_the_kernels_passes_up_to_four_iterations(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -198,8 +198,9 @@ static inline __attribute__((always_inline)) void add_weighed(const float *restr
 }
 
 /* Adds r (Jp) times the votes about the centre v (16, Jp) of position p into the fit's sums. */
-static inline void add_moments(const Layer *L, Fit *F, int64_t p, const float *restrict v, const float *restrict r) {
-    const int64_t Jp = L->Jp;
+static inline __attribute__((always_inline)) void add_moments(const Layer *L, const int64_t Jp, Fit *F, int64_t p,
+                                                               const float *restrict v, const float *restrict r) {
+    (void)L;
     add_weighed(v, r, F->amount + p * Jp, F->first + p * H * Jp, F->second + p * H * Jp, Jp);
 }
 
@@ -256,9 +257,10 @@ static void fit_parents(const Layer *L, Fit *F, const float *centre, float lam) 
 }
 
 /* The first M-step's sums, from R given (P, I, Jp) or each slot's even share: each vote made and added at once */
-static void first_pass(const Layer *L, Fit *F, const float *poses, const float *acts, const float *centre,
-                       const float *start, const float *even) {
-    const int64_t Jp = L->Jp;
+static inline __attribute__((always_inline)) void first_pass(const Layer *L, const int64_t Jp, const int with, Fit *F,
+                                                              const float *poses, const float *acts,
+                                                              const float *centre, const float *start,
+                                                              const float *even) {
     clear_sums(L, F);
     for (int64_t p = 0; p < L->P; p++)
         for (int64_t i = 0; i < L->I; i++) {
@@ -267,7 +269,7 @@ static void first_pass(const Layer *L, Fit *F, const float *poses, const float *
             if (a == 0.0f) continue;
             const float *m[4];
             pose_rows(L, poses, slot, m);
-            const float *w = L->wtiles + i * H * Jp, *off = L->offsets ? L->offsets + i * H : NULL;
+            const float *w = L->wtiles + i * H * Jp, *off = with ? L->offsets + i * H : NULL;
             for (int64_t jb = 0; jb < Jp; jb += VB) {
                 vf r;
                 if (start)
@@ -287,9 +289,10 @@ static void first_pass(const Layer *L, Fit *F, const float *poses, const float *
 /* The E-step of one fit and the sums of the next M-step, one child at a time: each of its slots' votes made
    once, R_ij = a_j p_ij / sum over every parent of the child (log space, weights floored at `log_floor` below the
    likeliest's: LOG_WEIGHT_FLOOR), then r = R a added into those parents' sums */
-static void next_pass(const Layer *L, const Fit *F, Fit *G, const float *poses, const float *acts,
-                      const float *centre, float log_floor, float *v, float *r) {
-    const int64_t Jp = L->Jp;
+static inline __attribute__((always_inline)) void next_pass(const Layer *L, const int64_t Jp, const int with,
+                                                             const Fit *F, Fit *G, const float *poses,
+                                                             const float *acts, const float *centre, float log_floor,
+                                                             float *v, float *r) {
     clear_sums(L, G);
     for (int64_t ch = 0; ch < L->C; ch++) {
         const int64_t *slots = L->slots + ch * L->S;
@@ -301,7 +304,7 @@ static void next_pass(const Layer *L, const Fit *F, Fit *G, const float *poses, 
             float *vs = v + count * H * Jp, *rs = r + count * Jp;
             const float *m[4];
             pose_rows(L, poses, slot, m);
-            const float *w = L->wtiles + i * H * Jp, *off = L->offsets ? L->offsets + i * H : NULL;
+            const float *w = L->wtiles + i * H * Jp, *off = with ? L->offsets + i * H : NULL;
             const float *k = F->constant + p * Jp;
             for (int64_t jb = 0; jb < Jp; jb += VB) {
                 vf wt[H];
@@ -318,7 +321,7 @@ static void next_pass(const Layer *L, const Fit *F, Fit *G, const float *poses, 
             if (scale == 0.0f) continue;
             float *rs = r + s * Jp;
             for (int64_t j = 0; j < Jp; j++) rs[j] *= scale;
-            add_moments(L, G, p, v + s * H * Jp, rs);
+            add_moments(L, Jp, G, p, v + s * H * Jp, rs);
         }
     }
 }
@@ -338,6 +341,46 @@ static void write_out(const Layer *L, const Fit *F, const float *centre, float *
 /* The block the caller pads the parent types to. */
 int64_t em_block(void) { return VB; }
 
+/* A pass's body with Jp and whether there are offsets as constants for the widths the networks have (one or two
+   blocks): each entry's address is then a fixed distance from a block's, where with Jp a variable the sixteen rows'
+   pointers are kept apart and spill */
+#define BY_WIDTH(body, L, ...)                                                                                       \
+    do {                                                                                                             \
+        const int with = (L)->offsets != NULL;                                                                      \
+        if ((L)->Jp == VB && with) body(L, VB, 1, __VA_ARGS__);                                                     \
+        else if ((L)->Jp == VB && !with) body(L, VB, 0, __VA_ARGS__);                                               \
+        else if ((L)->Jp == 2 * VB && with) body(L, 2 * VB, 1, __VA_ARGS__);                                        \
+        else if ((L)->Jp == 2 * VB && !with) body(L, 2 * VB, 0, __VA_ARGS__);                                       \
+        else body(L, (L)->Jp, with, __VA_ARGS__);                                                                    \
+    } while (0)
+
+/* em_route's images, with Jp and whether there are offsets constants (BY_WIDTH) */
+static inline __attribute__((always_inline)) void route_images(const Layer *L, const int64_t Jp, const int with,
+                                                                int64_t batch, int64_t first_image,
+                                                                int64_t last_image, int64_t iterations, int64_t every,
+                                                                const float *poses, const float *acts,
+                                                                const float *centre, const float *start,
+                                                                const float *even, const float *lambdas,
+                                                                float log_floor, float *out_mean, float *out_act,
+                                                                Fit *fits, float *v, float *r) {
+    const int64_t P = L->P, I = L->I, J = L->J, C = L->C, PI = P * I, PJ = P * Jp;
+    for (int64_t b = first_image; b < last_image; b++) {
+        const float *img_poses = poses + b * 16 * C, *img_acts = acts + b * PI, *img_centre = centre + b * PJ * H;
+        for (int64_t t = 0; t < iterations; t++) {
+            Fit *F = &fits[t % 2];
+            if (t == 0)
+                first_pass(L, Jp, with, F, img_poses, img_acts, img_centre, start ? start + b * PI * Jp : NULL, even);
+            else
+                next_pass(L, Jp, with, &fits[(t + 1) % 2], F, img_poses, img_acts, img_centre, log_floor, v, r);
+            fit_parents(L, F, img_centre, lambdas[t]);
+            if (every || t == iterations - 1) {
+                const int64_t at_image = every ? t * batch + b : b;
+                write_out(L, F, img_centre, out_mean + at_image * P * J * H, out_act + at_image * P * J);
+            }
+        }
+    }
+}
+
 /* Routes images [first_image, last_image) of a batch of `batch` (the layouts are at the top of this file). S is
    the most slots a child fills. Returns 0; 1 when its scratch memory could not be had; 2 for a Jp that is not a
    multiple of em_block() or less than J. */
@@ -347,7 +390,7 @@ int em_route(int64_t batch, int64_t first_image, int64_t last_image, int64_t P, 
              const int64_t *slots, const float *start, const float *even, const float *beta_u, const float *beta_a, const float *lambdas,
              float scale, float log_floor, float *out_mean, float *out_act) {
     if (Jp % VB != 0 || Jp < J) return 2;
-    const int64_t PI = P * I, PJ = P * Jp, sums = PJ * H * 2 + PJ, fit = PJ * H * 4 + PJ * 2;
+    const int64_t PJ = P * Jp, sums = PJ * H * 2 + PJ, fit = PJ * H * 4 + PJ * 2;
     const size_t floats = (size_t)S * H * Jp + (size_t)S * Jp + 2 * (size_t)(sums + fit);
     float *scratch = (float *)malloc(floats * sizeof(float));
     if (!scratch) return 1;
@@ -361,21 +404,8 @@ int em_route(int64_t batch, int64_t first_image, int64_t last_image, int64_t P, 
         at = F->constant + PJ;
     }
     const Layer L = {P, I, J, Jp, C, S, wtiles, offsets, beta_u, beta_a, slots, child, scale};
-    for (int64_t b = first_image; b < last_image; b++) {
-        const float *img_poses = poses + b * 16 * C, *img_acts = acts + b * PI, *img_centre = centre + b * PJ * H;
-        for (int64_t t = 0; t < iterations; t++) {
-            Fit *F = &fits[t % 2];
-            if (t == 0)
-                first_pass(&L, F, img_poses, img_acts, img_centre, start ? start + b * PI * Jp : NULL, even);
-            else
-                next_pass(&L, &fits[(t + 1) % 2], F, img_poses, img_acts, img_centre, log_floor, v, r);
-            fit_parents(&L, F, img_centre, lambdas[t]);
-            if (every || t == iterations - 1) {
-                const int64_t at_image = every ? t * batch + b : b;
-                write_out(&L, F, img_centre, out_mean + at_image * P * J * H, out_act + at_image * P * J);
-            }
-        }
-    }
+    BY_WIDTH(route_images, &L, batch, first_image, last_image, iterations, every, poses, acts, centre, start, even,
+             lambdas, log_floor, out_mean, out_act, fits, v, r);
     free(scratch);
     return 0;
 }
@@ -422,18 +452,6 @@ static inline __attribute__((always_inline)) void moments_images(
     }
 }
 
-/* A pass's body with Jp and whether there are offsets as constants for the widths the networks have (one or two
-   blocks): each entry's address is then a fixed distance from a block's, where with Jp a variable the sixteen rows'
-   pointers are kept apart and spill */
-#define BY_WIDTH(body, L, ...)                                                                                       \
-    do {                                                                                                             \
-        const int with = (L)->offsets != NULL;                                                                      \
-        if ((L)->Jp == VB && with) body(L, VB, 1, __VA_ARGS__);                                                     \
-        else if ((L)->Jp == VB && !with) body(L, VB, 0, __VA_ARGS__);                                               \
-        else if ((L)->Jp == 2 * VB && with) body(L, 2 * VB, 1, __VA_ARGS__);                                        \
-        else if ((L)->Jp == 2 * VB && !with) body(L, 2 * VB, 0, __VA_ARGS__);                                       \
-        else body(L, (L)->Jp, with, __VA_ARGS__);                                                                    \
-    } while (0)
 
 int em_moments(int64_t first_image, int64_t last_image, int64_t P, int64_t I, int64_t Jp, int64_t C,
                const int64_t *child, const float *rows, const float *wtiles, const float *offsets,
@@ -701,51 +719,89 @@ int em_vote_grad(int64_t first_image, int64_t last_image, int64_t P, int64_t I, 
    of the E-step's softmax, so that PyTorch keeps only a parent's vectors. R (B, P, I, Jp) has an image's `r_stride`
    floats after the last's (0: every image's R alike, the even start). */
 
-static inline __attribute__((always_inline)) void back_mstep_images(
-    const Layer *L, const int64_t Jp, const int with, int64_t first_image, int64_t last_image, const float *rows,
+/* weighed_votes for NB images at once (the same slot of each, so the same W tile): NB independent chains of
+   arithmetic, where one image's alone leaves the core waiting on its own */
+static inline __attribute__((always_inline)) void weighed_votes_n(const int NB, const vf *wt, const float *rows[][4],
+                                                                  const float *off, const float *const *c,
+                                                                  const float *const *q, int64_t Jp, vf *out) {
+    vf acc[2][2] = {{{0}, {0}}, {{0}, {0}}};
+#pragma GCC unroll 16
+    for (int l = 0; l < H; l++)
+#pragma GCC unroll 2
+        for (int u = 0; u < NB; u++) {
+            const vf d = vote_of(wt, rows[u][l >> 2], l, off, c[u] + l * Jp);
+            acc[u][l & 1] += d * (vload(q[u] + l * Jp) + d * vload(q[u] + (H + l) * Jp));
+        }
+#pragma GCC unroll 2
+    for (int u = 0; u < NB; u++) out[u] = acc[u][0] + acc[u][1];
+}
+
+/* back_mstep_images' work for NB images b, b + 1, ... at a time */
+static inline __attribute__((always_inline)) void back_mstep_some(
+    const Layer *L, const int64_t Jp, const int with, const int NB, int64_t b, const float *rows,
     const float *centre, const float *g, const float *R, int64_t r_stride, const float *acts, const float *inv_n,
     const float *g_amount, float *out, float *grad_a, float *s) {
     const int64_t P = L->P, I = L->I, C = L->C;
-    for (int64_t b = first_image; b < last_image; b++)
-        for (int64_t p = 0; p < P; p++) {
-            const float *gp = g + (b * P + p) * 2 * H * Jp, *inv = inv_n + (b * P + p) * Jp;
-            const float *Rp = R + b * r_stride + p * I * Jp, *ap = acts + (b * P + p) * I;
-            float *op = out + (b * P + p) * I * Jp;
-            memset(s, 0, sizeof(float) * Jp);
-            for (int64_t i = 0; i < I; i++) {
-                const float *m[4];
-                pose_rows(L, rows + b * 16 * C, p * I + i, m);
-                const float *w = L->wtiles + i * H * Jp, *r = Rp + i * Jp;
-                for (int64_t jb = 0; jb < Jp; jb += VB) {
-                    vf wt[H];
-                    load_tile(wt, w, Jp, jb);
-                    const float *c = centre + (b * P + p) * H * Jp + jb;
-                    float acc[VB];
-                    vstore(acc, weighed_votes(wt, m, with ? L->offsets + i * H : NULL, c, gp + jb, gp + H * Jp + jb, Jp, NULL));
-#pragma omp simd
-                    for (int jj = 0; jj < VB; jj++) {
-                        const int64_t j = jb + jj;
-                        op[i * Jp + j] = acc[jj];
-                        s[j] += acc[jj] * r[j] * ap[i] * inv[j];
-                    }
+    for (int64_t p = 0; p < P; p++) {
+        memset(s, 0, sizeof(float) * NB * Jp);
+        for (int64_t i = 0; i < I; i++) {
+            const float *m[2][4];
+#pragma GCC unroll 2
+            for (int u = 0; u < NB; u++) pose_rows(L, rows + (b + u) * 16 * C, p * I + i, m[u]);
+            const float *w = L->wtiles + i * H * Jp;
+            for (int64_t jb = 0; jb < Jp; jb += VB) {
+                vf wt[H], acc[2];
+                load_tile(wt, w, Jp, jb);
+                const float *c[2], *q[2];
+#pragma GCC unroll 2
+                for (int u = 0; u < NB; u++) {
+                    c[u] = centre + ((b + u) * P + p) * H * Jp + jb;
+                    q[u] = g + ((b + u) * P + p) * 2 * H * Jp + jb;
+                }
+                weighed_votes_n(NB, wt, m, with ? L->offsets + i * H : NULL, c, q, Jp, acc);
+#pragma GCC unroll 2
+                for (int u = 0; u < NB; u++) {
+                    const int64_t at = ((b + u) * P + p) * I + i;
+                    const vf inv = vload(inv_n + ((b + u) * P + p) * Jp + jb);
+                    const vf r = vload(R + (b + u) * r_stride + (p * I + i) * Jp + jb);
+                    vstore(out + at * Jp + jb, acc[u]);
+                    vstore(s + u * Jp + jb, vload(s + u * Jp + jb) + acc[u] * r * acts[at] * inv);
                 }
             }
-            const float *ga = g_amount + (b * P + p) * Jp; /* the position's sums are whole: its assignments' gradient */
+        }
+#pragma GCC unroll 2
+        for (int u = 0; u < NB; u++) {
+            const int64_t bp = (b + u) * P + p;
+            const float *ga = g_amount + bp * Jp, *inv = inv_n + bp * Jp, *ap = acts + bp * I;
+            const float *Rp = R + (b + u) * r_stride + p * I * Jp;
+            float *su = s + u * Jp, *op = out + bp * I * Jp;
 #pragma omp simd
-            for (int64_t j = 0; j < Jp; j++) s[j] = ga[j] - s[j] * inv[j]; /* g_n */
+            for (int64_t j = 0; j < Jp; j++) su[j] = ga[j] - su[j] * inv[j]; /* g_n: the position's sums are whole */
             for (int64_t i = 0; i < I; i++) {
                 float *x = op + i * Jp;
                 const float *r = Rp + i * Jp;
                 float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
                 for (int64_t j = 0; j < Jp; j++) {
-                    const float assigned = x[j] * inv[j] + s[j];
+                    const float assigned = x[j] * inv[j] + su[j];
                     sum += assigned * r[j];
                     x[j] = assigned * ap[i];
                 }
-                grad_a[(b * P + p) * I + i] += sum;
+                grad_a[bp * I + i] += sum;
             }
         }
+    }
+}
+
+static inline __attribute__((always_inline)) void back_mstep_images(
+    const Layer *L, const int64_t Jp, const int with, int64_t first_image, int64_t last_image, const float *rows,
+    const float *centre, const float *g, const float *R, int64_t r_stride, const float *acts, const float *inv_n,
+    const float *g_amount, float *out, float *grad_a, float *s) {
+    int64_t b = first_image;
+    for (; b + 2 <= last_image; b += 2)
+        back_mstep_some(L, Jp, with, 2, b, rows, centre, g, R, r_stride, acts, inv_n, g_amount, out, grad_a, s);
+    if (b < last_image)
+        back_mstep_some(L, Jp, with, 1, b, rows, centre, g, R, r_stride, acts, inv_n, g_amount, out, grad_a, s);
 }
 
 /* The M-step's side of an iteration after the first, a position at a time: g_w = [V', V'^2] . g (g the gradient of
@@ -757,7 +813,7 @@ int em_back_mstep(int64_t first_image, int64_t last_image, int64_t P, int64_t I,
                   const int64_t *child, const float *rows, const float *wtiles, const float *offsets,
                   const float *centre, const float *g, const float *R, int64_t r_stride, const float *acts,
                   const float *inv_n, const float *g_amount, float *out, float *grad_a) {
-    float *s = (float *)malloc(sizeof(float) * Jp);
+    float *s = (float *)malloc(sizeof(float) * 2 * Jp);
     if (!s) return 1;
     const Layer L = pass_layer(P, I, Jp, C, child, wtiles, offsets);
     BY_WIDTH(back_mstep_images, &L, first_image, last_image, rows, centre, g, R, r_stride, acts, inv_n, g_amount, out,

@@ -26,7 +26,9 @@ import platform
 import shlex
 import shutil
 import subprocess
+import sys
 import tempfile
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -170,6 +172,30 @@ def padded_types(library: ctypes.CDLL, parents: int) -> int:
 def tiles_of(weights: Tensor, padded: int) -> Tensor:
     """W per slot (I, J, 4, 4) as the kernel reads it: W_ij[k][c] at [i][k][c][j], J padded with zeros: (I, 4, 4, Jp)."""
     return F.pad(weights.permute(0, 2, 3, 1), (0, padded - weights.shape[1])).contiguous()
+
+
+# A training step's tensors of one number a vote (B, P, I, Jp: 59 MB a step's ConvCaps1 at batch 64) are bigger than
+# glibc ever serves from its heap, so each is a fresh mapping whose every page faults and is zeroed when the kernel
+# first writes it: half again a pass's time (13 ms of 25 for 30 MB on one core). `reusable` hands back one that no
+# one holds any longer (the step before's), a few shapes a thread at most.
+_REUSED = threading.local()
+REUSED_SHAPES = 4  # the last shapes asked for that keep their tensors (two layers' and a smaller last batch's)
+
+
+def reusable(*shape: int) -> Tensor:
+    """An uninitialised float32 tensor of `shape`: one this thread made before and nothing refers to any more where
+    there is one (held here only: the list and the loop's name), else a new one, kept for later."""
+    kept: dict[tuple[int, ...], list[Tensor]] = _REUSED.__dict__.setdefault("kept", {})
+    tensors = kept.pop(shape, [])
+    kept[shape] = tensors  # the latest shape last: the oldest is dropped first
+    while len(kept) > REUSED_SHAPES:
+        del kept[next(iter(kept))]
+    for tensor in tensors:
+        if sys.getrefcount(tensor) <= 3:  # the list, `tensor` and getrefcount's own argument
+            return tensor
+    tensor = torch.empty(shape, dtype=torch.float32)
+    tensors.append(tensor)
+    return tensor
 
 
 def _shares(batch: int) -> list[tuple[int, int]]:

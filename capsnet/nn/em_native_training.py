@@ -81,7 +81,7 @@ class _Passes:
         16, Jp) = g, constant (B, P, Jp), slots (C, S) each child's slots (`em_native.slot_table`); and in the same
         pass the next M-step's moments of R times scale (B, P, I), as `moments` gives them."""
         vectors, constant, scale = vectors.contiguous(), constant.contiguous(), scale.contiguous()
-        out = torch.empty(self.batch, self.positions, self.slots, self.padded, dtype=torch.float32)
+        out = em_native.reusable(self.batch, self.positions, self.slots, self.padded)  # the step before's, if free
         sums = torch.empty(self.batch, self.positions, 2, 16, self.padded, dtype=torch.float32)
         amount = torch.empty(self.batch, self.positions, self.padded, dtype=torch.float32)
         em_native.in_parallel(self.batch, lambda first, last: self.library.em_estep(
@@ -106,7 +106,7 @@ class _Passes:
             x.contiguous() for x in (vectors, assignment, activations, inverse, g_amount)
         )  # fmt: skip
         stride = 0 if assignment.shape[0] == 1 else assignment[0].numel()
-        out = torch.empty(self.batch, self.positions, self.slots, self.padded, dtype=torch.float32)
+        out = em_native.reusable(self.batch, self.positions, self.slots, self.padded)
         em_native.in_parallel(self.batch, lambda first, last: self.library.em_back_mstep(
             *self._sizes(first, last), *self.common, vectors.data_ptr(), assignment.data_ptr(), stride,
             activations.data_ptr(), inverse.data_ptr(), g_amount.data_ptr(), out.data_ptr(), grad_a.data_ptr()))  # fmt: skip
