@@ -219,7 +219,8 @@ static inline void fit_one(const float *first, const float *second, float n, con
                            float beta_a, float scale, float lam, int real, int64_t Jp, float *mean, float *variance,
                            uint8_t *positive, float *q1, float *q2, float *logit, float *constant) {
     const float inv = 1.0f / (n + EPSILON), total = n * inv;
-    float cost = 0.0f, k = 0.0f;
+    float k = 0.0f;
+    double volume = 1.0; /* prod_h sigma_h^2, whose one log is sum_h log sigma_h^2 (within 1e-64..1e300 in a double) */
     for (int l = 0; l < H; l++) {
         const int64_t at = l * Jp;
         const float f = first[at] * inv, s = second[at] * inv;
@@ -229,13 +230,16 @@ static inline void fit_one(const float *first, const float *second, float n, con
         mean[at] = d;
         variance[at] = var;
         if (positive) positive[at] = spread > 0.0f;
-        cost += (beta_u + 0.5f * logf(var)) * (n * scale);
+        volume *= var;
         if (q1) { /* about the centre: sum_h (V - mu)^2 / sigma^2 = sum_h (V' - d)^2 / sigma^2, V' = V - c */
             q1[at] = -2.0f * d * prec;
             q2[at] = prec;
-            k += d * d * prec + logf(TWO_PI * var);
+            k += d * d * prec;
         }
     }
+    const float log_volume = (float)log(volume);                                 /* one log a parent, not 16 */
+    const float cost = (H * beta_u + 0.5f * log_volume) * (n * scale);             /* sum_h (beta_u + log sigma_h) n */
+    k += H * logf(TWO_PI) + log_volume;                                            /* sum_h log(2 pi sigma_h^2) */
     const float z = lam * (beta_a - cost);
     *logit = z;
     if (q1) {
@@ -865,7 +869,8 @@ int em_back_fit(int64_t first_image, int64_t last_image, int64_t P, int64_t Jp, 
                 const float g_k = last ? 0.0f : -0.5f * g_l_sum[at], g_cost = -lam * g_logit;
                 grad_beta_a[j] += lam * g_logit;
                 grad_beta_u[j] += g_cost * n * scale * 16.0f;
-                float g_n = 0.0f, g_totals = 0.0f;
+                float g_totals = 0.0f;
+                double volume = 1.0; /* prod_h sigma_h^2, as fit_one takes it */
                 for (int l = 0; l < H; l++) {
                     const int64_t e = rows + l * Jp;
                     const float d = mean[e], var = variance[e], prec = 1.0f / var, c = centre[e];
@@ -882,12 +887,13 @@ int em_back_fit(int64_t first_image, int64_t last_image, int64_t P, int64_t Jp, 
                         right[twice + (H + l) * Jp] = -0.5f * prec;
                     }
                     g_var += g_cost * n * scale * 0.5f / var;
-                    g_n += g_cost * (beta_u[j] + 0.5f * logf(var)) * scale;
+                    volume *= var;
                     const float g_u = positive[e] ? g_var : 0.0f, first = d + c * (1.0f - total);
                     g_moments[twice + l * Jp] = g_d + g_u * 2.0f * (d * total - d - first);
                     g_moments[twice + (H + l) * Jp] = g_u;
                     g_totals += g_d * c + g_u * (d * d - 2.0f * c * (first - d * total));
                 }
+                const float g_n = g_cost * (H * beta_u[j] + 0.5f * (float)log(volume)) * scale; /* sum_h dcost_h/dn */
                 g_amount[at] = g_n + g_totals * EPSILON * inv * inv;
                 inverse[at] = inv;
             }
