@@ -191,7 +191,8 @@ def _gradients(monkeypatch: pytest.MonkeyPatch, layer: torch.nn.Module, shape: t
         (lambda: ConvCapsules(4, 5, kernel=3, stride=2, in_size=9), (3, 4, 16, 9, 9)),  # J padded, stride 2
         (lambda: ConvCapsules(3, 16, kernel=3, stride=1, in_size=5), (2, 3, 16, 5, 5)),  # a child in 9 windows
         (lambda: ClassCapsules(6, 10, in_size=3), (4, 6, 16, 3, 3)),  # coordinate addition
-        (lambda: ConvCapsules(3, 20, kernel=3, stride=2, in_size=7), (3, 3, 16, 7, 7)),  # two blocks of types
+        # two blocks of types, and 72 slots a position: more than the votes' gradient takes at a time (SLOT_BLOCK)
+        (lambda: ConvCapsules(8, 20, kernel=3, stride=2, in_size=7), (3, 8, 16, 7, 7)),
         (lambda: ConvCapsules(2, 40, kernel=2, stride=1, in_size=3), (3, 2, 16, 3, 3)),  # three: Jp not a constant
     ],
 )
