@@ -1,7 +1,7 @@
 /* EM routing of one capsule layer on a CPU, each vote made where it is used: a reading (no gradients) in one call,
    an iteration one pass over the votes (em_route); a training step's passes (em_moments, em_estep, em_vote_grad,
-   em_back_mstep, em_back_softmax, at the end of this file), around which capsnet/nn/em_native_training.py writes the
-   rest.
+   em_back_mstep, em_fit, em_back_fit, at the end of this file), around which capsnet/nn/em_native_training.py writes
+   the rest.
 
 Hinton, Sabour & Frosst (2018), "Matrix capsules with EM routing", ICLR: Procedure 1 as capsnet/nn/em_routing.py
 writes it (its module docstring has the formulas and the pitfalls avoided), for a reading on a CPU. The PyTorch
@@ -426,13 +426,10 @@ static Layer pass_layer(int64_t P, int64_t I, int64_t Jp, int64_t C, const int64
     return L;
 }
 
-/* out (B, P, 2, 16, Jp) = sum_i w [V - c, (V - c)^2] with w = weights (B, P, I, Jp; an image's `weights_stride`
-   floats after the last's, 0 for one set of weights for every image) times scale (B, P, I) where one is given (the
-   M-step's r = R a), and amount (B, P, Jp) = sum_i w where asked for: the M-step's moments */
 static inline __attribute__((always_inline)) void moments_images(
     const Layer *L, const int64_t Jp, const int offsets, int64_t first_image, int64_t last_image, const float *rows,
-    const float *centre, const float *weights, int64_t weights_stride, const float *scale, float *out,
-    float *amount) {
+    const float *centre, float *weights, int64_t weights_stride, const float *scale, const float *assign,
+    const float *totals, float *out, float *amount) {
     const int64_t P = L->P, I = L->I, C = L->C;
     for (int64_t b = first_image; b < last_image; b++) {
         float *o = out + b * P * 2 * H * Jp;
@@ -440,12 +437,18 @@ static inline __attribute__((always_inline)) void moments_images(
         if (amount) memset(amount + b * P * Jp, 0, sizeof(float) * P * Jp);
         for (int64_t p = 0; p < P; p++)
             for (int64_t i = 0; i < I; i++) {
+                float *given = weights + b * weights_stride + (p * I + i) * Jp;
+                if (totals) { /* the E-step's softmax backward: w = R (g - the child's sum of R g), over g */
+                    const float *r = assign + b * weights_stride + (p * I + i) * Jp;
+                    const float total = totals[b * C + L->child[p * I + i]];
+                    for (int64_t jb = 0; jb < Jp; jb += VB)
+                        vstore(given + jb, vload(r + jb) * (vload(given + jb) - total));
+                }
                 const float a = scale ? scale[(b * P + p) * I + i] : 1.0f;
                 if (a == 0.0f) continue;
                 const float *m[4];
                 pose_rows(L, rows + b * 16 * C, p * I + i, m);
                 const float *w = L->wtiles + i * H * Jp;
-                const float *given = weights + b * weights_stride + (p * I + i) * Jp;
                 for (int64_t jb = 0; jb < Jp; jb += VB) {
                     const vf r = vload(given + jb) * a;
                     if (amount) vstore(amount + (b * P + p) * Jp + jb, vload(amount + (b * P + p) * Jp + jb) + r);
@@ -458,14 +461,19 @@ static inline __attribute__((always_inline)) void moments_images(
             }
     }
 }
-
-
+/* out (B, P, 2, 16, Jp) = sum_i w [V - c, (V - c)^2] with w = weights (B, P, I, Jp; an image's `weights_stride`
+   floats after the last's, 0 for one set of weights for every image) times scale (B, P, I) where one is given (the
+   M-step's r = R a), and amount (B, P, Jp) = sum_i w where asked for: the M-step's moments. Where totals (B, C) are
+   given, the weights are the gradient g = dL/dR a of an E-step's assignments assign (B, P, I, Jp, strided as
+   the weights) and totals each child's sum over its slots and types of R g (em_back_mstep's): w is then the
+   softmax's backward, g_l = R (g - the child's total), written over g, and its moments are the backward's. */
 int em_moments(int64_t first_image, int64_t last_image, int64_t P, int64_t I, int64_t Jp, int64_t C,
                const int64_t *child, const float *rows, const float *wtiles, const float *offsets,
-               const float *centre, const float *weights, int64_t weights_stride, const float *scale, float *out,
-               float *amount) {
+               const float *centre, float *weights, int64_t weights_stride, const float *scale, const float *assign,
+               const float *totals, float *out, float *amount) {
     const Layer L = pass_layer(P, I, Jp, C, child, wtiles, offsets);
-    BY_WIDTH(moments_images, &L, first_image, last_image, rows, centre, weights, weights_stride, scale, out, amount);
+    BY_WIDTH(moments_images, &L, first_image, last_image, rows, centre, weights, weights_stride, scale, assign, totals,
+             out, amount);
     return 0;
 }
 
@@ -723,9 +731,9 @@ int em_vote_grad(int64_t first_image, int64_t last_image, int64_t P, int64_t I, 
     return 0;
 }
 
-/* The backward's per-vote arithmetic without the vote-gradient's own pass: the gradients of an M-step's weights and
-   of the E-step's softmax, so that PyTorch keeps only a parent's vectors. R (B, P, I, Jp) has an image's `r_stride`
-   floats after the last's (0: every image's R alike, the even start). */
+/* The backward's per-vote arithmetic without the vote-gradient's own pass: the gradients of an M-step's weights here
+   (the E-step's softmax's in em_moments), so that PyTorch keeps only a parent's vectors. R (B, P, I, Jp) has an
+   image's `r_stride` floats after the last's (0: every image's R alike, the even start). */
 
 /* weighed_votes for NB images at once (the same slot of each, so the same W tile): NB independent chains of
    arithmetic, where one image's alone leaves the core waiting on its own */
@@ -748,7 +756,7 @@ static inline __attribute__((always_inline)) void weighed_votes_n(const int NB, 
 static inline __attribute__((always_inline)) void back_mstep_some(
     const Layer *L, const int64_t Jp, const int with, const int NB, int64_t b, const float *rows,
     const float *centre, const float *g, const float *R, int64_t r_stride, const float *acts, const float *inv_n,
-    const float *g_amount, float *out, float *grad_a, float *s) {
+    const float *g_amount, float *out, float *grad_a, float *totals, float *s) {
     const int64_t P = L->P, I = L->I, C = L->C;
     for (int64_t p = 0; p < P; p++) {
         memset(s, 0, sizeof(float) * NB * Jp);
@@ -796,6 +804,7 @@ static inline __attribute__((always_inline)) void back_mstep_some(
                     x[j] = assigned * ap[i];
                 }
                 grad_a[bp * I + i] += sum;
+                totals[(b + u) * C + L->child[p * I + i]] += sum * ap[i]; /* sum_j R x, x = g_assigned a */
             }
         }
     }
@@ -804,28 +813,31 @@ static inline __attribute__((always_inline)) void back_mstep_some(
 static inline __attribute__((always_inline)) void back_mstep_images(
     const Layer *L, const int64_t Jp, const int with, int64_t first_image, int64_t last_image, const float *rows,
     const float *centre, const float *g, const float *R, int64_t r_stride, const float *acts, const float *inv_n,
-    const float *g_amount, float *out, float *grad_a, float *s) {
+    const float *g_amount, float *out, float *grad_a, float *totals, float *s) {
     int64_t b = first_image;
     for (; b + 2 <= last_image; b += 2)
-        back_mstep_some(L, Jp, with, 2, b, rows, centre, g, R, r_stride, acts, inv_n, g_amount, out, grad_a, s);
+        back_mstep_some(L, Jp, with, 2, b, rows, centre, g, R, r_stride, acts, inv_n, g_amount, out, grad_a, totals,
+                        s);
     if (b < last_image)
-        back_mstep_some(L, Jp, with, 1, b, rows, centre, g, R, r_stride, acts, inv_n, g_amount, out, grad_a, s);
+        back_mstep_some(L, Jp, with, 1, b, rows, centre, g, R, r_stride, acts, inv_n, g_amount, out, grad_a, totals,
+                        s);
 }
 
 /* The M-step's side of an iteration after the first, a position at a time: g_w = [V', V'^2] . g (g the gradient of
    its moments, (B, P, 2, 16, Jp)), S_j = sum_i g_w w with w = R a / (n + eps) (inv_n (B, P, Jp) = 1 / (n + eps),
    acts (B, P, I)), then the gradient of n, g_n = g_amount (B, P, Jp) - S / (n + eps), and of each assignment,
    g_assigned = g_w / (n + eps) + g_n: grad_a (B, P, I) += sum_j g_assigned R, and out (B, P, I, Jp) = g_assigned a,
-   the gradient dL/dR a that the E-step before receives. */
+   the gradient dL/dR a that the E-step before receives, and totals (B, C; zeros to begin with) += each child's sum
+   over its slots and types of R out, what that E-step's softmax backward subtracts (em_moments takes it there). */
 int em_back_mstep(int64_t first_image, int64_t last_image, int64_t P, int64_t I, int64_t Jp, int64_t C,
                   const int64_t *child, const float *rows, const float *wtiles, const float *offsets,
                   const float *centre, const float *g, const float *R, int64_t r_stride, const float *acts,
-                  const float *inv_n, const float *g_amount, float *out, float *grad_a) {
+                  const float *inv_n, const float *g_amount, float *out, float *grad_a, float *totals) {
     float *s = (float *)malloc(sizeof(float) * 2 * Jp);
     if (!s) return 1;
     const Layer L = pass_layer(P, I, Jp, C, child, wtiles, offsets);
     BY_WIDTH(back_mstep_images, &L, first_image, last_image, rows, centre, g, R, r_stride, acts, inv_n, g_amount, out,
-             grad_a, s);
+             grad_a, totals, s);
     free(s);
     return 0;
 }
@@ -901,35 +913,5 @@ int em_back_fit(int64_t first_image, int64_t last_image, int64_t P, int64_t Jp, 
                 g_amount[at] = g_n + g_totals * EPSILON * inv * inv;
                 inverse[at] = inv;
             }
-    return 0;
-}
-
-/* The E-step's softmax backward, child by child (`slots`, S a child at most): g_l = R (g - sum over the child's
-   slots and types of R g) into out (B, P, I, Jp), which may be g itself, and its sum over the slots of each parent
-   into out_sum (B, P, Jp); R is the E-step's result, g = dL/dR (B, P, I, Jp). */
-int em_back_softmax(int64_t first_image, int64_t last_image, int64_t P, int64_t I, int64_t Jp, int64_t C,
-                    const int64_t *slots, int64_t S, const float *R, const float *g, float *out, float *out_sum) {
-    for (int64_t b = first_image; b < last_image; b++) {
-        memset(out_sum + b * P * Jp, 0, sizeof(float) * P * Jp);
-        for (int64_t ch = 0; ch < C; ch++) {
-            const int64_t *own = slots + ch * S;
-            float total = 0.0f;
-            for (int64_t s = 0; s < S && own[s] >= 0; s++) {
-                const float *r = R + (b * P * I + own[s]) * Jp, *x = g + (b * P * I + own[s]) * Jp;
-#pragma omp simd reduction(+ : total)
-                for (int64_t j = 0; j < Jp; j++) total += r[j] * x[j];
-            }
-            for (int64_t s = 0; s < S && own[s] >= 0; s++) {
-                const int64_t at = (b * P * I + own[s]) * Jp, p = own[s] / I;
-                float *sum = out_sum + (b * P + p) * Jp;
-#pragma omp simd
-                for (int64_t j = 0; j < Jp; j++) {
-                    const float gl = R[at + j] * (g[at + j] - total);
-                    out[at + j] = gl;
-                    sum[j] += gl;
-                }
-            }
-        }
-    }
     return 0;
 }

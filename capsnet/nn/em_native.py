@@ -114,14 +114,13 @@ def _bind(library: ctypes.CDLL) -> ctypes.CDLL:
     library.em_route.argtypes = [i64] * 11 + [pointer] * 12 + [f32, f32, pointer, pointer]
     for name in ("em_moments", "em_estep", "em_vote_grad"):
         getattr(library, name).restype = ctypes.c_int
-    library.em_moments.argtypes = [*[i64] * 6, *[pointer] * 6, i64, *[pointer] * 3]
+    library.em_moments.argtypes = [*[i64] * 6, *[pointer] * 6, i64, *[pointer] * 5]
     library.em_estep.argtypes = [*[i64] * 6, *[pointer] * 8, i64, f32, *[pointer] * 4]
-    for name in ("em_back_mstep", "em_back_softmax", "em_back_fit", "em_fit"):
+    for name in ("em_back_mstep", "em_back_fit", "em_fit"):
         getattr(library, name).restype = ctypes.c_int
     library.em_fit.argtypes = [*[i64] * 5, *[pointer] * 5, f32, f32, *[pointer] * 6]
     library.em_back_fit.argtypes = [*[i64] * 5, *[pointer] * 7, f32, f32, *[pointer] * 10]
-    library.em_back_mstep.argtypes = [*[i64] * 6, *[pointer] * 7, i64, *[pointer] * 5]
-    library.em_back_softmax.argtypes = [*[i64] * 6, pointer, i64, *[pointer] * 4]
+    library.em_back_mstep.argtypes = [*[i64] * 6, *[pointer] * 7, i64, *[pointer] * 6]
     library.em_vote_grad.argtypes = [*[i64] * 6, pointer, i64, *[pointer] * 10]
     return library
 

@@ -6,16 +6,18 @@ Procedure 1 and its hand-written backward exactly as `capsnet.nn.em_routing` wri
 `_e_step`, `_EMRouting.backward`: the formulas are in their docstrings), with every operation that reads the votes
 replaced by a pass of the kernel that remakes them from the children's poses and W where it needs them (a slot's W
 held in registers, each entry of a vote four fused multiply-adds):
-    em_moments    sum_i w_ij [V', V'^2]          the first M-step's moments, and the backward's g_weights
+    em_moments    sum_i w_ij [V', V'^2]          the first M-step's moments, and the backward's g_weights (there w
+                                                 is the E-step's softmax backward, made from R, dL/dR a and each
+                                                 child's sum of R dL/dR a as it goes, and kept for em_vote_grad)
     em_estep      R_ij from [V', V'^2] . g_j     the E-step (distances, then each child's softmax over its parents)
                                                  and the next M-step's moments of R a, in one pass
     em_back_mstep g_w = [V', V'^2] . g_j         an M-step's backward after the first, a position at a time: sum_i g_w w,
-                                                 then dL/dR a for the E-step before and dL/da
+                                                 then dL/dR a for the E-step before, each child's sum of R dL/dR a,
+                                                 and dL/da
     em_vote_grad  dL/dM and dL/dW from dL/d[V', V'^2] = sum_t left_t right_t (never written out), and the first
                   M-step's backward in the same pass (its g_w, sum_i g_w w and sum_j g_w R / (n + eps))
-and one pass over one number a vote without the votes: em_back_softmax (the E-step's softmax backward, child by
-child), and the per-parent arithmetic in a call each: em_fit (an M-step's end: d, sigma^2, the logit, the next
-E-step's weights) and em_back_fit (its backward: the gradients of the moments, of n and of the betas). (V' = V - c,
+and the per-parent arithmetic in a call each: em_fit (an M-step's end: d, sigma^2, the logit, the next E-step's
+weights) and em_back_fit (its backward: the gradients of the moments, of n and of the betas). (V' = V - c,
 each parent's votes about its centre c.) A step of r iterations makes 3r - 1 vote passes a layer: r forward, 2r - 1
 backward. What stays in PyTorch is the order of the calls and a few sums; the assignments and the backward's
 left factors, one number a vote (B x P x I x J), are kept between passes (an M-step's weights w = R a / (n + eps)
@@ -63,16 +65,22 @@ class _Passes:
     def _sizes(self, first: int, last: int) -> tuple[Any, ...]:
         return first, last, self.positions, self.slots, self.padded, self.children, self.child.data_ptr()
 
-    def moments(self, weights: Tensor, scale: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    def moments(
+        self, weights: Tensor, scale: Tensor | None = None, softmax: tuple[Tensor, Tensor] | None = None
+    ) -> tuple[Tensor, Tensor]:
         """sum_i w [V', V'^2] (B, P, 2, 16, Jp) and sum_i w (B, P, Jp), w = weights (B, P, I, Jp), or (1, P, I, Jp)
-        for every image alike, times scale (B, P, I) where given."""
+        for every image alike, times scale (B, P, I) where given. With `softmax` (an E-step's R (B, P, I, Jp) and
+        each child's sum of R g (B, C), as `back_mstep` gives it), the weights are g = dL/dR a (the caller's own) and
+        w the softmax's backward g_l = R (g - the child's sum), written over g."""
         weights = weights.contiguous()
         stride = 0 if weights.shape[0] == 1 else weights[0].numel()
         scale = None if scale is None else scale.contiguous()
+        assign, totals = (None, None) if softmax is None else (x.contiguous() for x in softmax)
         out = torch.empty(self.batch, self.positions, 2, 16, self.padded, dtype=torch.float32)
         amount = torch.empty(self.batch, self.positions, self.padded, dtype=torch.float32)
+        a = em_native.address
         em_native.in_parallel(self.batch, lambda first, last: self.library.em_moments(
-            *self._sizes(first, last), *self.common, weights.data_ptr(), stride, em_native.address(scale),
+            *self._sizes(first, last), *self.common, weights.data_ptr(), stride, a(scale), a(assign), a(totals),
             out.data_ptr(), amount.data_ptr()))  # fmt: skip
         return out, amount
 
@@ -98,29 +106,22 @@ class _Passes:
         inverse: Tensor,
         g_amount: Tensor,
         grad_a: Tensor,
-    ) -> Tensor:
+    ) -> tuple[Tensor, Tensor]:
         """The M-step's side of the backward of an iteration after the first: from the gradient of its moments g (B,
         P, 2, 16, Jp), R (B, P, I, Jp), a (B, P, I), 1 / (n + eps) and the gradient of n so far (B, P, Jp), adds the
-        activations' share into grad_a (B, P, I) and returns dL/dR a (B, P, I, Jp), what the E-step before receives."""
+        activations' share into grad_a (B, P, I) and returns dL/dR a (B, P, I, Jp), what the E-step before receives,
+        and each child's sum of R dL/dR a over its slots and types (B, C), what that E-step's softmax subtracts."""
         vectors, assignment, activations, inverse, g_amount = (
             x.contiguous() for x in (vectors, assignment, activations, inverse, g_amount)
         )  # fmt: skip
         stride = 0 if assignment.shape[0] == 1 else assignment[0].numel()
         out = em_native.reusable(self.batch, self.positions, self.slots, self.padded)
+        totals = torch.zeros(self.batch, self.children, dtype=torch.float32)
         em_native.in_parallel(self.batch, lambda first, last: self.library.em_back_mstep(
             *self._sizes(first, last), *self.common, vectors.data_ptr(), assignment.data_ptr(), stride,
-            activations.data_ptr(), inverse.data_ptr(), g_amount.data_ptr(), out.data_ptr(), grad_a.data_ptr()))  # fmt: skip
-        return out
-
-    def back_softmax(self, assignment: Tensor, grad: Tensor, slots: Tensor) -> tuple[Tensor, Tensor]:
-        """The E-step's softmax backward: g_l = R (g - the sum of R g over each child's slots and types) (B, P, I, Jp),
-        written over g (the caller's own), and its sum over each parent's slots (B, P, Jp)."""
-        assignment, g_l = assignment.contiguous(), grad.contiguous()
-        sums = torch.empty(self.batch, self.positions, self.padded, dtype=torch.float32)
-        em_native.in_parallel(self.batch, lambda first, last: self.library.em_back_softmax(
-            first, last, self.positions, self.slots, self.padded, slots.shape[0], slots.data_ptr(), slots.shape[1],
-            assignment.data_ptr(), g_l.data_ptr(), g_l.data_ptr(), sums.data_ptr()))  # fmt: skip
-        return g_l, sums
+            activations.data_ptr(), inverse.data_ptr(), g_amount.data_ptr(), out.data_ptr(), grad_a.data_ptr(),
+            totals.data_ptr()))  # fmt: skip
+        return out, totals
 
     def fit(
         self,
@@ -283,7 +284,7 @@ class NativeEMRouting(torch.autograd.Function):
             if following is not None:  # the E-step, and the next M-step's sums in the same pass
                 assignment, sums, amount = passes.estep(*following, table, activations)
         _, mean, _, _, logit = fits[-1]
-        ctx.passes, ctx.fits, ctx.assignments, ctx.table = passes, fits, assignments, table
+        ctx.passes, ctx.fits, ctx.assignments = passes, fits, assignments
         ctx.shape = (children, iterations, parents, scale, weights.shape)
         ctx.save_for_backward(child_a, beta_u, child_index, real)
         out_mean = (mean + centre)[..., :parents].permute(0, 1, 3, 2)  # (B, P, J, 16)
@@ -305,16 +306,18 @@ class NativeEMRouting(torch.autograd.Function):
         grad_child_a = torch.zeros_like(activations)
         grad_beta_u = torch.zeros(padded, dtype=torch.float32)
         grad_beta_a = torch.zeros(padded, dtype=torch.float32)
-        grad_next: Tensor | None = None  # dL/dR_{t+1} a, from the step after
+        grad_next: tuple[Tensor, Tensor] | None = None  # dL/dR_{t+1} a and each child's sum of R_{t+1} of it
         for t in reversed(range(r)):
             lam = inverse_temperature(t + 1)
             if t == r - 1:
                 after, last = None, (grad_mean, grad_a)
             else:
                 assert grad_next is not None
-                # the softmax's backward: g_l = R_{t+1} (g - sum over the child of R_{t+1} g), summed per parent
-                g_l, g_l_sum = passes.back_softmax(ctx.assignments[t + 1], grad_next, ctx.table)
-                after, last = (g_l_sum, passes.moments(g_l)[0]), None  # and sum_i g_l [V', V'^2]
+                # the softmax's backward: g_l = R_{t+1} (g - sum over the child of R_{t+1} g), written over g, its
+                # sum_i g_l [V', V'^2] and sum_i g_l a parent
+                g_l, totals = grad_next
+                g_l_moments, g_l_sum = passes.moments(g_l, softmax=(ctx.assignments[t + 1], totals))
+                after, last = (g_l_sum, g_l_moments), None
             fit = ctx.fits[t]
             g_moments, g_amount, inverse, right, g_beta_a, g_beta_u = passes.back_fit(fit, bu, scale, lam, after, last)
             grad_beta_a += g_beta_a
