@@ -309,10 +309,13 @@ def route(
 def child_rows(poses: Tensor) -> Tensor:
     """A child grid (B, T, 16, H, W) as the kernel reads it: each child's pose by rows, the children cell-major
     (`cell_major`), (B, 4, H*W*T, 4) with row r of child (cell, type) at [:, r, cell * T + type]. Viewed as (B*4, H, W,
-    T*4) it is also a channels-last image whose convolution gives a convolutional layer's centres (`ConvCapsules`)."""
+    T*4) it is also a channels-last image whose convolution gives a convolutional layer's centres (`ConvCapsules`).
+    Float32, whatever the poses were (bf16 under autocast): the kernel's arithmetic, in the same one copy."""
     batch, types, _, height, width = poses.shape
     grid = poses.reshape(batch, types, 4, 4, height * width).permute(0, 2, 4, 1, 3)  # (B, 4 rows, H*W, T, 4)
-    return grid.reshape(batch, 4, height * width * types, 4).contiguous()
+    rows = torch.empty(grid.shape, dtype=torch.float32, device=grid.device)
+    rows.copy_(grid)  # the one copy (`to` keeps the permuted strides, so contiguous() would be a second)
+    return rows.view(batch, 4, height * width * types, 4)
 
 
 def cell_major(child_index: Tensor, types: int, cells: int) -> Tensor:

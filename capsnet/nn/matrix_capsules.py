@@ -352,10 +352,11 @@ class ConvCapsules(_EMRoutedLayer):
     def _kernel_inputs(self, poses: Tensor, activations: Tensor, padded: int) -> _KernelInputs:
         batch, k, n, cells = poses.shape[0], self.kernel, self.out_size, self.in_size * self.in_size
         grid = em_native.child_rows(poses)  # (B, 4, H*W*T, 4)
-        with torch.no_grad(), torch.autocast(poses.device.type, enabled=False):
+        with torch.no_grad():
             # each parent's centre, the mean of its votes sum_i M_i W_ij / I, as a convolution of the grid: its rows
-            # in the batch, a channels-last image (B*4, T_in*4, H, W), and W as (4*J, T_in*4, K, K)
-            image = grid.float().view(batch * 4, self.in_size, self.in_size, -1).permute(0, 3, 1, 2)
+            # in the batch, a channels-last image (B*4, T_in*4, H, W), and W as (4*J, T_in*4, K, K); in bf16 under
+            # autocast (the moments are exact about any centre: it only keeps sigma^2 from cancelling away)
+            image = grid.view(batch * 4, self.in_size, self.in_size, -1).permute(0, 3, 1, 2)
             kernel = self.weight.float().view(self.in_types, k, k, self.out_types, 4, 4).permute(5, 3, 0, 4, 1, 2)
             kernel = kernel.reshape(4 * self.out_types, self.in_types * 4, k, k)
             centre = F.conv2d(image, kernel, stride=self.stride) / self.child_index.shape[1]  # (B*4, 4*J, n, n)
