@@ -213,54 +213,64 @@ static void clear_sums(const Layer *L, Fit *F) {
     memset(F->amount, 0, sizeof(float) * L->P * L->Jp);
 }
 
-/* One parent's fit at the end of an M-step (as capsnet.nn.em_routing._m_step), from its sums first = sum_i r V' and
-   second = sum_i r V'^2 (16 entries, Jp floats apart) and n = sum_i r: its mean about the centre d, variance
-   sigma^2 (and where `positive` is given, whether the spread was above 0), and activation logit z; where q1 is
-   given, the next E-step's weights q1 = -2 d / sigma^2, q2 = 1 / sigma^2 and constant log a - k / 2 (-inf for a
-   padded type, `real` 0). */
-static inline void fit_one(const float *first, const float *second, float n, const float *centre, float beta_u,
-                           float beta_a, float scale, float lam, int real, int64_t Jp, float *mean, float *variance,
-                           uint8_t *positive, float *q1, float *q2, float *logit, float *constant) {
-    const float inv = 1.0f / (n + EPSILON), total = n * inv;
-    float k = 0.0f;
-    double volume = 1.0; /* prod_h sigma_h^2, whose one log is sum_h log sigma_h^2 (within 1e-64..1e300 in a double) */
+/* The fit at the end of an M-step (as capsnet.nn.em_routing._m_step) of one position's Jp parents, type by type in
+   the inner loops (whole vectors), from their sums first = sum_i r V' and second = sum_i r V'^2 (16 rows of Jp) and
+   n = sum_i r (Jp): their means about the centre d, variances sigma^2 (and where `positive` is given, whether the
+   spread was above 0), and activation logits z; where q1 is given, the next E-step's weights q1 = -2 d / sigma^2,
+   q2 = 1 / sigma^2 and constant log a - k / 2 (-inf for a padded type, past the J real ones). */
+static void fit_position(const float *first, const float *second, const float *amount, const float *centre,
+                         const float *beta_u, const float *beta_a, float scale, float lam, int64_t J, int64_t Jp,
+                         float *mean, float *variance, uint8_t *positive, float *q1, float *q2, float *logit,
+                         float *constant) {
+    float inv[Jp], total[Jp], k[Jp];
+    double volume[Jp]; /* prod_h sigma_h^2, whose one log is sum_h log sigma_h^2 (within 1e-64..1e300 in a double) */
+    for (int64_t j = 0; j < Jp; j++) {
+        inv[j] = 1.0f / (amount[j] + EPSILON);
+        total[j] = amount[j] * inv[j];
+        k[j] = 0.0f;
+        volume[j] = 1.0;
+    }
     for (int l = 0; l < H; l++) {
-        const int64_t at = l * Jp;
-        const float f = first[at] * inv, s = second[at] * inv;
-        const float d = f - centre[at] * (1.0f - total); /* mu - c, with mu = sum_i w_i V_i */
-        const float spread = s - d * (2.0f * f - d * total);
-        const float var = (spread > 0.0f ? spread : 0.0f) + VARIANCE_FLOOR, prec = 1.0f / var;
-        mean[at] = d;
-        variance[at] = var;
-        if (positive) positive[at] = spread > 0.0f;
-        volume *= var;
-        if (q1) { /* about the centre: sum_h (V - mu)^2 / sigma^2 = sum_h (V' - d)^2 / sigma^2, V' = V - c */
-            q1[at] = -2.0f * d * prec;
-            q2[at] = prec;
-            k += d * d * prec;
+        const int64_t row = l * Jp;
+#pragma omp simd
+        for (int64_t j = 0; j < Jp; j++) {
+            const float f = first[row + j] * inv[j], s = second[row + j] * inv[j];
+            const float d = f - centre[row + j] * (1.0f - total[j]); /* mu - c, with mu = sum_i w_i V_i */
+            const float spread = s - d * (2.0f * f - d * total[j]);
+            const float var = (spread > 0.0f ? spread : 0.0f) + VARIANCE_FLOOR, prec = 1.0f / var;
+            mean[row + j] = d;
+            variance[row + j] = var;
+            if (positive) positive[row + j] = spread > 0.0f;
+            volume[j] *= var;
+            if (q1) { /* about the centre: sum_h (V - mu)^2 / sigma^2 = sum_h (V' - d)^2 / sigma^2, V' = V - c */
+                q1[row + j] = -2.0f * d * prec;
+                q2[row + j] = prec;
+                k[j] += d * d * prec;
+            }
         }
     }
-    const float log_volume = (float)log(volume);                                 /* one log a parent, not 16 */
-    const float cost = (H * beta_u + 0.5f * log_volume) * (n * scale);             /* sum_h (beta_u + log sigma_h) n */
-    k += H * logf(TWO_PI) + log_volume;                                            /* sum_h log(2 pi sigma_h^2) */
-    const float z = lam * (beta_a - cost);
-    *logit = z;
-    if (q1) {
-        const float log_a = z < 0.0f ? z - log1pf(expf(z)) : -log1pf(expf(-z)); /* logsigmoid, exact near 0 */
-        *constant = real ? log_a - 0.5f * k : -INFINITY; /* a padded type gets nothing */
+    for (int64_t j = 0; j < Jp; j++) {
+        const float log_volume = (float)log(volume[j]);                               /* one log a parent */
+        const float cost = (H * beta_u[j] + 0.5f * log_volume) * (amount[j] * scale); /* sum_h (beta_u + log sigma) n */
+        const float z = lam * (beta_a[j] - cost);
+        logit[j] = z;
+        if (q1) {
+            const float log_a = z < 0.0f ? z - log1pf(expf(z)) : -log1pf(expf(-z)); /* logsigmoid, exact near 0 */
+            const float spread = k[j] + H * logf(TWO_PI) + log_volume;               /* + sum_h log(2 pi sigma_h^2) */
+            constant[j] = j < J ? log_a - 0.5f * spread : -INFINITY;                /* a padded type gets nothing */
+        }
     }
 }
 
 /* The end of an M-step for every parent of an image, and the next E-step's weights. */
 static void fit_parents(const Layer *L, Fit *F, const float *centre, float lam) {
     const int64_t Jp = L->Jp;
-    for (int64_t p = 0; p < L->P; p++)
-        for (int64_t j = 0; j < Jp; j++) {
-            const int64_t at = p * H * Jp + j;
-            fit_one(F->first + at, F->second + at, F->amount[p * Jp + j], centre + at, L->beta_u[j], L->beta_a[j],
-                    L->scale, lam, j < L->J, Jp, F->mean + at, F->variance + at, NULL, F->q1 + at, F->q2 + at,
-                    F->logit + p * Jp + j, F->constant + p * Jp + j);
-        }
+    for (int64_t p = 0; p < L->P; p++) {
+        const int64_t rows = p * H * Jp, at = p * Jp;
+        fit_position(F->first + rows, F->second + rows, F->amount + at, centre + rows, L->beta_u, L->beta_a, L->scale,
+                     lam, L->J, Jp, F->mean + rows, F->variance + rows, NULL, F->q1 + rows, F->q2 + rows,
+                     F->logit + at, F->constant + at);
+    }
 }
 
 /* The first M-step's sums, from R given (P, I, Jp) or each slot's even share: each vote made and added at once */
@@ -842,7 +852,7 @@ int em_back_mstep(int64_t first_image, int64_t last_image, int64_t P, int64_t I,
     return 0;
 }
 
-/* The end of a training step's M-step, parent by parent (fit_one): from sums (B, P, 2, 16, Jp) and amount n (B, P,
+/* The end of a training step's M-step, a position at a time (fit_position): from sums (B, P, 2, 16, Jp) and amount n (B, P,
    Jp) as em_moments and em_estep give them, the centre (B, P, 16, Jp), beta_u and beta_a (Jp) and the J real types,
    writes mean d and variance (B, P, 16, Jp), positive (B, P, 16, Jp; the spread above 0), logit (B, P, Jp), and
    where g is given, the next E-step's g (B, P, 2, 16, Jp) = [-2 d / sigma^2, 1 / sigma^2] and constant (B, P, Jp). */
@@ -850,14 +860,12 @@ int em_fit(int64_t first_image, int64_t last_image, int64_t P, int64_t Jp, int64
            const float *amount, const float *centre, const float *beta_u, const float *beta_a, float scale, float lam,
            float *mean, float *variance, uint8_t *positive, float *logit, float *g, float *constant) {
     for (int64_t b = first_image; b < last_image; b++)
-        for (int64_t p = 0; p < P; p++)
-            for (int64_t j = 0; j < Jp; j++) {
-                const int64_t at = (b * P + p) * Jp + j, rows = (b * P + p) * H * Jp + j;
-                const int64_t twice = (b * P + p) * 2 * H * Jp + j;
-                fit_one(sums + twice, sums + twice + H * Jp, amount[at], centre + rows, beta_u[j], beta_a[j], scale,
-                        lam, j < J, Jp, mean + rows, variance + rows, positive + rows, g ? g + twice : NULL,
-                        g ? g + twice + H * Jp : NULL, logit + at, constant ? constant + at : NULL);
-            }
+        for (int64_t p = 0; p < P; p++) {
+            const int64_t at = (b * P + p) * Jp, rows = (b * P + p) * H * Jp, twice = (b * P + p) * 2 * H * Jp;
+            fit_position(sums + twice, sums + twice + H * Jp, amount + at, centre + rows, beta_u, beta_a, scale, lam,
+                         J, Jp, mean + rows, variance + rows, positive + rows, g ? g + twice : NULL,
+                         g ? g + twice + H * Jp : NULL, logit + at, constant ? constant + at : NULL);
+        }
     return 0;
 }
 
@@ -886,7 +894,7 @@ int em_back_fit(int64_t first_image, int64_t last_image, int64_t P, int64_t Jp, 
                 grad_beta_a[j] += lam * g_logit;
                 grad_beta_u[j] += g_cost * n * scale * 16.0f;
                 float g_totals = 0.0f;
-                double volume = 1.0; /* prod_h sigma_h^2, as fit_one takes it */
+                double volume = 1.0; /* prod_h sigma_h^2, as fit_position takes it */
                 for (int l = 0; l < H; l++) {
                     const int64_t e = rows + l * Jp;
                     const float d = mean[e], var = variance[e], prec = 1.0f / var, c = centre[e];
