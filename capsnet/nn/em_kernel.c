@@ -487,50 +487,100 @@ int em_moments(int64_t first_image, int64_t last_image, int64_t P, int64_t I, in
     return 0;
 }
 
+/* Adds two children's r times their votes about the centre into the same parent position's sums: add_weighed for
+   both with one read and one write of the sums */
+static inline __attribute__((always_inline)) void add_weighed_two(const float *restrict v, const float *restrict r,
+                                                                   const float *restrict u, const float *restrict q,
+                                                                   float *n, float *f, float *s, int64_t Jp) {
+    for (int64_t jb = 0; jb < Jp; jb += VB) {
+        const vf rj = vload(r + jb), qj = vload(q + jb);
+        vstore(n + jb, vload(n + jb) + (rj + qj));
+#pragma GCC unroll 16
+        for (int l = 0; l < H; l++) {
+            const vf d = vload(v + l * Jp + jb), e = vload(u + l * Jp + jb), rd = rj * d, qe = qj * e;
+            vstore(f + l * Jp + jb, vload(f + l * Jp + jb) + (rd + qe));
+            vstore(s + l * Jp + jb, vload(s + l * Jp + jb) + (rd * d + qe * e));
+        }
+    }
+}
+
+/* One child's E-step in em_estep (its `count` slots `own`): its assignments into R, r = R a into r (count x Jp) and
+   its votes about the centre into v (count x 16 x Jp), for the M-step's sums that the caller adds */
+static inline __attribute__((always_inline)) void estep_child(
+    const Layer *L, const int64_t Jp, const int with, int64_t b, const int64_t *own, int64_t count, const float *rows,
+    const float *centre, const float *g, const float *constant, float log_floor, float *R, const float *acts, float *r,
+    float *v) {
+    const int64_t P = L->P, I = L->I, C = L->C;
+    vf top = {0};
+    top -= INFINITY;
+    for (int64_t n = 0; n < count; n++) {
+        const int64_t slot = own[n], p = slot / I, i = slot % I;
+        const float *m[4];
+        pose_rows(L, rows + b * 16 * C, slot, m);
+        const float *w = L->wtiles + i * H * Jp, *off = with ? L->offsets + i * H : NULL;
+        const float *gp = g + (b * P + p) * 2 * H * Jp, *k = constant + (b * P + p) * Jp;
+        for (int64_t jb = 0; jb < Jp; jb += VB) {
+            vf wt[H];
+            load_tile(wt, w, Jp, jb);
+            const float *c = centre + (b * P + p) * H * Jp + jb;
+            log_density(wt, m, off, c, gp + jb, gp + H * Jp + jb, k + jb, Jp, v + n * H * Jp + jb, r + n * Jp + jb,
+                        &top);
+        }
+    }
+    const float inv = 1.0f / child_weights(r, count * Jp, lane_max(top), log_floor);
+    for (int64_t n = 0; n < count; n++) {
+        const int64_t at = b * P * I + own[n];
+        float *rs = r + n * Jp, *assigned = R + at * Jp;
+        const float a = acts[at];
+#pragma omp simd
+        for (int64_t j = 0; j < Jp; j++) {
+            assigned[j] = rs[j] * inv;
+            rs[j] = assigned[j] * a;
+        }
+    }
+}
+
+/* Whether child `ch + 1`'s slots are at child ch's parent positions, one for one (two types of one cell, as the
+   children are visited cell by cell), so that em_estep adds both into those parents' sums at once */
+static inline int next_child_alongside(const int64_t *slots, int64_t S, int64_t I, int64_t ch, int64_t C,
+                                       int64_t count) {
+    if (ch + 1 >= C) return 0;
+    const int64_t *own = slots + ch * S, *next = own + S;
+    for (int64_t n = 0; n < S; n++)
+        if ((n < count) != (next[n] >= 0) || (n < count && next[n] / I != own[n] / I)) return 0;
+    return 1;
+}
+
 static inline __attribute__((always_inline)) void estep_images(
     const Layer *L, const int64_t Jp, const int with, int64_t first_image, int64_t last_image, const float *rows,
     const float *centre, const float *g, const float *constant, const int64_t *slots, int64_t S, float log_floor,
     float *R, const float *acts, float *out, float *amount, float *r, float *v) {
     const int64_t P = L->P, I = L->I, C = L->C;
+    float *r2 = r + S * Jp, *v2 = v + S * H * Jp; /* the second child's of a pair */
     for (int64_t b = first_image; b < last_image; b++) {
         memset(out + b * P * 2 * H * Jp, 0, sizeof(float) * P * 2 * H * Jp);
         memset(amount + b * P * Jp, 0, sizeof(float) * P * Jp);
         for (int64_t ch = 0; ch < C; ch++) {
             const int64_t *own = slots + ch * S;
             int64_t count = 0;
-            vf top = {0};
-            top -= INFINITY;
-            for (; count < S && own[count] >= 0; count++) {
-                const int64_t slot = own[count], p = slot / I, i = slot % I;
-                const float *m[4];
-                pose_rows(L, rows + b * 16 * C, slot, m);
-                const float *w = L->wtiles + i * H * Jp, *off = with ? L->offsets + i * H : NULL;
-                const float *gp = g + (b * P + p) * 2 * H * Jp, *k = constant + (b * P + p) * Jp;
-                float *rs = r + count * Jp;
-                for (int64_t jb = 0; jb < Jp; jb += VB) {
-                    vf wt[H];
-                    load_tile(wt, w, Jp, jb);
-                    const float *c = centre + (b * P + p) * H * Jp + jb;
-                    log_density(wt, m, off, c, gp + jb, gp + H * Jp + jb, k + jb, Jp, v + count * H * Jp + jb, rs + jb,
-                                &top);
-                }
+            while (count < S && own[count] >= 0) count++;
+            if (count == 0) continue; /* a child no window reaches */
+            const int two = next_child_alongside(slots, S, I, ch, C, count);
+            estep_child(L, Jp, with, b, own, count, rows, centre, g, constant, log_floor, R, acts, r, v);
+            if (two) estep_child(L, Jp, with, b, own + S, count, rows, centre, g, constant, log_floor, R, acts, r2, v2);
+            for (int64_t n = 0; n < count; n++) {
+                const int64_t at = b * P * I + own[n], p = own[n] / I;
+                float *sums = out + (b * P + p) * 2 * H * Jp, *total = amount + (b * P + p) * Jp;
+                const int first = acts[at] != 0.0f, second = two && acts[at + 1] != 0.0f;
+                if (first && second)
+                    add_weighed_two(v + n * H * Jp, r + n * Jp, v2 + n * H * Jp, r2 + n * Jp, total, sums,
+                                    sums + H * Jp, Jp);
+                else if (first)
+                    add_weighed(v + n * H * Jp, r + n * Jp, total, sums, sums + H * Jp, Jp);
+                else if (second)
+                    add_weighed(v2 + n * H * Jp, r2 + n * Jp, total, sums, sums + H * Jp, Jp);
             }
-            if (count == 0) continue;
-            const float inv = 1.0f / child_weights(r, count * Jp, lane_max(top), log_floor);
-            for (int64_t s = 0; s < count; s++) {
-                const int64_t at = b * P * I + own[s], p = own[s] / I;
-                float *rs = r + s * Jp, *assigned = R + at * Jp;
-                const float a = acts[at];
-#pragma omp simd
-                for (int64_t j = 0; j < Jp; j++) {
-                    assigned[j] = rs[j] * inv;
-                    rs[j] = assigned[j] * a;
-                }
-                if (a != 0.0f) {
-                    float *sums = out + (b * P + p) * 2 * H * Jp;
-                    add_weighed(v + s * H * Jp, rs, amount + (b * P + p) * Jp, sums, sums + H * Jp, Jp);
-                }
-            }
+            ch += two;
         }
     }
 }
@@ -545,9 +595,9 @@ int em_estep(int64_t first_image, int64_t last_image, int64_t P, int64_t I, int6
              const int64_t *child, const float *rows, const float *wtiles, const float *offsets, const float *centre,
              const float *g, const float *constant, const int64_t *slots, int64_t S, float log_floor, float *R,
              const float *acts, float *out, float *amount) {
-    float *r = (float *)malloc(sizeof(float) * S * Jp * (H + 1));
+    float *r = (float *)malloc(sizeof(float) * 2 * S * Jp * (H + 1)); /* for two children at a time */
     if (!r) return 1;
-    float *v = r + S * Jp; /* each slot's votes about the centre, for the M-step's sums */
+    float *v = r + 2 * S * Jp; /* each slot's votes about the centre, for the M-step's sums */
     const Layer L = pass_layer(P, I, Jp, C, child, wtiles, offsets);
     BY_WIDTH(estep_images, &L, first_image, last_image, rows, centre, g, constant, slots, S, log_floor, R, acts, out,
              amount, r, v);
