@@ -200,11 +200,32 @@ static inline __attribute__((always_inline)) void add_weighed(const float *restr
     }
 }
 
-/* Adds r (Jp) times the votes about the centre v (16, Jp) of position p into the fit's sums. */
-static inline __attribute__((always_inline)) void add_moments(const Layer *L, const int64_t Jp, Fit *F, int64_t p,
-                                                               const float *restrict v, const float *restrict r) {
-    (void)L;
-    add_weighed(v, r, F->amount + p * Jp, F->first + p * H * Jp, F->second + p * H * Jp, Jp);
+/* Adds two children's r times their votes about the centre into the same parent position's sums: add_weighed for
+   both with one read and one write of the sums */
+static inline __attribute__((always_inline)) void add_weighed_two(const float *restrict v, const float *restrict r,
+                                                                   const float *restrict u, const float *restrict q,
+                                                                   float *n, float *f, float *s, int64_t Jp) {
+    for (int64_t jb = 0; jb < Jp; jb += VB) {
+        const vf rj = vload(r + jb), qj = vload(q + jb);
+        vstore(n + jb, vload(n + jb) + (rj + qj));
+#pragma GCC unroll 16
+        for (int l = 0; l < H; l++) {
+            const vf d = vload(v + l * Jp + jb), e = vload(u + l * Jp + jb), rd = rj * d, qe = qj * e;
+            vstore(f + l * Jp + jb, vload(f + l * Jp + jb) + (rd + qe));
+            vstore(s + l * Jp + jb, vload(s + l * Jp + jb) + (rd * d + qe * e));
+        }
+    }
+}
+
+/* Whether child `ch + 1`'s slots are at child ch's parent positions, one for one (two types of one cell, as the
+   children are visited cell by cell), so that em_estep adds both into those parents' sums at once */
+static inline int next_child_alongside(const int64_t *slots, int64_t S, int64_t I, int64_t ch, int64_t C,
+                                       int64_t count) {
+    if (ch + 1 >= C) return 0;
+    const int64_t *own = slots + ch * S, *next = own + S;
+    for (int64_t n = 0; n < S; n++)
+        if ((n < count) != (next[n] >= 0) || (n < count && next[n] / I != own[n] / I)) return 0;
+    return 1;
 }
 
 static void clear_sums(const Layer *L, Fit *F) {
@@ -303,43 +324,68 @@ static inline __attribute__((always_inline)) void first_pass(const Layer *L, con
         }
 }
 
-/* The E-step of one fit and the sums of the next M-step, one child at a time: each of its slots' votes made
-   once, R_ij = a_j p_ij / sum over every parent of the child (log space, weights floored at `log_floor` below the
+/* One child's E-step in a reading (its `count` slots `own`): r = R a (count x Jp) and its votes about the centre v
+   (count x 16 x Jp), for the next M-step's sums that next_pass adds */
+static inline __attribute__((always_inline)) void route_child(const Layer *L, const int64_t Jp, const int with,
+                                                               const Fit *F, const int64_t *own, int64_t count,
+                                                               const float *poses, const float *acts,
+                                                               const float *centre, float log_floor, float *v,
+                                                               float *r) {
+    vf top = {0};
+    top -= INFINITY;
+    for (int64_t n = 0; n < count; n++) {
+        const int64_t slot = own[n], p = slot / L->I, i = slot % L->I;
+        const float *m[4];
+        pose_rows(L, poses, slot, m);
+        const float *w = L->wtiles + i * H * Jp, *off = with ? L->offsets + i * H : NULL;
+        const float *k = F->constant + p * Jp;
+        for (int64_t jb = 0; jb < Jp; jb += VB) {
+            vf wt[H];
+            load_tile(wt, w, Jp, jb);
+            const int64_t at = p * H * Jp + jb; /* the votes about the centre kept for the M-step */
+            log_density(wt, m, off, centre + at, F->q1 + at, F->q2 + at, k + jb, Jp, v + n * H * Jp + jb,
+                        r + n * Jp + jb, &top);
+        }
+    }
+    const float sum = child_weights(r, count * Jp, lane_max(top), log_floor);
+    for (int64_t n = 0; n < count; n++) {
+        const float scale = acts[own[n]] / sum; /* r = R a */
+        float *rs = r + n * Jp;
+        for (int64_t j = 0; j < Jp; j++) rs[j] *= scale;
+    }
+}
+
+/* The E-step of one fit and the sums of the next M-step, one child at a time (two where the second's slots are at
+   the first's parent positions, added into those parents' sums at once): each of its slots' votes made once,
+   R_ij = a_j p_ij / sum over every parent of the child (log space, weights floored at `log_floor` below the
    likeliest's: LOG_WEIGHT_FLOOR), then r = R a added into those parents' sums */
 static inline __attribute__((always_inline)) void next_pass(const Layer *L, const int64_t Jp, const int with,
                                                              const Fit *F, Fit *G, const float *poses,
                                                              const float *acts, const float *centre, float log_floor,
                                                              float *v, float *r) {
+    const int64_t S = L->S, I = L->I;
+    float *r2 = r + S * Jp, *v2 = v + S * H * Jp; /* the second child's of a pair */
     clear_sums(L, G);
     for (int64_t ch = 0; ch < L->C; ch++) {
-        const int64_t *slots = L->slots + ch * L->S;
+        const int64_t *own = L->slots + ch * S;
         int64_t count = 0;
-        vf top = {0};
-        top -= INFINITY;
-        for (; count < L->S && slots[count] >= 0; count++) {
-            const int64_t slot = slots[count], p = slot / L->I, i = slot % L->I;
-            float *vs = v + count * H * Jp, *rs = r + count * Jp;
-            const float *m[4];
-            pose_rows(L, poses, slot, m);
-            const float *w = L->wtiles + i * H * Jp, *off = with ? L->offsets + i * H : NULL;
-            const float *k = F->constant + p * Jp;
-            for (int64_t jb = 0; jb < Jp; jb += VB) {
-                vf wt[H];
-                load_tile(wt, w, Jp, jb);
-                const int64_t at = p * H * Jp + jb; /* the votes about the centre kept for the M-step below */
-                log_density(wt, m, off, centre + at, F->q1 + at, F->q2 + at, k + jb, Jp, vs + jb, rs + jb, &top);
-            }
-        }
+        while (count < S && own[count] >= 0) count++;
         if (count == 0) continue; /* a child no window reaches */
-        const float sum = child_weights(r, count * Jp, lane_max(top), log_floor);
-        for (int64_t s = 0; s < count; s++) {
-            const int64_t slot = slots[s], p = slot / L->I;
-            const float scale = acts[slot] / sum; /* r = R a */
-            if (scale == 0.0f) continue;
-            float *rs = r + s * Jp;
-            for (int64_t j = 0; j < Jp; j++) rs[j] *= scale;
-            add_moments(L, Jp, G, p, v + s * H * Jp, rs);
+        const int two = next_child_alongside(L->slots, S, I, ch, L->C, count);
+        route_child(L, Jp, with, F, own, count, poses, acts, centre, log_floor, v, r);
+        if (two) route_child(L, Jp, with, F, own + S, count, poses, acts, centre, log_floor, v2, r2);
+        for (int64_t n = 0; n < count; n++) {
+            const int64_t p = own[n] / I;
+            float *total = G->amount + p * Jp, *first = G->first + p * H * Jp, *second = G->second + p * H * Jp;
+            const int one = acts[own[n]] != 0.0f, other = two && acts[own[S + n]] != 0.0f;
+            if (one && other)
+                add_weighed_two(v + n * H * Jp, r + n * Jp, v2 + n * H * Jp, r2 + n * Jp, total, first, second, Jp);
+            else if (one)
+                add_weighed(v + n * H * Jp, r + n * Jp, total, first, second, Jp);
+            else if (other)
+                add_weighed(v2 + n * H * Jp, r2 + n * Jp, total, first, second, Jp);
         }
+        ch += two;
     }
 }
 
@@ -408,10 +454,10 @@ int em_route(int64_t batch, int64_t first_image, int64_t last_image, int64_t P, 
              float scale, float log_floor, float *out_mean, float *out_act) {
     if (Jp % VB != 0 || Jp < J) return 2;
     const int64_t PJ = P * Jp, sums = PJ * H * 2 + PJ, fit = PJ * H * 4 + PJ * 2;
-    const size_t floats = (size_t)S * H * Jp + (size_t)S * Jp + 2 * (size_t)(sums + fit);
+    const size_t floats = 2 * ((size_t)S * H * Jp + (size_t)S * Jp) + 2 * (size_t)(sums + fit); /* two children */
     float *scratch = (float *)malloc(floats * sizeof(float));
     if (!scratch) return 1;
-    float *v = scratch, *r = v + S * H * Jp, *at = r + S * Jp;
+    float *v = scratch, *r = v + 2 * S * H * Jp, *at = r + 2 * S * Jp;
     Fit fits[2];
     for (int n = 0; n < 2; n++) {
         Fit *F = &fits[n];
@@ -487,23 +533,6 @@ int em_moments(int64_t first_image, int64_t last_image, int64_t P, int64_t I, in
     return 0;
 }
 
-/* Adds two children's r times their votes about the centre into the same parent position's sums: add_weighed for
-   both with one read and one write of the sums */
-static inline __attribute__((always_inline)) void add_weighed_two(const float *restrict v, const float *restrict r,
-                                                                   const float *restrict u, const float *restrict q,
-                                                                   float *n, float *f, float *s, int64_t Jp) {
-    for (int64_t jb = 0; jb < Jp; jb += VB) {
-        const vf rj = vload(r + jb), qj = vload(q + jb);
-        vstore(n + jb, vload(n + jb) + (rj + qj));
-#pragma GCC unroll 16
-        for (int l = 0; l < H; l++) {
-            const vf d = vload(v + l * Jp + jb), e = vload(u + l * Jp + jb), rd = rj * d, qe = qj * e;
-            vstore(f + l * Jp + jb, vload(f + l * Jp + jb) + (rd + qe));
-            vstore(s + l * Jp + jb, vload(s + l * Jp + jb) + (rd * d + qe * e));
-        }
-    }
-}
-
 /* One child's E-step in em_estep (its `count` slots `own`): its assignments into R, r = R a into r (count x Jp) and
    its votes about the centre into v (count x 16 x Jp), for the M-step's sums that the caller adds */
 static inline __attribute__((always_inline)) void estep_child(
@@ -538,17 +567,6 @@ static inline __attribute__((always_inline)) void estep_child(
             rs[j] = assigned[j] * a;
         }
     }
-}
-
-/* Whether child `ch + 1`'s slots are at child ch's parent positions, one for one (two types of one cell, as the
-   children are visited cell by cell), so that em_estep adds both into those parents' sums at once */
-static inline int next_child_alongside(const int64_t *slots, int64_t S, int64_t I, int64_t ch, int64_t C,
-                                       int64_t count) {
-    if (ch + 1 >= C) return 0;
-    const int64_t *own = slots + ch * S, *next = own + S;
-    for (int64_t n = 0; n < S; n++)
-        if ((n < count) != (next[n] >= 0) || (n < count && next[n] / I != own[n] / I)) return 0;
-    return 1;
 }
 
 static inline __attribute__((always_inline)) void estep_images(
