@@ -404,17 +404,14 @@ static void write_out(const Layer *L, const Fit *F, const float *centre, float *
 /* The block the caller pads the parent types to. */
 int64_t em_block(void) { return VB; }
 
-/* A pass's body with Jp and whether there are offsets as constants for the widths the networks have (one or two
-   blocks): each entry's address is then a fixed distance from a block's, where with Jp a variable the sixteen rows'
-   pointers are kept apart and spill */
+/* A pass's body with Jp and whether there are offsets as constants for the layers that take a step's time (32 parent
+   types without offsets: the convolutional capsules of the papers' networks), so that each entry's address is a
+   fixed distance from its block's (with Jp a variable, the sixteen rows' pointers are kept apart and spill); any
+   other layer runs the body with both as variables. One variant more is the whole pass again to compile. */
 #define BY_WIDTH(body, L, ...)                                                                                       \
     do {                                                                                                             \
-        const int with = (L)->offsets != NULL;                                                                      \
-        if ((L)->Jp == VB && with) body(L, VB, 1, __VA_ARGS__);                                                     \
-        else if ((L)->Jp == VB && !with) body(L, VB, 0, __VA_ARGS__);                                               \
-        else if ((L)->Jp == 2 * VB && with) body(L, 2 * VB, 1, __VA_ARGS__);                                        \
-        else if ((L)->Jp == 2 * VB && !with) body(L, 2 * VB, 0, __VA_ARGS__);                                       \
-        else body(L, (L)->Jp, with, __VA_ARGS__);                                                                    \
+        if ((L)->Jp == 32 && (L)->offsets == NULL) body(L, 32, 0, __VA_ARGS__);                                     \
+        else body(L, (L)->Jp, (L)->offsets != NULL, __VA_ARGS__);                                                    \
     } while (0)
 
 /* em_route's images, with Jp and whether there are offsets constants (BY_WIDTH) */
@@ -772,22 +769,25 @@ static inline __attribute__((always_inline)) void grad_images(const Layer *L, co
                                                               const Factor *factors, const float *acts,
                                                               float *grad_rows, float *grad_w, float *out_sum,
                                                               float *out_a) {
+#define GRAD_CASE_ANY(t)                                                                                             \
+    for (int64_t b = first_image; b < last_image; b++)                                                               \
+        for (int64_t from = 0; from < L->I; from += SLOT_BLOCK)                                                      \
+            for (int64_t p = 0; p < L->P; p++)                                                                       \
+                for (int64_t i = from; i < L->I && i < from + SLOT_BLOCK; i++)                                       \
+                    grad_slot(L, Jp, t, with ? L->offsets + i * H : NULL, b, p, i, rows, centre, factors, acts,       \
+                              grad_rows, grad_w, out_sum, out_a);                                                    \
+    break
 #define GRAD_CASE(t)                                                                                                 \
     case t:                                                                                                          \
-        for (int64_t b = first_image; b < last_image; b++)                                                           \
-            for (int64_t from = 0; from < L->I; from += SLOT_BLOCK)                                             \
-                for (int64_t p = 0; p < L->P; p++)                                                                   \
-                    for (int64_t i = from; i < L->I && i < from + SLOT_BLOCK; i++)                              \
-                        grad_slot(L, Jp, t, with ? L->offsets + i * H : NULL, b, p, i, rows, centre, factors, acts,       \
-                              grad_rows, grad_w, out_sum, out_a);                                                    \
-        break
-    switch (T) { /* 2r - 1 factors for r iterations */
-        GRAD_CASE(1);
+        GRAD_CASE_ANY(t)
+    switch (T) { /* 2r - 1 factors for r iterations: r = 2 and 3 (the papers') unrolled, r = 1 and 4 with T a variable */
         GRAD_CASE(3);
         GRAD_CASE(5);
-        GRAD_CASE(7);
+    default:
+        GRAD_CASE_ANY(T);
     }
 #undef GRAD_CASE
+#undef GRAD_CASE_ANY
 }
 
 /* The votes' gradient dL/d[V', V'^2] = sum_t left_t right_t (never written out): dL/dV = g1 + 2 V' g2, then dL/dM[r][k]
