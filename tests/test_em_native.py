@@ -167,14 +167,23 @@ def test_the_build_is_kept_in_the_cache_and_named_by_its_source(
         em_native._load.cache_clear()
 
 
-def _gradients(monkeypatch: pytest.MonkeyPatch, layer: torch.nn.Module, shape: tuple[int, ...], iterations: int):  # type: ignore[no-untyped-def]
+def _gradients(
+    monkeypatch: pytest.MonkeyPatch,
+    layer: torch.nn.Module,
+    shape: tuple[int, ...],
+    iterations: int,  # type: ignore[no-untyped-def]
+    absent: bool = False,
+):
     """The layer's outputs and the gradients of a fixed loss of them, with the kernel's passes, then with PyTorch."""
     results = []
     for native in ("1", "0"):
         monkeypatch.setenv(em_native.NATIVE_ENV, native)
         g = torch.Generator().manual_seed(1)
         poses = torch.randn(*shape, generator=g).requires_grad_()
-        activations = torch.rand(shape[0], shape[1], shape[3], shape[4], generator=g).requires_grad_()
+        activations = torch.rand(shape[0], shape[1], shape[3], shape[4], generator=g)
+        if absent:  # children that are not there, beside ones that are (the E-step takes two children at a time)
+            activations[0, 0] = 0.0
+        activations.requires_grad_()
         layer.zero_grad()
         out, out_a, _ = layer(poses, activations, iterations)
         loss = (out * torch.linspace(-1, 1, out.numel()).view_as(out)).sum() + (out_a * out_a.detach()).sum()
@@ -185,17 +194,24 @@ def _gradients(monkeypatch: pytest.MonkeyPatch, layer: torch.nn.Module, shape: t
     return results
 
 
-@pytest.mark.parametrize(
-    ("layer", "shape"),
-    [
-        (lambda: ConvCapsules(4, 5, kernel=3, stride=2, in_size=9), (3, 4, 16, 9, 9)),  # J padded, stride 2
-        (lambda: ConvCapsules(3, 16, kernel=3, stride=1, in_size=5), (2, 3, 16, 5, 5)),  # a child in 9 windows
-        (lambda: ClassCapsules(6, 10, in_size=3), (4, 6, 16, 3, 3)),  # coordinate addition
-        # two blocks of types, and 72 slots a position: more than the votes' gradient takes at a time (SLOT_BLOCK)
-        (lambda: ConvCapsules(8, 20, kernel=3, stride=2, in_size=7), (3, 8, 16, 7, 7)),
-        (lambda: ConvCapsules(2, 40, kernel=2, stride=1, in_size=3), (3, 2, 16, 3, 3)),  # three: Jp not a constant
-    ],
-)
+LAYERS = [  # (a layer, its input's shape)
+    (lambda: ConvCapsules(4, 5, kernel=3, stride=2, in_size=9), (3, 4, 16, 9, 9)),  # J padded, stride 2
+    (lambda: ConvCapsules(3, 16, kernel=3, stride=1, in_size=5), (2, 3, 16, 5, 5)),  # a child in 9 windows
+    (lambda: ClassCapsules(6, 10, in_size=3), (4, 6, 16, 3, 3)),  # coordinate addition
+    # two blocks of types, and 72 slots a position: more than the votes' gradient takes at a time (SLOT_BLOCK)
+    (lambda: ConvCapsules(8, 20, kernel=3, stride=2, in_size=7), (3, 8, 16, 7, 7)),
+    (lambda: ConvCapsules(2, 40, kernel=2, stride=1, in_size=3), (3, 2, 16, 3, 3)),  # three: Jp not a constant
+]
+
+
+def _assert_gradients_equal(native: list[torch.Tensor], plain: list[torch.Tensor]) -> None:
+    names = ("poses", "activations", "d/dposes", "d/dactivations", "d/dW", "d/dbeta_u", "d/dbeta_a")
+    for name, got, want in zip(names, native, plain):
+        scale = want.abs().max().item()
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-4 * scale + 1e-7, msg=lambda m, n=name: f"{n}: {m}")
+
+
+@pytest.mark.parametrize(("layer", "shape"), LAYERS)
 @pytest.mark.parametrize("iterations", [1, 2, 3])
 def test_training_gradients_through_the_kernel_equal_the_pytorch_paths(
     monkeypatch: pytest.MonkeyPatch,
@@ -204,11 +220,23 @@ def test_training_gradients_through_the_kernel_equal_the_pytorch_paths(
     iterations: int,  # type: ignore[no-untyped-def]
 ) -> None:
     torch.manual_seed(0)
-    native, plain = _gradients(monkeypatch, layer(), shape, iterations)
-    names = ("poses", "activations", "d/dposes", "d/dactivations", "d/dW", "d/dbeta_u", "d/dbeta_a")
-    for name, got, want in zip(names, native, plain):
-        scale = want.abs().max().item()
-        torch.testing.assert_close(got, want, rtol=0, atol=1e-4 * scale + 1e-7, msg=lambda m, n=name: f"{n}: {m}")
+    _assert_gradients_equal(*_gradients(monkeypatch, layer(), shape, iterations))
+
+
+@pytest.mark.parametrize(("layer", "shape"), LAYERS)
+@pytest.mark.parametrize("iterations", [1, 2])
+def test_children_that_are_not_there_train_as_the_pytorch_path(
+    monkeypatch: pytest.MonkeyPatch,
+    layer,
+    shape: tuple[int, ...],
+    iterations: int,  # type: ignore[no-untyped-def]
+) -> None:
+    """A type of child absent from the first image (activation 0) beside present ones: the E-step, which takes two
+    children of a cell at a time, adds the votes of the one that is there. (At r = 3 the kernel's gradient for an
+    absent child can differ from the PyTorch path's by a few parts in 10^4 of the largest gradient, more than the
+    test above allows: see issue 54's thirty-fifth closing note.)"""
+    torch.manual_seed(0)
+    _assert_gradients_equal(*_gradients(monkeypatch, layer(), shape, iterations, absent=True))
 
 
 def test_a_tensor_is_reused_once_nothing_holds_it() -> None:

@@ -186,8 +186,8 @@ typedef struct {
 
 /* Adds r (Jp) times the votes about the centre v (16 rows of Jp) into a parent position's sums: n (Jp) += r, f (16
    rows of Jp) += r v, s += r v^2 */
-static inline __attribute__((always_inline)) void add_weighed(const float *restrict v, const float *restrict r, float *n, float *f, float *s,
-                               int64_t Jp) {
+static inline __attribute__((always_inline)) void add_weighed(const float *restrict v, const float *restrict r,
+                                                              float *n, float *f, float *s, int64_t Jp) {
     for (int64_t jb = 0; jb < Jp; jb += VB) {
         const vf rj = vload(r + jb);
         vstore(n + jb, vload(n + jb) + rj);
@@ -324,13 +324,26 @@ static inline __attribute__((always_inline)) void first_pass(const Layer *L, con
         }
 }
 
-/* One child's E-step in a reading (its `count` slots `own`): r = R a (count x Jp) and its votes about the centre v
-   (count x 16 x Jp), for the next M-step's sums that next_pass adds */
-static inline __attribute__((always_inline)) void route_child(const Layer *L, const int64_t Jp, const int with,
-                                                               const Fit *F, const int64_t *own, int64_t count,
-                                                               const float *poses, const float *acts,
-                                                               const float *centre, float log_floor, float *v,
-                                                               float *r) {
+/* Where an image's E-step reads its parents' weights and adds the next M-step's sums: position p's q1 and q2 (16 rows
+   of Jp each) at q1 + p * q_stride and q2 + p * q_stride, its constant (Jp) at constant + p * Jp; its sums of r V'
+   and r V'^2 (16 rows of Jp each) at first + p * sum_stride and second + p * sum_stride, of r at amount + p * Jp. A
+   reading keeps them in its Fit structs, a training step in (B, P, 2, 16, Jp) tensors. */
+typedef struct {
+    const float *q1, *q2, *constant;
+    int64_t q_stride;
+    float *first, *second, *amount;
+    int64_t sum_stride;
+} EStep;
+
+/* One child's E-step (its `count` slots `own` in an image: its grid `poses`, centres, slot activations `acts` (P,
+   I)): R_ij = a_j p_ij / sum over every parent of the child (log space, weights floored at `log_floor` below the
+   likeliest's: LOG_WEIGHT_FLOOR) into R (P, I, Jp) where R is given, r = R a (count x Jp) and the child's votes
+   about the centre v (count x 16 x Jp), for the M-step's sums that estep_children adds */
+static inline __attribute__((always_inline)) void child_estep(const Layer *L, const int64_t Jp, const int with,
+                                                               const EStep *E, const float *poses,
+                                                               const float *centre, const float *acts,
+                                                               const int64_t *own, int64_t count, float log_floor,
+                                                               float *R, float *r, float *v) {
     vf top = {0};
     top -= INFINITY;
     for (int64_t n = 0; n < count; n++) {
@@ -338,45 +351,49 @@ static inline __attribute__((always_inline)) void route_child(const Layer *L, co
         const float *m[4];
         pose_rows(L, poses, slot, m);
         const float *w = L->wtiles + i * H * Jp, *off = with ? L->offsets + i * H : NULL;
-        const float *k = F->constant + p * Jp;
+        const float *q1 = E->q1 + p * E->q_stride, *q2 = E->q2 + p * E->q_stride, *k = E->constant + p * Jp;
         for (int64_t jb = 0; jb < Jp; jb += VB) {
             vf wt[H];
             load_tile(wt, w, Jp, jb);
-            const int64_t at = p * H * Jp + jb; /* the votes about the centre kept for the M-step */
-            log_density(wt, m, off, centre + at, F->q1 + at, F->q2 + at, k + jb, Jp, v + n * H * Jp + jb,
+            log_density(wt, m, off, centre + p * H * Jp + jb, q1 + jb, q2 + jb, k + jb, Jp, v + n * H * Jp + jb,
                         r + n * Jp + jb, &top);
         }
     }
-    const float sum = child_weights(r, count * Jp, lane_max(top), log_floor);
+    const float inv = 1.0f / child_weights(r, count * Jp, lane_max(top), log_floor);
     for (int64_t n = 0; n < count; n++) {
-        const float scale = acts[own[n]] / sum; /* r = R a */
-        float *rs = r + n * Jp;
-        for (int64_t j = 0; j < Jp; j++) rs[j] *= scale;
+        float *rs = r + n * Jp, *assigned = R ? R + own[n] * Jp : NULL;
+        const float a = acts[own[n]];
+#pragma omp simd
+        for (int64_t j = 0; j < Jp; j++) {
+            const float given = rs[j] * inv;
+            if (assigned) assigned[j] = given;
+            rs[j] = given * a; /* r = R a */
+        }
     }
 }
 
-/* The E-step of one fit and the sums of the next M-step, one child at a time (two where the second's slots are at
-   the first's parent positions, added into those parents' sums at once): each of its slots' votes made once,
-   R_ij = a_j p_ij / sum over every parent of the child (log space, weights floored at `log_floor` below the
-   likeliest's: LOG_WEIGHT_FLOOR), then r = R a added into those parents' sums */
-static inline __attribute__((always_inline)) void next_pass(const Layer *L, const int64_t Jp, const int with,
-                                                             const Fit *F, Fit *G, const float *poses,
-                                                             const float *acts, const float *centre, float log_floor,
-                                                             float *v, float *r) {
+/* An image's E-step and the next M-step's sums (zeroed by the caller), one child at a time, or two where the
+   second's slots are at the first's parent positions (two types of one cell, as the children are visited cell by
+   cell): each of its slots' votes made once, its assignments (child_estep), then r = R a times its votes and their
+   squares added into those parents' sums, once for both children of a pair. r and v hold two children's. */
+static inline __attribute__((always_inline)) void estep_children(const Layer *L, const int64_t Jp, const int with,
+                                                                  const EStep *E, const float *poses,
+                                                                  const float *centre, const float *acts,
+                                                                  float log_floor, float *R, float *r, float *v) {
     const int64_t S = L->S, I = L->I;
     float *r2 = r + S * Jp, *v2 = v + S * H * Jp; /* the second child's of a pair */
-    clear_sums(L, G);
     for (int64_t ch = 0; ch < L->C; ch++) {
         const int64_t *own = L->slots + ch * S;
         int64_t count = 0;
         while (count < S && own[count] >= 0) count++;
         if (count == 0) continue; /* a child no window reaches */
         const int two = next_child_alongside(L->slots, S, I, ch, L->C, count);
-        route_child(L, Jp, with, F, own, count, poses, acts, centre, log_floor, v, r);
-        if (two) route_child(L, Jp, with, F, own + S, count, poses, acts, centre, log_floor, v2, r2);
+        child_estep(L, Jp, with, E, poses, centre, acts, own, count, log_floor, R, r, v);
+        if (two) child_estep(L, Jp, with, E, poses, centre, acts, own + S, count, log_floor, R, r2, v2);
         for (int64_t n = 0; n < count; n++) {
             const int64_t p = own[n] / I;
-            float *total = G->amount + p * Jp, *first = G->first + p * H * Jp, *second = G->second + p * H * Jp;
+            float *total = E->amount + p * Jp, *first = E->first + p * E->sum_stride;
+            float *second = E->second + p * E->sum_stride;
             const int one = acts[own[n]] != 0.0f, other = two && acts[own[S + n]] != 0.0f;
             if (one && other)
                 add_weighed_two(v + n * H * Jp, r + n * Jp, v2 + n * H * Jp, r2 + n * Jp, total, first, second, Jp);
@@ -387,6 +404,16 @@ static inline __attribute__((always_inline)) void next_pass(const Layer *L, cons
         }
         ch += two;
     }
+}
+
+/* A reading's E-step of fit F and the sums of the next M-step into G */
+static inline __attribute__((always_inline)) void next_pass(const Layer *L, const int64_t Jp, const int with,
+                                                             const Fit *F, Fit *G, const float *poses,
+                                                             const float *acts, const float *centre, float log_floor,
+                                                             float *v, float *r) {
+    const EStep E = {F->q1, F->q2, F->constant, H * Jp, G->first, G->second, G->amount, H * Jp};
+    clear_sums(L, G);
+    estep_children(L, Jp, with, &E, poses, centre, acts, log_floor, NULL, r, v);
 }
 
 static void write_out(const Layer *L, const Fit *F, const float *centre, float *out_mean, float *out_act) {
@@ -530,73 +557,19 @@ int em_moments(int64_t first_image, int64_t last_image, int64_t P, int64_t I, in
     return 0;
 }
 
-/* One child's E-step in em_estep (its `count` slots `own`): its assignments into R, r = R a into r (count x Jp) and
-   its votes about the centre into v (count x 16 x Jp), for the M-step's sums that the caller adds */
-static inline __attribute__((always_inline)) void estep_child(
-    const Layer *L, const int64_t Jp, const int with, int64_t b, const int64_t *own, int64_t count, const float *rows,
-    const float *centre, const float *g, const float *constant, float log_floor, float *R, const float *acts, float *r,
-    float *v) {
-    const int64_t P = L->P, I = L->I, C = L->C;
-    vf top = {0};
-    top -= INFINITY;
-    for (int64_t n = 0; n < count; n++) {
-        const int64_t slot = own[n], p = slot / I, i = slot % I;
-        const float *m[4];
-        pose_rows(L, rows + b * 16 * C, slot, m);
-        const float *w = L->wtiles + i * H * Jp, *off = with ? L->offsets + i * H : NULL;
-        const float *gp = g + (b * P + p) * 2 * H * Jp, *k = constant + (b * P + p) * Jp;
-        for (int64_t jb = 0; jb < Jp; jb += VB) {
-            vf wt[H];
-            load_tile(wt, w, Jp, jb);
-            const float *c = centre + (b * P + p) * H * Jp + jb;
-            log_density(wt, m, off, c, gp + jb, gp + H * Jp + jb, k + jb, Jp, v + n * H * Jp + jb, r + n * Jp + jb,
-                        &top);
-        }
-    }
-    const float inv = 1.0f / child_weights(r, count * Jp, lane_max(top), log_floor);
-    for (int64_t n = 0; n < count; n++) {
-        const int64_t at = b * P * I + own[n];
-        float *rs = r + n * Jp, *assigned = R + at * Jp;
-        const float a = acts[at];
-#pragma omp simd
-        for (int64_t j = 0; j < Jp; j++) {
-            assigned[j] = rs[j] * inv;
-            rs[j] = assigned[j] * a;
-        }
-    }
-}
-
 static inline __attribute__((always_inline)) void estep_images(
     const Layer *L, const int64_t Jp, const int with, int64_t first_image, int64_t last_image, const float *rows,
-    const float *centre, const float *g, const float *constant, const int64_t *slots, int64_t S, float log_floor,
-    float *R, const float *acts, float *out, float *amount, float *r, float *v) {
-    const int64_t P = L->P, I = L->I, C = L->C;
-    float *r2 = r + S * Jp, *v2 = v + S * H * Jp; /* the second child's of a pair */
+    const float *centre, const float *g, const float *constant, float log_floor, float *R, const float *acts,
+    float *out, float *amount, float *r, float *v) {
+    const int64_t P = L->P, I = L->I, C = L->C, twice = 2 * H * Jp;
     for (int64_t b = first_image; b < last_image; b++) {
-        memset(out + b * P * 2 * H * Jp, 0, sizeof(float) * P * 2 * H * Jp);
-        memset(amount + b * P * Jp, 0, sizeof(float) * P * Jp);
-        for (int64_t ch = 0; ch < C; ch++) {
-            const int64_t *own = slots + ch * S;
-            int64_t count = 0;
-            while (count < S && own[count] >= 0) count++;
-            if (count == 0) continue; /* a child no window reaches */
-            const int two = next_child_alongside(slots, S, I, ch, C, count);
-            estep_child(L, Jp, with, b, own, count, rows, centre, g, constant, log_floor, R, acts, r, v);
-            if (two) estep_child(L, Jp, with, b, own + S, count, rows, centre, g, constant, log_floor, R, acts, r2, v2);
-            for (int64_t n = 0; n < count; n++) {
-                const int64_t at = b * P * I + own[n], p = own[n] / I;
-                float *sums = out + (b * P + p) * 2 * H * Jp, *total = amount + (b * P + p) * Jp;
-                const int first = acts[at] != 0.0f, second = two && acts[at + 1] != 0.0f;
-                if (first && second)
-                    add_weighed_two(v + n * H * Jp, r + n * Jp, v2 + n * H * Jp, r2 + n * Jp, total, sums,
-                                    sums + H * Jp, Jp);
-                else if (first)
-                    add_weighed(v + n * H * Jp, r + n * Jp, total, sums, sums + H * Jp, Jp);
-                else if (second)
-                    add_weighed(v2 + n * H * Jp, r2 + n * Jp, total, sums, sums + H * Jp, Jp);
-            }
-            ch += two;
-        }
+        float *sums = out + b * P * twice;
+        const float *q = g + b * P * twice;
+        const EStep E = {q, q + H * Jp, constant + b * P * Jp, twice, sums, sums + H * Jp, amount + b * P * Jp, twice};
+        memset(sums, 0, sizeof(float) * P * twice);
+        memset(E.amount, 0, sizeof(float) * P * Jp);
+        estep_children(L, Jp, with, &E, rows + b * 16 * C, centre + b * P * H * Jp, acts + b * P * I, log_floor,
+                       R + b * P * I * Jp, r, v);
     }
 }
 
@@ -613,9 +586,10 @@ int em_estep(int64_t first_image, int64_t last_image, int64_t P, int64_t I, int6
     float *r = (float *)malloc(sizeof(float) * 2 * S * Jp * (H + 1)); /* for two children at a time */
     if (!r) return 1;
     float *v = r + 2 * S * Jp; /* each slot's votes about the centre, for the M-step's sums */
-    const Layer L = pass_layer(P, I, Jp, C, child, wtiles, offsets);
-    BY_WIDTH(estep_images, &L, first_image, last_image, rows, centre, g, constant, slots, S, log_floor, R, acts, out,
-             amount, r, v);
+    Layer L = pass_layer(P, I, Jp, C, child, wtiles, offsets);
+    L.slots = slots, L.S = S; /* the children as the E-step visits them */
+    BY_WIDTH(estep_images, &L, first_image, last_image, rows, centre, g, constant, log_floor, R, acts, out, amount, r,
+             v);
     free(r);
     return 0;
 }
