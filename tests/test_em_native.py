@@ -328,6 +328,45 @@ def test_a_cache_that_cannot_be_written_still_gives_the_kernel(monkeypatch: pyte
         em_native._load.cache_clear()
 
 
+def test_the_kernel_splits_a_batch_on_torchs_own_openmp_threads() -> None:
+    """Where torch runs on libgomp (its Linux wheels), the kernel is built with OpenMP and bound to that one runtime:
+    its passes run on the threads torch's operations ran on, not on threads of a second runtime or its own."""
+    library = em_native.kernel()
+    assert library is not None
+    maps = Path("/proc/self/maps").read_text() if Path("/proc/self/maps").is_file() else ""
+    runtimes = {line.split()[-1] for line in maps.splitlines() if "libgomp" in line or "libomp" in line}
+    assert library.em_openmp() == 1 and len(runtimes) == 1, runtimes
+
+
+def test_a_build_without_openmp_splits_the_batch_on_threads_of_its_own(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A compiler without OpenMP: the kernel runs a share of the images a call, each on a thread of em_native's,
+    with the same values and gradients (the shares' W gradients summed) as the PyTorch path."""
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    monkeypatch.setattr(em_native, "OPENMP", ())
+    em_native._load.cache_clear()
+    try:
+        library = em_native.kernel()
+        assert library is not None and library.em_openmp() == 0
+        shares: list[tuple[int, int, int]] = []
+        run = em_native._run
+        monkeypatch.setattr(em_native, "_run", lambda lib, batch, work: run(
+            lib, batch, lambda *call: shares.append(call[:3]) or work(*call)))  # fmt: skip
+        torch.manual_seed(0)
+        made, shape = ConvCapsules(3, 5, kernel=3, stride=2, in_size=7), (3, 3, 16, 7, 7)  # 3 images, 2 threads
+        poses, activations = _grid(shape[0], shape[1], shape[3], seed=5)
+        native, plain = _both(monkeypatch, lambda: made(poses, activations, 2))
+        torch.testing.assert_close(native[0], plain[0], **POSES)
+        torch.testing.assert_close(native[1], plain[1], **ACTIVATIONS)
+        for got, want in zip(*_gradients(monkeypatch, made, shape, 2)):
+            torch.testing.assert_close(got, want, rtol=0, atol=1e-4 * want.abs().max().item() + 1e-7)
+        if torch.get_num_threads() > 1:
+            assert (1, 0, 2) in shares and (1, 2, 3) in shares  # a share a call, one thread each
+    finally:
+        em_native._load.cache_clear()
+
+
 def test_the_portable_build_reads_and_trains_as_the_pytorch_path(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

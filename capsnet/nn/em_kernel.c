@@ -42,6 +42,9 @@ Layouts (float32, contiguous; the batch's images one after another):
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #define H 16                 /* a pose's entries */
 #if defined(__AVX512F__)
@@ -428,6 +431,35 @@ static void write_out(const Layer *L, const Fit *F, const float *centre, float *
         }
 }
 
+/* The entries' images in shares, one a thread: each entry takes `threads` and runs its body on that many of
+   OpenMP's threads, where the kernel is built with OpenMP (torch's own threads where torch uses libgomp, as the
+   wheels do: none started, none left spinning beside the kernel's), each on a share of [first, last) and adding into
+   its own of a summed output (own + index * the caller's stride); built without it (a compiler with no OpenMP), the
+   pragma is not there, the body runs once on the whole range it is given, and the caller runs a share a call. */
+typedef struct {
+    int64_t first, last, index;
+} Share;
+
+static inline Share share_of(int64_t first, int64_t last) {
+#ifdef _OPENMP
+    const int64_t n = omp_get_num_threads(), t = omp_get_thread_num(), per = (last - first + n - 1) / n;
+    const int64_t from = first + t * per < last ? first + t * per : last;
+    const Share s = {from, from + per < last ? from + per : last, t};
+#else
+    const Share s = {first, last, 0};
+#endif
+    return s;
+}
+
+/* Whether the entries split their images over threads themselves (em_native runs a call a batch), or not. */
+int em_openmp(void) {
+#ifdef _OPENMP
+    return 1;
+#else
+    return 0;
+#endif
+}
+
 /* The block the caller pads the parent types to. */
 int64_t em_block(void) { return VB; }
 
@@ -471,7 +503,7 @@ static inline __attribute__((always_inline)) void route_images(const Layer *L, c
 /* Routes images [first_image, last_image) of a batch of `batch` (the layouts are at the top of this file). S is
    the most slots a child fills. Returns 0; 1 when its scratch memory could not be had; 2 for a Jp that is not a
    multiple of em_block() or less than J. */
-int em_route(int64_t batch, int64_t first_image, int64_t last_image, int64_t P, int64_t I, int64_t J, int64_t Jp,
+int em_route(int64_t threads, int64_t batch, int64_t first_image, int64_t last_image, int64_t P, int64_t I, int64_t J, int64_t Jp,
              int64_t C, int64_t S, int64_t iterations, int64_t every, const float *poses, const float *acts,
              const float *wtiles, const float *offsets, const float *centre, const int64_t *child,
              const int64_t *slots, const float *start, const float *even, const float *beta_u, const float *beta_a, const float *lambdas,
@@ -479,22 +511,31 @@ int em_route(int64_t batch, int64_t first_image, int64_t last_image, int64_t P, 
     if (Jp % VB != 0 || Jp < J) return 2;
     const int64_t PJ = P * Jp, sums = PJ * H * 2 + PJ, fit = PJ * H * 4 + PJ * 2;
     const size_t floats = 2 * ((size_t)S * H * Jp + (size_t)S * Jp) + 2 * (size_t)(sums + fit); /* two children */
-    float *scratch = (float *)malloc(floats * sizeof(float));
-    if (!scratch) return 1;
-    float *v = scratch, *r = v + 2 * S * H * Jp, *at = r + 2 * S * Jp;
-    Fit fits[2];
-    for (int n = 0; n < 2; n++) {
-        Fit *F = &fits[n];
-        F->first = at, F->second = at + PJ * H, F->amount = at + 2 * PJ * H, F->mean = F->amount + PJ;
-        F->variance = F->mean + PJ * H, F->q1 = F->variance + PJ * H, F->q2 = F->q1 + PJ * H;
-        F->logit = F->q2 + PJ * H, F->constant = F->logit + PJ;
-        at = F->constant + PJ;
-    }
     const Layer L = {P, I, J, Jp, C, S, wtiles, offsets, beta_u, beta_a, slots, child, scale};
-    BY_WIDTH(route_images, &L, batch, first_image, last_image, iterations, every, poses, acts, centre, start, even,
-             lambdas, log_floor, out_mean, out_act, fits, v, r);
-    free(scratch);
-    return 0;
+    int code = 0;
+#pragma omp parallel num_threads(threads) if (threads > 1)
+    {
+        const Share share = share_of(first_image, last_image);
+        float *scratch = (float *)malloc(floats * sizeof(float)); /* a thread's own */
+        if (!scratch) {
+#pragma omp atomic write
+            code = 1;
+        } else {
+            float *v = scratch, *r = v + 2 * S * H * Jp, *at = r + 2 * S * Jp;
+            Fit fits[2];
+            for (int n = 0; n < 2; n++) {
+                Fit *F = &fits[n];
+                F->first = at, F->second = at + PJ * H, F->amount = at + 2 * PJ * H, F->mean = F->amount + PJ;
+                F->variance = F->mean + PJ * H, F->q1 = F->variance + PJ * H, F->q2 = F->q1 + PJ * H;
+                F->logit = F->q2 + PJ * H, F->constant = F->logit + PJ;
+                at = F->constant + PJ;
+            }
+            BY_WIDTH(route_images, &L, batch, share.first, share.last, iterations, every, poses, acts, centre, start,
+                     even, lambdas, log_floor, out_mean, out_act, fits, v, r);
+            free(scratch);
+        }
+    }
+    return code;
 }
 
 /* ---- The passes a training step's routing is made of (capsnet/nn/em_native.py writes the rest of Procedure 1
@@ -547,13 +588,17 @@ static inline __attribute__((always_inline)) void moments_images(
    given, the weights are the gradient g = dL/dR a of an E-step's assignments assign (B, P, I, Jp, strided as
    the weights) and totals each child's sum over its slots and types of R g (em_back_mstep's): w is then the
    softmax's backward, g_l = R (g - the child's total), written over g, and its moments are the backward's. */
-int em_moments(int64_t first_image, int64_t last_image, int64_t P, int64_t I, int64_t Jp, int64_t C,
+int em_moments(int64_t threads, int64_t first_image, int64_t last_image, int64_t P, int64_t I, int64_t Jp, int64_t C,
                const int64_t *child, const float *rows, const float *wtiles, const float *offsets,
                const float *centre, float *weights, int64_t weights_stride, const float *scale, const float *assign,
                const float *totals, float *out, float *amount) {
     const Layer L = pass_layer(P, I, Jp, C, child, wtiles, offsets);
-    BY_WIDTH(moments_images, &L, first_image, last_image, rows, centre, weights, weights_stride, scale, assign, totals,
-             out, amount);
+#pragma omp parallel num_threads(threads) if (threads > 1)
+    {
+        const Share share = share_of(first_image, last_image);
+        BY_WIDTH(moments_images, &L, share.first, share.last, rows, centre, weights, weights_stride, scale, assign,
+                 totals, out, amount);
+    }
     return 0;
 }
 
@@ -579,19 +624,28 @@ static inline __attribute__((always_inline)) void estep_images(
    `log_floor` below the child's likeliest parent's; and the next M-step's sums in the same pass, each child's votes
    made once: out (B, P, 2, 16, Jp) = sum_i r [V', V'^2] and amount (B, P, Jp) = sum_i r, with r = R a, a = acts
    (B, P, I) (as em_moments gives them). */
-int em_estep(int64_t first_image, int64_t last_image, int64_t P, int64_t I, int64_t Jp, int64_t C,
+int em_estep(int64_t threads, int64_t first_image, int64_t last_image, int64_t P, int64_t I, int64_t Jp, int64_t C,
              const int64_t *child, const float *rows, const float *wtiles, const float *offsets, const float *centre,
              const float *g, const float *constant, const int64_t *slots, int64_t S, float log_floor, float *R,
              const float *acts, float *out, float *amount) {
-    float *r = (float *)malloc(sizeof(float) * 2 * S * Jp * (H + 1)); /* for two children at a time */
-    if (!r) return 1;
-    float *v = r + 2 * S * Jp; /* each slot's votes about the centre, for the M-step's sums */
     Layer L = pass_layer(P, I, Jp, C, child, wtiles, offsets);
     L.slots = slots, L.S = S; /* the children as the E-step visits them */
-    BY_WIDTH(estep_images, &L, first_image, last_image, rows, centre, g, constant, log_floor, R, acts, out, amount, r,
-             v);
-    free(r);
-    return 0;
+    int code = 0;
+#pragma omp parallel num_threads(threads) if (threads > 1)
+    {
+        const Share share = share_of(first_image, last_image);
+        float *r = (float *)malloc(sizeof(float) * 2 * S * Jp * (H + 1)); /* for two children at a time */
+        if (!r) {
+#pragma omp atomic write
+            code = 1;
+        } else {
+            float *v = r + 2 * S * Jp; /* each slot's votes about the centre, for the M-step's sums */
+            BY_WIDTH(estep_images, &L, share.first, share.last, rows, centre, g, constant, log_floor, R, acts, out,
+                     amount, r, v);
+            free(r);
+        }
+    }
+    return code;
 }
 
 /* One factor of the gradient of [V', V'^2]: a number a vote, left = base (B, P, I, Jp; an image's `stride` floats
@@ -770,16 +824,21 @@ static inline __attribute__((always_inline)) void grad_images(const Layer *L, co
    The same pass does the M-step's side of the backward for the last factor (the first M-step's weights, whose inv is
    given): g_w = [V', V'^2] . right, its sum_i g_w w into out_sum (B, P, Jp) and sum_j g_w R / (n + eps) into out_a
    (B, P, I). */
-int em_vote_grad(int64_t first_image, int64_t last_image, int64_t P, int64_t I, int64_t Jp, int64_t C,
+int em_vote_grad(int64_t threads, int64_t first_image, int64_t last_image, int64_t P, int64_t I, int64_t Jp, int64_t C,
                  const int64_t *child, int64_t T, const float *rows, const float *wtiles, const float *offsets,
                  const float *centre, const Factor *factors, const float *acts, float *grad_rows, float *grad_w,
-                 float *out_sum, float *out_a) {
+                 int64_t own_stride, float *out_sum, float *out_a) {
     if (T < 1 || T > 7 || T % 2 == 0 || !factors[T - 1].inv) return 2;
     const Layer L = pass_layer(P, I, Jp, C, child, wtiles, offsets);
-    memset(grad_rows + first_image * 16 * C, 0, sizeof(float) * (last_image - first_image) * 16 * C);
-    memset(out_sum + first_image * P * Jp, 0, sizeof(float) * (last_image - first_image) * P * Jp);
-    BY_WIDTH(grad_images, &L, T, first_image, last_image, rows, centre, factors, acts, grad_rows, grad_w, out_sum,
-             out_a);
+#pragma omp parallel num_threads(threads) if (threads > 1)
+    {
+        const Share share = share_of(first_image, last_image);
+        const int64_t images = share.last - share.first;
+        memset(grad_rows + share.first * 16 * C, 0, sizeof(float) * images * 16 * C);
+        memset(out_sum + share.first * P * Jp, 0, sizeof(float) * images * P * Jp);
+        BY_WIDTH(grad_images, &L, T, share.first, share.last, rows, centre, factors, acts, grad_rows,
+                 grad_w + share.index * own_stride, out_sum, out_a);
+    }
     return 0;
 }
 
@@ -881,33 +940,47 @@ static inline __attribute__((always_inline)) void back_mstep_images(
    g_assigned = g_w / (n + eps) + g_n: grad_a (B, P, I) += sum_j g_assigned R, and out (B, P, I, Jp) = g_assigned a,
    the gradient dL/dR a that the E-step before receives, and totals (B, C; zeros to begin with) += each child's sum
    over its slots and types of R out, what that E-step's softmax backward subtracts (em_moments takes it there). */
-int em_back_mstep(int64_t first_image, int64_t last_image, int64_t P, int64_t I, int64_t Jp, int64_t C,
+int em_back_mstep(int64_t threads, int64_t first_image, int64_t last_image, int64_t P, int64_t I, int64_t Jp, int64_t C,
                   const int64_t *child, const float *rows, const float *wtiles, const float *offsets,
                   const float *centre, const float *g, const float *R, int64_t r_stride, const float *acts,
                   const float *inv_n, const float *g_amount, float *out, float *grad_a, float *totals) {
-    float *s = (float *)malloc(sizeof(float) * 2 * Jp);
-    if (!s) return 1;
     const Layer L = pass_layer(P, I, Jp, C, child, wtiles, offsets);
-    BY_WIDTH(back_mstep_images, &L, first_image, last_image, rows, centre, g, R, r_stride, acts, inv_n, g_amount, out,
-             grad_a, totals, s);
-    free(s);
-    return 0;
+    int code = 0;
+#pragma omp parallel num_threads(threads) if (threads > 1)
+    {
+        const Share share = share_of(first_image, last_image);
+        float *s = (float *)malloc(sizeof(float) * 2 * Jp);
+        if (!s) {
+#pragma omp atomic write
+            code = 1;
+        } else {
+            BY_WIDTH(back_mstep_images, &L, share.first, share.last, rows, centre, g, R, r_stride, acts, inv_n,
+                     g_amount, out, grad_a, totals, s);
+            free(s);
+        }
+    }
+    return code;
 }
 
 /* The end of a training step's M-step, a position at a time (fit_position): from sums (B, P, 2, 16, Jp) and amount n (B, P,
    Jp) as em_moments and em_estep give them, the centre (B, P, 16, Jp), beta_u and beta_a (Jp) and the J real types,
    writes mean d and variance (B, P, 16, Jp), positive (B, P, 16, Jp; the spread above 0), logit (B, P, Jp), and
    where g is given, the next E-step's g (B, P, 2, 16, Jp) = [-2 d / sigma^2, 1 / sigma^2] and constant (B, P, Jp). */
-int em_fit(int64_t first_image, int64_t last_image, int64_t P, int64_t Jp, int64_t J, const float *sums,
-           const float *amount, const float *centre, const float *beta_u, const float *beta_a, float scale, float lam,
-           float *mean, float *variance, uint8_t *positive, float *logit, float *g, float *constant) {
-    for (int64_t b = first_image; b < last_image; b++)
-        for (int64_t p = 0; p < P; p++) {
-            const int64_t at = (b * P + p) * Jp, rows = (b * P + p) * H * Jp, twice = (b * P + p) * 2 * H * Jp;
-            fit_position(sums + twice, sums + twice + H * Jp, amount + at, centre + rows, beta_u, beta_a, scale, lam,
-                         J, Jp, mean + rows, variance + rows, positive + rows, g ? g + twice : NULL,
-                         g ? g + twice + H * Jp : NULL, logit + at, constant ? constant + at : NULL);
-        }
+int em_fit(int64_t threads, int64_t first_image, int64_t last_image, int64_t P, int64_t Jp, int64_t J,
+           const float *sums, const float *amount, const float *centre, const float *beta_u, const float *beta_a,
+           float scale, float lam, float *mean, float *variance, uint8_t *positive, float *logit, float *g,
+           float *constant) {
+#pragma omp parallel num_threads(threads) if (threads > 1)
+    {
+        const Share share = share_of(first_image, last_image);
+        for (int64_t b = share.first; b < share.last; b++)
+            for (int64_t p = 0; p < P; p++) {
+                const int64_t at = (b * P + p) * Jp, rows = (b * P + p) * H * Jp, twice = (b * P + p) * 2 * H * Jp;
+                fit_position(sums + twice, sums + twice + H * Jp, amount + at, centre + rows, beta_u, beta_a, scale,
+                             lam, J, Jp, mean + rows, variance + rows, positive + rows, g ? g + twice : NULL,
+                             g ? g + twice + H * Jp : NULL, logit + at, constant ? constant + at : NULL);
+            }
+    }
     return 0;
 }
 
@@ -918,50 +991,58 @@ int em_fit(int64_t first_image, int64_t last_image, int64_t P, int64_t Jp, int64
    an earlier one, the E-step's g_l summed per parent (B, P, Jp) and sum_i g_l [V', V'^2] (B, P, 2, 16, Jp). Writes
    the gradient of its moments g (B, P, 2, 16, Jp), the gradient of n so far (B, P, Jp), 1 / (n + eps) (B, P, Jp),
    for an earlier fit the E-step's right factor -[-2 d / sigma^2, 1 / sigma^2] / 2 (B, P, 2, 16, Jp), and adds
-   lam sum g_z into grad_beta_a (Jp) and 16 sum g_cost n scale into grad_beta_u (Jp) (the caller's own). */
-int em_back_fit(int64_t first_image, int64_t last_image, int64_t P, int64_t Jp, int64_t last, const float *amount,
-                const float *mean, const float *variance, const uint8_t *positive, const float *logit,
+   lam sum g_z into grad_beta_a (Jp) and 16 sum g_cost n scale into grad_beta_u (Jp), one after the other at own
+   (2, Jp; a thread's own at own + its share's index x own_stride). */
+int em_back_fit(int64_t threads, int64_t first_image, int64_t last_image, int64_t P, int64_t Jp, int64_t last,
+                const float *amount, const float *mean, const float *variance, const uint8_t *positive, const float *logit,
                 const float *centre, const float *beta_u, float scale, float lam, const float *g_mean,
                 const float *g_a, const float *g_l_sum, const float *g_l_moments, float *g_moments, float *g_amount,
-                float *inverse, float *right, float *grad_beta_a, float *grad_beta_u) {
-    for (int64_t b = first_image; b < last_image; b++)
-        for (int64_t p = 0; p < P; p++)
-            for (int64_t j = 0; j < Jp; j++) {
-                const int64_t at = (b * P + p) * Jp + j, rows = (b * P + p) * H * Jp + j;
-                const int64_t twice = (b * P + p) * 2 * H * Jp + j;
-                const float n = amount[at], z = logit[at], inv = 1.0f / (n + EPSILON), total = n * inv;
-                const float sig = 1.0f / (1.0f + expf(-z));
-                const float g_logit = last ? g_a[at] * sig * (1.0f - sig) : g_l_sum[at] * (1.0f - sig);
-                const float g_k = last ? 0.0f : -0.5f * g_l_sum[at], g_cost = -lam * g_logit;
-                grad_beta_a[j] += lam * g_logit;
-                grad_beta_u[j] += g_cost * n * scale * 16.0f;
-                float g_totals = 0.0f;
-                double volume = 1.0; /* prod_h sigma_h^2, as fit_position takes it */
-                for (int l = 0; l < H; l++) {
-                    const int64_t e = rows + l * Jp;
-                    const float d = mean[e], var = variance[e], prec = 1.0f / var, c = centre[e];
-                    float g_d, g_var;
-                    if (last) {
-                        g_d = g_mean[e];
-                        g_var = 0.0f;
-                    } else {
-                        const float g_q = g_l_moments[twice + l * Jp], g_p0 = -0.5f * g_l_moments[twice + (H + l) * Jp];
-                        g_d = g_k * 2.0f * d * prec + g_q * prec;
-                        const float g_prec = g_p0 + g_k * d * d + g_q * d;
-                        g_var = g_k / var - g_prec * prec * prec;
-                        right[twice + l * Jp] = d * prec;
-                        right[twice + (H + l) * Jp] = -0.5f * prec;
+                float *inverse, float *right, float *own, int64_t own_stride) {
+#pragma omp parallel num_threads(threads) if (threads > 1)
+    {
+        const Share share = share_of(first_image, last_image);
+        float *grad_beta_a = own + share.index * own_stride, *grad_beta_u = grad_beta_a + Jp; /* this thread's */
+        for (int64_t b = share.first; b < share.last; b++)
+            for (int64_t p = 0; p < P; p++)
+                for (int64_t j = 0; j < Jp; j++) {
+                    const int64_t at = (b * P + p) * Jp + j, rows = (b * P + p) * H * Jp + j;
+                    const int64_t twice = (b * P + p) * 2 * H * Jp + j;
+                    const float n = amount[at], z = logit[at], inv = 1.0f / (n + EPSILON), total = n * inv;
+                    const float sig = 1.0f / (1.0f + expf(-z));
+                    const float g_logit = last ? g_a[at] * sig * (1.0f - sig) : g_l_sum[at] * (1.0f - sig);
+                    const float g_k = last ? 0.0f : -0.5f * g_l_sum[at], g_cost = -lam * g_logit;
+                    grad_beta_a[j] += lam * g_logit;
+                    grad_beta_u[j] += g_cost * n * scale * 16.0f;
+                    float g_totals = 0.0f;
+                    double volume = 1.0; /* prod_h sigma_h^2, as fit_position takes it */
+                    for (int l = 0; l < H; l++) {
+                        const int64_t e = rows + l * Jp;
+                        const float d = mean[e], var = variance[e], prec = 1.0f / var, c = centre[e];
+                        float g_d, g_var;
+                        if (last) {
+                            g_d = g_mean[e];
+                            g_var = 0.0f;
+                        } else {
+                            const float g_q = g_l_moments[twice + l * Jp];
+                            const float g_p0 = -0.5f * g_l_moments[twice + (H + l) * Jp];
+                            g_d = g_k * 2.0f * d * prec + g_q * prec;
+                            const float g_prec = g_p0 + g_k * d * d + g_q * d;
+                            g_var = g_k / var - g_prec * prec * prec;
+                            right[twice + l * Jp] = d * prec;
+                            right[twice + (H + l) * Jp] = -0.5f * prec;
+                        }
+                        g_var += g_cost * n * scale * 0.5f / var;
+                        volume *= var;
+                        const float g_u = positive[e] ? g_var : 0.0f, first = d + c * (1.0f - total);
+                        g_moments[twice + l * Jp] = g_d + g_u * 2.0f * (d * total - d - first);
+                        g_moments[twice + (H + l) * Jp] = g_u;
+                        g_totals += g_d * c + g_u * (d * d - 2.0f * c * (first - d * total));
                     }
-                    g_var += g_cost * n * scale * 0.5f / var;
-                    volume *= var;
-                    const float g_u = positive[e] ? g_var : 0.0f, first = d + c * (1.0f - total);
-                    g_moments[twice + l * Jp] = g_d + g_u * 2.0f * (d * total - d - first);
-                    g_moments[twice + (H + l) * Jp] = g_u;
-                    g_totals += g_d * c + g_u * (d * d - 2.0f * c * (first - d * total));
+                    /* sum_h dcost_h/dn */
+                    const float g_n = g_cost * (H * beta_u[j] + 0.5f * (float)log(volume)) * scale;
+                    g_amount[at] = g_n + g_totals * EPSILON * inv * inv;
+                    inverse[at] = inv;
                 }
-                const float g_n = g_cost * (H * beta_u[j] + 0.5f * (float)log(volume)) * scale; /* sum_h dcost_h/dn */
-                g_amount[at] = g_n + g_totals * EPSILON * inv * inv;
-                inverse[at] = inv;
-            }
+    }
     return 0;
 }

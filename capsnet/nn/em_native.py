@@ -43,11 +43,17 @@ from capsnet.files import atomic_path, cache_dir
 SOURCE = Path(__file__).with_name("em_kernel.c")
 NATIVE_ENV = "CAPSNET_NATIVE"  # "0" routes every reading with PyTorch (as where no compiler is found)
 COMPILER_ENV = "CC"
-# the flags tried in turn: the machine's own instructions first, then plain optimised C
+# the flags tried in turn: the machine's own instructions first, then plain optimised C; each with OPENMP first
 FLAG_SETS = (
     ("-O3", "-march=native", "-mprefer-vector-width=512", "-fopenmp-simd", "-fno-math-errno", "-fno-trapping-math"),
     ("-O3", "-fopenmp-simd", "-fno-math-errno", "-fno-trapping-math"),
 )
+# The passes split a batch's images over OpenMP's threads themselves, in one call: where torch runs on libgomp (its
+# Linux wheels bundle it, loaded before the kernel), the kernel's library is bound to that one, so its passes run on
+# the very threads torch's operations just ran on. Threads of the kernel's own would be started a call (a quarter of
+# a millisecond) and would share the cores with torch's threads, which spin a few milliseconds after each operation
+# (a training step 13-18% slower). Where the compiler has no OpenMP, the build without it takes a share a thread.
+OPENMP = ("-fopenmp",)
 COMPILE_SECONDS = 120
 
 
@@ -110,18 +116,21 @@ def _bind(library: ctypes.CDLL) -> ctypes.CDLL:
     i64, pointer, f32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_float
     library.em_block.restype = i64
     library.em_block.argtypes = []
+    library.em_openmp.restype = ctypes.c_int
+    library.em_openmp.argtypes = []
+    # every entry that takes images first takes the threads to split them over (`in_parallel`)
     library.em_route.restype = ctypes.c_int
-    library.em_route.argtypes = [i64] * 11 + [pointer] * 12 + [f32, f32, pointer, pointer]
+    library.em_route.argtypes = [i64] * 12 + [pointer] * 12 + [f32, f32, pointer, pointer]
     for name in ("em_moments", "em_estep", "em_vote_grad"):
         getattr(library, name).restype = ctypes.c_int
-    library.em_moments.argtypes = [*[i64] * 6, *[pointer] * 6, i64, *[pointer] * 5]
-    library.em_estep.argtypes = [*[i64] * 6, *[pointer] * 8, i64, f32, *[pointer] * 4]
+    library.em_moments.argtypes = [*[i64] * 7, *[pointer] * 6, i64, *[pointer] * 5]
+    library.em_estep.argtypes = [*[i64] * 7, *[pointer] * 8, i64, f32, *[pointer] * 4]
     for name in ("em_back_mstep", "em_back_fit", "em_fit"):
         getattr(library, name).restype = ctypes.c_int
-    library.em_fit.argtypes = [*[i64] * 5, *[pointer] * 5, f32, f32, *[pointer] * 6]
-    library.em_back_fit.argtypes = [*[i64] * 5, *[pointer] * 7, f32, f32, *[pointer] * 10]
-    library.em_back_mstep.argtypes = [*[i64] * 6, *[pointer] * 7, i64, *[pointer] * 6]
-    library.em_vote_grad.argtypes = [*[i64] * 6, pointer, i64, *[pointer] * 10]
+    library.em_fit.argtypes = [*[i64] * 6, *[pointer] * 5, f32, f32, *[pointer] * 6]
+    library.em_back_fit.argtypes = [*[i64] * 6, *[pointer] * 7, f32, f32, *[pointer] * 9, i64]
+    library.em_back_mstep.argtypes = [*[i64] * 7, *[pointer] * 7, i64, *[pointer] * 6]
+    library.em_vote_grad.argtypes = [*[i64] * 7, pointer, i64, *[pointer] * 8, i64, pointer, pointer]
     return library
 
 
@@ -136,7 +145,7 @@ def _load() -> ctypes.CDLL | None:
         folder = cache_dir() / "native"
     except RuntimeError:  # no home folder to keep it in
         folder = Path(tempfile.gettempdir()) / "capsnet-native"
-    for flags in FLAG_SETS:
+    for flags in dict.fromkeys(flags for chosen in FLAG_SETS for flags in ((*chosen, *OPENMP), chosen)):
         words = [source, " ".join(flags).encode(), " ".join(compiler).encode(), machine.encode()]
         digest = hashlib.sha256(b"\0".join(words)).hexdigest()[:24]
         target = folder / f"em_kernel-{digest}.so"
@@ -197,41 +206,42 @@ def reusable(*shape: int) -> Tensor:
     return tensor
 
 
-def _shares(batch: int) -> list[tuple[int, int]]:
-    """The batch split into one share of images a thread of torch's: [(first, last), ...]."""
-    threads = max(1, min(torch.get_num_threads(), batch))
-    share = -(-batch // threads)
-    return [(n, min(batch, n + share)) for n in range(0, batch, share)]
+def _threads(batch: int) -> int:
+    """The threads a batch's images are split over: torch's, at most one an image."""
+    return max(1, min(torch.get_num_threads(), batch))
 
 
-def _run(batch: int, shares: list[tuple[int, int]], work: Callable[[int], int]) -> None:
-    """`work(n)` for each share n, each on a thread of its own (the kernel runs without the GIL: ctypes releases it);
-    MemoryError where a share's scratch memory could not be had."""
-    if len(shares) == 1:
-        codes = [work(0)]
+def _run(library: ctypes.CDLL, batch: int, work: Callable[[int, int, int, int], int]) -> None:
+    """`work(threads, first, last, share)` over the batch's images: one call (share 0) with `threads` where the
+    kernel splits them over OpenMP's threads itself (`OPENMP`), else a call a share (threads 1), each on a thread of
+    its own (the kernel runs without the GIL: ctypes releases it); MemoryError where scratch memory could not be had."""
+    threads = _threads(batch)
+    if threads == 1 or library.em_openmp():
+        codes = [work(threads, 0, batch, 0)]
     else:
+        per = -(-batch // threads)
+        shares = [(n, min(batch, n + per)) for n in range(0, batch, per)]
         with ThreadPoolExecutor(len(shares)) as pool:
-            codes = list(pool.map(work, range(len(shares))))
+            codes = list(pool.map(lambda n: work(1, *shares[n], n), range(len(shares))))
     if any(codes):
         raise MemoryError(f"EM routing's kernel could not run a batch of {batch} (code {max(codes)})")
 
 
-def in_parallel(batch: int, images: Callable[[int, int], int]) -> None:
-    """`images(first, last)` over the batch on torch's threads, each a share of the images."""
-    if batch == 0:
-        return
-    shares = _shares(batch)
-    _run(batch, shares, lambda n: images(*shares[n]))
+def in_parallel(library: ctypes.CDLL, batch: int, images: Callable[[int, int, int], int]) -> None:
+    """`images(threads, first, last)` over the batch on torch's threads, each a share of the images (`_run`)."""
+    if batch > 0:
+        _run(library, batch, lambda threads, first, last, share: images(threads, first, last))
 
 
-def summed_in_parallel(batch: int, shape: tuple[int, ...], images: Callable[[int, int, Tensor], int]) -> Tensor:
-    """`images(first, last, own)` over the batch as `in_parallel` runs it, each share adding into a float32 tensor of
-    `shape` of its own (zeros to begin with), so that no two threads add into the same numbers: their sum."""
-    if batch == 0:
-        return torch.zeros(shape, dtype=torch.float32)
-    shares = _shares(batch)
-    own = torch.zeros(len(shares), *shape, dtype=torch.float32)
-    _run(batch, shares, lambda n: images(*shares[n], own[n]))
+def summed_in_parallel(
+    library: ctypes.CDLL, batch: int, shape: tuple[int, ...], images: Callable[[int, int, int, Tensor], int]
+) -> Tensor:
+    """`images(threads, first, last, own)` over the batch as `in_parallel` runs it, each share adding into a float32
+    tensor of `shape` of its own (zeros to begin with; the kernel finds a thread's at own + its share's index x
+    `shape`'s size), so that no two threads add into the same numbers: their sum."""
+    own = torch.zeros(_threads(batch), *shape, dtype=torch.float32)
+    if batch > 0:
+        _run(library, batch, lambda threads, first, last, share: images(threads, first, last, own[share]))
     return own.sum(dim=0)
 
 
@@ -294,13 +304,13 @@ def route(
         address(temperatures), scale, log_floor, address(out_mean), address(out_a),
     )  # fmt: skip
 
-    def images(first: int, last: int) -> int:
+    def images(threads: int, first: int, last: int) -> int:
         return int(library.em_route(
-            batch, first, last, positions, slot_count, parents, padded, grid.shape[2], slots.shape[1], rounds,
+            threads, batch, first, last, positions, slot_count, parents, padded, grid.shape[2], slots.shape[1], rounds,
             int(every), *arguments,
         ))  # fmt: skip
 
-    in_parallel(batch, images)
+    in_parallel(library, batch, images)
     if every:
         return out_mean, out_a
     return out_mean[0], out_a[0]

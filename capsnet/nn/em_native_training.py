@@ -79,8 +79,8 @@ class _Passes:
         out = torch.empty(self.batch, self.positions, 2, 16, self.padded, dtype=torch.float32)
         amount = torch.empty(self.batch, self.positions, self.padded, dtype=torch.float32)
         a = em_native.address
-        em_native.in_parallel(self.batch, lambda first, last: self.library.em_moments(
-            *self._sizes(first, last), *self.common, weights.data_ptr(), stride, a(scale), a(assign), a(totals),
+        em_native.in_parallel(self.library, self.batch, lambda threads, first, last: self.library.em_moments(
+            threads, *self._sizes(first, last), *self.common, weights.data_ptr(), stride, a(scale), a(assign), a(totals),
             out.data_ptr(), amount.data_ptr()))  # fmt: skip
         return out, amount
 
@@ -92,8 +92,8 @@ class _Passes:
         out = em_native.reusable(self.batch, self.positions, self.slots, self.padded)  # the step before's, if free
         sums = torch.empty(self.batch, self.positions, 2, 16, self.padded, dtype=torch.float32)
         amount = torch.empty(self.batch, self.positions, self.padded, dtype=torch.float32)
-        em_native.in_parallel(self.batch, lambda first, last: self.library.em_estep(
-            *self._sizes(first, last), *self.common, vectors.data_ptr(), constant.data_ptr(), slots.data_ptr(),
+        em_native.in_parallel(self.library, self.batch, lambda threads, first, last: self.library.em_estep(
+            threads, *self._sizes(first, last), *self.common, vectors.data_ptr(), constant.data_ptr(), slots.data_ptr(),
             slots.shape[1], LOG_WEIGHT_FLOOR, out.data_ptr(), scale.data_ptr(), sums.data_ptr(),
             amount.data_ptr()))  # fmt: skip
         return out, sums, amount
@@ -117,8 +117,8 @@ class _Passes:
         stride = 0 if assignment.shape[0] == 1 else assignment[0].numel()
         out = em_native.reusable(self.batch, self.positions, self.slots, self.padded)
         totals = torch.zeros(self.batch, self.children, dtype=torch.float32)
-        em_native.in_parallel(self.batch, lambda first, last: self.library.em_back_mstep(
-            *self._sizes(first, last), *self.common, vectors.data_ptr(), assignment.data_ptr(), stride,
+        em_native.in_parallel(self.library, self.batch, lambda threads, first, last: self.library.em_back_mstep(
+            threads, *self._sizes(first, last), *self.common, vectors.data_ptr(), assignment.data_ptr(), stride,
             activations.data_ptr(), inverse.data_ptr(), g_amount.data_ptr(), out.data_ptr(), grad_a.data_ptr(),
             totals.data_ptr()))  # fmt: skip
         return out, totals
@@ -146,8 +146,8 @@ class _Passes:
         g = torch.empty(self.batch, self.positions, 2, 16, self.padded, dtype=torch.float32) if estep else None
         constant = torch.empty_like(logit) if estep else None
         a = em_native.address
-        em_native.in_parallel(self.batch, lambda first, last: self.library.em_fit(
-            first, last, self.positions, self.padded, parents, a(sums), a(amount), a(self.centre), a(beta_u),
+        em_native.in_parallel(self.library, self.batch, lambda threads, first, last: self.library.em_fit(
+            threads, first, last, self.positions, self.padded, parents, a(sums), a(amount), a(self.centre), a(beta_u),
             a(beta_a), scale, lam, a(mean), a(variance), a(positive), a(logit), a(g), a(constant)))  # fmt: skip
         weights = None if g is None or constant is None else (g, constant)
         return (amount, mean, variance, positive, logit), weights
@@ -175,15 +175,15 @@ class _Passes:
         given = [x.contiguous() for x in (last if last is not None else after)]  # type: ignore[union-attr]
         a = em_native.address
 
-        def images(first: int, last_: int, betas: Tensor) -> int:  # betas (2, Jp): this share's beta_a, beta_u
+        def images(threads: int, first: int, last_: int, betas: Tensor) -> int:  # (2, Jp): a share's beta_a, beta_u
             return int(self.library.em_back_fit(
-                first, last_, self.positions, self.padded, int(last is not None), a(amount), a(mean), a(variance),
+                threads, first, last_, self.positions, self.padded, int(last is not None), a(amount), a(mean), a(variance),
                 a(positive), a(logit), a(self.centre), a(beta_u), scale, lam,
                 *((a(given[0]), a(given[1]), None, None) if last is not None else (None, None, a(given[0]), a(given[1]))),
-                a(g_moments), a(g_amount), a(inverse), a(right), a(betas[0]), a(betas[1]),
+                a(g_moments), a(g_amount), a(inverse), a(right), a(betas), betas.numel(),
             ))  # fmt: skip
 
-        sums = em_native.summed_in_parallel(self.batch, (2, self.padded), images)
+        sums = em_native.summed_in_parallel(self.library, self.batch, (2, self.padded), images)
         return g_moments, g_amount, inverse, right, sums[0], sums[1]
 
     def vote_grad(self, factors: list[Factor], activations: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -197,14 +197,14 @@ class _Passes:
         sums = torch.empty(self.batch, self.positions, self.padded, dtype=torch.float32)
         assigned = torch.empty(self.batch, self.positions, self.slots, dtype=torch.float32)
 
-        def images(first: int, last: int, grad_tiles: Tensor) -> int:  # this share's own W gradient
+        def images(threads: int, first: int, last: int, grad_tiles: Tensor) -> int:  # a share's own W gradient
             return int(self.library.em_vote_grad(
-                *self._sizes(first, last), len(factors), *self.common, ctypes.addressof(table),
-                activations.data_ptr(), grad_grid.data_ptr(), grad_tiles.data_ptr(), sums.data_ptr(),
-                assigned.data_ptr(),
+                threads, *self._sizes(first, last), len(factors), *self.common, ctypes.addressof(table),
+                activations.data_ptr(), grad_grid.data_ptr(), grad_tiles.data_ptr(), grad_tiles.numel(),
+                sums.data_ptr(), assigned.data_ptr(),
             ))  # fmt: skip
 
-        grad_tiles = em_native.summed_in_parallel(self.batch, tuple(self.tiles.shape), images)
+        grad_tiles = em_native.summed_in_parallel(self.library, self.batch, tuple(self.tiles.shape), images)
         return grad_grid, grad_tiles, sums, assigned
 
 
