@@ -45,6 +45,7 @@ from collections.abc import Callable
 import torch
 
 from capsnet.device import describe_device
+from capsnet.memory import keep_freed_memory
 from capsnet.nn.em_routing import EPSILON, VARIANCE_FLOOR, em_routing, inverse_temperature, reach_counts
 from capsnet.nn.matrix_capsules import ConvCapsules
 from capsnet.nn.registry import network
@@ -192,6 +193,8 @@ def bench_training(batch: int, repeats: int) -> None:
 
     device = torch.device("cpu")
     accel = choose_acceleration(device, amp=None, fused_adam=None, compile=None)
+    if accel.keep_memory:  # as the trainer does: every row alike
+        keep_freed_memory()
     images, labels = torch.rand(batch, 1, 28, 28), torch.randint(0, 10, (batch,))
     rates = {}
     # the EM networks at r = 2 as the shipped EM model was trained (the small one and the paper's, both with the

@@ -8,7 +8,8 @@ process whose PYTHONPATH is one tree and whose $CAPSNET_CACHE_DIR is that tree's
 `em_kernel.c` for this CPU. The two trees take turns, round by round, so that a drift in the machine's speed
 reaches both alike. Measured, on the same inputs:
 - training: the trainer's step (forward, spread + reconstruction loss, backward, Adam; bf16 autocast and a fused Adam
-  where the CPU computes bf16, as `choose_acceleration` decides) of the EM network `paper-decoder` (the shipped
+  where the CPU computes bf16, and freed memory kept where the tree's trainer keeps it, as `choose_acceleration`
+  decides) of the EM network `paper-decoder` (the shipped
   model's) at r = 2, batch --batch-size;
 - reading: a forward pass without gradients (evaluation's, predict's) at batch 500, r = 2.
 `--march ARCH` builds both kernels with -march=ARCH instead of -march=native (haswell: the instructions of an AVX2
@@ -46,6 +47,9 @@ net = network("em")
 config = net.preset("paper-decoder", routing_iterations=2)
 if kind == "training":
     accel = choose_acceleration(torch.device("cpu"), amp=None, fused_adam=None, compile=None)
+    if getattr(accel, "keep_memory", False):  # the trainer's way where the tree's trainer has it
+        from capsnet.memory import keep_freed_memory
+        keep_freed_memory()
     model = lay_out(net.build(config).train(), accel)
     optimizer = make_adam(model.parameters(), 1e-3, accel.fused_adam)
     images, labels = torch.rand(batch, 1, 28, 28), torch.randint(0, 10, (batch,))

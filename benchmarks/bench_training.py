@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from capsnet.device import describe_device
+from capsnet.memory import keep_freed_memory
 from capsnet.nn.capsnet import CapsNet
 from capsnet.nn.config import CapsNetConfig
 from capsnet.nn.squash import squash
@@ -138,6 +139,8 @@ def precision_table(device: torch.device, batches: list[int], warmup: int, repea
     """
     config = CapsNetConfig.preset("paper")
     new = choose_acceleration(device)
+    if new.keep_memory:  # as the trainer does: every row alike
+        keep_freed_memory()
     native = device.type != "cpu" or cpu_features().native_bf16
     rows = [
         ("old default: float32, foreach Adam", False, False, None, False),

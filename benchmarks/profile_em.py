@@ -24,6 +24,7 @@ from torch import nn
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from capsnet.device import describe_device
+from capsnet.memory import keep_freed_memory
 from capsnet.nn.registry import network
 from capsnet.training.acceleration import choose_acceleration, lay_out, make_adam
 from capsnet.training.step import training_step
@@ -88,6 +89,8 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     device = torch.device("cpu")
     accel = choose_acceleration(device)
+    if accel.keep_memory:  # as the trainer does
+        keep_freed_memory()
     print(f"{describe_device(device)}, torch {torch.__version__}, "
           f"training in {accel.precision}")  # fmt: skip
     runs = [("em", preset) for preset in args.presets] + ([] if args.no_capsnet else [("capsnet", "paper")])

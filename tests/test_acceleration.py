@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -108,6 +109,14 @@ def test_bf16_convolutions_on_a_cpu_are_laid_out_channels_last(features: CpuFeat
     assert choose_acceleration(CPU, amp=True, features=AVX2).channels_last
     assert not choose_acceleration(CPU, amp=False, features=features).channels_last
     assert not choose_acceleration(CUDA).channels_last
+
+
+def test_a_cpu_run_keeps_the_memory_its_steps_free_where_malloc_is_glibcs() -> None:
+    glibc = dataclasses.replace(AVX512_BF16, glibc=True)
+    chosen = choose_acceleration(CPU, features=glibc)
+    assert chosen.keep_memory and "freed memory kept" in chosen.describe()
+    assert not choose_acceleration(CPU, features=AVX512_BF16).keep_memory  # another C library
+    assert not choose_acceleration(CUDA, features=glibc).keep_memory
 
 
 @pytest.mark.parametrize("name", ["capsnet", "em", "cnn"])

@@ -14,6 +14,9 @@ Chosen at run time from what torch and oneDNN report about the machine, never ha
   (`TrainOptions.acceleration`) where a C++ compiler is found to build the compiled code and the
   EM routing kernel, 2-3x faster again, is not (`Network.cpu_compile_needed`);
   the dynamic-routing CapsNet trains slower compiled on a CPU and stays eager;
+- on a CPU with glibc, the process keeps the memory a step frees for the next (`capsnet.memory.keep_freed_memory`):
+  glibc otherwise gives each large tensor a fresh mapping whose every page faults when first written, 10,000-30,000
+  faults a training step, up to a third of its time on a virtual machine (`benchmarks/README.md`);
 - CUDA keeps its path: bf16 autocast, `torch.compile`, and the default (foreach) Adam, which the
   compiler handles.
 Every choice can be forced (`--amp`, `--fused-adam`, `--compile` and their `--no-` forms); the
@@ -24,7 +27,9 @@ from __future__ import annotations
 
 import functools
 import os
+import platform
 import shutil
+import sys
 from dataclasses import asdict, dataclass
 
 import torch
@@ -40,6 +45,7 @@ class CpuFeatures:
     amx: bool  # Intel AMX tiles (bf16 matrix products)
     onednn_bf16: bool  # oneDNN's bf16 kernels can run here (natively or emulated)
     compiler: bool = True  # a C++ compiler for the code torch.compile writes for a CPU (inductor builds it)
+    glibc: bool = False  # the process's malloc is glibc's, whose freed memory can be kept (`Acceleration`)
 
     @property
     def native_bf16(self) -> bool:
@@ -80,6 +86,7 @@ def cpu_features() -> CpuFeatures:
         amx=_probe("_is_amx_tile_supported"),
         onednn_bf16=onednn_bf16,
         compiler=any(shutil.which(name) for name in (os.environ.get("CXX"), "c++", "g++", "clang++") if name),
+        glibc=sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc",
     )
 
 
@@ -92,6 +99,7 @@ class Acceleration:
     compile: bool  # torch.compile
     reason: str  # one sentence: the hardware and what followed from it
     channels_last: bool = False  # the convolutions' weights laid out channels-last (NHWC): `lay_out`
+    keep_memory: bool = False  # the memory a step frees kept for the next: `capsnet.memory.keep_freed_memory`
 
     @property
     def precision(self) -> str:
@@ -108,6 +116,8 @@ class Acceleration:
             parts.append("channels-last convolutions")
         if self.compile:
             parts.append("torch.compile")
+        if self.keep_memory:
+            parts.append("freed memory kept")
         return f"{', '.join(parts)} ({self.reason})"
 
     def to_dict(self) -> dict[str, bool | str]:
@@ -158,6 +168,7 @@ def choose_acceleration(
         compile=auto_compile if compile is None else compile,
         reason=f"{reason}; {', '.join(forced)} as asked" if forced else reason,
         channels_last=amp and device.type == "cpu",  # bf16 convolutions on a CPU: faster in NHWC
+        keep_memory=device.type == "cpu" and features is not None and features.glibc,
     )
 
 

@@ -33,7 +33,7 @@ from capsnet.data.augment import augment_seed
 from capsnet.data.datasets import dataset_info
 from capsnet.device import describe_device, pick_device, seed_everything
 from capsnet.errors import CapsNetError, out_of_memory
-from capsnet.memory import check_fits
+from capsnet.memory import check_fits, keep_freed_memory
 from capsnet.nn.registry import AnyConfig, AnyModel, network, network_of
 from capsnet.nn.warm_start import warm_config, warm_start
 from capsnet.training.acceleration import Acceleration, lay_out
@@ -375,6 +375,8 @@ def train(
         if env.enabled and device.type == "cuda":
             device = torch.device("cuda", env.local_rank)  # one GPU per torchrun process
         prepared = prepare(options, env, device, given)  # with the acceleration chosen for the run's own options
+        if prepared.acceleration.keep_memory:  # measured by `check_fits` as it would be without
+            keep_freed_memory()
         try:
             return fit(prepared, env, device, on_epoch)
         finally:
