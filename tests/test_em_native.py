@@ -328,6 +328,20 @@ def test_a_cache_that_cannot_be_written_still_gives_the_kernel(monkeypatch: pyte
         em_native._load.cache_clear()
 
 
+def test_the_child_grid_is_the_same_from_a_channels_last_bf16_convolution() -> None:
+    """PrimaryCaps' poses under autocast are a channels-last convolution's bf16 output, made float32 where they lie
+    before the grid's copy: the same grid as from the same values laid out plainly."""
+    torch.manual_seed(0)
+    plain = torch.randn(3, 5, 16, 4, 6).to(torch.bfloat16)  # (B, T, 16, H, W)
+    lying = plain.reshape(3, 80, 4, 6).contiguous(memory_format=torch.channels_last).view(3, 5, 16, 4, 6)
+    assert lying.permute(0, 3, 4, 1, 2).is_contiguous()
+    grid = em_native.child_rows(lying)
+    assert grid.dtype == torch.float32 and grid.shape == (3, 4, 4 * 6 * 5, 4)
+    assert torch.equal(grid, em_native.child_rows(plain.float()))
+    # row r of child (cell, type) at [:, r, cell * T + type]
+    assert torch.equal(grid[:, 2, 7 * 5 + 3], plain[:, 3, 8:12].flatten(2)[..., 7].float())
+
+
 def test_the_kernel_splits_a_batch_on_torchs_own_openmp_threads() -> None:
     """Where torch runs on libgomp (its Linux wheels), the kernel is built with OpenMP and bound to that one runtime:
     its passes run on the threads torch's operations ran on, not on threads of a second runtime or its own."""
