@@ -55,6 +55,9 @@ Layouts (float32, contiguous; the batch's images one after another):
 /* The slots em_vote_grad takes at every parent position before the next ones: 64 slots' W and dL/dW tiles (128 KB
    each for 32 types) stay in a core's L2 across positions, where ConvCaps1's whole (590 KB each) came from L3 */
 #define SLOT_BLOCK 64
+/* The slots of one position em_moments makes the votes of at a time, adding them into the position's sums with one
+   read and one write */
+#define MOMENT_SLOTS 4
 #define EPSILON 1e-8f        /* em_routing.EPSILON */
 #define VARIANCE_FLOOR 1e-4f /* em_routing.VARIANCE_FLOOR */
 #define TWO_PI 6.283185307179586f
@@ -155,15 +158,49 @@ static inline float child_weights(float *r, int64_t n, float top, float log_floo
     return sum;
 }
 
-/* One slot's share of em_moments: r (VB types) times the votes about the centre and their squares into f and s */
-static inline __attribute__((always_inline)) void moments_slot(const vf *wt, const float *const rows[4],
-                                                               const float *off, const float *c, vf r, float *f,
-                                                               float *s, int64_t Jp) {
-#pragma GCC unroll 16
-    for (int l = 0; l < H; l++) {
-        const vf d = vote_of(wt, rows[l >> 2], l, off, c + l * Jp), rd = r * d;
-        vstore(f + l * Jp, vload(f + l * Jp) + rd);
-        vstore(s + l * Jp, vload(s + l * Jp) + rd * d);
+/* NS slots of one position (NS = 1..MOMENT_SLOTS) into its moments: each slot's weights given[u] times a[u], their
+   sum into amount (where given) and times the slots' votes about the centre c and their squares into f and s (all
+   16 rows of Jp). The votes are made a column of W at a time (four of a slot's 16 W entries live, where a slot's
+   whole tile was held), so that the position's sums are read and written once for the NS slots, in the order one
+   slot at a time would add them. */
+static inline __attribute__((always_inline)) void moments_slots(const int NS, const int64_t Jp, const int with,
+                                                                 const float *const *w, const float *const (*m)[4],
+                                                                 const float *const *off, const float *const *given,
+                                                                 const float *a, const float *c, float *amount,
+                                                                 float *f, float *s) {
+    for (int64_t jb = 0; jb < Jp; jb += VB) {
+        vf r[MOMENT_SLOTS], n = amount ? vload(amount + jb) : (vf){0};
+#pragma GCC unroll 4
+        for (int u = 0; u < NS; u++) {
+            r[u] = vload(given[u] + jb) * a[u];
+            n += r[u];
+        }
+        if (amount) vstore(amount + jb, n);
+#pragma GCC unroll 4
+        for (int col = 0; col < 4; col++) {
+            vf wc[MOMENT_SLOTS][4]; /* W[k][col] of each slot */
+#pragma GCC unroll 4
+            for (int u = 0; u < NS; u++)
+#pragma GCC unroll 4
+                for (int k = 0; k < 4; k++) wc[u][k] = vload(w[u] + (k * 4 + col) * Jp + jb);
+#pragma GCC unroll 4
+            for (int row = 0; row < 4; row++) {
+                const int l = row * 4 + col;
+                const vf centre = vload(c + l * Jp + jb);
+                vf first = vload(f + l * Jp + jb), second = vload(s + l * Jp + jb);
+#pragma GCC unroll 4
+                for (int u = 0; u < NS; u++) {
+                    const float *mr = m[u][row];
+                    const vf shift = with ? off[u][l] - centre : -centre;
+                    const vf d = mr[0] * wc[u][0] + shift + mr[1] * wc[u][1] + mr[2] * wc[u][2] + mr[3] * wc[u][3];
+                    const vf rd = r[u] * d;
+                    first += rd;
+                    second += rd * d;
+                }
+                vstore(f + l * Jp + jb, first);
+                vstore(s + l * Jp + jb, second);
+            }
+        }
     }
 }
 
@@ -303,28 +340,29 @@ static inline __attribute__((always_inline)) void first_pass(const Layer *L, con
                                                               const float *centre, const float *start,
                                                               const float *even) {
     clear_sums(L, F);
-    for (int64_t p = 0; p < L->P; p++)
+    float real[Jp]; /* the even start's weights are even a for each real type, 0 for a padded one */
+    for (int64_t j = 0; j < Jp; j++) real[j] = j < L->J ? 1.0f : 0.0f;
+    for (int64_t p = 0; p < L->P; p++) {
+        const float *w[MOMENT_SLOTS], *m[MOMENT_SLOTS][4], *off[MOMENT_SLOTS], *given[MOMENT_SLOTS];
+        float a[MOMENT_SLOTS];
+        const float *c = centre + p * H * Jp;
+        float *n = F->amount + p * Jp, *f = F->first + p * H * Jp, *s = F->second + p * H * Jp;
+        int ns = 0;
         for (int64_t i = 0; i < L->I; i++) {
             const int64_t slot = p * L->I + i;
-            const float a = acts[slot];
-            if (a == 0.0f) continue;
-            const float *m[4];
-            pose_rows(L, poses, slot, m);
-            const float *w = L->wtiles + i * H * Jp, *off = with ? L->offsets + i * H : NULL;
-            for (int64_t jb = 0; jb < Jp; jb += VB) {
-                vf r;
-                if (start)
-                    r = vload(start + slot * Jp + jb) * a;
-                else
-                    for (int jj = 0; jj < VB; jj++) r[jj] = jb + jj < L->J ? even[slot] * a : 0.0f;
-                float *n = F->amount + p * Jp + jb;
-                vstore(n, vload(n) + r);
-                vf wt[H];
-                load_tile(wt, w, Jp, jb);
-                moments_slot(wt, m, off, centre + p * H * Jp + jb, r, F->first + p * H * Jp + jb,
-                             F->second + p * H * Jp + jb, Jp);
+            if (acts[slot] == 0.0f) continue;
+            a[ns] = start ? acts[slot] : even[slot] * acts[slot];
+            given[ns] = start ? start + slot * Jp : real;
+            pose_rows(L, poses, slot, m[ns]);
+            w[ns] = L->wtiles + i * H * Jp, off[ns] = with ? L->offsets + i * H : NULL;
+            if (++ns == MOMENT_SLOTS) {
+                moments_slots(MOMENT_SLOTS, Jp, with, w, m, off, given, a, c, n, f, s);
+                ns = 0;
             }
         }
+        for (int u = 0; u < ns; u++) /* the last few, one at a time */
+            moments_slots(1, Jp, with, w + u, m + u, off + u, given + u, a + u, c, n, f, s);
+    }
 }
 
 /* Where an image's E-step reads its parents' weights and adds the next M-step's sums: position p's q1 and q2 (16 rows
@@ -548,7 +586,7 @@ static Layer pass_layer(int64_t P, int64_t I, int64_t Jp, int64_t C, const int64
 }
 
 static inline __attribute__((always_inline)) void moments_images(
-    const Layer *L, const int64_t Jp, const int offsets, int64_t first_image, int64_t last_image, const float *rows,
+    const Layer *L, const int64_t Jp, const int with, int64_t first_image, int64_t last_image, const float *rows,
     const float *centre, float *weights, int64_t weights_stride, const float *scale, const float *assign,
     const float *totals, float *out, float *amount) {
     const int64_t P = L->P, I = L->I, C = L->C;
@@ -556,30 +594,31 @@ static inline __attribute__((always_inline)) void moments_images(
         float *o = out + b * P * 2 * H * Jp;
         memset(o, 0, sizeof(float) * P * 2 * H * Jp);
         if (amount) memset(amount + b * P * Jp, 0, sizeof(float) * P * Jp);
-        for (int64_t p = 0; p < P; p++)
+        for (int64_t p = 0; p < P; p++) {
+            const float *c = centre + (b * P + p) * H * Jp;
+            float *f = o + p * 2 * H * Jp, *s = f + H * Jp, *n = amount ? amount + (b * P + p) * Jp : NULL;
+            const float *w[MOMENT_SLOTS], *m[MOMENT_SLOTS][4], *off[MOMENT_SLOTS], *given[MOMENT_SLOTS];
+            float a[MOMENT_SLOTS];
+            int ns = 0; /* the slots taken so far, at most MOMENT_SLOTS */
             for (int64_t i = 0; i < I; i++) {
-                float *given = weights + b * weights_stride + (p * I + i) * Jp;
+                float *g = weights + b * weights_stride + (p * I + i) * Jp;
                 if (totals) { /* the E-step's softmax backward: w = R (g - the child's sum of R g), over g */
                     const float *r = assign + b * weights_stride + (p * I + i) * Jp;
                     const float total = totals[b * C + L->child[p * I + i]];
-                    for (int64_t jb = 0; jb < Jp; jb += VB)
-                        vstore(given + jb, vload(r + jb) * (vload(given + jb) - total));
+                    for (int64_t jb = 0; jb < Jp; jb += VB) vstore(g + jb, vload(r + jb) * (vload(g + jb) - total));
                 }
-                const float a = scale ? scale[(b * P + p) * I + i] : 1.0f;
-                if (a == 0.0f) continue;
-                const float *m[4];
-                pose_rows(L, rows + b * 16 * C, p * I + i, m);
-                const float *w = L->wtiles + i * H * Jp;
-                for (int64_t jb = 0; jb < Jp; jb += VB) {
-                    const vf r = vload(given + jb) * a;
-                    if (amount) vstore(amount + (b * P + p) * Jp + jb, vload(amount + (b * P + p) * Jp + jb) + r);
-                    vf wt[H];
-                    load_tile(wt, w, Jp, jb);
-                    const float *c = centre + (b * P + p) * H * Jp + jb;
-                    float *f = o + p * 2 * H * Jp + jb, *s = f + H * Jp;
-                    moments_slot(wt, m, offsets ? L->offsets + i * H : NULL, c, r, f, s, Jp);
+                a[ns] = scale ? scale[(b * P + p) * I + i] : 1.0f;
+                if (a[ns] == 0.0f) continue;
+                pose_rows(L, rows + b * 16 * C, p * I + i, m[ns]);
+                w[ns] = L->wtiles + i * H * Jp, off[ns] = with ? L->offsets + i * H : NULL, given[ns] = g;
+                if (++ns == MOMENT_SLOTS) {
+                    moments_slots(MOMENT_SLOTS, Jp, with, w, m, off, given, a, c, n, f, s);
+                    ns = 0;
                 }
             }
+            for (int u = 0; u < ns; u++) /* the last few, one at a time */
+                moments_slots(1, Jp, with, w + u, m + u, off + u, given + u, a + u, c, n, f, s);
+        }
     }
 }
 /* out (B, P, 2, 16, Jp) = sum_i w [V - c, (V - c)^2] with w = weights (B, P, I, Jp; an image's `weights_stride`

@@ -10,9 +10,9 @@ builds and loads the kernel and runs a reading (`route`); training takes its pas
 trace (the dashboard's step-by-step views, which show every vote) keeps the PyTorch path.
 
 The kernel is compiled with the system's C compiler (`$CC`, else cc, gcc or clang) for the CPU it runs on
-(`-march=native`: AVX2, AVX-512, whatever this machine has, chosen here and never assumed) into
-`$CAPSNET_CACHE_DIR/native/` (default ~/.cache/capsnet), under a name that hashes the source, the flags, the
-compiler and the CPU, written atomically. Where no compiler works, or `CAPSNET_NATIVE=0` is set, `kernel()` is None
+(`-march=native`: AVX2, AVX-512, whatever this machine has, chosen here and never assumed; with OpenMP where the
+compiler has it, `OPENMP`) into `$CAPSNET_CACHE_DIR/native/` (default ~/.cache/capsnet), under a name that hashes
+the source, the flags, the compiler and the CPU, written atomically. Where no compiler works, or `CAPSNET_NATIVE=0` is set, `kernel()` is None
 and every layer routes with PyTorch: slower, never different.
 """
 
