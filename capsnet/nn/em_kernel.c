@@ -778,9 +778,8 @@ static inline __attribute__((always_inline)) void grad_slot(const Layer *L, cons
 #pragma GCC unroll 16
     for (int n = 0; n < H; n++) am[n] = (vf){0};
     for (int64_t jb = 0; jb < Jp; jb += VB) {
-        vf wt[H], lt[8], gv[H], gm = {0};
+        vf lt[8], gm = {0};
         const float *rt[8];
-        load_tile(wt, w, Jp, jb);
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++) {
             const Factor *f = factors + t;
@@ -789,31 +788,39 @@ static inline __attribute__((always_inline)) void grad_slot(const Layer *L, cons
             rt[t] = f->right + (b * P + p) * 2 * H * Jp + jb;
         }
         const float *c = centre + (b * P + p) * H * Jp + jb;
-#pragma GCC unroll 16
-        for (int l = 0; l < H; l++) {
-            const vf d = vote_of(wt, m[l >> 2], l, off, c + l * Jp);
-            vf g1 = lt[0] * vload(rt[0] + l * Jp), g2 = lt[0] * vload(rt[0] + (H + l) * Jp);
-#pragma GCC unroll 8
-            for (int t = 1; t < T; t++) {
-                g1 += lt[t] * vload(rt[t] + l * Jp);
-                g2 += lt[t] * vload(rt[t] + (H + l) * Jp);
+        /* a column of W at a time: its four entries and their dL/dW (added up over the rows, then written back)
+           live, where the whole tile and all 16 dL/dV were, which spilled */
+#pragma GCC unroll 4
+        for (int col = 0; col < 4; col++) {
+            vf wc[4], dw[4];
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                wc[k] = vload(w + (k * 4 + col) * Jp + jb);
+                dw[k] = vload(gw + (k * 4 + col) * Jp + jb);
             }
-            /* g_w of the first M-step's weights, the last factor: [V', V'^2] . its right */
-            gm += d * (vload(rt[T - 1] + l * Jp) + d * vload(rt[T - 1] + (H + l) * Jp));
-            gv[l] = g1 + 2.0f * d * g2; /* dL/dV[row][col] */
-        }
 #pragma GCC unroll 4
-        for (int row = 0; row < 4; row++)
+            for (int row = 0; row < 4; row++) {
+                const int l = row * 4 + col;
+                const float *mr = m[row];
+                const vf shift = off ? off[l] - vload(c + l * Jp) : -vload(c + l * Jp);
+                const vf d = mr[0] * wc[0] + shift + mr[1] * wc[1] + mr[2] * wc[2] + mr[3] * wc[3];
+                vf g1 = lt[0] * vload(rt[0] + l * Jp), g2 = lt[0] * vload(rt[0] + (H + l) * Jp);
+#pragma GCC unroll 8
+                for (int t = 1; t < T; t++) {
+                    g1 += lt[t] * vload(rt[t] + l * Jp);
+                    g2 += lt[t] * vload(rt[t] + (H + l) * Jp);
+                }
+                /* g_w of the first M-step's weights, the last factor: [V', V'^2] . its right */
+                gm += d * (vload(rt[T - 1] + l * Jp) + d * vload(rt[T - 1] + (H + l) * Jp));
+                const vf gv = g1 + 2.0f * d * g2; /* dL/dV[row][col] */
 #pragma GCC unroll 4
-            for (int k = 0; k < 4; k++) /* dL/dM[row][k] = sum_col dL/dV[row][col] W[k][col] */
-                am[row * 4 + k] += gv[row * 4] * wt[k * 4] + gv[row * 4 + 1] * wt[k * 4 + 1] +
-                                   gv[row * 4 + 2] * wt[k * 4 + 2] + gv[row * 4 + 3] * wt[k * 4 + 3];
-#pragma GCC unroll 16
-        for (int n = 0; n < H; n++) { /* dL/dW[k][col] = sum_row M[row][k] dL/dV[row][col] */
-            const int k = n >> 2, col = n & 3;
-            float *at = gw + n * Jp + jb;
-            vstore(at, vload(at) + m[0][k] * gv[col] + m[1][k] * gv[4 + col] + m[2][k] * gv[8 + col] +
-                           m[3][k] * gv[12 + col]);
+                for (int k = 0; k < 4; k++) {
+                    am[row * 4 + k] += gv * wc[k]; /* dL/dM[row][k] = sum_col dL/dV[row][col] W[k][col] */
+                    dw[k] += mr[k] * gv;           /* dL/dW[k][col] = sum_row M[row][k] dL/dV[row][col] */
+                }
+            }
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) vstore(gw + (k * 4 + col) * Jp + jb, dw[k]);
         }
         const Factor *f = factors + T - 1;
         const vf base = vload(f->base + b * f->stride + (p * I + i) * Jp + jb), inv = vload(f->inv + (b * P + p) * Jp + jb);
