@@ -18,7 +18,9 @@
 3. Training throughput (forward, loss, backward, Adam step, bf16 autocast where the CPU computes bf16 natively)
    of the EM networks ("small-decoder", "paper-decoder", r = 2) beside the dynamic-routing CapsNet ("paper"), the
    trainer's own step: the EM networks on the PyTorch path eager and compiled (the trainer's way on a CPU before the
-   kernel) and on the kernel's passes (`capsnet.nn.em_native_training`, its way now).
+   kernel) and on the kernel's passes (`capsnet.nn.em_native_training`, its way now); the kernel's rows and the
+   CapsNet's are measured a step of each in turn, `--repeats` rounds, so that a drift in the machine reaches each
+   alike.
 4. With `--device cuda`: the routing of 1 on the GPU, then one table of training and reading throughput at the batch
    size for the EM networks, the CapsNet and the seeds' einsum formulation of the CapsNet (`bench_training.py`'s
    baseline): training as the trainer runs it on CUDA (bf16 autocast, eager, then compiled), reading in float32
@@ -189,6 +191,9 @@ def bench_reading(threads: int, rounds: int = 2) -> None:
 
 
 def bench_training(batch: int, repeats: int) -> None:
+    """The PyTorch path's rows one after the other; then the kernel's rows and the CapsNet's step by step in turn,
+    `repeats` rounds (the machine's speed drifts by a fifth over minutes on a shared host: a row measured a minute
+    after another compares a drift, not the code), the ratio taken within each round."""
     from capsnet.nn import em_native
 
     device = torch.device("cpu")
@@ -196,37 +201,58 @@ def bench_training(batch: int, repeats: int) -> None:
     if accel.keep_memory:  # as the trainer does: every row alike
         keep_freed_memory()
     images, labels = torch.rand(batch, 1, 28, 28), torch.randint(0, 10, (batch,))
-    rates = {}
+    rates: dict[tuple[str, str], float] = {}
+    said = {"pytorch": "the PyTorch path, eager", "kernel": "the kernel's passes", "eager": "eager"}
+
+    def step_of(name: str, preset: str, iterations: int, how: str) -> tuple[Callable[[], object], str]:
+        torch.manual_seed(0)
+        net = network(name)
+        config = net.preset(preset, routing_iterations=iterations)
+        model = lay_out(net.build(config).train(), accel)
+        optimizer = make_adam(model.parameters(), 1e-3, accel.fused_adam)
+        stepped = torch.compile(model) if how == "compiled" else model
+        step = functools.partial(training_step, stepped, optimizer, images, labels, images, config, accel.amp, 0.5)
+        return step, f"training step, {net.title} ({preset}, r={iterations}, {model.num_parameters():,} parameters), "
+
     # the EM networks at r = 2 as the shipped EM model was trained (the small one and the paper's, both with the
     # decoder), beside the paper's dynamic-routing CapsNet (r = 3, eager: it trains slower compiled on a CPU); each
     # EM network three ways: the PyTorch path eager (routing in chunks), the PyTorch path compiled (how the trainer ran
     # a long CPU run before the kernel), and the kernel's passes (`em_native_training`, the trainer's way now)
-    runs = (("em", "small-decoder", 2), ("em", "paper-decoder", 2), ("capsnet", "paper", 3))
-    for name, preset, iterations in runs:
-        for how in ("pytorch", "compiled", "kernel") if name == "em" else ("eager",):
-            torch.manual_seed(0)
-            os.environ[em_native.NATIVE_ENV] = "1" if how == "kernel" else "0"
-            net = network(name)
-            config = net.preset(preset, routing_iterations=iterations)
-            model = lay_out(net.build(config).train(), accel)
-            optimizer = make_adam(model.parameters(), 1e-3, accel.fused_adam)
-            stepped = torch.compile(model) if how == "compiled" else model
-            step = functools.partial(training_step, stepped, optimizer, images, labels, images, config, accel.amp, 0.5)
+    presets = ("small-decoder", "paper-decoder")
+    os.environ[em_native.NATIVE_ENV] = "0"
+    for preset in presets:
+        for how in ("pytorch", "compiled"):
+            step, title = step_of("em", preset, 2, how)
             start = time.perf_counter()
             step()  # compiles, when compiled
             first = time.perf_counter() - start
-            seconds = timed(step, repeats)
-            rates[preset, how] = batch / seconds
-            said = {"pytorch": "the PyTorch path, eager", "kernel": "the kernel's passes", "eager": "eager"}
-            print(f"training step, {net.title} ({preset}, r={iterations}, {model.num_parameters():,} parameters), "
-                  f"batch {batch}, {accel.precision}, {said.get(how, f'the PyTorch path compiled (first step {first:.0f} s)')}: "
+            rates[preset, how] = batch / timed(step, repeats)
+            print(f"{title}batch {batch}, {accel.precision}, "
+                  f"{said.get(how, f'the PyTorch path compiled (first step {first:.0f} s)')}: "
                   f"{rates[preset, how]:.1f} images/s", flush=True)  # fmt: skip
+    os.environ[em_native.NATIVE_ENV] = "1"
+    rows = {(preset, "kernel"): step_of("em", preset, 2, "kernel") for preset in presets}
+    rows["paper", "eager"] = step_of("capsnet", "paper", 3, "eager")
+    times: dict[tuple[str, str], list[float]] = {key: [] for key in rows}
+    for step, _ in rows.values():
+        step()  # warm up
+    for _ in range(repeats):  # in turn, a step of each
+        for key, (step, _) in rows.items():
+            start = time.perf_counter()
+            step()
+            times[key].append(time.perf_counter() - start)
     os.environ.pop(em_native.NATIVE_ENV)
+    for key, (_, title) in rows.items():
+        rates[key] = batch / statistics.median(times[key])
+        print(f"{title}batch {batch}, {accel.precision}, {said[key[1]]}: {rates[key]:.1f} images/s (median of "
+              f"{repeats}, in turn)", flush=True)  # fmt: skip
     paper = rates["paper", "eager"]
-    for _, preset, _ in runs[:-1]:
+    for preset in presets:
         kernel, before = rates[preset, "kernel"], max(rates[preset, "pytorch"], rates[preset, "compiled"])
+        rounds = [c / e for e, c in zip(times[preset, "kernel"], times["paper", "eager"])]
         print(f"{preset}: kernel / the PyTorch path's best {kernel / before:.2f}x; EM / CapsNet {kernel / paper:.2f}x "
-              f"with the kernel, {before / paper:.2f}x without")  # fmt: skip
+              f"with the kernel (round by round {min(rounds):.2f}-{max(rounds):.2f}x), {before / paper:.2f}x "
+              f"without")  # fmt: skip
 
 
 def bench_on_device(device: torch.device, batch: int, repeats: int) -> None:
