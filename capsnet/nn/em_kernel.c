@@ -554,11 +554,12 @@ int em_route(int64_t threads, int64_t batch, int64_t first_image, int64_t last_i
 #pragma omp parallel num_threads(threads) if (threads > 1)
     {
         const Share share = share_of(first_image, last_image);
-        float *scratch = (float *)malloc(floats * sizeof(float)); /* a thread's own */
-        if (!scratch) {
+        const int some = share.first < share.last; /* a thread with no images takes no scratch */
+        float *scratch = some ? (float *)malloc(floats * sizeof(float)) : NULL; /* a thread's own */
+        if (some && !scratch) {
 #pragma omp atomic write
             code = 1;
-        } else {
+        } else if (some) {
             float *v = scratch, *r = v + 2 * S * H * Jp, *at = r + 2 * S * Jp;
             Fit fits[2];
             for (int n = 0; n < 2; n++) {
@@ -673,11 +674,12 @@ int em_estep(int64_t threads, int64_t first_image, int64_t last_image, int64_t P
 #pragma omp parallel num_threads(threads) if (threads > 1)
     {
         const Share share = share_of(first_image, last_image);
-        float *r = (float *)malloc(sizeof(float) * 2 * S * Jp * (H + 1)); /* for two children at a time */
-        if (!r) {
+        const int some = share.first < share.last; /* a thread with no images takes no scratch */
+        float *r = some ? (float *)malloc(sizeof(float) * 2 * S * Jp * (H + 1)) : NULL; /* two children's */
+        if (some && !r) {
 #pragma omp atomic write
             code = 1;
-        } else {
+        } else if (some) {
             float *v = r + 2 * S * Jp; /* each slot's votes about the centre, for the M-step's sums */
             BY_WIDTH(estep_images, &L, share.first, share.last, rows, centre, g, constant, log_floor, R, acts, out,
                      amount, r, v);
@@ -866,8 +868,8 @@ static inline __attribute__((always_inline)) void grad_images(const Layer *L, co
 
 /* The votes' gradient dL/d[V', V'^2] = sum_t left_t right_t (never written out): dL/dV = g1 + 2 V' g2, then dL/dM[r][k]
    = sum_j,c dL/dV[r][c] W[k][c] into the child's grad_rows (B, 4, C, 4) and dL/dW[k][c] = sum_r M[r][k] dL/dV[r][c]
-   added into grad_w (I, 4, 4, Jp) (the caller's own for this range of images); T = 2r - 1 factors for r iterations.
-   The same pass does the M-step's side of the backward for the last factor (the first M-step's weights, whose inv is
+   added into grad_w (I, 4, 4, Jp) (each thread's own, at grad_w + its share's index x own_stride floats); T = 2r - 1
+   factors for r iterations. The same pass does the M-step's side of the backward for the last factor (the first M-step's weights, whose inv is
    given): g_w = [V', V'^2] . right, its sum_i g_w w into out_sum (B, P, Jp) and sum_j g_w R / (n + eps) into out_a
    (B, P, I). */
 int em_vote_grad(int64_t threads, int64_t first_image, int64_t last_image, int64_t P, int64_t I, int64_t Jp, int64_t C,
@@ -995,11 +997,12 @@ int em_back_mstep(int64_t threads, int64_t first_image, int64_t last_image, int6
 #pragma omp parallel num_threads(threads) if (threads > 1)
     {
         const Share share = share_of(first_image, last_image);
-        float *s = (float *)malloc(sizeof(float) * 2 * Jp);
-        if (!s) {
+        const int some = share.first < share.last; /* a thread with no images takes no scratch */
+        float *s = some ? (float *)malloc(sizeof(float) * 2 * Jp) : NULL; /* two images' */
+        if (some && !s) {
 #pragma omp atomic write
             code = 1;
-        } else {
+        } else if (some) {
             BY_WIDTH(back_mstep_images, &L, share.first, share.last, rows, centre, g, R, r_stride, acts, inv_n,
                      g_amount, out, grad_a, totals, s);
             free(s);
