@@ -40,7 +40,7 @@ TEST_SOURCE = "Test image"  # the INPUT_SOURCE of a test image
 # widgets whose values other modules set or read (a link sets them; they outlive their page): one name each
 INPUT_SOURCE = "input_source"  # the Draw page's input: "Draw", "Test image" or "Upload"
 TEST_INDEX = "test_index"  # the test image chosen on the Draw page (int)
-ROUTING_ITERATIONS = "routing_iterations"  # the routing pages' r slider (int), holding the chosen model's r
+ROUTING_KNOBS = "routing_knobs"  # the routing pages' live view (the knobs' component, one per model): r, capsule
 ROUTING_CAPSULE = "routing_digit"  # the Routing page's capsule (a class index, or the prediction)
 DIMENSIONS_CLASS = "dims_class"  # the Capsule dimensions page's capsule
 RECONSTRUCT_AS = "reconstruct_as"  # the Draw page's "redraw as" capsule
@@ -52,8 +52,7 @@ ACROSS_PAGES: Final = "session"
 # each model's routing count: {checkpoint path: r} as a link, a routing page's slider or Where routing matters set it,
 # and the checkpoint whose r the slider holds; a model without one opens at the r it was trained with
 ROUTING_BY_MODEL = "routing_by_model"
-ROUTING_SHOWN = "routing_shown"
-PAGE_ITERATIONS = 5  # the routing pages' sliders reach r = 5, or the model's own r if more; a link asks within that
+PAGE_ITERATIONS = 5  # the routing pages reach r = 5, or the model's own r if more; a link asks within that
 
 
 def selected_primary() -> int | None:
@@ -192,26 +191,21 @@ def routing_iterations() -> int | None:
 
 def set_routing_iterations(value: int) -> None:
     """Open the chosen model's routing pages at `value` iterations (a link, an image opened from Where routing
-    matters): that model's r, not every model's; the slider takes it on its next run."""
+    matters): that model's r, not every model's."""
     keep_routing_iterations(value)
-    st.session_state.pop(ROUTING_SHOWN, None)
 
 
 def keep_routing_iterations(value: int) -> None:
-    """Remember `value` as the chosen model's routing count (what its routing page's slider shows)."""
+    """Remember `value` as the chosen model's routing count (what its routing pages show)."""
     kept = dict(st.session_state.get(ROUTING_BY_MODEL) or {})
     kept[st.session_state.get(MODEL_PATH)] = int(value)
     st.session_state[ROUTING_BY_MODEL] = kept
 
 
-def prepare_routing_slider(trained: int) -> None:
-    """Before a routing page draws its slider: have it hold the chosen model's r, the one this session gave that
-    model, else `trained` (the r it was trained with). Each model keeps its own: after r = 4 with one model, another
-    trained with 2 opens at 2. Between two runs with the same model the slider keeps what the user set."""
-    path = st.session_state.get(MODEL_PATH)
-    if st.session_state.get(ROUTING_SHOWN) != path or ROUTING_ITERATIONS not in st.session_state:
-        st.session_state[ROUTING_ITERATIONS] = routing_iterations() or trained
-        st.session_state[ROUTING_SHOWN] = path
+def page_iterations(trained: int) -> int:
+    """The r the chosen model's routing pages show: the one this session gave that model, else `trained` (the r it
+    was trained with), at most the pages' bound (or `trained`, if that is more)."""
+    return min(routing_iterations() or trained, max(PAGE_ITERATIONS, trained))
 
 
 def chosen_test_image() -> int | None:
@@ -243,6 +237,17 @@ def show_test_images() -> None:
 def redraw_as() -> int | None:
     """The Draw page's "redraw as" choice, as its select box holds it (`dashboard.widgets.capsule_choice` reads it)."""
     return st.session_state.get(RECONSTRUCT_AS)
+
+
+def page_capsule(key: str) -> int | None:
+    """The capsule a page shows (`ROUTING_CAPSULE`, `DIMENSIONS_CLASS`): a class index, or None for the prediction."""
+    value = st.session_state.get(key)
+    return None if value is None or int(value) < 0 else int(value)
+
+
+def set_page_capsule(key: str, index: int | None) -> None:
+    """Show capsule `index` (None: the prediction) on the page whose capsule `key` holds."""
+    st.session_state[key] = -1 if index is None else int(index)
 
 
 def choose_capsule(index: int) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import numpy as np
@@ -12,6 +13,8 @@ from capsnet.errors import CapsNetError
 from capsnet.nn.config import CapsNetConfig
 from capsnet.readings.claims import Verdict
 from dashboard import claim_texts, figures, guards, routing_texts, state, texts
+from dashboard.knobs import views as knob_views
+from dashboard.knobs.component import knobs
 from dashboard.models import Model
 
 # The first option of the "which capsule" select boxes: follow the prediction, whatever it is. Not None: a select
@@ -182,3 +185,24 @@ def routing_experiment_for_input(model: Model, image: np.ndarray, iterations: in
             "the parents at random (each draw seeded) and are never routed. Entropy: how evenly the class layer's "
             "couplings spread over the parents (1: uniform). The whole test set's figures: **Where routing matters**."
         )
+
+
+def _live_routing_moved(key: str) -> None:
+    """The routing knobs chose another r or capsule: the session keeps them for this model, and the link and the
+    server's views follow on this run."""
+    value = st.session_state.get(key) or {}
+    if value.get("iterations") is not None:
+        state.keep_routing_iterations(int(value["iterations"]))
+    if value.get("capsule") is not None:
+        state.set_page_capsule(state.ROUTING_CAPSULE, None if int(value["capsule"]) < 0 else int(value["capsule"]))
+
+
+def live_routing(model: Model, image: np.ndarray, lead: str) -> tuple[int, int | None]:
+    """The routing pages' live view (`dashboard.knobs`): the class layer routed in the browser, stepped through its
+    iterations and read under each coupling rule without a server run. Returns r and the capsule in focus (None: the
+    prediction) as the hand last set them: those two come back, since the link and the views below follow them."""
+    r = state.page_iterations(model.config.routing_iterations)
+    capsule = state.page_capsule(state.ROUTING_CAPSULE)
+    key = f"{state.ROUTING_KNOBS}-{hashlib.sha1(model.key.encode()).hexdigest()[:10]}"  # one per model: its own r
+    knobs(knob_views.routing(model, image, r, capsule, lead), key=key, on_change=lambda: _live_routing_moved(key))
+    return state.page_iterations(model.config.routing_iterations), state.page_capsule(state.ROUTING_CAPSULE)

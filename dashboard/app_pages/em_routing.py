@@ -21,43 +21,44 @@ EM_INTRO = (
     "then given to the parents whose Gaussians explain its votes best (the **E-step**), a few times. Choose a layer: "
     "the class capsules, or ConvCaps1 and ConvCaps2, where parents at every position compete for each child."
 )
+LEAD = (
+    "Step through the EM iterations (◀ ▶) or change r: the class capsules are routed again in your browser. Look for "
+    "the class whose activation rises as it is given more of the children's data."
+)
 CLASS_LAYER = "class capsules"  # the EM layer choice's first option; ConvCaps1 and ConvCaps2 follow
+
+
+def _em_steps() -> None:
+    """The M- and E-steps in words and formulas, folded: the page leads with its live view."""
+    with st.expander("How EM routing works (the M-step and the E-step)", icon=":material/functions:"):
+        st.markdown(EM_INTRO)
+        m_col, e_col = st.columns(2, gap="large")
+        with m_col:
+            st.markdown("**M-step**, for each parent j:")
+            for line in routing_texts.EM_M_STEP_LATEX:
+                st.latex(line)
+        with e_col:
+            st.markdown("**E-step**, for each child i:")
+            for line in routing_texts.EM_E_STEP_LATEX:
+                st.latex(line)
 
 
 def _em_routing(model: models.Model) -> None:
     """The page for the EM network: EM routing on the current input, one iteration at a time, in the class layer or
     in ConvCaps1 or ConvCaps2 (one child capsule at a time)."""
-    st.markdown(EM_INTRO)
-    m_col, e_col = st.columns(2, gap="large")
-    with m_col:
-        st.markdown("**M-step**, for each parent j:")
-        for line in routing_texts.EM_M_STEP_LATEX:
-            st.latex(line)
-    with e_col:
-        st.markdown("**E-step**, for each child i:")
-        for line in routing_texts.EM_E_STEP_LATEX:
-            st.latex(line)
     image = guards.require_input()
     if image is None:
+        _em_steps()
         st.stop()
     config, names = model.config, model.class_names
+    iterations, choice = widgets.live_routing(model, image, LEAD)
+    _em_steps()
     layer = st.segmented_control(
         "Layer", [CLASS_LAYER, *LAYER_NAMES], key=state.EM_LAYER, default=CLASS_LAYER, required=True,
         persist_state=state.ACROSS_PAGES,
         help="The class capsules route the last grid to the classes; ConvCaps1 routes the primary capsules' 3x3 "
         "windows, ConvCaps2 ConvCaps1's.",
     )  # fmt: skip
-    c1, c2 = st.columns([1.2, 2.2], gap="medium")
-    if layer == CLASS_LAYER:
-        c2 = c2.columns(2)[0]  # a select as wide as a third of the page
-    state.prepare_routing_slider(config.routing_iterations)  # this model's r: the one given it, else its trained one
-    iterations = c1.slider(
-        "EM iterations", min_value=1, max_value=max(state.PAGE_ITERATIONS, config.routing_iterations),
-        key=state.ROUTING_ITERATIONS, persist_state=state.ACROSS_PAGES,
-        help=f"How many times every capsule layer routes, for this input. The model was trained with "
-        f"{config.routing_iterations}.",
-    )  # fmt: skip
-    state.keep_routing_iterations(int(iterations))
     reading = model.explain_em(image, iterations=int(iterations), layers=True)  # the pass em_layers reads too
     prediction = reading.prediction
     r = reading.iterations
@@ -69,13 +70,8 @@ def _em_routing(model: models.Model) -> None:
         st.markdown(said)
         widgets.away_from_trained(model, r)
         step = widgets.iteration_stepper(r, "◀ ▶ step both charts through the EM iterations together.")
-        _em_conv_layer(model.em_layers(image, int(iterations))[LAYER_NAMES.index(layer)], step, c2)
+        _em_conv_layer(model.em_layers(image, int(iterations))[LAYER_NAMES.index(layer)], step, st.columns(3)[0])
         return
-    choice = widgets.capsule_selectbox("Class to look at", names, key=state.ROUTING_CAPSULE,
-                                       predicted_label="the prediction", container=c2,
-                                       persist_state=state.ACROSS_PAGES,
-                                       help=f"Whose share of the children to show: the winner (now "
-                                       f"{names[prediction]}) or any other.")  # fmt: skip
     klass = prediction if choice is None else choice
     st.markdown(said)
     widgets.away_from_trained(model, r)

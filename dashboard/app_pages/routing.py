@@ -14,7 +14,11 @@ from capsnet.readings import explain as ex
 from dashboard import figures, guards, routing_texts, state, widgets
 
 OVERLAYS = {"votes": "the capsule each stroke votes for", "coupling": "how strongly it votes for the chosen capsule"}
-STEP_CAPTION = "◀ ▶ step every chart on this page, and the stroke overlay, through the routing iterations together."
+STEP_CAPTION = "◀ ▶ step every chart below, and the stroke overlay, through the routing iterations together."
+LEAD = (
+    "Step through the iterations (◀ ▶), change r or the couplings: the class capsules are routed again in your browser. "
+    "Look for the capsules that grow as votes that agree gain weight."
+)
 
 
 VOTE_PLOTS = ("votes_chosen", "votes_other")  # the two vote plots' keys: a click on a vote selects its capsule
@@ -23,6 +27,23 @@ SELECT_CAPTION = (
     "Click a vote, or choose a primary capsule below: its vote is ringed in both plots, its receptive field is "
     "outlined on the input, and its couplings are drawn beside it. The choice holds on every page."
 )
+
+
+def _procedure(config: CapsNetConfig) -> None:
+    """Procedure 1 in words and formulas, folded: the page leads with its live view."""
+    with st.expander("How routing by agreement works (Procedure 1)", icon=":material/functions:"):
+        st.markdown(
+            "Between the primary capsules and the class capsules there are no fixed weights deciding *who talks to "
+            "whom*: **routing** decides it anew for every input. Every primary capsule casts a **vote** for every "
+            "class capsule; votes that **agree** with the consensus get more weight, in a few iterations."
+        )
+        explain_col, formula_col = st.columns([1.25, 1], gap="large")
+        with explain_col:
+            st.markdown(routing_texts.procedure(config))
+        with formula_col:
+            for line in routing_texts.PROCEDURE_LATEX:
+                st.latex(line)
+            st.caption("Repeated r times (3 in the paper). The squash keeps each |v_j| below 1.")
 
 
 def _select_clicked_vote() -> None:
@@ -36,63 +57,24 @@ def _select_clicked_vote() -> None:
 
 
 st.title("Routing by agreement", anchor=False)
-st.markdown(
-    "Between the primary capsules and the class capsules there are no fixed weights deciding *who talks to whom*: "
-    "**routing** decides it anew for every input. Every primary capsule casts a **vote** for every class capsule; "
-    "votes that **agree** with the consensus get more weight, in a few iterations."
-)
 model = guards.require_model()
 config = model.config if model is not None else CapsNetConfig()
-explain_col, formula_col = st.columns([1.25, 1], gap="large")
-with explain_col:
-    st.markdown(routing_texts.procedure(config))
-with formula_col:
-    for line in routing_texts.PROCEDURE_LATEX:
-        st.latex(line)
-    st.caption("Repeated r times (3 in the paper). The squash keeps each |v_j| below 1.")
-
 image = guards.require_input() if model is not None else None
 if model is None or image is None:
+    _procedure(config)
     st.stop()
 
 names, k = model.class_names, config.num_classes
-c1, c2, _ = st.columns([1.2, 1, 1.2])
-state.prepare_routing_slider(config.routing_iterations)  # this model's r: the one given it, else its trained one
-iterations = c1.slider(
-    "Routing iterations",
-    min_value=1,
-    max_value=max(state.PAGE_ITERATIONS, config.routing_iterations),  # 5, or the model's own r if more
-    key=state.ROUTING_ITERATIONS,
-    persist_state=state.ACROSS_PAGES,
-    help=f"How many times to run the loop for this input. The model was trained with {config.routing_iterations}.",
-)
-state.keep_routing_iterations(int(iterations))
+iterations, choice = widgets.live_routing(model, image, LEAD)
+_procedure(config)
 result = model.explain(image, int(iterations))  # one forward pass: its trace carries the votes too
 prediction = result.prediction
-choice = widgets.capsule_selectbox(
-    "Capsule to look at",
-    names,
-    key=state.ROUTING_CAPSULE,
-    persist_state=state.ACROSS_PAGES,
-    predicted_label="the prediction",
-    help=f"Whose votes to show: the winning capsule (now {names[prediction]}) or any other.",
-    container=c2,
-)
 digit = prediction if choice is None else choice
 other = result.runner_up if digit == prediction else prediction  # beside it: the runner-up, or the winner
 r = result.iterations
-first, last = result.iteration_lengths[0], result.iteration_lengths[-1]
-summary = (
-    f"Input: **{state.input_label() or 'current input'}**. With **{r}** "
-    f"iteration{'s' if r != 1 else ''} the network predicts **{names[prediction]}** (|v| = {last[prediction]:.2f}"
-)
-if r > 1:
-    summary += f"; after the first iteration, with uniform couplings, it was {first[prediction]:.2f})."
-else:
-    summary += "). With one iteration every coupling stays uniform: routing has not begun."
-st.markdown(summary)
 widgets.away_from_trained(model, r)
 widgets.routing_experiment_for_input(model, image, r)
+st.subheader(f"Every vote, at r = {r}", anchor=False)
 notice = st.empty()  # always there, filled or not: the charts below keep their place in the page when it changes
 if r > 1 and result.first_prediction != prediction:
     notice.info(
@@ -119,7 +101,6 @@ def _one_iteration(
     step = widgets.iteration_stepper(r, STEP_CAPTION)
 
     # ---------------------------------------------------------------- the votes, and one primary capsule in every view
-    st.subheader("The votes", anchor=False)
     _select_clicked_vote()
     st.caption(SELECT_CAPTION)
     chosen = widgets.primary_capsule_picker(config, default=ag.first_primary(votes, image, config))

@@ -1,0 +1,40 @@
+// The knobs' component: one default export Streamlit calls with the payload's bytes whenever they arrive.
+//
+// Each payload names its view; a view is built from the payload and keeps its own state, which survives a
+// payload of the same input (a rerun that changed nothing the view reads), so a rerun never moves a slider back.
+// After every change a view has drawn, `data-settled` counts up: tests and benchmarks wait on it.
+
+import { unpack } from "./pack.js";
+import * as dimensions from "./dimensions.js";
+import * as routing from "./routing_view.js";
+
+const VIEWS = { dimensions, routing };
+const mounted = new WeakMap(); // the view's root -> {identity, state}
+
+export default function knobs({ data, parentElement, setStateValue }) {
+  const root = parentElement.querySelector(".knobs");
+  if (!root || !data) return;
+  let payload;
+  try {
+    payload = unpack(data);
+  } catch (error) {
+    root.textContent = `The knobs could not read what the server sent: ${error.message}`;
+    return;
+  }
+  const { header, arrays } = payload;
+  const view = VIEWS[header.view];
+  if (!view) {
+    root.textContent = `No view named ${JSON.stringify(header.view)}.`;
+    return;
+  }
+  const last = mounted.get(root);
+  const kept = last && last.identity === header.identity ? last.state : null;
+  let count = Number(root.dataset.settled ?? 0);
+  const settled = () => {
+    root.dataset.settled = String(++count);
+  };
+  root.dataset.view = header.view;
+  root.dataset.identity = header.identity;
+  const state = view.mount(root, header, arrays, { report: setStateValue, kept, settled });
+  mounted.set(root, { identity: header.identity, state });
+}

@@ -1,0 +1,93 @@
+"""The knobs' payloads for each page's view: what the browser needs of one input, read once and cached.
+
+A payload's header names its view (`js/main.js`) and its `identity`: the model and the input. A rerun that changes
+neither keeps the browser's state (where the sliders are, the iteration shown); reading a new input is one server
+run, cached by the image's hash, and the model's decoder goes with each payload, float16 where that is exact.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import streamlit as st
+
+from capsnet.readings import decoding
+from capsnet.readings import routing_inputs as ri
+from capsnet.readings.coupling_rules import DRAWS, SEED
+from dashboard import state, texts
+from dashboard.knobs import payload
+from dashboard.models import Model
+
+
+@st.cache_data(max_entries=4, show_spinner=False)
+def _decoder(model_key: str, _model: Any) -> dict[str, np.ndarray]:
+    return payload.decoder_arrays(_model.decoder)
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def _inputs(model_key: str, image: np.ndarray, most: int, _model: Any) -> ri.RoutingInputs:
+    return ri.routing_inputs(_model, image, most)
+
+
+def _identity(model: Model, image: np.ndarray) -> str:
+    return f"{model.key}#{state.input_digest(image)}"
+
+
+def _side_and_channels(image: np.ndarray) -> tuple[int, int]:
+    return int(image.shape[0]), (3 if image.ndim == 3 else 1)
+
+
+def dimensions(model: Model, image: np.ndarray, capsule: int | None, lead: str) -> bytes:
+    """The Capsule dimensions view: every class capsule's pose, the sliders' ranges, the input, the decoder."""
+    reading = model.reading(image)
+    poses = reading.poses.astype(np.float32)  # (K, D)
+    k, d = poses.shape
+    ranges = [decoding.dimension_ranges(model.info, j, poses[j], d) for j in range(k)]
+    side, channels = _side_and_channels(reading.image)
+    header = {
+        "view": "dimensions",
+        "identity": _identity(model, image),
+        "names": model.class_names,
+        "prediction": reading.prediction,
+        "capsule": reading.prediction if capsule is None else capsule,
+        "labels": [texts.POSE_LABELS[model.routing](j) for j in range(d)],
+        "side": side,
+        "channels": channels,
+        "lead": lead,
+    }
+    arrays = {
+        "poses": poses,
+        "low": np.stack([r.low for r in ranges]).astype(np.float32),
+        "high": np.stack([r.high for r in ranges]).astype(np.float32),
+        "image": np.asarray(reading.image, dtype=np.float32),
+        **_decoder(model.key, model.net),
+    }
+    return payload.pack(header, arrays)
+
+
+def routing(model: Model, image: np.ndarray, iterations: int, capsule: int | None, lead: str) -> bytes:
+    """The Routing view: the class layer's inputs (`capsnet.readings.routing_inputs`) and how to label them."""
+    config = model.config
+    most = max(state.PAGE_ITERATIONS, config.routing_iterations)
+    inputs = _inputs(model.key, image, most, model.net)
+    header = {
+        "view": "routing",
+        "kind": inputs.kind,
+        "identity": _identity(model, image),
+        "names": model.class_names,
+        "trained": config.routing_iterations,
+        "r": iterations,
+        "max_r": most,
+        "capsule": -1 if capsule is None else capsule,
+        "symbol": model.network.score_symbol,
+        "score_axis": texts.SCORE_AXES[model.network.score_symbol],
+        "m_plus": getattr(config, "m_plus", None),
+        "m_minus": getattr(config, "m_minus", None),
+        "types": getattr(config, "primary_types", 0),
+        "leak": inputs.leak,
+        "seed": SEED,
+        "draws": DRAWS,
+        "lead": lead,
+    }
+    return payload.pack(header, payload.routing_arrays(inputs))
