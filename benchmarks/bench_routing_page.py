@@ -31,19 +31,18 @@ import os
 import platform
 import re
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from browser_bench import REPO, VIEWPORT, archive_tree, launch_chromium
+from browser_bench import served as serve_tree
+
 BASELINE = "2fe45a3"  # the last commit before the Routing page was made lighter
 TEST_INDEX = 3
 STEP_KEYS = ("routing_prev", "routing_next")  # alternated: iteration 2, 3, 2, ...
@@ -59,13 +58,7 @@ INTERACTIONS = {"step": "one ◀ Previous / Next ▶ click", "toggle": "one 'Col
 
 def make_trees(root: Path, baseline: str) -> dict[str, Path]:
     """{"before": `capsnet` and `dashboard` as they were at `baseline`, "after": the working tree}."""
-    before = root / "before"
-    before.mkdir()
-    archive = subprocess.run(
-        ["git", "archive", baseline, "capsnet", "dashboard"], cwd=REPO, capture_output=True, check=True
-    )
-    subprocess.run(["tar", "-x", "-C", str(before)], input=archive.stdout, check=True)
-    return {"before": before, "after": REPO}
+    return {"before": archive_tree(baseline, root / "before"), "after": REPO}
 
 
 def tree_env(tree: Path, folders: Path, checkpoint: Path) -> dict[str, str]:
@@ -144,11 +137,6 @@ def apptest(tree: Path, folders: Path, checkpoint: Path, clicks: int) -> dict:
 # ---------------------------------------------------------------- the browser
 
 
-CHROMIUM_ARGS = [  # as the browser tests run it
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync",
-]  # fmt: skip
-VIEWPORT = {"width": 1400, "height": 1000}
 IDLE = """
 (quietMs) => {
   const busy = document.querySelector('[data-testid=stStatusWidget]') || document.querySelector('[data-stale=true]')
@@ -168,49 +156,11 @@ def wait_rendered(page, quiet_ms: int = 800, timeout_ms: int = 120_000) -> None:
     page.wait_for_function(IDLE, arg=quiet_ms, polling=100, timeout=timeout_ms)
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @contextmanager
 def served(tree: Path, folders: Path, checkpoint: Path) -> Iterator[str]:
     """`streamlit run` of `tree`'s app on a free port, in its own process group; yields its URL."""
-    port = free_port()
-    command = [
-        sys.executable, "-m", "streamlit", "run", str(tree / "dashboard" / "app.py"),
-        "--server.port", str(port), "--server.address", "127.0.0.1", "--server.headless", "true",
-        "--server.fileWatcherType", "none", "--server.runOnSave", "false", "--browser.gatherUsageStats", "false",
-    ]  # fmt: skip
-    env = tree_env(tree, folders, checkpoint)
-    log = folders / "streamlit.log"
-    with open(log, "w", encoding="utf-8") as sink:
-        process = subprocess.Popen(
-            command, cwd=tree, env=env, stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"streamlit did not start:\n{log.read_text()[-2000:]}")
-            try:
-                with urllib.request.urlopen(url + "/_stcore/health", timeout=5) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                time.sleep(0.5)
+    with serve_tree(tree, tree_env(tree, folders, checkpoint), folders / "streamlit.log") as url:
         yield url
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait(timeout=10)
 
 
 RECORD = """
@@ -278,21 +228,13 @@ class Tab:
         )
 
 
-def chromium_path() -> str | None:
-    candidates = ("/usr/bin/chromium", shutil.which("chromium"), shutil.which("chromium-browser"))
-    return next((c for c in candidates if c and Path(c).is_file()), None)
-
-
 def browser_rounds(urls: dict[str, str], clicks: int) -> tuple[str, dict[str, dict[str, dict[str, float]]]]:
     """(Chromium's version, {interaction: {version: medians}}), the versions taking turns click by click."""
     from playwright.sync_api import sync_playwright
 
-    chromium = chromium_path()
-    if chromium is None:
-        raise RuntimeError("no Chromium at /usr/bin/chromium or on PATH")
     rows: dict[str, dict[str, list]] = {what: {name: [] for name in urls} for what in INTERACTIONS}
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS, timeout=60_000)
+        browser = launch_chromium(playwright)
         try:
             tabs = {name: Tab(browser, url) for name, url in urls.items()}
             for tab in tabs.values():  # warm-up: both iterations and both overlays drawn once

@@ -202,7 +202,9 @@ def live_routing(model: Model, image: np.ndarray, lead: str) -> tuple[int, int |
     iterations and read under each coupling rule without a server run. Returns r and the capsule in focus (None: the
     prediction) as the hand last set them: those two come back, since the link and the views below follow them."""
     r = state.page_iterations(model.config.routing_iterations)
+    state.keep_routing_iterations(r)  # the page's r, in the link from the first run
     capsule = state.page_capsule(state.ROUTING_CAPSULE)
+    st.caption(f"Input: **{state.input_label() or 'current input'}**")
     key = f"{state.ROUTING_KNOBS}-{hashlib.sha1(model.key.encode()).hexdigest()[:10]}"  # one per model: its own r
     knobs(knob_views.routing(model, image, r, capsule, lead), key=key, on_change=lambda: _live_routing_moved(key))
     return state.page_iterations(model.config.routing_iterations), state.page_capsule(state.ROUTING_CAPSULE)

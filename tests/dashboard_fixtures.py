@@ -125,3 +125,29 @@ def ship_affine_pair(checkpoints: Path, capsnet: float, cnn: float) -> None:
         save_checkpoint(path, model, header)
         records = [{"epoch": e, "train_images": 1000, "test_accuracy": 0.5 + e / 10} for e in (1, 2)]
         path.with_suffix(".metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def knobs_payload(at: AppTest, view: str) -> tuple[dict, dict[str, np.ndarray]]:
+    """The header and arrays of the knobs' payload (dashboard/knobs) that draws `view` in the app's last run."""
+    from dashboard.knobs import payload
+
+    for element in at.get("bidi_component"):
+        header, arrays = payload.unpack(element.proto.bytes)
+        if header["view"] == view:
+            return header, arrays
+    raise AssertionError(f"no knobs view {view!r} on the page")
+
+
+def turn_routing_knobs(at: AppTest, iterations: int | None = None, capsule: int | None = None) -> AppTest:
+    """What the routing knobs' report does when the hand picks r or the capsule in focus (the browser tests turn the
+    real ones): the session keeps r for the chosen model, and the capsule for the page."""
+    if iterations is not None:
+        try:
+            kept = dict(at.session_state["routing_by_model"] or {})
+        except KeyError:
+            kept = {}
+        kept[at.session_state["model_path"]] = iterations
+        at.session_state["routing_by_model"] = kept
+    if capsule is not None:
+        at.session_state["routing_digit"] = capsule
+    return at

@@ -20,8 +20,10 @@ from dashboard_fixtures import (  # noqa: F401
     app_with_run,
     chart,
     clear_streamlit_caches,
+    knobs_payload,
     plotly_values,
     ship_affine_pair,
+    turn_routing_knobs,
 )
 from PIL import Image
 from streamlit.testing.v1 import AppTest
@@ -179,8 +181,6 @@ def _predictions(run_dir: Path, count: int = 50) -> np.ndarray:
     ("page", "key", "label"),
     [
         ("app_pages/draw.py", "reconstruct_as", "the prediction"),
-        ("app_pages/routing.py", "routing_digit", "the prediction"),
-        ("app_pages/dimensions.py", "dims_class", "the winning capsule"),
     ],
 )
 def test_the_follow_the_prediction_option_keeps_its_label(app_with_run, app_run, page, key, label) -> None:  # noqa: F811
@@ -208,25 +208,27 @@ def test_the_follow_the_prediction_option_keeps_its_label(app_with_run, app_run,
     assert f"now {predicted[first]}" in help_1 and f"now {predicted[other]}" in help_2
 
 
-def test_moving_a_slider_changes_the_reconstruction(app_with_run) -> None:  # noqa: F811
+def test_the_dimensions_knobs_carry_every_capsule_and_the_decoder(app_with_run, app_run) -> None:  # noqa: F811
+    """The Capsule dimensions page hands the browser every class capsule as read, ranges that hold them, the input,
+    and the decoder's weights, which redraw as the model does (the browser's arithmetic: test_knobs_browser.py)."""
+    from capsnet.checkpoints.checkpoint import load_checkpoint
+    from capsnet.readings.decoding import decode_vector
+
     at = pick_test_image(new_app().run(), 1)
     at.switch_page("app_pages/dimensions.py").run()
     no_exception(at)
-    assert len([s for s in at.slider if s.key and s.key.startswith("dim_")]) == 16
-
-    def edited() -> str:
-        return next(im.value[0] for im in at.get("image") if im.captions == ["edited reconstruction"])
-
-    before = edited()
-    slider = at.slider(key="dim_0")
-    assert slider.min <= slider.value <= slider.max
-    slider.set_value(slider.max).run()
-    no_exception(at)
-    assert edited() != before
-    assert any("1 of 16 dimensions moved" in c.value for c in at.caption)
-    at.button(key="reset_dims").click().run()
-    no_exception(at)
-    assert edited() == before
+    header, arrays = knobs_payload(at, "dimensions")
+    model = load_checkpoint(app_run / "best.safetensors").model.eval()
+    assert header["labels"] == [f"Dimension {d + 1}" for d in range(16)] and header["capsule"] == header["prediction"]
+    poses = arrays["poses"]
+    assert poses.shape == (10, 16) and np.all(arrays["low"] <= poses) and np.all(poses <= arrays["high"])
+    assert arrays["image"].shape == (28, 28)
+    x = np.zeros(160, dtype=np.float64)
+    x[16 * 3 : 16 * 4] = poses[3]
+    for n in range(3):  # the decoder's layers as the browser gets them: ReLU, ReLU, sigmoid
+        x = arrays[f"w{n}"].astype(np.float64) @ x + arrays[f"b{n}"]
+        x = np.maximum(x, 0) if n < 2 else 1 / (1 + np.exp(-x))
+    np.testing.assert_allclose(x.reshape(28, 28), decode_vector(model, poses[3], 3), atol=1e-5)
     grid = chart(at, "perturbation_grid")
     assert grid["data"][0]["type"] == "image"
 
@@ -238,8 +240,9 @@ def test_every_routing_chart_draws_the_pages_one_iteration(app_with_run, iterati
     no_exception(at)
     assert not [c for c in at.get("plotly_chart") if c.key == "coupling_maps"]  # drawn only once its expander opens
     at.session_state["routing_maps_open"] = True
-    at.slider(key="routing_iterations").set_value(iterations).run()
+    turn_routing_knobs(at, iterations).run()
     no_exception(at)
+    assert knobs_payload(at, "routing")[0]["r"] == iterations
     keys = ("coupling_by_type", "coupling_maps", "votes_chosen", "votes_other")
     for key in keys:  # one iteration for the whole page (issue 31, item 6): no chart plays on its own
         spec = chart(at, key)
@@ -549,8 +552,8 @@ def test_a_model_trained_with_six_routing_iterations_opens_everywhere(app_dirs, 
     no_exception(at)
     assert not at.error, [e.value for e in at.error]
     if page.endswith("routing.py"):
-        slider = at.slider(key="routing_iterations")
-        assert slider.value == 6 and slider.max >= 6
+        header = knobs_payload(at, "routing")[0]
+        assert header["r"] == 6 and header["max_r"] >= 6
         assert chart(at, "votes_chosen")["data"][3]["text"] == ["iteration 6 of 6"]
 
 
@@ -708,7 +711,7 @@ def test_the_routing_page_steps_through_the_votes(app_with_run) -> None:  # noqa
     at.switch_page("app_pages/routing.py").run()
     no_exception(at)
     assert any("Showing **iteration 3 of 3**" in m.value for m in at.markdown)
-    assert any("step every chart on this page" in c.value for c in at.caption)  # what the buttons do
+    assert any("step every chart below" in c.value for c in at.caption)  # what the buttons do
     chosen, other = chart(at, "votes_chosen"), chart(at, "votes_other")
     assert len(plotly_values(chosen["data"][0]["x"])) == 8 * 36  # every capsule votes
     assert chosen["layout"]["title"]["text"] != other["layout"]["title"]["text"]  # the winner beside the runner-up
@@ -730,11 +733,10 @@ def test_the_routing_page_steps_through_the_votes(app_with_run) -> None:  # noqa
     at.radio(key="overlay_mode").set_value("coupling").run()
     no_exception(at)
     assert chart(at, "vote_overlay")["layout"]["title"]["text"] != overlay["layout"]["title"]["text"]
-    at.slider(key="routing_iterations").set_value(1).run()  # one iteration: nothing to step or play
+    turn_routing_knobs(at, 1).run()  # one iteration: nothing to step or play
     no_exception(at)
     assert not [b for b in at.button if b.key in ("routing_prev", "routing_next")]
     assert len(chart(at, "votes_chosen")["data"]) == 5  # the votes, s_j, v_j and the selected ring (2): no label
-    assert sum("after the first iteration, with uniform couplings" in m.value for m in at.markdown) == 0
 
 
 def test_one_primary_capsule_is_selected_in_every_routing_view(app_with_run, app_run) -> None:  # noqa: F811
@@ -943,8 +945,9 @@ def test_a_shared_link_opens_that_view(app_with_run) -> None:  # noqa: F811
     assert at.session_state["input_label"] == "test image #12" and at.session_state["test_index"] == 12
     at.switch_page("app_pages/routing.py").run()
     no_exception(at)
-    assert at.slider(key="routing_iterations").value == 2 and at.selectbox(key="routing_digit").value == 4
-    assert "test image #12" in " ".join(m.value for m in at.markdown)
+    header = knobs_payload(at, "routing")[0]
+    assert header["r"] == 2 and header["capsule"] == 4
+    assert "test image #12" in " ".join(c.value for c in at.caption)
     assert dict(at.query_params) == {
         "checkpoint": "20250101-000000-mnist",
         "test": "12",
@@ -975,8 +978,8 @@ def test_each_model_keeps_its_own_routing_count_and_says_what_another_costs(app_
     def said() -> str:
         return " ".join(i.value for i in at.info if "This model was trained with" in i.value)
 
-    assert at.slider(key="routing_iterations").value == 3 and said() == ""
-    at.slider(key="routing_iterations").set_value(4).run()
+    assert knobs_payload(at, "routing")[0]["r"] == 3 and said() == ""
+    turn_routing_knobs(at, 4).run()
     no_exception(at)
     assert f"at r = 4 it answers {accuracy['mnist'][4]} of the MNIST test set right" in said()
     assert f"against {accuracy['mnist'][3]} at r = 3" in said()
@@ -985,17 +988,17 @@ def test_each_model_keeps_its_own_routing_count_and_says_what_another_costs(app_
     at.switch_page(pages.ROUTING.path_for("em")).run()
     no_exception(at)
     assert at.title[0].value == "EM routing"
-    assert at.slider(key="routing_iterations").value == 2 and said() == ""  # its own r, not the CapsNet's 4
-    at.slider(key="routing_iterations").set_value(4).run()
+    assert knobs_payload(at, "routing")[0]["r"] == 2 and said() == ""  # its own r, not the CapsNet's 4
+    turn_routing_knobs(at, 4).run()
     no_exception(at)
     assert f"at r = 4 it answers {accuracy['mnist-em'][4]} of the MNIST test set right" in said()
     assert f"against {accuracy['mnist-em'][2]} at r = 2" in said()
-    at.slider(key="routing_iterations").set_value(5).run()
+    turn_routing_knobs(at, 5).run()
     picker = at.sidebar.selectbox(key="checkpoint_picker")
     picker.select_index(next(i for i, o in enumerate(picker.options) if o.startswith("MNIST · "))).run()
     at.switch_page(pages.ROUTING.path).run()
     no_exception(at)
-    assert at.slider(key="routing_iterations").value == 4  # the CapsNet's own, kept while the EM model was read
+    assert knobs_payload(at, "routing")[0]["r"] == 4  # the CapsNet's own, kept while the EM model was read
 
 
 def test_a_link_with_bad_values_falls_back_with_a_notice(app_with_run) -> None:  # noqa: F811
@@ -1051,7 +1054,8 @@ def test_a_link_beyond_the_slider_and_a_walk_across_pages(app_with_run) -> None:
     assert any("The link's iterations '10' is not a number from 1 to 5: ignored." in w.value for w in at.warning)
     at.switch_page("app_pages/routing.py").run()
     no_exception(at)
-    assert at.slider(key="routing_iterations").value == 3 and at.slider(key="routing_iterations").max == 5
+    header = knobs_payload(at, "routing")[0]
+    assert header["r"] == 3 and header["max_r"] == 5
     at.run()
     assert at.query_params["iterations"] == "3"  # the URL follows the page's r
     for page in ("app_pages/dimensions.py", "app_pages/transform.py", "app_pages/draw.py"):
@@ -1263,15 +1267,10 @@ def test_every_page_runs_on_an_em_model(app_dirs, data_dir: Path, tmp_path: Path
         no_exception(at)
         assert not at.error, [e.value for e in at.error]
     at.switch_page(pages.DIMENSIONS.path).run()
-    assert at.slider(key="dim_0").label == "Pose entry (1, 1)" and at.slider(key="dim_15").label == "Pose entry (4, 4)"
-
-    def edited() -> str:
-        return next(im.value[0] for im in at.get("image") if im.captions == ["edited reconstruction"])
-
-    before = edited()
-    at.slider(key="dim_5").set_value(at.slider(key="dim_5").max).run()  # one pose entry moved: a new redraw
     no_exception(at)
-    assert edited() != before and any("1 of 16 dimensions moved" in c.value for c in at.caption)
+    header, arrays = knobs_payload(at, "dimensions")  # the sliders name the entries of the 4x4 pose
+    assert header["labels"][0] == "Pose entry (1, 1)" and header["labels"][15] == "Pose entry (4, 4)"
+    assert arrays["poses"].shape == (10, 16) and "w0" in arrays  # the EM decoder goes with them
     at.switch_page(pages.ARCHITECTURE.path).run()  # the EM network's own stages, counted from its config
     stage = at.radio(key="arch_stage")
     assert stage.options == [
@@ -1305,7 +1304,7 @@ def test_every_page_runs_on_an_em_model(app_dirs, data_dir: Path, tmp_path: Path
     assert any("iteration 1 of 3" in m.value for m in at.markdown)
     shares = chart(at, "em_assignments")["data"][0]["z"]  # (types, positions): every child's share at the start
     assert np.allclose(plotly_values(shares), 0.1, atol=1e-6)
-    at.slider(key="routing_iterations").set_value(5).run()
+    turn_routing_knobs(at, 5).run()
     no_exception(at)
     assert any("iteration 5 of 5" in m.value for m in at.markdown)
     # ConvCaps1: where one child's unit of data went, over every window holding it (the most active child first)
@@ -1326,7 +1325,7 @@ def test_every_page_runs_on_an_em_model(app_dirs, data_dir: Path, tmp_path: Path
     boxes = chart(at, "em_child_windows")["layout"]["shapes"]
     assert [(b["x0"], b["y0"]) for b in boxes[:-1]] == [(x - 0.5, y - 0.5) for y in range(3) for x in range(3)]
     assert (boxes[-1]["x0"], boxes[-1]["y0"]) == (1.5, 1.5)  # the child's own cell
-    at.slider(key="routing_iterations").set_value(1).run()  # one M-step: before any agreement, equal shares
+    turn_routing_knobs(at, 1).run()  # one M-step: before any agreement, equal shares
     no_exception(at)
     assert any("each of them is given the same 1/36 = 2.8%" in m.value for m in at.markdown)  # 9 windows x 4 types
     at.switch_page(pages.DRAW.path).run()

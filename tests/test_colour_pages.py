@@ -198,8 +198,8 @@ def test_a_link_to_a_test_image_opens_it_in_colour_on_every_page(colour_app: Pat
     at.run()
     at.switch_page(pages.ROUTING.path).run()
     assert not at.exception, [e.stack_trace for e in at.exception]
-    assert any("Input: **test image #3**" in m.value for m in at.markdown), [
-        m.value[:60] for m in at.markdown if "Input" in m.value
+    assert any("Input: **test image #3**" in c.value for c in at.caption), [
+        c.value[:60] for c in at.caption if "Input" in c.value
     ]
     overlay = chart(at, "vote_overlay")
     assert overlay["data"][0]["type"] == "image" and _is_colour(overlay["data"][0]["source"])

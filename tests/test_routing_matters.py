@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 from cli_support import capsnet
-from dashboard_fixtures import APP, app_dirs, app_run, app_with_run, clear_streamlit_caches  # noqa: F401
+from dashboard_fixtures import APP, app_dirs, app_run, app_with_run, clear_streamlit_caches, knobs_payload  # noqa: F401
 from streamlit.testing.v1 import AppTest
 
 from capsnet.checkpoints import measurements
@@ -244,8 +244,8 @@ def test_the_page_measures_lists_the_changes_and_opens_one_on_the_routing_page(
     assert not at.exception, [e.stack_trace for e in at.exception]
     r = expected.shown_iterations(image)
     assert at.session_state["input_label"] == f"test image #{image.index}"
-    assert at.slider(key="routing_iterations").value == r  # the Routing page, at the r that shows the change
-    assert any(f"test image #{image.index}" in m.value for m in at.markdown)
+    assert knobs_payload(at, "routing")[0]["r"] == r  # the Routing page, at the r that shows the change
+    assert any(f"test image #{image.index}" in c.value for c in at.caption)
 
     clear_streamlit_caches()  # a new session reads the kept summary: nothing to measure
     again = AppTest.from_file(APP, default_timeout=120).run()

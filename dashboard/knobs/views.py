@@ -7,6 +7,7 @@ run, cached by the image's hash, and the model's decoder goes with each payload,
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import numpy as np
@@ -31,7 +32,8 @@ def _inputs(model_key: str, image: np.ndarray, most: int, _model: Any) -> ri.Rou
 
 
 def _identity(model: Model, image: np.ndarray) -> str:
-    return f"{model.key}#{state.input_digest(image)}"
+    """The model and the input, as a hash (the model's key names a server path the browser has no need of)."""
+    return hashlib.sha1(f"{model.key}#{state.input_digest(image)}".encode()).hexdigest()[:16]
 
 
 def _side_and_channels(image: np.ndarray) -> tuple[int, int]:
