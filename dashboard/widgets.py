@@ -206,5 +206,6 @@ def live_routing(model: Model, image: np.ndarray, lead: str) -> tuple[int, int |
     capsule = state.page_capsule(state.ROUTING_CAPSULE)
     st.caption(f"Input: **{state.input_label() or 'current input'}**")
     key = f"{state.ROUTING_KNOBS}-{hashlib.sha1(model.key.encode()).hexdigest()[:10]}"  # one per model: its own r
-    knobs(knob_views.routing(model, image, r, capsule, lead), key=key, on_change=lambda: _live_routing_moved(key))
+    knobs(knob_views.routing(model, image, r, capsule, lead), key=key, reports=("iterations", "capsule"),
+          on_change=lambda: _live_routing_moved(key))  # fmt: skip
     return state.page_iterations(model.config.routing_iterations), state.page_capsule(state.ROUTING_CAPSULE)

@@ -464,3 +464,36 @@ def overflowing_text(page: Any) -> list[str]:
     glyphs overhang their box by 2 px).
     """
     return list(page.evaluate(_OVERFLOW_JS))
+
+
+# ---------------------------------------------------------------- the knobs (dashboard/knobs)
+
+_COUNT_RUNS_JS = """() => {
+  const app = document.querySelector('[data-testid="stApp"]');
+  window.__e2eRuns = 0;
+  if (window.__e2eRunObserver) window.__e2eRunObserver.disconnect();
+  window.__e2eRunObserver = new MutationObserver(() => {
+    if (app.getAttribute('data-test-script-state') === 'running') window.__e2eRuns += 1;
+  });
+  window.__e2eRunObserver.observe(app, { attributes: true, attributeFilter: ['data-test-script-state'] });
+}"""
+
+
+def knobs(page: Any, view: str) -> Any:
+    """The knobs' view `view` ("dimensions", "routing") on the page: the component's root, in its shadow root."""
+    return page.locator(f".knobs[data-view={view}]")
+
+
+def knob_values(root: Any) -> dict[str, Any]:
+    """The numbers the knobs' view shows now (`root.values`, set as each change is drawn)."""
+    return root.evaluate("el => el.values")
+
+
+def count_script_runs(page: Any) -> None:
+    """From now on, count the app's script runs (Streamlit marks the app "running" while one is under way)."""
+    page.evaluate(_COUNT_RUNS_JS)
+
+
+def script_runs(page: Any) -> int:
+    """The script runs since `count_script_runs`."""
+    return int(page.evaluate("() => window.__e2eRuns"))

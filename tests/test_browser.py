@@ -18,6 +18,7 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 from browser_support import (
     CURRENT,
@@ -29,10 +30,14 @@ from browser_support import (
     canvas_box,
     choose_option,
     click_until,
+    count_script_runs,
     draw_one,
     draw_zero,
     go_to,
+    knob_values,
+    knobs,
     overflowing_text,
+    script_runs,
     sidebar,
     streamlit_app,
     wait_idle,
@@ -241,34 +246,44 @@ def overlap(a: dict[str, float] | None, b: dict[str, float] | None) -> bool:
 # ---------------------------------------------------------------- Capsule dimensions
 
 
-def test_moving_a_dimension_slider_changes_the_reconstruction(page, app: App, screenshots: Screenshots) -> None:
+def test_moving_a_dimension_slider_redraws_in_the_browser_without_a_server_run(page, app: App, screenshots) -> None:
+    """The knobs (issue 68): a pose slider moved by the keyboard redraws at once in the browser, as the decoder does in
+    PyTorch, and the server does not run; choosing another capsule reports it back (the link and Figure 4 follow)."""
+    from capsnet.checkpoints.checkpoint import load_checkpoint
+    from capsnet.readings.decoding import decode_vector
+
     open_app(page, app)
     digit = draw_and_predict(page)
     go_to(page, "Capsule dimensions")
-    slider = page.locator(".st-key-dim_0").get_by_role("slider")
-    expect(slider).to_be_visible(timeout=RERUN_MS)
-    expect(page.locator("[class*=st-key-dim_]").get_by_role("slider")).to_have_count(16)
-    expect(page.get_by_text("No dimension moved yet")).to_be_visible()
-    edited = page.get_by_test_id("stImage").filter(has_text="edited reconstruction").locator("img")
-    expect(edited).to_be_visible()
+    root = knobs(page, "dimensions")
+    expect(root).to_have_attribute("data-settled", re.compile(r"^\d+$"), timeout=RERUN_MS)
+    expect(root.locator("input[type=range]")).to_have_count(16)
+    expect(root.get_by_text("No dimension moved yet")).to_be_visible()
+    expect(root.get_by_text(f"from capsule {digit}")).to_be_visible()
     wait_idle(page)
-    shown, main = edited.bounding_box(), page.get_by_test_id("stMainBlockContainer").bounding_box()
-    assert shown and main and shown["x"] + shown["width"] <= main["x"] + main["width"], (shown, main)  # on the page
-    before_src = edited.get_attribute("src")
-    before_bytes = page.request.get(before_src).body()
-    before_value = float(slider.input_value())
-
+    count_script_runs(page)
+    slider = root.locator('input[data-dim="0"]')
+    before = float(slider.input_value())
     slider.focus()
     for _ in range(15):
         page.keyboard.press("ArrowRight")
-    expect(edited).not_to_have_attribute("src", before_src, timeout=RERUN_MS)
-    expect(page.get_by_text("1 of 16 dimensions moved.")).to_be_visible(timeout=RERUN_MS)
-    wait_idle(page)
-    assert float(slider.input_value()) > before_value
-    after_bytes = page.request.get(edited.get_attribute("src")).body()
-    assert after_bytes[:8] == b"\x89PNG\r\n\x1a\n" and after_bytes != before_bytes
-    expect(page.get_by_text(f"from capsule {digit}")).to_be_visible()
+    expect(root.get_by_text("1 of 16 dimensions moved.")).to_be_visible()
+    assert float(slider.input_value()) > before
+    shown = knob_values(root)
+    model = load_checkpoint(app.checkpoints_dir / "mnist.safetensors").model.eval()
+    expected = decode_vector(model, np.asarray(shown["pose"], dtype=np.float32), shown["capsule"]).ravel()
+    assert np.abs(np.asarray(shown["reconstruction"]) - expected).max() <= 1e-4  # the decoder's redraw, in the browser
+    page.wait_for_timeout(500)
+    assert script_runs(page) == 0, "a slider move ran the server"
     screenshots.take(page, "dimensions.png")
+
+    other = (int(digit) + 1) % 10
+    root.locator('.segmented[aria-label="capsule to edit"] button').nth(other).click()
+    expect(root.get_by_text(f"from capsule {other}")).to_be_visible()  # the view at once, then the server
+    expect(page.get_by_text(f"Each dimension of capsule {other}, perturbed")).to_be_visible(timeout=RERUN_MS)
+    wait_idle(page)
+    assert f"capsule={other}" in page.url  # the link follows the capsule in focus
+    assert knob_values(root)["capsule"] == other
 
 
 # ---------------------------------------------------------------- Routing
@@ -318,15 +333,13 @@ def test_one_iteration_for_the_whole_routing_page(page, app: App, screenshots: S
     assert page.locator(f".st-key-coupling_by_type{CURRENT} text.bartext").all_text_contents() != bars  # routing moved
     expect(page.get_by_role("button", name="◀ Previous")).to_be_disabled()
 
-    iterations_slider = page.locator(".st-key-routing_iterations").get_by_role("slider")
-    iterations_slider.focus()
-    page.keyboard.press("ArrowRight")
-    page.keyboard.press("ArrowRight")
-    expect(page.get_by_text("With 5 iterations")).to_be_visible(timeout=RERUN_MS)
+    root = knobs(page, "routing")
+    root.locator('.segmented[aria-label="routing iterations"] button').nth(4).click()  # r = 5
+    expect(page.get_by_role("heading", name="Every vote, at r = 5")).to_be_visible(timeout=RERUN_MS)
     expect_step(page, "iteration 5 of 5")  # a new r opens on its last
     wait_rendered(page)
     assert iteration_shown(page)["votes_chosen"] == "iteration 5 of 5"
-    assert int(iterations_slider.input_value()) == 5
+    assert knob_values(root)["r"] == 5 and "iterations=5" in page.url
 
 
 def test_no_text_overflows_its_box_at_1100_px(page, app: App) -> None:
@@ -364,9 +377,9 @@ def test_a_link_to_no_page_says_so(page, app: App) -> None:
 def test_a_shared_link_opens_the_view_and_the_votes_step(page, app: App) -> None:
     open_app(page, app, "/routing?checkpoint=mnist&test=3&iterations=2")
     expect_step(page, "iteration 2 of 2", timeout=PAGE_LOAD_MS)  # the buttons, and what they set
-    expect(page.locator(".st-key-routing_step")).to_contain_text("step every chart on this page")
+    expect(page.locator(".st-key-routing_step")).to_contain_text("step every chart below")
     expect(page.get_by_text(re.compile(r"Input: test image #3"))).to_be_visible()
-    assert int(page.locator(".st-key-routing_iterations").get_by_role("slider").input_value()) == 2
+    assert knob_values(knobs(page, "routing"))["r"] == 2
     wait_rendered(page)
     assert "test=3" in page.url and "iterations=2" in page.url and "checkpoint=mnist" in page.url  # still shareable
 
@@ -384,6 +397,44 @@ def test_a_shared_link_opens_the_view_and_the_votes_step(page, app: App) -> None
     assert points.evaluate_all("ps => ps.map(p => p.getAttribute('d'))") != sizes  # the weights of iteration 1
     expect(page.get_by_role("button", name="◀ Previous")).to_be_disabled()
     expect(page.locator(f".st-key-votes_other{CURRENT} .scatterlayer .trace").nth(3)).to_have_text("iteration 1 of 2")
+
+
+def test_the_routing_knobs_step_and_switch_couplings_in_the_browser(page, app: App, data_dir: Path) -> None:
+    """The knobs (issue 68): stepping the iterations and switching the coupling rule recompute in the browser, with
+    PyTorch's numbers (the model read at that r, and the server's uniform and random couplings), and no server run."""
+    from capsnet.checkpoints.checkpoint import load_checkpoint
+    from capsnet.data.datasets import as_tensors, load_dataset
+    from capsnet.readings import coupling_rules as cr
+    from capsnet.readings.reading import read
+
+    open_app(page, app, "/routing?checkpoint=mnist&test=3&iterations=3")
+    root = knobs(page, "routing")
+    expect(root.locator("[data-role=step]")).to_have_text("iteration 3 of 3", timeout=PAGE_LOAD_MS)
+    wait_idle(page)
+    count_script_runs(page)
+    model = load_checkpoint(app.checkpoints_dir / "mnist.safetensors").model.eval()
+    image = as_tensors(load_dataset("mnist", train=False))[0][3, 0].numpy()
+
+    def shown_close_to(expected: np.ndarray) -> None:
+        assert np.abs(np.asarray(knob_values(root)["scores"]) - expected).max() <= 1e-4
+
+    shown_close_to(read(model, image, 3).scores)
+    root.get_by_role("button", name="previous iteration").click()
+    expect(root.locator("[data-role=step]")).to_have_text("iteration 2 of 3")
+    shown_close_to(read(model, image, 2).scores)  # iteration 2 of routing 3 times: routing twice
+    rules = root.locator('.segmented[aria-label="couplings"] button')
+    rules.filter(has_text="uniform").click()
+    expect(root.locator("[data-role=summary]")).to_contain_text("uniform couplings")
+    expected = cr.read_input(model, image, 3, draws=2)
+    shown_close_to(expected.uniform)
+    rules.filter(has_text="random").click()
+    expect(root.locator("[data-role=summary]")).to_contain_text("random couplings, draw 1")
+    shown_close_to(expected.random[0])
+    root.get_by_role("spinbutton", name="random draw").fill("2")
+    expect(root.locator("[data-role=summary]")).to_contain_text("random couplings, draw 2")
+    shown_close_to(expected.random[1])
+    page.wait_for_timeout(500)
+    assert script_runs(page) == 0, "a step or a coupling rule ran the server"
 
 
 def test_a_click_on_a_vote_selects_its_primary_capsule_in_every_view(page, app: App) -> None:
@@ -829,7 +880,9 @@ def test_a_first_visit_walks_the_whole_path_without_a_dead_end(page, app: App, s
     capsnet_r = em_r + 1  # another r than the EM model's own, for the CapsNet
 
     def routing_r() -> int:
-        return int(page.locator(".st-key-routing_iterations").get_by_role("slider").input_value())
+        root = knobs(page, "routing")
+        expect(root).to_have_attribute("data-settled", re.compile(r"^\d+$"), timeout=RERUN_MS)
+        return int(knob_values(root)["r"])
 
     open_app(page, app, "/start")
     expect(page.get_by_text("What is a capsule?")).to_be_visible(timeout=PAGE_LOAD_MS)
@@ -857,12 +910,10 @@ def test_a_first_visit_walks_the_whole_path_without_a_dead_end(page, app: App, s
         wait_idle(page)
         assert main.get_by_text("No input yet").count() == 0, step.page.title
         if step.page is pages.ROUTING and step.network is None:  # the CapsNet at another r than the EM model's
-            slider = page.locator(".st-key-routing_iterations").get_by_role("slider")
-            for _ in range(abs(capsnet_r - routing_r())):
-                slider.focus()
-                page.keyboard.press("ArrowRight" if capsnet_r > routing_r() else "ArrowLeft")
-                wait_idle(page)
-            expect(page.get_by_text(f"With {capsnet_r} iterations")).to_be_visible(timeout=RERUN_MS)
+            knobs(page, "routing").locator('.segmented[aria-label="routing iterations"] button').nth(
+                capsnet_r - 1
+            ).click()
+            expect(page.get_by_role("heading", name=f"Every vote, at r = {capsnet_r}")).to_be_visible(timeout=RERUN_MS)
         if step.page.url_path == "overlap":  # a page for another kind of model: one click away, and it opens
             expect(page.locator(".st-key-switch_model")).to_be_visible(timeout=RERUN_MS)
             page.locator(".st-key-switch_model").get_by_role("button").click()

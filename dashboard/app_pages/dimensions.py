@@ -47,7 +47,7 @@ st.caption(
     f"({texts.SCORE_NAMES[result.symbol]} {result.symbol} = {result.scores[result.prediction]:.2f}). "
     + texts.dimension_ranges(ranges.from_statistics, names[klass])
 )
-knobs(views.dimensions(model, image, chosen, LEAD), key=KNOBS, on_change=_capsule_moved)
+knobs(views.dimensions(model, image, chosen, LEAD), key=KNOBS, reports=("capsule",), on_change=_capsule_moved)
 with st.expander("What do the dimensions encode?", icon=":material/info:"):
     st.markdown(texts.dimensions(model.config))
 

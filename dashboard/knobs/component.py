@@ -8,6 +8,7 @@ with no bundler. What a view does with the payload is `js/main.js`'s to say.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,11 @@ def _renderer() -> Any:
     return st.components.v2.component(NAME, js="main.js", css="knobs.css", html='<div class="knobs"></div>')
 
 
-def knobs(payload: bytes, *, key: str, on_change: Any = None) -> Any:
+def knobs(
+    payload: bytes, *, key: str, reports: tuple[str, ...] = (), on_change: Callable[[], None] | None = None
+) -> Any:
     """Mount the knobs on `payload` (`dashboard.knobs.payload.pack`, whose header names the view). The component
-    reports back only what a link or another page needs, calling `on_change` then; its result holds that state."""
-    return _renderer()(key=key, data=payload, on_state_change=on_change or (lambda: None))
+    reports back only the state named in `reports` (what a link or another page needs), calling `on_change` when one
+    of them changes; its result holds them."""
+    callback = on_change or (lambda: None)
+    return _renderer()(key=key, data=payload, **{f"on_{name}_change": callback for name in reports})

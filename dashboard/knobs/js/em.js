@@ -104,3 +104,16 @@ export function assignmentEntropy(R, J, I) {
   for (let k = 0; k < J * I; k++) if (R[k] > 0) sum -= R[k] * Math.log(R[k]);
   return sum / I / Math.log(J);
 }
+
+/** Each parent's share of the children's data, sum_i R_ij a_i / sum_i a_i (J), from the assignments R (J, I). */
+export function dataShares(R, activations, J, I) {
+  let total = 0;
+  for (let i = 0; i < I; i++) total += activations[i];
+  const shares = new Float64Array(J);
+  for (let j = 0; j < J; j++) {
+    for (let i = 0; i < I; i++) shares[j] += R[j * I + i] * activations[i];
+    shares[j] /= Math.max(total, 1e-12);
+  }
+  return shares;
+}
+

@@ -5,7 +5,7 @@
 // focus are reported back, because the page's link and its views below follow them.
 
 import { bars, el, heatmap, lines, segmented } from "./draw.js";
-import { emRoute } from "./em.js";
+import { dataShares, emRoute } from "./em.js";
 import { randomLogits } from "./random.js";
 import { couplingByType, route } from "./routing.js";
 
@@ -50,18 +50,11 @@ function makeRouter(header, arrays) {
     if (!cache.has(r)) {
       const votes = arrays.votes.subarray((r - 1) * J * I * H, r * J * I * H);
       const acts = arrays.weights.subarray((r - 1) * I, r * I);
-      let total = 0;
-      for (const a of acts) total += a;
       const steps = emRoute(votes, acts, arrays.beta_u, arrays.beta_a, J, I, H, r).map((step) => ({
         scores: Array.from(step.activations),
         entropy: step.entropy,
         coupling: step.assignments,
-        // the share of the children's data each class was given: sum_i R_ij a_i / sum_i a_i
-        shares: Array.from({ length: J }, (_, j) => {
-          let s = 0;
-          for (let i = 0; i < I; i++) s += step.assignments[j * I + i] * acts[i];
-          return s / Math.max(total, 1e-12);
-        }),
+        shares: Array.from(dataShares(step.assignments, acts, J, I)), // each class's share of the children's data
       }));
       cache.set(r, steps);
     }
