@@ -52,8 +52,10 @@ READY_MS = 300_000  # ... for a page to open (the first load reads the model)
 GIVE_UP = 4  # misses in a row before an interaction is dropped for that app
 
 # Installed in every page before its scripts run. Stamps with performance.now():
-# - each change of stApp's data-test-script-state (runs: entries into "running"; lastRunEvent);
-# - each rerun request flagged is_auto_rerun (the sidebar fragment's ticks), read from the BackMsg the page sends;
+# - each script run's start and end as the server tells the page (ForwardMsg new_session, script_finished), and each
+#   change of stApp's data-test-script-state (React may commit a short run's "running" and "notRunning" at once, so
+#   runs are counted from the messages);
+# - each rerun request the page sends, the sidebar fragment's ticks (flagged is_auto_rerun) apart;
 # - each change of data-settled inside a shadow root (the knobs), by an observer put on every shadow root made;
 # - the last change in stMain's light DOM;
 # and checks the goal of the interaction under way (kb.start) at each of them.
@@ -62,12 +64,13 @@ INIT_JS = r"""
   if (window.__kb) return;
   const now = () => performance.now();
   const BUSY = new Set(['running', 'rerunRequested', 'stopRequested']);
-  const kb = (window.__kb = {runs: 0, ticks: 0, lastRunEvent: 0, changedAt: 0, upAt: null, goal: null});
+  const kb = (window.__kb = {runs: 0, finished: 0, requests: 0, ticks: 0, lastRunEvent: 0, changedAt: 0, upAt: null,
+                             goal: null});
   kb.scriptState = () => {
     const app = document.querySelector('[data-testid=stApp]');
     return app ? app.getAttribute('data-test-script-state') : null;
   };
-  kb.busy = () => BUSY.has(kb.scriptState());
+  kb.busy = () => BUSY.has(kb.scriptState()) || kb.finished < kb.runs;
   kb.check = () => {
     const g = kb.goal;
     if (!g || g.doneAt !== null) return;
@@ -83,7 +86,7 @@ INIT_JS = r"""
     if ((!g.settle || g.settleAt !== null) && (!g.run || g.serverAt !== null) && watched && (idle || !g.run)) g.doneAt = t;
   };
   kb.start = (spec, watch) => {
-    const g = {t0: now(), runs0: kb.runs, ticks0: kb.ticks, settle: !!spec.settle, view: spec.view ?? null,
+    const g = {t0: now(), runs0: kb.runs, ticks0: kb.ticks, requests0: kb.requests, settle: !!spec.settle, view: spec.view ?? null,
                run: !!spec.run, watch: watch ?? null, value0: null, settleAt: null, serverAt: null, watchAt: null,
                doneAt: null};
     if (g.watch) { try { g.value0 = g.watch(); } catch (error) { g.value0 = null; } }
@@ -95,7 +98,8 @@ INIT_JS = r"""
     const g = kb.goal;
     return {t0: g.t0, settleAt: g.settleAt, serverAt: g.serverAt, watchAt: g.watchAt, doneAt: g.doneAt,
             changedAt: kb.changedAt > g.t0 ? kb.changedAt : null, upAt: kb.upAt,
-            runs: kb.runs - g.runs0, ticks: kb.ticks - g.ticks0, state: kb.scriptState()};
+            runs: kb.runs - g.runs0, ticks: kb.ticks - g.ticks0, requests: kb.requests - g.requests0,
+            state: kb.scriptState()};
   };
   kb.quiet = (ms) => {
     const g = kb.goal;
@@ -103,15 +107,10 @@ INIT_JS = r"""
   };
   kb.idle = (ms) => !kb.busy() && kb.scriptState() !== null && now() - kb.lastRunEvent >= ms;
 
-  new MutationObserver((records) => {
-    records.forEach((record, i) => {
-      const next = i + 1 < records.length ? records[i + 1].oldValue : record.target.getAttribute(record.attributeName);
-      if (next === 'running' && record.oldValue !== 'running') kb.runs++;
-      kb.lastRunEvent = now();
-    });
+  new MutationObserver(() => {
+    kb.lastRunEvent = now();
     kb.check();
-  }).observe(document, {subtree: true, attributes: true, attributeOldValue: true,
-                        attributeFilter: ['data-test-script-state']});
+  }).observe(document, {subtree: true, attributes: true, attributeFilter: ['data-test-script-state']});
   new MutationObserver((records) => {
     for (const record of records) {
       const node = record.target.nodeType === 1 ? record.target : record.target.parentElement;
@@ -148,21 +147,39 @@ INIT_JS = r"""
       else return;
     }
   };
-  const autoRerun = (b) => {
-    let auto = false;
-    fields(b, 0, b.length, (no, wire, a, z) => {
-      if (no === 11 && wire === 2) fields(b, a, z, (no2, wire2, v) => { if (no2 === 6 && wire2 === 0 && v) auto = true; });
-    });
-    return auto;
-  };
+  const bytesOf = (data) => data instanceof ArrayBuffer ? new Uint8Array(data)
+    : ArrayBuffer.isView(data) ? new Uint8Array(data.buffer, data.byteOffset, data.byteLength) : null;
   const send = WebSocket.prototype.send;
   WebSocket.prototype.send = function (data) {
-    try {
-      const bytes = data instanceof ArrayBuffer ? new Uint8Array(data)
-        : ArrayBuffer.isView(data) ? new Uint8Array(data.buffer, data.byteOffset, data.byteLength) : null;
-      if (bytes && autoRerun(bytes)) kb.ticks++;
+    try {  // BackMsg: rerun_script (11) is a ClientState, whose is_auto_rerun (6) marks a run_every tick
+      const b = bytesOf(data);
+      if (b) fields(b, 0, b.length, (no, wire, a, z) => {
+        if (no !== 11 || wire !== 2) return;
+        let auto = false;
+        fields(b, a, z, (no2, wire2, v) => { if (no2 === 6 && wire2 === 0 && v) auto = true; });
+        if (auto) kb.ticks++; else kb.requests++;
+      });
     } catch (error) { /* not a message to read */ }
     return send.call(this, data);
+  };
+  const received = (event) => {
+    try {  // ForwardMsg: new_session (4) opens a script run, script_finished (6) ends it
+      const b = bytesOf(event.data);
+      if (!b) return;
+      let changed = false;
+      fields(b, 0, b.length, (no, wire) => {
+        if (no === 4 && wire === 2) { kb.runs++; changed = true; }
+        if (no === 6 && wire === 0) { kb.finished++; changed = true; }
+      });
+      if (changed) { kb.lastRunEvent = now(); kb.check(); }
+    } catch (error) { /* not a message to read */ }
+  };
+  const Native = window.WebSocket;
+  window.WebSocket = class extends Native {
+    constructor(...args) {
+      super(...args);
+      this.addEventListener('message', received);
+    }
   };
   window.addEventListener('pointerup', () => { if (kb.upAt === null) kb.upAt = now(); }, true);
 })();
@@ -301,6 +318,7 @@ def sample(result: dict, at: str, since: str = "t0") -> dict:
         "ms": ms(result, at, since),
         "runs": max(0, result["runs"] - result["ticks"]),
         "ticks": result["ticks"],
+        "requests": result["requests"],
         "last_change_ms": ms(result, "changedAt", since),
         "quiet": result["quiet"],
     }

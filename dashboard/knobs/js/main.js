@@ -1,17 +1,20 @@
 // The knobs' component: one default export Streamlit calls with the payload's bytes whenever they arrive.
 //
-// Each payload names its view; a view is built from the payload and keeps its own state, which survives a
-// payload of the same input (a rerun that changed nothing the view reads), so a rerun never moves a slider back.
-// After every change a view has drawn, `data-settled` counts up: tests and benchmarks wait on it.
+// Each payload names its view, whose module is imported when first needed; a view is built from the payload and
+// keeps its own state, which survives a payload of the same input (a rerun that changed nothing the view reads),
+// so a rerun never moves a slider back. After every change a view has drawn, `data-settled` counts up: tests and
+// benchmarks wait on it.
 
 import { unpack } from "./pack.js";
-import * as dimensions from "./dimensions.js";
-import * as routing from "./routing_view.js";
 
-const VIEWS = { dimensions, routing };
+const VIEWS = {
+  dimensions: "./dimensions.js",
+  routing: "./routing_view.js",
+  playground: "./playground_view.js",
+};
 const mounted = new WeakMap(); // the view's root -> {identity, state}
 
-export default function knobs({ data, parentElement, setStateValue }) {
+export default async function knobs({ data, parentElement, setStateValue }) {
   const root = parentElement.querySelector(".knobs");
   if (!root || !data) return;
   let payload;
@@ -22,11 +25,11 @@ export default function knobs({ data, parentElement, setStateValue }) {
     return;
   }
   const { header, arrays } = payload;
-  const view = VIEWS[header.view];
-  if (!view) {
+  if (!Object.hasOwn(VIEWS, header.view)) {
     root.textContent = `No view named ${JSON.stringify(header.view)}.`;
     return;
   }
+  const view = await import(VIEWS[header.view]);
   const last = mounted.get(root);
   const kept = last && last.identity === header.identity ? last.state : null;
   let count = Number(root.dataset.settled ?? 0);
