@@ -433,8 +433,15 @@ def test_the_routing_knobs_step_and_switch_couplings_in_the_browser(page, app: A
     root.get_by_role("spinbutton", name="random draw").fill("2")
     expect(root.locator("[data-role=summary]")).to_contain_text("random couplings, draw 2")
     shown_close_to(expected.random[1])
+    root.get_by_text("Does routing matter for this input?").click()  # every rule at once, as the server reads them
+    expect(root.locator("[data-role=experiment] table tr")).to_have_count(4)
+    experiment = root.evaluate("el => el.experiment")
+    every = cr.read_input(model, image, 3)  # 20 random draws
+    for rule in ("uniform", "routed", "random"):
+        assert np.abs(np.asarray(experiment[rule]) - getattr(every, rule)).max() <= 1e-4, rule
+    assert abs(experiment["randomEntropy"] - every.entropy[2]) <= 1e-4
     page.wait_for_timeout(500)
-    assert script_runs(page) == 0, "a step or a coupling rule ran the server"
+    assert script_runs(page) == 0, "a step, a coupling rule or the experiment ran the server"
 
 
 def test_a_click_on_a_vote_selects_its_primary_capsule_in_every_view(page, app: App) -> None:

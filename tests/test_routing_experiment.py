@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from dashboard_fixtures import APP, app_dirs, app_run, clear_streamlit_caches  # noqa: F401
+from dashboard_fixtures import APP, app_dirs, app_run, clear_streamlit_caches, knobs_payload  # noqa: F401
 from streamlit.testing.v1 import AppTest
 
 import capsnet.nn.matrix_capsules as mc
@@ -217,8 +217,14 @@ def test_the_experiment_of_each_shipped_mnist_model_is_shown(app_dirs, name: str
     assert list(table["Test accuracy"]) == [f"{100 * rule.accuracy:.2f}%" for rule in kept.rules()]
     assert any(m.value == cr.verdict(kept.rules()) for m in at.markdown)
 
+    if name == "mnist":  # the CapsNet's Routing page reads the input under each rule in the browser (the knobs)
+        at.switch_page("app_pages/routing.py").run()
+        assert not at.exception, [e.stack_trace for e in at.exception]
+        header = knobs_payload(at, "routing")[0]
+        assert (header["seed"], header["draws"]) == (cr.SEED, cr.DRAWS)  # the draws the server's experiment reads
+        return
     at.session_state["input_rules_open"] = True
-    at.switch_page("app_pages/routing.py" if name == "mnist" else "app_pages/em_routing.py").run()
+    at.switch_page("app_pages/em_routing.py").run()
     assert not at.exception, [e.stack_trace for e in at.exception]
     rows = _table(at, "Answer")
     assert list(rows["Couplings"])[0] == "Uniform (r = 1, not routed)" and "20 draws" in list(rows["Couplings"])[-1]

@@ -73,7 +73,6 @@ digit = prediction if choice is None else choice
 other = result.runner_up if digit == prediction else prediction  # beside it: the runner-up, or the winner
 r = result.iterations
 widgets.away_from_trained(model, r)
-widgets.routing_experiment_for_input(model, image, r)
 st.subheader(f"Every vote, at r = {r}", anchor=False)
 notice = st.empty()  # always there, filled or not: the charts below keep their place in the page when it changes
 if r > 1 and result.first_prediction != prediction:

@@ -118,6 +118,15 @@ export function mount(root, header, arrays, { report, kept, settled }) {
   const over = el("div", { class: "panel" });
   const right = el("div", { class: "panel" });
   const entropy = el("p", { class: "caption", "data-role": "entropy" });
+  const experiment = el("details", { "data-role": "experiment" });
+  const experimentBody = el("div");
+  experiment.append(el("summary", {}, "Does routing matter for this input? Uniform, routed and random couplings"), experimentBody);
+  experiment.addEventListener("toggle", () => {
+    if (experiment.open) {
+      compareRules();
+      settled();
+    }
+  });
   root.replaceChildren(
     el("p", { class: "lead" }, header.lead),
     el(
@@ -138,6 +147,7 @@ export function mount(root, header, arrays, { report, kept, settled }) {
     notice,
     el("div", { class: "row" }, scores, over, right),
     entropy,
+    experiment,
   );
 
   function setR(r) {
@@ -160,6 +170,53 @@ export function mount(root, header, arrays, { report, kept, settled }) {
     if (event.key === "ArrowLeft") step(-1);
     if (event.key === "ArrowRight") step(1);
   });
+
+  /** The input under each rule, as the Routing page's experiment reads it: uniform, routed r times, and every
+   * random draw (not routed), with the answer, its score and the couplings' entropy. */
+  function compareRules() {
+    const answer = (scores) => argmax(scores);
+    const uniform = router.steps("uniform", state.r, 0).at(-1);
+    const routed = router.steps("routed", state.r, 0).at(-1);
+    const rows = [["Uniform (r = 1, not routed)", uniform]];
+    if (state.r > 1) rows.push([`Routed, r = ${state.r}`, routed]);
+    const table = el("table", { class: "rules" });
+    table.append(el("tr", {}, ...["Couplings", "Answer", header.symbol, "Entropy"].map((h) => el("th", {}, h))));
+    for (const [name, step] of rows) {
+      const k = answer(step.scores);
+      table.append(el("tr", {}, el("td", {}, name), el("td", {}, names[k]), el("td", {}, step.scores[k].toFixed(2)),
+        el("td", {}, step.entropy.toFixed(3))));
+    }
+    let sentence;
+    const values = { uniform: uniform.scores, routed: routed.scores, random: [] };
+    if (router.random) {
+      const draws = Array.from({ length: header.draws }, (_, n) => router.steps("random", state.r, n)[0]);
+      const counts = new Array(K).fill(0);
+      draws.forEach((d) => counts[answer(d.scores)]++);
+      const common = argmax(counts);
+      const meanScore = draws.reduce((a, d) => a + d.scores[common], 0) / draws.length;
+      const meanEntropy = draws.reduce((a, d) => a + d.entropy, 0) / draws.length;
+      table.append(el("tr", {}, el("td", {}, `Random, ${draws.length} draws (not routed)`),
+        el("td", {}, `${names[common]} in ${counts[common]} of ${draws.length}`),
+        el("td", {}, `${meanScore.toFixed(2)} (mean)`), el("td", {}, `${meanEntropy.toFixed(3)} (mean)`)));
+      const agreeing = draws.filter((d) => answer(d.scores) === answer(routed.scores)).length;
+      sentence =
+        agreeing === draws.length
+          ? `Every one of ${draws.length} random couplings gives the routed answer: for this input the couplings hardly matter.`
+          : agreeing === 0
+            ? `None of ${draws.length} random couplings gives the routed answer: for this input they decide it.`
+            : `${agreeing} of ${draws.length} random couplings give the routed answer: how the votes are shared decides some.`;
+      values.random = draws.map((d) => d.scores);
+      values.randomEntropy = meanEntropy;
+    } else {
+      sentence = "Random couplings are drawn in every capsule layer of the EM network: the page's experiment below reads them.";
+    }
+    const same = answer(uniform.scores) === answer(routed.scores);
+    const lead = state.r === 1 ? "With one iteration routing has not begun." : same
+      ? `Uniform couplings give the same answer as routing at r = ${state.r}.`
+      : `Routing at r = ${state.r} changes the answer from ${names[answer(uniform.scores)]} to ${names[answer(routed.scores)]}.`;
+    experimentBody.replaceChildren(table, el("p", { class: "caption" }, `${lead} ${sentence}`));
+    root.experiment = values;
+  }
 
   function render() {
     const steps = router.steps(state.rule, state.r, state.draw);
@@ -226,6 +283,7 @@ export function mount(root, header, arrays, { report, kept, settled }) {
         bars(now.shares, names, { focus, title: "shares", top: Math.max(0.2, ...now.shares) }),
       );
     }
+    if (experiment.open) compareRules();
     entropy.textContent = `Coupling entropy ${now.entropy.toFixed(4)} (1 = uniform, 0 = every child on one capsule).`;
     root.values = {
       kind: header.kind,
