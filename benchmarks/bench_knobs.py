@@ -202,9 +202,9 @@ def present(selector: str) -> str:
     return f"() => {{ const e = document.querySelector({json.dumps(selector)}); return e && e.getClientRects().length ? 'yes' : null; }}"
 
 
-PAGES = {  # sidebar title -> (the knobs' view, the old app's first slider)
-    "Capsule dimensions": ("dimensions", f".st-key-dim_0{CURRENT} [role=slider]"),
-    "Routing": ("routing", f".st-key-routing_iterations{CURRENT} [role=slider]"),
+PAGES = {  # sidebar title -> (the knobs' view, the old app's first slider: react-aria's visually hidden range input)
+    "Capsule dimensions": ("dimensions", f".st-key-dim_0{CURRENT} input[type=range]"),
+    "Routing": ("routing", f".st-key-routing_iterations{CURRENT} input[type=range]"),
 }
 STROKES = [  # fractions of the canvas; the canvas is cleared before each group, so every stroke changes the drawing
     [(0.5, 0.15), (0.5, 0.85)],
@@ -377,7 +377,7 @@ def iterations(tab: Tab, i: int) -> dict[str, dict]:
             f"{tab.name} (server rerun)": sample(result, "serverAt"),
         }
     thumb = tab.page.locator(PAGES["Routing"][1])
-    r = int(float(thumb.get_attribute("aria-valuenow") or 3))
+    r = int(float(thumb.input_value()))
     act = tab.key(thumb, "ArrowRight" if r <= 3 else "ArrowLeft")
     return {tab.name: sample(tab.timed({"run": True}, STEP_LABEL, act, RUN_MS), "doneAt")}
 

@@ -12,6 +12,7 @@ from dashboard_fixtures import (  # noqa: F401
     app_with_run,
     chart,
     clear_streamlit_caches,
+    knobs_payload,
     plotly_values,
 )
 from streamlit.testing.v1 import AppTest
@@ -295,14 +296,6 @@ def test_the_plane_figure_draws_the_weights() -> None:
 # ---------------------------------------------------------------- the page
 
 
-def reading(at: AppTest) -> str:
-    return next(m.value for m in at.markdown if m.value.startswith("Child "))
-
-
-def bars(at: AppTest) -> np.ndarray:
-    return np.array([plotly_values(trace["x"]) for trace in chart(at, "playground_bars")["data"]])  # (K, N)
-
-
 def new_page() -> AppTest:
     clear_streamlit_caches()
     at = AppTest.from_file(APP, default_timeout=120).run()
@@ -311,57 +304,24 @@ def new_page() -> AppTest:
     return at
 
 
-def test_the_page_steps_moves_and_resets(app_dirs) -> None:  # noqa: F811
+def test_the_page_sends_the_toy_every_presets_votes(app_dirs) -> None:  # noqa: F811
+    """The toy runs in the browser (tests/test_playground_knobs_browser.py): the page leads with it and sends every
+    preset's votes at once, with their help, the iteration bound and the margin loss's constants; its explanations
+    stay folded below it, and a rerun sends the same payload (the browser keeps where the hand left the toy)."""
     at = new_page()
-    assert any("Iteration **1 of 3**" in m.value for m in at.markdown)
-    np.testing.assert_allclose(bars(at), 1 / 3, atol=1e-6)  # iteration 1: uniform
-    assert "**0.333** to parent 1" in reading(at)
-    assert at.button(key="playground_prev").disabled
+    header, arrays = knobs_payload(at, "playground")
+    assert header["presets"] == list(pg.PRESETS) and header["parents"] == ["parent 1", "parent 2", "parent 3"]
+    np.testing.assert_array_equal(arrays["votes"], np.stack([pg.preset_votes(name) for name in pg.PRESETS]))
+    assert arrays["votes"].dtype == np.float32
+    assert "seven against five" in header["help"][pg.PRESETS.index("two competing clusters")]
+    assert (header["r"], header["max_r"], header["bound"]) == (3, 5, pg.MAX_COORDINATE)
+    assert (header["m_plus"], header["m_minus"], header["down_weight"]) == (0.9, 0.1, 0.5)
+    assert header["lead"].startswith("Drag a vote") and header["contrast"] == routing_texts.CONTRAST
+    assert not [c for c in at.get("plotly_chart") if not c.key.startswith("playground_real")]  # no toy chart here
+    assert [e.label for e in at.expander][0].startswith("How the toy routes")
     assert any("No trained model" in w.value for w in at.warning)  # the real model's part says why it is missing
-
-    em_chart = chart(at, "playground_em_chart")
-    assert em_chart["layout"]["title"]["text"].startswith("Iteration 1 of 3")
-    assert any("evenly" in m.value for m in at.markdown)  # the comparison: nothing measured yet
-    at.button(key="playground_next").click().run()
-    assert any("Iteration **2 of 3**" in m.value for m in at.markdown)
-    assert chart(at, "playground_em_chart")["layout"]["title"]["text"].startswith("Iteration 2 of 3")  # one stepper
-    assert any("Under EM, child 1 gives" in m.value and "**0.333**" not in m.value for m in at.markdown)
-    second = bars(at)
-    assert second[0, 0] > 0.5 and "**0.333**" not in reading(at)  # child 1, in the cluster, leans to parent 1
-    at.button(key="playground_next").click().run()
-    assert at.button(key="playground_next").disabled
-
-    at.selectbox(key="playground_child").set_value(2).run()  # child 3's vote for parent 1 ...
-    assert (at.number_input(key="playground_x").value, at.number_input(key="playground_y").value) == tuple(
-        round(float(v), 2) for v in pg.preset_votes(pg.PRESETS[0])[0, 2]
-    )
-    before = bars(at)
-    at.number_input(key="playground_x").set_value(-1.2).run()  # ... moved to the other side
-    at.number_input(key="playground_y").set_value(-0.6).run()
-    after = bars(at)
-    assert (
-        after[0, 2] < before[0, 2] - 0.3
-        and np.abs(np.delete(after, 2, axis=1) - np.delete(before, 2, axis=1)).max() < 0.1
-    )
-    assert any("1 vote moved from the preset." in c.value for c in at.caption)
-    np.testing.assert_allclose(plotly_values(chart(at, "playground_chart")["data"][0]["x"])[2], -1.2, atol=1e-6)
-
-    at.button(key="playground_reset").click().run()
-    np.testing.assert_allclose(bars(at), before, atol=1e-6)
-    assert any("No vote moved yet." in c.value for c in at.caption)
-
-    at.slider(key="playground_norm").set_value(2.0).run()  # the curves: |s| = 2 squashes to 0.8
-    assert any("squashes to |v_j| = **0.800**" in m.value and "cost **0.010**" in m.value for m in at.markdown)
-    squash_mark = chart(at, "playground_squash")["data"][1]
-    assert (squash_mark["x"], squash_mark["y"]) == ([2.0], [pytest.approx(0.8)])
-
-    assert any("Iteration **3 of 3**" in m.value for m in at.markdown)  # the reset kept the iteration shown
-    at.selectbox(key="playground_preset").set_value("no agreement").run()
-    assert any("Iteration **1 of" in m.value for m in at.markdown)  # a new preset opens at iteration 1 (item 16)
-    assert np.abs(bars(at) - 1 / 3).max() < 0.1 and any("cancel" in c.value for c in at.caption)
-    at.slider(key="playground_iterations").set_value(1).run()  # one iteration: nothing to step through
-    assert any("Iteration **1 of 1**" in m.value for m in at.markdown)
-    assert at.button(key="playground_prev").disabled and at.button(key="playground_next").disabled
+    at.run()
+    assert knobs_payload(at, "playground")[0]["identity"] == header["identity"]
     assert not at.exception
 
 

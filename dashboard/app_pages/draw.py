@@ -314,55 +314,70 @@ elif noun != "digit":
 with st.expander("What is a capsule?", icon=":material/help:"):
     CAPSULE_PRIMERS[routing](config)
 
-left, right = st.columns([1.2, 1], gap="large")
-with left:
-    source = st.segmented_control(  # its value starts in the session state (a link or a model may choose it)
-        "Input",
-        SOURCES if drawn else SOURCES[1:],
-        required=True,
-        key=state.INPUT_SOURCE,
-        persist_state=state.ACROSS_PAGES,
-        format_func=lambda s: s,
-        help="Where the input comes from",
-    )
-    if source == state.TEST_SOURCE:
-        digit, label, true_class = test_image_input(dataset, names)
-    elif source == "Upload":
-        digit, label, true_class = upload_input(noun) if drawn or model is None else upload_picture(model, noun)
-    else:
-        digit, label, true_class = draw_input(noun)
-    if source != "Draw":
-        st.session_state[CANVAS_SHOWN] = False  # the canvas is not drawn: the next Draw remounts it
-state.set_input(digit, label, true_class)
 
-with right:
-    side = config.image_size
-    st.markdown(f"**What the network sees** ({side}x{side}, {model.info.title if model else 'MNIST'}-style)")
+def _link_follows_the_input() -> None:
+    """A test image is in the page's link (`dashboard.links`), which a full run writes: a new one read by this
+    fragment's run has the app run once more, so that the link names it; a stroke or an upload needs none."""
+    shown = state.chosen_test_image()
+    if st.query_params.get("test") != (None if shown is None else str(shown)):
+        st.rerun(scope="app")
+
+
+@st.fragment
+def _input_and_reading() -> None:
+    """The input (a stroke, a test image, an upload) and what the network reads from it: a stroke reruns this
+    alone, not the sidebar and the rest of the page."""
+    left, right = st.columns([1.2, 1], gap="large")
+    with left:
+        source = st.segmented_control(  # its value starts in the session state (a link or a model may choose it)
+            "Input",
+            SOURCES if drawn else SOURCES[1:],
+            required=True,
+            key=state.INPUT_SOURCE,
+            persist_state=state.ACROSS_PAGES,
+            format_func=lambda s: s,
+            help="Where the input comes from",
+        )
+        if source == state.TEST_SOURCE:
+            digit, label, true_class = test_image_input(dataset, names)
+        elif source == "Upload":
+            digit, label, true_class = upload_input(noun) if drawn or model is None else upload_picture(model, noun)
+        else:
+            digit, label, true_class = draw_input(noun)
+        if source != "Draw":
+            st.session_state[CANVAS_SHOWN] = False  # the canvas is not drawn: the next Draw remounts it
+    state.set_input(digit, label, true_class)
+    _link_follows_the_input()
+
+    with right:
+        side = config.image_size
+        st.markdown(f"**What the network sees** ({side}x{side}, {model.info.title if model else 'MNIST'}-style)")
+        if digit is None:
+            st.info(
+                {
+                    "Test image": "Pick a test image.",
+                    "Upload": f"Upload a PNG or JPEG image of {texts.a(noun)}.",
+                }.get(source or "Draw", f"Draw {texts.a(noun)} on the canvas: the prediction appears here."),
+                icon=":material/gesture:",
+            )
+        else:
+            st.image(
+                figures.pixel_image(digit, PREVIEW_SCALE),
+                caption=f"input: {label}",
+                width=28 * PREVIEW_SCALE,
+                output_format="PNG",
+            )
+        with st.expander("How is the input prepared?", icon=":material/crop:"):
+            st.markdown(texts.PREPROCESS)
+
     if digit is None:
-        st.info(
-            {
-                "Test image": "Pick a test image.",
-                "Upload": f"Upload a PNG or JPEG image of {texts.a(noun)}.",
-            }.get(source or "Draw", f"Draw {texts.a(noun)} on the canvas: the prediction appears here."),
-            icon=":material/gesture:",
-        )
-    else:
-        st.image(
-            figures.pixel_image(digit, PREVIEW_SCALE),
-            caption=f"input: {label}",
-            width=28 * PREVIEW_SCALE,
-            output_format="PNG",
-        )
-    with st.expander("How is the input prepared?", icon=":material/crop:"):
-        st.markdown(texts.PREPROCESS)
+        return
+    if model is None:
+        guards.require_model()
+        return
+    st.divider()
+    decode_choice = widgets.capsule_choice(state.redraw_as())
+    READINGS[model.routing](model, digit, decode_choice, names, true_class)
 
-if digit is None:
-    st.stop()
 
-if model is None:
-    guards.require_model()
-    st.stop()
-
-st.divider()
-decode_choice = widgets.capsule_choice(state.redraw_as())
-READINGS[model.routing](model, digit, decode_choice, names, true_class)
+_input_and_reading()

@@ -481,14 +481,15 @@ export function mount(root, header, arrays, { kept, settled }) {
     return [el("div", { class: "title" }, `${symbol}_ij of each child (a row sums to 1)`), plot];
   }
 
-  /** One line a parent over the iterations 1..T (values[t][j]), the iteration shown marked; `span` the value axis. */
-  function overIterations(values, quantity, span, t) {
+  /** One line a parent over the iterations 1..T (values[t][j]), the iteration shown marked; `span` the value axis,
+   * `ticks` the values marked on it. */
+  function overIterations(values, quantity, span, t, ticks = [span[0], (span[0] + span[1]) / 2, span[1]]) {
     const [width, height, left, bottom, top] = [420, 150, 40, 20, 8];
     const T = values.length;
     const plot = svg("svg", { viewBox: `0 0 ${width} ${height}`, class: "figure", role: "img", "aria-label": `${quantity} after each iteration` });
     const x = (s) => left + (T > 1 ? (s / (T - 1)) * (width - left - 16) : (width - left - 16) / 2);
     const y = (v) => top + (height - bottom - top) * (1 - (v - span[0]) / (span[1] - span[0] || 1));
-    for (const tick of [span[0], (span[0] + span[1]) / 2, span[1]]) {
+    for (const tick of ticks) {
       plot.append(svg("line", { x1: left, x2: width - 10, y1: y(tick), y2: y(tick), stroke: GRID }));
       plot.append(label(left - 4, y(tick) + 3, fmt(tick, 2), { "text-anchor": "end" }));
     }
@@ -502,22 +503,22 @@ export function mount(root, header, arrays, { kept, settled }) {
     return [el("div", { class: "title" }, `${quantity} after each iteration`), plot];
   }
 
-  /** A curve y(x) on [0, xMax] x [0, yMax] with marks; returns the SVG. */
-  function curvePlot(curves, xMax, yMax, marks, xLabel, yLabel, lines = []) {
-    const [width, height, left, bottom, top] = [420, 220, 40, 30, 10];
+  /** Curves y(x) on [0, xMax] x [0, yMax] with marks, `yTicks` marked on the value axis; returns the SVG. */
+  function curvePlot(curves, xMax, yMax, yTicks, marks, xLabel, yLabel, lines = []) {
+    const [width, height, left, bottom, top] = [420, 232, 40, 30, 22];
     const plot = svg("svg", { viewBox: `0 0 ${width} ${height}`, class: "figure", role: "img", "aria-label": `${yLabel} against ${xLabel}` });
     const x = (v) => left + (Math.min(Math.max(v, 0), xMax) / xMax) * (width - left - 12);
     const y = (v) => top + (height - bottom - top) * (1 - Math.min(Math.max(v, 0), yMax) / yMax);
-    for (const tick of [0, 0.5, 1]) {
-      plot.append(svg("line", { x1: left, x2: width - 12, y1: y(tick * yMax), y2: y(tick * yMax), stroke: GRID }));
-      plot.append(label(left - 4, y(tick * yMax) + 3, fmt(tick * yMax, 2), { "text-anchor": "end" }));
-      plot.append(label(x(tick * xMax), height - 16, fmt(tick * xMax, 1), { "text-anchor": "middle" }));
+    for (const tick of yTicks) {
+      plot.append(svg("line", { x1: left, x2: width - 12, y1: y(tick), y2: y(tick), stroke: GRID }));
+      plot.append(label(left - 4, y(tick) + 3, fmt(tick, 1), { "text-anchor": "end" }));
     }
+    for (const tick of [0, 0.5, 1]) plot.append(label(x(tick * xMax), height - 16, fmt(tick * xMax, 1), { "text-anchor": "middle" }));
     plot.append(label((left + width) / 2, height - 3, xLabel, { "text-anchor": "middle" }));
-    plot.append(label(4, top + 8, yLabel));
+    plot.append(label(left - 4, 10, yLabel, { "text-anchor": "end" }));
     for (const line of lines) {
       plot.append(svg("line", { x1: x(line.x), x2: x(line.x), y1: top, y2: height - bottom, stroke: line.colour, "stroke-dasharray": "4 3" }));
-      plot.append(label(x(line.x) + 3, top + 10, line.label, { style: `fill:${line.colour};opacity:1` }));
+      plot.append(label(x(line.x) + 3, top - 4, line.label, { style: `fill:${line.colour};opacity:1` }));
     }
     for (const curve of curves) {
       const points = [];
@@ -561,7 +562,7 @@ export function mount(root, header, arrays, { kept, settled }) {
     rich(emReadingNode, emSaid);
     const count = movedCount(state.votes, preset(state.preset));
     moved.textContent = count ? `${count} vote${count === 1 ? "" : "s"} moved from the preset.` : "No vote moved yet.";
-    lengthsNode.replaceChildren(...overIterations(dynamic.map((s) => s.lengths), "|v_j|", [0, 1.02], t));
+    lengthsNode.replaceChildren(...overIterations(dynamic.map((s) => s.lengths), "|v_j|", [0, 1.02], t, [0, 0.5, 1]));
     let [low, high] = [Infinity, -Infinity];
     for (const s of em) for (const a of s.activations) [low, high] = [Math.min(low, a), Math.max(high, a)];
     const pad = Math.max(0.02, (high - low) * 0.15);
@@ -587,6 +588,7 @@ export function mount(root, header, arrays, { kept, settled }) {
         [{ f: squashLength, colour: "#7f8ea3" }],
         header.max_norm,
         1.05,
+        [0, 0.5, 1],
         [
           ...parentsAt.map((p) => ({ x: p.s, y: p.v, colour: p.colour, r: 5, text: `${p.name}: |s| = ${fmt(p.s, 2)}, |v| = ${fmt(p.v, 3)}` })),
           { x: state.norm, y: length, colour: header.accent, role: "norm-mark", text: `|s| = ${fmt(state.norm, 2)} → |v| = ${fmt(length, 3)}` },
@@ -607,6 +609,7 @@ export function mount(root, header, arrays, { kept, settled }) {
         ],
         1,
         Math.max(mp, 1 - mm) ** 2 * 1.05,
+        [0, 0.4, 0.8],
         [
           ...parentsAt.flatMap((p) => [
             { x: p.v, y: lossOf(p.v)[0], colour: p.colour, r: 4, text: `${p.name} present: L = ${fmt(lossOf(p.v)[0], 3)}` },
