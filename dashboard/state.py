@@ -43,7 +43,6 @@ TEST_INDEX = "test_index"  # the test image chosen on the Draw page (int)
 ROUTING_KNOBS = "routing_knobs"  # the routing pages' live view (the knobs' component, one per model): r, capsule
 ROUTING_CAPSULE = "routing_digit"  # the Routing page's capsule (a class index, or the prediction)
 DIMENSIONS_CLASS = "dims_class"  # the Capsule dimensions page's capsule
-RECONSTRUCT_AS = "reconstruct_as"  # the Draw page's "redraw as" capsule
 EM_LAYER = "em_routing_layer"  # the EM Routing page's layer: "class capsules", "ConvCaps1" or "ConvCaps2"
 EM_CHILD = "em_child_{}_{}"  # a convolutional EM layer's chosen child, by layer name and part (type, y, x)
 # the widgets above keep their value across pages (`persist_state`): Streamlit otherwise drops a widget's value at
@@ -232,11 +231,6 @@ def input_source() -> str | None:
 def show_test_images() -> None:
     """Make the Draw page's input a test image (a model of a dataset that cannot be drawn opens there)."""
     st.session_state[INPUT_SOURCE] = TEST_SOURCE
-
-
-def redraw_as() -> int | None:
-    """The Draw page's "redraw as" choice, as its select box holds it (`dashboard.widgets.capsule_choice` reads it)."""
-    return st.session_state.get(RECONSTRUCT_AS)
 
 
 def page_capsule(key: str) -> int | None:

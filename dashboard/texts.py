@@ -99,6 +99,7 @@ def routed(config: CapsNetConfig | EMCapsNetConfig) -> str:
 
 SCORE_NAMES = {"|v|": "length", "a": "activation", "p": "probability"}  # by `Network.score_symbol`
 SCORE_AXES = {"|v|": "capsule length", "a": "class activation", "p": "class probability"}  # a chart's axis title
+REDRAWN_FROM = {"dynamic": "reconstruction from capsule", "em": "redrawn from the pose of"}  # a redraw's caption
 POSE_LABELS = {  # a class capsule's pose entry d, by the network's routing: a vector's dimension, a 4x4 matrix's entry
     "dynamic": lambda d: f"Dimension {d + 1}",
     "em": lambda d: f"Pose entry ({d // 4 + 1}, {d % 4 + 1})",

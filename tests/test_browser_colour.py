@@ -71,8 +71,11 @@ def test_upload_a_colour_photo_to_a_colour_model(page, colour_app: App, tmp_path
     value = page.get_by_test_id("stMetric").filter(has_text="Prediction").get_by_test_id("stMetricValue")
     expect(value).to_have_text(re.compile(r"digit [0-2]"), timeout=RERUN_MS)
     shown = page.get_by_test_id("stImage").locator("img")
-    expect(shown.first).to_be_visible(timeout=RERUN_MS)
-    assert shown.count() >= 3  # the preview, the input and its redraw
+    expect(shown.first).to_be_visible(timeout=RERUN_MS)  # the preview; the input and its redraw, in colour:
+    redraw = page.locator(".knobs[data-view=dimensions]")
+    expect(redraw).to_have_attribute("data-settled", re.compile(r"^\d+$"), timeout=RERUN_MS)
+    pixels = np.asarray(redraw.evaluate("el => el.values.reconstruction"))
+    assert pixels.size == 3 * 32 * 32 and np.ptp(pixels.reshape(-1, 3).mean(axis=0)) > 0  # three channels that differ
 
 
 def test_the_colour_app_logged_no_traceback(colour_app: App) -> None:

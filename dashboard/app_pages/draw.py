@@ -14,7 +14,11 @@ from capsnet.data.pictures import as_pictures
 from capsnet.data.preprocess import PreprocessError, preprocess_canvas, preprocess_upload
 from capsnet.nn.config import CapsNetConfig
 from dashboard import figures, guards, guided_path, models, pages, state, texts, widgets
+from dashboard.knobs import views
+from dashboard.knobs.component import knobs
 
+REDRAW_KNOBS = "draw_redraw"  # the what-if: the input redrawn from any class capsule, in the browser (dashboard.knobs)
+REDRAW_LEAD = "Redraw from capsule (★ the prediction):"
 UPLOAD_MB = 25  # a phone's photo of a digit is often 3-8 MB; decoding is bounded by pixels (capsnet.data.preprocess)
 
 SOURCES = ["Draw", state.TEST_SOURCE, "Upload"]
@@ -145,11 +149,10 @@ def upload_picture(model: models.Model, noun: str) -> tuple[np.ndarray | None, s
     return as_pictures(picture[None].float() / 255)[0], f"upload {upload.name}", None
 
 
-def _em_reading(
-    model: models.Model, digit: np.ndarray, decode_choice: int | None, names: list[str], true_class: int | None
-) -> None:
-    """The EM network's reading of the input: its class activations, the redraw (with a decoder), its class routing."""
-    reading = model.explain_em(digit, decode_class=decode_choice)
+def _em_reading(model: models.Model, digit: np.ndarray, names: list[str], true_class: int | None) -> None:
+    """The EM network's reading of the input: its class activations, the redraw (with a decoder, from any class's
+    pose, in the browser), its class routing."""
+    reading = model.explain_em(digit)
     prediction, activations = reading.prediction, reading.activations
     chart_col, side_col = st.columns([1.5, 1], gap="large")
     with chart_col:
@@ -168,16 +171,7 @@ def _em_reading(
         if reading.reconstruction is None:
             st.caption("This EM network has no decoder: it does not redraw its input.")
         else:
-            widgets.capsule_selectbox("Reconstruct as", names, key=state.RECONSTRUCT_AS,
-                                      predicted_label="the prediction", item="class", persist_state=state.ACROSS_PAGES,
-                                      help=f"Decode the winning pose (now {names[prediction]}), or another class's.")  # fmt: skip
-            shown = reading.decode_class
-            st.image(
-                [figures.pixel_image(reading.image, 5), figures.pixel_image(reading.reconstruction, 5)],
-                caption=["input", f"redrawn from the pose of {names[shown]}"
-                         + (" (the prediction)" if decode_choice is None else "")],
-                width=28 * 5, output_format="PNG",
-            )  # fmt: skip
+            knobs(views.dimensions(model, digit, None, REDRAW_LEAD, mode="redraw"), key=REDRAW_KNOBS)
     st.subheader("EM routing in the class layer", anchor=False)
     st.plotly_chart(
         figures.em_class_routing_figure(reading.activations_by_iteration, reading.shares, names, prediction),
@@ -188,12 +182,11 @@ def _em_reading(
                  icon=pages.PLAYGROUND.icon)  # fmt: skip
 
 
-def _dynamic_reading(
-    model: models.Model, digit: np.ndarray, decode_choice: int | None, names: list[str], true_class: int | None
-) -> None:
-    """The CapsNet's reading of the input: its capsule lengths, the not-like-any-class test, the redraw."""
+def _dynamic_reading(model: models.Model, digit: np.ndarray, names: list[str], true_class: int | None) -> None:
+    """The CapsNet's reading of the input: its capsule lengths, the not-like-any-class test, the redraw (from any
+    class's capsule, in the browser)."""
     config, noun = model.config, model.noun
-    result = model.explain(digit, decode_class=decode_choice)
+    result = model.explain(digit)
     prediction = result.prediction
     lengths = result.lengths
 
@@ -230,25 +223,7 @@ def _dynamic_reading(
         elif lengths[runner_up] > 0.5:
             st.info(f"Capsule {names[runner_up]} is long too (|v| = {lengths[runner_up]:.2f}): an ambiguous input.")
         widgets.not_like_any_class(model, result.reconstruction_error, confidence)
-        widgets.capsule_selectbox(  # read back from session state above, before the result is computed
-            "Reconstruct as",
-            names,
-            key=state.RECONSTRUCT_AS,
-            persist_state=state.ACROSS_PAGES,
-            predicted_label="the prediction",
-            item="class",
-            help=f"Decode the winning capsule (now {names[prediction]}), or the capsule of any other class.",
-        )
-        shown = result.decode_class
-        st.image(
-            [figures.pixel_image(result.image, 5), figures.pixel_image(result.reconstruction, 5)],
-            caption=[
-                "input",
-                f"reconstruction from capsule {names[shown]}" + (" (the prediction)" if decode_choice is None else ""),
-            ],
-            width=28 * 5,
-            output_format="PNG",
-        )
+        knobs(views.dimensions(model, digit, None, REDRAW_LEAD, mode="redraw"), key=REDRAW_KNOBS)
         with st.expander("What is the reconstruction?", icon=":material/brush:"):
             st.markdown(texts.reconstruction(config, noun))
 
@@ -376,8 +351,7 @@ def _input_and_reading() -> None:
         guards.require_model()
         return
     st.divider()
-    decode_choice = widgets.capsule_choice(state.redraw_as())
-    READINGS[model.routing](model, digit, decode_choice, names, true_class)
+    READINGS[model.routing](model, digit, names, true_class)
 
 
 _input_and_reading()

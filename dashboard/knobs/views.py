@@ -40,8 +40,9 @@ def _side_and_channels(image: np.ndarray) -> tuple[int, int]:
     return int(image.shape[0]), (3 if image.ndim == 3 else 1)
 
 
-def dimensions(model: Model, image: np.ndarray, capsule: int | None, lead: str) -> bytes:
-    """The Capsule dimensions view: every class capsule's pose, the sliders' ranges, the input, the decoder."""
+def dimensions(model: Model, image: np.ndarray, capsule: int | None, lead: str, mode: str = "sliders") -> bytes:
+    """The Capsule dimensions view: every class capsule's pose, the sliders' ranges, the input, the decoder. With
+    `mode` "redraw", the Draw page's what-if: a capsule chosen and redrawn, no sliders."""
     reading = model.reading(image)
     poses = reading.poses.astype(np.float32)  # (K, D)
     k, d = poses.shape
@@ -54,6 +55,8 @@ def dimensions(model: Model, image: np.ndarray, capsule: int | None, lead: str) 
         "prediction": reading.prediction,
         "capsule": reading.prediction if capsule is None else capsule,
         "labels": [texts.POSE_LABELS[model.routing](j) for j in range(d)],
+        "mode": mode,
+        "caption": texts.REDRAWN_FROM[model.routing],
         "side": side,
         "channels": channels,
         "lead": lead,

@@ -51,6 +51,7 @@ export function mount(root, header, arrays, { report, kept, settled }) {
   const layers = [];
   for (let n = 0; arrays[`w${n}`]; n++) layers.push({ weight: arrays[`w${n}`], bias: arrays[`b${n}`] });
   const row = (array, k) => Array.from(array.subarray(k * D, (k + 1) * D));
+  const sliding = header.mode !== "redraw"; // "redraw": the Draw page's what-if, a capsule redrawn, no sliders
   const state = kept ?? { capsule: header.capsule, edited: null };
   const redraw = (pose, k) => channelsLast(decode(layers, pose, k), header.side, header.channels);
 
@@ -59,7 +60,7 @@ export function mount(root, header, arrays, { report, kept, settled }) {
     header.names.map((name, k) => (k === header.prediction ? `${name} ★` : name)),
     state.capsule,
     (k) => choose(k, true),
-    { name: "capsule to edit" },
+    { name: sliding ? "capsule to edit" : "capsule to redraw" },
   );
   const reset = el("button", { type: "button", class: "plain", onclick: () => choose(state.capsule, false) }, "Reset");
   const moved = el("p", { class: "caption", "data-role": "moved" });
@@ -83,19 +84,27 @@ export function mount(root, header, arrays, { report, kept, settled }) {
   const edited = el("canvas", { class: "large", "data-role": "edited" });
   const originalCaption = el("figcaption");
   const chart = el("div", { class: "caption" });
-  const pictures = el(
-    "div",
-    { class: "pictures" },
-    el("div", { class: "row" }, el("figure", {}, input, el("figcaption", {}, "input")), el("figure", {}, original, originalCaption)),
-    el("figure", {}, edited, el("figcaption", {}, "edited reconstruction")),
-    moved,
-  );
-  root.replaceChildren(
-    lead,
-    el("div", { class: "controls" }, el("span", { class: "label" }, "Capsule to edit"), picker.node, reset),
-    el("div", { class: "row" }, el("div", { style: "flex: 2.2 1 480px" }, sliders), pictures),
-    chart,
-  );
+  if (sliding) {
+    const pictures = el(
+      "div",
+      { class: "pictures" },
+      el("div", { class: "row" }, el("figure", {}, input, el("figcaption", {}, "input")), el("figure", {}, original, originalCaption)),
+      el("figure", {}, edited, el("figcaption", {}, "edited reconstruction")),
+      moved,
+    );
+    root.replaceChildren(
+      lead,
+      el("div", { class: "controls" }, el("span", { class: "label" }, "Capsule to edit"), picker.node, reset),
+      el("div", { class: "row" }, el("div", { style: "flex: 2.2 1 480px" }, sliders), pictures),
+      chart,
+    );
+  } else {
+    original.className = "large";
+    root.replaceChildren(
+      el("div", { class: "controls" }, el("span", { class: "label" }, header.lead), picker.node),
+      el("div", { class: "row" }, el("figure", {}, input, el("figcaption", {}, "input")), el("figure", {}, original, originalCaption)),
+    );
+  }
   paint(input, arrays.image, header.side, header.channels);
 
   let base = null;
@@ -112,14 +121,21 @@ export function mount(root, header, arrays, { report, kept, settled }) {
       input.step = String(Math.max(Number(((high[d] - low[d]) / 100).toFixed(4)), 1e-4));
       input.value = String(base[d]); // the slider shows it to its step; the pose keeps the exact value until moved
     });
-    originalCaption.textContent = `from capsule ${header.names[k]}`;
+    originalCaption.textContent = sliding
+      ? `from capsule ${header.names[k]}`
+      : `${header.caption} ${header.names[k]}${k === header.prediction ? " (the prediction)" : ""}`;
     paint(original, redraw(base, k), header.side, header.channels);
-    if (fromHand) report("capsule", k);
+    if (fromHand && sliding) report("capsule", k); // the Capsule dimensions page's link and Figure 4 follow it
     update();
   }
 
   function update() {
     const k = state.capsule;
+    if (!sliding) {
+      root.values = { capsule: k, pose: base.slice(), reconstruction: Array.from(redraw(base, k)) };
+      settled();
+      return;
+    }
     const low = row(arrays.low, k);
     const high = row(arrays.high, k);
     const pixels = redraw(state.edited, k);
@@ -132,7 +148,10 @@ export function mount(root, header, arrays, { report, kept, settled }) {
       inputs[d].parentElement.classList.toggle("moved", isMoved);
     });
     moved.textContent = count ? `${count} of ${D} dimensions moved.` : "No dimension moved yet: drag a slider.";
-    chart.replaceChildren("Each dimension in its slider's range: grey as read, coloured as edited.", profile(base, state.edited, low, high));
+    chart.replaceChildren(
+      "Each dimension in its slider's range: grey as read, coloured as edited.",
+      profile(base, state.edited, low, high),
+    );
     root.values = { capsule: k, pose: state.edited.slice(), reconstruction: Array.from(pixels) };
     settled();
   }
