@@ -809,72 +809,87 @@ def test_clicking_a_stage_of_the_architecture_shows_its_computation(page, app: A
 # ---------------------------------------------------------------- Routing playground
 
 
-def test_step_the_routing_playground_and_click_a_vote(page, app: App, screenshots: Screenshots) -> None:
+def test_step_the_routing_playground_and_drag_a_vote(page, app: App, screenshots: Screenshots) -> None:
+    """The toy runs in the browser: a preset, a step, a click on a vote and a drag recompute both routings with no
+    script run; the real model's votes below step on the server, each on its own iteration."""
     page.goto(app.url + "/playground?checkpoint=mnist&test=3")
-    shown = page.locator(f".st-key-playground_shown{CURRENT}")
-    expect(shown).to_contain_text("Iteration 1 of 3", timeout=PAGE_LOAD_MS)
-    reading = page.locator(f".st-key-playground_child_reading{CURRENT}")
+    root = knobs(page, "playground")
+    expect(root).to_have_attribute("data-settled", re.compile(r"^\d+$"), timeout=PAGE_LOAD_MS)
+    shown = root.locator('[data-role="step"]')
+    expect(shown).to_have_text("iteration 1 of 3")
+    reading = root.locator('[data-role="child-reading"]')
     expect(reading).to_contain_text("Child 1 sends 0.333 to parent 1")
+    wait_idle(page)
+    count_script_runs(page)
 
-    choose_option(
-        page, page.locator(f".st-key-playground_preset{CURRENT}").get_by_role("combobox"), "two competing clusters"
-    )
-    expect(page.get_by_text("seven against five")).to_be_visible(timeout=RERUN_MS)
-    page.locator(f".st-key-playground_next{CURRENT}").get_by_role("button").click()
-    expect(shown).to_contain_text("Iteration 2 of 3", timeout=RERUN_MS)
+    root.locator('[data-role="preset"]').select_option(label="two competing clusters")
+    expect(root.locator('[data-role="help"]')).to_contain_text("seven against five")
+    root.locator('[data-role="next"]').click()
+    expect(shown).to_have_text("iteration 2 of 3")
     expect(reading).not_to_contain_text("0.333")  # routing moved child 1's weight
     first = float(re.search(r"sends ([0-9.]+) to parent 1", reading.inner_text()).group(1))
     assert first > 0.4, reading.inner_text()
-    wait_rendered(page)
 
     # a click on child 9's vote for parent 1 (one of the five outvoted) chooses it
-    vote = page.locator(f".st-key-playground_chart{CURRENT} .scatterlayer .trace").first.locator(".point").nth(8)
-    vote.scroll_into_view_if_needed()  # the two charts sit below the formulas: the mouse needs the point on screen
-    box = vote.bounding_box()
-    assert box is not None
-    centre = (box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
-    page.mouse.move(*centre)  # plotly finds the point under the mouse on hover, then takes the click on it
-    expect(page.locator(".hoverlayer .hovertext").first).to_contain_text("child 9")
-    page.mouse.click(*centre)
-    expect(reading).to_contain_text("Child 9 sends", timeout=RERUN_MS)
+    vote = root.locator('[data-role="dynamic-plane"] [data-role="vote"][data-parent="0"][data-child="8"] circle').nth(1)
+    vote.scroll_into_view_if_needed()
+    vote.click()
+    expect(reading).to_contain_text("Child 9 sends")
     ninth = float(re.search(r"sends ([0-9.]+) to parent 1", reading.inner_text()).group(1))
     assert ninth < 1 / 3, reading.inner_text()  # the smaller cluster loses parent 1
-    expect(page.locator(f".st-key-playground_child{CURRENT}").get_by_role("combobox")).to_have_value("child 9")
+    expect(root.locator('[data-role="child"]')).to_have_value("8")
+    # dragged over to the larger cluster, it gains parent 1 back: both routings follow the pointer
+    box, target = (
+        vote.bounding_box(),
+        root.locator('[data-role="dynamic-plane"] [data-role="vote"][data-parent="0"][data-child="0"] circle')
+        .nth(1)
+        .bounding_box(),
+    )
+    assert box is not None and target is not None
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    page.mouse.down()
+    page.mouse.move(target["x"] + target["width"] / 2, target["y"] + target["height"] / 2, steps=10)
+    page.mouse.up()
+    expect(root.locator('[data-role="moved"]')).to_have_text("1 vote moved from the preset.")
+    moved = float(re.search(r"sends ([0-9.]+) to parent 1", reading.inner_text()).group(1))
+    assert moved > 0.4, reading.inner_text()
+    values = knob_values(root)
+    assert (values["parent"], values["child"], values["step"]) == (0, 8, 2)
+    page.wait_for_timeout(500)
+    assert script_runs(page) == 0, "the toy ran the server"
 
     real = page.locator(f".st-key-playground_real_chart{CURRENT}")  # the real model's votes, below, stepped alike
     points = real.locator(".scatterlayer .trace").first.locator(".point")
-    expect(points.first).to_be_attached(timeout=RERUN_MS)
+    points.first.scroll_into_view_if_needed(timeout=RERUN_MS)
     wait_rendered(page)
     sizes = points.evaluate_all("ps => ps.map(p => p.getAttribute('d'))")
     page.locator(f".st-key-playground_real_next{CURRENT}").get_by_role("button").click()
     expect(page.locator(f".st-key-playground_real_shown{CURRENT}")).to_contain_text(
         "Iteration 2 of 3", timeout=RERUN_MS
     )
-    expect(shown).to_contain_text("Iteration 2 of 3")  # the toy keeps its own iteration
     wait_rendered(page)
     assert points.evaluate_all("ps => ps.map(p => p.getAttribute('d'))") != sizes  # iteration 2's weights
+    expect(shown).to_have_text("iteration 2 of 3")  # the toy keeps its own iteration and its moved vote
+    assert knob_values(root)["moved"] == 1
+    root.scroll_into_view_if_needed()
     screenshots.take(page, "playground.png")
 
     # the same votes routed by EM beside dynamic routing, one stepper for both
-    choose_option(page, page.locator(f".st-key-playground_preset{CURRENT}").get_by_role("combobox"), "a lone outlier")
-    comparison = page.locator(f".st-key-playground_comparison{CURRENT}")
-    expect(comparison).to_contain_text("evenly, 1/3 = 0.33 to each parent", timeout=RERUN_MS)
-    em_chart = page.locator(f".st-key-playground_em_chart{CURRENT}")
-    expect(em_chart.locator(".gtitle")).to_contain_text("Iteration 1 of 3", timeout=RERUN_MS)
-    for iteration in (2, 3):  # one stepper drives both charts
-        page.locator(f".st-key-playground_next{CURRENT}").get_by_role("button").click()
-        expect(shown).to_contain_text(f"Iteration {iteration} of 3", timeout=RERUN_MS)
-        expect(em_chart.locator(".gtitle")).to_contain_text(f"Iteration {iteration} of 3", timeout=RERUN_MS)
-        expect(page.locator(f".st-key-playground_chart{CURRENT} .gtitle")).to_contain_text(
-            f"Iteration {iteration} of 3"
-        )
-    # the far, long vote of child 12: dynamic routing keeps it, EM lets it go; the paragraph says what the charts show
+    root.locator('[data-role="preset"]').select_option(label="a lone outlier")
+    comparison = root.locator('[data-role="comparison"]')
+    expect(comparison).to_contain_text("evenly, 1/3 = 0.33 to each parent")
+    em_title = root.locator('[data-role="em-title"]')
+    expect(em_title).to_contain_text("Iteration 1 of 3")
+    for iteration in (2, 3):  # one stepper drives both planes
+        root.locator('[data-role="next"]').click()
+        expect(shown).to_have_text(f"iteration {iteration} of 3")
+        expect(em_title).to_contain_text(f"Iteration {iteration} of 3")
+        expect(root.locator('[data-role="dynamic-title"]')).to_contain_text(f"Iteration {iteration} of 3")
+    # the far, long vote of child 12: dynamic routing keeps it, EM lets it go; the paragraph says what the planes show
     expect(comparison).to_contain_text("child 12's for parent 1: c = 0.99 under dynamic routing, R = 0.00")
-    choose_option(page, page.locator(f".st-key-playground_child{CURRENT}").get_by_role("combobox"), "child 12")
-    expect(page.locator(f".st-key-playground_em_reading{CURRENT}")).to_contain_text(
-        "Under EM, child 12 gives 0.000 to parent 1", timeout=RERUN_MS
-    )
-    expect(page.locator(f".st-key-playground_child_reading{CURRENT}")).to_contain_text("Child 12 sends 0.99")
+    root.locator('[data-role="child"]').select_option(label="child 12")
+    expect(root.locator('[data-role="em-reading"]')).to_contain_text("Under EM, child 12 gives 0.000 to parent 1")
+    expect(reading).to_contain_text("Child 12 sends 0.99")
 
 
 # ---------------------------------------------------------------- Start here
