@@ -64,7 +64,7 @@ INIT_JS = r"""
   if (window.__kb) return;
   const now = () => performance.now();
   const BUSY = new Set(['running', 'rerunRequested', 'stopRequested']);
-  const kb = (window.__kb = {runs: 0, finished: 0, requests: 0, ticks: 0, lastRunEvent: 0, changedAt: 0, upAt: null,
+  const kb = (window.__kb = {runs: 0, finished: 0, requests: 0, ticks: 0, settles: 0, lastRunEvent: 0, changedAt: 0, upAt: null,
                              goal: null});
   kb.scriptState = () => {
     const app = document.querySelector('[data-testid=stApp]');
@@ -86,7 +86,7 @@ INIT_JS = r"""
     if ((!g.settle || g.settleAt !== null) && (!g.run || g.serverAt !== null) && watched && (idle || !g.run)) g.doneAt = t;
   };
   kb.start = (spec, watch) => {
-    const g = {t0: now(), runs0: kb.runs, ticks0: kb.ticks, requests0: kb.requests, settle: !!spec.settle, view: spec.view ?? null,
+    const g = {t0: now(), runs0: kb.runs, ticks0: kb.ticks, requests0: kb.requests, settles0: kb.settles, settle: !!spec.settle, view: spec.view ?? null,
                run: !!spec.run, watch: watch ?? null, value0: null, settleAt: null, serverAt: null, watchAt: null,
                doneAt: null};
     if (g.watch) { try { g.value0 = g.watch(); } catch (error) { g.value0 = null; } }
@@ -98,7 +98,7 @@ INIT_JS = r"""
     const g = kb.goal;
     return {t0: g.t0, settleAt: g.settleAt, serverAt: g.serverAt, watchAt: g.watchAt, doneAt: g.doneAt,
             changedAt: kb.changedAt > g.t0 ? kb.changedAt : null, upAt: kb.upAt,
-            runs: kb.runs - g.runs0, ticks: kb.ticks - g.ticks0, requests: kb.requests - g.requests0,
+            runs: kb.runs - g.runs0, ticks: kb.ticks - g.ticks0, requests: kb.requests - g.requests0, settles: kb.settles - g.settles0,
             state: kb.scriptState()};
   };
   kb.quiet = (ms) => {
@@ -125,6 +125,7 @@ INIT_JS = r"""
     new MutationObserver((records) => {
       const g = kb.goal;
       for (const record of records) {
+        kb.settles++;
         const view = record.target.dataset ? record.target.dataset.view : undefined;
         if (g && g.settleAt === null && (g.view === null || g.view === view)) g.settleAt = now();
       }
@@ -319,6 +320,7 @@ def sample(result: dict, at: str, since: str = "t0") -> dict:
         "runs": max(0, result["runs"] - result["ticks"]),
         "ticks": result["ticks"],
         "requests": result["requests"],
+        "settles": result["settles"],
         "last_change_ms": ms(result, "changedAt", since),
         "quiet": result["quiet"],
     }

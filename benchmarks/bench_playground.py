@@ -1,13 +1,12 @@
-"""Server-side cost of each Routing playground interaction on one CPU thread, against the 50 ms target.
+"""Server-side cost of the Routing playground's real-model part on one CPU thread, against the 50 ms target.
 
-    python benchmarks/bench_playground.py                     # the real-model part on the paper's model, random weights
+    python benchmarks/bench_playground.py                     # the paper's model, random weights
     python benchmarks/bench_playground.py --checkpoint checkpoints/mnist.safetensors
 
-Each interaction is what the page's fragment does on a click: the routing (the project's
-`dynamic_routing` on the toy's 3 x 12 votes), the figures, and their JSON (what `st.plotly_chart`
-serialises). The real model's reading and its 2-D view of one capsule are made once per input, iteration count
-and capsule (cached by `dashboard.models`), so a step there costs its two figures only; those first
-readings are reported too.
+The toy (3 parents, 12 children, both routings and the curves) runs in the browser and runs no server: it is
+measured by `bench_knobs.py`. What is left on the server is the real model's fragment: its reading and its 2-D view
+of one capsule are made once per input, iteration count and capsule (cached by `dashboard.models`), so a step there
+costs its two figures and their JSON (what `st.plotly_chart` serialises) only; those first readings are reported too.
 Medians of `--repeats` after a warm-up.
 """
 
@@ -28,34 +27,7 @@ from capsnet.readings import playground as pg
 from capsnet.readings.explain import explain
 from dashboard.figures import playground as figs
 
-NAMES = [f"parent {j + 1}" for j in range(pg.PARENTS)]
 TARGET_MS = 50.0
-
-
-def toy_view(votes: np.ndarray, iterations: int, step: int) -> int:
-    """What the toy's fragment computes and sends on one click: routing, three figures and their JSON; bytes sent."""
-    routing = pg.route(votes, iterations)
-    plane = pg.toy_plane(routing)
-    built = [
-        figs.plane_figure(plane.points, plane.coupling, plane.agreement, plane.sums, plane.poses, plane.parents,
-                          NAMES, step, selected=(0, 0)),
-        figs.coupling_bars_figure(plane.coupling[step], plane.parents, NAMES, selected=0),
-        figs.lengths_figure(routing.lengths, plane.parents, NAMES, step),
-    ]  # fmt: skip
-    return sum(len(fig.to_json()) for fig in built)
-
-
-def curves_view(norm: float) -> int:
-    """What the curves' fragment does when |s| moves: the squash and the loss at that point, two figures, JSON."""
-    length = pg.squash_length(norm)
-    pg.margin_point(CapsNetConfig(), length)
-    norms, lengths = pg.squash_curve()
-    axis, present, absent = pg.margin_curves(CapsNetConfig())
-    built = [
-        figs.squash_figure(norms, lengths, np.array([[norm, length]]), [0], ["v"]),
-        figs.margin_figure(axis, present, absent, 0.9, 0.1, np.array([length]), ["|v|"]),
-    ]
-    return sum(len(fig.to_json()) for fig in built)
 
 
 def real_view(plane: pg.Plane, lengths: np.ndarray, step: int, names: list[str]) -> int:
@@ -81,18 +53,11 @@ def main() -> None:
     print(f"machine: {describe_device(torch.device('cpu'))}; torch threads: {torch.get_num_threads()}")
     print(f"model: {args.checkpoint or 'the paper CapsNet, random weights'}; {args.repeats} repeats, medians\n")
 
-    presets = {name: pg.preset_votes(name) for name in pg.PRESETS}
-    moved = pg.move_vote(presets[pg.PRESETS[0]], 0, 2, (-1.2, -0.6))
     image = np.zeros((28, 28), np.float32)
     image[5:23, 13:16] = 1.0
     votes = explain(model, image, 3).votes
     plane = pg.real_plane(votes, 1)
     rows = [
-        ("toy: Previous / Next (r = 3)", lambda: toy_view(presets[pg.PRESETS[0]], 3, 1)),
-        ("toy: iterations slider to 5", lambda: toy_view(presets[pg.PRESETS[0]], 5, 4)),
-        ("toy: move a vote", lambda: toy_view(pg.move_vote(moved, 0, 2, (-1.0, -0.5)), 3, 2)),
-        ("toy: choose a preset", lambda: toy_view(pg.preset_votes(pg.PRESETS[1]), 3, 0)),
-        ("curves: move |s|", lambda: curves_view(2.3)),
         ("real: Previous / Next (its 2-D view cached)", lambda: real_view(plane, votes.lengths, 1, names)),
         ("real: first reading of an input (cached after)", lambda: explain(model, image, 3)),
         ("real: first 2-D view of a capsule (cached after)", lambda: pg.real_plane(votes, 2)),

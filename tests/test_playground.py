@@ -1,4 +1,6 @@
-"""The routing playground: toy routing against a hand-written Procedure 1, the curves, the figures, and the page."""
+"""The routing playground: the toy's routing (the Python reference the browser's is held to) against a hand-written
+Procedure 1 and the package's EM routing, points on the squash and margin curves, the real model's plane and its
+figure, and the page."""
 
 from __future__ import annotations
 
@@ -116,7 +118,7 @@ def test_moving_a_vote_away_from_the_cluster_loses_it_the_parent() -> None:
             pg.move_vote(votes, parent, child, xy)
 
 
-# ---------------------------------------------------------------- the curves
+# ---------------------------------------------------------------- EM routing
 
 
 @pytest.mark.parametrize("preset", pg.PRESETS)
@@ -193,62 +195,29 @@ def test_the_comparison_names_no_winner_within_its_tolerance_and_no_parent_where
         assert routing_texts.CONTRAST not in said(preset, 3) and "dot product" not in said(preset, 3)
 
 
-def test_the_em_plane_draws_each_parents_gaussian() -> None:
-    votes = pg.preset_votes("a lone outlier")
-    em = pg.em_route(votes, 3)
-    fig = figs.em_plane_figure(votes, em.assignments, em.means, em.stds, em.activations, ["a", "b", "c"], 2,
-                                selected=(0, 11)).to_dict()  # fmt: skip
-    sizes = plotly_values(fig["data"][0]["marker"]["size"])
-    assert sizes[11] < 6 and sizes[:11].min() > 10  # the outlier's vote for parent 1 keeps almost nothing
-    ellipse = fig["data"][3]  # parent 1's 1-sigma ellipse, centred on its mean
-    centre = (plotly_values(ellipse["x"]).mean(), plotly_values(ellipse["y"]).mean())
-    np.testing.assert_allclose(centre, em.means[2, 0], atol=0.02)
-    assert fig["layout"]["title"]["text"].startswith("Iteration 3 of 3")
+# ---------------------------------------------------------------- points on the curves
 
 
-def test_a_wide_gaussians_ellipses_stay_ellipses_beyond_the_axes() -> None:
-    """Issue 55, item 7: a 2-sigma ellipse wider than the axes was clipped point by point into a rectangle; every
-    point of each ellipse now lies on it, and the plot area cuts off the rest."""
-    votes = pg.preset_votes("clusters of unequal spread")
-    em = pg.em_route(votes, 3)
-    stds = em.stds * 20  # Gaussians far wider than the axes
-    fig = figs.em_plane_figure(votes, em.assignments, em.means, stds, em.activations, ["a", "b", "c"], 0).to_dict()
-    reach = fig["layout"]["xaxis"]["range"][1]
-    lines = [t for t in fig["data"] if t.get("mode") == "lines"]
-    assert len(lines) == 6  # 1 and 2 sigma for each of 3 parents
-    beyond = 0
-    for n, line in enumerate(lines):
-        j, scale = n // 2, 1 + n % 2
-        x, y = plotly_values(line["x"]), plotly_values(line["y"])
-        (mx, my), (sx, sy) = em.means[0, j], stds[0, j] * scale
-        np.testing.assert_allclose(((x - mx) / sx) ** 2 + ((y - my) / sy) ** 2, 1.0, rtol=1e-5)
-        beyond += int((np.abs(x) > reach).any())
-    assert beyond > 0  # some reach past the axes, unclipped
-
-
-def test_the_squash_curve() -> None:
-    norms, lengths = pg.squash_curve(4.0, 401)
-    assert norms[0] == 0 and norms[-1] == 4.0 and lengths[0] == 0
-    assert np.all(lengths < 1.0) and np.all(np.diff(lengths) > 0)
+def test_the_squash_length() -> None:
+    assert pg.squash_length(0.0) == 0
     for s in (0.5, 1.0, 2.0, 3.0):  # |v| = |s|^2 / (1 + |s|^2)
-        np.testing.assert_allclose(np.interp(s, norms, lengths), s * s / (1 + s * s), atol=1e-3)
         np.testing.assert_allclose(pg.squash_length(s), s * s / (1 + s * s), atol=1e-7)
+    assert pg.squash_length(1e3) < 1.0
     with pytest.raises(ValueError):
         pg.squash_length(-1.0)
 
 
-def test_the_margin_loss_curves() -> None:
-    lengths, present, absent = pg.margin_curves(CapsNetConfig(), 101)
-    at = {round(float(x), 2): (p, a) for x, p, a in zip(lengths, present, absent)}
-    np.testing.assert_allclose(at[0.0], (0.81, 0.0), atol=1e-9)  # (0.9 - 0)^2, and nothing below m- = 0.1
-    np.testing.assert_allclose(at[0.5], (0.16, 0.5 * 0.16), atol=1e-9)
-    np.testing.assert_allclose(at[1.0], (0.0, 0.5 * 0.81), atol=1e-9)
-    assert np.all(present[lengths >= 0.9] == 0) and np.all(absent[lengths <= 0.1] == 0)
-    np.testing.assert_allclose(pg.margin_point(CapsNetConfig(), 0.3), (0.36, 0.5 * 0.04), atol=1e-9)
+def test_the_margin_loss_at_a_point() -> None:
+    config = CapsNetConfig()
+    np.testing.assert_allclose(pg.margin_point(config, 0.0), (0.81, 0.0), atol=1e-9)  # (0.9 - 0)^2, 0 below m-
+    np.testing.assert_allclose(pg.margin_point(config, 0.5), (0.16, 0.5 * 0.16), atol=1e-9)
+    np.testing.assert_allclose(pg.margin_point(config, 1.0), (0.0, 0.5 * 0.81), atol=1e-9)
+    np.testing.assert_allclose(pg.margin_point(config, 0.3), (0.36, 0.5 * 0.04), atol=1e-9)
+    assert pg.margin_point(config, 0.95)[0] == 0 and pg.margin_point(config, 0.05)[1] == 0
     with pytest.raises(ValueError):
-        pg.margin_point(CapsNetConfig(), 1.5)
-    _, present, absent = pg.margin_curves(CapsNetConfig(m_plus=0.8, m_minus=0.2, down_weight=1.0), 11)
-    np.testing.assert_allclose(present[0], 0.64) and np.testing.assert_allclose(absent[-1], 0.64)
+        pg.margin_point(config, 1.5)
+    other = CapsNetConfig(m_plus=0.8, m_minus=0.2, down_weight=1.0)
+    np.testing.assert_allclose([pg.margin_point(other, 0.0)[0], pg.margin_point(other, 1.0)[1]], 0.64)  # 0.8^2
 
 
 # ---------------------------------------------------------------- the real model's votes
@@ -270,27 +239,23 @@ def test_the_real_plane_is_the_routing_pages_view(model) -> None:
 
 
 def test_the_plane_figure_draws_the_weights() -> None:
-    plane = pg.toy_plane(pg.route(pg.preset_votes("agreeing cluster plus outliers"), 3))
-    names = ["a", "b", "c"]
-    first = figs.plane_figure(plane.points, plane.coupling, plane.agreement, plane.sums, plane.poses, plane.parents,
-                              names, 0, selected=(0, 2))  # fmt: skip
-    last = figs.plane_figure(plane.points, plane.coupling, plane.agreement, plane.sums, plane.poses, plane.parents,
-                             names, 2)  # fmt: skip
-    assert len(first.data) == 3 + 3 + 1 + 1 and len(last.data) == 7  # votes, v arrows, s, the chosen ring
+    routing = pg.route(pg.preset_votes("agreeing cluster plus outliers"), 3)
+    names, parents = ["a", "b", "c"], np.arange(pg.PARENTS)
+    first, last = (
+        figs.plane_figure(routing.votes, routing.coupling, routing.agreement, routing.sums, routing.poses, parents,
+                          names, step)
+        for step in (0, 2)
+    )  # fmt: skip
+    assert len(first.data) == len(last.data) == 3 + 3 + 1  # votes, v arrows, s
     assert np.ptp(first.data[0].marker.size) < 1e-4  # uniform couplings: one size
     sizes = np.asarray(last.data[0].marker.size)
     assert sizes[:8].min() > sizes[8:].max()  # the cluster's votes weigh most
     np.testing.assert_array_equal(np.asarray(last.data[1].customdata)[:, :2], [[i, 1] for i in range(12)])
-    np.testing.assert_allclose(last.data[3].x, [0.0, plane.poses[2, 0, 0]], atol=1e-6)  # v_1's arrow, from 0
+    np.testing.assert_allclose(last.data[3].x, [0.0, routing.poses[2, 0, 0]], atol=1e-6)  # v_1's arrow, from 0
     s_mark = last.data[6]
     reach = last.layout.xaxis.range[1]
     assert np.all(np.hypot(s_mark.x, s_mark.y) < reach)  # a far sum is drawn at the edge...
-    assert s_mark.text is None and "|s| = " in last.layout.title.text  # ...and its length said in the title, where
-    # it covers no vote (the label under it covered the chosen vote's ring: issue 31, item 16)
-    bars = figs.coupling_bars_figure(plane.coupling[-1], plane.parents, names)
-    np.testing.assert_allclose(np.sum([t.x for t in bars.data], axis=0), 1.0, atol=1e-6)
-    assert all(t.textangle == 0 for t in bars.data)  # narrow segments' labels never turn on their side
-    assert all(label == "" for t in bars.data for v, label in zip(t.x, t.text) if v < figs.MIN_LABELLED)
+    assert s_mark.text is None and "|s| = " in last.layout.title.text  # ...its length said in the title, over no vote
 
 
 # ---------------------------------------------------------------- the page

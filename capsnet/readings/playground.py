@@ -6,10 +6,11 @@ each parent j; here the votes are points in a plane, so every step of the proced
 competing for one parent, no agreement at all) and three where dynamic routing and EM routing part ways
 (clusters of unequal spread, a lone outlier, two parents wanting one cluster), `move_vote` edits one vote,
 `route` runs the project's own dynamic routing (`capsnet.nn.dynamic_routing.dynamic_routing`) on them and
-`em_route` its EM routing (`capsnet.nn.em_routing.em_routing`, Hinton, Sabour & Frosst 2018) on the same votes. `real_plane` puts the real
-model's votes for one parent in the same form (through `capsnet.readings.agreement.vote_view`), so the same
-chart and controls show both. `squash_curve` and `margin_curves` draw equation 1 and equation 4
-with the project's `squash` and `margin_loss`.
+`em_route` its EM routing (`capsnet.nn.em_routing.em_routing`, Hinton, Sabour & Frosst 2018) on the same votes. The
+toy itself runs in the browser (`dashboard.knobs.playground`); these functions are the Python reference its
+JavaScript is held to. `real_plane` puts the real model's votes for one parent in a 2-D plane (through
+`capsnet.readings.agreement.vote_view`), for the page's chart of them. `squash_length` and `margin_point` give one
+point of equation 1 and of equation 4 with the project's `squash` and `margin_loss`.
 """
 
 from __future__ import annotations
@@ -166,10 +167,6 @@ class EMRouting:
     activations: np.ndarray  # (r, K) a_j
     inverse_temperatures: tuple[float, ...]
 
-    @property
-    def iterations(self) -> int:
-        return self.assignments.shape[0]
-
 
 def em_route(votes: np.ndarray, iterations: int) -> EMRouting:
     """Run the project's `em_routing` on votes (K, N, D) for `iterations` rounds: every child's activation 1, the
@@ -196,25 +193,23 @@ def em_route(votes: np.ndarray, iterations: int) -> EMRouting:
     )
 
 
-# ---------------------------------------------------------------- one picture for the toy and the real model
+# ---------------------------------------------------------------- the real model's votes in a plane
 
 
 @dataclass
 class Plane:
-    """Votes and what routing made of them, in one 2-D plane: the playground's chart, toy or real.
+    """Votes and what routing made of them, in one 2-D plane: the playground's chart of the real model.
 
-    P parents are shown (all K in the toy, one in the real model, whose votes live in D = 16 and
-    are projected with `capsnet.readings.agreement.vote_basis`); `parents` names their indices.
+    P parents are shown (one for the real model, whose votes live in D = 16 and are projected with
+    `capsnet.readings.agreement.vote_basis`); `parents` names their indices.
     """
 
     parents: np.ndarray  # (P,) parent indices shown
-    num_parents: int  # K, for the uniform coupling 1/K
     points: np.ndarray  # (P, N, 2) the votes u_hat_{j|i}, the same in every iteration
     coupling: np.ndarray  # (r, N, P) c_ij
     agreement: np.ndarray  # (r, N, P) u_hat_{j|i} . v_j after iteration t (in D, not in the plane)
     sums: np.ndarray  # (r, P, 2) s_j, projected
     poses: np.ndarray  # (r, P, 2) v_j, projected
-    sum_lengths: np.ndarray  # (r, P) |s_j| (in D)
     lengths: np.ndarray  # (r, P) |v_j| (in D)
 
     @property
@@ -222,36 +217,16 @@ class Plane:
         return self.coupling.shape[0]
 
 
-def toy_plane(routing: Routing) -> Plane:
-    """The toy's routing as a `Plane`: every parent, the votes as they are (D must be 2)."""
-    if routing.votes.shape[-1] != 2:
-        raise ValueError(f"the toy's votes must be 2-D, got D = {routing.votes.shape[-1]}")
-    k = routing.votes.shape[0]
-    return Plane(
-        parents=np.arange(k),
-        num_parents=k,
-        points=routing.votes,
-        coupling=routing.coupling,
-        agreement=routing.agreement,
-        sums=routing.sums,
-        poses=routing.poses,
-        sum_lengths=np.linalg.norm(routing.sums, axis=-1),
-        lengths=routing.lengths,
-    )
-
-
 def real_plane(votes: Votes, parent: int) -> Plane:
     """The real model's votes for one parent (digit capsule) in the plane of `capsnet.readings.agreement.vote_view`."""
     view = vote_view(votes, parent)
     return Plane(
         parents=np.array([parent]),
-        num_parents=votes.votes.shape[0],
         points=view.points[None],  # (1, N, 2)
         coupling=view.coupling[:, :, None],  # (r, N, 1)
         agreement=view.agreement[:, :, None],  # (r, N, 1)
         sums=view.sums[:, None],  # (r, 1, 2)
         poses=view.poses[:, None],  # (r, 1, 2)
-        sum_lengths=np.linalg.norm(votes.sums[:, parent], axis=-1)[:, None],  # (r, 1)
         lengths=votes.lengths[:, parent][:, None],  # (r, 1)
     )
 
@@ -261,16 +236,7 @@ def coupling_change(plane: Plane) -> np.ndarray:
     return plane.coupling[-1] - plane.coupling[0]
 
 
-# ---------------------------------------------------------------- the curves
-
-
-def squash_curve(max_norm: float = 5.0, points: int = 201) -> tuple[np.ndarray, np.ndarray]:
-    """|v| = |squash(s)| against |s| in [0, max_norm]: two (points,) arrays, through `capsnet.nn.squash.squash`."""
-    if max_norm <= 0 or points < 2:
-        raise ValueError(f"need max_norm > 0 and at least 2 points, got {max_norm} and {points}")
-    norms = torch.linspace(0.0, float(max_norm), int(points), dtype=torch.float64)
-    s = torch.stack([norms, torch.zeros_like(norms)], dim=-1)  # (points, 2): the direction does not matter
-    return norms.numpy(), squash(s).norm(dim=-1).numpy()
+# ---------------------------------------------------------------- points on the curves
 
 
 def squash_length(norm: float) -> float:
@@ -293,16 +259,6 @@ def _margin_losses(lengths: torch.Tensor, config: CapsNetConfig) -> tuple[np.nda
         return lambda x: margin_loss(x.view(1, 1), labels, config.m_plus, config.m_minus, config.down_weight)
 
     return torch.vmap(loss(present_label))(lengths).numpy(), torch.vmap(loss(no_label))(lengths).numpy()
-
-
-def margin_curves(config: CapsNetConfig, points: int = 101) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Equation 4's loss of one class against its length |v_k| in [0, 1]: (lengths, present T_k = 1, absent T_k = 0),
-    with the config's m+, m- and lambda."""
-    if points < 2:
-        raise ValueError(f"need at least 2 points, got {points}")
-    lengths = torch.linspace(0.0, 1.0, int(points), dtype=torch.float64)
-    present, absent = _margin_losses(lengths, config)
-    return lengths.numpy(), present, absent
 
 
 def margin_point(config: CapsNetConfig, length: float) -> tuple[float, float]:
