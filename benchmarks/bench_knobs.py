@@ -1,28 +1,21 @@
-"""How fast the dashboard answers the hand: the knobs (computed in the browser) against the server path, in Chromium.
+"""How fast the dashboard answers the hand: the knobs (computed in the browser) against the server path.
 
     python benchmarks/bench_knobs.py                          # 40 of each, the working tree against 8effdf3
     python benchmarks/bench_knobs.py --count 5 --no-baseline  # the working tree alone, briefly
     python benchmarks/bench_knobs.py --checkpoint-em --out knobs.json
 
-Serves the working tree ("new") and the app as of --baseline ("old", before the knobs) with `streamlit run`, both on
-the shipped models and test image #0, and drives them from one headless Chromium (the browser tests' flags), the
-apps taking turns interaction by interaction. Each interaction is timed from a `performance.now()` taken in the page
-just before the input to the moment it has settled, stamped in the page by MutationObservers:
+Serves the working tree ("new") and the app as of --baseline ("old": before the knobs) with `streamlit run`, on the
+shipped MNIST model and test image #0, and drives both from one headless Chromium, the apps taking turns interaction
+by interaction: a pose slider moved a step by a key press (slider), an iteration step (step: the knobs' ◀ ▶, and the
+Streamlit buttons routing_prev / routing_next, a fragment rerun), a coupling rule (rule, new only), r between 3 and 4
+(r: the knobs' buttons, to their redraw and to the end of the rerun they ask for; old: the slider), Routing <->
+Capsule dimensions by the sidebar (page switch) and a mouse stroke on the Draw page's canvas (stroke, from pen up).
 
-- slider: a pose slider moved one step by a key press (new: the knobs' slider; old: the Streamlit slider dim_0);
-- step: an iteration step (new: the knobs' ◀ ▶ and, as the server path, the page's routing_prev / routing_next
-  buttons, a fragment rerun; old: those buttons);
-- rule: a coupling rule (routed, uniform, random) chosen in the knobs (new only);
-- r: r between 3 and 4 (new: the knobs' r buttons, to the knobs' redraw and to the end of the rerun they ask for;
-  old: the routing_iterations slider by a key press);
-- page switch: Routing <-> Capsule dimensions by the sidebar's links;
-- stroke: a mouse stroke on the Draw page's canvas, timed from pen up (the Draw page is the same in both).
-
-Settled means: the knobs' `data-settled` counted up (the view in question, for a page switch); or, for what the server
-answers, a script run began after the input, none runs now and what the run shows changed (the reconstruction, the
-iteration shown, the page's first slider, the prediction's images). Per interaction and app: median, p90 and max in
-ms, and the median number of script runs caused: stApp's `data-test-script-state` turning "running", less the sidebar
-fragment's own ticks (rerun requests flagged `is_auto_rerun`). Prints a Markdown table; --out writes the samples.
+Each is timed from a `performance.now()` taken in the page just before the input to the moment it settled, stamped in
+the page: the knobs' `data-settled` counting up, or, for the server, the end of a script run begun after the input
+once what it shows has changed (the reconstruction, the iteration, the page's first slider, the prediction). Script
+runs are counted from the server's messages (new_session), less the sidebar fragment's own ticks (is_auto_rerun).
+Prints median, p90, max (ms) and the median script runs per interaction; --out writes every sample as JSON.
 Needs $CAPSNET_DATA_DIR (the MNIST test set), Playwright and Chromium.
 """
 
@@ -64,8 +57,8 @@ INIT_JS = r"""
   if (window.__kb) return;
   const now = () => performance.now();
   const BUSY = new Set(['running', 'rerunRequested', 'stopRequested']);
-  const kb = (window.__kb = {runs: 0, finished: 0, requests: 0, ticks: 0, settles: 0, lastRunEvent: 0, changedAt: 0, upAt: null,
-                             goal: null});
+  const kb = (window.__kb = {runs: 0, finished: 0, requests: 0, ticks: 0, settles: 0, lastRunEvent: 0, changedAt: 0,
+                             upAt: null, goal: null});
   kb.scriptState = () => {
     const app = document.querySelector('[data-testid=stApp]');
     return app ? app.getAttribute('data-test-script-state') : null;
@@ -83,12 +76,13 @@ INIT_JS = r"""
     const idle = !kb.busy();
     const watched = !g.watch || g.watchAt !== null;
     if (g.run && g.serverAt === null && idle && kb.runs > g.runs0 && watched) g.serverAt = t;
-    if ((!g.settle || g.settleAt !== null) && (!g.run || g.serverAt !== null) && watched && (idle || !g.run)) g.doneAt = t;
+    const settled = !g.settle || g.settleAt !== null;
+    if (settled && (!g.run || g.serverAt !== null) && watched && (idle || !g.run)) g.doneAt = t;
   };
   kb.start = (spec, watch) => {
-    const g = {t0: now(), runs0: kb.runs, ticks0: kb.ticks, requests0: kb.requests, settles0: kb.settles, settle: !!spec.settle, view: spec.view ?? null,
-               run: !!spec.run, watch: watch ?? null, value0: null, settleAt: null, serverAt: null, watchAt: null,
-               doneAt: null};
+    const g = {t0: now(), runs0: kb.runs, ticks0: kb.ticks, requests0: kb.requests, settles0: kb.settles,
+               settle: !!spec.settle, view: spec.view ?? null, run: !!spec.run, watch: watch ?? null, value0: null,
+               settleAt: null, serverAt: null, watchAt: null, doneAt: null};
     if (g.watch) { try { g.value0 = g.watch(); } catch (error) { g.value0 = null; } }
     kb.upAt = null;
     kb.goal = g;
@@ -98,8 +92,8 @@ INIT_JS = r"""
     const g = kb.goal;
     return {t0: g.t0, settleAt: g.settleAt, serverAt: g.serverAt, watchAt: g.watchAt, doneAt: g.doneAt,
             changedAt: kb.changedAt > g.t0 ? kb.changedAt : null, upAt: kb.upAt,
-            runs: kb.runs - g.runs0, ticks: kb.ticks - g.ticks0, requests: kb.requests - g.requests0, settles: kb.settles - g.settles0,
-            state: kb.scriptState()};
+            runs: kb.runs - g.runs0, ticks: kb.ticks - g.ticks0, requests: kb.requests - g.requests0,
+            settles: kb.settles - g.settles0, state: kb.scriptState()};
   };
   kb.quiet = (ms) => {
     const g = kb.goal;
@@ -135,7 +129,11 @@ INIT_JS = r"""
   };
 
   // a rerun request (BackMsg field 11, a ClientState) whose is_auto_rerun (field 6) is set: a run_every tick
-  const varint = (b, i) => { let v = 0, s = 1, x; do { x = b[i++]; v += (x & 0x7f) * s; s *= 128; } while (x & 0x80); return [v, i]; };
+  const varint = (b, i) => {
+    let v = 0, s = 1, x;
+    do { x = b[i++]; v += (x & 0x7f) * s; s *= 128; } while (x & 0x80);
+    return [v, i];
+  };
   const fields = (b, i, end, each) => {
     while (i < end) {
       let key, n;
@@ -200,7 +198,8 @@ DRAW_RESULT = """() => [...document.querySelectorAll(
 
 def present(selector: str) -> str:
     """A watch: "yes" once `selector` is in the page and laid out."""
-    return f"() => {{ const e = document.querySelector({json.dumps(selector)}); return e && e.getClientRects().length ? 'yes' : null; }}"
+    found = f"document.querySelector({json.dumps(selector)})"
+    return f"() => {{ const e = {found}; return e && e.getClientRects().length ? 'yes' : null; }}"
 
 
 PAGES = {  # sidebar title -> (the knobs' view, the old app's first slider: react-aria's visually hidden range input)
@@ -217,7 +216,11 @@ KINDS = ["slider", "step", "rule", "r", "page switch", "stroke"]
 
 
 class Missed(Exception):
-    """An interaction that did not settle in time."""
+    """An interaction that did not settle in time: the rows it would have given, and what the page had seen."""
+
+    def __init__(self, labels: list[str], message: str) -> None:
+        super().__init__(message)
+        self.labels = labels
 
 
 # ---------------------------------------------------------------- one app in one browser context
@@ -269,7 +272,7 @@ class Tab:
 
     # ---- one timed interaction
 
-    def timed(self, spec: dict, watch: str | None, act: Callable[[], None], timeout_ms: int) -> dict:
+    def timed(self, labels: list[str], spec: dict, watch: str | None, act: Callable[[], None], timeout_ms: int) -> dict:
         """Start the goal in the page, act, wait until it is reached and then until no run for QUIET_MS."""
         from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
@@ -284,7 +287,7 @@ class Tab:
                 self.wait_idle(timeout_ms=RUN_MS)
             except PlaywrightTimeoutError:
                 pass
-            raise Missed(f"{self.name}: not settled in {timeout_ms / 1000:.0f} s: {seen}") from None
+            raise Missed(labels, f"{', '.join(labels)}: not settled in {timeout_ms / 1000:.0f} s: {seen}") from None
         try:
             page.wait_for_function("(q) => window.__kb.quiet(q)", arg=QUIET_MS, polling=50, timeout=RUN_MS)
             quiet = True
@@ -299,7 +302,7 @@ class Tab:
         locator.scroll_into_view_if_needed()
         box = locator.bounding_box()
         if box is None:
-            raise Missed(f"{self.name}: nothing to click at {locator}")
+            raise Missed([self.name], f"{self.name}: nothing to click at {locator}")
         x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
         return lambda: self.page.mouse.click(x, y)
 
@@ -333,9 +336,10 @@ def slider(tab: Tab, i: int) -> dict[str, dict]:
     key = "ArrowRight" if i % 2 == 0 else "ArrowLeft"
     if tab.new:
         act = tab.key(tab.page.locator('.knobs input[type=range][data-dim="0"]'), key)
-        return {tab.name: sample(tab.timed({"settle": True, "view": "dimensions"}, None, act, KNOBS_MS), "settleAt")}
+        result = tab.timed([tab.name], {"settle": True, "view": "dimensions"}, None, act, KNOBS_MS)
+        return {tab.name: sample(result, "settleAt")}
     act = tab.key(tab.page.locator(PAGES["Capsule dimensions"][1]), key)
-    return {tab.name: sample(tab.timed({"run": True}, RECONSTRUCTION, act, RUN_MS), "doneAt")}
+    return {tab.name: sample(tab.timed([tab.name], {"run": True}, RECONSTRUCTION, act, RUN_MS), "doneAt")}
 
 
 def _direction(back, forth, i: int):
@@ -351,13 +355,12 @@ def step(tab: Tab, i: int) -> dict[str, dict]:
     if tab.new:
         back, forth = (page.locator(f'.knobs button[aria-label="{w} iteration"]') for w in ("previous", "next"))
         act = tab.box_click(_direction(back, forth, i))
-        out[f"{tab.name} (knobs)"] = sample(
-            tab.timed({"settle": True, "view": "routing"}, None, act, KNOBS_MS), "settleAt"
-        )
+        label = f"{tab.name} (knobs)"
+        out[label] = sample(tab.timed([label], {"settle": True, "view": "routing"}, None, act, KNOBS_MS), "settleAt")
     back, forth = (page.locator(f".st-key-routing_{w}{CURRENT} button") for w in ("prev", "next"))
     act = tab.box_click(_direction(back, forth, i))
     label = f"{tab.name} (server path)" if tab.new else tab.name
-    out[label] = sample(tab.timed({"run": True}, STEP_LABEL, act, RUN_MS), "doneAt")
+    out[label] = sample(tab.timed([label], {"run": True}, STEP_LABEL, act, RUN_MS), "doneAt")
     return out
 
 
@@ -365,7 +368,9 @@ def rule(tab: Tab, i: int) -> dict[str, dict]:
     buttons = tab.page.locator('.knobs .segmented[aria-label="couplings"] button')
     on = int(buttons.evaluate_all("bs => bs.findIndex(b => b.getAttribute('aria-checked') === 'true')"))
     act = tab.box_click(buttons.nth((on + 1) % 3))
-    return {tab.name: sample(tab.timed({"settle": True, "view": "routing"}, None, act, KNOBS_MS), "settleAt")}
+    return {
+        tab.name: sample(tab.timed([tab.name], {"settle": True, "view": "routing"}, None, act, KNOBS_MS), "settleAt")
+    }
 
 
 def iterations(tab: Tab, i: int) -> dict[str, dict]:
@@ -373,24 +378,22 @@ def iterations(tab: Tab, i: int) -> dict[str, dict]:
         buttons = tab.page.locator('.knobs .segmented[aria-label="routing iterations"] button')
         on = int(buttons.evaluate_all("bs => bs.findIndex(b => b.getAttribute('aria-checked') === 'true')"))
         act = tab.box_click(buttons.nth(3 if on + 1 == 3 else 2))  # r 3 -> 4, anything else -> 3
-        result = tab.timed({"settle": True, "view": "routing", "run": True}, STEP_LABEL, act, RUN_MS)
-        return {
-            f"{tab.name} (knobs)": sample(result, "settleAt"),
-            f"{tab.name} (server rerun)": sample(result, "serverAt"),
-        }
+        labels = [f"{tab.name} (knobs)", f"{tab.name} (server rerun)"]
+        result = tab.timed(labels, {"settle": True, "view": "routing", "run": True}, STEP_LABEL, act, RUN_MS)
+        return {labels[0]: sample(result, "settleAt"), labels[1]: sample(result, "serverAt")}
     thumb = tab.page.locator(PAGES["Routing"][1])
     r = int(float(thumb.input_value()))
     act = tab.key(thumb, "ArrowRight" if r <= 3 else "ArrowLeft")
-    return {tab.name: sample(tab.timed({"run": True}, STEP_LABEL, act, RUN_MS), "doneAt")}
+    return {tab.name: sample(tab.timed([tab.name], {"run": True}, STEP_LABEL, act, RUN_MS), "doneAt")}
 
 
 def switch(tab: Tab, i: int) -> dict[str, dict]:
     target = "Routing" if tab.where == "Capsule dimensions" else "Capsule dimensions"
     act = tab.box_click(tab.page.get_by_test_id("stSidebarNav").get_by_role("link", name=target, exact=True))
     if tab.new:
-        result = tab.timed({"settle": True, "view": PAGES[target][0], "run": True}, None, act, RUN_MS)
+        result = tab.timed([tab.name], {"settle": True, "view": PAGES[target][0], "run": True}, None, act, RUN_MS)
     else:
-        result = tab.timed({"run": True}, present(PAGES[target][1]), act, RUN_MS)
+        result = tab.timed([tab.name], {"run": True}, present(PAGES[target][1]), act, RUN_MS)
     tab.where = target
     return {tab.name: sample(result, "doneAt")}
 
@@ -403,7 +406,7 @@ def canvas_box(tab: Tab) -> dict[str, float]:
         box = canvases.nth(index).bounding_box()
         if box and abs(box["width"] - 280) < 2 and abs(box["height"] - 280) < 2:
             return box
-    raise Missed(f"{tab.name}: no 280x280 drawing canvas")
+    raise Missed([tab.name], f"{tab.name}: no 280x280 drawing canvas")
 
 
 def stroke(tab: Tab, i: int) -> dict[str, dict]:
@@ -424,7 +427,8 @@ def stroke(tab: Tab, i: int) -> dict[str, dict]:
             page.mouse.move(*point, steps=20)
         page.mouse.up()
 
-    return {tab.name: sample(tab.timed({"run": True}, DRAW_RESULT, act, RUN_MS), "doneAt", since="upAt")}
+    result = tab.timed([tab.name], {"run": True}, DRAW_RESULT, act, RUN_MS)
+    return {tab.name: sample(result, "doneAt", since="upAt")}
 
 
 INTERACTIONS: dict[str, tuple[str, Callable[[Tab, int], dict[str, dict]], bool]] = {
@@ -442,24 +446,37 @@ INTERACTIONS: dict[str, tuple[str, Callable[[Tab, int], dict[str, dict]], bool]]
 
 
 def run_kind(kind: str, tabs: list[Tab], count: int, warmup: int, rows: dict, problems: list[str]) -> None:
+    """`count` of `kind` (after `warmup` untimed) in each tab that takes part, the tabs taking turns."""
+    from playwright.sync_api import Error as PlaywrightError
+
     title, function, with_old = INTERACTIONS[kind]
     tabs = [t for t in tabs if (t.new or with_old) and (kind in ("slider", "step") or not t.name.endswith("EM"))]
-    for tab in tabs:
-        tab.go(title)
     misses = dict.fromkeys((t.name for t in tabs), 0)
+    for tab in tabs:
+        try:
+            tab.go(title)
+        except PlaywrightError as error:
+            problems.append(f"{kind}: {tab.name} never reached {title}: {str(error)[:300]}")
+            misses[tab.name] = GIVE_UP
     for i in range(warmup + count):
         for tab in tabs:
             if misses[tab.name] >= GIVE_UP:
                 continue
+            missed: Missed | None = None
             try:
                 got = function(tab, i)
                 misses[tab.name] = 0
+            except PlaywrightError as error:  # a control that is not there (or not in time)
+                missed = Missed([tab.name], f"{tab.name}: {str(error)[:300]}")
             except Missed as error:
+                missed = error
+            if missed is not None:
                 misses[tab.name] += 1
-                problems.append(f"{kind}: {error}")
+                problems.append(f"{kind}{' (warm-up)' if i < warmup else ''}: {missed}")
                 if misses[tab.name] >= GIVE_UP:
                     problems.append(f"{kind}: {tab.name} dropped after {GIVE_UP} misses in a row")
-                rows.setdefault(kind, {}).setdefault(tab.name, []).append({"ms": None, "missed": str(error)[:300]})
+                for label in missed.labels if i >= warmup else ():
+                    rows.setdefault(kind, {}).setdefault(label, []).append({"ms": None, "missed": str(missed)[:400]})
                 continue
             if i < warmup:
                 continue
@@ -470,7 +487,10 @@ def run_kind(kind: str, tabs: list[Tab], count: int, warmup: int, rows: dict, pr
         print(f"  {kind}: {i + 1 - warmup if i >= warmup else 0}/{count}", end="\r", file=sys.stderr, flush=True)
     if kind == "page switch":  # back where the next interaction expects each tab
         for tab in tabs:
-            tab.go("Routing")
+            try:
+                tab.go("Routing")
+            except PlaywrightError as error:
+                problems.append(f"{kind}: {tab.name} never got back to Routing: {str(error)[:300]}")
     print(file=sys.stderr)
 
 

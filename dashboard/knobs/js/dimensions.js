@@ -99,7 +99,7 @@ export function mount(root, header, arrays, { report, kept, settled }) {
       chart,
     );
   } else {
-    original.className = "large";
+    original.className = "small"; // beside the input, in a page's side column
     root.replaceChildren(
       el("div", { class: "controls" }, el("span", { class: "label" }, header.lead), picker.node),
       el("div", { class: "row" }, el("figure", {}, input, el("figcaption", {}, "input")), el("figure", {}, original, originalCaption)),
