@@ -125,7 +125,8 @@ export function mount(root, header, arrays, { report, kept, settled }) {
       ? `from capsule ${header.names[k]}`
       : `${header.caption} ${header.names[k]}${k === header.prediction ? " (the prediction)" : ""}`;
     paint(original, redraw(base, k), header.side, header.channels);
-    if (fromHand && sliding) report("capsule", k); // the Capsule dimensions page's link and Figure 4 follow it
+    // the Capsule dimensions page's link and Figure 4 follow it; the prediction's capsule means "follow the prediction"
+    if (fromHand && sliding) report("capsule", k === header.prediction ? -1 : k);
     update();
   }
 
