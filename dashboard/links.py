@@ -25,7 +25,7 @@ from capsnet.data.pictures import as_pictures
 from capsnet.data.tasks import task
 from capsnet.errors import CapsNetError
 from capsnet.runs.catalog import CheckpointEntry
-from dashboard import guards, pages, state, widgets
+from dashboard import guards, pages, state, texts, widgets
 
 APPLIED = "url_applied"  # the session's first run has read its link
 DEFAULT_TEST_IMAGE = 0  # a first visit's input: test image #0 (a 7 in MNIST, an ankle boot in Fashion-MNIST)
@@ -47,16 +47,17 @@ def read_link(entries: list[CheckpointEntry]) -> None:
     notices: list[str] = []
     asked = _asked_page()
     if asked and asked not in {p.url_path for p in pages.PAGES}:
-        shown = asked if len(asked) <= 40 else asked[:40] + "..."
-        notices.append(f"The link's page {shown!r} does not exist here: the {pages.DRAW.title} page is shown.")
+        notices.append(
+            f"The link's page {texts.literal(asked)} does not exist here: the {pages.DRAW.title} page is shown."
+        )
     usable = [e for e in entries if not e.error]
     chosen = state.chosen_checkpoint(entries)  # the model the sidebar will open
     if "checkpoint" in params:
         wanted = params["checkpoint"]
         match = next((e for e in usable if checkpoint_name(e) == wanted), None)
         if match is None:
-            shown = wanted if len(wanted) <= 60 else wanted[:60] + "..."  # never echo a long value back whole
-            notices.append(f"The link's checkpoint {shown!r} is not on this server: the default model is shown.")
+            notices.append(f"The link's checkpoint {texts.literal(wanted, 60)} is not on this server: the default "
+                           "model is shown.")  # fmt: skip
         else:
             chosen = match
             state.choose_checkpoint(match.path)
@@ -64,8 +65,8 @@ def read_link(entries: list[CheckpointEntry]) -> None:
         most = _page_iterations(chosen)
         value = _whole(params["iterations"], 1, most)
         if value is None:
-            shown = str(params["iterations"])[:20]
-            notices.append(f"The link's iterations {shown!r} is not a number from 1 to {most}: ignored.")
+            notices.append(f"The link's iterations {texts.literal(params['iterations'], 20)} is not a number from 1 "
+                           f"to {most}: ignored.")  # fmt: skip
         else:
             state.set_routing_iterations(value)  # the r of the model the link opens
     # the chosen model's dataset where this version knows it (a header may name a dataset this version lacks)
@@ -74,13 +75,14 @@ def read_link(entries: list[CheckpointEntry]) -> None:
     if "capsule" in params:
         value = _whole(params["capsule"], 0, classes - 1)
         if value is None:
-            notices.append(f"The link's capsule {params['capsule']!r} is not a class from 0 to {classes - 1}: ignored.")
+            notices.append(f"The link's capsule {texts.literal(params['capsule'], 20)} is not a class from 0 to "
+                           f"{classes - 1}: ignored.")  # fmt: skip
         else:
             state.choose_capsule(value)
     if "test" in params and known and not task(known).one_picture:
         title = dataset_info(known).title
         notices.append(
-            f"The link's test image {str(params['test'])[:20]!r} is one 28x28 image, and the model the link opens "
+            f"The link's test image {texts.literal(params['test'], 20)} is one 28x28 image, and the model the link opens "
             f"reads {title}: ignored (pick its examples on its own page)."
         )
     elif "test" in params:
@@ -89,11 +91,12 @@ def read_link(entries: list[CheckpointEntry]) -> None:
         count = len(data[0]) if data is not None else 0
         value = _whole(params["test"], 0, count - 1)
         if data is None:
-            title = dataset_info(dataset).title if dataset in DATASETS else dataset[:60]
-            notices.append(f"The link's test image {str(params['test'])[:20]!r} cannot be opened: the {title} test "
+            title = dataset_info(dataset).title if dataset in DATASETS else texts.literal(dataset, 60)
+            notices.append(f"The link's test image {texts.literal(params['test'], 20)} cannot be opened: the {title} test "
                            "set is not available here.")  # fmt: skip
         elif value is None:
-            notices.append(f"The link's test image {params['test']!r} is not an index from 0 to {count - 1:,}.")
+            notices.append(f"The link's test image {texts.literal(params['test'], 20)} is not an index from 0 to "
+                           f"{count - 1:,}.")  # fmt: skip
         else:
             open_test_image(value, dataset)
     # the dataset whose test images are the inputs: the model's own where this version reads it (a folder too)

@@ -9,6 +9,7 @@ the config, so it says what the model in use really has.
 from __future__ import annotations
 
 import math
+import re
 
 from capsnet.data.datasets import DATASETS
 from capsnet.data.tasks import Task
@@ -17,6 +18,18 @@ from capsnet.nn.em_capsnet import EMCapsNetConfig
 from capsnet.nn.registry import network_of
 from capsnet.readings import affnist
 from capsnet.readings.decoding import DEFAULT_DIMENSION_STD
+
+
+def literal(value: object, limit: int = 40) -> str:
+    """`value` as literal text in Markdown: cut to `limit` characters, in a code span whose fence is longer than any
+    run of backticks in it, so that what a link or a file says is shown as it is, never read as a link (a bare URL
+    is linked even with its punctuation escaped), an image, an icon, a colour or a formula: a shared link's values
+    are data, not the app's words."""
+    text = str(value).replace("\n", " ").replace("\r", " ")
+    cut = text if len(text) <= limit else text[:limit] + "..."
+    fence = "`" * (max((len(run) for run in re.findall("`+", cut)), default=0) + 1)
+    pad = " " if cut.startswith("`") or cut.endswith("`") or not cut.strip() else ""
+    return f"{fence}{pad}{cut}{pad}{fence}"
 
 
 def a(noun: str) -> str:

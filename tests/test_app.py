@@ -960,13 +960,40 @@ def test_each_model_keeps_its_own_routing_count_and_says_what_another_costs(app_
     assert knobs_payload(at, "routing")[0]["r"] == 4  # the CapsNet's own, kept while the EM model was read
 
 
+def _markdown_outside_code(text: str) -> str:
+    """`text` without its code spans: what Markdown would still read as markup (a code span is shown as it is)."""
+    return re.sub(r"(`+)(?:(?!\1).)*?\1", "", text)
+
+
+def test_a_links_values_are_shown_as_text_never_as_markdown(app_with_run) -> None:  # noqa: F811
+    """A shared link's values are data: a Markdown link, an image or an icon in one is shown as the characters it is
+    (in a code span), never rendered as a live link, an outside image fetched on opening, or the app's own words."""
+    hostile = {
+        "checkpoint": "[Your link expired: sign in again](http://evil.example/login)",
+        "test": "![](http://127.0.0.1:9/track.png)",
+        "capsule": ":red[**admin**] `:material/lock:`",
+        "iterations": "<img src=x onerror=alert(1)>",
+    }
+    at = new_app()
+    at.query_params.update(**hostile)
+    at.run()
+    no_exception(at)
+    notices = [w.value for w in at.warning if "The link's" in w.value]
+    assert len(notices) == 4, notices
+    for notice in notices:
+        markup = _markdown_outside_code(notice)
+        for opening in ("](", "![", "[", ":red", ":material", "<img", "http://"):
+            assert opening not in markup, (opening, notice)
+    assert any("evil" in n and "example" in n for n in notices)  # shown, as text
+
+
 def test_a_link_with_bad_values_falls_back_with_a_notice(app_with_run) -> None:  # noqa: F811
     at = new_app()
     at.query_params.update(checkpoint="nope", test="99999", iterations="many", capsule="12")
     at.run()
     no_exception(at)
     notices = " ".join(w.value for w in at.warning)
-    for part in ("checkpoint 'nope' is not on this server", "test image '99999'", "iterations 'many'", "capsule '12'"):
+    for part in ("checkpoint `nope` is not on this server", "test image `99999`", "iterations `many`", "capsule `12`"):
         assert part in notices, notices
     assert "run 20250101-000000-mnist" in at.sidebar.selectbox(key="checkpoint_picker").format_func(
         at.sidebar.selectbox(key="checkpoint_picker").value
@@ -1010,7 +1037,7 @@ def test_a_link_beyond_the_slider_and_a_walk_across_pages(app_with_run) -> None:
     at.query_params.update(test="7", iterations="10")
     at.run()
     no_exception(at)
-    assert any("The link's iterations '10' is not a number from 1 to 5: ignored." in w.value for w in at.warning)
+    assert any("The link's iterations `10` is not a number from 1 to 5: ignored." in w.value for w in at.warning)
     at.switch_page("app_pages/routing.py").run()
     no_exception(at)
     header = knobs_payload(at, "routing")[0]
@@ -1132,7 +1159,7 @@ def test_a_test_image_in_a_link_to_a_pairs_model_is_said_to_be_ignored(app_dirs)
     at.run()
     no_exception(at)
     notices = " ".join(w.value for w in at.warning)
-    assert "test image '3' is one 28x28 image" in notices and "MultiMNIST" in notices, notices
+    assert "test image `3` is one 28x28 image" in notices and "MultiMNIST" in notices, notices
 
 
 def test_a_first_visit_is_pointed_to_the_primer_and_the_path(app_with_run) -> None:  # noqa: F811

@@ -17,6 +17,7 @@ import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlparse
 
 import numpy as np
 import pytest
@@ -373,10 +374,21 @@ def test_no_text_overflows_its_box_at_1100_px(page, app: App) -> None:
 def test_a_link_to_no_page_says_so(page, app: App) -> None:
     """/no-such-page shows the Draw page with a notice, not silently (issue 31, item 18)."""
     open_app(page, app, "/no-such-page")
-    expect(page.get_by_text("The link's page 'no-such-page' does not exist here")).to_be_visible(timeout=PAGE_LOAD_MS)
+    expect(page.get_by_text("The link's page no-such-page does not exist here")).to_be_visible(timeout=PAGE_LOAD_MS)
     open_app(page, app, "/routing?test=3")
     expect(page.get_by_text(re.compile(r"Input: test image #3"))).to_be_visible(timeout=PAGE_LOAD_MS)
     assert page.get_by_text("does not exist here").count() == 0  # a real page: no notice
+    # a link's values are text: no live link of the link's making, no outside image fetched on opening
+    fetched: list[str] = []
+    page.on("request", lambda request: fetched.append(request.url))
+    open_app(
+        page, app, "/?checkpoint=%5Bsign%20in%5D(http://evil.example/login)&test=!%5B%5D(http://127.0.0.1:9/t.png)"
+    )
+    expect(page.get_by_text("is not on this server")).to_be_visible(timeout=PAGE_LOAD_MS)
+    wait_idle(page)
+    assert page.locator("a[href*='evil.example']").count() == 0 and page.locator("img[src*='127.0.0.1:9']").count() == 0
+    hosts = {urlparse(url).netloc for url in fetched}
+    assert not hosts & {"127.0.0.1:9", "evil.example"}, hosts
 
 
 def test_a_shared_link_opens_the_view_and_the_votes_step(page, app: App) -> None:
