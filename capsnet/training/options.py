@@ -23,7 +23,7 @@ from capsnet.data import image_folder
 from capsnet.data.datasets import DATASETS, dataset_info
 from capsnet.data.tasks import Task
 from capsnet.device import DEVICE_CHOICES
-from capsnet.errors import ArgumentParser, InvalidArgumentError
+from capsnet.errors import ArgumentParser, CapsNetError, InvalidArgumentError
 from capsnet.nn.registry import NETWORK_NAMES, NETWORKS, AnyConfig, network
 from capsnet.nn.routing import MAX_ROUTING_ITERATIONS
 from capsnet.training.acceleration import Acceleration, choose_acceleration
@@ -233,11 +233,40 @@ class TrainOptions:
                     raise InvalidArgumentError(
                         f"{_flag(name)} applies to the {other.title} only, not the {chosen.title} (--network {self.network})"
                     )
+        self._check_buildable()
         if self.resume and not self.out:
             raise InvalidArgumentError("--resume needs --out, the run folder to continue")
         if self.resume and self.init:
             raise InvalidArgumentError("--init starts a new run from weights; --resume continues a run: choose one")
         return self
+
+    def _check_buildable(self) -> None:
+        """The network's config is built here, before anything else is: a size its kernels and strides cannot read
+        is one line naming --image-size and the smallest side that works, not a traceback from deep in the run."""
+        try:
+            self.network_config()
+        except CapsNetError:
+            raise  # the dataset's own one-line errors
+        except ValueError as error:
+            title = network(self.network).title
+            if self.image_size is None:
+                raise InvalidArgumentError(f"the {title} cannot be built for {self.dataset}: {error}") from None
+            fits = next(
+                (side for side in range(self.image_size, image_folder.MAX_SIDE + 1) if self._builds_at(side)), None
+            )
+            reads = (
+                f"the smallest side it reads is {fits}" if fits else f"it reads no side up to {image_folder.MAX_SIDE}"
+            )
+            raise InvalidArgumentError(
+                f"--image-size {self.image_size} is too small for the {title} ({error}): {reads}"
+            ) from None
+
+    def _builds_at(self, side: int) -> bool:
+        try:
+            dataclasses.replace(self, image_size=side).network_config()
+        except ValueError:
+            return False
+        return True
 
     def cpu_compile_pays(self) -> bool:
         """Whether compiling wins back its time on a CPU: the network trains faster compiled there (and has no faster
