@@ -4,6 +4,7 @@ datasets and trained on by each network family from the command line; every faul
 
 from __future__ import annotations
 
+import io
 import os
 from pathlib import Path
 
@@ -207,3 +208,38 @@ def test_a_side_too_small_for_the_network_is_one_line_naming_the_smallest(
     assert done.returncode == 2 and "\n" not in message and "Traceback" not in message, message
     assert "--image-size 8 is too small for the" in message and "the smallest side it reads is 17" in message, message
     assert not (tmp_path / "run").exists()
+
+
+def _png(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(array).save(buffer, "PNG")
+    return buffer.getvalue()
+
+
+def test_a_16_bit_grey_picture_reads_as_its_8_bit_self(data_dir: Path) -> None:
+    """A 16-bit grey PNG (Pillow's "I;16") is scaled to 8 bits, not clipped nearly white: as a folder's picture, as a
+    colour model's upload and as a drawn digit's upload it reads as the same picture saved at 8 bits."""
+    from capsnet.data.preprocess import preprocess_upload
+
+    digit = _digits(data_dir, "mnist", 1, 2)[0][0]  # (28, 28) uint8
+    eight, sixteen = _png(digit), _png(digit.astype(np.uint16) * 257)  # 255 * 257 = 65535
+    assert Image.open(io.BytesIO(sixteen)).mode.startswith("I")
+    for colour in (False, True):
+        wide = image_folder.picture_from_bytes(sixteen, 28, colour).int()
+        assert (wide - image_folder.picture_from_bytes(eight, 28, colour).int()).abs().max() <= 1, colour
+    np.testing.assert_allclose(preprocess_upload(sixteen), preprocess_upload(eight), atol=1e-2)
+
+
+def test_a_picture_whose_sides_differ_too_much_is_refused_before_it_is_decoded(tmp_path: Path) -> None:
+    """A 4,000,000 x 1 PNG is under the pixel bound but would be resized to side x 4,000,000 x side: refused from its
+    header, in one line, as a folder's picture and as an upload."""
+    wide = _png(np.zeros((1, 4_000_000), dtype=np.uint8))
+    with pytest.raises(image_folder.ImageFolderError, match="sides may differ 16 times at most"):
+        image_folder.picture_from_bytes(wide, 32, True, "wide.png")
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        for i in range(2):
+            (tmp_path / name / f"{i}.png").write_bytes(_png(np.full((20, 20), 40 * i, dtype=np.uint8)))
+    (tmp_path / "a" / "wide.png").write_bytes(wide)
+    with pytest.raises(image_folder.ImageFolderError, match="wide.png is 4000000x1 pixels"):
+        image_folder.scan(image_folder.FolderSpec(tmp_path))

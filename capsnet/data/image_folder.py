@@ -30,6 +30,7 @@ from PIL import Image, UnidentifiedImageError
 from torch.utils.data import Dataset
 from torchvision.transforms import v2
 
+from capsnet.data.pictures import eight_bit
 from capsnet.errors import CapsNetError
 from capsnet.files import read_regular_file
 
@@ -40,6 +41,7 @@ DEFAULT_SIDES = (28, 64)  # the default side, the pictures' median shorter side,
 MAX_SIDE = 256  # --image-size at most this
 MAX_FILE_BYTES = 20_000_000
 MAX_PIXELS = 40_000_000  # a picture larger than this (in its header) is refused before it is decoded
+MAX_ASPECT = 16  # nor one whose longer side is more than this many times its shorter (a panorama is 4-6)
 GREY_MODES = ("1", "L", "LA", "I", "I;16", "F")
 
 
@@ -131,9 +133,21 @@ def _header(path: Path) -> tuple[tuple[int, int], str]:
             size, mode = image.size, image.mode
     except (OSError, UnidentifiedImageError, ValueError, Image.DecompressionBombError) as error:
         raise ImageFolderError(f"{path} cannot be read as a picture ({error})") from None
-    if size[0] * size[1] > MAX_PIXELS:
-        raise ImageFolderError(f"{path} is {size[0]}x{size[1]} pixels: at most {MAX_PIXELS:,} are read")
+    check_size(size, str(path))
     return size, mode
+
+
+def check_size(size: tuple[int, int], name: str) -> None:
+    """Refuse, from its header and before it is decoded, a picture past `MAX_PIXELS` or longer than `MAX_ASPECT`
+    times its width: its shorter side is resized to the network's, so a 40,000,000 x 1 picture under the pixel bound
+    would ask for billions of pixels there."""
+    width, height = size
+    if width * height > MAX_PIXELS:
+        raise ImageFolderError(f"{name} is {width}x{height} pixels: at most {MAX_PIXELS:,} are read")
+    if min(width, height) < 1 or max(width, height) > MAX_ASPECT * min(width, height):
+        raise ImageFolderError(
+            f"{name} is {width}x{height} pixels: a picture's sides may differ {MAX_ASPECT} times at most"
+        )
 
 
 @functools.lru_cache(maxsize=8)
@@ -198,9 +212,8 @@ def picture_from_bytes(data: bytes, side: int, colour: bool, name: str = "the pi
     cropped to the centre square (an upload made like a folder's pictures); ImageFolderError naming it otherwise."""
     try:
         with Image.open(io.BytesIO(data)) as image:
-            if image.size[0] * image.size[1] > MAX_PIXELS:
-                raise ImageFolderError(f"{name} is {image.size[0]}x{image.size[1]} pixels: at most {MAX_PIXELS:,}")
-            picture = image.convert("RGB" if colour else "L")  # a truncated file fails as it is decoded
+            check_size(image.size, name)
+            picture = eight_bit(image).convert("RGB" if colour else "L")  # a truncated file fails as it is decoded
     except (OSError, UnidentifiedImageError, ValueError, Image.DecompressionBombError) as error:
         if isinstance(error, ImageFolderError):
             raise

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from PIL import Image
 from torch import Tensor
+
+WIDE_GREY_MODES = ("I;16", "I;16L", "I;16B", "I;16N", "I")  # Pillow's modes of 16-bit (and 32-bit integer) grey
 
 
 def as_pictures(images: Tensor) -> np.ndarray:
@@ -45,3 +48,14 @@ def picture_of(image: np.ndarray | Tensor, channels: int, side: int) -> np.ndarr
         return picture
     kind = "grey " if channels == 1 else "colour "
     raise ValueError(f"expected one {kind}{side}x{side} image, got an array of shape {picture.shape}")
+
+
+def eight_bit(image: Image.Image) -> Image.Image:
+    """A decoded picture at 8 bits a channel. A 16-bit grey PNG opens as "I;16" (or "I"), which Pillow's own
+    conversion to "L" or "RGB" clips at 255, so a 16-bit picture came out nearly white: it is scaled instead (65535
+    to 255; a 32-bit integer picture by its largest value). Other pictures are returned as they are."""
+    if image.mode not in WIDE_GREY_MODES:
+        return image
+    values = np.asarray(image, dtype=np.float64)  # (H, W), in the file's own range
+    top = 65535.0 if image.mode != "I" or values.size == 0 or values.max() <= 65535 else float(values.max())
+    return Image.fromarray(np.clip(np.rint(values * (255.0 / top)), 0, 255).astype(np.uint8), mode="L")

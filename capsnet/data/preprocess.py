@@ -28,6 +28,7 @@ import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
 
+from capsnet.data.pictures import eight_bit
 from capsnet.errors import CapsNetError
 
 MNIST_SIZE = 28
@@ -74,7 +75,7 @@ def ink_from_pil(image: Image.Image) -> np.ndarray:
     The background level is then subtracted and the contrast stretched, so grey
     paper and pale pencil still give a clean digit.
     """
-    rgba = np.asarray(image.convert("RGBA"), dtype=np.float32) / 255.0  # (H, W, 4)
+    rgba = np.asarray(eight_bit(image).convert("RGBA"), dtype=np.float32) / 255.0  # (H, W, 4), 16-bit scaled
     gray = rgba[..., :3] @ np.array([0.299, 0.587, 0.114], dtype=np.float32)  # (H, W) luminance
     alpha = rgba[..., 3]
     opaque = alpha > 0.5
