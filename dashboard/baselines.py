@@ -22,6 +22,7 @@ import torch
 
 from capsnet.checkpoints import measurements
 from capsnet.checkpoints.checkpoint import Checkpoint, CheckpointError, load_checkpoint
+from capsnet.data.pictures import as_inputs, picture_of
 from capsnet.errors import CapsNetError
 from capsnet.nn.cnn import CNNConfig
 from capsnet.readings import affnist, claims
@@ -120,8 +121,8 @@ def _verdict(claim: str, capsnet: str, cnn: str, capsnet_key: str, cnn_key: str)
 
 @st.cache_data(max_entries=64, show_spinner=False)
 def _scores(key: str, image: np.ndarray, _net: Any) -> np.ndarray:
-    size = _net.config.image_size
-    x = torch.as_tensor(np.asarray(image, dtype=np.float32)).view(1, 1, size, size)  # (1, 1, H, W)
+    c = _net.config
+    x = as_inputs(picture_of(image, c.in_channels, c.image_size)[None])  # (1, C, H, W): grey or colour, as read
     with torch.no_grad():
         return _net.eval()(x).scores[0].numpy()
 

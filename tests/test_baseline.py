@@ -172,3 +172,20 @@ def test_train_evaluate_and_export_a_cnn_from_the_cli(data_dir: Path, tmp_path: 
         assert info.weights_dtype == "float16" and info.novelty is None and info.dimension_mean is None
         assert abs(info.test_accuracy - checkpoint.info.test_accuracy) < 0.05  # 10,000 images against 300
         assert len(info.per_class_accuracy) == 10
+
+
+def test_a_colour_baseline_reads_a_colour_picture_beside_the_capsnet(tmp_path: Path) -> None:
+    """The Transform lens asks the CNN beside a colour CapsNet for its scores: a colour picture (H, W, 3) is read as
+    the CNN's three channels, not viewed as one grey plane (a shape error for every colour pair)."""
+    import numpy as np
+
+    from dashboard import baselines
+
+    torch.manual_seed(0)
+    net = BaselineCNN(CNNConfig.preset("tiny", in_channels=3, image_size=32)).eval()
+    path = save_checkpoint(tmp_path / "cnn.safetensors", net, {"dataset": "pictures@32"})
+    handle = baselines.Baseline(checkpoint=load_checkpoint(path, networks=("cnn",)), key="colour-cnn")
+    picture = np.random.default_rng(0).random((32, 32, 3)).astype(np.float32)
+    with torch.no_grad():
+        expected = net(torch.from_numpy(picture).permute(2, 0, 1)[None]).scores[0].numpy()
+    np.testing.assert_allclose(handle.scores(picture), expected, atol=1e-6)
