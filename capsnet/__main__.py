@@ -11,6 +11,7 @@ import importlib
 import sys
 
 from capsnet.cli import COMMANDS
+from capsnet.errors import run_cli
 
 
 def usage() -> str:
@@ -21,11 +22,15 @@ def usage() -> str:
     )
 
 
+def _usage(asked: bool) -> int:
+    print(usage())
+    return 0 if asked else 2
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help"):
-        print(usage())
-        return 0 if argv else 2
+        return run_cli(lambda: _usage(bool(argv)), "python -m capsnet")  # a full stdout is one line, as a command's
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
         print(f"python -m capsnet: error: no command {name!r}; the commands: {', '.join(COMMANDS)}", file=sys.stderr)

@@ -65,6 +65,20 @@ class ArgumentParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
+    def print_help(self, file: Any = None) -> None:
+        """--help, written and flushed here: a stdout that takes nothing (`> /dev/full`) is one line and exit 2, not
+        a help that vanishes with exit 0; a reader that goes away ends it quietly (141), as a command's output does."""
+        out = file or sys.stdout
+        try:  # written here: argparse's own printing drops an OSError silently
+            out.write(self.format_help())
+            out.flush()
+        except BrokenPipeError:
+            _silence_stdout()
+            sys.exit(128 + 13)
+        except OSError as error:
+            _silence_stdout()
+            self.exit(2, f"{self.prog}: error: cannot write the output: {(error.strerror or str(error)).lower()}\n")
+
     @staticmethod
     def whole_number(text: str) -> int:
         try:
@@ -146,7 +160,11 @@ def run_cli(body: Callable[[], int], prog: str | None = None) -> int:
     output that cannot be written (`> /dev/full`) is one line (issue 56, item 19)."""
     try:
         with contextlib.redirect_stdout(_GuardedOutput(sys.stdout)):
-            code = body()
+            try:
+                code = body()
+            except SystemExit:  # argparse's --help and its usage errors end here: their text is written first
+                sys.stdout.flush()
+                raise
             sys.stdout.flush()  # a failure to write is found here, not by the interpreter at exit
         return code
     except BrokenPipeError:

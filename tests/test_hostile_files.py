@@ -537,6 +537,21 @@ def test_an_output_that_cannot_be_written_is_one_line(tiny_checkpoint: Path, dat
     assert said == f"python -m capsnet {command}: error: cannot write the output: no space left on device"
 
 
+@pytest.mark.parametrize("args", [["--help"], ["evaluate", "--help"], ["train", "--help"]])
+def test_help_that_cannot_be_written_is_one_line(args: list[str]) -> None:
+    """`python -m capsnet --help > /dev/full` was an OSError traceback, and a command's --help there exited 0 with
+    nothing written: each is one line and a failure."""
+    import subprocess
+    import sys
+
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "capsnet", *args], stdout=full, stderr=subprocess.PIPE, text=True,
+                              timeout=120)  # fmt: skip
+    said = done.stderr.strip()
+    assert done.returncode == 2 and "\n" not in said and "Traceback" not in said, said
+    assert said.endswith("error: cannot write the output: no space left on device"), said
+
+
 def test_a_training_state_of_random_bytes_is_one_line(data_dir: Path, tmp_path: Path) -> None:
     """Item 7: a `train_state.pt` whose pickle is random bytes was an IndexError from the weights-only unpickler."""
     import pickle
