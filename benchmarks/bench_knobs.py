@@ -9,13 +9,15 @@ shipped MNIST model and test image #0, and drives both from one headless Chromiu
 by interaction: a pose slider moved a step by a key press (slider), an iteration step (step: the knobs' ◀ ▶, and the
 Streamlit buttons routing_prev / routing_next, a fragment rerun), a coupling rule (rule, new only), r between 3 and 4
 (r: the knobs' buttons, to their redraw and to the end of the rerun they ask for; old: the slider), Routing <->
-Capsule dimensions by the sidebar (page switch) and a mouse stroke on the Draw page's canvas (stroke, from pen up).
+Capsule dimensions by the sidebar (page switch) and a mouse stroke on the Draw page's canvas (stroke, from pen up;
+new: its knobs' redraw too, where the page has one).
 
 Each is timed from a `performance.now()` taken in the page just before the input to the moment it settled, stamped in
 the page: the knobs' `data-settled` counting up, or, for the server, the end of a script run begun after the input
 once what it shows has changed (the reconstruction, the iteration, the page's first slider, the prediction). Script
 runs are counted from the server's messages (new_session), less the sidebar fragment's own ticks (is_auto_rerun).
-Prints median, p90, max (ms) and the median script runs per interaction; --out writes every sample as JSON.
+Prints median, p90, max (ms), the median script runs and websocket KB received per interaction; --out writes every
+sample as JSON.
 Needs $CAPSNET_DATA_DIR (the MNIST test set), Playwright and Chromium.
 """
 
@@ -29,6 +31,7 @@ import signal
 import statistics
 import sys
 import tempfile
+import urllib.parse
 from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
@@ -57,8 +60,9 @@ INIT_JS = r"""
   if (window.__kb) return;
   const now = () => performance.now();
   const BUSY = new Set(['running', 'rerunRequested', 'stopRequested']);
-  const kb = (window.__kb = {runs: 0, finished: 0, requests: 0, ticks: 0, settles: 0, lastRunEvent: 0, changedAt: 0,
-                             upAt: null, goal: null});
+  const kb = (window.__kb = {runs: 0, finished: 0, requests: 0, ticks: 0, settles: 0, bytes: 0, lastRunEvent: 0,
+                             changedAt: 0, upAt: null, goal: null, roots: []});
+  kb.hasKnobs = () => kb.roots.some((root) => root.host.isConnected && root.querySelector('.knobs'));
   kb.scriptState = () => {
     const app = document.querySelector('[data-testid=stApp]');
     return app ? app.getAttribute('data-test-script-state') : null;
@@ -76,13 +80,14 @@ INIT_JS = r"""
     const idle = !kb.busy();
     const watched = !g.watch || g.watchAt !== null;
     if (g.run && g.serverAt === null && idle && kb.runs > g.runs0 && watched) g.serverAt = t;
-    const settled = !g.settle || g.settleAt !== null;
+    // settle 'present': the knobs' redraw if the page has knobs (the Draw page's, once it reads a drawing)
+    const settled = !g.settle || g.settleAt !== null || (g.settle === 'present' && !kb.hasKnobs());
     if (settled && (!g.run || g.serverAt !== null) && watched && (idle || !g.run)) g.doneAt = t;
   };
   kb.start = (spec, watch) => {
     const g = {t0: now(), runs0: kb.runs, ticks0: kb.ticks, requests0: kb.requests, settles0: kb.settles,
-               settle: !!spec.settle, view: spec.view ?? null, run: !!spec.run, watch: watch ?? null, value0: null,
-               settleAt: null, serverAt: null, watchAt: null, doneAt: null};
+               bytes0: kb.bytes, settle: spec.settle ?? false, view: spec.view ?? null, run: !!spec.run,
+               watch: watch ?? null, value0: null, settleAt: null, serverAt: null, watchAt: null, doneAt: null};
     if (g.watch) { try { g.value0 = g.watch(); } catch (error) { g.value0 = null; } }
     kb.upAt = null;
     kb.goal = g;
@@ -93,7 +98,7 @@ INIT_JS = r"""
     return {t0: g.t0, settleAt: g.settleAt, serverAt: g.serverAt, watchAt: g.watchAt, doneAt: g.doneAt,
             changedAt: kb.changedAt > g.t0 ? kb.changedAt : null, upAt: kb.upAt,
             runs: kb.runs - g.runs0, ticks: kb.ticks - g.ticks0, requests: kb.requests - g.requests0,
-            settles: kb.settles - g.settles0, state: kb.scriptState()};
+            settles: kb.settles - g.settles0, bytes: kb.bytes - g.bytes0, state: kb.scriptState()};
   };
   kb.quiet = (ms) => {
     const g = kb.goal;
@@ -116,6 +121,7 @@ INIT_JS = r"""
   const attachShadow = Element.prototype.attachShadow;
   Element.prototype.attachShadow = function (init) {
     const root = attachShadow.call(this, init);
+    kb.roots.push(root);  // a few per page visit: kept, and looked through only for knobs still in the page
     new MutationObserver((records) => {
       const g = kb.goal;
       for (const record of records) {
@@ -165,6 +171,7 @@ INIT_JS = r"""
     try {  // ForwardMsg: new_session (4) opens a script run, script_finished (6) ends it
       const b = bytesOf(event.data);
       if (!b) return;
+      kb.bytes += b.length;
       let changed = false;
       fields(b, 0, b.length, (no, wire) => {
         if (no === 4 && wire === 2) { kb.runs++; changed = true; }
@@ -233,8 +240,8 @@ class Tab:
         self.context.set_default_timeout(60_000)
         self.context.add_init_script(INIT_JS)
         self.page = self.context.new_page()
-        self.where: str | None = None
         self.strokes = 0
+        self.draw_knobs = False  # whether its Draw page has shown knobs (then every stroke waits for their redraw)
 
     # ---- waits (all bounded)
 
@@ -256,11 +263,15 @@ class Tab:
             marker = self.page.locator(PAGES[title][1])
         marker.first.wait_for(timeout=timeout_ms)
         self.wait_idle(timeout_ms=timeout_ms)
-        self.where = title
+
+    def where(self) -> str:
+        """The page shown, by its URL's path."""
+        path = urllib.parse.urlparse(self.page.url).path.rstrip("/")
+        return {"/routing": "Routing", "/dimensions": "Capsule dimensions"}.get(path[path.rfind("/") :], "Draw")
 
     def go(self, title: str) -> None:
         """To `title`'s page by the sidebar's link (untimed)."""
-        if self.where != title:
+        if self.where() != title:
             self.page.get_by_test_id("stSidebarNav").get_by_role("link", name=title, exact=True).click()
             self.ready(title)
         if title == "Draw":
@@ -320,10 +331,13 @@ def sample(result: dict, at: str, since: str = "t0") -> dict:
     """One row's sample: the time to `at`, the runs caused (ticks taken off), the last change seen in stMain."""
     return {
         "ms": ms(result, at, since),
+        "settle_ms": ms(result, "settleAt", since),  # the knobs' first redraw
+        "server_ms": ms(result, "serverAt", since),  # the end of the first run after the input (with its change shown)
         "runs": max(0, result["runs"] - result["ticks"]),
         "ticks": result["ticks"],
         "requests": result["requests"],
         "settles": result["settles"],
+        "bytes": result["bytes"],  # received on the websocket, to the end of the quiet spell
         "last_change_ms": ms(result, "changedAt", since),
         "quiet": result["quiet"],
     }
@@ -388,14 +402,14 @@ def iterations(tab: Tab, i: int) -> dict[str, dict]:
 
 
 def switch(tab: Tab, i: int) -> dict[str, dict]:
-    target = "Routing" if tab.where == "Capsule dimensions" else "Capsule dimensions"
+    target = "Capsule dimensions" if tab.where() == "Routing" else "Routing"
     act = tab.box_click(tab.page.get_by_test_id("stSidebarNav").get_by_role("link", name=target, exact=True))
+    label = f"{tab.name} -> {target}"
     if tab.new:
-        result = tab.timed([tab.name], {"settle": True, "view": PAGES[target][0], "run": True}, None, act, RUN_MS)
+        result = tab.timed([label], {"settle": True, "view": PAGES[target][0], "run": True}, None, act, RUN_MS)
     else:
-        result = tab.timed([tab.name], {"run": True}, present(PAGES[target][1]), act, RUN_MS)
-    tab.where = target
-    return {tab.name: sample(result, "doneAt")}
+        result = tab.timed([label], {"run": True}, present(PAGES[target][1]), act, RUN_MS)
+    return {label: sample(result, "doneAt")}
 
 
 def canvas_box(tab: Tab) -> dict[str, float]:
@@ -427,7 +441,10 @@ def stroke(tab: Tab, i: int) -> dict[str, dict]:
             page.mouse.move(*point, steps=20)
         page.mouse.up()
 
-    result = tab.timed([tab.name], {"run": True}, DRAW_RESULT, act, RUN_MS)
+    # the knobs' redraw too, where the page has knobs: after a Clear they mount only once the stroke is read
+    settle = True if tab.draw_knobs else "present"
+    result = tab.timed([tab.name], {"run": True, "settle": settle}, DRAW_RESULT, act, RUN_MS)
+    tab.draw_knobs = tab.draw_knobs or tab.page.locator(".knobs").count() > 0
     return {tab.name: sample(result, "doneAt", since="upAt")}
 
 
@@ -500,8 +517,13 @@ def summary(samples: list[dict]) -> dict[str, Any]:
     out: dict[str, Any] = {"n": len(times), "missed": sum(1 for s in samples if s.get("ms") is None)}
     if times:
         p90 = statistics.quantiles(times, n=10, method="inclusive")[8] if len(times) > 1 else times[0]
+        received = [s["bytes"] for s in samples if s.get("ms") is not None]
         out.update(
-            median_ms=statistics.median(times), p90_ms=p90, max_ms=times[-1], runs_median=statistics.median(runs)
+            median_ms=statistics.median(times),
+            p90_ms=p90,
+            max_ms=times[-1],
+            runs_median=statistics.median(runs),
+            received_kb_median=statistics.median(received) / 1024,
         )
         last = [s["last_change_ms"] for s in samples if s.get("last_change_ms") is not None]
         out["last_change_median_ms"] = statistics.median(last) if last else None
@@ -509,19 +531,19 @@ def summary(samples: list[dict]) -> dict[str, Any]:
 
 
 def table(results: dict[str, dict[str, dict]]) -> str:
-    lines = [
-        "| interaction | app | n | median ms | p90 ms | max ms | script runs (median) | missed |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
-    ]
+    head = (
+        "| interaction | app | n | median ms | p90 ms | max ms | script runs (median) | received KB (median) | missed |"
+    )
+    lines = [head, "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for kind in KINDS:
         for label, s in results.get(kind, {}).items():
             if s["n"]:
                 lines.append(
                     f"| {kind} | {label} | {s['n']} | {s['median_ms']:,.1f} | {s['p90_ms']:,.1f} | {s['max_ms']:,.1f} "
-                    f"| {s['runs_median']:g} | {s['missed']} |"
+                    f"| {s['runs_median']:g} | {s['received_kb_median']:,.0f} | {s['missed']} |"
                 )
             else:
-                lines.append(f"| {kind} | {label} | 0 | - | - | - | - | {s['missed']} |")
+                lines.append(f"| {kind} | {label} | 0 | - | - | - | - | - | {s['missed']} |")
     return "\n".join(lines)
 
 
@@ -565,6 +587,7 @@ def main(argv: list[str] | None = None) -> int:
     from playwright.sync_api import sync_playwright
 
     started = datetime.datetime.now().astimezone()
+    cpu = cpu_summary()  # the load average before the run
     rows: dict[str, dict[str, list[dict]]] = {}
     problems: list[str] = []
     with tempfile.TemporaryDirectory(prefix="bench-knobs-") as tmp, ExitStack() as stack:
@@ -595,7 +618,7 @@ def main(argv: list[str] | None = None) -> int:
 
     results = {kind: {label: summary(samples) for label, samples in by.items()} for kind, by in rows.items()}
     machine = {
-        **cpu_summary(),
+        **cpu,
         "chromium": chromium,
         "streamlit": streamlit.__version__,
         "python": sys.version.split()[0],
@@ -603,7 +626,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     old = "no baseline" if args.no_baseline else f"old = {args.baseline}"
     print(
-        f"Machine: {machine['model']}, {machine['logical_cpus']} logical CPUs, avx512f {machine['avx512f']}, "
+        f"Machine: {machine['model']}, {machine['cores']} cores / {machine['logical_cpus']} logical CPUs, "
+        f"avx512f {machine['avx512f']}, "
         f"avx512_bf16 {machine['avx512_bf16']}, amx {','.join(machine['amx']) or 'none'}; Chromium {chromium}, "
         f"streamlit {machine['streamlit']}; {machine['date']}"
     )
@@ -614,7 +638,7 @@ def main(argv: list[str] | None = None) -> int:
         for line in problems:
             print(f"- {line}")
     if args.out:
-        settings = {k: v for k, v in vars(args).items() if k != "out"}
+        settings = {**{k: v for k, v in vars(args).items() if k != "out"}, "quiet_ms": QUIET_MS}
         report = {"machine": machine, "settings": settings, "results": results, "samples": rows, "problems": problems}
         args.out.write_text(json.dumps(report, indent=1, default=str) + "\n")
     return 0

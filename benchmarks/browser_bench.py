@@ -104,13 +104,18 @@ def launch_chromium(playwright):
 
 
 def cpu_summary() -> dict[str, object]:
-    """The CPU as lscpu names it, whether it has AVX-512 (F, BF16) and AMX, its logical CPUs, the load average."""
-    model = platform.processor() or "?"
+    """The CPU as lscpu names it, whether it has AVX-512 (F, BF16) and AMX, its cores and logical CPUs, the load."""
     try:
         lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
-        model = next(line.split(":", 1)[1].strip() for line in lscpu.splitlines() if line.startswith("Model name"))
-    except (OSError, subprocess.SubprocessError, StopIteration):
-        pass
+    except (OSError, subprocess.SubprocessError):
+        lscpu = ""
+    fields = dict(line.split(":", 1) for line in lscpu.splitlines() if ":" in line)
+    fields = {key.strip(): value.strip() for key, value in fields.items()}
+    model = fields.get("Model name") or platform.processor() or "?"
+    try:
+        cores: int | None = int(fields["Core(s) per socket"]) * int(fields["Socket(s)"])
+    except (KeyError, ValueError):
+        cores = None
     try:
         flags = set(
             next(
@@ -126,6 +131,7 @@ def cpu_summary() -> dict[str, object]:
         "avx512f": "avx512f" in flags,
         "avx512_bf16": "avx512_bf16" in flags,
         "amx": sorted(f for f in flags if re.fullmatch(r"amx_\w+", f)),
+        "cores": cores,
         "logical_cpus": os.cpu_count(),
         "load_average": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
     }
