@@ -40,6 +40,7 @@ TEST_SOURCE = "Test image"  # the INPUT_SOURCE of a test image
 # widgets whose values other modules set or read (a link sets them; they outlive their page): one name each
 INPUT_SOURCE = "input_source"  # the Draw page's input: "Draw", "Test image" or "Upload"
 TEST_INDEX = "test_index"  # the test image chosen on the Draw page (int)
+KNOBS_HELD = "knobs_held"  # the groups of arrays sent to this browser session's knobs (dashboard.knobs), oldest first
 ROUTING_KNOBS = "routing_knobs"  # the routing pages' live view (the knobs' component, one per model): r, capsule
 ROUTING_CAPSULE = "routing_digit"  # the Routing page's capsule (a class index, or the prediction)
 DIMENSIONS_CLASS = "dims_class"  # the Capsule dimensions page's capsule
@@ -231,6 +232,23 @@ def input_source() -> str | None:
 def show_test_images() -> None:
     """Make the Draw page's input a test image (a model of a dataset that cannot be drawn opens there)."""
     st.session_state[INPUT_SOURCE] = TEST_SOURCE
+
+
+def knobs_held() -> list[str]:
+    """The groups of arrays this session sent the knobs, oldest first: the browser's page holds them (a reload starts a
+    new session, and so sends them again)."""
+    return list(st.session_state.get(KNOBS_HELD) or [])
+
+
+def note_knobs_held(keys: list[str], most: int) -> None:
+    """`keys` were sent now: remembered, the `most` recent only (fewer than the browser keeps)."""
+    kept = [k for k in knobs_held() if k not in keys] + list(keys)
+    st.session_state[KNOBS_HELD] = kept[-most:]
+
+
+def forget_knobs_held(keys: list[str]) -> None:
+    """The browser lacks `keys` (a payload it was sent was never drawn): the next payload carries them."""
+    st.session_state[KNOBS_HELD] = [k for k in knobs_held() if k not in keys]
 
 
 def page_capsule(key: str) -> int | None:

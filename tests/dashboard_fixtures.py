@@ -133,9 +133,15 @@ def knobs_payload(at: AppTest, view: str) -> tuple[dict, dict[str, np.ndarray]]:
 
     for element in at.get("bidi_component"):
         header, arrays = payload.unpack(element.proto.bytes)
-        if header["view"] == view:
-            return header, arrays
+        if header["view"] == view:  # a group of arrays this run carried, under its own names (`js/store.js`)
+            return header, {name.rsplit("/", 1)[-1]: array for name, array in arrays.items()}
     raise AssertionError(f"no knobs view {view!r} on the page")
+
+
+def forget_knobs_held(at: AppTest) -> AppTest:
+    """As if the browser were new: the next run carries every group of arrays again (a decoder, the votes)."""
+    at.session_state["knobs_held"] = []
+    return at
 
 
 def turn_routing_knobs(at: AppTest, iterations: int | None = None, capsule: int | None = None) -> AppTest:

@@ -20,6 +20,7 @@ from dashboard_fixtures import (  # noqa: F401
     app_with_run,
     chart,
     clear_streamlit_caches,
+    forget_knobs_held,
     knobs_payload,
     plotly_values,
     ship_affine_pair,
@@ -34,6 +35,7 @@ from capsnet.readings import affnist
 from capsnet.training.acceleration import choose_acceleration
 from capsnet.training.options import TrainOptions
 from dashboard import pages
+from dashboard.knobs import payload
 
 # every registered page, the Draw page (the default) first
 PAGES = [pages.DRAW.path] + [p.path for p in pages.PAGES if p is not pages.DRAW]
@@ -156,10 +158,28 @@ def test_changing_the_test_image_changes_the_prediction(app_with_run, app_run) -
     assert shown_first != shown_other
 
 
+def test_the_large_arrays_go_once_per_browser_session(app_with_run) -> None:  # noqa: F811
+    """A model's decoder and an input's votes are carried by the first payload that needs them and named by the
+    next (the browser holds them, js/store.js): a page switch or an r step sends kilobytes, not megabytes."""
+    at = forget_knobs_held(pick_test_image(new_app().run(), 3)).run()  # the Draw page's redraw carries the decoder
+    first = at.get("bidi_component")[0].proto.bytes
+    header, _ = knobs_payload(at, "dimensions")
+    (decoder,) = header["held"]
+    assert header["held"][decoder] == ["w0", "b0", "w1", "b1", "w2", "b2"] and len(first) > 100_000
+    at.switch_page("app_pages/dimensions.py").run()
+    named = at.get("bidi_component")[0].proto.bytes
+    assert decoder in payload.unpack(named)[0]["held"] and len(named) < 20_000  # named, not carried
+    at.switch_page("app_pages/routing.py").run()
+    carried = at.get("bidi_component")[0].proto.bytes
+    turn_routing_knobs(at, 4).run()
+    again = at.get("bidi_component")[0].proto.bytes
+    assert len(carried) > 100_000 and len(again) < 20_000  # the votes once, then their name
+
+
 def test_the_draw_page_redraws_any_class_in_the_browser(app_with_run, app_run) -> None:  # noqa: F811
     """The Draw page's what-if (a capsule redrawn) runs in the browser: the page sends every class capsule and the
     decoder once, and no select box reruns the server for another class."""
-    at = pick_test_image(new_app().run(), 3)
+    at = forget_knobs_held(pick_test_image(new_app().run(), 3)).run()
     no_exception(at)
     header, arrays = knobs_payload(at, "dimensions")
     assert header["mode"] == "redraw" and header["caption"] == "reconstruction from capsule"
@@ -174,7 +194,7 @@ def test_the_dimensions_knobs_carry_every_capsule_and_the_decoder(app_with_run, 
     from capsnet.readings.decoding import decode_vector
 
     at = pick_test_image(new_app().run(), 1)
-    at.switch_page("app_pages/dimensions.py").run()
+    forget_knobs_held(at).switch_page("app_pages/dimensions.py").run()
     no_exception(at)
     header, arrays = knobs_payload(at, "dimensions")
     model = load_checkpoint(app_run / "best.safetensors").model.eval()
@@ -331,7 +351,7 @@ def test_a_missing_test_set_is_said_once_on_the_page_that_needs_it(
     at = at.run()
     no_exception(at)
     assert not at.error, [e.value for e in at.error]  # the Draw page opens on its canvas, which needs no data
-    assert any("test image '7' cannot be opened" in w.value for w in at.warning), [w.value for w in at.warning]
+    assert any("test image `7` cannot be opened" in w.value for w in at.warning), [w.value for w in at.warning]
     at.segmented_control(key="input_source").set_value("Test image").run()
     missing = [e.value for e in at.error]
     assert len(missing) == 1 and "test set is not available" in missing[0] and "no-data" in missing[0], missing
@@ -1252,7 +1272,7 @@ def test_every_page_runs_on_an_em_model(app_dirs, data_dir: Path, tmp_path: Path
         at.switch_page(info.path_for("em")).run()
         no_exception(at)
         assert not at.error, [e.value for e in at.error]
-    at.switch_page(pages.DIMENSIONS.path).run()
+    forget_knobs_held(at).switch_page(pages.DIMENSIONS.path).run()
     no_exception(at)
     header, arrays = knobs_payload(at, "dimensions")  # the sliders name the entries of the 4x4 pose
     assert header["labels"][0] == "Pose entry (1, 1)" and header["labels"][15] == "Pose entry (4, 4)"

@@ -201,3 +201,22 @@ def test_em_routing_in_the_browser_is_pytorchs(page, served, test_images, index:
         explained = read(model, image, r).routing
         close([s["shares"] for s in steps], explained.shares, f"shares of the children's data at r = {r}")  # type: ignore[union-attr]
     close(got["redraws"], redraws(model, poses), "the EM decoder's redraws")
+
+
+def test_the_browser_holds_what_it_was_sent_and_says_what_it_lacks(page, served) -> None:
+    """js/store.js: a group of arrays carried once is held and put in by name later; a group named but never
+    carried is reported missing (the page then asks the server to send it again)."""
+    _, url = served
+    page.goto(f"{url}/index.html")
+    said = page.evaluate(
+        """async () => {
+          const { withHeld } = await import("./js/store.js");
+          const header = { held: { "decoder:abc": ["w0"] } };
+          const first = withHeld(header, { "decoder:abc/w0": new Float32Array([1, 2]), image: new Float32Array(1) });
+          const second = withHeld(header, { image: new Float32Array(1) });
+          const lacking = withHeld({ held: { "votes:xyz": ["votes"] } }, {});
+          return [Array.from(first.arrays.w0), Array.from(second.arrays.w0), second.missing, lacking.missing,
+                  Object.keys(second.arrays).sort()];
+        }"""
+    )
+    assert said == [[1, 2], [1, 2], [], ["votes:xyz"], ["image", "w0"]]

@@ -16,6 +16,8 @@ import streamlit as st
 from streamlit.components.v2.get_bidi_component_manager import get_bidi_component_manager
 from streamlit.components.v2.manifest_scanner import ComponentConfig, ComponentManifest
 
+from dashboard import state
+
 PROJECT = "capsnet-explorer"
 NAME = f"{PROJECT}.knobs"
 ASSETS = Path(__file__).resolve().parent / "js"
@@ -31,11 +33,18 @@ def _renderer() -> Any:
     return st.components.v2.component(NAME, js="main.js", css="knobs.css", html='<div class="knobs"></div>')
 
 
+def _missing(key: str) -> None:
+    """The browser lacks groups of arrays it was thought to hold: forget them, so that this run sends them."""
+    asked = str((st.session_state.get(key) or {}).get("missing") or "")
+    state.forget_knobs_held(asked.split("#")[0].split())
+
+
 def knobs(
     payload: bytes, *, key: str, reports: tuple[str, ...] = (), on_change: Callable[[], None] | None = None
 ) -> Any:
-    """Mount the knobs on `payload` (`dashboard.knobs.payload.pack`, whose header names the view). The component
-    reports back only the state named in `reports` (what a link or another page needs), calling `on_change` when one
-    of them changes; its result holds them."""
+    """Mount the knobs on `payload` (`dashboard.knobs.views`, whose header names the view). The component reports
+    back only the state named in `reports` (what a link or another page needs), calling `on_change` when one of them
+    changes, and any array it was thought to hold and does not; its result holds that state."""
     callback = on_change or (lambda: None)
-    return _renderer()(key=key, data=payload, **{f"on_{name}_change": callback for name in reports})
+    callbacks = {f"on_{name}_change": callback for name in reports}
+    return _renderer()(key=key, data=payload, on_missing_change=lambda: _missing(key), **callbacks)

@@ -2,7 +2,9 @@
 
 A payload's header names its view (`js/main.js`) and its `identity`: the model and the input. A rerun that changes
 neither keeps the browser's state (where the sliders are, the iteration shown); reading a new input is one server
-run, cached by the image's hash, and the model's decoder goes with each payload, float16 where that is exact.
+run, cached by the image's hash. The large arrays go once per browser session (`js/store.js`): a model's decoder
+(float16 where that is exact) and an input's votes are sent the first time and named after that, so a stroke or an
+r step sends kilobytes, not megabytes.
 """
 
 from __future__ import annotations
@@ -31,9 +33,25 @@ def _inputs(model_key: str, image: np.ndarray, most: int, _model: Any) -> ri.Rou
     return ri.routing_inputs(_model, image, most)
 
 
+HELD_BY_SERVER = 8  # groups the session remembers sending; the browser keeps 16 (`js/store.js`)
+
+
+def _pack(header: dict[str, Any], arrays: dict[str, np.ndarray], groups: dict[str, dict[str, np.ndarray]]) -> bytes:
+    """The payload, with each group of large arrays carried only if this browser session was not sent it before."""
+    held = set(state.knobs_held())
+    sent = [key for key in groups if key not in held]
+    carried = {f"{key}/{name}": array for key in sent for name, array in groups[key].items()}
+    state.note_knobs_held(list(groups), HELD_BY_SERVER)
+    return payload.pack({**header, "held": {key: list(group) for key, group in groups.items()}}, {**arrays, **carried})
+
+
 def _identity(model: Model, image: np.ndarray) -> str:
     """The model and the input, as a hash (the model's key names a server path the browser has no need of)."""
     return hashlib.sha1(f"{model.key}#{state.input_digest(image)}".encode()).hexdigest()[:16]
+
+
+def _decoder_key(model: Model) -> str:
+    return "decoder:" + hashlib.sha1(model.key.encode()).hexdigest()[:16]
 
 
 def _side_and_channels(image: np.ndarray) -> tuple[int, int]:
@@ -66,9 +84,8 @@ def dimensions(model: Model, image: np.ndarray, capsule: int | None, lead: str, 
         "low": np.stack([r.low for r in ranges]).astype(np.float32),
         "high": np.stack([r.high for r in ranges]).astype(np.float32),
         "image": np.asarray(reading.image, dtype=np.float32),
-        **_decoder(model.key, model.net),
     }
-    return payload.pack(header, arrays)
+    return _pack(header, arrays, {_decoder_key(model): _decoder(model.key, model.net)})
 
 
 def routing(model: Model, image: np.ndarray, iterations: int, capsule: int | None, lead: str) -> bytes:
@@ -95,4 +112,4 @@ def routing(model: Model, image: np.ndarray, iterations: int, capsule: int | Non
         "draws": DRAWS,
         "lead": lead,
     }
-    return payload.pack(header, payload.routing_arrays(inputs))
+    return _pack(header, {}, {f"votes:{header['identity']}:{most}": payload.routing_arrays(inputs)})

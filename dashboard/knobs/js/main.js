@@ -6,6 +6,7 @@
 // benchmarks wait on it.
 
 import { unpack } from "./pack.js";
+import { withHeld } from "./store.js";
 
 const VIEWS = {
   dimensions: "./dimensions.js",
@@ -24,7 +25,14 @@ export default async function knobs({ data, parentElement, setStateValue }) {
     root.textContent = `The knobs could not read what the server sent: ${error.message}`;
     return;
   }
-  const { header, arrays } = payload;
+  const { header } = payload;
+  const { arrays, missing } = withHeld(header, payload.arrays);
+  if (missing.length) {
+    // the server thought this page held them (a payload it sent was never drawn): it sends them again
+    root.textContent = "Loading...";
+    setStateValue("missing", `${missing.join(" ")} #${Date.now()}`); // a new value each time: a new request
+    return;
+  }
   if (!Object.hasOwn(VIEWS, header.view)) {
     root.textContent = `No view named ${JSON.stringify(header.view)}.`;
     return;
