@@ -1,6 +1,6 @@
 """What the browser benchmarks share: a tree of the app as of a commit, `streamlit run` of a tree, Chromium.
 
-Imported by bench_routing_page.py and bench_knobs.py (run from the repository root or from benchmarks/: Python puts
+Imported by bench_knobs.py (run from the repository root or from benchmarks/: Python puts
 a script's own folder first on the path). Every wait here is bounded.
 """
 
