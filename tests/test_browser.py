@@ -253,7 +253,7 @@ def overlap(a: dict[str, float] | None, b: dict[str, float] | None) -> bool:
 
 
 def test_moving_a_dimension_slider_redraws_in_the_browser_without_a_server_run(page, app: App, screenshots) -> None:
-    """The knobs (issue 68): a pose slider moved by the keyboard redraws at once in the browser, as the decoder does in
+    """The knobs: a pose slider moved by the keyboard redraws at once in the browser, as the decoder does in
     PyTorch, and the server does not run; choosing another capsule reports it back (the link and Figure 4 follow)."""
     from capsnet.checkpoints.checkpoint import load_checkpoint
     from capsnet.readings.decoding import decode_vector
@@ -417,7 +417,7 @@ def test_a_shared_link_opens_the_view_and_the_votes_step(page, app: App) -> None
 
 
 def test_the_routing_knobs_step_and_switch_couplings_in_the_browser(page, app: App, data_dir: Path) -> None:
-    """The knobs (issue 68): stepping the iterations and switching the coupling rule recompute in the browser, with
+    """The knobs: stepping the iterations and switching the coupling rule recompute in the browser, with
     PyTorch's numbers (the model read at that r, and the server's uniform and random couplings), and no server run."""
     from capsnet.checkpoints.checkpoint import load_checkpoint
     from capsnet.data.datasets import as_tensors, load_dataset

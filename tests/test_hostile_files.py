@@ -462,6 +462,8 @@ def test_a_kill_at_the_last_commit_is_finished_on_resume(data_dir: Path, tmp_pat
     assert trainer.train(tiny(tmp_path, epochs=1, resume=True)) == []  # reconciled: nothing left to train
     progress = RunFolder(tmp_path).read_progress()
     assert progress is not None and progress.status == "finished" and progress.best_accuracy > 0
+    # the last epoch, whole: not "epoch 2 of 1"
+    assert (progress.epoch, progress.epochs, progress.batch) == (1, 1, progress.batches), progress
 
 
 def test_a_resume_that_contradicts_its_run_is_one_line(data_dir: Path, tmp_path: Path) -> None:

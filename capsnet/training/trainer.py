@@ -189,10 +189,12 @@ def set_up(prepared: Prepared, env: Distributed, device: torch.device) -> Run:
         net = torch.nn.parallel.DistributedDataParallel(
             net, device_ids=[env.local_rank] if device.type == "cuda" else None
         )
+    done = state.epoch >= options.epochs  # resumed after its last epoch was committed: the last epoch, whole
     progress = ProgressWriter(
         folder,
-        Progress(status="running", pid=os.getpid(), dataset=options.dataset, epochs=options.epochs, epoch=state.epoch + 1,
-                 batches=batches, batch=state.batch, started=time.time()),
+        Progress(status="running", pid=os.getpid(), dataset=options.dataset, epochs=options.epochs,
+                 epoch=options.epochs if done else state.epoch + 1, batches=batches,
+                 batch=batches if done else state.batch, started=time.time()),
         enabled=env.is_main,
     )  # fmt: skip
     return Run(prepared, env, device, data, batches, model, net, judge, optimizer, scheduler, saver, progress,
