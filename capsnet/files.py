@@ -295,23 +295,45 @@ def append_jsonl(path: str | os.PathLike, record: dict[str, Any]) -> None:
         raise _cannot_write(Path(path), error) from None
 
 
+MAX_JSONL_LINE = 1 << 20  # a line of ours is a few hundred bytes: a longer one is damage, skipped unread
+MAX_JSONL_BYTES = 64 * 2**20  # and a file's lines are read up to this many bytes at most
+
+
 def read_jsonl(path: str | os.PathLike, limit: int | None = None) -> list[dict[str, Any]]:
     """The complete JSON lines of `path` (a line being written is skipped), at most `limit` of them, read lazily
-    (a huge file costs only the lines taken); [] if absent."""
+    (a huge file costs only the lines taken, and at most MAX_JSONL_BYTES: a 3 GB file of one line is not read into
+    memory); [] if absent. FileReadError for a FIFO, a device or a folder, before it is opened."""
     records: list[dict[str, Any]] = []
+    read = 0
     try:
         _regular(path)  # a FIFO would block, a folder raise, a device never end
-        with open(path, encoding="utf-8", errors="replace") as handle:  # damaged bytes cost their line only
-            for line in handle:
-                if limit is not None and len(records) >= limit:
+        with open(path, "rb") as handle:
+            while (limit is None or len(records) < limit) and read < MAX_JSONL_BYTES:
+                line = handle.readline(MAX_JSONL_LINE + 1)
+                if not line:
                     break
+                read += len(line)
+                if len(line) > MAX_JSONL_LINE:  # damage: the rest of this line is skipped a bounded piece at a time
+                    while line and not line.endswith(b"\n") and read < MAX_JSONL_BYTES:
+                        line = handle.readline(MAX_JSONL_LINE)
+                        read += len(line)
+                    continue
                 try:
-                    records.append(loads_json(line))
+                    records.append(loads_json(line.decode("utf-8", errors="replace")))  # damaged bytes: that line
                 except ValueError:  # not JSON, or nested past any line of ours
                     continue
     except FileNotFoundError:
         return []
     return records
+
+
+def read_tail(path: str | os.PathLike, max_bytes: int) -> bytes:
+    """The last `max_bytes` of `path`, a regular file (a FIFO or a device is refused before it is opened, so nothing
+    blocks); OSError where it cannot be read."""
+    info = _regular(path)
+    with open(path, "rb") as handle:
+        handle.seek(max(0, info.st_size - max_bytes))
+        return handle.read(max_bytes)
 
 
 def file_sha256(path: str | os.PathLike) -> str:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from dashboard_fixtures import app_dirs, app_run, app_with_run  # noqa: F401
 from safetensors.torch import save_file
 
 from capsnet.checkpoints import manifest
@@ -799,3 +800,58 @@ def test_every_command_and_the_catalogue_refuse_every_hostile_checkpoint_in_one_
     assert {"fifo.safetensors", "dir.safetensors", "zero.safetensors"}.isdisjoint(listed)  # never opened
     for name in ("nested-config", "unknown-format", "list-config", "truncated", "random-bytes", "empty", "text"):
         assert listed[f"{name}.safetensors"].error, name  # named in the picker as unreadable, never chosen
+
+
+def _hostile_run(run: Path, fault: str, outside: Path) -> None:
+    """A run folder whose one file is hostile: a FIFO, a folder, a link to a device or outside, empty or huge."""
+    import os
+
+    names = {"best": "best.safetensors", "metrics": "metrics.jsonl", "log": "train.log"}
+    kind, what = fault.split(":")
+    target = run / names[kind]
+    target.unlink(missing_ok=True)
+    if what == "fifo":
+        os.mkfifo(target)
+    elif what == "folder":
+        target.mkdir()
+    elif what == "zero":
+        target.symlink_to("/dev/zero")
+    elif what == "outside":
+        target.symlink_to(outside)
+    elif what == "empty":
+        target.write_bytes(b"")
+    elif what == "huge":
+        with open(target, "wb") as handle:
+            handle.truncate(3 * 2**30)  # sparse: 3 GB that take no disk
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "fault",
+    ["best:fifo", "best:empty", "best:outside", "metrics:fifo", "metrics:folder", "metrics:zero", "metrics:huge",
+     "log:fifo", "log:zero"],
+)  # fmt: skip
+def test_one_hostile_run_folder_is_one_bad_row_not_a_broken_page(app_with_run, tmp_path: Path, fault: str) -> None:  # noqa: F811
+    """The Training runs page and the sidebar read every run folder of the runs root: one folder with a hostile file
+    (a FIFO, a folder, a link to /dev/zero or outside, an empty or a 3 GB file) costs its own row, never the page (it
+    raised, or hung 300 s on a FIFO), and the other runs are listed."""
+    import json
+
+    from dashboard_fixtures import APP, RUN_NAME, clear_streamlit_caches
+    from streamlit.testing.v1 import AppTest
+
+    runs_root, _ = app_with_run
+    bad = runs_root / "20250102-000000-mnist"
+    shutil.copytree(runs_root / RUN_NAME, bad)
+    (bad / "progress.json").write_text(json.dumps({"status": "failed", "pid": 0, "epochs": 1, "dataset": "mnist",
+                                                   "reason": "RuntimeError: boom"}))  # fmt: skip
+    outside = tmp_path / "secret.txt"
+    outside.write_text("not a checkpoint")
+    _hostile_run(bad, fault, outside)
+    clear_streamlit_caches()
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    at.switch_page("app_pages/training.py").run()
+    assert not at.exception, [e.stack_trace for e in at.exception]
+    shown = " ".join(str(getattr(e, "value", "")) for e in [*at.markdown, *at.caption, *at.dataframe])
+    assert RUN_NAME in shown or any(RUN_NAME in str(e.label) for e in at.expander), "the good run is listed"

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import IO, Any, Literal, TypedDict, cast
 
 from capsnet.errors import CapsNetError
-from capsnet.files import append_jsonl, atomic_write, read_json, read_jsonl, write_failure, write_json
+from capsnet.files import append_jsonl, atomic_write, read_json, read_jsonl, read_tail, write_failure, write_json
 
 RUNS_ENV = "CAPSNET_RUNS_DIR"
 PROGRESS_EVERY_S = 1.0  # progress.json is rewritten at most this often (always on a status change)
@@ -183,7 +183,11 @@ class RunFolder:
         (a hand-edited or damaged file costs those values, never its reader). `limit`: read at most that many
         lines (the dashboard's bound: a file of 200,000 lines is not read whole on every rerun)."""
         records: list[EpochRecord] = []
-        for raw in read_jsonl(self.path / self.METRICS, limit):
+        try:
+            lines = read_jsonl(self.path / self.METRICS, limit)
+        except OSError:  # a FIFO, a folder, a device: this run shows no epochs, and every other run its own
+            return records
+        for raw in lines:
             if not isinstance(raw, dict) or not _whole(raw.get("epoch")) or raw["epoch"] < 1:
                 continue
             record = {k: v for k, v in raw.items() if k in _NUMERIC and _finite(v)}
@@ -222,11 +226,8 @@ class RunFolder:
     def log_tail(self, lines: int = 40, max_bytes: int = 64_000) -> str:
         """The last `lines` lines of train.log ('' if it has none)."""
         try:
-            with open(self.path / self.LOG, "rb") as handle:
-                handle.seek(0, os.SEEK_END)
-                handle.seek(max(0, handle.tell() - max_bytes))
-                text = handle.read().decode("utf-8", errors="replace")
-        except OSError:
+            text = read_tail(self.path / self.LOG, max_bytes).decode("utf-8", errors="replace")
+        except OSError:  # absent, unreadable, or a FIFO or a device (refused before it is opened)
             return ""
         return "\n".join(text.splitlines()[-lines:])
 
