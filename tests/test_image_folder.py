@@ -243,3 +243,35 @@ def test_a_picture_whose_sides_differ_too_much_is_refused_before_it_is_decoded(t
     (tmp_path / "a" / "wide.png").write_bytes(wide)
     with pytest.raises(image_folder.ImageFolderError, match="wide.png is 4000000x1 pixels"):
         image_folder.scan(image_folder.FolderSpec(tmp_path))
+
+
+def test_a_model_read_against_other_data_is_one_line(grey_folder: Path, colour_folder: Path, tmp_path: Path) -> None:
+    """`evaluate` of a model on data it does not read (other classes, another count of them, grey against colour)
+    is one line saying which, not a traceback from its first batch nor a silent measure of renamed classes."""
+    from capsnet.checkpoints.checkpoint import save_checkpoint
+    from capsnet.nn.capsnet import CapsNet
+    from capsnet.nn.config import CapsNetConfig
+
+    shipped = Path(__file__).resolve().parents[1] / "checkpoints" / "mnist.safetensors"
+
+    def said(*args: object) -> str:
+        done = capsnet("evaluate", *args, "--limit", "8")
+        message = done.stderr.strip()
+        assert done.returncode == 2 and "\n" not in message and "Traceback" not in message, message
+        return message
+
+    def grey_pictures(classes: int, side: int) -> str:  # a folder of grey pictures a model can say it read
+        root = tmp_path / f"grey{classes}x{side}"
+        for k in range(classes):
+            (root / f"class {k}").mkdir(parents=True)
+            for n in range(2):
+                Image.fromarray(np.full((side, side), 60 * n + 20 * k, np.uint8)).save(root / f"class {k}" / f"{n}.png")
+        return f"{root}@{side}"
+
+    assert "knows other classes than" in said(shipped, "--dataset", grey_folder)  # digits against clothes
+    two = CapsNet(CapsNetConfig.preset("tiny", num_classes=2))
+    path = save_checkpoint(tmp_path / "two.safetensors", two, {"dataset": grey_pictures(2, 28)})
+    assert "knows 2 classes and MNIST has 10" in said(path, "--dataset", "mnist")
+    grey = CapsNet(CapsNetConfig.preset("tiny", num_classes=4, image_size=32))
+    path = save_checkpoint(tmp_path / "grey.safetensors", grey, {"dataset": grey_pictures(4, 32)})
+    assert "reads grey images and" in said(path, "--dataset", f"{colour_folder}@32")

@@ -57,6 +57,25 @@ class Checkpoint:
             return list(names)
         return [str(k) for k in range(self.config.num_classes)]
 
+    def unlike(self, title: str, side: int, channels: int, classes: tuple[str, ...] | list[str]) -> str | None:
+        """How this model differs from the data named (`title`: its pictures' side and channels, its classes), in
+        one sentence, or None when it reads that data: a model read against the wrong data is said, not a traceback
+        from its first batch or a silent measure of renamed classes."""
+        c = self.config
+        if c.image_size != side:
+            return f"{self.path} reads {c.image_size}x{c.image_size} images and {title} is {side}x{side}"
+        own = getattr(c, "in_channels", 1)
+        if own != channels:
+            kinds = {1: "grey", 3: "colour"}
+            return f"{self.path} reads {kinds.get(own, own)} images and {title} is {kinds.get(channels, channels)}"
+        if c.num_classes != len(classes):
+            return f"{self.path} knows {c.num_classes} classes and {title} has {len(classes)}"
+        named = self.info.class_names
+        if len(named) == len(classes) and list(named) != list(classes):
+            differ = next(f"{a!r} where it has {b!r}" for a, b in zip(named, classes) if a != b)
+            return f"{self.path} knows other classes than {title}: {differ}"
+        return None
+
 
 def save_checkpoint(
     path: str | os.PathLike,

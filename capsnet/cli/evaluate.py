@@ -51,11 +51,9 @@ def main(argv: list[str] | None = None) -> int:
             raise CapsNetError(f"{checkpoint.path} holds {net.described}: --routing-iterations does not apply to it")
         name = args.dataset or checkpoint.info.dataset_name
         info = dataset_info(name)
-        if checkpoint.config.image_size != info.image_size:
-            raise CapsNetError(
-                f"{checkpoint.path} reads {checkpoint.config.image_size}x{checkpoint.config.image_size} images and "
-                f"{info.title} is {info.image_size}x{info.image_size}: evaluate it on its own dataset"
-            )
+        unlike = checkpoint.unlike(info.title, info.image_size, info.channels, info.classes)
+        if unlike is not None:
+            raise CapsNetError(f"{unlike}: evaluate it on its own dataset")
         if args.keep and (name != checkpoint.info.dataset_name or args.routing_iterations is not None):
             raise CapsNetError("--keep keeps the evaluation the dashboard shows: on the checkpoint's own dataset, at "
                                "its own routing count (leave out --dataset and --routing-iterations)")  # fmt: skip
