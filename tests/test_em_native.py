@@ -155,7 +155,8 @@ def test_the_build_is_kept_in_the_cache_and_named_by_its_source(
     try:
         assert em_native.kernel() is not None
         assert len(builds) == 1 and builds[0].parent == tmp_path / "native"
-        assert [p.name for p in (tmp_path / "native").iterdir()] == [builds[0].name]  # no temporaries left
+        kept = sorted(p.name for p in (tmp_path / "native").iterdir())
+        assert kept == [builds[0].name, builds[0].name + ".sha256"]  # the library and its digest: no temporaries
         em_native._load.cache_clear()
         assert em_native.kernel() is not None and len(builds) == 1  # a second process loads what the first built
         changed = tmp_path / "em_kernel.c"
@@ -408,3 +409,83 @@ def test_the_portable_build_reads_and_trains_as_the_pytorch_path(
                 torch.testing.assert_close(got, want, rtol=0, atol=1e-4 * want.abs().max().item() + 1e-7)
     finally:
         em_native._load.cache_clear()
+
+
+def _script(path: Path, body: str) -> str:
+    path.write_text("#!/bin/sh\n" + body + "\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_a_compiler_that_cannot_build_the_kernel_leaves_pytorch_to_route(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """$CC with an unbalanced quote, a "compiler" that exits 0 and builds a library without the kernel's entries,
+    and one that hangs: each leaves the kernel None (every reading routes with PyTorch) with at most one line said,
+    not a traceback in every EM reading; a hanging compiler is waited for once, not once per set of flags."""
+    import subprocess
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    empty = tmp_path / "empty.c"
+    empty.write_text("int nothing(void) { return 0; }\n")
+    gcc = em_native._compiler()
+    assert gcc is not None
+    impostor = _script(tmp_path / "impostor", f'exec {gcc[0]} -shared -fPIC -o "$(echo "$@" | sed "s/.* -o //;s/ .*//")" '
+                                             f"{empty}")  # fmt: skip
+    hangs = _script(tmp_path / "hangs", "sleep 30")
+    runs: list[list[str]] = []
+    run = subprocess.run
+    monkeypatch.setattr(em_native.subprocess, "run", lambda c, **k: runs.append(c) or run(c, **k))
+    monkeypatch.setattr(em_native, "COMPILE_SECONDS", 1)
+    for compiler, said in (('gcc "unbalanced', "is not a command"), (impostor, ""), (hangs, "ran past 1 s")):
+        monkeypatch.setenv(em_native.COMPILER_ENV, compiler)
+        em_native._load.cache_clear()
+        runs.clear()
+        try:
+            assert em_native.kernel() is None, compiler
+        finally:
+            em_native._load.cache_clear()
+        err = capfd.readouterr().err.strip()
+        assert said in err and "Traceback" not in err and err.count("\n") == 0, (compiler, err)
+        if compiler == hangs:
+            assert len([c for c in runs if "--version" not in c]) == 1, runs  # waited for once
+
+
+def test_a_cached_library_is_loaded_only_when_it_is_what_was_built(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A library in the cache is trusted only when its bytes are those its build recorded and nobody else can write
+    it or its folder: a truncated one (loading it killed the process with SIGBUS), a replaced one or one in a folder
+    others can write is built again, never loaded. Without a home folder the build goes to a private folder of the
+    process's, not to a /tmp name another user can create first and fill."""
+    import hashlib
+
+    folder = tmp_path / "native"
+    folder.mkdir(mode=0o755)
+    target = folder / "em_kernel-0123.so"
+    target.write_bytes(b"\x7fELF" + bytes(8192))
+    (folder / "em_kernel-0123.so.sha256").write_text(hashlib.sha256(target.read_bytes()).hexdigest())
+    assert em_native._trusted(target)
+    target.write_bytes(target.read_bytes()[:4096])  # truncated
+    assert not em_native._trusted(target)
+    target.write_bytes(b"\x7fELF" + bytes(8192))
+    folder.chmod(0o777)  # a folder anyone can write
+    assert not em_native._trusted(target)
+    folder.chmod(0o755)
+    (folder / "em_kernel-0123.so.sha256").unlink()  # no record of a build
+    assert not em_native._trusted(target)
+
+    def no_home() -> Path:
+        raise RuntimeError("no home")
+
+    targets: list[Path] = []
+    monkeypatch.setattr(em_native, "cache_dir", no_home)
+    monkeypatch.setattr(em_native, "_build", lambda c, f, t: targets.append(t))  # nothing built: where it would go
+    em_native._load.cache_clear()
+    try:
+        assert em_native.kernel() is None
+    finally:
+        em_native._load.cache_clear()
+    private = targets[0].parent
+    assert private.name.startswith("capsnet-native-") and (private.stat().st_mode & 0o077) == 0
+    assert all(t.parent == private for t in targets)

@@ -25,6 +25,7 @@ import os
 import platform
 import shlex
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -62,10 +63,19 @@ def enabled() -> bool:
     return os.environ.get(NATIVE_ENV, "1").strip() != "0"
 
 
+def _said(message: str) -> None:
+    """One line on stderr where the kernel cannot be had: every reading then routes with PyTorch."""
+    print(f"capsnet: {message}: EM routing runs with PyTorch", file=sys.stderr)
+
+
 def _compiler() -> list[str] | None:
     """The C compiler to build with, as a command: $CC (which may carry words of its own, "ccache gcc"), else the
     first of cc, gcc and clang on the PATH."""
-    named = shlex.split(os.environ.get(COMPILER_ENV, ""))
+    try:
+        named = shlex.split(os.environ.get(COMPILER_ENV, ""))
+    except ValueError as error:  # an unbalanced quote
+        _said(f"${COMPILER_ENV} is not a command ({error})")
+        return None
     if named:
         found = shutil.which(named[0])
         return None if found is None else [found, *named[1:]]
@@ -89,14 +99,41 @@ def _version(compiler: list[str]) -> str:
         return ""
 
 
+class _CompilerHangs(Exception):
+    """The compiler ran past COMPILE_SECONDS: no other flags are tried (it would hang again)."""
+
+
+def _digest_path(target: Path) -> Path:
+    return target.with_name(target.name + ".sha256")
+
+
+def _trusted(target: Path) -> bool:
+    """Whether the cached library at `target` may be loaded: a regular file (not a link) and its folder this user's
+    own, written by nobody else, and its bytes those its build recorded (a truncated or replaced file is built
+    again: loading one killed the process with SIGBUS)."""
+    try:
+        folder, info = os.stat(target.parent), os.lstat(target)
+        recorded = _digest_path(target).read_text().strip()
+    except OSError:
+        return False
+    owner = os.getuid() if hasattr(os, "getuid") else info.st_uid
+    for entry in (folder, info):
+        if entry.st_uid != owner or entry.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            return False
+    return stat.S_ISREG(info.st_mode) and hashlib.sha256(target.read_bytes()).hexdigest() == recorded
+
+
 def _build(compiler: list[str], flags: tuple[str, ...], target: Path) -> ctypes.CDLL | None:
-    """Compile SOURCE and load it, kept at `target` (written atomically) where the cache can be written, else loaded
-    from where it was built; None where the compiler fails or the library does not load."""
-    with tempfile.TemporaryDirectory() as scratch:
+    """Compile SOURCE and load it, kept at `target` (written atomically, with its SHA-256 beside it) where the cache
+    can be written, else loaded from where it was built; None where the compiler fails or the library does not load.
+    _CompilerHangs where the compiler runs past COMPILE_SECONDS."""
+    with tempfile.TemporaryDirectory() as scratch:  # private (0700), and removed however the build ends
         built = Path(scratch) / "em_kernel.so"
         command = [*compiler, *flags, "-fPIC", "-shared", "-o", str(built), str(SOURCE), "-lm"]
         try:
             done = subprocess.run(command, capture_output=True, timeout=COMPILE_SECONDS)
+        except subprocess.TimeoutExpired:
+            raise _CompilerHangs from None
         except (OSError, subprocess.SubprocessError):
             return None
         if done.returncode != 0 or not built.is_file():
@@ -104,6 +141,8 @@ def _build(compiler: list[str], flags: tuple[str, ...], target: Path) -> ctypes.
         try:
             with atomic_path(target) as tmp:
                 shutil.copyfile(built, tmp)
+            with atomic_path(_digest_path(target)) as tmp:
+                tmp.write_text(hashlib.sha256(built.read_bytes()).hexdigest())
             return ctypes.CDLL(str(target))
         except (OSError, CapsNetError):  # a cache that cannot be written: this process loads its own build
             try:
@@ -143,21 +182,30 @@ def _load() -> ctypes.CDLL | None:
     machine = _cpu() + _version(compiler)
     try:
         folder = cache_dir() / "native"
-    except RuntimeError:  # no home folder to keep it in
-        folder = Path(tempfile.gettempdir()) / "capsnet-native"
+    except RuntimeError:  # no home folder to keep it in: a private folder of this process's (a shared, predictable
+        folder = Path(tempfile.mkdtemp(prefix="capsnet-native-"))  # /tmp name let another user plant a library)
     for flags in dict.fromkeys(flags for chosen in FLAG_SETS for flags in ((*chosen, *OPENMP), chosen)):
         words = [source, " ".join(flags).encode(), " ".join(compiler).encode(), machine.encode()]
         digest = hashlib.sha256(b"\0".join(words)).hexdigest()[:24]
         target = folder / f"em_kernel-{digest}.so"
         library = None
-        if target.is_file():
+        if _trusted(target):
             try:
-                library = ctypes.CDLL(str(target))
-            except OSError:  # a damaged file in the cache: built again
+                library = _bind(ctypes.CDLL(str(target)))
+            except (OSError, AttributeError):  # damaged, or without the kernel's entries: built again
                 library = None
-        library = library or _build(compiler, flags, target)
+        if library is None:
+            try:
+                built = _build(compiler, flags, target)
+            except _CompilerHangs:
+                _said(f"the C compiler ran past {COMPILE_SECONDS} s")
+                return None
+            try:
+                library = None if built is None else _bind(built)
+            except AttributeError:  # a "compiler" that made a library without the kernel's entries
+                library = None
         if library is not None:
-            return _bind(library)
+            return library
     return None
 
 
