@@ -468,15 +468,72 @@ def overflowing_text(page: Any) -> list[str]:
 
 # ---------------------------------------------------------------- the knobs (dashboard/knobs)
 
-_COUNT_RUNS_JS = """() => {
-  const app = document.querySelector('[data-testid="stApp"]');
-  window.__e2eRuns = 0;
-  if (window.__e2eRunObserver) window.__e2eRunObserver.disconnect();
-  window.__e2eRunObserver = new MutationObserver(() => {
-    if (app.getAttribute('data-test-script-state') === 'running') window.__e2eRuns += 1;
-  });
-  window.__e2eRunObserver.observe(app, { attributes: true, attributeFilter: ['data-test-script-state'] });
-}"""
+
+def _varint(data: bytes, i: int) -> tuple[int, int]:
+    value, shift = 0, 0
+    while True:
+        byte = data[i]
+        i += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return value, i
+
+
+def _fields(data: bytes, start: int, end: int) -> list[tuple[int, int, int, int]]:
+    """A protobuf message's fields (number, wire type, and a varint's value or a length-delimited field's span)."""
+    out, i = [], start
+    while i < end:
+        key, i = _varint(data, i)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            value, i = _varint(data, i)
+            out.append((number, wire, value, value))
+        elif wire == 2:
+            length, i = _varint(data, i)
+            out.append((number, wire, i, i + length))
+            i += length
+        elif wire == 1:
+            i += 8
+        elif wire == 5:
+            i += 4
+        else:
+            break
+    return out
+
+
+def asks_for_a_run(frame: bytes) -> bool:
+    """Whether a message the page sends Streamlit asks for a script run (BackMsg rerun_script, field 11) of its own,
+    not the sidebar fragment's timed tick (its ClientState's is_auto_rerun, field 6)."""
+    try:
+        for number, wire, start, end in _fields(frame, 0, len(frame)):
+            if number == 11 and wire == 2:
+                return not any(n == 6 and w == 0 and v for n, w, v, _ in _fields(frame, start, end))
+    except IndexError:  # not a message of that shape
+        return False
+    return False
+
+
+@dataclass
+class RunRequests:
+    """The script runs the page asks the server for, counted from `start()` on (`watch_run_requests`)."""
+
+    counting: bool = False
+    count: int = 0
+
+    def start(self) -> None:
+        self.counting, self.count = True, 0
+
+    def frame(self, payload: Any) -> None:
+        if self.counting and isinstance(payload, bytes) and asks_for_a_run(payload):
+            self.count += 1
+
+
+def watch_run_requests(page: Any) -> RunRequests:
+    """Before the page opens: watch what it sends Streamlit, to count the runs an interaction asks for."""
+    requests = RunRequests()
+    page.on("websocket", lambda socket: socket.on("framesent", requests.frame))
+    return requests
 
 
 def knobs(page: Any, view: str) -> Any:
@@ -487,13 +544,3 @@ def knobs(page: Any, view: str) -> Any:
 def knob_values(root: Any) -> dict[str, Any]:
     """The numbers the knobs' view shows now (`root.values`, set as each change is drawn)."""
     return root.evaluate("el => el.values")
-
-
-def count_script_runs(page: Any) -> None:
-    """From now on, count the app's script runs (Streamlit marks the app "running" while one is under way)."""
-    page.evaluate(_COUNT_RUNS_JS)
-
-
-def script_runs(page: Any) -> int:
-    """The script runs since `count_script_runs`."""
-    return int(page.evaluate("() => window.__e2eRuns"))

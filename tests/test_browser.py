@@ -31,18 +31,17 @@ from browser_support import (
     canvas_box,
     choose_option,
     click_until,
-    count_script_runs,
     draw_one,
     draw_zero,
     go_to,
     knob_values,
     knobs,
     overflowing_text,
-    script_runs,
     sidebar,
     streamlit_app,
     wait_idle,
     wait_rendered,
+    watch_run_requests,
 )
 from dashboard_fixtures import ship_affine_pair
 
@@ -109,6 +108,7 @@ def draw_and_predict(page, draw=draw_one) -> str:
 
 
 def test_draw_a_digit_and_see_the_prediction(page, app: App, screenshots: Screenshots, tmp_path: Path) -> None:
+    runs = watch_run_requests(page)
     open_app(page, app)
     # a first visit opens on test image #0, read at once (issue 31, item 1); the canvas is one click away
     expect(page.get_by_text("input: test image #0")).to_be_visible(timeout=PAGE_LOAD_MS)
@@ -132,12 +132,12 @@ def test_draw_a_digit_and_see_the_prediction(page, app: App, screenshots: Screen
     wait_rendered(page)
     sizes = images.evaluate_all("imgs => imgs.map(i => [i.naturalWidth, i.naturalHeight])")
     assert all(w == h and w >= 28 for w, h in sizes), sizes
-    count_script_runs(page)
+    runs.start()
     redraw.locator('.segmented[aria-label="capsule to redraw"] button').nth(7).click()  # what if it were a 7?
     expect(redraw.get_by_text("reconstruction from capsule 7")).to_be_visible()
     assert knob_values(redraw)["capsule"] == 7
     page.wait_for_timeout(300)
-    assert script_runs(page) == 0, "another capsule's redraw ran the server"
+    assert runs.count == 0, "another capsule's redraw ran the server"
     redraw.locator('.segmented[aria-label="capsule to redraw"] button').nth(1).click()
     screenshots.take(page, "draw.png")
 
@@ -258,6 +258,7 @@ def test_moving_a_dimension_slider_redraws_in_the_browser_without_a_server_run(p
     from capsnet.checkpoints.checkpoint import load_checkpoint
     from capsnet.readings.decoding import decode_vector
 
+    runs = watch_run_requests(page)
     open_app(page, app)
     digit = draw_and_predict(page)
     go_to(page, "Capsule dimensions")
@@ -267,7 +268,7 @@ def test_moving_a_dimension_slider_redraws_in_the_browser_without_a_server_run(p
     expect(root.get_by_text("No dimension moved yet")).to_be_visible()
     expect(root.get_by_text(f"from capsule {digit}")).to_be_visible()
     wait_idle(page)
-    count_script_runs(page)
+    runs.start()
     slider = root.locator('input[data-dim="0"]')
     before = float(slider.input_value())
     slider.focus()
@@ -280,7 +281,7 @@ def test_moving_a_dimension_slider_redraws_in_the_browser_without_a_server_run(p
     expected = decode_vector(model, np.asarray(shown["pose"], dtype=np.float32), shown["capsule"]).ravel()
     assert np.abs(np.asarray(shown["reconstruction"]) - expected).max() <= 1e-4  # the decoder's redraw, in the browser
     page.wait_for_timeout(500)
-    assert script_runs(page) == 0, "a slider move ran the server"
+    assert runs.count == 0, "a slider move ran the server"
     screenshots.take(page, "dimensions.png")
 
     other = (int(digit) + 1) % 10
@@ -290,6 +291,7 @@ def test_moving_a_dimension_slider_redraws_in_the_browser_without_a_server_run(p
     wait_idle(page)
     assert f"capsule={other}" in page.url  # the link follows the capsule in focus
     assert knob_values(root)["capsule"] == other
+    assert runs.count >= 1  # the capsule was reported back: the count sees the runs the page asks for
 
 
 # ---------------------------------------------------------------- Routing
@@ -424,11 +426,12 @@ def test_the_routing_knobs_step_and_switch_couplings_in_the_browser(page, app: A
     from capsnet.readings import coupling_rules as cr
     from capsnet.readings.reading import read
 
+    runs = watch_run_requests(page)
     open_app(page, app, "/routing?checkpoint=mnist&test=3&iterations=3")
     root = knobs(page, "routing")
     expect(root.locator("[data-role=step]")).to_have_text("iteration 3 of 3", timeout=PAGE_LOAD_MS)
     wait_idle(page)
-    count_script_runs(page)
+    runs.start()
     model = load_checkpoint(app.checkpoints_dir / "mnist.safetensors").model.eval()
     image = as_tensors(load_dataset("mnist", train=False))[0][3, 0].numpy()
 
@@ -458,7 +461,7 @@ def test_the_routing_knobs_step_and_switch_couplings_in_the_browser(page, app: A
         assert np.abs(np.asarray(experiment[rule]) - getattr(every, rule)).max() <= 1e-4, rule
     assert abs(experiment["randomEntropy"] - every.entropy[2]) <= 1e-4
     page.wait_for_timeout(500)
-    assert script_runs(page) == 0, "a step, a coupling rule or the experiment ran the server"
+    assert runs.count == 0, "a step, a coupling rule or the experiment ran the server"
 
 
 def test_a_click_on_a_vote_selects_its_primary_capsule_in_every_view(page, app: App) -> None:
@@ -824,6 +827,7 @@ def test_clicking_a_stage_of_the_architecture_shows_its_computation(page, app: A
 def test_step_the_routing_playground_and_drag_a_vote(page, app: App, screenshots: Screenshots) -> None:
     """The toy runs in the browser: a preset, a step, a click on a vote and a drag recompute both routings with no
     script run; the real model's votes below step on the server, each on its own iteration."""
+    runs = watch_run_requests(page)
     page.goto(app.url + "/playground?checkpoint=mnist&test=3")
     root = knobs(page, "playground")
     expect(root).to_have_attribute("data-settled", re.compile(r"^\d+$"), timeout=PAGE_LOAD_MS)
@@ -832,7 +836,7 @@ def test_step_the_routing_playground_and_drag_a_vote(page, app: App, screenshots
     reading = root.locator('[data-role="child-reading"]')
     expect(reading).to_contain_text("Child 1 sends 0.333 to parent 1")
     wait_idle(page)
-    count_script_runs(page)
+    runs.start()
 
     root.locator('[data-role="preset"]').select_option(label="two competing clusters")
     expect(root.locator('[data-role="help"]')).to_contain_text("seven against five")
@@ -868,7 +872,7 @@ def test_step_the_routing_playground_and_drag_a_vote(page, app: App, screenshots
     values = knob_values(root)
     assert (values["parent"], values["child"], values["step"]) == (0, 8, 2)
     page.wait_for_timeout(500)
-    assert script_runs(page) == 0, "the toy ran the server"
+    assert runs.count == 0, "the toy ran the server"
 
     real = page.locator(f".st-key-playground_real_chart{CURRENT}")  # the real model's votes, below, stepped alike
     points = real.locator(".scatterlayer .trace").first.locator(".point")

@@ -7,8 +7,7 @@
         last.safetensors   the model after the latest epoch
         best.safetensors   the model with the best test accuracy so far
         train_state.pt     optimizer, schedule and position, for --resume (tensors and numbers only)
-        watch.safetensors  the training window: a few fixed test images and the network's answers, per snapshot
-                           (`capsnet.training.watch`)
+        watch.safetensors  the training window: fixed test images and the answers, per snapshot (`training.watch`)
         train.log          the trainer's output, when the dashboard started it
         .lock              held (flock) by the trainer writing the folder: one trainer per folder
         *.pending.safetensors  an epoch's checkpoints staged until its state is saved (see capsnet.training.checkpointer)
