@@ -69,6 +69,8 @@ class ArgumentParser(argparse.ArgumentParser):
         """--help, written and flushed here: a stdout that takes nothing (`> /dev/full`) is one line and exit 2, not
         a help that vanishes with exit 0; a reader that goes away ends it quietly (141), as a command's output does."""
         out = file or sys.stdout
+        if out is None:  # standard output closed (`>&-`)
+            self.exit(2, f"{self.prog}: error: cannot write the output: standard output is closed\n")
         try:  # written here: argparse's own printing drops an OSError silently
             out.write(self.format_help())
             out.flush()
@@ -127,6 +129,8 @@ class _GuardedOutput:
         self._stream = stream
 
     def write(self, text: str) -> int:
+        if self._stream is None:  # started with its standard output closed (`>&-`): Python leaves sys.stdout None
+            raise OutputError("cannot write the output: standard output is closed")
         try:
             return int(self._stream.write(text))
         except BrokenPipeError:
@@ -135,6 +139,8 @@ class _GuardedOutput:
             raise OutputError(f"cannot write the output: {(error.strerror or str(error)).lower()}") from None
 
     def flush(self) -> None:
+        if self._stream is None:
+            return
         try:
             self._stream.flush()
         except BrokenPipeError:
@@ -150,7 +156,8 @@ def _silence_stdout() -> None:
     """Point stdout at /dev/null (Python's advice), so that the interpreter's own flush at exit raises nothing."""
     try:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    except (OSError, ValueError, io.UnsupportedOperation):  # not a real file (a test's StringIO): nothing to flush
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):  # not a real file (a test's StringIO, or
+        # None where standard output was closed): nothing to flush
         pass
 
 

@@ -555,6 +555,30 @@ def test_help_that_cannot_be_written_is_one_line(args: list[str]) -> None:
     assert said.endswith("error: cannot write the output: no space left on device"), said
 
 
+@pytest.mark.parametrize("command", ["--help", "predict"])
+def test_a_closed_standard_output_is_one_line(tiny_checkpoint: Path, tmp_path: Path, command: str) -> None:
+    """Started with its standard output closed (`>&-`), a command said nothing useful in a traceback
+    ('NoneType' object has no attribute 'write'): it is one line and a failure."""
+    import subprocess
+    import sys
+
+    from PIL import Image, ImageDraw
+
+    digit = Image.new("L", (28, 28))
+    ImageDraw.Draw(digit).line((14, 4, 14, 24), fill=255, width=3)
+    digit.save(tmp_path / "one.png")
+    args = (
+        ["predict", "--checkpoint", str(tiny_checkpoint), str(tmp_path / "one.png")]
+        if command == "predict"
+        else [command]
+    )
+    line = " ".join([sys.executable, "-m", "capsnet", *args])
+    done = subprocess.run(["sh", "-c", f"{line} >&-"], stderr=subprocess.PIPE, text=True, timeout=120)
+    said = done.stderr.strip()
+    assert done.returncode == 2 and "\n" not in said and "Traceback" not in said, said
+    assert said.endswith("cannot write the output: standard output is closed"), said
+
+
 def test_a_training_state_of_random_bytes_is_one_line(data_dir: Path, tmp_path: Path) -> None:
     """Item 7: a `train_state.pt` whose pickle is random bytes was an IndexError from the weights-only unpickler."""
     import pickle
