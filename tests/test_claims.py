@@ -231,6 +231,12 @@ def test_a_verdict_kept_as_a_record_reads_back_the_same(tmp_path: Path) -> None:
     claims.record_verdict(kept, path)
     again = claims.read_record(path)
     assert again == kept and again.statement() == kept.statement()
+    claims.record_verdict(kept, path)  # a claim record is replaced by a new one
+    other = tmp_path / "settings.json"
+    other.write_text('{"theme": "dark"}')
+    with pytest.raises(CapsNetError, match="exists and is not a claim record"):
+        claims.record_verdict(kept, other)  # a JSON file of someone else's is left alone
+    assert other.read_text() == '{"theme": "dark"}'
     scratch = dataclasses.replace(kept, rows=tuple(dataclasses.replace(r, started_from=0, source_accuracy=None)
                                                    for r in kept.rows))  # fmt: skip
     assert scratch.from_scratch and not kept.from_scratch

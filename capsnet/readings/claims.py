@@ -313,7 +313,16 @@ def verdict(claim: str, capsnet: str | Path, cnn: str | Path) -> Verdict:
 
 
 def record_verdict(verdict: Verdict, path: str | Path) -> None:
-    """Keep `verdict` as a JSON record at `path` (written atomically): its claim and both rows, every field."""
+    """Keep `verdict` as a JSON record at `path` (written atomically): its claim and both rows, every field. A file
+    already there is replaced only when it is a claim record itself: CapsNetError, in one line, for any other (a
+    file that is not ours is never written over)."""
+    if Path(path).exists() or Path(path).is_symlink():
+        try:
+            read_record(path)
+        except CapsNetError:
+            raise CapsNetError(
+                f"{path} exists and is not a claim record: it is left as it is (name another file)"
+            ) from None
     rows = [dataclasses.asdict(r) for r in verdict.rows]
     write_json(path, {"version": RECORD_VERSION, "claim": verdict.claim, "rows": rows}, kind="json")  # a path named
 
