@@ -258,8 +258,8 @@ def page_capsule(key: str) -> int | None:
 
 
 def set_page_capsule(key: str, index: int | None) -> None:
-    """Show capsule `index` (None: the prediction) on the page whose capsule `key` holds."""
-    st.session_state[key] = -1 if index is None else int(index)
+    """Show capsule `index` (None or a negative number: the prediction) on the page whose capsule `key` holds."""
+    st.session_state[key] = -1 if index is None or index < 0 else int(index)
 
 
 def choose_capsule(index: int) -> None:

@@ -194,7 +194,7 @@ def _live_routing_moved(key: str) -> None:
     if value.get("iterations") is not None:
         state.keep_routing_iterations(int(value["iterations"]))
     if value.get("capsule") is not None:
-        state.set_page_capsule(state.ROUTING_CAPSULE, None if int(value["capsule"]) < 0 else int(value["capsule"]))
+        state.set_page_capsule(state.ROUTING_CAPSULE, int(value["capsule"]))  # -1: the prediction's
 
 
 def live_routing(model: Model, image: np.ndarray, lead: str) -> tuple[int, int | None]:

@@ -22,8 +22,8 @@ LEAD += "one aspect of the drawing (thickness, slant, width) and leaves the rest
 def _capsule_moved() -> None:
     """The component chose another capsule: the page's link and Figure 4 follow it."""
     chosen = (st.session_state.get(KNOBS) or {}).get("capsule")
-    if chosen is not None:  # -1: the prediction's, whatever the input
-        state.set_page_capsule(state.DIMENSIONS_CLASS, None if int(chosen) < 0 else int(chosen))
+    if chosen is not None:  # -1: the prediction's, whatever the input (`state.page_capsule`)
+        state.set_page_capsule(state.DIMENSIONS_CLASS, int(chosen))
 
 
 st.title("Capsule dimensions", anchor=False)

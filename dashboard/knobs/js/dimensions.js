@@ -5,18 +5,13 @@
 // focus is reported back (the page's link and Figure 4 follow it).
 
 import { decode } from "./decoder.js";
-import { channelsLast, el, paint, segmented } from "./draw.js";
-
-const SVG = "http://www.w3.org/2000/svg";
+import { channelsLast, el, paint, segmented, svg } from "./draw.js";
 
 function profile(base, edited, low, high) {
   // each dimension's place in its range: the capsule as read (grey) and as edited (accent)
   const width = 640;
   const height = 120;
-  const node = document.createElementNS(SVG, "svg");
-  node.setAttribute("viewBox", `0 0 ${width} ${height}`);
-  node.setAttribute("class", "chart");
-  node.setAttribute("aria-label", "each dimension in its range");
+  const node = svg("svg", { viewBox: `0 0 ${width} ${height}`, class: "chart", "aria-label": "each dimension in its range" });
   const step = width / base.length;
   const y = (v, d) => 10 + (height - 30) * (1 - (v - low[d]) / (high[d] - low[d] || 1));
   base.forEach((value, d) => {
@@ -24,20 +19,18 @@ function profile(base, edited, low, high) {
       [value, "pose", 0.18],
       [edited[d], "edit", 0.52],
     ]) {
-      const rect = document.createElementNS(SVG, "rect");
       const top = y(v, d);
-      rect.setAttribute("x", String(d * step + step * offset));
-      rect.setAttribute("y", String(Math.min(top, height - 20)));
-      rect.setAttribute("width", String(step * 0.3));
-      rect.setAttribute("height", String(Math.max(1, height - 20 - top)));
-      rect.setAttribute("class", cls);
-      node.append(rect);
+      node.append(
+        svg("rect", {
+          x: d * step + step * offset,
+          y: Math.min(top, height - 20),
+          width: step * 0.3,
+          height: Math.max(1, height - 20 - top),
+          class: cls,
+        }),
+      );
     }
-    const label = document.createElementNS(SVG, "text");
-    label.setAttribute("x", String(d * step + step / 2));
-    label.setAttribute("y", String(height - 6));
-    label.setAttribute("class", "tick");
-    label.setAttribute("text-anchor", "middle");
+    const label = svg("text", { x: d * step + step / 2, y: height - 6, class: "tick", "text-anchor": "middle" });
     label.textContent = String(d + 1);
     node.append(label);
   });
@@ -108,6 +101,7 @@ export function mount(root, header, arrays, { report, kept, settled }) {
   paint(input, arrays.image, header.side, header.channels);
 
   let base = null;
+  let redrawn = null; // the chosen capsule's redraw as read
   function choose(k, fromHand) {
     state.capsule = k;
     picker.set(k);
@@ -124,7 +118,8 @@ export function mount(root, header, arrays, { report, kept, settled }) {
     originalCaption.textContent = sliding
       ? `from capsule ${header.names[k]}`
       : `${header.caption} ${header.names[k]}${k === header.prediction ? " (the prediction)" : ""}`;
-    paint(original, redraw(base, k), header.side, header.channels);
+    redrawn = redraw(base, k);
+    paint(original, redrawn, header.side, header.channels);
     // the Capsule dimensions page's link and Figure 4 follow it; the prediction's capsule means "follow the prediction"
     if (fromHand && sliding) report("capsule", k === header.prediction ? -1 : k);
     update();
@@ -133,7 +128,7 @@ export function mount(root, header, arrays, { report, kept, settled }) {
   function update() {
     const k = state.capsule;
     if (!sliding) {
-      root.values = { capsule: k, pose: base.slice(), reconstruction: Array.from(redraw(base, k)) };
+      root.values = { capsule: k, pose: base.slice(), reconstruction: Array.from(redrawn) };
       settled();
       return;
     }

@@ -15,9 +15,11 @@ export function el(tag, attributes = {}, ...children) {
   return node;
 }
 
-function svg(tag, attributes = {}) {
+/** An SVG element with attributes and children. */
+export function svg(tag, attributes = {}, ...children) {
   const node = document.createElementNS(SVG, tag);
-  for (const [name, value] of Object.entries(attributes)) node.setAttribute(name, value);
+  for (const [name, value] of Object.entries(attributes)) node.setAttribute(name, String(value));
+  for (const child of children) node.append(child);
   return node;
 }
 

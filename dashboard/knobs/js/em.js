@@ -5,6 +5,8 @@
 // votes V_ij: Float32Array (J, I, H); activations a_i: (I); beta_u, beta_a: (J). The votes are routed about each
 // parent's plain mean of its votes (a shift EM routing does not see), as the server routes them.
 
+import { couplingEntropy, couplings } from "./couplings.js";
+
 export const EPSILON = 1e-8;
 export const VARIANCE_FLOOR = 1e-4;
 export const LAMBDA_FINAL = 0.3;
@@ -18,18 +20,6 @@ export function inverseTemperature(t) {
 const logSigmoid = (x) => (x >= 0 ? -Math.log1p(Math.exp(-x)) : x - Math.log1p(Math.exp(x)));
 const sigmoid = (x) => 1 / (1 + Math.exp(-x));
 
-function softmaxParents(logits, J, I) {
-  const R = new Float64Array(J * I);
-  for (let i = 0; i < I; i++) {
-    let top = -Infinity;
-    for (let j = 0; j < J; j++) top = Math.max(top, logits[j * I + i]);
-    let total = 0;
-    for (let j = 0; j < J; j++) total += R[j * I + i] = Math.exp(logits[j * I + i] - top);
-    for (let j = 0; j < J; j++) R[j * I + i] /= total;
-  }
-  return R;
-}
-
 /**
  * `iterations` of EM routing. Returns one entry per iteration t: the assignments R_ij its M-step weighed (J*I),
  * the parents' means mu_j (J*H), variances (J*H), activations a_j (J), and the assignments' entropy.
@@ -40,7 +30,7 @@ export function emRoute(votes, activations, betaU, betaA, J, I, H, iterations, {
     for (let i = 0; i < I; i++) for (let h = 0; h < H; h++) centre[j * H + h] += votes[(j * I + i) * H + h];
     for (let h = 0; h < H; h++) centre[j * H + h] /= I;
   }
-  let R = start ? softmaxParents(start, J, I) : new Float64Array(J * I).fill(1 / J);
+  let R = start ? couplings(start, J, I) : new Float64Array(J * I).fill(1 / J);
   const scale = J / I; // n_j normalised by parents / children of the receptive field
   const steps = [];
   for (let t = 1; t <= iterations; t++) {
@@ -75,7 +65,7 @@ export function emRoute(votes, activations, betaU, betaA, J, I, H, iterations, {
     }
     const means = mean.map((m, k) => m + centre[k]);
     const acts = logit.map(sigmoid);
-    steps.push({ assignments: R, means, variances: variance, activations: acts, entropy: assignmentEntropy(R, J, I) });
+    steps.push({ assignments: R, means, variances: variance, activations: acts, entropy: couplingEntropy(R, J, I) });
     if (t < iterations) {
       const logits = new Float64Array(J * I);
       for (let j = 0; j < J; j++) {
@@ -91,18 +81,10 @@ export function emRoute(votes, activations, betaU, betaA, J, I, H, iterations, {
           logits[j * I + i] = logA - 0.5 * (quadratic + constant);
         }
       }
-      R = softmaxParents(logits, J, I);
+      R = couplings(logits, J, I);
     }
   }
   return steps;
-}
-
-/** Each child's entropy over the parents / log J, averaged over the children; R is (J, I). */
-export function assignmentEntropy(R, J, I) {
-  if (J < 2) return 1;
-  let sum = 0;
-  for (let k = 0; k < J * I; k++) if (R[k] > 0) sum -= R[k] * Math.log(R[k]);
-  return sum / I / Math.log(J);
 }
 
 /** Each parent's share of the children's data, sum_i R_ij a_i / sum_i a_i (J), from the assignments R (J, I). */

@@ -5,7 +5,7 @@
 // iterations, changing r, dragging a vote (or typing where it points) and moving |s| along the curves recompute here
 // and never ask the server. Nothing is reported back: the page's part on the real model's votes does not follow it.
 
-import { el, segmented } from "./draw.js";
+import { el, segmented, svg } from "./draw.js";
 import {
   childReading,
   clipped,
@@ -18,7 +18,6 @@ import {
   squashLength,
 } from "./playground.js";
 
-const SVG = "http://www.w3.org/2000/svg";
 const LIGHT = "#fafafa";
 const GRID = "#3a4150";
 const PLANE = { size: 380, left: 30, top: 8, side: 342 }; // a square plot area in a 380 x 380 view box
@@ -44,13 +43,6 @@ const STYLE = `
 .pg .clickable { cursor: pointer; }
 `;
 let mounts = 0; // each mount's clip paths get ids of their own
-
-function svg(tag, attributes = {}, ...children) {
-  const node = document.createElementNS(SVG, tag);
-  for (const [name, value] of Object.entries(attributes)) node.setAttribute(name, String(value));
-  for (const child of children) node.append(child);
-  return node;
-}
 
 function label(x, y, text, attributes = {}) {
   const node = svg("text", { x, y, class: "tick", ...attributes });

@@ -4,6 +4,8 @@
 // votes u_hat_{j|i}: Float32Array laid out parents first, (K, N, D). b_ij starts at 0 (or at the logits given),
 // c_ij = softmax over the parents j, s_j = sum_i c_ij u_hat_{j|i}, v_j = squash(s_j), b_ij += u_hat_{j|i} . v_j.
 
+import { couplingEntropy, couplings } from "./couplings.js";
+
 export const SQUASH_EPS = 1e-8;
 
 /** Equation 1 on one vector: v = |s|^2 / (1 + |s|^2) * s / sqrt(|s|^2 + eps). */
@@ -12,32 +14,6 @@ export function squash(s) {
   for (let d = 0; d < s.length; d++) squared += s[d] * s[d];
   const scale = squared / (1 + squared) / Math.sqrt(squared + SQUASH_EPS);
   return s.map((x) => x * scale);
-}
-
-/** c_ij from b_ij (K, N): each child's softmax over the parents; with `leak` a parent of logit 0 takes a share. */
-export function couplings(logits, K, N, leak = false) {
-  const c = new Float64Array(K * N);
-  for (let i = 0; i < N; i++) {
-    let top = leak ? 0 : -Infinity;
-    for (let j = 0; j < K; j++) top = Math.max(top, logits[j * N + i]);
-    let total = leak ? Math.exp(-top) : 0;
-    for (let j = 0; j < K; j++) total += c[j * N + i] = Math.exp(logits[j * N + i] - top);
-    for (let j = 0; j < K; j++) c[j * N + i] /= total;
-  }
-  return c;
-}
-
-/** Each child's entropy over the parents / log K, averaged over the children (1: uniform); c is (K, N). */
-export function couplingEntropy(c, K, N) {
-  if (K < 2) return 1;
-  let sum = 0;
-  for (let j = 0; j < K; j++) {
-    for (let i = 0; i < N; i++) {
-      const x = c[j * N + i];
-      if (x > 0) sum -= x * Math.log(x);
-    }
-  }
-  return sum / N / Math.log(K);
 }
 
 /**
