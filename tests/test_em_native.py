@@ -430,7 +430,7 @@ def test_a_compiler_that_cannot_build_the_kernel_leaves_pytorch_to_route(
     empty.write_text("int nothing(void) { return 0; }\n")
     gcc = em_native._compiler()
     assert gcc is not None
-    impostor = _script(tmp_path / "impostor", f'exec {gcc[0]} -shared -fPIC -o "$(echo "$@" | sed "s/.* -o //;s/ .*//")" '
+    impostor = _script(tmp_path / "impostor", f'[ "$1" = --version ] && exit 0; exec {gcc[0]} -shared -fPIC -o "$(echo "$@" | sed "s/.* -o //;s/ .*//")" '
                                              f"{empty}")  # fmt: skip
     hangs = _script(tmp_path / "hangs", "sleep 30")
     runs: list[list[str]] = []
