@@ -62,7 +62,8 @@ INIT_JS = r"""
   const BUSY = new Set(['running', 'rerunRequested', 'stopRequested']);
   const kb = (window.__kb = {runs: 0, finished: 0, requests: 0, ticks: 0, settles: 0, bytes: 0, lastRunEvent: 0,
                              changedAt: 0, upAt: null, goal: null, roots: []});
-  kb.hasKnobs = () => kb.roots.some((root) => root.host.isConnected && root.querySelector('.knobs'));
+  kb.hasKnobs = (view) => kb.roots.some((root) => root.host.isConnected
+                                              && root.querySelector(view ? `.knobs[data-view="${view}"]` : '.knobs'));
   kb.scriptState = () => {
     const app = document.querySelector('[data-testid=stApp]');
     return app ? app.getAttribute('data-test-script-state') : null;
@@ -81,7 +82,7 @@ INIT_JS = r"""
     const watched = !g.watch || g.watchAt !== null;
     if (g.run && g.serverAt === null && idle && kb.runs > g.runs0 && watched) g.serverAt = t;
     // settle 'present': the knobs' redraw if the page has knobs (the Draw page's, once it reads a drawing)
-    const settled = !g.settle || g.settleAt !== null || (g.settle === 'present' && !kb.hasKnobs());
+    const settled = !g.settle || g.settleAt !== null || (g.settle === 'present' && !kb.hasKnobs(g.view));
     if (settled && (!g.run || g.serverAt !== null) && watched && (idle || !g.run)) g.doneAt = t;
   };
   kb.start = (spec, watch) => {
@@ -413,7 +414,7 @@ def switch(tab: Tab, i: int) -> dict[str, dict]:
 
 
 def canvas_box(tab: Tab) -> dict[str, float]:
-    """The drawing canvas (Fabric's 280x280 top canvas, in the component's shadow root) in page coordinates."""
+    """The drawing canvas (280x280: the knobs' own, or the old app's Fabric top canvas) in page coordinates."""
     canvases = tab.page.get_by_test_id("stMain").locator("canvas")
     canvases.last.wait_for(state="visible", timeout=RUN_MS)
     for index in reversed(range(canvases.count())):
@@ -426,7 +427,10 @@ def canvas_box(tab: Tab) -> dict[str, float]:
 def stroke(tab: Tab, i: int) -> dict[str, dict]:
     page = tab.page
     if tab.strokes % len(STROKES) == 0 and tab.strokes:
-        page.locator(f".st-key-clear_canvas{CURRENT} button").click()
+        if tab.new:  # the knobs' canvas has its own Clear
+            page.get_by_test_id("stMain").get_by_role("button", name="Clear", exact=True).click()
+        else:
+            page.locator(f".st-key-clear_canvas{CURRENT} button").click()
         page.get_by_text("Draw a digit on the canvas").first.wait_for(timeout=RUN_MS)
         tab.wait_idle()
     points = STROKES[tab.strokes % len(STROKES)]
@@ -443,8 +447,8 @@ def stroke(tab: Tab, i: int) -> dict[str, dict]:
 
     # the knobs' redraw too, where the page has knobs: after a Clear they mount only once the stroke is read
     settle = True if tab.draw_knobs else "present"
-    result = tab.timed([tab.name], {"run": True, "settle": settle}, DRAW_RESULT, act, RUN_MS)
-    tab.draw_knobs = tab.draw_knobs or tab.page.locator(".knobs").count() > 0
+    result = tab.timed([tab.name], {"run": True, "settle": settle, "view": "dimensions"}, DRAW_RESULT, act, RUN_MS)
+    tab.draw_knobs = tab.draw_knobs or tab.page.locator('.knobs[data-view="dimensions"]').count() > 0
     return {tab.name: sample(result, "doneAt", since="upAt")}
 
 

@@ -378,7 +378,7 @@ def go_to(page: Any, title: str) -> None:
 
 
 def canvas_box(page: Any) -> dict[str, float]:
-    """The drawing canvas in page coordinates: the main area's last 280x280 canvas (Fabric's top canvas).
+    """The drawing canvas in page coordinates: the main area's last 280x280 canvas (the knobs' drawing canvas).
 
     Only the main area's: a page drawn in the sidebar (Streamlit's container stack left on the sidebar by a fragment,
     `dashboard.sidebar.write_to_main`) puts its canvas there, below the window, where a stroke is lost."""

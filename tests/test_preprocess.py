@@ -31,7 +31,7 @@ def centre_of_mass(image: np.ndarray) -> tuple[float, float]:
 
 
 def canvas(draw: callable, size: int = 280, transparent: bool = False) -> np.ndarray:
-    """An RGBA canvas like streamlit-drawable-canvas returns: white strokes on black (or on transparent)."""
+    """An RGBA canvas as the Draw page reads it: white strokes on black (or on transparent)."""
     image = Image.new("RGBA", (size, size), (0, 0, 0, 0 if transparent else 255))
     draw(ImageDraw.Draw(image))
     return np.asarray(image)

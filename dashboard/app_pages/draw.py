@@ -7,14 +7,14 @@ from typing import Any
 
 import numpy as np
 import streamlit as st
-from streamlit_drawable_canvas import st_canvas
 
 from capsnet.data.image_folder import ImageFolderError, picture_from_bytes
 from capsnet.data.pictures import as_pictures
-from capsnet.data.preprocess import PreprocessError, preprocess_canvas, preprocess_upload
+from capsnet.data.preprocess import PreprocessError, preprocess_upload
 from capsnet.nn.config import CapsNetConfig
 from dashboard import figures, guards, guided_path, models, pages, state, texts, widgets
 from dashboard.knobs import views
+from dashboard.knobs.canvas import drawing_canvas
 from dashboard.knobs.component import knobs
 
 REDRAW_KNOBS = "draw_redraw"  # the what-if: the input redrawn from any class capsule, in the browser (dashboard.knobs)
@@ -22,67 +22,18 @@ REDRAW_LEAD = "Redraw from capsule (★ the prediction):"
 UPLOAD_MB = 25  # a phone's photo of a digit is often 3-8 MB; decoding is bounded by pixels (capsnet.data.preprocess)
 
 SOURCES = ["Draw", state.TEST_SOURCE, "Upload"]
-# the canvas, this page's own state: kept across page changes (the drawing is restored when the page is entered again)
-CANVAS_NONCE = "canvas_nonce"  # bumped to clear the canvas
-CANVAS_JSON = "canvas_json"  # the strokes, to redraw them
-CANVAS_SEED = "canvas_seed"  # the strokes the canvas was last opened with
-CANVAS_DIGIT = "canvas_digit"  # the drawing, preprocessed
-CANVAS_SHOWN = "canvas_shown"  # whether the last run of this page drew the canvas (else it remounts: restore it)
-for _key, _default in (
-    (CANVAS_NONCE, 0),
-    (CANVAS_JSON, None),
-    (CANVAS_SEED, None),
-    (CANVAS_DIGIT, None),
-    (CANVAS_SHOWN, False),
-):
-    st.session_state.setdefault(_key, _default)
-CANVAS_SIZE = 280
+CANVAS = "canvas"  # the drawing canvas's key (dashboard.knobs.canvas keeps its strokes and digit in the session)
 PREVIEW_SCALE = 6
 
 
-def clear_canvas() -> None:
-    """Remount an empty canvas and forget the drawing."""
-    st.session_state[CANVAS_NONCE] += 1
-    st.session_state[CANVAS_JSON] = None
-    st.session_state[CANVAS_SEED] = None
-    st.session_state[CANVAS_DIGIT] = None
-
-
 def draw_input(noun: str) -> tuple[np.ndarray | None, str, int | None]:
-    """The canvas: white stroke on black, about 280x280, with a clear button."""
-    if state.page_just_entered() or not st.session_state[CANVAS_SHOWN]:
-        # coming back to this page, or to Draw from a test image or an upload: redraw what was on the canvas
-        st.session_state[CANVAS_SEED] = st.session_state.get(CANVAS_JSON)
-    st.session_state[CANVAS_SHOWN] = True
-    # Clear sits above the canvas, on the left: the canvas's own toolbar (undo, redo, ...; it cannot be switched
-    # off) pops up on hover in the space above the canvas's right end, beside the button, not over the Input choices
-    st.button("Clear", key="clear_canvas", icon=":material/ink_eraser:", on_click=clear_canvas)
-    result = st_canvas(
-        stroke_width=18,
-        stroke_color="#FFFFFF",
-        background_color="#000000",
-        height=CANVAS_SIZE,
-        width=CANVAS_SIZE,
-        drawing_mode="freedraw",
-        initial_drawing=st.session_state.get(CANVAS_SEED),
-        return_image_data=True,
-        key=f"canvas_{st.session_state[CANVAS_NONCE]}",
+    """The canvas: white ink on black, 280x280, with Undo and Clear; read when the pen lifts."""
+    digit = drawing_canvas(
+        CANVAS,
+        label=f"drawing canvas: draw {texts.a(noun)}",
+        caption=f"Draw one {noun}, large, with the mouse, a pen or a finger. Lift it to see what the network reads.",
     )
-    st.caption(f"Draw one {noun}, large, with the mouse or a finger. Release to see what the network reads.")
-    objects = (result.json_data or {}).get("objects") or []
-    rgba = result.image_data
-    if rgba is None:
-        # the canvas has sent nothing since it was mounted: reuse the restored drawing's digit
-        digit = st.session_state.get(CANVAS_DIGIT) if st.session_state.get(CANVAS_SEED) else None
-        return digit, "your drawing", None
-    st.session_state[CANVAS_JSON] = result.json_data if objects else None
-    try:
-        digit = preprocess_canvas(rgba)
-    except PreprocessError:
-        st.session_state[CANVAS_DIGIT] = None
-        return None, "", None
-    st.session_state[CANVAS_DIGIT] = digit
-    return digit, "your drawing", None
+    return digit, "your drawing" if digit is not None else "", None
 
 
 def _random_index(count: int) -> None:
@@ -319,8 +270,6 @@ def _input_and_reading() -> None:
             digit, label, true_class = upload_input(noun) if drawn or model is None else upload_picture(model, noun)
         else:
             digit, label, true_class = draw_input(noun)
-        if source != "Draw":
-            st.session_state[CANVAS_SHOWN] = False  # the canvas is not drawn: the next Draw remounts it
     state.set_input(digit, label, true_class)
     _link_follows_the_input()
 

@@ -10,17 +10,16 @@ from typing import Any
 
 import numpy as np
 import streamlit as st
-from streamlit_drawable_canvas import st_canvas
 
 from capsnet.data.multimnist import PAD, overlay, two_highest
-from capsnet.data.preprocess import PreprocessError, preprocess_canvas
 from capsnet.readings import agreement as ag
 from dashboard import baselines, claim_texts, figures, guards, models, routing_texts, texts, widgets
+from dashboard.knobs import canvas
 
 SHIFTS = ("first_dy", "first_dx", "second_dy", "second_dx")
 SOURCES = ("Test digits", "Draw two")
 SLOTS = ("first", "second")
-CANVAS_SIZE = 280  # as on the Draw page
+CANVAS = "overlap_canvas"  # the drawing canvas (dashboard.knobs.canvas)
 
 
 def _random_pair(count: int, labels: np.ndarray) -> None:
@@ -33,24 +32,15 @@ def _random_pair(count: int, labels: np.ndarray) -> None:
 
 def _keep_drawing(slot: str) -> None:
     """Keep the canvas's digit as the `slot` digit, and give the canvas back empty for the next one."""
-    st.session_state[f"overlap_drawn_{slot}"] = st.session_state.get("overlap_canvas_digit")
-    st.session_state["overlap_canvas_digit"] = None
-    st.session_state["overlap_canvas_nonce"] = st.session_state.get("overlap_canvas_nonce", 0) + 1
+    st.session_state[f"overlap_drawn_{slot}"] = canvas.digit(CANVAS)
+    canvas.clear(CANVAS)
 
 
 def _drawn_pair() -> tuple[np.ndarray, np.ndarray] | None:
     """A canvas and the two drawings kept from it, in turn; both drawings once there are two."""
-    result = st_canvas(
-        stroke_width=18, stroke_color="#FFFFFF", background_color="#000000", height=CANVAS_SIZE, width=CANVAS_SIZE,
-        drawing_mode="freedraw", return_image_data=True,
-        key=f"overlap_canvas_{st.session_state.get('overlap_canvas_nonce', 0)}",
-    )  # fmt: skip
-    if result.image_data is not None:
-        try:
-            st.session_state["overlap_canvas_digit"] = preprocess_canvas(result.image_data)
-        except PreprocessError:
-            st.session_state["overlap_canvas_digit"] = None
-    ready = st.session_state.get("overlap_canvas_digit") is not None
+    digit = canvas.drawing_canvas(CANVAS, label="drawing canvas: draw a digit",
+                                  caption="Draw one digit, large; then keep it as the first or the second.")  # fmt: skip
+    ready = digit is not None
     for column, slot in zip(st.columns(2), SLOTS):
         column.button(f"Use as the {slot} digit", key=f"overlap_use_{slot}", disabled=not ready,
                       on_click=_keep_drawing, args=(slot,), icon=":material/check:")  # fmt: skip

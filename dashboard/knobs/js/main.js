@@ -9,6 +9,7 @@ import { unpack } from "./pack.js";
 import { withHeld } from "./store.js";
 
 const VIEWS = {
+  canvas: "./canvas.js",
   dimensions: "./dimensions.js",
   routing: "./routing_view.js",
   playground: "./playground_view.js",
