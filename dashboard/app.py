@@ -31,6 +31,7 @@ state.init()
 entries = models.checkpoint_entries(str(state.checkpoints_dir()), str(state.runs_root()))
 links.read_link(entries)
 chosen = state.chosen_checkpoint(entries)
+links.follow_the_model(chosen)
 views = state.serve_views_for(chosen)  # each page's view for the chosen model's routing, at the page's own URL
 PAGES = {
     section: [

@@ -55,7 +55,10 @@ def read_link(entries: list[CheckpointEntry]) -> None:
     if "checkpoint" in params:
         wanted = params["checkpoint"]
         match = next((e for e in usable if checkpoint_name(e) == wanted), None)
-        if match is None:
+        if match is None and ("/" in wanted or "\\" in wanted):  # a path, the server's or not: not said back
+            notices.append("The link's checkpoint names a file by its path; a link names a model by its name (as the "
+                           "sidebar lists it): the default model is shown.")  # fmt: skip
+        elif match is None:
             notices.append(f"The link's checkpoint {texts.literal(wanted, 60)} is not on this server: the default "
                            "model is shown.")  # fmt: skip
         else:
@@ -167,7 +170,16 @@ def open_test_image(index: int, dataset: str) -> None:
     index = int(np.clip(index, 0, len(images) - 1))
     state.choose_test_image(index)
     picture = as_pictures(images[index : index + 1])[0]  # (H, W), or (H, W, 3) in colour
-    state.set_input(picture, f"test image #{index}", int(labels[index]))
+    state.set_input(picture, f"test image #{index}", int(labels[index]), dataset)
+
+
+def follow_the_model(entry: CheckpointEntry | None) -> None:
+    """A test image is an index into the model's own test set (the link names the index): a model of other data
+    opens the same index of its own set, not the other set's picture, and not "No input yet"."""
+    index = state.chosen_test_image()
+    dataset = entry.dataset if entry is not None else None
+    if index is not None and dataset and state.input_dataset() not in (None, dataset):
+        open_test_image(index, dataset)
 
 
 def _whole(text: str, low: int, high: int) -> int | None:

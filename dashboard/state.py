@@ -28,6 +28,7 @@ MODEL_PATH = "model_path"  # the chosen checkpoint (str), or None
 INPUT = "input_image"  # the current 28x28 input (np.ndarray) or None
 INPUT_LABEL = "input_label"  # where it came from, for captions
 INPUT_TRUE = "input_true_class"  # its label when it is a test image, else None
+INPUT_DATASET = "input_dataset"  # the dataset whose test image it is, else None
 PAGE = "current_page"
 VIEWS_FOR = "views_for"  # the routing (`Routing.kind`) whose page views this run serves: the chosen model's
 PAGE_CHANGED = "page_changed"
@@ -325,10 +326,20 @@ def checkpoints_dir() -> Path:
 # ---------------------------------------------------------------- the input
 
 
-def set_input(image: np.ndarray | None, label: str = "", true_class: int | None = None) -> None:
+def set_input(
+    image: np.ndarray | None, label: str = "", true_class: int | None = None, dataset: str | None = None
+) -> None:
+    """Make `image` the input of every page: `label` says where it came from, `true_class` and `dataset` are the
+    class and the dataset of a test image (None for a drawing or an upload)."""
     st.session_state[INPUT] = image
     st.session_state[INPUT_LABEL] = label
     st.session_state[INPUT_TRUE] = true_class
+    st.session_state[INPUT_DATASET] = dataset
+
+
+def input_dataset() -> str | None:
+    """The dataset whose test image the input is, or None (a drawing, an upload, no input)."""
+    return st.session_state.get(INPUT_DATASET)
 
 
 def current_input() -> np.ndarray | None:

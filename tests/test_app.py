@@ -1020,6 +1020,18 @@ def test_a_link_with_bad_values_falls_back_with_a_notice(app_with_run) -> None: 
     )  # the default model instead
 
 
+def test_a_link_naming_a_checkpoint_by_a_path_echoes_no_path(app_with_run, app_run) -> None:  # noqa: F811
+    """A link names a model by its name: one that names a file by a path (the server's own, or any) is told so
+    without the path being shown in the app's words."""
+    for path in (str(app_run / "best.safetensors"), "C:\\Users\\me\\model.safetensors", "../../etc/passwd"):
+        at = new_app()
+        at.query_params.update(checkpoint=path)
+        at.run()
+        no_exception(at)
+        notices = " ".join(w.value for w in at.warning)
+        assert "names a file by its path" in notices and "safetensors" not in notices and "etc" not in notices, notices
+
+
 def in_order(node):
     """Every element under `node`, in page order (depth first)."""
     for child in getattr(node, "children", {}).values():
@@ -1407,3 +1419,27 @@ def test_a_model_that_cannot_be_opened_is_named_without_the_servers_folders(app_
     said = [e.value for e in at.error if "Cannot open the model" in e.value]
     assert said and "best.safetensors: weights hold NaN or infinite values" in said[0], [e.value for e in at.error]
     assert str(runs_root) not in said[0] and "/" not in said[0], said
+
+
+def test_a_model_of_other_data_opens_the_same_test_image_of_its_own_set(app_dirs, data_dir: Path) -> None:  # noqa: F811
+    """The input is test image #0 of MNIST and the link says test=0; opening the Fashion-MNIST model on the Routing
+    page makes the input that model's test image #0 (an ankle boot), not an MNIST digit shown to it, nor "No input
+    yet" under a link that names one."""
+    _, checkpoints = app_dirs
+    shipped = Path(APP).parents[1] / "checkpoints"
+    for name in ("mnist", "fashion-mnist"):
+        shutil.copy(shipped / f"{name}.safetensors", checkpoints)
+    at = new_app()
+    at.query_params.update(checkpoint="mnist", test="0")
+    at.run()
+    at.switch_page("app_pages/routing.py").run()
+    assert at.session_state["input_true_class"] == 7  # MNIST's test image #0
+    picker = at.sidebar.selectbox(key="checkpoint_picker")
+    fashion = next(o for o in picker.options if "fashion" in o.lower())
+    picker.select(fashion).run()
+    no_exception(at)
+    assert not any("No input yet" in i.value for i in at.info)
+    assert (
+        at.session_state["input_label"] == "test image #0" and at.session_state["input_true_class"] == 9
+    )  # ankle boot
+    assert at.query_params["test"] == "0"

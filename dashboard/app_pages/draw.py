@@ -270,7 +270,7 @@ def _input_and_reading() -> None:
             digit, label, true_class = upload_input(noun) if drawn or model is None else upload_picture(model, noun)
         else:
             digit, label, true_class = draw_input(noun)
-    state.set_input(digit, label, true_class)
+    state.set_input(digit, label, true_class, dataset if source == state.TEST_SOURCE else None)
     _link_follows_the_input()
 
     with right:
