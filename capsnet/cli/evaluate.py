@@ -16,6 +16,8 @@ from capsnet.memory import check_reading_fits
 from capsnet.nn.registry import NETWORK_NAMES, network_of
 from capsnet.nn.routing import MAX_ROUTING_ITERATIONS
 
+BATCH, MAX_BATCH = 500, 100_000  # the batch read by default, and the most asked for (no test set here holds more)
+
 
 def build_parser() -> ArgumentParser:
     parser = ArgumentParser(
@@ -24,7 +26,10 @@ def build_parser() -> ArgumentParser:
     parser.add_argument("checkpoint", help="path to a .safetensors checkpoint")
     parser.add_argument("--dataset", default=None, help="dataset to evaluate on (default: the checkpoint's)")
     parser.add_argument("--data-dir", default=None, help="dataset root (default: $CAPSNET_DATA_DIR, else ./data)")
-    parser.add_argument("--batch-size", type=parser.positive_int, default=500)
+    parser.add_argument(
+        "--batch-size", type=parser.whole_number_in(1, MAX_BATCH), default=None,
+        help=f"images read at once, at most {MAX_BATCH:,} and the test set's size (default: {BATCH})",
+    )  # fmt: skip
     parser.add_argument("--limit", type=parser.positive_int, default=None, help="evaluate on the first N test images")
     parser.add_argument(
         "--routing-iterations", type=parser.whole_number_in(1, MAX_ROUTING_ITERATIONS), default=None,
@@ -38,6 +43,15 @@ def build_parser() -> ArgumentParser:
         "opens on the first --limit images at once (its own dataset and routing count only)",
     )  # fmt: skip
     return parser
+
+
+def check_batch(batch_size: int | None, size: int, title: str) -> None:
+    """Refuse, in one line, an empty test set, or a batch asked for that is larger than the whole set."""
+    if size == 0:
+        raise CapsNetError(f"the {title} test set holds no images: nothing to evaluate")
+    if batch_size is not None and batch_size > size:
+        raise CapsNetError(f"--batch-size {batch_size:,} is more than the {size:,} images of the {title} test set: "
+                           f"at most {size:,}")  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -60,11 +74,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.keep and task(name).pairs:
             raise CapsNetError(f"{info.title} is read on the Overlapping digits page, which keeps no evaluation")
         # measured before the data is read: a batch that would not fit is one line naming one that does
-        batch = min(args.batch_size, args.limit or args.batch_size)  # a batch is never larger than what is read
+        asked = args.batch_size or BATCH
+        batch = min(asked, args.limit or asked)  # a batch is never larger than what is read
         check_reading_fits(checkpoint.model, checkpoint.config, batch, f"reading with the {net.title}")
-        test = read_test_set(name, args.data_dir).first(args.limit)
-        with said_out_of_memory(args.batch_size):
-            result = evaluate_set(checkpoint.model, test, args.batch_size, device, args.routing_iterations)
+        whole = read_test_set(name, args.data_dir)
+        check_batch(args.batch_size, len(whole), info.title)
+        test = whole.first(args.limit)
+        with said_out_of_memory(asked):
+            result = evaluate_set(checkpoint.model, test, asked, device, args.routing_iterations)
         if args.keep and isinstance(result, Evaluation):  # single images (pairs were refused above)
             print(f"kept in {kept_evaluation.keep(checkpoint.path, result, name, ship=True)}", file=sys.stderr)
         if isinstance(result, PairEvaluation):  # MultiMNIST: the fixed test pairs, judged as the paper does
