@@ -1,4 +1,4 @@
-"""Server-side cost of each dashboard interaction on the CPU, against the issue's targets.
+"""Server-side cost of each dashboard interaction on the CPU, against its targets (50 ms an interaction).
 
     python benchmarks/bench_dashboard.py                     # the paper's model, random weights
     python benchmarks/bench_dashboard.py --checkpoint checkpoints/mnist.safetensors

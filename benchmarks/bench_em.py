@@ -14,11 +14,11 @@
    dashboard run it) at batch 500 of the EM networks (r = 2, as the shipped EM model) beside the CapsNet (r = 3), each in a fresh process so that its peak
    memory is its own, the rows in turn twice: the EM network read by the compiled kernel (`capsnet.nn.em_native`,
    the package's way on a CPU) against the PyTorch path (routing in chunks of at most `CPU_CHUNK_BYTES` of votes,
-   the way before it, and the way wherever no C compiler works), images/s and the process's peak memory per image.
+   the way wherever no C compiler works), images/s and the process's peak memory per image.
 3. Training throughput (forward, loss, backward, Adam step, bf16 autocast where the CPU computes bf16 natively)
    of the EM networks ("small-decoder", "paper-decoder", r = 2) beside the dynamic-routing CapsNet ("paper"), the
-   trainer's own step: the EM networks on the PyTorch path eager and compiled (the trainer's way on a CPU before the
-   kernel) and on the kernel's passes (`capsnet.nn.em_native_training`, its way now); the kernel's rows and the
+   trainer's own step: the EM networks on the PyTorch path eager and compiled (where no C compiler works) and on
+   the kernel's passes (`capsnet.nn.em_native_training`, the trainer's way on a CPU); the kernel's rows and the
    CapsNet's are measured a step of each in turn, `--repeats` rounds, so that a drift in the machine reaches each
    alike.
 4. With `--device cuda`: the routing of 1 on the GPU, then one table of training and reading throughput at the batch
@@ -216,8 +216,8 @@ def bench_training(batch: int, repeats: int) -> None:
 
     # the EM networks at r = 2 as the shipped EM model was trained (the small one and the paper's, both with the
     # decoder), beside the paper's dynamic-routing CapsNet (r = 3, eager: it trains slower compiled on a CPU); each
-    # EM network three ways: the PyTorch path eager (routing in chunks), the PyTorch path compiled (how the trainer ran
-    # a long CPU run before the kernel), and the kernel's passes (`em_native_training`, the trainer's way now)
+    # EM network three ways: the PyTorch path eager (routing in chunks), the PyTorch path compiled (a long CPU run's way
+    # without a C compiler), and the kernel's passes (`em_native_training`, the trainer's way on a CPU)
     presets = ("small-decoder", "paper-decoder")
     os.environ[em_native.NATIVE_ENV] = "0"
     for preset in presets:

@@ -2,7 +2,7 @@
 
     python benchmarks/bench_em_against.py [--baseline REV] [--rounds 3] [--march haswell]
 
-The package as it was at --baseline (default: the last commit before the thirty-fourth session's kernel passes) is
+The package as it was at --baseline (default: a commit whose kernel passes do not hold W's tile in registers) is
 taken out with `git archive` into a temporary folder beside the working tree's; each measurement runs in a fresh
 process whose PYTHONPATH is one tree and whose $CAPSNET_CACHE_DIR is that tree's own, so each builds its own
 `em_kernel.c` for this CPU. The two trees take turns, round by round, so that a drift in the machine's speed
@@ -27,7 +27,7 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-BASELINE = "a236050"  # the thirty-third session's last commit: the kernel's passes before registers held W
+BASELINE = "a236050"  # a commit whose kernel passes reload W for every entry of a vote
 
 WORKER = r"""
 import functools, os, sys, time

@@ -1,4 +1,4 @@
-"""Training on your own pictures: each network family's images/s on a colour 32x32 folder, in one run (issue 57).
+"""Training on your own pictures: each network family's images/s on a colour 32x32 folder, in one run.
 
     python benchmarks/bench_own_images.py                       # MNIST digits tinted per class, 32x32 colour
     python benchmarks/bench_own_images.py --images 1024 --em-images 128 --threads 2

@@ -33,7 +33,7 @@ class OutOfMemoryError(CapsNetError):
 def out_of_memory(error: BaseException, batch_size: int, option: str = "--batch-size") -> OutOfMemoryError | None:
     """`error` as one line naming the batch and `option`, when it is an allocation failure (Python's MemoryError,
     torch's CPU allocator or CUDA out of memory); None for any other error. The paper's EM network at a batch of
-    128 under 6 GiB was an allocator traceback (issue 56, item 10)."""
+    128 under 6 GiB was an allocator traceback."""
     text = str(error)
     if not (
         isinstance(error, MemoryError)
@@ -164,7 +164,7 @@ def _silence_stdout() -> None:
 def run_cli(body: Callable[[], int], prog: str | None = None) -> int:
     """Run `body`; a CapsNetError becomes one line on stderr and its exit code (2, or the error's own). A reader that
     goes away (`predict --json ... | head -c 1`) ends the command quietly with 141, as a shell's own tools do; an
-    output that cannot be written (`> /dev/full`) is one line (issue 56, item 19)."""
+    output that cannot be written (`> /dev/full`) is one line."""
     try:
         with contextlib.redirect_stdout(_GuardedOutput(sys.stdout)):
             try:

@@ -161,7 +161,7 @@ def _alive(pid: int) -> bool:
 
 def remove_stale_temporaries(folder: str | os.PathLike) -> list[Path]:
     """Delete the temporary files in `folder` whose writer is gone (a kill -9 runs no clean-up): those named
-    `.<name>.<pid>-<random>.tmp` (`scratch_beside`) for a process that no longer exists (issue 56, item 18)."""
+    `.<name>.<pid>-<random>.tmp` (`scratch_beside`) for a process that no longer exists."""
     removed = []
     with contextlib.suppress(OSError):
         for stale in Path(folder).glob(".*.tmp"):

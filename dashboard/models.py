@@ -302,7 +302,7 @@ def open_current() -> tuple[Model | None, str]:
     try:
         mtime = os.path.getmtime(path)
         checkpoint = load_model(path, mtime)
-    except (OSError, CheckpointError) as error:  # said by the file's name: not the server's folders (issue 56, 15)
+    except (OSError, CheckpointError) as error:  # said by the file's name: not the server's folders
         return None, str(error).replace(str(path), Path(path).name)
     return Model(checkpoint=checkpoint, key=f"{path}@{mtime}"), ""
 

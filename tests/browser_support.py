@@ -456,7 +456,7 @@ _OVERFLOW_JS = """
 
 
 def overflowing_text(page: Any) -> list[str]:
-    """Every text of the page's main area that does not fit its box (issue 31, item 14), one line each.
+    """Every text of the page's main area that does not fit its box, one line each.
 
     A chart's text (titles, annotations, legends, bar labels, colour-bar ticks) must lie inside the chart and not
     over another text (an axis's own tick labels excepted: plotly lays them out); a page text (markdown, a metric's

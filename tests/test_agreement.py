@@ -151,7 +151,7 @@ def test_a_primary_capsules_reading_is_its_row_of_the_trace(model: CapsNet, imag
         box[top : top + size, left : left + size] = True
         np.testing.assert_array_equal(box, fields[y, x])
     # the first capsule shown: sure of its feature where the ink is, its couplings moved by routing (the slow way:
-    # one capsule at a time); issue 55: the longest where the ink is had couplings of 1/K, a flat chart
+    # one capsule at a time); the longest where the ink is had couplings of 1/K, a flat chart
     ink = [float(image[fields[config.primary_position(n)[1:]]].sum()) for n in range(config.num_primary)]
     moved = [max(abs(float(c) - 0.1) for c in votes.coupling[-1, n]) for n in range(config.num_primary)]
     score = [votes.primary_lengths[n] * ink[n] * (moved[n] + 1e-9) for n in range(config.num_primary)]
@@ -163,7 +163,7 @@ def test_a_primary_capsules_reading_is_its_row_of_the_trace(model: CapsNet, imag
 
 
 def test_in_a_colour_picture_the_first_capsule_shown_sees_what_stands_out() -> None:
-    """Issue 57: a photo has no ink: the first capsule shown sits where the picture differs from its mean colour (a
+    """A photo has no ink: the first capsule shown sits where the picture differs from its mean colour (a
     red square on blue), never where it is as plain as the rest."""
     torch.manual_seed(4)
     net = CapsNet(CapsNetConfig.preset("tiny", in_channels=3, image_size=32)).eval()
@@ -180,7 +180,7 @@ def test_in_a_colour_picture_the_first_capsule_shown_sees_what_stands_out() -> N
 
 
 def test_vote_mass_weighted_by_length_ignores_the_capsules_that_detect_nothing() -> None:
-    """Issue 31, item 4: a thousand inactive children with uniform couplings held every share at 1/K."""
+    """A thousand inactive children with uniform couplings held every share at 1/K."""
     coupling = np.full((2, 1000, 10), 0.1)  # (r, N, K): 999 idle children, uniform
     coupling[1, 0] = [0.55] + [0.05] * 9  # iteration 2: the one active child leans to capsule 0
     lengths = np.zeros(1000)

@@ -223,7 +223,7 @@ def test_every_routing_chart_draws_the_pages_one_iteration(app_with_run, iterati
     no_exception(at)
     assert knobs_payload(at, "routing")[0]["r"] == iterations
     keys = ("coupling_by_type", "coupling_maps", "votes_chosen", "votes_other")
-    for key in keys:  # one iteration for the whole page (issue 31, item 6): no chart plays on its own
+    for key in keys:  # one iteration for the whole page: no chart plays on its own
         spec = chart(at, key)
         assert not spec.get("frames") and not spec["layout"].get("sliders") and not spec["layout"].get("updatemenus")
     if iterations > 1:  # each chart names the iteration the page's stepper chose: the last at first, then the first
@@ -300,7 +300,7 @@ def test_the_shipped_mnist_checkpoint_opens_first_and_broken_files_are_named(app
     assert Path(picker.value).name == "mnist.safetensors"
     assert len(picker.options) == 2  # the shipped one and the run; the broken one is not selectable
     assert any("fashion-mnist.safetensors" in e.value for e in at.sidebar.error)
-    assert not any(str(checkpoints) in e.value for e in at.sidebar.error)  # a name, not the server's path (item 28)
+    assert not any(str(checkpoints) in e.value for e in at.sidebar.error)  # a name, not the server's path
     pick_test_image(at, 0)
     assert prediction(at) is not None
     # the one choice: picking the run in the box opens it, and it stays chosen across pages and reruns
@@ -399,7 +399,7 @@ def test_the_training_page_lists_runs_and_a_second_start_is_refused(app_with_run
         no_exception(at)
         chart(at, "training_curves")
         assert at.dataframe
-        table = at.dataframe[0].value  # a run of every example and one of 300: one type per column (item 19)
+        table = at.dataframe[0].value  # a run of every example and one of 300: one type per column
         assert sorted(table["examples"]) == ["300", "all"], list(table["examples"])
         # how each computes: the tiny CapsNet as this CPU chose (never compiled); the fake trainer records no choice
         made = choose_acceleration(torch.device("cpu")).precision
@@ -599,7 +599,7 @@ def test_the_sidebar_form_starts_an_em_run_with_its_beta_learning_rate(app_with_
 
 
 def test_the_em_demo_recipe_fills_the_form_with_a_run_that_learns_in_a_minute(app_with_run) -> None:  # noqa: F811
-    """Issue 55, item 4: the "EM demo" recipe sets the model (the tiny EM network), its routing count (2, not the
+    """The "EM demo" recipe sets the model (the tiny EM network), its routing count (2, not the
     CapsNet's 3), the images and the learning rate; Start starts exactly that run."""
 
     runs_root, _ = app_with_run
@@ -878,7 +878,7 @@ def test_the_transform_lens_sets_the_capsnet_beside_a_cnn(
 
 @pytest.mark.slow
 def test_an_input_like_no_digit_is_flagged_by_the_em_model_too(app_dirs, data_dir: Path) -> None:  # noqa: F811
-    """Issue 55, item 3: the shipped EM model's Draw page says whether the input is like a digit it knows (it was
+    """The shipped EM model's Draw page says whether the input is like a digit it knows (it was
     silent, reading grey noise as a digit at a = 1.00); a dot is flagged as barely active."""
     _, checkpoints = app_dirs
     shutil.copy(Path(APP).parents[1] / "checkpoints" / "mnist-em.safetensors", checkpoints)
@@ -937,7 +937,7 @@ def test_a_shared_link_opens_that_view(app_with_run) -> None:  # noqa: F811
 
 @pytest.mark.slow
 def test_each_model_keeps_its_own_routing_count_and_says_what_another_costs(app_dirs) -> None:  # noqa: F811
-    """Issue 55, item 2: r = 4 chosen for the CapsNet does not open the EM model (trained with 2) at 4, nor the
+    """An r of 4 chosen for the CapsNet does not open the EM model (trained with 2) at 4, nor the
     other way round; away from its trained r each routing page says, beside the answer, how often the model is right
     at that r (Where routing matters' kept summaries of the shipped models), and at its trained r nothing."""
     _, checkpoints = app_dirs
@@ -1063,7 +1063,7 @@ def test_a_mistake_opens_as_the_input_of_every_page(app_with_run) -> None:  # no
 
 def test_a_link_beyond_the_slider_and_a_walk_across_pages(app_with_run) -> None:  # noqa: F811
     """iterations=10 is beyond what the Routing page offers (1 to 5, or the model's own r): refused with a notice, the
-    page at the model's own r (issue 55, item 2); the linked test image stays the input, and in the URL, on every
+    page at the model's own r; the linked test image stays the input, and in the URL, on every
     page."""
     at = new_app()
     at.query_params.update(test="7", iterations="10")
@@ -1152,7 +1152,7 @@ def test_the_guided_path_visits_every_page_once_and_ticks_what_was_opened(app_wi
     assert any("No EM model here yet" in c.value for c in at.caption)  # none in this app's folders: said, no button
     ticked = lambda: sum("visited" in m.value for m in at.markdown)  # noqa: E731
     assert ticked() == 1  # the Draw page, where the app opened
-    # the Draw step says what the page opens on (issue 55, item 7: it said "draw a digit" over a test image)
+    # the Draw step says what the page opens on (it said "draw a digit" over a test image)
     draw = next(s for s in capsnet if s.page is pages.DRAW)
     assert at.session_state["input_source"] == "Test image" and "The page opens on a test image" in draw.do
     at.switch_page(pages.PLAYGROUND.path).run()
@@ -1163,7 +1163,7 @@ def test_the_guided_path_visits_every_page_once_and_ticks_what_was_opened(app_wi
 
 
 def test_the_sidebar_says_a_warm_started_models_epochs_as_the_pages_do(app_dirs) -> None:  # noqa: F811
-    """The shipped MultiMNIST model: "107 on MNIST + 8 on MultiMNIST", never a sum of 115 (issue 31, item 12)."""
+    """The shipped MultiMNIST model: "107 on MNIST + 8 on MultiMNIST", never a sum of 115."""
     _, checkpoints = app_dirs
     shutil.copy(Path(APP).parents[1] / "checkpoints" / "multimnist.safetensors", checkpoints)
     at = new_app().run()
@@ -1173,7 +1173,7 @@ def test_the_sidebar_says_a_warm_started_models_epochs_as_the_pages_do(app_dirs)
 
 
 def test_the_form_offers_only_this_machines_devices(app_dirs, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
-    """No cuda or mps on a machine without them (issue 31, item 13); with a GPU, cuda is offered."""
+    """No cuda or mps on a machine without them; with a GPU, cuda is offered."""
     import torch
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
@@ -1183,7 +1183,7 @@ def test_the_form_offers_only_this_machines_devices(app_dirs, monkeypatch: pytes
 
 
 def test_a_test_image_in_a_link_to_a_pairs_model_is_said_to_be_ignored(app_dirs) -> None:  # noqa: F811
-    """`test=3` opening the MultiMNIST model: a notice, not silence (issue 31, item 18)."""
+    """`test=3` opening the MultiMNIST model: a notice, not silence."""
     _, checkpoints = app_dirs
     shutil.copy(Path(APP).parents[1] / "checkpoints" / "multimnist.safetensors", checkpoints)
     at = new_app()
@@ -1196,7 +1196,7 @@ def test_a_test_image_in_a_link_to_a_pairs_model_is_said_to_be_ignored(app_dirs)
 
 def test_a_first_visit_is_pointed_to_the_primer_and_the_path(app_with_run) -> None:  # noqa: F811
     """The landing page points to Start here until it is opened; Start here opens with what a capsule is, in a few
-    sentences and one picture, before the steps (issue 31, item 3)."""
+    sentences and one picture, before the steps."""
     at = new_app().run()
     no_exception(at)
     assert any("New to capsules?" in i.value for i in at.info)
@@ -1213,7 +1213,7 @@ def test_a_first_visit_is_pointed_to_the_primer_and_the_path(app_with_run) -> No
 
 
 def test_one_click_opens_the_multimnist_model_and_one_brings_back_the_other(app_with_run, app_run) -> None:  # noqa: F811
-    """Step 8 with the default model: no dead end (issue 31, item 2)."""
+    """Step 8 with the default model: no dead end."""
     _, checkpoints = app_with_run
     shutil.copy(app_run / "best.safetensors", checkpoints / "mnist.safetensors")  # the default: an MNIST model
     shutil.copy(Path(APP).parents[1] / "checkpoints" / "multimnist.safetensors", checkpoints)
@@ -1235,7 +1235,7 @@ def test_one_click_opens_the_multimnist_model_and_one_brings_back_the_other(app_
 
 def test_a_first_visit_has_an_input_on_every_page(app_with_run) -> None:  # noqa: F811
     """Test image #0 is the input of a first visit, so Architecture, Routing, Capsule dimensions and the Transform
-    lens show it instead of "No input yet" (issue 31, item 1); a link's own test image wins."""
+    lens show it instead of "No input yet"; a link's own test image wins."""
     at = new_app().run()
     assert at.session_state["input_label"] == "test image #0" and prediction(at) is not None
     for page in ("app_pages/architecture.py", "app_pages/routing.py", "app_pages/dimensions.py",
@@ -1261,7 +1261,7 @@ def _em_checkpoint(path: Path, decoder: bool) -> Path:
 
 @pytest.mark.slow
 def test_every_page_runs_on_an_em_model(app_dirs, data_dir: Path, tmp_path: Path) -> None:  # noqa: F811
-    """The EM network in the picker (issue 30): Draw, Dimensions and Evaluate read it (activations as its scores, its
+    """The EM network in the picker: Draw, Dimensions and Evaluate read it (activations as its scores, its
     class layer's routing, the 16 pose entries redrawn by its decoder), every page that reads only the CapsNet says so
     in one line with a click to a CapsNet, none fails; without a decoder, what needs one says so."""
     _, checkpoints = app_dirs
@@ -1400,7 +1400,7 @@ def test_enter_in_a_field_of_the_training_form_starts_nothing() -> None:
 
 
 def test_a_model_that_cannot_be_opened_is_named_without_the_servers_folders(app_with_run) -> None:  # noqa: F811
-    """Issue 56, item 15: "Cannot open the model" showed the server's absolute path to the file."""
+    """The notice that a model cannot be opened names the file, never the server's absolute path to it."""
     from safetensors import safe_open
     from safetensors.torch import save_file
 

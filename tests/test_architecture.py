@@ -53,7 +53,7 @@ def test_the_stages_parameters_add_up_to_the_models(preset: str) -> None:
 @pytest.mark.parametrize(("preset", "size"), [("paper", 28), ("paper-decoder", 28), ("small", 28), ("small-decoder", 28),
                                             ("tiny", 28), ("paper", 32)])  # fmt: skip
 def test_the_em_networks_stages_add_up_to_its_parameters_and_shapes(preset: str, size: int) -> None:
-    """The EM network's stages (issue 30): their parameters are its layers', their shapes its forward pass's."""
+    """The EM network's stages: their parameters are its layers', their shapes its forward pass's."""
     config = EMCapsNetConfig.preset(preset, image_size=size)
     net = EMCapsNet(config).eval()
     stages = arch.stages_of(config)
@@ -321,7 +321,7 @@ def test_without_a_model_the_papers_network_is_drawn(app_dirs) -> None:  # noqa:
 
 @pytest.mark.slow
 def test_the_em_networks_stages_are_drawn_on_the_current_input(app_dirs, tiny_em) -> None:  # noqa: F811
-    """Issue 55, item 7: the EM network's Architecture page reads the current input at every stage, as the CapsNet's
+    """The EM network's Architecture page reads the current input at every stage, as the CapsNet's
     does: Conv1's maps, each capsule grid's activations (the forward pass's own), the class activations, the redraw."""
     from capsnet.checkpoints.checkpoint import load_checkpoint
     from capsnet.data.datasets import as_tensors, load_dataset

@@ -1,4 +1,4 @@
-"""End-to-end, a colour model (issue 57): a tiny CapsNet trained on a folder of colour pictures made by the test
+"""End-to-end, a colour model: a tiny CapsNet trained on a folder of colour pictures made by the test
 (MNIST digits on a coloured ground per class), shipped to the real app; in headless Chromium a colour photo is
 uploaded on the Draw page and read, with its prediction and redraw."""
 

@@ -52,7 +52,7 @@ def test_a_changed_image_opens_on_the_routing_page(
         buttons = main.get_by_role("button", name=re.compile(r"^Routing at r = \d$"))
         assert buttons.count() == min(12, len(kept.changed))
         screenshots.take(page, "routing_matters.png")
-        page.set_viewport_size(NARROW)  # a 1,100 px window: every label whole (issue 31, item 14)
+        page.set_viewport_size(NARROW)  # a 1,100 px window: every label whole
         page.wait_for_timeout(1500)  # the charts follow the new width
         wait_rendered(page)
         assert overflowing_text(page) == []

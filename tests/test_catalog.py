@@ -73,7 +73,7 @@ def test_the_shipped_checkpoints_are_found_without_a_setting(monkeypatch: pytest
 
 
 def test_a_warm_started_model_says_its_epochs_on_each_dataset() -> None:
-    """The sidebar's figure and the pages' agree: 107 on MNIST + 8 on MultiMNIST, not 115 (issue 31, item 12)."""
+    """The sidebar's figure and the pages' agree: 107 on MNIST + 8 on MultiMNIST, not 115."""
     from capsnet.checkpoints.checkpoint import read_checkpoint_info
 
     shipped = Path(__file__).resolve().parents[1] / "checkpoints"
@@ -88,8 +88,8 @@ def test_a_warm_started_model_says_its_epochs_on_each_dataset() -> None:
 
 
 def test_links_out_of_the_folders_are_not_listed(tmp_path: Path) -> None:
-    """A link in the checkpoints or a run folder that leads outside them (or to a device) is never listed or opened
-    (issue 31, item 30); a link that stays inside is."""
+    """A link in the checkpoints or a run folder that leads outside them (or to a device) is never listed or opened;
+    a link that stays inside is."""
     shipped, runs = tmp_path / "checkpoints", tmp_path / "runs"
     shipped.mkdir()
     outside = tmp_path / "elsewhere.safetensors"

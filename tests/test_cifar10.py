@@ -1,5 +1,5 @@
 """CIFAR-10, read from files in its official binary format that the tests write (nothing of it ships), and each
-network family trained on it in colour from the command line (issue 57)."""
+network family trained on it in colour from the command line."""
 
 from __future__ import annotations
 

@@ -171,7 +171,7 @@ def test_without_metrics_a_warm_started_model_counts_its_own_run_from_its_header
 
 
 def test_the_statement_says_the_starts_the_interval_and_the_stand_in(tmp_path: Path) -> None:
-    """Issue 32, item 4: the starts in the headline, an order only beyond the sampling interval (given), and
+    """The starts in the headline, an order only beyond the sampling interval (given), and
     the affNIST-like set named as an easier stand-in wherever it meets the paper's figures."""
     text = verdict("multimnist", *SHIPPED).statement()
     first = text.split(": ")[0]
@@ -187,7 +187,7 @@ def test_the_statement_says_the_starts_the_interval_and_the_stand_in(tmp_path: P
     )
     affine = verdict("affnist", *pair).statement()
     assert "The difference, 0.03 points, is within the test set's 95% sampling interval (±0.39)" in affine
-    # issue 55, item 7: the paragraph that finds them level does not open by naming one of them ahead
+    # the paragraph that finds them level does not open by naming one of them ahead
     assert affine.startswith("Here neither network is ahead, ") and " is ahead," not in affine.replace(
         "neither network is ahead,", ""
     )
@@ -203,7 +203,7 @@ def test_the_statement_says_the_starts_the_interval_and_the_stand_in(tmp_path: P
 
 
 def test_converged_sources_are_said_with_their_figures() -> None:
-    """Issue 32: sources of unequal length but equal accuracy are named converged, with both figures; else the
+    """Sources of unequal length but equal accuracy are named converged, with both figures; else the
     headline says the starts were unequal, with their figures where the headers give them."""
     base = dict(paper_error=0.0, test_examples=10_000, examples_seen=36_000, hours=1.0, epochs=3, chosen_epoch=3,
                 lr=3e-4, chosen_on="validation", curve=())  # fmt: skip
@@ -220,7 +220,7 @@ def test_converged_sources_are_said_with_their_figures() -> None:
 
 
 def test_a_verdict_kept_as_a_record_reads_back_the_same(tmp_path: Path) -> None:
-    """Issue 32, item 3: the start-free pair ships as a JSON record of its verdict; it reads back row for row, says
+    """The start-free pair ships as a JSON record of its verdict; it reads back row for row, says
     its starts, and a damaged record is refused in one line."""
     pair = (
         REPO / "checkpoints" / "mnist-40.safetensors",
@@ -285,7 +285,7 @@ def test_the_claims_command_prints_the_verdict_and_keeps_it(tmp_path: Path, caps
 
 
 def test_the_shipped_start_free_record_is_a_pair_from_scratch_on_the_warm_pairs_budget() -> None:
-    """Issue 32, item 3: the start-free affNIST-like pair, shipped as a record: both networks from scratch, on the
+    """The start-free affNIST-like pair, shipped as a record: both networks from scratch, on the
     same budget as the warm-started pair, measured on all 10,000 affNIST-like digits; its statement says so."""
     start_free = claims.read_record(REPO / "checkpoints" / "claims" / claims.START_FREE.format(claim="affnist"))
     warm = verdict(

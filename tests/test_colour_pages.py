@@ -1,4 +1,4 @@
-"""Every dashboard page with a colour model (issue 57): a tiny CapsNet trained on CIFAR-10's binary format, written by
+"""Every dashboard page with a colour model: a tiny CapsNet trained on CIFAR-10's binary format, written by
 the test, walked through each page with AppTest."""
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def _colour_app() -> AppTest:
 
 
 def test_the_draw_page_reads_a_colour_test_image_and_offers_an_upload(colour_app: Path) -> None:
-    """Issue 57, item 4: a colour model's Draw page opens on its test images (no drawing: it reads photos) and reads
+    """A colour model's Draw page opens on its test images (no drawing: it reads photos) and reads
     the one chosen with its prediction and redraw; the other source is an upload of a picture."""
     at = _colour_app()
     assert not at.exception, [e.stack_trace for e in at.exception]
@@ -148,7 +148,7 @@ def _is_colour(source: str) -> bool:
 
 
 def test_the_pages_that_follow_one_input_read_a_colour_image(colour_app: Path) -> None:
-    """Issue 57, item 4: the test image the Draw page chose is followed step by step on Routing, Capsule dimensions,
+    """The test image the Draw page chose is followed step by step on Routing, Capsule dimensions,
     the Transform lens and every stage of the Architecture page, drawn in colour where the page draws it."""
     at = _colour_app()
     at.session_state["routing_maps_open"] = True
@@ -229,7 +229,7 @@ def test_where_routing_matters_measures_a_colour_model(colour_app: Path) -> None
 def test_the_sidebar_trains_on_a_folder_of_pictures_and_says_a_bad_one_in_one_line(
     colour_app: Path, tmp_path: Path
 ) -> None:
-    """Issue 57, item 3: the sidebar's form takes a folder on the server (and its side); the run it starts records
+    """The sidebar's form takes a folder on the server (and its side); the run it starts records
     the folder with the side, and a folder that is not a dataset is said in the form, starting nothing."""
     import json
 
@@ -269,7 +269,7 @@ def test_the_sidebar_trains_on_a_folder_of_pictures_and_says_a_bad_one_in_one_li
 def test_the_sidebar_trains_each_family_on_cifar10_and_smallnorb(
     colour_app: Path, dataset: str, model: tuple[str, str]
 ) -> None:
-    """Issue 57, item 3: the sidebar's form trains on CIFAR-10 and smallNORB where the data folder has them, as on
+    """The sidebar's form trains on CIFAR-10 and smallNORB where the data folder has them, as on
     MNIST: the run it starts trains its network on that dataset (watched to its first metrics line). (The EM network
     is trained on both from the command line in test_cifar10.py and test_smallnorb.py, and on smallNORB above.)"""
 
@@ -293,7 +293,7 @@ def test_the_sidebar_trains_each_family_on_cifar10_and_smallnorb(
 
 
 def test_every_page_reads_a_smallnorb_matrix_capsule_model(colour_app: Path) -> None:
-    """Issue 57, items 1 and 4: smallNORB through every page: a matrix-capsule network of grey 32x32 crops, its test
+    """Every page with smallNORB: a matrix-capsule network of grey 32x32 crops, its test
     image followed on each page (its EM routing, every stage of its architecture), its test split measured."""
     clear_streamlit_caches()
     at = AppTest.from_file(APP, default_timeout=180)

@@ -257,7 +257,7 @@ def test_scores_by_iterations_are_the_forward_pass_at_each_count(monkeypatch: py
 
 @pytest.mark.slow
 def test_the_em_demo_recipe_learns_in_under_a_minute(data_dir: Path, tmp_path: Path) -> None:
-    """Issue 55, item 4: `--recipe em-demo` (the tiny EM network, 8,000 images, one epoch, r = 2, Adam 1e-2) reaches
+    """`--recipe em-demo` (the tiny EM network, 8,000 images, one epoch, r = 2, Adam 1e-2) reaches
     at least 60% of its 2,000 test digits (70-74% measured, in 15-20 s of training on 2 cores), where the tiny
     network at the paper's r = 3 and lr 1e-3 on 2,000 images reached 10-18%."""
     done = capsnet("train", "--recipe", "em-demo", "--out", str(tmp_path / "run"), "--no-progress", "--device", "cpu")

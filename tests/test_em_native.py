@@ -235,7 +235,7 @@ def test_children_that_are_not_there_train_as_the_pytorch_path(
     """A type of child absent from the first image (activation 0) beside present ones: the E-step, which takes two
     children of a cell at a time, adds the votes of the one that is there. (At r = 3 the kernel's gradient for an
     absent child can differ from the PyTorch path's by a few parts in 10^4 of the largest gradient, more than the
-    test above allows: see issue 54's thirty-fifth closing note.)"""
+    test above allows, from float32 sums taken in another order.)"""
     torch.manual_seed(0)
     _assert_gradients_equal(*_gradients(monkeypatch, layer(), shape, iterations, absent=True))
 

@@ -84,7 +84,7 @@ def test_the_sweep_is_one_batch_that_matches_reading_each_angle(model: CapsNet) 
 
 
 def test_a_colour_picture_is_read_in_colour_and_its_edges_carried_out() -> None:
-    """Issue 57: the lens reads a colour model's (H, W, 3) picture, transforms its three channels alike and gives
+    """The lens reads a colour model's (H, W, 3) picture, transforms its three channels alike and gives
     pictures back (with the redraws) in colour; what comes in from outside a photo is its edge, not black."""
     torch.manual_seed(2)
     net = CapsNet(CapsNetConfig.preset("tiny", in_channels=3, image_size=32)).eval()

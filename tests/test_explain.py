@@ -192,7 +192,7 @@ def test_reconstruct_and_misclassified(model: CapsNet, image: np.ndarray) -> Non
 
 
 def test_figure_4_moves_each_capsule_by_its_own_spread() -> None:
-    """Issue 55, item 7: the paper's +/- 0.25 is about 3 of the CapsNet's standard deviations and 15 of the EM
+    """The paper's +/- 0.25 is about 3 of the CapsNet's standard deviations and 15 of the EM
     network's pose entries' (most of its rows were broken drawings): a capsule that spreads less is moved by +/- 4 of
     its mean standard deviation; the CapsNet keeps the paper's steps, and so does a checkpoint without statistics."""
     from capsnet.readings.decoding import perturbation_steps
@@ -207,7 +207,7 @@ def test_figure_4_moves_each_capsule_by_its_own_spread() -> None:
 
 
 def test_a_colour_capsule_is_redrawn_in_colour() -> None:
-    """Issue 57: a colour model's decodes are pictures (H, W, 3), one per dimension and step in Figure 4's grid,
+    """A colour model's decodes are pictures (H, W, 3), one per dimension and step in Figure 4's grid,
     each the same as decoding that vector alone."""
     torch.manual_seed(3)
     net = CapsNet(CapsNetConfig.preset("tiny", in_channels=3, image_size=32)).eval()

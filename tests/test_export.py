@@ -58,8 +58,8 @@ def test_an_init_run_follows_the_epochs_of_the_run_it_started_from(tmp_path: Pat
 
 
 def test_a_lineage_is_followed_only_to_the_checkpoint_its_record_names(tmp_path: Path) -> None:
-    """Item 20 of issue 56: `export` followed a header's `started_from` path wherever it pointed and copied the lines
-    of a `metrics.jsonl` found there into the exported log."""
+    """`export` copies into the exported log only the lines of the run its record names, never those of a
+    `metrics.jsonl` found wherever a header's `started_from` path points."""
     write_log(tmp_path / "elsewhere" / "metrics.jsonl", range(1, 4), secret="not this run's")
     write_log(tmp_path / "b" / "metrics.jsonl", [1])
     real = origin_at(tmp_path / "elsewhere" / "best.safetensors", epochs=3, total_epochs=3, test_accuracy=0.9)

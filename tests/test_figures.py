@@ -43,7 +43,7 @@ def _assert_margin_labels_outside(fig: go.Figure, axis: str) -> None:
 
 @pytest.mark.parametrize("iterations", [1, 3, 5])
 def test_coupling_by_type_draws_the_iteration_the_page_chose(iterations: int) -> None:
-    """The page's stepper owns the iteration (issue 31, item 6): the figure draws that one, names it, and has no Play
+    """The page's stepper owns the iteration: the figure draws that one, names it, and has no Play
     of its own; one colour scale for every iteration, so stepping compares like with like."""
     rng = np.random.default_rng(0)
     by_type = rng.dirichlet(np.ones(10), size=(iterations, 32)).astype(np.float32)  # (r, 32, 10)
@@ -307,7 +307,7 @@ def test_the_votes_figure_draws_one_iteration_and_sends_it_compactly(iterations:
 
 
 def test_the_selected_votes_ring_shows_on_white_points() -> None:
-    """Issue 55, item 7: the ring was white, on votes coloured white where couplings are uniform; now yellow (a colour
+    """The ring was white, on votes coloured white where couplings are uniform; now yellow (a colour
     the diverging scale never takes) on a dark edge."""
     from plotly.colors import get_colorscale, hex_to_rgb
 
@@ -361,13 +361,13 @@ def test_the_claim_figure_puts_each_kept_file_at_the_examples_it_had_seen() -> N
     assert [moved[name].x[0] for name in ("CapsNet, the kept file", "CNN baseline, the kept file")] == [64_000, 56_000]
     paper = [traces["CapsNet, paper: 5.2%"], traces["CNN baseline, paper: 8.1%"]]
     assert [tuple(t.y) for t in paper] == [(5.2, 5.2), (8.1, 8.1)] and paper[0].line.dash == "dash"
-    assert fig.layout.yaxis.type == "log"  # 2% and 35% both readable (issue 31, item 8)
+    assert fig.layout.yaxis.type == "log"  # 2% and 35% both readable
     labels = list(fig.layout.yaxis.ticktext)
     assert "20" in labels and len(set(labels)) == len(labels)  # each tick in full: 20 is not a second "2"
 
 
 def test_robustness_points_carry_their_sampling_interval() -> None:
-    """Issue 31, item 8: at 100 images a point, gaps of 2-7 points between the networks need their interval."""
+    """At 100 images a point, gaps of 2-7 points between the networks need their interval."""
     fig = figures.robustness_figure([0, 10], {"CapsNet": [0.5, 0.9], "CNN": [0.4, 1.0]}, "rotation", examples=100)
     np.testing.assert_allclose(fig.data[0].error_y.array, [9.8, 100 * 1.96 * (0.09 / 100) ** 0.5])
     assert list(fig.data[1].error_y.array)[1] == 0.0
@@ -375,7 +375,7 @@ def test_robustness_points_carry_their_sampling_interval() -> None:
 
 
 def test_a_one_epoch_run_shows_its_splits_apart() -> None:
-    """Two lone dots of one colour would say nothing: test and train differ by marker (issue 31, item 9)."""
+    """Two lone dots of one colour would say nothing: test and train differ by marker."""
     record = {"epoch": 1, "train_loss": 0.4, "test_loss": 0.3, "train_accuracy": 0.9, "test_accuracy": 0.92}
     fig = figures.training_curves({"one": [record]})
     symbols = {t.name: t.marker.symbol for t in fig.data}
@@ -383,7 +383,7 @@ def test_a_one_epoch_run_shows_its_splits_apart() -> None:
 
 
 def test_no_length_label_sits_on_the_m_minus_line() -> None:
-    """Labels of 0.01-0.08 were struck through by the dashed m- = 0.1 line (issue 31, item 15)."""
+    """Labels of 0.01-0.08 were struck through by the dashed m- = 0.1 line."""
     lengths = np.array([0.01, 0.03, 0.05, 0.07, 0.08, 0.09, 0.1, 0.2, 0.5, 0.95])
     fig = figures.lengths_bar(lengths, [str(k) for k in range(10)], m_minus=0.1)
     (labels,) = [t for t in fig.data if getattr(t, "mode", None) == "text"]
@@ -394,7 +394,7 @@ def test_no_length_label_sits_on_the_m_minus_line() -> None:
 
 
 def test_the_pair_stroke_map_leans_red_or_green_and_leaves_ties_grey() -> None:
-    """Issue 31, item 7: an argmax over nearly uniform couplings painted strokes for the wrong digit; the map now
+    """An argmax over nearly uniform couplings painted strokes for the wrong digit; the map now
     shows how much more each stroke votes for the first digit than the second, in the redraw's colours."""
     image = np.zeros((4, 4), np.float32)
     image[0, :] = image[3, :] = 1.0  # two strokes
@@ -406,7 +406,7 @@ def test_the_pair_stroke_map_leans_red_or_green_and_leaves_ties_grey() -> None:
     assert (z[0] > 0).all() and (z[3] < 0).all() and np.isnan(z[1]).all()  # red, green, and no ink
     assert fig.data[1].zmid == 0 and "(red)" in fig.layout.title.text and "(green)" in fig.layout.title.text
     assert "no stroke leans" not in fig.layout.title.text
-    # issue 55, item 7: leans of a thousandth were stretched over the whole scale, one saturated colour; they now
+    # leans of a thousandth were stretched over the whole scale, one saturated colour; they now
     # sit near its grey middle, and the title says why
     faint = np.full((4, 4, 10), 0.1)
     faint[0, :, 7] += 0.0004
@@ -479,7 +479,7 @@ def test_the_child_windows_map_outlines_each_window_and_the_child() -> None:
 
 
 def test_the_routing_matters_chart_stays_within_0_and_100_percent_with_every_label_shown() -> None:
-    """Issue 55, item 7: the EM model's accuracies (10.09% to 99.35%) once set the axis from -43% to 100%, with
+    """The EM model's accuracies (10.09% to 99.35%) once set the axis from -43% to 100%, with
     the best point's label cut off at the top; now the axis stays within [0, 1] and a label near the top sits under
     its point. A CapsNet's close accuracies still get a narrow axis, so a change of a few images shows."""
     from dashboard.figures import routing_matters as rmf
@@ -497,7 +497,7 @@ def test_the_routing_matters_chart_stays_within_0_and_100_percent_with_every_lab
 
 
 def test_where_the_evidence_goes_shows_how_far_nearly_uniform_shares_moved() -> None:
-    """Issue 55, item 7: a trained network's shares stay near 10% at every iteration, and the stacked chart was ten
+    """A trained network's shares stay near 10% at every iteration, and the stacked chart was ten
     equal bands in every column; then the chart shows each share's change since iteration 1, in points."""
     mass = np.full((3, 10), 1.0)
     mass[1, 7], mass[2, 7] = 1.02, 1.05  # capsule 7 gains a little

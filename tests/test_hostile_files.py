@@ -1,4 +1,4 @@
-"""Hostile files and careless hands (issue 56): no write replaces what is not ours (a device node, a FIFO, a folder,
+"""Hostile files and careless hands: no write replaces what is not ours (a device node, a FIFO, a folder,
 a link, a file of another kind), no JSON reader recurses into a deeply nested file, no reader blocks on a FIFO, and a
 failed export changes nothing. The hostile files are made here, with the standard library only."""
 
@@ -67,7 +67,7 @@ def _not_ours(tmp_path: Path) -> dict[str, Path]:
 
 
 def test_no_write_replaces_a_device_node_a_fifo_a_folder_or_a_link(tmp_path: Path) -> None:
-    """Item 1: as root, `claims --record /dev/full` replaced the system's /dev/full with a JSON file."""
+    """As root, `claims --record /dev/full` replaced the system's /dev/full with a JSON file."""
     places = _not_ours(tmp_path)
     if os.environ.get("CI"):
         assert "a device node" in places, "CI runs as root: the device node is made and tested there"
@@ -84,7 +84,7 @@ def test_no_write_replaces_a_device_node_a_fifo_a_folder_or_a_link(tmp_path: Pat
 
 
 def test_no_write_replaces_a_file_of_another_kind(tiny_checkpoint: Path, tmp_path: Path) -> None:
-    """Item 1: `claims --record some.safetensors` turned a 16 MB model into a 2 KB record, exit 0."""
+    """`claims --record some.safetensors` turned a 16 MB model into a 2 KB record, exit 0."""
     model = Path(shutil.copy(tiny_checkpoint, tmp_path / "model.safetensors"))
     data = model.read_bytes()
     with pytest.raises(FileWriteError, match="holds something other than json; choose another name"):
@@ -105,7 +105,7 @@ def test_no_write_replaces_a_file_of_another_kind(tiny_checkpoint: Path, tmp_pat
 
 
 def test_json_readers_refuse_deep_nesting_and_fifos_in_one_line(tmp_path: Path) -> None:
-    """Items 4 and 5: nested JSON is a ValueError naming the file (not a RecursionError); a FIFO is refused before it
+    """Nested JSON is a ValueError naming the file (not a RecursionError); a FIFO is refused before it
     is opened; a metrics log's nested line costs that line only."""
     nested = tmp_path / "args.json"
     nested.write_text(NESTED)
@@ -127,7 +127,7 @@ def test_json_readers_refuse_deep_nesting_and_fifos_in_one_line(tmp_path: Path) 
 
 
 def test_a_checkpoint_whose_header_nests_deeply_is_one_line(tmp_path: Path) -> None:
-    """Item 4: a few-KB file whose header's config is [[[... was a RecursionError traceback in every tool."""
+    """A few-KB file whose header's config is [[[... was a RecursionError traceback in every tool."""
     for field in ("config", "info"):
         path = tmp_path / f"{field}.safetensors"
         metadata = {"format": FORMAT, "format_version": FORMAT_VERSION, "network": "capsnet", "config": "{}"}
@@ -141,7 +141,7 @@ def test_a_checkpoint_whose_header_nests_deeply_is_one_line(tmp_path: Path) -> N
 def test_a_damaged_manifest_is_one_line_and_stops_an_export_before_it_writes(
     damage: str, tiny_checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Item 2: with a damaged manifest.json, `export` into the shipped folder wrote the target, then stopped; a nested
+    """With a damaged manifest.json, `export` into the shipped folder wrote the target, then stopped; a nested
     one was a RecursionError, a FIFO hung, a link to /dev/zero read until MemoryError."""
     shipped = tmp_path / "shipped"
     shipped.mkdir()
@@ -169,7 +169,7 @@ def test_a_damaged_manifest_is_one_line_and_stops_an_export_before_it_writes(
 def test_an_export_refuses_a_target_that_is_not_a_checkpoint_before_measuring(
     tiny_checkpoint: Path, tmp_path: Path
 ) -> None:
-    """Item 1: `export SRC PATH` replaced whatever was at PATH by rename."""
+    """`export SRC PATH` replaced whatever was at PATH by rename."""
     fifo = tmp_path / "fifo.safetensors"
     os.mkfifo(fifo)
     notes = tmp_path / "notes.safetensors"
@@ -181,7 +181,7 @@ def test_an_export_refuses_a_target_that_is_not_a_checkpoint_before_measuring(
 
 
 def test_a_header_asking_for_20_gb_is_refused_in_one_line_within_1_s_and_500_mb(tiny_em: Path, tmp_path: Path) -> None:
-    """Item 3: the EM network's routing tables were built from the header's config before the weights were compared:
+    """The EM network's routing tables were built from the header's config before the weights were compared:
     `image_size: 100000` made `evaluate` allocate about 20 GB; 10^6 capsule types cost 3.8 GB and 20 s."""
     import json
     import subprocess
@@ -224,7 +224,7 @@ def _claim_row(network: str) -> dict:
      {"network": "em"}, {"epochs": 1.5}],
 )  # fmt: skip
 def test_a_claim_record_out_of_range_is_one_line(change: dict, tmp_path: Path) -> None:
-    """Item 6: a record with `test_examples: -5`, `error: 2.0`, `error: "abc"` or `curve: [[1e400, 0.1]]` crashed the
+    """A record with `test_examples: -5`, `error: 2.0`, `error: "abc"` or `curve: [[1e400, 0.1]]` crashed the
     Transform lens; each is now refused in one line, as a damaged record."""
     from capsnet.readings import claims
 
@@ -240,7 +240,7 @@ def test_a_claim_record_out_of_range_is_one_line(change: dict, tmp_path: Path) -
 
 
 def test_header_values_out_of_range_are_read_as_unsaid(tmp_path: Path) -> None:
-    """Item 7: `novelty.examples: Infinity` was an OverflowError in predict, `config: []` an AttributeError,
+    """`novelty.examples: Infinity` was an OverflowError in predict, `config: []` an AttributeError,
     `test_accuracy: 5.0` a complex sampling interval in claims."""
     from capsnet.checkpoints.header import CheckpointInfo
     from capsnet.readings.novelty import NoveltyThresholds
@@ -258,7 +258,7 @@ def test_header_values_out_of_range_are_read_as_unsaid(tmp_path: Path) -> None:
 
 
 def test_a_routing_summary_of_other_classes_is_not_trusted(tiny_checkpoint: Path, tmp_path: Path) -> None:
-    """Item 6: a `<name>.routing.json` with the file's (computable) SHA-256 and an image labelled 19 crashed Where
+    """A `<name>.routing.json` with the file's (computable) SHA-256 and an image labelled 19 crashed Where
     routing matters (IndexError): an entry is checked against the model's classes too."""
     import numpy as np
 
@@ -278,7 +278,7 @@ def test_a_routing_summary_of_other_classes_is_not_trusted(tiny_checkpoint: Path
 
 
 def test_a_reader_that_goes_away_ends_predict_quietly(tiny_checkpoint: Path, data_dir: Path, tmp_path: Path) -> None:
-    """Item 19: `predict --json ... | head -c 1` was a BrokenPipeError traceback."""
+    """`predict --json ... | head -c 1` was a BrokenPipeError traceback."""
     import subprocess
     import sys
 
@@ -307,7 +307,7 @@ def test_a_reader_that_goes_away_ends_predict_quietly(tiny_checkpoint: Path, dat
 
 @pytest.mark.parametrize("name", ["cuda:abc", "cuda:99", "cuda:-1", "cuda:１"])
 def test_a_bad_cuda_device_is_one_line_where_cuda_exists(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Item 11: `--device cuda:abc` or `cuda:99` reached torch as a traceback on a machine with CUDA (here CUDA is
+    """`--device cuda:abc` or `cuda:99` reached torch as a traceback on a machine with CUDA (here CUDA is
     pretended: two GPUs)."""
     from capsnet.device import pick_device
     from capsnet.errors import InvalidArgumentError
@@ -339,7 +339,7 @@ def _reheaded(source: Path, target: Path, part: str, **changes: object) -> Path:
 def test_a_header_naming_a_dataset_of_other_images_is_one_line_in_every_command(
     tiny_checkpoint: Path, tiny_em: Path, data_dir: Path, tmp_path: Path, command: str, dataset: str
 ) -> None:
-    """Item 8: a model of 28x28 images whose header named mnist-40 or MultiMNIST was a shape ValueError traceback in
+    """A model of 28x28 images whose header named mnist-40 or MultiMNIST was a shape ValueError traceback in
     routing-matters and export (evaluate refused in one line); the header is now checked as it is read."""
     from PIL import Image
 
@@ -358,7 +358,7 @@ def test_a_header_naming_a_dataset_of_other_images_is_one_line_in_every_command(
 
 
 def test_a_warm_start_of_a_network_that_has_none_is_one_line(tmp_path: Path, data_dir: Path) -> None:
-    """Item 8: `train --network em --init mnist-em.safetensors --dataset mnist-40` died with KeyError: 'em'."""
+    """`train --network em --init mnist-em.safetensors --dataset mnist-40` died with KeyError: 'em'."""
     from tests.cli_support import capsnet
 
     shipped = Path(__file__).parents[1] / "checkpoints" / "mnist-em.safetensors"
@@ -371,7 +371,7 @@ def test_a_warm_start_of_a_network_that_has_none_is_one_line(tmp_path: Path, dat
 
 def test_a_refused_run_leaves_no_folder_and_no_args_behind(tmp_path: Path, data_dir: Path,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
-    """Item 16: a refused `train` left args.json (and, without --out, a run the Training runs page listed as failed);
+    """A refused `train` left args.json (and, without --out, a run the Training runs page listed as failed);
     `--resume --out <typo>` made the typo folder."""
     from tests.cli_support import capsnet
 
@@ -393,8 +393,8 @@ def test_a_refused_run_leaves_no_folder_and_no_args_behind(tmp_path: Path, data_
 
 
 def test_smallnorb_files_that_claim_too_much_are_one_line_and_read_no_further(tmp_path: Path) -> None:
-    """Item 9: a 6 MB `.mat.gz` that inflates to 6 GB was read whole (MemoryError after 5 GB); a header of zero
-    images was a ValueError traceback; sizes whose product overflows passed the size check. Item 15: smallNORB
+    """A 6 MB `.mat.gz` that inflates to 6 GB was read whole (MemoryError after 5 GB); a header of zero
+    images was a ValueError traceback; sizes whose product overflows passed the size check. And smallNORB
     absent said "(download failed: RuntimeError)", though it is never downloaded."""
     import gzip
     import tracemalloc
@@ -438,7 +438,7 @@ def test_smallnorb_files_that_claim_too_much_are_one_line_and_read_no_further(tm
 
 def test_a_kill_at_the_last_commit_is_finished_on_resume(data_dir: Path, tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
-    """Item 14: after a kill -9 at the last epoch's commit, `--resume` reconciled the folder but left progress.json
+    """After a kill -9 at the last epoch's commit, `--resume` reconciled the folder but left progress.json
     "running" (its trainer gone), so the Training runs page showed the finished run as failed."""
     from capsnet.training import trainer
     from capsnet.training.checkpointer import Checkpointer
@@ -468,7 +468,7 @@ def test_a_kill_at_the_last_commit_is_finished_on_resume(data_dir: Path, tmp_pat
 
 
 def test_a_resume_that_contradicts_its_run_is_one_line(data_dir: Path, tmp_path: Path) -> None:
-    """Item 17: `--resume` ignored an explicit `--network`, `--preset` or `--routing-iterations` without a word."""
+    """`--resume` ignored an explicit `--network`, `--preset` or `--routing-iterations` without a word."""
     from tests.cli_support import capsnet
 
     run = ["--preset", "tiny", "--train-size", "128", "--test-size", "64", "--no-progress", "--out", tmp_path / "r"]
@@ -486,7 +486,7 @@ def test_a_resume_that_contradicts_its_run_is_one_line(data_dir: Path, tmp_path:
 
 def test_what_a_killed_export_leaves_is_removed_by_the_next(tiny_checkpoint: Path, data_dir: Path,
                                                             tmp_path: Path) -> None:  # fmt: skip
-    """Item 18: a killed export left hidden staging files the size of the model in the target folder for good. Each
+    """A killed export left hidden staging files the size of the model in the target folder for good. Each
     temporary names its writer's process; the next write beside the target removes those whose writer is gone."""
     import subprocess
     import sys
@@ -521,7 +521,7 @@ def test_what_a_killed_export_leaves_is_removed_by_the_next(tiny_checkpoint: Pat
 @pytest.mark.parametrize("command", ["predict", "evaluate"])
 def test_an_output_that_cannot_be_written_is_one_line(tiny_checkpoint: Path, data_dir: Path, tmp_path: Path,
                                                       command: str) -> None:  # fmt: skip
-    """Item 19: a full stdout (`> /dev/full`) was an OSError traceback."""
+    """A full stdout (`> /dev/full`) was an OSError traceback."""
     import subprocess
     import sys
 
@@ -580,7 +580,7 @@ def test_a_closed_standard_output_is_one_line(tiny_checkpoint: Path, tmp_path: P
 
 
 def test_a_training_state_of_random_bytes_is_one_line(data_dir: Path, tmp_path: Path) -> None:
-    """Item 7: a `train_state.pt` whose pickle is random bytes was an IndexError from the weights-only unpickler."""
+    """A `train_state.pt` whose pickle is random bytes was an IndexError from the weights-only unpickler."""
     import pickle
     import random
     import zipfile
@@ -612,7 +612,7 @@ def test_a_training_state_of_random_bytes_is_one_line(data_dir: Path, tmp_path: 
 
 
 def test_predict_names_what_a_smallnorb_model_reads(tmp_path: Path) -> None:
-    """Item 15: predict called a smallNORB model's input "digits placed anywhere on it (mnist-40)"."""
+    """Predict called a smallNORB model's input "digits placed anywhere on it (mnist-40)"."""
     import dataclasses
 
     from PIL import Image
@@ -632,7 +632,7 @@ def test_predict_names_what_a_smallnorb_model_reads(tmp_path: Path) -> None:
 
 
 def test_claims_checks_each_file_against_its_place(tmp_path: Path) -> None:
-    """Item 12: `claims` believed its argument order: the CNN and the CapsNet swapped, the EM network as "the
+    """`claims` believed its argument order: the CNN and the CapsNet swapped, the EM network as "the
     CapsNet", MNIST models for the MultiMNIST claim, one file twice were each a confident verdict (exit 0); absurd
     metrics lines gave absurd budgets, a NaN figure printed "nan%"."""
     from capsnet.readings import claims
@@ -668,7 +668,7 @@ def test_claims_checks_each_file_against_its_place(tmp_path: Path) -> None:
 def test_a_batch_that_would_not_fit_is_refused_before_the_run_and_the_batch_said_fits(
     data_dir: Path, tmp_path: Path
 ) -> None:
-    """Item 10 (and issue 57's memory guard): the paper EM network at the default batch of 128 died under 6 GiB with
+    """The memory guard: the paper EM network at the default batch of 128 died under 6 GiB with
     an allocator traceback. Its step's memory is measured before the data is read: the run is refused in one line
     that names a batch that fits, and that batch trains under the same limit. (Since the EM kernel's training passes
     keep no stack of the backward's factors, a batch of 128 fits in 6 GiB: a batch of 1,024 is the one that cannot.)"""
@@ -701,7 +701,7 @@ def test_a_batch_that_would_not_fit_is_refused_before_the_run_and_the_batch_said
 
 
 def test_an_allocation_that_fails_is_one_line_naming_the_batch() -> None:
-    """Item 10: where nothing was measured (a GPU, another system) an allocation failure is one line, not a trace."""
+    """Where nothing was measured (a GPU, another system) an allocation failure is one line, not a trace."""
     from capsnet.errors import out_of_memory, said_out_of_memory
 
     failed = RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: "
@@ -718,7 +718,7 @@ def test_an_allocation_that_fails_is_one_line_naming_the_batch() -> None:
 
 def test_predict_reads_its_files_a_batch_at_a_time(tiny_checkpoint: Path, tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
-    """Item 10: predict read every file into one batch (2,000 images took 4.2 GB; 6,000 failed under 8 GiB)."""
+    """Predict read every file into one batch (2,000 images took 4.2 GB; 6,000 failed under 8 GiB)."""
     from PIL import Image, ImageDraw
 
     from capsnet.checkpoints.checkpoint import load_checkpoint

@@ -1,4 +1,4 @@
-"""Your own pictures (issue 57): folders of real images written by the tests, grey (Fashion-MNIST's test items as PNG
+"""Your own pictures: folders of real images written by the tests, grey (Fashion-MNIST's test items as PNG
 files) and colour (MNIST digits tinted per class on coloured grounds, at several sizes, PNG and JPEG), read as
 datasets and trained on by each network family from the command line; every fault one line before any training."""
 

@@ -101,7 +101,7 @@ def test_the_command_line_keeps_the_evaluation_beside_the_checkpoint(data_dir: P
 def test_the_evaluate_page_reads_a_kept_evaluation_instead_of_measuring(
     data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 55, item 6: with its entry kept, the dashboard's first 1,000 images of a model are read, not measured
+    """With its entry kept, the dashboard's first 1,000 images of a model are read, not measured
     (the paper-sized EM network took about 30 s); without one they are measured once and kept in the user's store."""
     from dashboard import models
 
@@ -127,7 +127,7 @@ def test_the_evaluate_page_reads_a_kept_evaluation_instead_of_measuring(
 
 
 def test_the_evaluate_page_says_how_long_a_measurement_takes_before_it_starts(data_dir: Path, tmp_path: Path) -> None:
-    """Issue 55, item 6: what is kept takes no time; what is left is said at the rate of 16 test images timed here."""
+    """What is kept takes no time; what is left is said at the rate of 16 test images timed here."""
     from dashboard import models
 
     # weights of its own: the store is keyed by the file's SHA-256, and the test before keeps an evaluation of the

@@ -21,7 +21,7 @@ from capsnet.nn.config import CapsNetConfig
 def test_an_evaluation_that_would_not_fit_is_refused_before_reading_and_the_batch_said_fits(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Issue 57, item 2: an `evaluate` whose batch would not fit was killed by the allocator half-way (here the
+    """An `evaluate` whose batch would not fit was killed by the allocator half-way (here the
     shipped CapsNet at 10,000 images a batch with 2 GiB free); its reading is measured before the data is read and
     refused in one line that names a batch, and that batch reads. (The address-space limit that `headroom` reads is
     tested with a real training run in test_hostile_files.py.)"""

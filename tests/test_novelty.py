@@ -100,7 +100,7 @@ def test_the_notice_names_the_test_that_tripped() -> None:
 
 @pytest.mark.slow
 def test_the_shipped_em_model_flags_what_the_help_text_says_it_flags(data_dir: Path) -> None:
-    """Issue 55, item 3: the EM model's not-like-any-class test, from its header's thresholds (its decoder's redraw
+    """The EM model's not-like-any-class test, from its header's thresholds (its decoder's redraw
     and its class activation), on drawn inputs through the Draw page's preprocessing: a dot, a scribble, an X, an H,
     a smiley and grey noise are flagged; an A and a bar pass (as the help text says); test digits pass."""
     from PIL import Image, ImageDraw

@@ -173,7 +173,7 @@ def test_the_comparison_says_what_the_charts_show() -> None:
 
 
 def test_the_comparison_names_no_winner_within_its_tolerance_and_no_parent_where_none_is_present() -> None:
-    """Issue 55, item 5: three activations within 0.01 are a tie, not "EM's most active parent"; |v| = 0.16 is no
+    """Three activations within 0.01 are a tie, not "EM's most active parent"; |v| = 0.16 is no
     parent present, not "Both favour"; two |v| within 0.05 tie; the general sentences are said once, apart."""
     names = ["parent 1", "parent 2", "parent 3"]
 

@@ -1,4 +1,4 @@
-"""Does routing matter? (issue 55, item 8): on the same trained weights, the couplings routed r = 1..5 times,
+"""Does routing matter? On the same trained weights, the couplings routed r = 1..5 times,
 uniform (r = 1) and random (seeded per image, not routed); per input and on the test set, with the coupling entropy,
 McNemar's test and a verdict that follows the numbers."""
 

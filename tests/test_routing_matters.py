@@ -129,7 +129,7 @@ def test_the_command_line_measures_on_the_device_asked_and_keeps_the_summary(
     assert verdict(kept.rules()) in done.stdout  # the experiment's verdict, as the dashboard says it
     assert f"kept in {sidecar}" in done.stdout
 
-    # issue 56, item 13: a place beside the checkpoint that cannot take the summary (here a folder stands there) sends
+    # a place beside the checkpoint that cannot take the summary (here a folder stands there) sends
     # it to the user's store, and the command names that file; a bad file among several is its own line, and the
     # others are measured all the same (exit 2 at the end)
     sidecar.unlink()
@@ -261,7 +261,7 @@ def test_the_em_network_is_measured_at_each_r_and_its_changes_open_on_draw(
     test_images,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Issue 30: the EM network's class activations at r = 1..5 (every capsule layer routed r times), each r's
+    """The EM network's class activations at r = 1..5 (every capsule layer routed r times), each r's
     reading the whole forward pass at that r; the page measures it and opens a changed image on the Draw page."""
     from dashboard import models
 
@@ -295,7 +295,7 @@ def test_the_em_network_is_measured_at_each_r_and_its_changes_open_on_draw(
     assert any("were learned for r = 3" in m.value for m in at.markdown)  # not "ambiguous ones", as for a CapsNet
     assert not any("ambiguous ones, that routing decides" in m.value for m in at.markdown)
     assert any(c.value.startswith("a of ") for c in at.caption)  # the margins between activations
-    # the list opens on the images one more iteration changes (issue 55, item 7: not every image "changed")
+    # the list opens on the images one more iteration changes (not every image "changed")
     one_more = [c for c in expected.changed if c.predictions[2] != c.predictions[3]]  # r = 3 (trained) -> 4
     assert at.toggle(key="rm_next_only").value and 0 < len(one_more) < len(expected.changed)
     assert at.toggle(key="rm_next_only").label == f"Only the {len(one_more):,} whose answer changes from r = 3 to r = 4"

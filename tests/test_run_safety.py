@@ -50,7 +50,7 @@ def test_a_folder_holding_a_run_is_not_overwritten(data_dir: Path, tmp_path: Pat
     fresh = tmp_path / "fresh"
     fresh.mkdir()
     (fresh / "args.json").write_text("{}")
-    # ... and what a kill -9 in that run's first epoch left half written is removed, as --resume does (item 27)
+    # ... and what a kill -9 in that run's first epoch left half written is removed, as --resume does
     leftovers = [".last.pending.safetensors.k3j2.tmp", ".watch.safetensors.x81q.tmp", "best.pending.safetensors"]
     for name in leftovers:
         (fresh / name).write_bytes(b"half")
@@ -307,8 +307,7 @@ def test_a_really_full_disk(data_dir: Path, small_disk: Path) -> None:
 
 
 def test_a_disk_full_before_the_run_starts(data_dir: Path, small_disk: Path) -> None:
-    """Nothing can be written at all: one line naming the file and the cause, no traceback, no empty lock left
-    (issue 31, item 21)."""
+    """Nothing can be written at all: one line naming the file and the cause, no traceback, no empty lock left."""
     filler = small_disk / "filler"
     with open(filler, "wb") as handle:
         try:

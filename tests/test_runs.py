@@ -212,7 +212,7 @@ def test_a_real_tiny_run_trains_in_the_background(root: Path, data_dir: Path) ->
 
 
 def test_a_huge_metrics_file_is_read_only_as_far_as_the_run_goes(root: Path) -> None:
-    """200,000 lines for a run of 2 epochs: "2/2", read in a moment, not "200000/2" in 23 s (issue 31, item 29)."""
+    """200,000 lines for a run of 2 epochs: "2/2", read in a moment, not "200000/2" in 23 s."""
     run_dir = make_run(root, "huge", {"status": "finished", "pid": 0, "epochs": 2})
     line = json.dumps({"epoch": 1, "train_loss": 0.5, "test_accuracy": 0.5}) + "\n"
     (run_dir / "metrics.jsonl").write_text(line * 200_000)

@@ -22,10 +22,10 @@ from capsnet.readings.novelty import NoveltyThresholds
 from capsnet.training.options import stored_network
 
 CHECKPOINTS = Path(__file__).resolve().parents[1] / "checkpoints"
-# The lowest accuracy a shipped model may have: issue 4's floors (its targets, 99.70% and
+# The lowest accuracy a shipped model may have: the project's floors (its targets, 99.70% and
 # 93.6%, are in checkpoints/README.md with what the shipped models reach).
 FLOORS = {"mnist": 0.9950, "fashion-mnist": 0.9150}
-EM_FLOOR = 0.993  # issue 30's target, reached by the shipped EM model (checkpoints/README.md)
+EM_FLOOR = 0.993  # the best public PyTorch figure for this network, reached by the shipped EM model (checkpoints/README.md)
 SHIPPED = sorted(p.relative_to(CHECKPOINTS).as_posix() for p in CHECKPOINTS.rglob("*.safetensors"))
 # the first examples whose kept answers are checked again: 400, but 100 for the five slowest readers, whose 400 took
 # 8-18 s of the suite each on one AVX2 core: the EM network (its float32 forward reads about 10 digits a second), the
@@ -124,9 +124,9 @@ def test_shipped_affine_pair(network: str) -> None:
 
 
 def test_shipped_em_model() -> None:
-    """Issue 30: the EM network (checkpoints/README.md, "EM routing"): the paper's A=B=C=D=32 network with a
+    """The EM network (checkpoints/README.md, "EM routing"): the paper's A=B=C=D=32 network with a
     decoder, routed by 2 EM iterations, its whole-set figures and pose statistics in the header, at or above the
-    issue's 99.3% on the whole test set."""
+    99.3% the best public PyTorch implementation reports, on the whole test set."""
     path = CHECKPOINTS / "mnist-em.safetensors"
     assert path.is_file(), "checkpoints/mnist-em.safetensors is missing: the project ships it"
     checkpoint = load_checkpoint(path, networks=("em",))
@@ -155,7 +155,7 @@ def test_a_shipped_routing_summary_belongs_to_its_checkpoint(name: str) -> None:
 
 
 def test_the_shipped_em_model_carries_its_quick_evaluation() -> None:
-    """The Evaluate page opens at once on the EM model's first 1,000 test digits (issue 55, item 6: measuring them
+    """The Evaluate page opens at once on the EM model's first 1,000 test digits (measuring them
     takes about 30 s on 2 cores): `mnist-em.evaluation.json` was measured on the very bytes shipped, and agrees with
     the header's per-class counts where the two overlap (every class's share of the first 1,000 is below its whole)."""
     from capsnet import kept_evaluation

@@ -117,7 +117,7 @@ def test_read_matrix_keeps_the_stored_type_and_shape(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("network", ["em", "capsnet", "cnn"])
 def test_each_family_trains_on_smallnorb_crops(tmp_path: Path, network: str) -> None:
-    """Issue 57: every network family trains on smallNORB's grey 32x32 crops from the command line and is evaluated
+    """Every network family trains on smallNORB's grey 32x32 crops from the command line and is evaluated
     on its five classes."""
     root = make_norb(tmp_path / "data", n_train=16, n_test=10)
     out = tmp_path / "run"

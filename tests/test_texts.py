@@ -79,8 +79,7 @@ def test_the_transform_lens_says_how_the_open_model_was_trained() -> None:
 
 
 def test_the_training_intro_says_each_recipes_schedule() -> None:
-    """Not "a learning rate that decays every epoch" for the fast recipe, which warms up and decays per batch
-    (issue 31, item 11)."""
+    """Not "a learning rate that decays every epoch" for the fast recipe, which warms up and decays per batch."""
     from capsnet.nn.config import CapsNetConfig
     from capsnet.training.recipes import RECIPES
 
@@ -108,7 +107,7 @@ def test_the_training_page_speaks_of_each_network_as_it_is_trained() -> None:
 
 def test_the_novelty_promise_says_what_it_cannot_tell_from_a_digit() -> None:
     """Flagged, as measured: a dot, a scribble, grey noise, X and H; not always: an A, a bar, a photo of noise
-    (issue 31, items 10 and 22: the promise changed to what the shipped model does)."""
+    (the promise changed to what the shipped model does)."""
     assert "many letters (an X, an H)" in texts.NOVELTY
     assert "an A\ncan pass as a 4 and a bar as a 7 (the EM model: as a 1)" in texts.NOVELTY
     assert "a photo of noise" in texts.NOVELTY and "the shipped EM model also\nflags a smiley" in texts.NOVELTY
@@ -116,7 +115,7 @@ def test_the_novelty_promise_says_what_it_cannot_tell_from_a_digit() -> None:
 
 
 def test_a_capsule_that_barely_moved_is_said_so() -> None:
-    """Issue 31, item 5: 10% against 1/10 = 10% is no favourite."""
+    """10% against 1/10 = 10% is no favourite."""
     import numpy as np
 
     names = [str(k) for k in range(10)]
@@ -130,7 +129,7 @@ def test_a_capsule_that_barely_moved_is_said_so() -> None:
 
 
 def test_the_live_loss_of_an_em_run_says_why_it_rises() -> None:
-    """Issue 55, item 4: the spread loss's margin ramps from 0.2 to 0.9, so an EM run's live loss rises (0.49 to 5.2
+    """The spread loss's margin ramps from 0.2 to 0.9, so an EM run's live loss rises (0.49 to 5.2
     in a demo) while it learns: the sidebar's Loss says so; a CapsNet's margin loss, a CNN's, a warm start's and an
     unknown network's say nothing."""
     said = training_texts.running_loss_help({"network": "em", "preset": "tiny"})
@@ -148,7 +147,7 @@ def test_the_live_loss_of_an_em_run_says_why_it_rises() -> None:
 
 
 def test_the_lens_names_the_open_network_and_the_pair_its_verdict_is_of() -> None:
-    """Issue 55, item 7: the EM model's figure beside the CNN's is the EM CapsNet's, not "CapsNet"'s; the affine
+    """The EM model's figure beside the CNN's is the EM CapsNet's, not "CapsNet"'s; the affine
     claim's verdict says it is the paper's pair whatever model is open."""
     said = texts.baseline_result("MNIST", "EM CapsNet", 0.9935, 0.9959, pairs=False)
     assert said == "On MNIST's test set: EM CapsNet 99.35% accuracy, CNN baseline 99.59% accuracy."

@@ -138,7 +138,7 @@ def _check_header(path: Path, metadata: Mapping[str, str]) -> tuple[AnyConfig, C
 
 def _check_dataset(path: Path, config: AnyConfig, info: CheckpointInfo) -> None:
     """A header whose dataset is one this package knows must read that dataset's images and classes: a model of
-    28x28 images said to be of mnist-40 was a shape ValueError deep in routing-matters and export (issue 56, item 8).
+    28x28 images said to be of mnist-40 was a shape ValueError deep in routing-matters and export.
     A dataset this package does not know is left to the reader that needs it."""
     known = DATASETS.get(info.dataset_name)
     if known is None:

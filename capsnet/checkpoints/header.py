@@ -85,7 +85,7 @@ class CheckpointInfo:
                 continue
             value = _coerce(data.pop(f.name), hints[f.name])
             if value is not _INVALID and f.name in FRACTIONS and value is not None and not 0 <= value <= 1:
-                value = _INVALID  # an accuracy of 5.0 made the claims' sampling interval complex (issue 56, item 7)
+                value = _INVALID  # an accuracy of 5.0 made the claims' sampling interval complex
             if value is not _INVALID:
                 values[f.name] = value
         data.pop("extra", None)

@@ -58,7 +58,7 @@ def read_matrix(path: str | os.PathLike, max_bytes: int = MAX_MATRIX_BYTES) -> n
     """A NORB binary matrix file (`.mat`, or gzipped `.mat.gz`) as a numpy array of its stored shape and type.
 
     The header is read first and the data after it only up to the size it declares (at most `max_bytes`): a small
-    archive that inflates to gigabytes is read no further than a real file's size (issue 56, item 9).
+    archive that inflates to gigabytes is read no further than a real file's size.
     """
     path = Path(path)
     opener: Callable[..., Any] = gzip.open if path.suffix == ".gz" else open

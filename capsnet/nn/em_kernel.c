@@ -133,7 +133,7 @@ static inline __attribute__((always_inline)) void log_density(const vf *wt, cons
                                                               float *logp, vf *top) {
     const vf x = vload(k) - 0.5f * weighed_votes(wt, rows, off, c, q1, q2, Jp, v);
     vstore(logp, x);
-    const vi above = x > *top; /* lane by lane, where one scalar maximum a vote was a chain of VB comparisons */
+    const vi above = x > *top; /* lane by lane: no chain of VB scalar comparisons a vote */
     *top = (vf)(((vi)x & above) | ((vi)*top & ~above));
 }
 
@@ -160,8 +160,8 @@ static inline float child_weights(float *r, int64_t n, float top, float log_floo
 
 /* NS slots of one position (NS = 1..MOMENT_SLOTS) into its moments: each slot's weights given[u] times a[u], their
    sum into amount (where given) and times the slots' votes about the centre c and their squares into f and s (all
-   16 rows of Jp). The votes are made a column of W at a time (four of a slot's 16 W entries live, where a slot's
-   whole tile was held), so that the position's sums are read and written once for the NS slots, in the order one
+   16 rows of Jp). The votes are made a column of W at a time (four of a slot's 16 W entries live, not its whole
+   tile), so that the position's sums are read and written once for the NS slots, in the order one
    slot at a time would add them. */
 static inline __attribute__((always_inline)) void moments_slots(const int NS, const int64_t Jp, const int with,
                                                                  const float *const *w, const float *const (*m)[4],
@@ -791,7 +791,7 @@ static inline __attribute__((always_inline)) void grad_slot(const Layer *L, cons
         }
         const float *c = centre + (b * P + p) * H * Jp + jb;
         /* a column of W at a time: its four entries and their dL/dW (added up over the rows, then written back)
-           live, where the whole tile and all 16 dL/dV were, which spilled */
+           live, not the whole tile and all 16 dL/dV, which would spill */
 #pragma GCC unroll 4
         for (int col = 0; col < 4; col++) {
             vf wc[4], dw[4];

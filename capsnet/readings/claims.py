@@ -207,7 +207,7 @@ class Verdict:
 def _row(network: str, claim: str, path: Path) -> ClaimRow:
     config, info = read_checkpoint_info(path)
     found = network_of(config)
-    if found.name != network:  # the two swapped, or the EM network given as "the CapsNet" (issue 56, item 12)
+    if found.name != network:  # the two swapped, or the EM network given as "the CapsNet"
         raise CapsNetError(
             f"{path} holds {found.described}, where the claim's {NETWORKS[network]} is asked for"
             + (": the CapsNet comes first, then the CNN" if found.name in NETWORKS else "")
@@ -348,7 +348,7 @@ def _row_from_dict(data: Any) -> ClaimRow:
     row = dict(data)
     row["curve"] = tuple((_count(seen, "curve"), _share(error, "curve")) for seen, error in row.get("curve", ()))
     row["lr_candidates"] = tuple(_positive(c, "lr_candidates") for c in row.get("lr_candidates", ()))
-    # every value in its range: a record is a file anyone can edit (issue 56, item 6: `error: "abc"`, `test_examples:
+    # every value in its range: a record is a file anyone can edit (`error: "abc"`, `test_examples:
     # -5` or a curve of 1e400 crashed the Transform lens)
     if row.get("network") not in CLAIMED or row.get("chosen_on") not in ("validation", "test"):
         raise ValueError(f"a row's network must be one of {', '.join(CLAIMED)}, and chosen_on validation or test")

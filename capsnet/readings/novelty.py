@@ -31,6 +31,10 @@ QUANTILE = 0.995  # the share of correctly classified test images each threshold
 KIND = "novelty"  # the measurement store's name for an older checkpoint's calibration
 
 
+class NoCalibrationError(CapsNetError):
+    """Too few test images are classified right to calibrate the thresholds on (a weak model)."""
+
+
 @dataclass(frozen=True)
 class NoveltyThresholds:
     """Where "like a class it knows" ends, from the correctly classified test images."""
@@ -72,7 +76,7 @@ class NoveltyThresholds:
             values = {k: float(data[k]) for k in ("reconstruction_error", "length")}
             extra = {k: float(data[k]) for k in ("quantile", "flagged_right", "flagged_wrong") if k in data}
             examples = int(data.get("examples", 0))
-        except (KeyError, TypeError, ValueError, OverflowError):  # int(Infinity) overflows (issue 56, item 7)
+        except (KeyError, TypeError, ValueError, OverflowError):  # int(Infinity) overflows
             return None
         if not all(np.isfinite(v) and v > 0 for v in values.values()) or examples < 0:
             return None
@@ -107,7 +111,8 @@ def thresholds_for(checkpoint: Any, data_dir: str | None = None) -> NoveltyThres
     """A checkpoint's thresholds: from its header, else from the measurement store, else computed on its test set and kept.
 
     `checkpoint` is a loaded `capsnet.checkpoints.checkpoint.Checkpoint`. Raises the dataset's errors
-    (missing, damaged) when they must be computed and the test set cannot be read.
+    (missing, damaged) when they must be computed and the test set cannot be read, and NoCalibrationError when too
+    few of its images are classified right to calibrate on.
     """
     stored = NoveltyThresholds.from_dict(checkpoint.info.novelty)
     if stored is not None:
@@ -118,7 +123,7 @@ def thresholds_for(checkpoint: Any, data_dir: str | None = None) -> NoveltyThres
     result = evaluate_set(checkpoint.model, read_test_set(checkpoint.info.dataset_name, data_dir))
     made = NoveltyThresholds.from_evaluation(result) if isinstance(result, Evaluation) else None
     if made is None:
-        raise CapsNetError(f"{checkpoint.path}: too few test images are classified right to calibrate on")
+        raise NoCalibrationError(f"{checkpoint.path}: too few test images are classified right to calibrate on")
     try:
         measurements.write(checkpoint.path, KIND, made.to_dict())
     except (OSError, CapsNetError):  # a read-only or full home: computed again next time, and predict goes on

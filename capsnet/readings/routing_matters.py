@@ -335,7 +335,7 @@ def read_kept(
     except (ValueError, TypeError, KeyError, AttributeError):
         return None
     if classes is not None and any(len(row) != classes for image in result.changed for row in image.lengths):
-        return None  # an image labelled 19 for a model of 10 classes crashed the page (issue 56, item 6)
+        return None  # an image labelled 19 for a model of 10 classes crashed the page
     return result if result.total == total and result.iterations == tuple(iterations) else None
 
 

@@ -210,7 +210,7 @@ def read_lineage(checkpoint: Path, info: CheckpointInfo | Mapping[str, Any]) -> 
     shipped model's log (`name.metrics.jsonl`) already spans its own lineage.
     A log that cannot be found is left out; the numbering still counts its epochs. A `started_from` path is
     followed only to the checkpoint it names: a file there whose header is not the one recorded (anything else, a
-    hostile header's /etc path included) is not the origin, and no log beside it is read (issue 56, item 20).
+    hostile header's /etc path included) is not the origin, and no log beside it is read.
     """
     facts = info.to_dict() if isinstance(info, CheckpointInfo) else dict(info)
     chain: list[tuple[Path, dict[str, Any]]] = [(checkpoint, facts)]

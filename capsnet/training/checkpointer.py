@@ -105,7 +105,7 @@ class Checkpointer:
         try:
             saved = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as error:  # the weights-only unpickler runs no code, but a random or hostile pickle fails in
-            # many ways: UnpicklingError, EOFError, IndexError and KeyError from its stack, struct.error (issue 56, item 7)
+            # many ways: UnpicklingError, EOFError, IndexError and KeyError from its stack, struct.error
             raise CapsNetError(
                 f"--resume: {path} is damaged or not a training state ({type(error).__name__})"
             ) from None

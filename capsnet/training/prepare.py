@@ -45,7 +45,7 @@ class Prepared:
 
     def abandon(self) -> None:
         """A new run refused before it began (its data missing, its warm start refused) leaves no folder behind that
-        was made for it (issue 56, item 16); a folder that was there before (an --out, the dashboard's) keeps what it
+        was made for it; a folder that was there before (an --out, the dashboard's) keeps what it
         held (the dashboard's own args.json and log say why its run failed)."""
         if not self.options.resume:
             _remove_made(self.folder, self.made)

@@ -320,7 +320,7 @@ def fit(
     if start_epoch >= options.epochs:
         if env.is_main:
             print(f"{folder.path}: already trained {start_epoch} epochs; raise --epochs to continue", file=sys.stderr)
-            # a trainer killed at its last commit left progress.json "running" (issue 56, item 14)
+            # a trainer killed at its last commit left progress.json "running"
             record_end(run, "finished", "")
         return records
     c = model.config

@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 from dashboard.figures.em import activations_bar
 from dashboard.figures.style import MARGIN_LABEL_SPACE, OTHER, WINNER, layout, margin_lines
 
-LABEL_SIZE = 10  # px: at 12, neighbouring labels ran together in the Draw page's column at 1,100 px (issue 55)
+LABEL_SIZE = 10  # px: at 12, neighbouring labels ran together in the Draw page's column at 1,100 px
 LABEL_GAP = 0.01  # between a bar's top and its label, in units of |v|
 LINE_CLEARANCE = 0.05  # a label (about 12 px tall on the 1.08 axis) that would start within this of m- starts above it
 
