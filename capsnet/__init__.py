@@ -1,7 +1,7 @@
 """capsnet: Capsule Networks trained, saved and explained: the CapsNet of Sabour, Frosst & Hinton (2017), routed by
 agreement, the matrix capsules of Hinton, Sabour & Frosst (2018), routed by EM, and the paper's CNN baseline.
 
-The package is a few wings (see the README's layout table):
+The package is a few wings (see the layout table in docs/layout.md):
 - `capsnet.nn`: the networks, their layers, both routing algorithms, configs, losses, and the contract every
   family declares (`capsnet.nn.family`) with its registry;
 - `capsnet.data`: datasets, augmentation, MultiMNIST, preprocessing, the task type;
