@@ -25,7 +25,7 @@ CHECKPOINTS = Path(__file__).resolve().parents[1] / "checkpoints"
 # The lowest accuracy a shipped model may have: the project's floors (its targets, 99.70% and
 # 93.6%, are in checkpoints/README.md with what the shipped models reach).
 FLOORS = {"mnist": 0.9950, "fashion-mnist": 0.9150}
-EM_FLOOR = 0.993  # the best public PyTorch figure for this network, reached by the shipped EM model (checkpoints/README.md)
+EM_FLOOR = 0.993  # the best public PyTorch figure, reached by the shipped EM model (checkpoints/README.md)
 SHIPPED = sorted(p.relative_to(CHECKPOINTS).as_posix() for p in CHECKPOINTS.rglob("*.safetensors"))
 # the first examples whose kept answers are checked again: 400, but 100 for the five slowest readers, whose 400 took
 # 8-18 s of the suite each on one AVX2 core: the EM network (its float32 forward reads about 10 digits a second), the
