@@ -67,3 +67,60 @@ def test_bad_files_get_one_line_each_and_the_rest_go_on(files: dict[str, Path]) 
     assert "notes.png is not a readable image" in errors[0] and "missing.png: No such file or directory" in errors[1]
     (line,) = result.stdout.strip().splitlines()  # the readable one is still read
     assert line.startswith(f"{files['digit0']}: 7 (|v| ") and "like its class" in line
+
+
+def _colour_model(root: Path, calibrated: bool) -> Path:
+    """An untrained tiny CapsNet of a two-class colour folder at 24x24 (its pictures in train/ and test/), with
+    novelty thresholds in its header or without."""
+    import dataclasses
+
+    import torch
+
+    from capsnet.checkpoints.checkpoint import save_checkpoint
+    from capsnet.nn.capsnet import CapsNet
+    from capsnet.nn.config import CapsNetConfig
+
+    rng = np.random.default_rng(0)
+    for split in ("train", "test"):
+        for name in ("red", "blue"):
+            (root / split / name).mkdir(parents=True)
+            for n in range(2):
+                pixels = (rng.random((30, 30, 3)) * 255).astype(np.uint8)
+                Image.fromarray(pixels, mode="RGB").save(root / split / name / f"{n}.png")
+    torch.manual_seed(0)
+    config = dataclasses.replace(CapsNetConfig.preset("tiny"), in_channels=3, image_size=24, num_classes=2)
+    info: dict[str, object] = {"dataset": f"{root}@24", "class_names": ["blue", "red"]}
+    if calibrated:
+        info["novelty"] = {"reconstruction_error": 1000.0, "length": 1e-3, "examples": 50}
+    return save_checkpoint(root / "model.safetensors", CapsNet(config), info)
+
+
+def _photo(path: Path) -> Path:
+    Image.fromarray((np.random.default_rng(1).random((60, 40, 3)) * 255).astype(np.uint8), mode="RGB").save(path)
+    return path
+
+
+def test_a_colour_folder_model_reads_a_picture_as_its_folder_was_read(tmp_path: Path) -> None:
+    """A colour folder's model reads a photo in colour at its own side, as its pictures were read in training."""
+    model, photo = _colour_model(tmp_path / "folder", calibrated=True), _photo(tmp_path / "photo.png")
+    done = capsnet("predict", "--checkpoint", model, photo, "--json")
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    (row,) = [json.loads(line) for line in done.stdout.splitlines()]
+    assert row["class_name"] in ("blue", "red") and len(row["lengths"]) == 2
+    assert row["not_like_any_class"] is not None and row["novelty_score"] > 0
+
+
+def test_a_model_too_weak_to_calibrate_answers_without_the_novelty_check_and_says_so(tmp_path: Path) -> None:
+    """An untrained model classifies too few test pictures right to calibrate the not-like-any-class check on: it
+    answers all the same, says so in one line, and its answers carry no check."""
+    model, photo = _colour_model(tmp_path / "folder", calibrated=False), _photo(tmp_path / "photo.png")
+    done = capsnet("predict", "--checkpoint", model, photo)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.strip() == (
+        f"python -m capsnet predict: note: {model}: too few test images are classified right to calibrate on: the "
+        "answers come without the not-like-any-class check"
+    )
+    (line,) = done.stdout.strip().splitlines()
+    assert line.startswith(f"{photo}: ") and "not checked against its classes" in line, line
+    rows = capsnet("predict", "--checkpoint", model, photo, "--json").stdout.splitlines()
+    assert [json.loads(r)["not_like_any_class"] for r in rows] == [None]
