@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PORT ?= 8501
 # pytest-xdist processes for `make test`: three on CI's two cores, one thread each, since the suite waits much of the
-# time (on its browser, its apps, its processes): on a clean clone 13:46 against 15:10 with two; 0 runs one process
+# time (on its browser, its apps, its processes), which a third process fills; 0 runs one process
 TEST_WORKERS ?= 3
 # the datasets: $CAPSNET_DATA_DIR if set and not empty, else ../shared/datasets where it exists, else ./data
 ifeq ($(strip $(CAPSNET_DATA_DIR)),)
