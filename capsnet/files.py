@@ -198,7 +198,12 @@ def atomic_path(path: str | os.PathLike, kind: str | None = None) -> Iterator[Pa
     path = Path(path)
     check_target(path, kind)
     with scratch_beside(path) as tmp_path:
-        yield tmp_path
+        try:
+            yield tmp_path  # a write that fails in the caller's block (a full disk) is one line, its file removed
+        except CapsNetError:
+            raise
+        except OSError as error:
+            raise _cannot_write(path, error) from None
         try:
             # mkstemp (and some writers, safetensors among them) make 0600 files; the result should read like any other
             os.chmod(tmp_path, 0o644)

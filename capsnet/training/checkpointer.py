@@ -10,7 +10,8 @@ then the state is saved with the epoch's metrics record in it (the commit point)
 files take their names and the metrics line is appended. A trainer killed anywhere in between
 leaves files that `reconcile` (run on --resume) brings back to one consistent epoch: staged
 checkpoints of a committed epoch are promoted, those of an uncommitted one removed, metrics lines
-past the state dropped and a committed one that is missing appended.
+past the state dropped and a committed one that is missing appended. A write that fails (a full disk) removes
+what the epoch staged before its one line is raised: the folder stays at the last committed epoch.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from capsnet.data.datasets import dataset_info
 from capsnet.device import describe_device
 from capsnet.errors import CapsNetError
 from capsnet.evaluation import Evaluation, PairEvaluation
-from capsnet.files import atomic_path, write_failure
+from capsnet.files import FileWriteError, atomic_path, write_failure
 from capsnet.nn.registry import AnyModel
 from capsnet.readings.novelty import NoveltyThresholds
 from capsnet.training.folder import EpochRecord, RunFolder
@@ -97,6 +98,11 @@ class Checkpointer:
         done += [f"removed {p.name}" for p in self.folder.remove_stale_temporaries()]
         return done
 
+    def drop_staged(self) -> None:
+        """Remove the checkpoints staged for an epoch that is not to be committed (a write of it failed)."""
+        for name in (RunFolder.LAST, RunFolder.BEST):
+            self.folder.file(RunFolder.pending(name)).unlink(missing_ok=True)
+
     def restore(self) -> TrainState:
         """Load train_state.pt into the model, optimizer and scheduler (for --resume); never runs code."""
         path = self.folder.state_path
@@ -158,7 +164,11 @@ class Checkpointer:
         """Epoch `epoch` is done: save the state with its metrics `record` (the commit), then give the staged
         checkpoints their names and append the metrics line."""
         self.state.record = dict(record or {})
-        self.save_state(epoch)
+        try:
+            self.save_state(epoch)
+        except FileWriteError:
+            self.drop_staged()  # the epoch is not committed: its staged checkpoints go, as `reconcile` would drop them
+            raise
         if not self.enabled:
             return
         for name in (RunFolder.LAST, RunFolder.BEST):
@@ -174,9 +184,13 @@ class Checkpointer:
         best = accuracy > self.state.best_accuracy
         info = info.replace(best_epoch=epoch if best else self.state.best_epoch)
         if self.enabled:
-            save_checkpoint(self.folder.file(RunFolder.pending(RunFolder.LAST)), self.model, info)
-            if best:
-                save_checkpoint(self.folder.file(RunFolder.pending(RunFolder.BEST)), self.model, info)
+            try:
+                save_checkpoint(self.folder.file(RunFolder.pending(RunFolder.LAST)), self.model, info)
+                if best:
+                    save_checkpoint(self.folder.file(RunFolder.pending(RunFolder.BEST)), self.model, info)
+            except FileWriteError:
+                self.drop_staged()
+                raise
         if best:  # only once saved
             self.state.best_accuracy, self.state.best_epoch = accuracy, epoch
         return best
