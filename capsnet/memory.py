@@ -1,49 +1,45 @@
-"""Will a training run or a reading fit this machine's memory? Measured before it begins, refused in one line if not.
+"""Will a training run or a reading fit this machine's memory? Estimated from the network's shapes before anything
+is built, and refused in one line if not.
 
-A network's memory grows with the batch: in training its activations, kept for the backward pass, are so many bytes
-an image (the paper's EM network on 28x28 digits: about 45 MB; the CapsNet: about 3 MB); a reading (an evaluation)
-keeps only what one layer hands the next. `step_memory` and `reading_memory` measure it where the operating system
-can say so (Linux: the process's peak resident memory, `VmHWM`, reset through `/proc/self/clear_refs`): the network
-takes a training step (on a throwaway copy) or reads a batch at 2 and at 8 random images (after one to warm up), and
-the two peaks give the bytes an image; a training step's fixed part adds the weights, their gradients and Adam's two
-moments. `headroom` is what this process may still take: the memory the kernel says is available, the container's
-limit (cgroup v2) and the address-space limit (`ulimit -v`), whichever is least. `check_fits` and
-`check_reading_fits` refuse a batch that would need more than that and say one that fits; `reading_batch` picks a
-smaller batch for a page instead. A run on a GPU, or on a system without these files, is not measured (an allocation
-that fails there is one line all the same: `capsnet.errors.out_of_memory`). A training process on a CPU then keeps
-the memory its steps free for the next ones (`keep_freed_memory`); the measuring switches glibc back to its own way
-while it runs, so a step is measured as without (its peak was found about the same either way).
+A network's memory grows with the batch: in training, what each image's step keeps for the backward pass (its
+activations, the capsules' votes, the routing's couplings or assignments); in a reading (an evaluation), only what
+one stage hands the next. `shapes` counts them, in floats, from the config alone (`Shapes`: the parameters too,
+exactly), in microseconds and without allocating: the CapsNet on 256x256 pictures (a 2.4 GB weight matrix) is refused
+before it is built. A training step's fixed part is the weights, their gradients and Adam's two moments; a reading's
+weights are already held. The estimates are set at or above what was measured on this package's networks (the
+process's peak resident memory at two batches): `MARGIN` adds what an epoch's other work and the allocator take.
+`headroom` is what this process may still take: the memory the kernel says is available, the container's limit
+(cgroup v2) and the address-space limit (`ulimit -v`), whichever is least. `check_fits` and `check_reading_fits`
+refuse a batch that would need more than that and say one that fits; `reading_batch` picks a smaller batch for a page
+instead. A run on a GPU, or on a system without these files, is not checked (an allocation that fails there is one
+line all the same: `capsnet.errors.out_of_memory`). A training process on a CPU keeps the memory its steps free for
+the next ones (`keep_freed_memory`).
 """
 
 from __future__ import annotations
 
-import copy
 import ctypes
-import json
 import resource
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from torch import Tensor
 
 from capsnet.errors import OutOfMemoryError
+from capsnet.nn.cnn import CNNConfig
+from capsnet.nn.config import CapsNetConfig
+from capsnet.nn.em_capsnet import EMCapsNetConfig
+from capsnet.nn.matrix_capsules import POSE_ENTRIES
 from capsnet.nn.registry import AnyConfig
 
-# one training step as the trainer takes it: (model, optimizer, images, labels); the trainer hands its own in
-TrainingStep = Callable[[torch.nn.Module, torch.optim.Optimizer, Tensor, Tensor], object]
-
-PROBE_BATCHES = (2, 8)  # a training step's, about the trainer's smallest batches
-READING_BATCHES = (16, 80)  # a reading's: past the EM layers' routing chunks (`matrix_capsules.CPU_CHUNK_BYTES`)
-_MEASURED: dict[tuple[str, str, str], StepMemory | None] = {}  # the measures, by network and what was measured
+FLOAT = 4  # bytes: the estimate counts float32 (a bf16 autocast step keeps some of it in half)
 MARGIN = 1.5  # the estimate's margin: an epoch's other work (evaluation, the window) and the allocator's slack
 SUGGESTED = 0.75  # the batch said to fit, as a share of the largest the estimate allows
 
 
 @dataclass(frozen=True)
 class StepMemory:
-    """A training step's or a reading's peak memory above what the process held before it: `fixed` + `per_image` x
+    """A training step's or a reading's memory above what the process held before it: `fixed` + `per_image` x
     batch bytes."""
 
     fixed: float
@@ -59,6 +55,109 @@ class StepMemory:
         return max(0, int((room / MARGIN - self.fixed) // self.per_image))
 
 
+@dataclass(frozen=True)
+class Shapes:
+    """A network's sizes from its config alone, in floats: its parameters, what one image's training step keeps for
+    the backward pass (activations, votes, routing tensors), and what one image's reading holds at its widest."""
+
+    parameters: int
+    kept: int
+    widest: int
+
+
+def _dense(sizes: tuple[int, ...]) -> int:
+    """The weights and biases of fully connected layers of these widths."""
+    return sum((a + 1) * b for a, b in zip(sizes[:-1], sizes[1:]))
+
+
+def _capsnet(c: CapsNetConfig) -> Shapes:
+    conv1_side = c.image_size - c.conv1_kernel + 1
+    conv1 = c.conv1_channels * conv1_side**2
+    primary = c.num_primary * c.primary_dim
+    votes = c.num_classes * c.num_primary * c.digit_dim  # u_hat (K, N, D)
+    couplings = c.num_classes * c.num_primary  # b_ij and c_ij (K, N)
+    decoder = (c.num_classes * c.digit_dim, *c.decoder_hidden, c.image_pixels)
+    parameters = (
+        c.in_channels * c.conv1_channels * c.conv1_kernel**2 + c.conv1_channels
+        + c.conv1_channels * c.primary_types * c.primary_dim * c.primary_kernel**2 + c.primary_types * c.primary_dim
+        + c.num_primary * c.num_classes * c.digit_dim * c.primary_dim + _dense(decoder)
+    )  # fmt: skip
+    r = c.routing_iterations
+    # the votes once and a product of their size an iteration (2.4 MB an image measured for the paper's network at
+    # large batches, 4.0 estimated), the squash's parts, the decoder's layers
+    kept = c.image_pixels + 2 * conv1 + 3 * primary + (1 + r) * votes + 2 * r * couplings + 2 * sum(decoder[1:])
+    widest = max(c.image_pixels + conv1, conv1 + primary, primary + votes, 3 * votes)
+    return Shapes(parameters, kept, widest)
+
+
+def _cnn(c: CNNConfig) -> Shapes:
+    side, fan_in, before = c.image_size, c.in_channels, c.in_channels * c.image_size**2
+    parameters, kept, widest = 0, before, 0
+    for k, width in enumerate(c.channels, start=1):
+        parameters += fan_in * width * c.kernel**2 + width
+        out = width * side**2
+        kept += 2 * out  # the convolution's output, ReLU'd in place, and what reads it
+        widest = max(widest, 3 * (before + out))  # its input and output, and the convolution's workspace
+        if k in c.pool_after:
+            side //= 2
+            kept += 3 * width * side**2  # the pooled output and its int64 indices
+            out = width * side**2
+        before, fan_in = out, width
+    dense = (c.channels[-1] * c.feature_size**2, *c.hidden, c.num_classes)
+    return Shapes(parameters + _dense(dense), kept + 3 * sum(dense[1:]), widest)
+
+
+def _em(c: EMCapsNetConfig) -> Shapes:
+    cells1, cells2, cells3 = c.conv1_grid**2, c.convcaps1_grid**2, c.convcaps2_grid**2
+    window = c.convcaps_kernel**2
+    grid = (  # each layer's output: ReLU Conv1's features, then poses and activations
+        c.conv1_channels * cells1
+        + c.primary_types * (POSE_ENTRIES + 1) * cells1
+        + c.convcaps1_types * (POSE_ENTRIES + 1) * cells2
+        + c.convcaps2_types * (POSE_ENTRIES + 1) * cells3
+    )
+    routing = (  # the assignments R_ij each EM layer routes: (positions, parents, children in a window)
+        cells2 * c.convcaps1_types * c.primary_types * window
+        + cells3 * c.convcaps2_types * c.convcaps1_types * window
+        + c.num_classes * c.convcaps2_types * cells3
+    )
+    decoder = (c.num_classes * POSE_ENTRIES, *c.decoder_hidden, c.image_pixels) if c.decoder else (0,)
+    parameters = (
+        c.in_channels * c.conv1_channels * c.conv1_kernel**2 + c.conv1_channels
+        + (c.conv1_channels + 1) * c.primary_types * (POSE_ENTRIES + 1)
+        + window * c.primary_types * c.convcaps1_types * POSE_ENTRIES + 2 * c.convcaps1_types
+        + window * c.convcaps1_types * c.convcaps2_types * POSE_ENTRIES + 2 * c.convcaps2_types
+        + c.convcaps2_types * c.num_classes * POSE_ENTRIES + 2 * c.num_classes
+        + (_dense(decoder) if c.decoder else 0)
+    )  # fmt: skip
+    # training keeps about 2.5 floats an assignment an iteration (the kernel's passes keep no votes: 8.4 MB an image
+    # measured for the paper's network on 28x28, 10.1 estimated); a reading routes image by image, or in chunks
+    kept = c.image_pixels + 2 * grid + 5 * c.routing_iterations * routing // 2 + 2 * sum(decoder[1:])
+    return Shapes(parameters, kept, 5 * (c.image_pixels + grid) // 2)
+
+
+def shapes(config: AnyConfig) -> Shapes:
+    """`config`'s network's sizes (`Shapes`), computed from its config: nothing is built."""
+    if isinstance(config, CapsNetConfig):
+        return _capsnet(config)
+    if isinstance(config, CNNConfig):
+        return _cnn(config)
+    return _em(config)
+
+
+def training_memory(config: AnyConfig) -> StepMemory:
+    """What a training step of `config`'s network takes: the weights, their gradients and Adam's two moments, and what
+    each image keeps for the backward pass."""
+    sizes = shapes(config)
+    return StepMemory(fixed=4 * FLOAT * sizes.parameters, per_image=FLOAT * sizes.kept)
+
+
+def reading_memory(config: AnyConfig) -> StepMemory:
+    """What reading a batch with `config`'s network takes (an evaluation's forward pass, no gradients), its weights
+    already held."""
+    return StepMemory(fixed=0.0, per_image=FLOAT * shapes(config).widest)
+
+
 def _status(field: str) -> int | None:
     """A `/proc/self/status` field in bytes (None where there is no such file)."""
     try:
@@ -70,13 +169,9 @@ def _status(field: str) -> int | None:
     return None
 
 
-# glibc's mallopt parameters: the heap's free top kept up to; the size from which an allocation is a mapping of its
-# own; the most such mappings (0: none, every allocation from the heap)
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD, M_MMAP_MAX = -1, -3, -4
-PROBE_MMAP = 128 << 10  # while probing: glibc's first threshold, held (it grows as mappings are freed, by default)
-AFTER_MMAP = 32 << 20  # after: the most it grows to, where a long run ends up anyway
-MMAP_MAX = 65536  # glibc's own most mappings
-_KEEPING: list[bool] = []  # [True] once `keep_freed_memory` has set this process's malloc to keep what it frees
+# glibc's mallopt parameters: the heap's free top kept up to; the most mappings of their own (0: every allocation
+# from the heap)
+M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4
 
 
 def _libc() -> ctypes.CDLL | None:
@@ -93,24 +188,7 @@ def keep_freed_memory() -> bool:
     holds its peak, which a training run reaches every step anyway. True where it was set (glibc)."""
     libc = _libc()
     mallopt = getattr(libc, "mallopt", None) if libc is not None else None
-    if mallopt is None or not (mallopt(M_MMAP_MAX, 0) and mallopt(M_TRIM_THRESHOLD, 2**31 - 1)):
-        return False
-    _KEEPING[:] = [True]
-    return True
-
-
-def _reset_peak() -> bool:
-    """Hand freed memory back to the system (glibc's `malloc_trim`), then reset the process's peak resident memory
-    to its current one (Linux); False where it cannot be. Without the trim a step would reuse what the last one
-    freed, and its peak would not show it."""
-    libc = _libc()
-    if libc is not None and hasattr(libc, "malloc_trim"):
-        libc.malloc_trim(0)
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-        return True
-    except OSError:
-        return False
+    return mallopt is not None and bool(mallopt(M_MMAP_MAX, 0) and mallopt(M_TRIM_THRESHOLD, 2**31 - 1))
 
 
 def headroom() -> int | None:
@@ -136,91 +214,9 @@ def headroom() -> int | None:
     return min(room) if room else None
 
 
-def _probe(run: Callable[[int], object], batches: tuple[int, int] = PROBE_BATCHES) -> tuple[float, float] | None:
-    """Peak resident bytes above the start of `run(batch)` at two `batches` (after one warm-up at the first): the
-    (fixed, per image) parts of a straight line through the two; None where the peak cannot be reset."""
-    peaks = []
-    libc = _libc()
-    mallopt = getattr(libc, "mallopt", None) if libc is not None else None
-    # While probing, every tensor of 128 KiB or more is a mapping of its own, which leaves the resident memory at once
-    # when freed (under glibc's growing threshold one process measured a reading at 0.4 MiB an image and the next at
-    # 6.3: a pass reused, or not, what the last had freed), in a process that keeps what it frees too
-    if mallopt is not None:
-        mallopt(M_MMAP_MAX, MMAP_MAX)
-        mallopt(M_MMAP_THRESHOLD, PROBE_MMAP)
-    try:
-        with torch.random.fork_rng(devices=[]):
-            for batch in (batches[0], *batches):  # a first pass warms up (Adam's state, the kernels' caches)
-                if not _reset_peak():
-                    return None
-                before = _status("VmRSS") or 0
-                run(batch)
-                peaks.append((_status("VmHWM") or 0) - before)
-    finally:
-        if mallopt is not None:
-            mallopt(M_MMAP_THRESHOLD, AFTER_MMAP)
-            if _KEEPING:
-                mallopt(M_MMAP_MAX, 0)
-    small, large = batches
-    per_image = max(peaks[2] - peaks[1], 0) / (large - small)
-    return max(peaks[1] - per_image * small, 0.0), per_image
-
-
-def _measurable(model: torch.nn.Module) -> bool:
-    return next(model.parameters()).device.type == "cpu" and _status("VmHWM") is not None
-
-
-def step_memory(model: torch.nn.Module, config: AnyConfig, take_step: TrainingStep) -> StepMemory | None:
-    """What a training step of `model` takes, measured on a throwaway copy (the model and the random generators are
-    left as they were); None where the peak cannot be read (not Linux) or the model is not on the CPU."""
-    if not _measurable(model):
-        return None
-    probe = copy.deepcopy(model).train()
-    optimizer = torch.optim.Adam(probe.parameters(), lr=1e-6)
-    side, channels = config.image_size, config.in_channels
-
-    def step(batch: int) -> None:
-        images = torch.rand(batch, channels, side, side)
-        labels = torch.randint(0, config.num_classes, (batch,))
-        take_step(probe, optimizer, images, labels)
-
-    measured = _probe(step)
-    kept = 4 * sum(p.numel() * p.element_size() for p in probe.parameters())  # weights, gradients, Adam's m and v
-    return None if measured is None else StepMemory(fixed=kept + measured[0], per_image=measured[1])
-
-
-def reading_memory(model: torch.nn.Module, config: AnyConfig) -> StepMemory | None:
-    """What reading a batch with `model` takes (an evaluation's forward pass, no gradients), measured as a training
-    step is; the model is left in the mode it was in. None where it cannot be measured."""
-    if not _measurable(model):
-        return None
-    was_training = model.training
-    side, channels = config.image_size, config.in_channels
-
-    def read(batch: int) -> None:
-        model(torch.rand(batch, channels, side, side))
-
-    model.eval()
-    try:
-        with torch.inference_mode():
-            measured = _probe(read, READING_BATCHES)
-    finally:
-        model.train(was_training)
-    return None if measured is None else StepMemory(*measured)
-
-
-def _measured(
-    model: torch.nn.Module, config: AnyConfig, what: str, measure: Callable[[], StepMemory | None]
-) -> StepMemory | None:
-    key = (type(model).__name__, json.dumps(config.to_dict(), sort_keys=True), what)
-    if key not in _MEASURED:  # once a process for each network, and what is measured (a test session reads many alike)
-        _MEASURED[key] = measure()
-    return _MEASURED[key]
-
-
 def _refuse(needs: StepMemory, batch: int, room: int, described: str, none_fits: str) -> OutOfMemoryError:
-    # a quarter below the estimate's edge: the measure and the room vary from one process to the next (a batch said to
-    # fit at 32 was refused at 27 by the next run, its room 15% smaller), and a batch said to fit must be taken
+    # a quarter below the estimate's edge: the room varies from one process to the next (15% smaller in the next run,
+    # seen), and a batch said to fit must be taken
     fits = int(SUGGESTED * needs.largest_batch(room))
     way_out = f"--batch-size {fits} fits" if fits >= 1 else none_fits
     return OutOfMemoryError(
@@ -231,25 +227,20 @@ def _refuse(needs: StepMemory, batch: int, room: int, described: str, none_fits:
     )
 
 
-def check_fits(
-    model: torch.nn.Module, config: AnyConfig, take_step: TrainingStep, precision: str, batch: int, described: str
-) -> None:
-    """Refuse, in one line, a run whose batch would not fit this machine's memory; say a batch that does. `take_step`
-    is the trainer's step, `precision` what it computes in (measured once a process for each)."""
+def check_fits(config: AnyConfig, batch: int, described: str) -> None:
+    """Refuse, in one line, a training run whose batch would not fit this machine's memory, before anything is built;
+    say a batch that does."""
     room = headroom()
-    if room is None:
-        return
-    needs = _measured(model, config, f"training {precision}", lambda: step_memory(model, config, take_step))
-    if needs is not None and needs.at(batch) > room:
+    needs = training_memory(config)
+    if room is not None and needs.at(batch) > room:
         raise _refuse(needs, batch, room, described, "no batch fits: a smaller --image-size or preset does")
 
 
 def _reading_room(model: torch.nn.Module, config: AnyConfig) -> tuple[int, StepMemory] | None:
-    """The room free here and what a reading with `model` needs (measured once a process); None where either is
-    unknown."""
-    room = headroom()
-    needs = None if room is None else _measured(model, config, "reading", lambda: reading_memory(model, config))
-    return None if room is None or needs is None else (room, needs)
+    """The room free here and what a reading with `model` needs; None where the room is unknown or the model is not
+    on the CPU (a GPU's memory is not this machine's)."""
+    room = headroom() if next(model.parameters()).device.type == "cpu" else None
+    return None if room is None else (room, reading_memory(config))
 
 
 def check_reading_fits(model: torch.nn.Module, config: AnyConfig, batch: int, described: str) -> None:

@@ -46,7 +46,6 @@ from capsnet.training.optimizer import run_optimizer
 from capsnet.training.options import TrainOptions
 from capsnet.training.prepare import NETWORK_CONFIG, Prepared, prepare
 from capsnet.training.schedule import Schedule
-from capsnet.training.step import training_step
 from capsnet.training.train_data import Data, load_data
 from capsnet.training.watch import Watcher
 
@@ -160,12 +159,9 @@ def seed(options: TrainOptions, env: Distributed) -> None:
 def set_up(prepared: Prepared, env: Distributed, device: torch.device) -> Run:
     """Load the data, build the model, optimizer and schedule (restored on --resume), record the network built."""
     options, folder, accel = prepared.options, prepared.folder, prepared.acceleration
-    if device.type == "cpu":  # refused in one line, before the data is read, if the batch would not fit the memory
+    if device.type == "cpu":  # refused in one line, before anything is built, if the batch would not fit the memory
         config, family = prepared.config or options.network_config(), network(options.network)
-        probe = lay_out(family.build(config), accel)
-        check_fits(probe, config, lambda m, opt, x, y: training_step(m, opt, x, y, x, config, accel.amp), str(accel.amp),
-                   options.batch_size, f"the {family.title} ({options.preset} preset)")  # fmt: skip
-        del probe
+        check_fits(config, options.batch_size, f"the {family.title} ({options.preset} preset)")
     seed(options, env)
     data = load_data(options, device, env)
     batches = math.ceil(len(data.sampler) / options.batch_size)
@@ -377,7 +373,7 @@ def train(
         if env.enabled and device.type == "cuda":
             device = torch.device("cuda", env.local_rank)  # one GPU per torchrun process
         prepared = prepare(options, env, device, given)  # with the acceleration chosen for the run's own options
-        if prepared.acceleration.keep_memory:  # measured by `check_fits` as it would be without
+        if prepared.acceleration.keep_memory:
             keep_freed_memory()
         try:
             return fit(prepared, env, device, on_epoch)
