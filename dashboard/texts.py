@@ -226,12 +226,15 @@ def decoding_spinner(config: CapsNetConfig, steps: int) -> str:
     return f"Decoding {config.digit_dim * steps} variants..."
 
 
-def evaluate(noun: str) -> str:
+def evaluate(noun: str, symbol: str = "|v|") -> str:
+    """How to read the Evaluate page, in the words of the network's class score (`symbol`: "|v|" lengths, "a" the
+    EM network's activations)."""
+    score, strong = SCORE_NAMES[symbol], {"|v|": "long", "a": "active", "p": "likely"}[symbol]
     return f"""
 **Reading the evaluation.** The confusion matrix counts, for each true class (row), what the
 network predicted (column): the diagonal is right, everything else is a mistake. The gallery
-shows the mistakes the network was most sure about, with the lengths of all its capsules:
-often two capsules are long at once, because the {noun} really is ambiguous.
+shows the mistakes the network was most sure about, with the {score}s ({symbol}) of all its capsules:
+often two capsules are {strong} at once, because the {noun} really is ambiguous.
 """
 
 
@@ -255,6 +258,22 @@ def not_like_any_class(
         f"It still names a class, since one capsule is always longest, but {joiner.join(reasons)}: "
         f"{names} test images almost never look like this."
     )
+
+
+def like_a_class(noun: str, error: float, length: float, thresholds, symbol: str = "|v|") -> str:
+    """The Draw page's caption for an input like a class the network knows: each of the two tests against its own
+    threshold, so that the informative one shows (an EM network's activations sit at 1.00 for every digit, and a
+    score that took the larger ratio read 0.99 for all of them)."""
+    share = error / max(thresholds.reconstruction_error, 1e-9)
+    return (f"Looks like {a(noun)} the network knows: its redraw's error is {error:.1f}, {share:.0%} of the way to "
+            f"the threshold {thresholds.reconstruction_error:.1f}, and {symbol} = {length:.2f} is above its threshold "
+            f"{thresholds.length:.2f}.")  # fmt: skip
+
+
+NO_DECODER_NO_CHECK = (
+    "This EM network has no decoder: it does not redraw its input, and so it cannot say whether the input is like "
+    "a class it knows (that check compares the redraw with the input)."
+)
 
 
 NOVELTY = """

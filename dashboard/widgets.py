@@ -156,9 +156,7 @@ def not_like_any_class(model: Model, error: float, winner: float) -> None:
         said = texts.not_like_any_class(noun, score, error, winner, title, thresholds, symbol)
         st.warning(said, icon=":material/report:")
     else:
-        st.caption(
-            f"Looks like {texts.a(noun)} the network knows (novelty score {score:.2f}; above 1 would mean unlike)."
-        )
+        st.caption(texts.like_a_class(noun, error, winner, thresholds, symbol))
     with st.expander('What is "not like any class"?', icon=":material/report:"):
         st.markdown(texts.NOVELTY)
 

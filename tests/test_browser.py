@@ -26,6 +26,7 @@ from browser_support import (
     NARROW,
     PAGE_LOAD_MS,
     RERUN_MS,
+    VIEWPORT,
     App,
     Screenshots,
     canvas_box,
@@ -110,7 +111,7 @@ def draw_and_predict(page, draw=draw_one) -> str:
 def test_draw_a_digit_and_see_the_prediction(page, app: App, screenshots: Screenshots, tmp_path: Path) -> None:
     runs = watch_run_requests(page)
     open_app(page, app)
-    # a first visit opens on test image #0, read at once (issue 31, item 1); the canvas is one click away
+    # a first visit opens on test image #0, read at once; the canvas is one click away
     expect(page.get_by_text("input: test image #0")).to_be_visible(timeout=PAGE_LOAD_MS)
     expect(prediction(page)).to_have_text(re.compile(r"^\s*\d\s*$"), timeout=PAGE_LOAD_MS)
     page.get_by_role("radio", name="Draw").click()
@@ -162,7 +163,7 @@ def test_draw_a_digit_and_see_the_prediction(page, app: App, screenshots: Screen
     expect(images).to_have_count(1)
     wait_rendered(page)
 
-    # to Upload, an upload, and back: the drawing is still there, and still read (issue 31, item 17)
+    # to Upload, an upload, and back: the drawing is still there, and still read
     page.get_by_role("radio", name="Upload").click()
     expect(page.get_by_text("Upload a PNG or JPEG image of a digit.")).to_be_visible(timeout=RERUN_MS)
     from PIL import Image
@@ -190,8 +191,15 @@ def test_offline_formula_and_upload_errors(page, app: App, tmp_path: Path) -> No
     page.on(
         "request", lambda r: urlparse(r.url).hostname not in (None, "127.0.0.1", "localhost") and outside.append(r.url)
     )
+    page.set_viewport_size({"width": 1440, "height": 900})
     open_app(page, app, "/?test=0")
     expect(prediction(page)).to_have_text(re.compile(r"^\s*\d\s*$"), timeout=RERUN_MS)
+    expect(page.locator(".st-key-lengths_chart .main-svg").first).to_be_visible(timeout=RERUN_MS)
+    # a first visit's answer (the prediction, the capsule lengths) is above the fold of a 1440x900 window
+    for answer in (page.get_by_test_id("stMetric").first, page.locator(".st-key-lengths_chart")):
+        box = answer.bounding_box()
+        assert box is not None and box["y"] + box["height"] <= 900, box
+    page.set_viewport_size(VIEWPORT)
     wait_rendered(page)
     assert not outside, outside  # the icon, the fonts, the scripts: all served by the app itself
     assert page.evaluate(
@@ -317,7 +325,7 @@ def expect_step(page, shown: str, timeout: float = RERUN_MS) -> None:
 
 
 def test_one_iteration_for_the_whole_routing_page(page, app: App, screenshots: Screenshots) -> None:
-    """The page's stepper drives every chart (issue 31, item 6): no chart has a Play of its own that would leave the
+    """The page's stepper drives every chart: no chart has a Play of its own that would leave the
     others behind, and each chart names the iteration the header shows."""
     open_app(page, app)
     draw_and_predict(page)
@@ -352,7 +360,7 @@ def test_one_iteration_for_the_whole_routing_page(page, app: App, screenshots: S
 
 def test_no_text_overflows_its_box_at_1100_px(page, app: App) -> None:
     """At 1,100 px (a laptop window) no title, label, button, formula or table is cut, and no chart text overprints
-    another (issue 31, item 14): Start here, Draw, Routing (every view open), Evaluate and the Architecture's stages."""
+    another: Start here, Draw, Routing (every view open), Evaluate and the Architecture's stages."""
     page.set_viewport_size(NARROW)
     for path in ("/start", "/?test=3", "/routing?test=3", "/evaluate", "/architecture?test=3"):
         open_app(page, app, path)
@@ -374,7 +382,7 @@ def test_no_text_overflows_its_box_at_1100_px(page, app: App) -> None:
 
 
 def test_a_link_to_no_page_says_so(page, app: App) -> None:
-    """/no-such-page shows the Draw page with a notice, not silently (issue 31, item 18)."""
+    """/no-such-page shows the Draw page with a notice, not silently."""
     open_app(page, app, "/no-such-page")
     expect(page.get_by_text("The link's page no-such-page does not exist here")).to_be_visible(timeout=PAGE_LOAD_MS)
     open_app(page, app, "/routing?test=3")
@@ -683,7 +691,7 @@ def test_train_from_the_sidebar_and_pick_the_new_model(page, app: App, screensho
         field.press("Tab")
         expect(field).to_have_value(value)
 
-    # issue 55, item 1: Enter in a number field of the form starts nothing (it once started a run with the rest of
+    # Enter in a number field of the form starts nothing (it once started a run with the rest of
     # the form at its defaults)
     epochs = bar.locator(".st-key-train_epochs input")
     epochs.focus()
@@ -914,9 +922,9 @@ def test_step_the_routing_playground_and_drag_a_vote(page, app: App, screenshots
 
 
 def test_a_first_visit_walks_the_whole_path_without_a_dead_end(page, app: App, screenshots: Screenshots) -> None:
-    """Issue 31's first contact: from a first visit, every step of Start here opens its page (and is ticked on the
+    """A first contact: from a first visit, every step of Start here opens its page (and is ticked on the
     way back), and the page shows something (an input, or a one-click way to a model that reads it), never only
-    "No input yet" or "Pick a ... model". Issue 55, item 2: r = 4 chosen for the CapsNet on the Routing step, the
+    "No input yet" or "Pick a ... model". With r = 4 chosen for the CapsNet on the Routing step, the
     EM step opens the EM model at its own trained r, and the CapsNet's 4 is there again after it."""
     from capsnet.checkpoints.checkpoint import load_checkpoint
     from dashboard import guided_path, pages
@@ -984,8 +992,8 @@ def test_a_first_visit_walks_the_whole_path_without_a_dead_end(page, app: App, s
 
 def test_the_server_logged_no_traceback(app: App) -> None:
     """The last test of this module: while the pages above ran, the server printed no traceback through the app's
-    own code (a dataframe that pyarrow cannot convert, an exception in a fragment) that a page swallowed (issue 31,
-    item 19). A traceback only through the web server's own modules (a websocket closed twice as a tab closes) is
+    own code (a dataframe that pyarrow cannot convert, an exception in a fragment) that a page swallowed. A
+    traceback only through the web server's own modules (a websocket closed twice as a tab closes) is
     Streamlit's, not the app's."""
     log = app.log.read_text(errors="replace")
     blocks = ["Traceback" + block for block in log.split("Traceback")[1:]]

@@ -152,3 +152,10 @@ def test_the_lens_names_the_open_network_and_the_pair_its_verdict_is_of() -> Non
     said = texts.baseline_result("MNIST", "EM CapsNet", 0.9935, 0.9959, pairs=False)
     assert said == "On MNIST's test set: EM CapsNet 99.35% accuracy, CNN baseline 99.59% accuracy."
     assert "whatever model is open: a CapsNet against a CNN" in claim_texts.affnist_claim("mnist")
+
+
+def test_the_evaluate_page_speaks_of_each_networks_own_score() -> None:
+    """The EM network's class scores are activations: its Evaluate page never calls them lengths."""
+    em = texts.evaluate("digit", "a")
+    assert "activations (a)" in em and "length" not in em and "long at once" not in em
+    assert "lengths (|v|)" in texts.evaluate("digit", "|v|")

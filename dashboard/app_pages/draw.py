@@ -23,7 +23,8 @@ UPLOAD_MB = 25  # a phone's photo of a digit is often 3-8 MB; decoding is bounde
 
 SOURCES = ["Draw", state.TEST_SOURCE, "Upload"]
 CANVAS = "canvas"  # the drawing canvas's key (dashboard.knobs.canvas keeps its strokes and digit in the session)
-PREVIEW_SCALE = 6
+PREVIEW_SCALE = 4  # the 28x28 input at 112 px, beside the answer
+LENGTHS_HEIGHT = 230  # the lengths chart under the answer: the whole answer above the fold at 1440x900
 
 
 def draw_input(noun: str) -> tuple[np.ndarray | None, str, int | None]:
@@ -100,28 +101,37 @@ def upload_picture(model: models.Model, noun: str) -> tuple[np.ndarray | None, s
     return as_pictures(picture[None].float() / 255)[0], f"upload {upload.name}", None
 
 
-def _em_reading(model: models.Model, digit: np.ndarray, names: list[str], true_class: int | None) -> None:
-    """The EM network's reading of the input: its class activations, the redraw (with a decoder, from any class's
-    pose, in the browser), its class routing."""
+def _verdict(names: list[str], prediction: int, true_class: int | None) -> None:
+    if true_class is not None:
+        verdict = "right" if true_class == prediction else "wrong"
+        st.caption(f"True class {names[true_class]}: the network is **{verdict}**.")
+
+
+def _em_reading(
+    model: models.Model, digit: np.ndarray, names: list[str], true_class: int | None, answer: Any, chart: Any
+) -> None:
+    """The EM network's reading of the input: its answer and class activations beside the input (`answer`,
+    `chart`), then the redraw (with a decoder, from any class's pose, in the browser) and its class routing."""
     reading = model.explain_em(digit)
     prediction, activations = reading.prediction, reading.activations
-    chart_col, side_col = st.columns([1.5, 1], gap="large")
-    with chart_col:
-        st.plotly_chart(figures.activations_bar(activations, names, prediction), key="lengths_chart",
-                        config={"displayModeBar": False})  # fmt: skip
-    with side_col:
+    runner_up = reading.runner_up
+    with answer:
         st.metric("Prediction", names[prediction], delta=f"a = {activations[prediction]:.2f}", delta_color="off",
                   delta_arrow="off", help="The class whose capsule is most active.", border=True)  # fmt: skip
-        if true_class is not None:
-            verdict = "right" if true_class == prediction else "wrong"
-            st.caption(f"True class {names[true_class]}: the network is **{verdict}**.")
-        runner_up = reading.runner_up
+        _verdict(names, prediction, true_class)
         st.caption(f"Next: {names[runner_up]}, a = {activations[runner_up]:.2f}.")
+    with chart:
+        st.plotly_chart(figures.activations_bar(activations, names, prediction, height=LENGTHS_HEIGHT),
+                        key="lengths_chart", config={"displayModeBar": False})  # fmt: skip
+    st.divider()
+    check_col, redraw_col = st.columns([1, 1.5], gap="large")
+    with check_col:
         if reading.reconstruction_error is not None:  # its redraw and its activation tell a known digit from a scribble
             widgets.not_like_any_class(model, reading.reconstruction_error, float(activations[prediction]))
         if reading.reconstruction is None:
-            st.caption("This EM network has no decoder: it does not redraw its input.")
-        else:
+            st.caption(texts.NO_DECODER_NO_CHECK)
+    with redraw_col:
+        if reading.reconstruction is not None:
             knobs(views.dimensions(model, digit, None, REDRAW_LEAD, mode="redraw"), key=REDRAW_KNOBS)
     st.subheader("EM routing in the class layer", anchor=False)
     st.plotly_chart(
@@ -133,39 +143,25 @@ def _em_reading(model: models.Model, digit: np.ndarray, names: list[str], true_c
                  icon=pages.PLAYGROUND.icon)  # fmt: skip
 
 
-def _dynamic_reading(model: models.Model, digit: np.ndarray, names: list[str], true_class: int | None) -> None:
-    """The CapsNet's reading of the input: its capsule lengths, the not-like-any-class test, the redraw (from any
-    class's capsule, in the browser)."""
+def _dynamic_reading(
+    model: models.Model, digit: np.ndarray, names: list[str], true_class: int | None, answer: Any, chart: Any
+) -> None:
+    """The CapsNet's reading of the input: its answer and capsule lengths beside the input (`answer`, `chart`), then
+    the not-like-any-class test and the redraw (from any class's capsule, in the browser)."""
     config, noun = model.config, model.noun
     result = model.explain(digit)
-    prediction = result.prediction
-    lengths = result.lengths
-
-    chart_col, side_col = st.columns([1.5, 1], gap="large")
-    with chart_col:
+    prediction, lengths, runner_up = result.prediction, result.lengths, result.runner_up
+    confidence = float(lengths[prediction])
+    with answer:
+        st.metric("Prediction", names[prediction], delta=f"|v| = {confidence:.2f}", delta_color="off",
+                  delta_arrow="off", help="The class whose capsule is longest.", border=True)  # fmt: skip
+        _verdict(names, prediction, true_class)
+    with chart:
         st.plotly_chart(
-            figures.lengths_bar(lengths, names, prediction, config.m_plus, config.m_minus),
+            figures.lengths_bar(lengths, names, prediction, config.m_plus, config.m_minus, height=LENGTHS_HEIGHT),
             key="lengths_chart",
             config={"displayModeBar": False},
         )
-        with st.expander(texts.margins_title(config), icon=":material/straighten:"):
-            st.markdown(texts.margins(config))
-            st.latex(texts.MARGIN_LATEX)
-    with side_col:
-        confidence = float(lengths[prediction])
-        runner_up = result.runner_up
-        st.metric(
-            "Prediction",
-            names[prediction],
-            delta=f"|v| = {confidence:.2f}",
-            delta_color="off",
-            delta_arrow="off",
-            help="The class whose capsule is longest.",
-            border=True,
-        )
-        if true_class is not None:
-            verdict = "right" if true_class == prediction else "wrong"
-            st.caption(f"True class {names[true_class]}: the network is **{verdict}**.")
         if confidence < 0.5:
             st.warning(
                 f"No capsule is long: the network is unsure (next best: {names[runner_up]}, |v| = {lengths[runner_up]:.2f}).",
@@ -173,7 +169,14 @@ def _dynamic_reading(model: models.Model, digit: np.ndarray, names: list[str], t
             )
         elif lengths[runner_up] > 0.5:
             st.info(f"Capsule {names[runner_up]} is long too (|v| = {lengths[runner_up]:.2f}): an ambiguous input.")
+    st.divider()
+    check_col, redraw_col = st.columns([1, 1.5], gap="large")
+    with check_col:
         widgets.not_like_any_class(model, result.reconstruction_error, confidence)
+        with st.expander(texts.margins_title(config), icon=":material/straighten:"):
+            st.markdown(texts.margins(config))
+            st.latex(texts.MARGIN_LATEX)
+    with redraw_col:
         knobs(views.dimensions(model, digit, None, REDRAW_LEAD, mode="redraw"), key=REDRAW_KNOBS)
         with st.expander("What is the reconstruction?", icon=":material/brush:"):
             st.markdown(texts.reconstruction(config, noun))
@@ -273,7 +276,7 @@ def _input_and_reading() -> None:
     state.set_input(digit, label, true_class, dataset if source == state.TEST_SOURCE else None)
     _link_follows_the_input()
 
-    with right:
+    with right:  # the answer beside the input, above the fold
         side = config.image_size
         st.markdown(f"**What the network sees** ({side}x{side}, {model.info.title if model else 'MNIST'}-style)")
         if digit is None:
@@ -284,13 +287,12 @@ def _input_and_reading() -> None:
                 }.get(source or "Draw", f"Draw {texts.a(noun)} on the canvas: the prediction appears here."),
                 icon=":material/gesture:",
             )
+            answer = chart = None
         else:
-            st.image(
-                figures.pixel_image(digit, PREVIEW_SCALE),
-                caption=f"input: {label}",
-                width=28 * PREVIEW_SCALE,
-                output_format="PNG",
-            )
+            picture_col, answer = st.columns([1, 1.3], vertical_alignment="center")
+            picture_col.image(figures.pixel_image(digit, PREVIEW_SCALE), caption=f"input: {label}",
+                              width=28 * PREVIEW_SCALE, output_format="PNG")  # fmt: skip
+            chart = st.container()
         with st.expander("How is the input prepared?", icon=":material/crop:"):
             st.markdown(texts.PREPROCESS)
 
@@ -299,8 +301,7 @@ def _input_and_reading() -> None:
     if model is None:
         guards.require_model()
         return
-    st.divider()
-    READINGS[model.routing](model, digit, names, true_class)
+    READINGS[model.routing](model, digit, names, true_class, answer, chart)
 
 
 _input_and_reading()
