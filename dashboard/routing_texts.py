@@ -310,7 +310,7 @@ def input_rules_rows(reading: InputRules, names: Sequence[str], symbol: str) -> 
     common, count = reading.random_majority()
     out.append({
         "Couplings": f"Random, {draws} draws (not routed)",
-        "Answer": f"{names[common]} in {count} of {draws}",
+        "Answer": f"{names[common]} (in {count} of the {draws} draws)",
         symbol: f"{float(reading.random[:, common].mean()):.2f} (mean)",
         "Entropy": f"{reading.entropy[2]:.3f} (mean)",
     })  # fmt: skip

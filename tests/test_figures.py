@@ -496,6 +496,27 @@ def test_the_routing_matters_chart_stays_within_0_and_100_percent_with_every_lab
     assert 0.99 < bottom < 0.995 and 0.9962 < top <= 1.0
 
 
+def test_the_routing_matters_charts_labels_never_meet() -> None:
+    """Each r's accuracy label and its bar's count keep apart: at the EM model's r = 4 (28.47% over a bar of 9,987)
+    the count above the bar sat on the accuracy's label. Heights as fractions of the plot; a label is about 6% of it."""
+    from dashboard.figures import routing_matters as rmf
+
+    acc, differs = [0.1009, 0.9935, 0.8375, 0.2847, 0.1659], [0, 8991, 9220, 9987, 10_000]
+    fig = rmf.accuracy_figure([1, 2, 3, 4, 5], acc, differs, trained=2, total=10_000)
+    bars, line = fig.data
+    bottom, top = fig.layout.yaxis.range
+    ceiling = fig.layout.yaxis2.range[1]
+    label = 0.06
+    for n, (a, d) in enumerate(zip(acc, differs)):
+        if not d:
+            continue
+        point = (a - bottom) / (top - bottom)
+        said = (point, point + label) if list(line.textposition)[n] == "top center" else (point - label, point)
+        inside = bars.textposition == "inside" and bars.insidetextanchor == "start"
+        count = (0.0, label) if inside else (d / ceiling, d / ceiling + label)
+        assert said[1] <= count[0] or count[1] <= said[0], (n + 1, said, count)
+
+
 def test_where_the_evidence_goes_shows_how_far_nearly_uniform_shares_moved() -> None:
     """A trained network's shares stay near 10% at every iteration, and the stacked chart was ten
     equal bands in every column; then the chart shows each share's change since iteration 1, in points."""

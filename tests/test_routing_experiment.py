@@ -146,6 +146,10 @@ def test_the_verdict_follows_the_numbers() -> None:
     worse = cr.verdict(_result(routed_wrong=200, uniform_wrong=0, random_wrong=0).rules())
     assert "routing does worse than uniform couplings and random couplings" in worse
 
+    assert "caution" not in said
+    few = cr.verdict(_result(routed_wrong=2, uniform_wrong=9, random_wrong=20, n=88).rules())
+    assert "A caution: 88 test images are few (one image is 1.14 points)" in few  # a folder's small test set
+
     rules = matters.rules()
     assert [r.name for r in rules] == ["uniform", "routed", "routed", "routed", "routed", "random"]
     assert [r.trained for r in rules] == [False, False, True, False, False, False]
@@ -184,7 +188,7 @@ def test_one_input_under_each_rule(app_run: Path, test_images) -> None:  # noqa:
     assert [r["Couplings"] for r in rows] == ["Uniform (r = 1, not routed)", "Routed, r = 3",
                                               "Random, 12 draws (not routed)"]  # fmt: skip
     common = np.bincount(reading.random_predictions, minlength=10).argmax()
-    assert rows[2]["Answer"] == f"{common} in {(reading.random_predictions == common).sum()} of 12"
+    assert rows[2]["Answer"] == f"{common} (in {(reading.random_predictions == common).sum()} of the 12 draws)"
     said = routing_texts.input_rules_summary(reading, names)
     assert f"{reading.random_agreeing()} of 12" in said or "every one of 12" in said or "none of 12" in said
     with pytest.raises(ValueError, match="one image of 1x28x28 pixels"):

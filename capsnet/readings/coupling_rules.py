@@ -200,6 +200,9 @@ def _compare(own: Rule, rule: Rule) -> str:
     return f"it is {abs(gap):.2f} points {side} {_label(rule)} ({100 * rule.accuracy:.2f}%; {split})"
 
 
+FEW_IMAGES = 1_000  # below this, the verdict says that its test set is small
+
+
 def verdict(rules: Sequence[Rule]) -> str:
     """What the experiment says, in words that follow its numbers (`RoutingMatters.rules`, random last): the trained
     r against uniform and random couplings on the same weights (McNemar's exact test on the images they disagree
@@ -223,6 +226,9 @@ def verdict(rules: Sequence[Rule]) -> str:
                      "do as well.")  # fmt: skip
     else:
         lines.append("On these weights routing adds nothing measurable: fixed couplings do as well.")
+    if own.total < FEW_IMAGES:
+        lines.append(f"A caution: {own.total:,} test images are few (one image is {100 / own.total:.2f} points), so "
+                     "only a large difference is told from chance; a larger test set says more.")  # fmt: skip
     random = rules[-1]
     shape = "stay close to uniform" if own.entropy > NEARLY_UNIFORM else "concentrate each child on few parents"
     lines.append(f"The routed couplings {shape} (mean entropy {own.entropy:.3f}, where uniform is 1 and random "

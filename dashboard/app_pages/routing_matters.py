@@ -17,7 +17,7 @@ PER_PAGE = 12
 COLUMNS = 4
 MEASURE = "rm_measure"  # the model (its key) whose summary this session asked to measure
 EFFECTS = {
-    "all": "All",
+    "all": "All listed",  # the images the toggle above leaves (all that change, or those from r to r + 1)
     "fixes": "Routing fixes the answer",
     "breaks": "Routing breaks it",
     "other": "Other changes",

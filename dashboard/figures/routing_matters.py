@@ -32,7 +32,9 @@ def accuracy_figure(
     near_top = acc > top - 0.1 * (top - bottom)
     bars = go.Bar(
         x=rs, y=differs, yaxis="y2", marker_color=OTHER, opacity=0.35, name="answers that differ from r = 1",
-        text=[f"{d:,}" if d else "" for d in differs], textposition="outside", cliponaxis=False,
+        # each count at its bar's foot, inside it: above the bar it met the accuracy's label where the line crosses
+        text=[f"{d:,}" if d else "" for d in differs], textposition="inside", insidetextanchor="start",
+        textangle=0, cliponaxis=False,
         hovertemplate="r = %{x}: %{y:,} answers differ from r = 1<extra></extra>",
     )  # fmt: skip
     line = go.Scatter(

@@ -196,7 +196,7 @@ export function mount(root, header, arrays, { report, kept, settled }) {
       const meanScore = draws.reduce((a, d) => a + d.scores[common], 0) / draws.length;
       const meanEntropy = draws.reduce((a, d) => a + d.entropy, 0) / draws.length;
       table.append(el("tr", {}, el("td", {}, `Random, ${draws.length} draws (not routed)`),
-        el("td", {}, `${names[common]} in ${counts[common]} of ${draws.length}`),
+        el("td", {}, `${names[common]} (in ${counts[common]} of the ${draws.length} draws)`),
         el("td", {}, `${meanScore.toFixed(2)} (mean)`), el("td", {}, `${meanEntropy.toFixed(3)} (mean)`)));
       const agreeing = draws.filter((d) => answer(d.scores) === answer(routed.scores)).length;
       sentence =
