@@ -327,7 +327,7 @@ class TrainOptions:
         choices of how to compute (--amp, --fused-adam, --compile and their --no- forms) where none is given now.
 
         A run-defining option `given` on the command line with another value than the run's is refused in one line
-        (it was ignored without a word: issue 56, item 17).
+        (never ignored without a word).
         """
         stored = {**{new: stored[old] for old, new in RENAMED.items() if old in stored}, **stored}  # older names
         known = TrainOptions.from_dict(stored)
