@@ -68,7 +68,7 @@ def test_the_registry_is_open_to_a_new_family() -> None:
 
 
 def test_evaluate_honours_the_routing_iterations_of_an_em_network() -> None:
-    """It used to drop the count for the EM network (not "capsules") and report its own r's figures."""
+    """The evaluation keeps the EM network's routing count (not only a CapsNet's) and reports that r's figures."""
     model = _em("tiny")
     images, labels = torch.rand(12, 1, 28, 28), torch.arange(12) % 10
     for r in (1, 4):

@@ -75,8 +75,8 @@ def test_a_missing_entry_and_a_damaged_manifest_are_one_line(shipped: Path, tmp_
 def test_rewriting_a_shipped_files_header_keeps_its_entry_true(
     shipped: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`export --lr-search` rewrites the header of a shipped file: its manifest entry is written anew with it (it
-    used to keep the old SHA-256, and CI refused the file)."""
+    """`export --lr-search` rewrites the header of a shipped file: its manifest entry is written anew with it (an
+    entry with the old SHA-256 would make CI refuse the file)."""
     from capsnet.checkpoints.checkpoint import load_checkpoint, save_checkpoint
     from capsnet.runs.export import record_lr_search
 

@@ -245,7 +245,7 @@ def test_a_stop_signal_stops_at_a_batch_and_resume_finishes(data_dir: Path, tmp_
 def test_a_long_epoch_saves_a_resumable_state_on_the_way(
     data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A kill without warning (no handler runs: a closed session, the OOM killer) loses at most SAVE_EVERY_S of an
+    """A kill without warning (no handler runs: a closed terminal, the OOM killer) loses at most SAVE_EVERY_S of an
     epoch: the trainer saves a resumable state that often, also in an epoch it resumed, and a resume finishes it."""
     import dataclasses
 
