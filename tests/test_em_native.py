@@ -489,3 +489,42 @@ def test_a_cached_library_is_loaded_only_when_it_is_what_was_built(
     private = targets[0].parent
     assert private.name.startswith("capsnet-native-") and (private.stat().st_mode & 0o077) == 0
     assert all(t.parent == private for t in targets)
+
+
+def test_a_build_killed_midway_leaves_nothing_in_the_temporary_folder(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A process killed while the kernel compiles leaves no scratch folder in the shared temporary folder: the build's
+    scratch lives in the cache's own folder, named after its process, and the next build sweeps a dead one's."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    cache, shared = tmp_path / "cache", tmp_path / "tmp"
+    shared.mkdir()
+    hangs = _script(tmp_path / "hangs", '[ "$1" = --version ] && exit 0; sleep 30')
+    env = dict(os.environ, **{CACHE_ENV: str(cache), em_native.COMPILER_ENV: hangs, "TMPDIR": str(shared)})
+    env.pop(em_native.NATIVE_ENV, None)
+    child = subprocess.Popen([sys.executable, "-c", "from capsnet.nn import em_native; em_native.kernel()"],
+                             env=env, start_new_session=True)  # fmt: skip
+    native = cache / "native"
+    deadline = time.monotonic() + 120
+    while not list(native.glob(f"{em_native.SCRATCH}*")) and time.monotonic() < deadline and child.poll() is None:
+        time.sleep(0.1)
+    left = list(native.glob(f"{em_native.SCRATCH}*"))
+    os.killpg(child.pid, signal.SIGKILL)  # the process and its compiler, mid-build
+    child.wait()
+    assert left and not list(shared.iterdir()), (left, list(shared.iterdir()))
+
+    mine = native / f"{em_native.SCRATCH}{os.getpid()}-kept"  # a live process's build is not touched
+    mine.mkdir()
+    monkeypatch.setenv(CACHE_ENV, str(cache))
+    monkeypatch.setenv(em_native.COMPILER_ENV, "false")
+    em_native._load.cache_clear()
+    try:
+        assert em_native.kernel() is None
+    finally:
+        em_native._load.cache_clear()
+    assert [p.name for p in native.glob(f"{em_native.SCRATCH}*")] == [mine.name]

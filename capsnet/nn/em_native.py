@@ -18,6 +18,7 @@ and every layer routes with PyTorch: slower, never different.
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import functools
 import hashlib
@@ -56,6 +57,7 @@ FLAG_SETS = (
 # (a training step 13-18% slower). Where the compiler has no OpenMP, the build without it takes a share a thread.
 OPENMP = ("-fopenmp",)
 COMPILE_SECONDS = 120
+SCRATCH = ".build-"  # a build's scratch folder in the cache: .build-<pid>-<random>
 
 
 def enabled() -> bool:
@@ -127,7 +129,9 @@ def _build(compiler: list[str], flags: tuple[str, ...], target: Path) -> ctypes.
     """Compile SOURCE and load it, kept at `target` (written atomically, with its SHA-256 beside it) where the cache
     can be written, else loaded from where it was built; None where the compiler fails or the library does not load.
     _CompilerHangs where the compiler runs past COMPILE_SECONDS."""
-    with tempfile.TemporaryDirectory() as scratch:  # private (0700), and removed however the build ends
+    # private (0700), in the cache's own folder and named after this process: removed however the build ends, and
+    # what a killed build leaves is swept by the next (`_sweep`), never left in the shared temporary folder
+    with _scratch(target.parent) as scratch:
         built = Path(scratch) / "em_kernel.so"
         command = [*compiler, *flags, "-fPIC", "-shared", "-o", str(built), str(SOURCE), "-lm"]
         try:
@@ -149,6 +153,37 @@ def _build(compiler: list[str], flags: tuple[str, ...], target: Path) -> ctypes.
                 return ctypes.CDLL(str(built))  # loaded before the folder goes; the mapping outlives the file
             except OSError:
                 return None
+
+
+def _scratch(folder: Path) -> tempfile.TemporaryDirectory[str]:
+    """A private scratch folder in `folder`, named after this process; in the temporary folder where `folder`
+    cannot take one (its library is then loaded from the scratch)."""
+    try:
+        return tempfile.TemporaryDirectory(dir=folder, prefix=f"{SCRATCH}{os.getpid()}-")
+    except OSError:
+        return tempfile.TemporaryDirectory()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: alive
+        return True
+    return True
+
+
+def _sweep(folder: Path) -> None:
+    """Remove the scratch folders of builds whose process is gone (killed mid-build)."""
+    try:
+        entries = list(folder.glob(f"{SCRATCH}*"))
+    except OSError:
+        return
+    for entry in entries:
+        pid = entry.name[len(SCRATCH) :].split("-")[0]
+        if pid.isdigit() and not entry.is_symlink() and entry.is_dir() and not _alive(int(pid)):
+            shutil.rmtree(entry, ignore_errors=True)
 
 
 def _bind(library: ctypes.CDLL) -> ctypes.CDLL:
@@ -184,6 +219,12 @@ def _load() -> ctypes.CDLL | None:
         folder = cache_dir() / "native"
     except RuntimeError:  # no home folder to keep it in: a private folder of this process's (a shared, predictable
         folder = Path(tempfile.mkdtemp(prefix="capsnet-native-"))  # /tmp name let another user plant a library)
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)  # its library is mapped: the file can go
+    try:
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError:
+        pass  # _build loads its own build where the cache cannot be written
+    _sweep(folder)
     for flags in dict.fromkeys(flags for chosen in FLAG_SETS for flags in ((*chosen, *OPENMP), chosen)):
         words = [source, " ".join(flags).encode(), " ".join(compiler).encode(), machine.encode()]
         digest = hashlib.sha256(b"\0".join(words)).hexdigest()[:24]
