@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import ctypes
 import resource
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -30,7 +32,7 @@ from capsnet.nn.cnn import CNNConfig
 from capsnet.nn.config import CapsNetConfig
 from capsnet.nn.em_capsnet import EMCapsNetConfig
 from capsnet.nn.matrix_capsules import POSE_ENTRIES
-from capsnet.nn.registry import AnyConfig
+from capsnet.nn.registry import AnyConfig, network_of
 
 FLOAT = 4  # bytes: the estimate counts float32 (a bf16 autocast step keeps some of it in half)
 MARGIN = 1.5  # the estimate's margin: an epoch's other work (evaluation, the window) and the allocator's slack
@@ -136,13 +138,16 @@ def _em(c: EMCapsNetConfig) -> Shapes:
     return Shapes(parameters, kept, 5 * (c.image_pixels + grid) // 2)
 
 
+ESTIMATES: dict[str, Callable[[Any], Shapes]] = {"capsnet": _capsnet, "cnn": _cnn, "em": _em}  # by `Network.name`
+
+
 def shapes(config: AnyConfig) -> Shapes:
-    """`config`'s network's sizes (`Shapes`), computed from its config: nothing is built."""
-    if isinstance(config, CapsNetConfig):
-        return _capsnet(config)
-    if isinstance(config, CNNConfig):
-        return _cnn(config)
-    return _em(config)
+    """`config`'s network's sizes (`Shapes`), computed from its config: nothing is built. ValueError for a network
+    whose sizes this module cannot estimate (a family registered without an entry in `ESTIMATES`)."""
+    name = network_of(config).name
+    if name not in ESTIMATES:
+        raise ValueError(f"no memory estimate for the {network_of(config).title} network (capsnet.memory.ESTIMATES)")
+    return ESTIMATES[name](config)
 
 
 def training_memory(config: AnyConfig) -> StepMemory:
