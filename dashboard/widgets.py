@@ -12,7 +12,7 @@ from capsnet.data.datasets import DATASETS, dataset_info
 from capsnet.errors import CapsNetError
 from capsnet.nn.config import CapsNetConfig
 from capsnet.readings.claims import Verdict
-from dashboard import claim_texts, figures, guards, routing_texts, state, texts
+from dashboard import claim_texts, figures, guards, novelty_texts, routing_texts, state
 from dashboard.knobs import views as knob_views
 from dashboard.knobs.component import knobs
 from dashboard.models import Model
@@ -153,12 +153,12 @@ def not_like_any_class(model: Model, error: float, winner: float) -> None:
     score = float(thresholds.score(error, winner))
     if score > 1.0:
         title = model.info.title or model.dataset
-        said = texts.not_like_any_class(noun, score, error, winner, title, thresholds, symbol)
+        said = novelty_texts.not_like_any_class(noun, score, error, winner, title, thresholds, symbol)
         st.warning(said, icon=":material/report:")
     else:
-        st.caption(texts.like_a_class(noun, error, winner, thresholds, symbol))
+        st.caption(novelty_texts.like_a_class(noun, error, winner, thresholds, symbol))
     with st.expander('What is "not like any class"?', icon=":material/report:"):
-        st.markdown(texts.NOVELTY)
+        st.markdown(novelty_texts.NOVELTY)
 
 
 def routing_experiment_for_input(model: Model, image: np.ndarray, iterations: int) -> None:

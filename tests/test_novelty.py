@@ -85,16 +85,16 @@ def test_errors_are_those_of_the_winners_reconstruction() -> None:
 
 def test_the_notice_names_the_test_that_tripped() -> None:
     from capsnet.readings.novelty import NoveltyThresholds
-    from dashboard import texts
+    from dashboard import novelty_texts
 
     thresholds = NoveltyThresholds(reconstruction_error=10.0, length=0.6)
     assert thresholds.tripped(12.0, 0.9) == ("reconstruction",)
     assert thresholds.tripped(5.0, 0.3) == ("length",)
     assert thresholds.tripped(12.0, 0.3) == ("reconstruction", "length")
     assert thresholds.tripped(5.0, 0.9) == ()
-    far = texts.not_like_any_class("digit", 1.2, 12.0, 0.9, "MNIST", thresholds)
+    far = novelty_texts.not_like_any_class("digit", 1.2, 12.0, 0.9, "MNIST", thresholds)
     assert "reconstruction is far" in far and "past the threshold 10.0" in far and "short" not in far
-    short = texts.not_like_any_class("digit", 2.0, 5.0, 0.3, "MNIST", thresholds)
+    short = novelty_texts.not_like_any_class("digit", 2.0, 5.0, 0.3, "MNIST", thresholds)
     assert "winning capsule is short" in short and "under the threshold 0.60" in short and "far from" not in short
 
 

@@ -12,7 +12,7 @@ from capsnet.data.image_folder import ImageFolderError, picture_from_bytes
 from capsnet.data.pictures import as_pictures
 from capsnet.data.preprocess import PreprocessError, preprocess_upload
 from capsnet.nn.config import CapsNetConfig
-from dashboard import figures, guards, guided_path, models, pages, state, texts, widgets
+from dashboard import figures, guards, guided_path, models, novelty_texts, pages, state, texts, widgets
 from dashboard.knobs import views
 from dashboard.knobs.canvas import drawing_canvas
 from dashboard.knobs.component import knobs
@@ -129,7 +129,7 @@ def _em_reading(
         if reading.reconstruction_error is not None:  # its redraw and its activation tell a known digit from a scribble
             widgets.not_like_any_class(model, reading.reconstruction_error, float(activations[prediction]))
         if reading.reconstruction is None:
-            st.caption(texts.NO_DECODER_NO_CHECK)
+            st.caption(novelty_texts.NO_DECODER_NO_CHECK)
     with redraw_col:
         if reading.reconstruction is not None:
             knobs(views.dimensions(model, digit, None, REDRAW_LEAD, mode="redraw"), key=REDRAW_KNOBS)
