@@ -141,26 +141,30 @@ def _em(c: EMCapsNetConfig) -> Shapes:
 ESTIMATES: dict[str, Callable[[Any], Shapes]] = {"capsnet": _capsnet, "cnn": _cnn, "em": _em}  # by `Network.name`
 
 
-def shapes(config: AnyConfig) -> Shapes:
-    """`config`'s network's sizes (`Shapes`), computed from its config: nothing is built. ValueError for a network
-    whose sizes this module cannot estimate (a family registered without an entry in `ESTIMATES`)."""
-    name = network_of(config).name
-    if name not in ESTIMATES:
-        raise ValueError(f"no memory estimate for the {network_of(config).title} network (capsnet.memory.ESTIMATES)")
-    return ESTIMATES[name](config)
+def register_estimate(name: str, estimate: Callable[[Any], Shapes]) -> None:
+    """Add the sizes of network `name`'s configs (`Shapes`), from its family's own module."""
+    ESTIMATES[name] = estimate
 
 
-def training_memory(config: AnyConfig) -> StepMemory:
+def shapes(config: AnyConfig) -> Shapes | None:
+    """`config`'s network's sizes (`Shapes`), computed from its config: nothing is built. None for a network whose
+    family gave no estimate (`register_estimate`): its runs are not checked, as where the free memory is unknown."""
+    estimate = ESTIMATES.get(network_of(config).name)
+    return None if estimate is None else estimate(config)
+
+
+def training_memory(config: AnyConfig) -> StepMemory | None:
     """What a training step of `config`'s network takes: the weights, their gradients and Adam's two moments, and what
-    each image keeps for the backward pass."""
+    each image keeps for the backward pass (None: not estimated)."""
     sizes = shapes(config)
-    return StepMemory(fixed=4 * FLOAT * sizes.parameters, per_image=FLOAT * sizes.kept)
+    return None if sizes is None else StepMemory(fixed=4 * FLOAT * sizes.parameters, per_image=FLOAT * sizes.kept)
 
 
-def reading_memory(config: AnyConfig) -> StepMemory:
+def reading_memory(config: AnyConfig) -> StepMemory | None:
     """What reading a batch with `config`'s network takes (an evaluation's forward pass, no gradients), its weights
-    already held."""
-    return StepMemory(fixed=0.0, per_image=FLOAT * shapes(config).widest)
+    already held (None: not estimated)."""
+    sizes = shapes(config)
+    return None if sizes is None else StepMemory(fixed=0.0, per_image=FLOAT * sizes.widest)
 
 
 def _status(field: str) -> int | None:
@@ -237,7 +241,7 @@ def check_fits(config: AnyConfig, batch: int, described: str) -> None:
     say a batch that does."""
     room = headroom()
     needs = training_memory(config)
-    if room is not None and needs.at(batch) > room:
+    if room is not None and needs is not None and needs.at(batch) > room:
         raise _refuse(needs, batch, room, described, "no batch fits: a smaller --image-size or preset does")
 
 
@@ -245,7 +249,8 @@ def _reading_room(model: torch.nn.Module, config: AnyConfig) -> tuple[int, StepM
     """The room free here and what a reading with `model` needs; None where the room is unknown or the model is not
     on the CPU (a GPU's memory is not this machine's)."""
     room = headroom() if next(model.parameters()).device.type == "cpu" else None
-    return None if room is None else (room, reading_memory(config))
+    needs = reading_memory(config)
+    return None if room is None or needs is None else (room, needs)
 
 
 def check_reading_fits(model: torch.nn.Module, config: AnyConfig, batch: int, described: str) -> None:

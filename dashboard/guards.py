@@ -28,13 +28,16 @@ def current_model(show_errors: bool = True) -> models.Model | None:
     return model
 
 
-def require_model(pairs: bool = False, routings: tuple[RoutingKind, ...] = ("dynamic",)) -> models.Model | None:
+EVERY_ROUTING = None  # `require_model(routings=...)` of a page that reads any network's scores (Evaluate)
+
+
+def require_model(pairs: bool = False, routings: tuple[RoutingKind, ...] | None = ("dynamic",)) -> models.Model | None:
     """The model, or a notice saying how to get one (and None). `pairs`: the page reads MultiMNIST overlays;
-    `routings`: the routings it has views for (a model routed otherwise is told in one line why not, with one click
-    to a model the page reads)."""
+    `routings`: the routings it has views for, or EVERY_ROUTING (a model routed otherwise is told in one line why not,
+    with one click to a model the page reads)."""
     model = current_model()
-    if model is not None and model.routing not in routings:
-        st.info(texts.not_for(model.routing), icon=":material/swap_horiz:")
+    if model is not None and routings is not None and model.routing not in routings:
+        st.info(texts.not_for(model.routing, model.network.routes().title), icon=":material/swap_horiz:")
         other = _model_reading(pairs, routings)
         if other is not None:
             st.button(f"Open {other.label}", key="switch_model", icon=":material/swap_horiz:", type="primary",
@@ -66,14 +69,21 @@ def require_model(pairs: bool = False, routings: tuple[RoutingKind, ...] = ("dyn
     return model
 
 
-def _model_reading(pairs: bool, routings: tuple[RoutingKind, ...] = ("dynamic",)) -> catalog.CheckpointEntry | None:
+def _model_reading(
+    pairs: bool, routings: tuple[RoutingKind, ...] | None = ("dynamic",)
+) -> catalog.CheckpointEntry | None:
     """A usable checkpoint of a network routed in one of `routings` whose inputs are pairs (or single 28x28 images):
     a shipped one first, else the newest run."""
     entries = models.checkpoint_entries(str(state.checkpoints_dir()), str(state.runs_root()))
     for entry in entries:
         read = task(entry.dataset) if entry.dataset in DATASETS else None
         net = named(entry.network)
-        usable = not entry.error and net is not None and net.routing is not None and net.routing.kind in routings
+        usable = (
+            not entry.error
+            and net is not None
+            and net.routing is not None
+            and (routings is None or net.routing.kind in routings)
+        )
         if usable and read is not None and (read.pairs if pairs else read.takes_drawings):
             return entry
     return None

@@ -57,7 +57,13 @@ from dashboard import state
 
 MNIST_DIGITS = [str(d) for d in range(10)]
 # what the picker lists, the networks that route capsules: the baselines are there to be compared with
-CAPSULE_NETWORKS = tuple(name for name, net in NETWORKS.items() if net.routing is not None)
+
+
+def capsule_networks() -> tuple[str, ...]:
+    """The registered networks that route capsules (a family registered after the app started among them)."""
+    return tuple(name for name, net in NETWORKS.items() if net.routing is not None)
+
+
 EVALUATION_CHUNK = 1000
 
 
@@ -105,7 +111,7 @@ class Model(Loaded):
     def routing(self) -> RoutingKind:
         """How it routes: "dynamic" (the CapsNet) or "em" (matrix capsules); the picker lists only networks that route."""
         routing = self.network.routing
-        assert routing is not None  # CAPSULE_NETWORKS route
+        assert routing is not None  # capsule_networks() route
         return routing.kind
 
     @property
@@ -285,13 +291,13 @@ class Model(Loaded):
 @st.cache_data(ttl=3, max_entries=4, show_spinner=False)
 def checkpoint_entries(checkpoints: str, root: str) -> list[catalog.CheckpointEntry]:
     """The picker's list (headers only) of both capsule networks, refreshed at most every 3 seconds."""
-    return catalog.list_checkpoints(checkpoints, root, network=CAPSULE_NETWORKS)
+    return catalog.list_checkpoints(checkpoints, root, network=capsule_networks())
 
 
 @st.cache_resource(max_entries=4, show_spinner="Loading the model...")
 def load_model(path: str, mtime: float) -> Checkpoint:
     """The checkpoint at `path` as it was at `mtime`, loaded once and shared by every session (read-only)."""
-    return load_checkpoint(path, device="cpu", networks=CAPSULE_NETWORKS)
+    return load_checkpoint(path, device="cpu", networks=capsule_networks())
 
 
 def open_current() -> tuple[Model | None, str]:

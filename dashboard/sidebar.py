@@ -132,8 +132,8 @@ def train_form() -> None:
                 help="The pictures are read at this side (0: their median side, 28 to 64).",
             )  # fmt: skip
             choice = st.selectbox(
-                "Model", list(form.MODEL_LABELS), index=list(form.MODEL_LABELS).index((d.network, d.preset)),
-                format_func=lambda model: form.MODEL_LABELS[model], key=_key("train_preset", recipe),
+                "Model", list(labels := form.model_labels()), index=list(labels).index((d.network, d.preset)),
+                format_func=lambda model: labels[model], key=_key("train_preset", recipe),
                 help="The tiny models have the same structure with narrower layers: they train in minutes on a CPU. "
                 "The CNN baseline is the paper's comparison: the pages set the shipped one (or, without it, the newest "
                 "CNN run) beside the CapsNet.",

@@ -47,6 +47,13 @@ capsules*), and the class whose capsule is **longest** wins.
 """
 
 
+def any_capsule(title: str) -> str:
+    """What a capsule is, for a network routed in a way no page was written for (`title`: its routing)."""
+    return (f"**What is a capsule?** A group of numbers whose length says how present an entity is and whose "
+            f"direction says how it looks. This network ends with one capsule per class, routed by {title}; the class "
+            "whose capsule scores highest wins.")  # fmt: skip
+
+
 SQUASH = r"""
 **Squash.** A capsule's raw vector $s_j$ can have any length, so it is *squashed* to a length
 below 1 without changing its direction: short vectors shrink to almost zero, long ones end up
@@ -294,9 +301,13 @@ def takes_no_drawings(title: str, side: int, channels: int, noun: str) -> str:
     )
 
 
-def not_for(routing: str) -> str:
-    """Why a page does not read the chosen model, by how that model routes (`Routing.kind`)."""
-    return NOT_FOR[routing]()
+def not_for(routing: str, title: str = "") -> str:
+    """Why a page does not read the chosen model, by how that model routes (`Routing.kind`; `title` names a routing
+    that no page was written for, such as a family registered after the app's)."""
+    if routing in NOT_FOR:
+        return NOT_FOR[routing]()
+    return (f"This page has no view of {title or routing} yet: the chosen model's prediction, scores and evaluation "
+            "are on the Draw and Evaluate pages.")  # fmt: skip
 
 
 def _not_for_dynamic() -> str:

@@ -46,10 +46,11 @@ def training_window(network: str, m_plus: float, m_minus: float, em: EMCapsNetCo
     net = named(network)
     routing = net.routing if net is not None else None
     kind = routing.kind if routing is not None else "none"
+    other = f"each class's score, its {net.scores if net is not None else 'scores'} (the bars; a red bar is the prediction)."
     return _WINDOW_START + {
         "dynamic": lambda: _window_of_lengths(m_plus, m_minus), "em": lambda: _window_of_activations(em),
         "none": lambda: _WINDOW_OF_PROBABILITIES,
-    }[kind]() + _WINDOW_END  # fmt: skip
+    }.get(kind, lambda: other)() + _WINDOW_END  # fmt: skip
 
 
 def _window_of_lengths(m_plus: float, m_minus: float) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -208,7 +208,7 @@ def read_checkpoint_info(path: str | os.PathLike) -> tuple[AnyConfig, Checkpoint
 
 
 def load_checkpoint(
-    path: str | os.PathLike, device: str | torch.device = "cpu", networks: tuple[str, ...] | None = None
+    path: str | os.PathLike, device: str | torch.device = "cpu", networks: Sequence[str] | None = None
 ) -> Checkpoint:
     """Rebuild the model from the stored config and load its weights (as float32, eval mode).
 

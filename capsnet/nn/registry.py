@@ -10,6 +10,7 @@ or class. Every forward pass takes (images, labels) and returns an output with `
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from capsnet.nn import capsnet, cnn, em_capsnet  # noqa: F401  (each registers its family)
@@ -34,7 +35,26 @@ __all__ = [
 
 AnyConfig = CapsNetConfig | CNNConfig | EMCapsNetConfig
 AnyModel = CapsNet | BaselineCNN | EMCapsNet
-NETWORK_NAMES = tuple(NETWORKS)  # the shipped families, in the order above
+
+
+class _Names(Sequence[str]):
+    """The registered networks' names, read from the registry whenever asked: a family registered after this module
+    was imported is among them (the CLI's choices, the networks a checkpoint may hold)."""
+
+    def __len__(self) -> int:
+        return len(NETWORKS)
+
+    def __getitem__(self, index: Any) -> Any:
+        return tuple(NETWORKS)[index]
+
+    def __contains__(self, name: object) -> bool:
+        return name in NETWORKS
+
+    def __repr__(self) -> str:
+        return repr(tuple(NETWORKS))
+
+
+NETWORK_NAMES: Sequence[str] = _Names()  # every registered family, the shipped ones first
 
 
 def network(name: str) -> Network:
@@ -53,7 +73,8 @@ def named(name: str | None) -> Network | None:
 def network_of(thing: Any) -> Network:
     """The network a config, or a model built from one, belongs to."""
     config = getattr(thing, "config", thing)
-    for candidate in NETWORKS.values():
-        if isinstance(config, candidate.config_type):
-            return candidate
-    raise ValueError(f"not a config of a registered network: {type(config).__name__}")
+    matches = [candidate for candidate in NETWORKS.values() if isinstance(config, candidate.config_type)]
+    if not matches:
+        raise ValueError(f"not a config of a registered network: {type(config).__name__}")
+    # the nearest: a family whose config subclasses another family's is its own, not the other's
+    return min(matches, key=lambda candidate: type(config).__mro__.index(candidate.config_type))

@@ -70,6 +70,16 @@ READERS: dict[str, Callable[[Any, np.ndarray | torch.Tensor, int | None, int | N
 }  # by the network's routing (`Routing.kind`)
 
 
+def register_reader(
+    kind: str, reader: Callable[[Any, np.ndarray | torch.Tensor, int | None, int | None, bool], Reading]
+) -> None:
+    """Add the reader of a routing (`Routing.kind`), from its family's own module; ValueError for a kind read
+    already."""
+    if kind in READERS:
+        raise ValueError(f"a reader for {kind!r} routing is registered already")
+    READERS[kind] = reader
+
+
 def read(
     model: Any,
     image: np.ndarray | torch.Tensor,

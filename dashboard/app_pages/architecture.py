@@ -220,6 +220,8 @@ def _clicked(chart_key: str) -> None:
 
 st.title("Architecture", anchor=False)
 model = guards.current_model(show_errors=False)
+if model is not None and model.routing not in TEXTS:  # a routing with no stages here: the CapsNet's (said below)
+    model = None
 texts = TEXTS[model.routing if model is not None else "dynamic"]  # each network its own stages and formulas
 st.markdown(texts.intro)
 if DIGIT in st.session_state:  # kept while a stage without the digit capsule's box is shown

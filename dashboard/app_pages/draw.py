@@ -189,6 +189,27 @@ def _dynamic_reading(
     )
 
 
+def _any_reading(
+    model: models.Model, digit: np.ndarray, names: list[str], true_class: int | None, answer: Any, chart: Any
+) -> None:
+    """A network routed in a way this page has no view of its own for: its answer and class scores from the one
+    `Reading` every routing gives, and its redraw where it redraws."""
+    reading = model.reading(digit)
+    prediction, scores, symbol = reading.prediction, reading.scores, reading.symbol
+    with answer:
+        st.metric("Prediction", names[prediction], delta=f"{symbol} = {scores[prediction]:.2f}", delta_color="off",
+                  delta_arrow="off", help=f"The class whose {texts.SCORE_NAMES[symbol]} is highest.", border=True)  # fmt: skip
+        _verdict(names, prediction, true_class)
+    margins = model.network.score_margins(model.config)  # none: no lines drawn, no labels
+    with chart:
+        st.plotly_chart(figures.lengths_bar(scores, names, prediction, *(margins or (0.9, 0.1)), height=LENGTHS_HEIGHT,
+                                            compact=margins is None, symbol=symbol),
+                        key="lengths_chart", config={"displayModeBar": False})  # fmt: skip
+    if model.redraws:
+        st.divider()
+        knobs(views.dimensions(model, digit, None, REDRAW_LEAD, mode="redraw"), key=REDRAW_KNOBS)
+
+
 READINGS = {"dynamic": _dynamic_reading, "em": _em_reading}  # by the model's routing (`Routing.kind`)
 DRAW_SAYS = {
     "dynamic": "which class capsule grows longest, and what it redraws from that capsule alone.",
@@ -231,7 +252,7 @@ if pages.START.url_path not in state.visited_pages():  # a first visit: the way 
         st.page_link(state.page_path(pages.START), label=f"Open {pages.START.title}", icon=pages.START.icon)
 st.markdown(
     f"Draw {texts.a(noun)}, pick one from the test set or upload a picture, and see how a **Capsule Network** reads it: "
-    + DRAW_SAYS[routing]
+    + DRAW_SAYS.get(routing, "which class capsule scores highest.")
 )
 if not drawn:
     assert model is not None  # `drawn` without a model
@@ -241,7 +262,10 @@ if not drawn:
 elif noun != "digit":
     st.info(texts.fashion_drawing(noun), icon=":material/checkroom:")
 with st.expander("What is a capsule?", icon=":material/help:"):
-    CAPSULE_PRIMERS[routing](config)
+    if routing in CAPSULE_PRIMERS:
+        CAPSULE_PRIMERS[routing](config)
+    else:
+        st.markdown(texts.any_capsule(model.network.routes().title if model is not None else routing))
 
 
 def _link_follows_the_input() -> None:
@@ -301,7 +325,7 @@ def _input_and_reading() -> None:
     if model is None:
         guards.require_model()
         return
-    READINGS[model.routing](model, digit, names, true_class, answer, chart)
+    READINGS.get(model.routing, _any_reading)(model, digit, names, true_class, answer, chart)
 
 
 _input_and_reading()

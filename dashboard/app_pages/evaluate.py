@@ -41,7 +41,7 @@ def _opened_notice(origin: str, columns: int = 4) -> None:
 
 
 st.title("Evaluate", anchor=False)
-model = guards.require_model(routings=("dynamic", "em"))  # the EM network too: its activations a_j are its class scores
+model = guards.require_model(routings=guards.EVERY_ROUTING)  # any network that routes: its class scores and answers
 st.markdown(texts.evaluate(model.noun, model.network.score_symbol) if model is not None else texts.evaluate("digit"))
 if model is None:
     st.stop()
