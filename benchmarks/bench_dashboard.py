@@ -76,6 +76,125 @@ def cold_start(path: Path, repeats: int) -> tuple[float, float, float]:
     return statistics.median(walls), statistics.median(imports), statistics.median(loads)
 
 
+def interactions(model: CapsNet, repeats: int) -> list[tuple[str, float, float | None]]:
+    """Each interaction's median time (ms) over `repeats` runs, with its target (ms, or None).
+
+    Long: one table, read top to bottom, of what each page does for one model and one input, each a small closure
+    over the same reading."""
+    model.eval()
+    rgba = drawn_canvas()
+    digit = preprocess_canvas(rgba)
+    result = explain(model, digit)
+    klass = result.prediction
+    vector = result.poses[klass].copy()
+    c = model.config
+
+    def draw() -> object:
+        e = explain(model, preprocess_canvas(rgba))
+        return figures.lengths_bar(e.lengths, NAMES, e.prediction).to_json()
+
+    def routing() -> object:
+        e = explain(model, digit, routing_iterations=3)
+        by_type = coupling_by_type(e.coupling, e.primary_lengths, e.primary_types, e.primary_grid)
+        maps = coupling_maps(e.coupling, e.prediction, e.primary_types, e.primary_grid)
+        return (
+            figures.coupling_by_type_figure(by_type, e.iteration_lengths, NAMES).to_json(),
+            figures.coupling_maps_figure(maps, NAMES[e.prediction]).to_json(),
+        )
+
+    def slider() -> object:
+        vector[3] += 0.01
+        return decode_vector(model, vector, klass)
+
+    def grid_figure() -> object:
+        grid = perturbation_grid(model, vector, klass)
+        return figures.perturbation_figure(grid, PERTURBATION_STEPS.tolist()).to_json()
+
+    def votes() -> object:
+        v = explain(model, digit, 3).votes
+        view = vote_view(v, klass)
+        return view, pixel_votes(v.coupling[-1], v.primary_lengths, c), vote_mass(v.coupling)
+
+    def votes_figures() -> object:
+        v, pixels, mass = votes()
+        return (
+            figures.votes_figure(
+                v.points, v.coupling, v.agreement, v.sums, v.poses, "7", c.num_classes, c.primary_grid, 2
+            ).to_json(),
+            figures.vote_overlay_figure(digit, pixels, NAMES).to_json(),
+            figures.vote_share_figure(mass, NAMES).to_json(),
+        )
+
+    read = explain(model, digit, 3)  # the page's cached reading: a selection reads nothing again
+
+    def select_primary() -> object:
+        """The linked views after a click on a vote: that capsule ringed, outlined, and its couplings drawn."""
+        v = read.votes
+        index = (select_primary.calls * 37) % c.num_primary  # another capsule each time
+        select_primary.calls += 1
+        one = primary_reading(v, c, index)
+        views = [vote_view(v, j) for j in (read.prediction, read.runner_up)]
+        pixels = pixel_votes(v.coupling[-1], v.primary_lengths, c)
+        return (
+            *(
+                figures.votes_figure(
+                    w.points,
+                    w.coupling,
+                    w.agreement,
+                    w.sums,
+                    w.poses,
+                    "7",
+                    c.num_classes,
+                    c.primary_grid,
+                    2,
+                    selected=index,
+                ).to_json()
+                for w in views
+            ),  # fmt: skip
+            figures.vote_overlay_figure(digit, pixels, NAMES, box=one.box).to_json(),
+            figures.primary_coupling_figure(one.coupling, one.agreement, NAMES, "t", 2).to_json(),
+        )
+
+    select_primary.calls = 0  # type: ignore[attr-defined]
+    turned = Transform(rotation=20.0, scale=1.1, thickness=0.5)
+
+    rows: list[tuple[str, float, float | None]] = [
+        (
+            "preprocess a drawing (280x280 RGBA -> 28x28)",
+            median_ms(lambda: preprocess_canvas(rgba), repeats),
+            50,
+        ),
+        (
+            "draw: preprocess + predict + reconstruct (+ trace)",
+            median_ms(lambda: explain(model, preprocess_canvas(rgba)), repeats),
+            50,
+        ),
+        ("draw: the above + lengths chart (to JSON)", median_ms(draw, repeats), 50),
+        ("routing trace (r = 3) + its per-type and per-capsule figures", median_ms(routing, repeats), 50),
+        ("slider move: one decode", median_ms(slider, repeats), 50),
+        (
+            "Figure 4 grid: 16 x 11 decodes in one batch",
+            median_ms(lambda: perturbation_grid(model, vector, klass), repeats),
+            150,
+        ),
+        ("Figure 4 grid + its figure (PNG, JSON)", median_ms(grid_figure, repeats), 150),
+        ("votes (r = 3): read, 2-D view, input overlay, vote mass", median_ms(votes, repeats), 50),
+        ("votes: the above + its three figures (JSON)", median_ms(votes_figures, repeats), None),
+        ("select a primary capsule: its views + 4 figures (JSON)", median_ms(select_primary, repeats), 50),
+        (
+            "transform lens: one step (original + transformed)",
+            median_ms(lambda: read_transforms(model, digit, [Transform(), turned], klass), repeats),
+            50,
+        ),
+        (
+            "transform lens: rotation sweep, 37 angles (batches of 13)",
+            median_ms(lambda: rotation_sweep(model, digit, turned, klass), repeats),
+            150,
+        ),
+    ]
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
@@ -104,119 +223,11 @@ def main(argv: list[str] | None = None) -> int:
             save_checkpoint(path, model, {"dataset": "mnist"})
             what = "the paper's CapsNet, random weights"
         model.eval()
-        rgba = drawn_canvas()
-        digit = preprocess_canvas(rgba)
-        result = explain(model, digit)
-        klass = result.prediction
-        vector = result.poses[klass].copy()
-        c = model.config
-
-        def draw() -> object:
-            e = explain(model, preprocess_canvas(rgba))
-            return figures.lengths_bar(e.lengths, NAMES, e.prediction).to_json()
-
-        def routing() -> object:
-            e = explain(model, digit, routing_iterations=3)
-            by_type = coupling_by_type(e.coupling, e.primary_lengths, e.primary_types, e.primary_grid)
-            maps = coupling_maps(e.coupling, e.prediction, e.primary_types, e.primary_grid)
-            return (
-                figures.routing_animation(by_type, e.iteration_lengths, NAMES).to_json(),
-                figures.coupling_maps_figure(maps, NAMES[e.prediction]).to_json(),
-            )
-
-        def slider() -> object:
-            vector[3] += 0.01
-            return decode_vector(model, vector, klass)
-
-        def grid_figure() -> object:
-            grid = perturbation_grid(model, vector, klass)
-            return figures.perturbation_figure(grid, PERTURBATION_STEPS.tolist()).to_json()
-
-        def votes() -> object:
-            v = explain(model, digit, 3).votes
-            view = vote_view(v, klass)
-            return view, pixel_votes(v.coupling[-1], v.primary_lengths, c), vote_mass(v.coupling)
-
-        def votes_figures() -> object:
-            v, pixels, mass = votes()
-            return (
-                figures.votes_figure(
-                    v.points, v.coupling, v.agreement, v.sums, v.poses, "7", c.num_classes, c.primary_grid, 2
-                ).to_json(),
-                figures.vote_overlay_figure(digit, pixels, NAMES).to_json(),
-                figures.vote_share_figure(mass, NAMES).to_json(),
-            )
-
-        read = explain(model, digit, 3)  # the page's cached reading: a selection reads nothing again
-
-        def select_primary() -> object:
-            """The linked views after a click on a vote: that capsule ringed, outlined, and its couplings drawn."""
-            v = read.votes
-            index = (select_primary.calls * 37) % c.num_primary  # another capsule each time
-            select_primary.calls += 1
-            one = primary_reading(v, c, index)
-            views = [vote_view(v, j) for j in (read.prediction, read.runner_up)]
-            pixels = pixel_votes(v.coupling[-1], v.primary_lengths, c)
-            return (
-                *(
-                    figures.votes_figure(
-                        w.points,
-                        w.coupling,
-                        w.agreement,
-                        w.sums,
-                        w.poses,
-                        "7",
-                        c.num_classes,
-                        c.primary_grid,
-                        2,
-                        selected=index,
-                    ).to_json()
-                    for w in views
-                ),  # fmt: skip
-                figures.vote_overlay_figure(digit, pixels, NAMES, box=one.box).to_json(),
-                figures.primary_coupling_figure(one.coupling, one.agreement, NAMES, "t", 2).to_json(),
-            )
-
-        select_primary.calls = 0  # type: ignore[attr-defined]
-        turned = Transform(rotation=20.0, scale=1.1, thickness=0.5)
-
-        rows: list[tuple[str, float, float | None]] = [
-            (
-                "preprocess a drawing (280x280 RGBA -> 28x28)",
-                median_ms(lambda: preprocess_canvas(rgba), args.repeats),
-                50,
-            ),
-            (
-                "draw: preprocess + predict + reconstruct (+ trace)",
-                median_ms(lambda: explain(model, preprocess_canvas(rgba)), args.repeats),
-                50,
-            ),
-            ("draw: the above + lengths chart (to JSON)", median_ms(draw, args.repeats), 50),
-            ("routing trace (r = 3) + both animated figures", median_ms(routing, args.repeats), 50),
-            ("slider move: one decode", median_ms(slider, args.repeats), 50),
-            (
-                "Figure 4 grid: 16 x 11 decodes in one batch",
-                median_ms(lambda: perturbation_grid(model, vector, klass), args.repeats),
-                150,
-            ),
-            ("Figure 4 grid + its figure (PNG, JSON)", median_ms(grid_figure, args.repeats), 150),
-            ("votes (r = 3): read, 2-D view, input overlay, vote mass", median_ms(votes, args.repeats), 50),
-            ("votes: the above + its three figures (JSON)", median_ms(votes_figures, args.repeats), None),
-            ("select a primary capsule: its views + 4 figures (JSON)", median_ms(select_primary, args.repeats), 50),
-            (
-                "transform lens: one step (original + transformed)",
-                median_ms(lambda: read_transforms(model, digit, [Transform(), turned], klass), args.repeats),
-                50,
-            ),
-            (
-                "transform lens: rotation sweep, 37 angles (batches of 13)",
-                median_ms(lambda: rotation_sweep(model, digit, turned, klass), args.repeats),
-                150,
-            ),
-        ]
+        rows = interactions(model, args.repeats)
         wall, imports, loaded = cold_start(path, args.cold_repeats)
 
     print(f"Dashboard interactions on {describe_device(torch.device('cpu'))}; model: {what}")
+    c = model.config
     print(
         f"({c.num_primary} primary capsules, {c.num_classes}x{c.digit_dim}-D digit capsules; median of {args.repeats})\n"
     )

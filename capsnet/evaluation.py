@@ -107,6 +107,22 @@ def routing_options(model: AnyModel, routing_iterations: int | None) -> dict[str
     return {"routing_iterations": routing_iterations}
 
 
+def _summarise_poses(model: AnyModel, out: Any, x: Tensor, y: Tensor, pose_sum: Tensor, pose_sq: Tensor) -> Tensor:
+    """One batch's redraw errors (b,), from the winning capsule as a reader sees it (the loss used the true class's),
+    and its right answers' true-class poses added to the per-class sums `pose_sum` and `pose_sq` (K, D)."""
+    winners = (
+        out.reconstruction
+        if bool((out.prediction == y).all())
+        else cast("CapsNet | EMCapsNet", model).decode(out.poses, out.prediction)
+    )
+    right = out.prediction == y
+    poses = out.poses.double()[right, y[right]].cpu()  # (n_right, D): each example's true-class capsule
+    classes = y[right].cpu()
+    pose_sum.index_add_(0, classes, poses)
+    pose_sq.index_add_(0, classes, poses * poses)
+    return (winners.float() - x.float()).square().flatten(1).sum(dim=1).cpu()  # (b,)
+
+
 @torch.no_grad()
 @exact_float32()
 def evaluate(
@@ -149,22 +165,8 @@ def evaluate(
         sums += torch.tensor([loss.total.item(), loss.margin.item(), loss.reconstruction.item()]) * len(x)
         predictions.append(out.prediction.cpu())
         lengths.append(out.scores.float().cpu())
-        if not redraws:  # no poses to summarise, no decoder
-            if on_batch is not None:
-                on_batch(min(start + batch_size, len(images)), len(images))
-            continue
-        # what a reader sees: the input redrawn from the winning capsule (the loss above used the true class's)
-        winners = (
-            out.reconstruction
-            if bool((out.prediction == y).all())
-            else cast("CapsNet | EMCapsNet", model).decode(out.poses, out.prediction)
-        )
-        errors.append((winners.float() - x.float()).square().flatten(1).sum(dim=1).cpu())  # (b,)
-        right = out.prediction == y
-        poses = out.poses.double()[right, y[right]].cpu()  # (n_right, D): each example's true-class capsule
-        classes = y[right].cpu()
-        pose_sum.index_add_(0, classes, poses)
-        pose_sq.index_add_(0, classes, poses * poses)
+        if redraws:  # poses to summarise, and a decoder
+            errors.append(_summarise_poses(model, out, x, y, pose_sum, pose_sq))
         if on_batch is not None:
             on_batch(min(start + batch_size, len(images)), len(images))
     model.train(was_training)

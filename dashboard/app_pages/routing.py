@@ -82,24 +82,19 @@ if r > 1 and result.first_prediction != prediction:
     )
 
 
-@st.fragment
-def _one_iteration(
+def _every_vote(
     config: CapsNetConfig,
     names: list[str],
     image: np.ndarray,
-    result: ex.Explanation,
+    votes: ag.Votes,
     digit: int,
     other: int,
-) -> None:
-    """Every chart of one iteration, and the buttons that choose it: a click reruns this alone.
-
-    The rest of the page (the sidebar, the explanation, the slider, the input's summary) does not depend on the
-    iteration shown, so a click neither recomputes nor resends it, and the browser leaves it as it is.
-    """
-    k, r, votes = config.num_classes, result.iterations, result.votes
-    step = widgets.iteration_stepper(r, STEP_CAPTION)
-
-    # ---------------------------------------------------------------- the votes, and one primary capsule in every view
+    step: int,
+    r: int,
+) -> tuple[ag.PrimaryReading, ag.VoteView]:
+    """The votes for the class in focus and its rival, one primary capsule selected in both: that capsule's reading
+    and the focus's vote view."""
+    k = config.num_classes
     _select_clicked_vote()
     st.caption(SELECT_CAPTION)
     chosen = widgets.primary_capsule_picker(config, default=ag.first_primary(votes, image, config))
@@ -128,7 +123,22 @@ def _one_iteration(
             "iteration shown."
         )
 
-    # ---------------------------------------------------------------- where they come from, where they go
+    return one, main
+
+
+def _strokes_and_shares(
+    config: CapsNetConfig,
+    names: list[str],
+    image: np.ndarray,
+    votes: ag.Votes,
+    one: ag.PrimaryReading,
+    main: ag.VoteView,
+    digit: int,
+    step: int,
+) -> None:
+    """Where the votes come from (the strokes, coloured) and where they go (the selected capsule's couplings, the
+    shares of every class)."""
+    k = config.num_classes
     overlay_col, share_col = st.columns([1, 1.3], gap="large")
     with overlay_col:
         mode = st.radio(
@@ -165,7 +175,18 @@ def _one_iteration(
             config={"displayModeBar": False},
         )
 
-    # ---------------------------------------------------------------- per type, and every capsule
+
+def _per_type_and_every_capsule(
+    config: CapsNetConfig,
+    names: list[str],
+    result: ex.Explanation,
+    votes: ag.Votes,
+    one: ag.PrimaryReading,
+    digit: int,
+    step: int,
+) -> None:
+    """The couplings per primary-capsule type, and (while its expander is open) every primary capsule's."""
+    k = config.num_classes
     st.subheader("Couplings per primary-capsule type", anchor=False)
     by_type = ex.coupling_by_type(
         result.coupling, result.primary_lengths, result.primary_types, result.primary_grid, "length"
@@ -218,6 +239,27 @@ def _one_iteration(
                     key="iteration_lengths",
                     config={"displayModeBar": False},
                 )
+
+
+@st.fragment
+def _one_iteration(
+    config: CapsNetConfig,
+    names: list[str],
+    image: np.ndarray,
+    result: ex.Explanation,
+    digit: int,
+    other: int,
+) -> None:
+    """Every chart of one iteration, and the buttons that choose it: a click reruns this alone.
+
+    The rest of the page (the sidebar, the explanation, the slider, the input's summary) does not depend on the
+    iteration shown, so a click neither recomputes nor resends it, and the browser leaves it as it is.
+    """
+    r, votes = result.iterations, result.votes
+    step = widgets.iteration_stepper(r, STEP_CAPTION)
+    one, main = _every_vote(config, names, image, votes, digit, other, step, r)
+    _strokes_and_shares(config, names, image, votes, one, main, digit, step)
+    _per_type_and_every_capsule(config, names, result, votes, one, digit, step)
 
 
 _one_iteration(config, names, image, result, digit, other)

@@ -25,6 +25,24 @@ def _capsule_labels(types: int, grid: int) -> np.ndarray:
     )
 
 
+def _ring(x: float, y: float) -> list[dict]:
+    """The selected capsule's vote ringed: yellow on a dark ring, seen on the white of uniform couplings and on the
+    page alike."""
+    return [
+        dict(
+            type="scatter",
+            x=[x],
+            y=[y],
+            mode="markers",
+            name="the selected capsule's vote",
+            hoverinfo="skip",
+            showlegend=colour == RING,
+            marker=dict(symbol="circle-open", size=size, color=colour, line=dict(width=width)),
+        )  # fmt: skip
+        for size, colour, width in ((25, RING_EDGE, 5.0), (22, RING, 2.5))
+    ]
+
+
 def votes_figure(
     points: np.ndarray,
     coupling: np.ndarray,
@@ -91,14 +109,7 @@ def votes_figure(
             type="scatter", x=[ranges[0][0]], y=[ranges[1][1]], text=[f"iteration {step + 1} of {r}"], mode="text",
             textposition="bottom right", showlegend=False, hoverinfo="skip", textfont=dict(size=13, color="#fafafa"),
         ))  # fmt: skip
-    ring = []
-    if selected is not None:  # yellow on a dark ring: seen on the white of uniform couplings and on the page alike
-        for size, colour, width in ((25, RING_EDGE, 5.0), (22, RING, 2.5)):
-            ring.append(dict(
-                type="scatter", x=[float(points[selected, 0])], y=[float(points[selected, 1])], mode="markers",
-                name="the selected capsule's vote", hoverinfo="skip", showlegend=colour == RING,
-                marker=dict(symbol="circle-open", size=size, color=colour, line=dict(width=width)),
-            ))  # fmt: skip
+    ring = [] if selected is None else _ring(float(points[selected, 0]), float(points[selected, 1]))
     axis = dict(zeroline=True, zerolinecolor="#3a4150", autorange=False)
     # the whole figure in one construction: each update_* call would validate it again
     return go.Figure(
@@ -213,6 +224,61 @@ def vote_share_figure(mass: np.ndarray, class_names: Sequence[str], height: int 
     )
 
 
+def _lean_layer(
+    share: np.ndarray, ink: np.ndarray, class_names: Sequence[str], pair: tuple[int, int], see_through: float
+) -> tuple[dict, str]:
+    """The strokes coloured by how much more of their votes go to the pair's first capsule than to its second."""
+    a, b = pair
+    lean = share[..., a] - share[..., b]  # (H, W) > 0: more of the stroke's votes go to the first
+    largest = float(np.abs(lean[ink]).max()) if ink.any() else 0.0
+    reach = max(largest, LEAN_SCALE)  # leans of a thousandth stay grey, not one saturated colour
+    top = dict(
+        type="heatmap", z=np.where(ink, lean, np.nan).astype(np.float32), zmin=-reach, zmax=reach, zmid=0.0,
+        colorscale=[[0.0, PAIR_GREEN], [0.5, "#9e9e9e"], [1.0, PAIR_RED]], opacity=0.95 - see_through, hoverongaps=False,
+        colorbar=dict(title=dict(text=f"{class_names[a]} − {class_names[b]}"), thickness=10),
+        hovertemplate="pixel (%{y}, %{x})<br>share to capsule " + str(class_names[a]) + " minus to "
+                      + str(class_names[b]) + ": %{z:+.2%}<extra></extra>",
+    )  # fmt: skip
+    title = f"Which strokes vote for {class_names[a]} (red) or {class_names[b]} (green)"
+    if largest < LEAN_SCALE:
+        title += f"<br><sup>no stroke leans by {LEAN_SCALE:.1%} of its votes: routing barely split them</sup>"
+    return top, title
+
+
+def _class_layer(
+    share: np.ndarray, ink: np.ndarray, class_names: Sequence[str], see_through: float
+) -> tuple[dict, str]:
+    """The strokes coloured by the class that most of their votes reach (a tie, as with uniform routing: grey)."""
+    k = share.shape[-1]
+    best = share.argmax(axis=-1)  # (H, W)
+    lead = share.max(axis=-1) - 1.0 / k  # how far the top class is above uniform
+    z = np.where(ink & (lead > 1e-4), best, np.nan).astype(np.float32)  # a tie (uniform routing) leans nowhere
+    colours = [CLASS_COLOURS[j % len(CLASS_COLOURS)] for j in range(k)]
+    top = dict(
+        type="heatmap", z=z, zmin=-0.5, zmax=k - 0.5, colorscale=_discrete(colours), opacity=0.9 - see_through, hoverongaps=False,
+        customdata=np.stack([np.round(share.max(axis=-1), 4), np.asarray(class_names, dtype=object)[best]], axis=-1),
+        colorbar=dict(title=dict(text="votes for"), tickvals=list(range(k)), ticktext=list(class_names), thickness=10),
+        hovertemplate="pixel (%{y}, %{x})<br>most of its votes go to capsule %{customdata[1]}"
+                      " (%{customdata[0]:.1%})<extra></extra>",
+    )  # fmt: skip
+    return top, "Where each stroke votes"  # short: the chart is a third of the page
+
+
+def _coupling_layer(
+    share: np.ndarray, ink: np.ndarray, class_names: Sequence[str], digit: int, see_through: float
+) -> tuple[dict, str]:
+    """The strokes coloured by their coupling to capsule `digit`, from uniform."""
+    change = share[..., digit] - 1.0 / share.shape[-1]
+    reach = max(float(np.abs(change[ink]).max()) if ink.any() else 0.0, LEAN_SCALE)
+    top = dict(
+        type="heatmap", z=np.where(ink, change, np.nan).astype(np.float32), zmin=-reach, zmax=reach, zmid=0.0,
+        colorscale=DIVERGING, opacity=0.95 - see_through, hoverongaps=False, colorbar=dict(title=dict(text="c − 1/K"), thickness=10),
+        hovertemplate="pixel (%{y}, %{x})<br>coupling to capsule " + str(class_names[digit])
+                      + ": %{z:+.3f} from uniform<extra></extra>",
+    )  # fmt: skip
+    return top, f"Each stroke's vote for {class_names[digit]}"
+
+
 def vote_overlay_figure(
     image: np.ndarray,
     pixel_votes: np.ndarray,
@@ -232,49 +298,16 @@ def vote_overlay_figure(
     """
     image = np.asarray(image, dtype=np.float32)
     votes = np.asarray(pixel_votes, dtype=np.float64)
-    k = votes.shape[-1]
     share = votes / np.maximum(votes.sum(axis=-1, keepdims=True), 1e-12)  # (H, W, K)
     ink = strokes(image)  # (H, W): a digit's ink, or the whole of a colour picture
     base = picture_trace(image)
     see_through = 0.45 if is_colour(image) else 0.0  # a photo stays visible under its colours
     if pair is not None:
-        a, b = pair
-        lean = share[..., a] - share[..., b]  # (H, W) > 0: more of the stroke's votes go to the first
-        largest = float(np.abs(lean[ink]).max()) if ink.any() else 0.0
-        reach = max(largest, LEAN_SCALE)  # leans of a thousandth stay grey, not one saturated colour
-        top = dict(
-            type="heatmap", z=np.where(ink, lean, np.nan).astype(np.float32), zmin=-reach, zmax=reach, zmid=0.0,
-            colorscale=[[0.0, PAIR_GREEN], [0.5, "#9e9e9e"], [1.0, PAIR_RED]], opacity=0.95 - see_through, hoverongaps=False,
-            colorbar=dict(title=dict(text=f"{class_names[a]} − {class_names[b]}"), thickness=10),
-            hovertemplate="pixel (%{y}, %{x})<br>share to capsule " + str(class_names[a]) + " minus to "
-                          + str(class_names[b]) + ": %{z:+.2%}<extra></extra>",
-        )  # fmt: skip
-        title = f"Which strokes vote for {class_names[a]} (red) or {class_names[b]} (green)"
-        if largest < LEAN_SCALE:
-            title += f"<br><sup>no stroke leans by {LEAN_SCALE:.1%} of its votes: routing barely split them</sup>"
+        top, title = _lean_layer(share, ink, class_names, pair, see_through)
     elif digit is None:
-        best = share.argmax(axis=-1)  # (H, W)
-        lead = share.max(axis=-1) - 1.0 / k  # how far the top class is above uniform
-        z = np.where(ink & (lead > 1e-4), best, np.nan).astype(np.float32)  # a tie (uniform routing) leans nowhere
-        colours = [CLASS_COLOURS[j % len(CLASS_COLOURS)] for j in range(k)]
-        top = dict(
-            type="heatmap", z=z, zmin=-0.5, zmax=k - 0.5, colorscale=_discrete(colours), opacity=0.9 - see_through, hoverongaps=False,
-            customdata=np.stack([np.round(share.max(axis=-1), 4), np.asarray(class_names, dtype=object)[best]], axis=-1),
-            colorbar=dict(title=dict(text="votes for"), tickvals=list(range(k)), ticktext=list(class_names), thickness=10),
-            hovertemplate="pixel (%{y}, %{x})<br>most of its votes go to capsule %{customdata[1]}"
-                          " (%{customdata[0]:.1%})<extra></extra>",
-        )  # fmt: skip
-        title = "Where each stroke votes"  # short: the chart is a third of the page
+        top, title = _class_layer(share, ink, class_names, see_through)
     else:
-        change = share[..., digit] - 1.0 / k
-        reach = max(float(np.abs(change[ink]).max()) if ink.any() else 0.0, LEAN_SCALE)
-        top = dict(
-            type="heatmap", z=np.where(ink, change, np.nan).astype(np.float32), zmin=-reach, zmax=reach, zmid=0.0,
-            colorscale=DIVERGING, opacity=0.95 - see_through, hoverongaps=False, colorbar=dict(title=dict(text="c − 1/K"), thickness=10),
-            hovertemplate="pixel (%{y}, %{x})<br>coupling to capsule " + str(class_names[digit])
-                          + ": %{z:+.3f} from uniform<extra></extra>",
-        )  # fmt: skip
-        title = f"Each stroke's vote for {class_names[digit]}"
+        top, title = _coupling_layer(share, ink, class_names, digit, see_through)
     hidden = dict(showticklabels=False, showgrid=False, zeroline=False)
     shapes = []
     if box is not None:

@@ -17,6 +17,54 @@ def colour(parent: int) -> str:
     return CLASS_COLOURS[int(parent) % len(CLASS_COLOURS)]
 
 
+def _vote_traces(
+    points: np.ndarray,
+    coupling: np.ndarray,
+    agreement: np.ndarray,
+    parents: Sequence[int] | np.ndarray,
+    names: Sequence[str],
+    label_children: bool,
+    scale: float,
+) -> list[dict]:
+    """Each parent's votes points (P, N, 2), sized and faded by one iteration's coupling (N, P); their customdata the
+    child, the parent's position, c_ij and the agreement (N, P)."""
+    n = points.shape[1]
+    children = np.arange(n)
+    traces: list[dict] = []
+    for p, parent in enumerate(parents):
+        c = coupling[:, p]  # (N,)
+        custom = np.stack([children, np.full(n, p), c, agreement[:, p]], axis=-1)  # (N, 4)
+        traces.append(
+            dict(
+                type="scatter", x=points[p, :, 0], y=points[p, :, 1], name=f"votes for {names[p]}",
+                mode="markers+text" if label_children else "markers",
+                text=(children + 1).astype(str), textposition="top center",
+                textfont=dict(size=10, color=colour(parent)), customdata=custom, legendgroup=str(p),
+                marker=dict(size=5 + 26 * c / scale, color=colour(parent), opacity=0.25 + 0.75 * c / scale,
+                            line=dict(width=0)),
+                hovertemplate=f"child %{{text}} → {names[p]}<br>û = (%{{x:.2f}}, %{{y:.2f}})<br>"
+                              "c = %{customdata[2]:.3f}<br>û·v = %{customdata[3]:.3f}<extra></extra>",
+            )
+        )  # fmt: skip
+    return traces
+
+
+def _pose_arrows(poses: np.ndarray, parents: Sequence[int] | np.ndarray, names: Sequence[str]) -> list[dict]:
+    """Each parent's v_j (P, 2) as an arrow from the origin: light over one parent's votes, else in its colour."""
+    traces = []
+    for p, parent in enumerate(parents):
+        arrow = colour(parent) if len(parents) > 1 else LIGHT
+        traces.append(
+            dict(
+                type="scatter", x=[0.0, float(poses[p, 0])], y=[0.0, float(poses[p, 1])], mode="lines+markers",
+                name=f"v for {names[p]}", legendgroup=str(p), showlegend=False, hoverinfo="skip",
+                line=dict(color=arrow, width=3),
+                marker=dict(symbol="arrow", angleref="previous", size=[0, 16], color=arrow),
+            )
+        )  # fmt: skip
+    return traces
+
+
 def plane_figure(
     points: np.ndarray,
     coupling: np.ndarray,
@@ -47,36 +95,8 @@ def plane_figure(
     norms = np.linalg.norm(sums[t], axis=-1)  # (P,)
     outside = norms > 0.94 * reach
     shown = sums[t] * np.where(outside, 0.94 * reach / np.maximum(norms, 1e-9), 1.0)[:, None]  # (P, 2)
-    children = np.arange(n)
-    traces: list[dict] = []
-    for p, parent in enumerate(parents):
-        c = coupling[t, :, p]  # (N,)
-        # (N, 4): the child (from 0), the parent's position, c_ij and the agreement
-        custom = np.stack([children, np.full(n, p), c, agreement[t, :, p]], axis=-1)
-        traces.append(
-            dict(
-                type="scatter", x=points[p, :, 0], y=points[p, :, 1], name=f"votes for {names[p]}",
-                mode="markers+text" if label_children else "markers",
-                text=(children + 1).astype(str), textposition="top center",
-                textfont=dict(size=10, color=colour(parent)), customdata=custom, legendgroup=str(p),
-                marker=dict(size=5 + 26 * c / scale, color=colour(parent), opacity=0.25 + 0.75 * c / scale,
-                            line=dict(width=0)),
-                hovertemplate=f"child %{{text}} → {names[p]}<br>û = (%{{x:.2f}}, %{{y:.2f}})<br>"
-                              "c = %{customdata[2]:.3f}<br>û·v = %{customdata[3]:.3f}<extra></extra>",
-            )
-        )  # fmt: skip
-    for p, parent in enumerate(
-        parents
-    ):  # v_j: an arrow from the origin (light over one parent's votes, all its colour)
-        arrow = colour(parent) if p_count > 1 else LIGHT
-        traces.append(
-            dict(
-                type="scatter", x=[0.0, float(poses[t, p, 0])], y=[0.0, float(poses[t, p, 1])], mode="lines+markers",
-                name=f"v for {names[p]}", legendgroup=str(p), showlegend=False, hoverinfo="skip",
-                line=dict(color=arrow, width=3),
-                marker=dict(symbol="arrow", angleref="previous", size=[0, 16], color=arrow),
-            )
-        )  # fmt: skip
+    traces = _vote_traces(points, coupling[t], agreement[t], parents, names, label_children, scale)
+    traces += _pose_arrows(poses[t], parents, names)
     traces.append(
         dict(
             type="scatter", x=shown[:, 0], y=shown[:, 1], mode="markers", name="s_j (weighted sum)",
