@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import streamlit as st
 from streamlit.delta_generator_singletons import context_dg_stack, get_default_dg_stack_value
 
@@ -11,7 +13,7 @@ from capsnet.errors import CapsNetError
 from capsnet.runs import estimate, processes
 from capsnet.runs.estimate import Speed
 from capsnet.training.options import TrainOptions
-from capsnet.training.recipes import RECIPES
+from capsnet.training.recipes import FOLDER_RECIPE, RECIPES
 from dashboard import guards, models, state, texts, training_texts
 from dashboard import train_form as form
 
@@ -91,77 +93,115 @@ def model_picker() -> None:
 ETA_MEASURED = "eta_measured"  # the user asked for a measured time estimate: keep showing it
 
 
-def _key(name: str, recipe: str) -> str:
-    """A form widget's key: one per recipe, so that choosing a recipe shows its defaults."""
-    return name if recipe == "paper" else f"{name}_{recipe}"
+def _key(name: str, scope: str) -> str:
+    """A form widget's key: one per recipe (and for the folder recipe, per folder and network: `form.scope`), so that
+    choosing a recipe, a folder or a network shows its defaults."""
+    return f"{name}_{scope}" if scope else name
+
+
+FOLDER_KEY, RECIPE_KEY = "train_folder", "train_recipe"
+
+
+def _folder_named() -> None:
+    """Naming a folder chooses the recipe made for folders (while the paper's is chosen); clearing it goes back."""
+    named = bool(str(st.session_state.get(FOLDER_KEY) or "").strip())
+    recipe = st.session_state.get(RECIPE_KEY, "paper")
+    if named and recipe == "paper":
+        st.session_state[RECIPE_KEY] = FOLDER_RECIPE
+    elif not named and recipe == FOLDER_RECIPE:
+        st.session_state[RECIPE_KEY] = "paper"
+
+
+def _data_choice() -> tuple[str, str, int]:
+    """The dataset, the folder named (stripped, or "") and its side: outside the form, so that the form below shows
+    their defaults and counts as soon as they are chosen."""
+    f1, f2 = st.columns([3, 1])
+    folder = f1.text_input(
+        "Your own pictures", key=FOLDER_KEY, placeholder="a folder on this server", on_change=_folder_named,
+        help="A folder of labelled pictures (one sub-folder per class, PNG, JPEG, BMP or WebP, grey or colour): "
+        "trained on instead of the dataset below, with the recipe for a folder; see docs/own-images.md.",
+    ).strip()  # fmt: skip
+    side = f2.number_input(
+        "Side", *form.IMAGE_SIZE, value=0, step=4, key="train_image_size",
+        help="The pictures are read at this side (0: their median side, 28 to 64).",
+    )  # fmt: skip
+    dataset = st.selectbox(
+        "Dataset", list(DATASETS), index=0, format_func=lambda name: DATASETS[name].title, key="train_dataset",
+        disabled=bool(folder), help="The folder named above is trained on instead." if folder else None,
+    )  # fmt: skip
+    return dataset, folder, int(side)
 
 
 def train_form() -> None:
     """The "Train a model" form: bounded inputs, defaults from TrainOptions; Start launches a background run."""
     no_model = state.chosen_path() is None
     with st.expander("Train a model", expanded=no_model, icon=":material/model_training:"):
+        dataset, folder, side = _data_choice()
         recipe = st.radio(
-            "Recipe", list(RECIPES), format_func=lambda name: RECIPES[name].title, key="train_recipe",
+            "Recipe", list(RECIPES), format_func=lambda name: RECIPES[name].title, key=RECIPE_KEY,
             horizontal=True, help="A recipe sets the epochs, batch size, learning rate and schedule below.",
         )  # fmt: skip
-        d = TrainOptions.from_recipe(recipe)
-        recorded = _eta_text(d, measure=False)
+        data = folder or dataset
+        try:
+            if folder:
+                form.check_folder(folder)
+            d = form.form_defaults(recipe, data)
+        except (ValueError, CapsNetError) as error:  # a folder that cannot be read: said here, the paper's shown
+            st.error(str(error), icon=":material/block:")
+            data, d = dataset, form.form_defaults("paper", dataset)
+        choice = st.selectbox(
+            "Model", list(labels := form.model_labels()), index=list(labels).index((d.network, d.preset)),
+            format_func=lambda model: labels[model], key=_key("train_preset", form.scope(recipe, data, "")),
+            help="The tiny models have the same structure with narrower layers: they train in minutes on a CPU. "
+            "The CNN baseline is the paper's comparison: the pages set the shipped one (or, without it, the newest "
+            "CNN run) beside the CapsNet.",
+        )  # fmt: skip
+        network, preset = choice
+        if (network, preset) != (d.network, d.preset):
+            try:
+                d = form.form_defaults(recipe, data, network, preset)
+            except (ValueError, CapsNetError):
+                pass
+        scope = form.scope(recipe, data, network)
+        # a folder's own counts (its keys say them: another folder starts from its own); a named dataset's fields keep
+        # the form's bounds, whichever dataset is chosen (its whole set at the largest)
+        whole_train, whole_test = form.examples(data) if data == folder else (form.TRAIN_SIZE[1], form.TEST_SIZE[1])
+        sized = dataclasses.replace(d, image_size=side or None) if data == folder and side else d
+        recorded = _eta_text(sized, measure=False)
         st.caption(f"{RECIPES[recipe].summary} {recorded}")
         if not recorded:
             if st.session_state.get(ETA_MEASURED):
-                st.caption(_eta_text(d))
+                st.caption(_eta_text(sized))
             else:
                 st.button("How long on this machine?", key="eta_measure", icon=":material/timer:",
                           on_click=st.session_state.__setitem__, args=(ETA_MEASURED, True),
-                          help="Times a few training steps of the paper's CapsNet here (a few seconds).")  # fmt: skip
+                          help="Times a few training steps of the chosen model here (a few seconds).")  # fmt: skip
         # Enter in a field does not start a run (a teacher typing an epoch count started a 60,000-image run): only the
         # button does
         with st.form("train_form", border=False, enter_to_submit=False):
-            dataset = st.selectbox(
-                "Dataset", list(DATASETS), index=list(DATASETS).index(d.dataset),
-                format_func=lambda name: DATASETS[name].title, key="train_dataset",
-            )  # fmt: skip
-            f1, f2 = st.columns([3, 1])
-            folder = f1.text_input(
-                "Or your own pictures", key="train_folder", placeholder="a folder on this server",
-                help="A folder of labelled pictures (one sub-folder per class, PNG, JPEG, BMP or WebP, grey or colour): "
-                "trained on instead of the dataset above; see the README's 'Your own pictures'.",
-            )  # fmt: skip
-            side = f2.number_input(
-                "Side", *form.IMAGE_SIZE, value=0, step=4, key="train_image_size",
-                help="The pictures are read at this side (0: their median side, 28 to 64).",
-            )  # fmt: skip
-            choice = st.selectbox(
-                "Model", list(labels := form.model_labels()), index=list(labels).index((d.network, d.preset)),
-                format_func=lambda model: labels[model], key=_key("train_preset", recipe),
-                help="The tiny models have the same structure with narrower layers: they train in minutes on a CPU. "
-                "The CNN baseline is the paper's comparison: the pages set the shipped one (or, without it, the newest "
-                "CNN run) beside the CapsNet.",
-            )  # fmt: skip
-            network, preset = choice
             c1, c2 = st.columns(2)
-            epochs = c1.number_input("Epochs", *form.EPOCHS, value=d.epochs, step=1, key=_key("train_epochs", recipe))
+            epochs = c1.number_input("Epochs", *form.EPOCHS, value=d.epochs, step=1, key=_key("train_epochs", scope))
             batch = c2.number_input(
-                "Batch size", *form.BATCH_SIZE, value=d.batch_size, step=16, key=_key("train_batch", recipe)
+                "Batch size", *form.BATCH_SIZE, value=d.batch_size, step=16, key=_key("train_batch", scope)
             )
             lr = c1.number_input(
                 "Learning rate" if d.schedule == "exponential" else "Peak learning rate", *form.LEARNING_RATE,
-                value=d.lr, step=1e-4, format="%.4f", key=_key("train_lr", recipe),
+                value=d.lr, step=1e-4, format="%.4f", key=_key("train_lr", scope),
             )  # fmt: skip
             iterations = c2.number_input(
                 "Routing iterations", *form.ROUTING_ITERATIONS, value=d.routing_iterations, step=1,
-                key=_key("train_iterations", recipe),
+                key=_key("train_iterations", scope),
                 help="How many times each routing layer routes (dynamic routing or EM); a CNN baseline ignores it.",
             )  # fmt: skip
             train_size = c1.number_input(
-                "Training examples", *form.TRAIN_SIZE, value=d.train_size or form.TRAIN_SIZE[1], step=1000,
-                key=_key("train_size", recipe),
-                help=f"Train on a random subset for a quick run ({form.TRAIN_SIZE[1]:,} = the whole training set).",
+                "Training examples", 1, whole_train, value=min(d.train_size or whole_train, whole_train), step=1000,
+                key=_key("train_size", scope + str(whole_train) * bool(folder)),
+                help=f"Train on a random subset for a quick run ({whole_train:,} = the whole training set).",
             )  # fmt: skip
             test_size = c2.number_input(
-                "Test examples", *form.TEST_SIZE, value=d.test_size or form.TEST_SIZE[1], step=1000,
-                key=_key("test_size", recipe),
-                help=f"Evaluate after each epoch on a random subset ({form.TEST_SIZE[1]:,} = the whole test set).",
+                "Test examples", 1, whole_test, value=min(d.test_size or whole_test, whole_test), step=1000,
+                key=_key("test_size", scope + str(whole_test) * bool(folder)),
+                help=f"Evaluate after each epoch on a random subset ({whole_test:,} = the whole test set).",
             )  # fmt: skip
             c3, c4 = st.columns(2)
             beta_lr = c3.number_input(
@@ -185,7 +225,7 @@ def train_form() -> None:
                         recipe=recipe, dataset=dataset, network=network, preset=preset, epochs=int(epochs),
                         batch_size=int(batch), lr=float(lr), routing_iterations=int(iterations),
                         beta_lr=float(beta_lr), train_size=int(train_size), test_size=int(test_size), device=device,
-                        folder=folder, image_size=int(side),
+                        folder=folder, image_size=side,
                     )  # fmt: skip
                 except ValueError as error:
                     st.error(str(error), icon=":material/block:")
@@ -210,9 +250,8 @@ def _eta_text(options: TrainOptions, measure: bool = True) -> str:
     """'On this machine: about 27 min for 1 epoch of ... (37 images/s, run ...)', for the images `options` train and
     test on (all of them unless it names a subset), from the speed an earlier run measured here for this network,
     else (`measure`) a few training steps timed now; '' when neither."""
-    train_examples = options.train_size or form.TRAIN_SIZE[1]
-    test_examples = options.test_size or form.TEST_SIZE[1]
     try:
+        train_examples, test_examples = estimate.run_examples(options)  # a folder's own counts
         speed = estimate.recorded_speed(processes.list_runs(state.runs_root()), options)
         if speed is None and measure:
             speed = _measured_speed(options)
@@ -311,6 +350,8 @@ def _progress_body() -> None:
             + (f" · {p.images_per_s:.0f} images/s" if p.images_per_s is not None else "")
             + (f" · best test accuracy so far {100 * run.best_accuracy:.2f}%" if run and run.best_accuracy else "")
         )
+        if p.warning:  # the trainer's sign that the run is not learning, with what to try
+            st.warning(p.warning.capitalize(), icon=":material/trending_flat:")
     if active.from_dashboard:
         st.button(
             "Cancel",

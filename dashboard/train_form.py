@@ -9,13 +9,19 @@ from __future__ import annotations
 
 import functools
 import math
+import zlib
+from pathlib import Path
 
 import torch
 
 from capsnet.data import image_folder
+from capsnet.errors import CapsNetError
 from capsnet.nn import registry
 from capsnet.nn.routing import MAX_ROUTING_ITERATIONS
+from capsnet.runs import estimate
+from capsnet.training.folder_defaults import default_recipe
 from capsnet.training.options import TrainOptions
+from capsnet.training.recipes import FOLDER_RECIPE
 
 DEFAULTS = TrainOptions()
 EPOCHS = (1, 200)
@@ -116,6 +122,14 @@ def form_options(
             or not low <= value <= high
         ):
             raise ValueError(f"{label} must lie between {low:g} and {high:g}, got {value!r}")
+    named = folder.strip()
+    if named:
+        check_folder(named)
+    elif recipe == FOLDER_RECIPE:
+        raise ValueError(
+            "the recipe for a folder trains your own pictures: name their folder, or choose another recipe"
+        )
+    whole_train, whole_test = examples(named or dataset)
     if (network, preset) not in model_labels():
         known = ", ".join(f"{m} {p}" for m, p in model_labels())
         raise ValueError(f"the model must be one of {known}, got {network} {preset}")
@@ -125,18 +139,61 @@ def form_options(
     return (
         TrainOptions.from_recipe(
             recipe,
-            dataset=folder.strip() or dataset,
-            image_size=image_size or None if folder.strip() else None,
+            dataset=named or dataset,
+            **({"image_size": image_size} if named and image_size else {}),  # else the recipe's, or the folder's
             network=network,
             preset=preset,
             epochs=epochs,
             batch_size=batch_size,
             lr=float(lr),
             **own,
-            train_size=None if train_size >= TRAIN_SIZE[1] else train_size,
-            test_size=None if test_size >= TEST_SIZE[1] else test_size,
+            train_size=None if train_size >= whole_train else train_size,
+            test_size=None if test_size >= whole_test else test_size,
             device=device,
         )
         .validate()
         .sized()
     )  # the recipe's schedule and warm-up; the form's own fields win over its defaults
+
+
+def check_folder(named: str) -> None:
+    """A ValueError in the form's words when `named` is no folder on this server (the command line's "unknown
+    --dataset" names a flag the form does not have)."""
+    if image_folder.parse(named) is not None:
+        return
+    path = Path(named)
+    if path.exists():
+        raise ValueError(
+            f"{named} is a file, not a folder: name a folder of labelled pictures, one sub-folder per class"
+        )
+    raise ValueError(
+        f"there is no folder {named} on this server: name a folder of labelled pictures (one sub-folder per class), "
+        "or leave the field empty to train on the dataset chosen"
+    )
+
+
+def examples(dataset: str) -> tuple[int, int]:
+    """(training, test) examples the form offers of `dataset` (a named one or a folder), within its bounds: the
+    whole set when a field is at its largest. A folder that cannot be read offers the bounds (its run says why)."""
+    try:
+        train, test = estimate.dataset_examples(dataset)
+    except (ValueError, CapsNetError):
+        return TRAIN_SIZE[1], TEST_SIZE[1]
+    return max(min(train, TRAIN_SIZE[1]), 1), max(min(test, TEST_SIZE[1]), 1)
+
+
+def form_defaults(recipe: str, dataset: str, network: str | None = None, preset: str | None = None) -> TrainOptions:
+    """What the form shows before anything is changed: `recipe`'s options for `dataset` (and the network chosen),
+    with the whole of its training and test sets; the folder recipe on MNIST (no folder named yet) is the paper's."""
+    if recipe == FOLDER_RECIPE and default_recipe(dataset) != FOLDER_RECIPE:
+        recipe = "paper"
+    chosen = {} if network is None else {"network": network, **({"preset": preset} if preset else {})}
+    return TrainOptions.from_recipe(recipe, dataset=dataset, **chosen)
+
+
+def scope(recipe: str, dataset: str, network: str) -> str:
+    """What a form field's key says besides its name, so that its default follows what it depends on: the recipe,
+    and for the folder recipe the folder (its size) and the network ("" for the paper's recipe: the bare names)."""
+    if recipe != FOLDER_RECIPE:
+        return "" if recipe == "paper" else recipe
+    return f"{recipe}-{network}-{zlib.crc32(dataset.encode()):08x}"

@@ -247,11 +247,11 @@ def test_the_sidebar_trains_on_a_folder_of_pictures_and_says_a_bad_one_in_one_li
     at.sidebar.button(key="FormSubmitter:train_form-Start training").click().run()
     assert not at.exception, [e.stack_trace for e in at.exception]
     said = [e.value for e in at.sidebar.error]
-    assert said and "or name a folder of labelled pictures" in said[0] and processes.active_run(colour_app) is None
-    at.sidebar.text_input(key="train_folder").set_value(str(pictures))
+    assert said and "there is no folder" in said[0] and processes.active_run(colour_app) is None
+    at.sidebar.text_input(key="train_folder").set_value(str(pictures)).run()  # the form shows the folder's defaults
     at.sidebar.number_input(key="train_image_size").set_value(32)
-    at.sidebar.selectbox(key="train_preset").set_value(("capsnet", "tiny"))
-    at.sidebar.number_input(key="train_epochs").set_value(1)
+    next(s for s in at.sidebar.selectbox if s.label == "Model").set_value(("capsnet", "tiny")).run()
+    next(n for n in at.sidebar.number_input if n.label == "Epochs").set_value(1)
     at.sidebar.button(key="FormSubmitter:train_form-Start training").click().run()
     assert not at.exception, [e.stack_trace for e in at.exception]
     running = processes.active_run(colour_app)

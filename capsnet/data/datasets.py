@@ -222,7 +222,7 @@ def _folder_info(spec: image_folder.FolderSpec) -> DatasetInfo:
     found = image_folder.scan(spec)
     return DatasetInfo(
         spec.name, spec.path.resolve().name, str(spec.path), found.classes, hflip=False,
-        tv_class=None, noun="image", image_size=found.side, stored_size=found.side,
+        tv_class=None, noun="image", image_size=found.side, stored_size=found.side, shift=image_folder.shift_for(found.side),
         channels=3 if found.colour else 1, subfolder="", own=spec,
     )  # fmt: skip
 

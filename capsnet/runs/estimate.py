@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from capsnet.data import image_folder
 from capsnet.data.datasets import dataset_info
 from capsnet.device import pick_device
 from capsnet.nn.registry import network
@@ -26,6 +27,15 @@ from capsnet.training.options import TrainOptions, stored_network
 from capsnet.training.step import training_step
 
 EVALUATION_SPEEDUP = 3.0  # a forward pass costs about a third of a training step
+# the examples a named dataset trains on (an epoch) and tests on; MultiMNIST tests on 10 pairs of each test digit
+EXAMPLES = {
+    "mnist": (60_000, 10_000),
+    "fashion-mnist": (60_000, 10_000),
+    "multimnist": (60_000, 100_000),
+    "mnist-40": (60_000, 10_000),
+    "smallnorb": (24_300, 24_300),
+    "cifar10": (50_000, 10_000),
+}
 
 
 @dataclass(frozen=True)
@@ -86,3 +96,22 @@ def estimate_seconds(options: TrainOptions, train_examples: int, test_examples: 
     """The run's training and per-epoch evaluation time at `speed`."""
     per_epoch = train_examples / speed.images_per_s + test_examples / (EVALUATION_SPEEDUP * speed.images_per_s)
     return options.epochs * per_epoch
+
+
+def dataset_examples(dataset: str) -> tuple[int, int]:
+    """(training, test) examples of `dataset`, a named one or a folder of pictures (counted from its files)."""
+    if dataset in EXAMPLES:
+        return EXAMPLES[dataset]
+    info = dataset_info(dataset)  # a folder's: its pictures listed (cached), none decoded
+    if info.own is None:
+        raise ValueError(f"no example counts known for {dataset}")
+    found = image_folder.scan(info.own)
+    return len(found.files[True]), len(found.files[False])
+
+
+def run_examples(options: TrainOptions) -> tuple[int, int]:
+    """(training, test) examples a run of `options` reads an epoch: its dataset's, less --val-size, within
+    --train-size and --test-size."""
+    train, test = dataset_examples(options.dataset)
+    train -= options.val_size or 0
+    return min(train, options.train_size or train), min(test, options.test_size or test)

@@ -25,7 +25,7 @@ from capsnet.training.schedule import Schedule
 from capsnet.training.step import training_step
 
 REPORT_EVERY_S = 0.5  # seconds between progress reports (each one reads the running sums back from the device)
-SYNC_EVERY = 50  # batches between the checks that need the device or every process: stop flag, collapse
+SYNC_EVERY = 20  # batches between the checks that need the device or every process: stop flag, collapse, learning
 # seconds between the resumable states saved in the middle of an epoch (after the batch that passes it; under torchrun
 # at the next sync point): a run killed without warning (a closed terminal, the OOM killer) loses at most about this
 # much of a long epoch

@@ -29,10 +29,21 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import IO, Any, Literal, TypedDict, cast
+from typing import Any, Literal, TypedDict, cast
 
-from capsnet.errors import CapsNetError
-from capsnet.files import append_jsonl, atomic_write, read_json, read_jsonl, read_tail, write_failure, write_json
+from capsnet.files import append_jsonl, atomic_write, read_json, read_jsonl, read_tail, write_json
+from capsnet.training.folder_lock import FolderLock, RunFolderError, exclusive_lock
+
+__all__ = [
+    "EpochRecord",
+    "FolderLock",
+    "Progress",
+    "exclusive_lock",
+    "ProgressWriter",
+    "RunFolder",
+    "RunFolderError",
+    "runs_root",
+]
 
 RUNS_ENV = "CAPSNET_RUNS_DIR"
 PROGRESS_EVERY_S = 1.0  # progress.json is rewritten at most this often (always on a status change)
@@ -53,10 +64,6 @@ def _finite(value: Any) -> bool:
     )
 
 
-class RunFolderError(CapsNetError):
-    """A run folder could not be created."""
-
-
 class EpochRecord(TypedDict, total=False):
     """One line of metrics.jsonl."""
 
@@ -71,9 +78,10 @@ class EpochRecord(TypedDict, total=False):
     images_per_s: float
     val_loss: float  # with --val-size: on the training images held out
     val_accuracy: float
+    warning: str  # the run's sign that it is not learning, as progress.json said it at the epoch's end
 
 
-_NUMERIC = frozenset(EpochRecord.__annotations__)  # every field of a metrics line is a number
+_NUMERIC = frozenset(EpochRecord.__annotations__) - {"warning"}  # every other field of a metrics line is a number
 
 
 @dataclass
@@ -95,6 +103,7 @@ class Progress:
     eta_s: float | None = None
     best_accuracy: float | None = None
     reason: str = ""  # why a failed run failed, in one line
+    warning: str = ""  # why a running run seems not to learn, with what to try, in one line ("" while it learns)
 
     @property
     def fraction_done(self) -> float:
@@ -190,6 +199,8 @@ class RunFolder:
             if not isinstance(raw, dict) or not _whole(raw.get("epoch")) or raw["epoch"] < 1:
                 continue
             record = {k: v for k, v in raw.items() if k in _NUMERIC and _finite(v)}
+            if isinstance(raw.get("warning"), str) and raw["warning"]:
+                record["warning"] = raw["warning"][:500]
             records.append(cast(EpochRecord, record))  # its keys are EpochRecord's, its values numbers
         return records
 
@@ -284,80 +295,6 @@ class RunFolder:
 
     def write_progress(self, progress: Progress) -> None:
         write_json(self.path / self.PROGRESS, dataclasses.asdict(progress))
-
-
-def exclusive_lock(path: Path) -> IO[str] | str:
-    """`path` opened and `flock`ed (exclusive, not waiting): the open file, which holds the lock until it is closed
-    (by the OS, however the process ends); or, when another process holds it, what the file says (its holder).
-    RunFolderError (one line) when it cannot be opened. Without flock (Windows) the file is returned unlocked."""
-    try:
-        handle = open(path, "a+", encoding="utf-8")
-    except OSError as error:
-        raise RunFolderError(f"cannot write {path}: {error.strerror or error}") from None
-    try:
-        import fcntl
-    except ImportError:
-        return handle
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        handle.seek(0)
-        said = handle.read().strip()
-        handle.close()
-        return said
-    return handle
-
-
-class FolderLock:
-    """An exclusive lock on a run folder: `flock` on its .lock file (released by the OS with the process)."""
-
-    def __init__(self, handle: Any) -> None:
-        self._handle = handle
-
-    @classmethod
-    def take(cls, path: Path) -> FolderLock:
-        handle = exclusive_lock(path)
-        if isinstance(handle, str):  # another trainer holds it; the file says which
-            holder = handle[:20]
-            raise RunFolderError(
-                f"{path.parent} is in use by another training process{f' (pid {holder})' if holder else ''}: "
-                "wait for it to finish or stop it, or choose another --out"
-            ) from None
-        try:
-            handle.seek(0)
-            handle.truncate()
-            handle.write(str(os.getpid()))
-            handle.flush()
-        except OSError as error:  # a full disk at the run's start: one line, and no empty lock file left behind
-            with contextlib.suppress(OSError):
-                handle.close()  # it tries the unwritten bytes once more, and fails alike
-            path.unlink(missing_ok=True)
-            raise write_failure(path, error) from None
-        return cls(handle)
-
-    def release(self) -> None:
-        if self._handle is not None:
-            self._handle.close()  # closing the file releases the flock
-            self._handle = None
-
-    @staticmethod
-    def held(path: Path) -> bool:
-        """Whether some process holds the `flock` on `path` (False for a missing file, and where flock does not exist)."""
-        try:
-            import fcntl
-        except ImportError:
-            return False
-        try:
-            handle = open(path, "rb")
-        except OSError:
-            return False
-        with handle:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)  # shared: two readers never refuse each other
-            except OSError:
-                return True
-            fcntl.flock(handle, fcntl.LOCK_UN)
-            return False
 
 
 @dataclass

@@ -27,6 +27,7 @@ from capsnet.errors import ArgumentParser, CapsNetError, InvalidArgumentError
 from capsnet.nn.registry import NETWORK_NAMES, NETWORKS, AnyConfig, network
 from capsnet.nn.routing import MAX_ROUTING_ITERATIONS
 from capsnet.training.acceleration import Acceleration, choose_acceleration
+from capsnet.training.folder_defaults import default_recipe, recipe_values
 from capsnet.training.recipes import RECIPES
 from capsnet.training.schedule import SCHEDULES
 
@@ -71,8 +72,9 @@ class TrainOptions:
     )  # fmt: skip
     recipe: str = field(
         default="paper",
-        metadata=option("a named set of defaults for the options below (capsnet.training.recipes): paper, or fast for a short "
-                        "CPU budget; options given explicitly still win", choices=tuple(RECIPES), defines_run=True),
+        metadata=option("a named set of defaults for the options below (capsnet.training.recipes): paper, fast for a short "
+                        "CPU budget, folder (a folder's default: chosen from its size); options given explicitly still "
+                        "win", choices=tuple(RECIPES), defines_run=True),
     )  # fmt: skip
     network: str = field(
         default="capsnet",
@@ -349,12 +351,12 @@ class TrainOptions:
     def to_argv(self) -> list[str]:
         """The trainer's arguments that give these options: every field that differs from its recipe's default."""
         argv: list[str] = []
-        recipe = RECIPES[self.recipe].values if self.recipe in RECIPES else {}
+        recipe = recipe_values(self.recipe, self.dataset, self.network) if self.recipe in RECIPES else {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if value == recipe.get(f.name, f.default) and f.name != "recipe":
                 continue
-            if f.name == "recipe" and value == f.default:
+            if f.name == "recipe" and value == default_recipe(self.dataset):  # what the command line takes unasked
                 continue
             if isinstance(value, bool):
                 argv.append(_flag(f.name) if value else "--no-" + _flag(f.name)[2:])
@@ -398,20 +400,23 @@ class TrainOptions:
     @classmethod
     def from_recipe(cls, recipe: str = "paper", **values: Any) -> TrainOptions:
         """Options with `recipe`'s defaults, then `values` (explicit choices win over the recipe)."""
-        if recipe not in RECIPES:
-            raise InvalidArgumentError(f"unknown --recipe {recipe!r}; choose from {', '.join(RECIPES)}")
-        return cls(**{**RECIPES[recipe].values, **values, "recipe": recipe})
+        base = recipe_values(recipe, values.get("dataset", cls.dataset), values.get("network", cls.network))
+        return cls(**{**base, **values, "recipe": recipe})
 
     @classmethod
     def parse_args(cls, argv: Sequence[str] | None = None) -> TrainOptions:
         """Options from a command line (argument errors exit with one line, as argparse does).
 
-        The recipe's values replace the defaults, so that a flag given explicitly still wins.
+        The recipe's values replace the defaults, so that a flag given explicitly still wins; without --recipe, a
+        folder of pictures takes the folder recipe (`capsnet.training.folder_defaults`).
         """
         parser = cls.parser()
         known, _ = parser.parse_known_args(argv)
+        if "recipe" not in cls.given(argv):
+            known.recipe = default_recipe(known.dataset)
+            parser.set_defaults(recipe=known.recipe)
         if known.recipe in RECIPES:
-            parser.set_defaults(**RECIPES[known.recipe].values)
+            parser.set_defaults(**recipe_values(known.recipe, known.dataset, known.network))
         return cls(**vars(parser.parse_args(argv)))
 
     @classmethod

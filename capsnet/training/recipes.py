@@ -10,6 +10,8 @@
   images at Adam 1e-2, batch 64, r = 2 (as the shipped EM model was trained; r = 3 learned less in a short run): 70-74%
   of the test digits in 15-20 s on this project's 2-core CPUs (at 2,000 images and the paper's settings it reached
   10-18%); tested by `tests/test_em_capsnet.py`.
+- "folder": for a folder of the user's own pictures, its values chosen from the folder (its size) and the network:
+  `capsnet.training.folder_defaults`; the recipe of a run on a folder when none is given.
 A recipe only sets defaults: an option given on the command line (or in the form) still wins.
 """
 
@@ -26,6 +28,8 @@ class Recipe:
     summary: str  # one sentence: what it sets and what it is for
     values: dict[str, Any] = field(default_factory=dict)  # TrainOptions fields it sets
 
+
+FOLDER_RECIPE = "folder"  # its values depend on the folder and the network: `capsnet.training.folder_defaults`
 
 RECIPES: dict[str, Recipe] = {
     "paper": Recipe(
@@ -55,5 +59,11 @@ RECIPES: dict[str, Recipe] = {
             "train_size": 8000,
             "test_size": 2000,
         },
+    ),
+    FOLDER_RECIPE: Recipe(
+        FOLDER_RECIPE,
+        "For a folder",
+        "For your own pictures: initial scales that do not saturate, a batch that suits the folder's size, about 500 "
+        "optimiser steps whatever its size, a warm-up then a cosine decay: chosen from the folder.",
     ),
 }

@@ -42,9 +42,11 @@ from capsnet.training.collapse import CollapseWatch, TrainingCollapsedError
 from capsnet.training.distributed import Distributed, barrier, distributed_session
 from capsnet.training.epoch import EpochContext, EpochSums, StopFlag, train_one_epoch
 from capsnet.training.folder import EpochRecord, Progress, ProgressWriter
+from capsnet.training.folder_defaults import default_recipe
 from capsnet.training.optimizer import run_optimizer
 from capsnet.training.options import TrainOptions
 from capsnet.training.prepare import NETWORK_CONFIG, Prepared, prepare
+from capsnet.training.recipes import FOLDER_RECIPE
 from capsnet.training.schedule import Schedule
 from capsnet.training.train_data import Data, load_data
 from capsnet.training.watch import Watcher
@@ -229,7 +231,7 @@ def train_epoch(run: Run, epoch: int, stop: StopFlag, watch: CollapseWatch, wind
         images_left=(options.epochs - epoch - 1) * len(data.sampler) * env.world,
         batch_size=options.batch_size * env.world,
     )
-    on_batch = window.during(on_batch, epoch + 1, done_before)
+    on_batch = window.during(_said(run, watch, on_batch), epoch + 1, done_before)
     before = EpochSums.from_state(run.saver.state.partial) if done_before else EpochSums()  # before a resume
     progress = loss_progress(epoch * batches + done_before, max(options.epochs * batches, 1), run.warm)
     ctx = EpochContext(
@@ -243,6 +245,36 @@ def train_epoch(run: Run, epoch: int, stop: StopFlag, watch: CollapseWatch, wind
     run.saver.state.elapsed += time.perf_counter() - epoch_start
     sums = sums + before  # with the part of this epoch run before a resume
     return Trained(sums, done_before + sums.batches, epoch_start, before.seconds)
+
+
+def _said(
+    run: Run, watch: CollapseWatch, on_batch: Callable[[int, float, float, float], None]
+) -> Callable[[int, float, float, float], None]:
+    """`on_batch`, reporting first the watch's sign that the run is not learning (`say_warning`)."""
+
+    def report(batch: int, loss: float, accuracy: float, speed: float) -> None:
+        say_warning(run, watch)
+        on_batch(batch, loss, accuracy, speed)
+
+    return report
+
+
+def say_warning(run: Run, watch: CollapseWatch, force: bool = False) -> None:
+    """Put the watch's sign that the run is not learning (or its end) in progress.json, and in the log when new."""
+    if watch.warning != run.progress.progress.warning:
+        if watch.warning and run.env.is_main:
+            print(f"warning: {watch.warning}", flush=True)
+        run.progress.update(force=force, warning=watch.warning)
+
+
+def learning_advice(options: TrainOptions) -> str:
+    """What a run that does not learn could try besides a lower learning rate: a folder's own defaults, or the
+    official code's initial scales where the network has them."""
+    if options.recipe != FOLDER_RECIPE and default_recipe(options.dataset) == FOLDER_RECIPE:
+        return f"the folder's own defaults (--recipe {FOLDER_RECIPE})"
+    if options.preset == "paper" and "official" in network(options.network).presets:
+        return "the official code's initial scales (--preset official)"
+    return ""
 
 
 def _save_part(
@@ -322,7 +354,8 @@ def fit(
     c = model.config
     # a network whose loss sets no margins has none to collapse to: divergence only
     margins = network_of(c).score_margins(c) or (math.inf, -math.inf)
-    watch = CollapseWatch(c.num_classes, *margins, options.lr, device, present=data.present)
+    watch = CollapseWatch(c.num_classes, *margins, options.lr, device, present=data.present,
+                          advice=learning_advice(options), loss_falls=getattr(c, "margin_start", None) is None)  # fmt: skip
     resume_at = (start_epoch, start_batch) if options.resume else None
     window = Watcher(folder, model, data.test, batches, resume_at, enabled=env.is_main)  # a few test images, watched
     status, reason = "finished", ""
@@ -338,6 +371,9 @@ def fit(
                 if env.is_main:
                     result, val = evaluate(run, epoch)  # and the epoch's checkpoints staged
                     record = epoch_record(epoch, trained, result, val, run.optimizer.param_groups[0]["lr"])
+                    say_warning(run, watch, force=True)
+                    if watch.warning:
+                        record["warning"] = watch.warning
                 run.schedule.after_epoch()
                 saver.commit_epoch(epoch + 1, record)  # state, checkpoints, metrics line
                 window.epoch_done(epoch + 1)  # the main process only
