@@ -13,6 +13,7 @@ value that cannot be used is dropped with a notice, never an exception.
 
 from __future__ import annotations
 
+import re
 from urllib.parse import urlparse
 
 import numpy as np
@@ -55,7 +56,7 @@ def read_link(entries: list[CheckpointEntry]) -> None:
     if "checkpoint" in params:
         wanted = params["checkpoint"]
         match = next((e for e in usable if checkpoint_name(e) == wanted), None)
-        if match is None and ("/" in wanted or "\\" in wanted):  # a path, the server's or not: not said back
+        if match is None and _looks_like_a_path(wanted):  # the server's path or another: not said back
             notices.append("The link's checkpoint names a file by its path; a link names a model by its name (as the "
                            "sidebar lists it): the default model is shown.")  # fmt: skip
         elif match is None:
@@ -180,6 +181,11 @@ def follow_the_model(entry: CheckpointEntry | None) -> None:
     dataset = entry.dataset if entry is not None else None
     if index is not None and dataset and state.input_dataset() not in (None, dataset):
         open_test_image(index, dataset)
+
+
+def _looks_like_a_path(text: str) -> bool:
+    """A file's path (absolute, relative, home, a drive letter or backslashes), not a model's name."""
+    return text.startswith(("/", "~", "./", "../")) or "\\" in text or re.match(r"^[A-Za-z]:", text) is not None
 
 
 def _whole(text: str, low: int, high: int) -> int | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 
 from capsnet.data.datasets import DATASETS
 from capsnet.data.tasks import Task
@@ -126,6 +127,12 @@ POSE_LABELS = {  # a class capsule's pose entry d, by the network's routing: a v
 }
 
 
+def pose_label(routing: str) -> Callable[[int], str]:
+    """A class capsule's pose entry d in words, by the network's routing (a vector's dimension where the routing
+    has no words of its own)."""
+    return POSE_LABELS.get(routing, POSE_LABELS["dynamic"])
+
+
 def equivariance(config: CapsNetConfig | EMCapsNetConfig) -> str:
     return {"em": lambda: EM_EQUIVARIANCE, "dynamic": lambda: _vector_equivariance(config.digit_dim)}[routed(config)]()
 
@@ -172,14 +179,17 @@ def sensitivity(moves: dict, name: str, top: int = 3) -> str:
     return "\n".join(lines)
 
 
-NO_EM_DECODER = (
-    "This EM network has no decoder, so its poses cannot be redrawn: train one with a decoder "
-    "(`python -m capsnet train --network em --preset small-decoder`) to slide the 16 entries of its poses."
-)
+def no_decoder(title: str, network: str, presets: tuple[str, ...]) -> str:
+    """Why the Capsule dimensions page cannot show a network without a decoder, and how to train one with it."""
+    with_decoder = next((p for p in presets if p.endswith("-decoder")), None)
+    how = (f": train one with a decoder (`python -m capsnet train --network {network} --preset {with_decoder}`) to "
+           "slide the entries of its poses" if with_decoder else "")  # fmt: skip
+    return f"This {title} has no decoder, so its poses cannot be redrawn{how}."
 
 
 def dimensions(config: CapsNetConfig | EMCapsNetConfig) -> str:
-    return {"em": lambda: EM_DIMENSIONS, "dynamic": lambda: _vector_dimensions(config.digit_dim)}[routed(config)]()
+    said = {"em": EM_DIMENSIONS}.get(routed(config))  # by the routing: a vector capsule's where it has no words
+    return said if said is not None else _vector_dimensions(config.digit_dim)
 
 
 EM_DIMENSIONS = """

@@ -64,7 +64,7 @@ def test_the_registry_is_open_to_a_new_family() -> None:
             register(toy)
     finally:
         NETWORKS.pop("toy", None)
-    assert set(NETWORKS) == {"capsnet", "cnn", "em"}
+    assert set(NETWORKS) == {"capsnet", "cnn", "em", "efficient"}
 
 
 def test_evaluate_honours_the_routing_iterations_of_an_em_network() -> None:

@@ -8,13 +8,14 @@ import torch
 from capsnet.nn.capsnet import CapsNet
 from capsnet.nn.cnn import CNN_PRESETS, BaselineCNN, CNNConfig
 from capsnet.nn.config import PRESETS, CapsNetConfig
+from capsnet.nn.efficient_capsnet import EfficientCapsNet, EfficientCapsNetConfig
 from capsnet.nn.em_capsnet import EM_PRESETS, EMCapsNet, EMCapsNetConfig
 from capsnet.nn.registry import NETWORKS, network, network_of
 from capsnet.training.options import TrainOptions
 
 
 def test_every_network_declares_its_contract() -> None:
-    assert set(NETWORKS) == {"capsnet", "cnn", "em"}
+    assert set(NETWORKS) == {"capsnet", "cnn", "em", "efficient"}
     capsnet, cnn = network("capsnet"), network("cnn")
     assert (capsnet.config_type, capsnet.module_type, capsnet.presets) == (CapsNetConfig, CapsNet, tuple(PRESETS))
     assert (cnn.config_type, cnn.module_type, cnn.presets) == (CNNConfig, BaselineCNN, tuple(CNN_PRESETS))
@@ -24,11 +25,14 @@ def test_every_network_declares_its_contract() -> None:
     assert (em.config_type, em.module_type, em.presets) == (EMCapsNetConfig, EMCapsNet, tuple(EM_PRESETS))
     assert em.routing is not None and em.routing.kind == "em" and em.run_options == ("routing_iterations", "beta_lr")
     assert not em.baseline and cnn.baseline and not em.pairs and not capsnet.baseline
-    with pytest.raises(ValueError, match="unknown network 'rnn'; this capsnet reads capsnet, cnn, em"):
+    efficient = network("efficient")
+    assert (efficient.config_type, efficient.module_type) == (EfficientCapsNetConfig, EfficientCapsNet)
+    assert efficient.routing is not None and efficient.routing.kind == "attention" and efficient.run_options == ()
+    with pytest.raises(ValueError, match="unknown network 'rnn'; this capsnet reads capsnet, cnn, em, efficient"):
         network("rnn")
 
 
-@pytest.mark.parametrize("name", ["capsnet", "cnn", "em"])
+@pytest.mark.parametrize("name", ["capsnet", "cnn", "em", "efficient"])
 def test_a_network_is_found_from_its_config_or_its_model(name: str) -> None:
     net = network(name)
     config = net.preset("tiny")

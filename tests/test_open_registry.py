@@ -53,12 +53,7 @@ def test_a_config_belongs_to_its_nearest_family() -> None:
         NETWORKS.pop("wider")
 
 
-def test_a_fourth_family_trains_loads_and_opens_on_every_page(
-    toy,
-    app_dirs,
-    data_dir: Path,
-    tmp_path: Path,  # noqa: F811
-) -> None:
+def test_a_fourth_family_trains_loads_and_opens_on_every_page(toy, app_dirs, data_dir: Path) -> None:  # noqa: F811
     runs_root, checkpoints = app_dirs
     run = runs_root / "toy-run"
     done = capsnet("train", "--network", toy_family.NAME, "--preset", "tiny", "--dataset", "mnist", "--epochs", "1",
@@ -71,16 +66,37 @@ def test_a_fourth_family_trains_loads_and_opens_on_every_page(
     listed = capsnet("train", "--help")
     assert toy_family.NAME in listed.stdout  # the CLI's choices read the registry when it runs
 
+    _walk(
+        "toy-run", "mean routing", shown={pages.DRAW.path, pages.EVALUATE.path, pages.TRAINING.path, pages.START.path}
+    )
+
+
+def test_efficient_capsnet_trains_from_the_cli_and_opens_on_every_page(app_dirs, data_dir: Path) -> None:  # noqa: F811
+    """The self-attention family, registered like the shipped ones: trained for a few batches from the CLI and read
+    on every page that reads any routing's scores and poses; the others say in one line why not."""
+    runs_root, _ = app_dirs
+    run = runs_root / "efficient-run"
+    done = capsnet("train", "--network", "efficient", "--preset", "tiny", "--dataset", "mnist", "--epochs", "1",
+                   "--train-size", "200", "--test-size", "100", "--batch-size", "50", "--device", "cpu",
+                   "--no-progress", "--out", run, "--data-dir", data_dir)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "efficient" in capsnet("train", "--help").stdout
+    _walk("efficient-run", "self-attention routing",
+          shown={pages.DRAW.path, pages.EVALUATE.path, pages.TRAINING.path, pages.START.path, pages.DIMENSIONS.path})  # fmt: skip
+
+
+def _walk(checkpoint: str, routing: str, shown: set[str]) -> None:
+    """Every page with the model `checkpoint` open: no error anywhere; the `shown` pages read it, the others say
+    in one line that they have no view of `routing`."""
     clear_streamlit_caches()
     at = AppTest.from_file(APP, default_timeout=180)
-    at.query_params.update(checkpoint="toy-run", test="0")
+    at.query_params.update(checkpoint=checkpoint, test="0")
     at.run()
-    shown = {pages.DRAW.path, pages.EVALUATE.path, pages.TRAINING.path, pages.START.path}  # any network's scores
     for page in [pages.DRAW.path] + [p.path for p in pages.PAGES if p is not pages.DRAW]:
         at.switch_page(page).run()
         assert not at.exception, (page, [e.stack_trace for e in at.exception])
         assert not at.error, (page, [e.value for e in at.error])
-        notices = [e.value for e in (*at.info, *at.warning) if "mean routing" in e.value]
+        notices = [e.value for e in (*at.info, *at.warning) if routing in e.value or "has no decoder" in e.value]
         if page in shown:
             assert not notices, (page, notices)
         else:  # the page says why not, in one line, once
@@ -90,4 +106,4 @@ def test_a_fourth_family_trains_loads_and_opens_on_every_page(
         if page == pages.EVALUATE.path:
             assert any("accuracy" in m.label.lower() for m in at.metric), [m.label for m in at.metric]
         if page == pages.TRAINING.path:
-            assert "toy-run" in json.dumps([str(e.value) for e in (*at.markdown, *at.caption, *at.selectbox)])
+            assert checkpoint in json.dumps([str(e.value) for e in (*at.markdown, *at.caption, *at.selectbox)])

@@ -108,7 +108,7 @@ def test_the_dashboards_form_starts_from_the_same_defaults() -> None:
     assert train_form.form_options() == TrainOptions()  # the form left alone trains exactly the CLI's default run
     assert train_form.form_options(train_size=500, test_size=200).train_size == 500
     # every model the CLI can train
-    assert set(train_form.MODEL_LABELS) == {(n.name, p) for n in NETWORKS.values() for p in n.presets}
+    assert set(train_form.model_labels()) == {(n.name, p) for n in NETWORKS.values() for p in n.presets}
     assert {preset for name, preset in train_form.MODEL_LABELS if name == "capsnet"} == set(PRESETS)
     assert train_form.form_options(network="em", preset="small").network_config() == EM_PRESETS["small"]
     assert train_form.form_options(network="cnn", preset="tiny").to_argv() == ["--network", "cnn", "--preset", "tiny"]

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from torch import Tensor, nn
 
 from capsnet.nn.losses import CapsuleLoss
 
-RoutingKind = Literal["dynamic", "em"]
+RoutingKind = str  # "dynamic", "em", "attention", or a kind a family registered later names
 
 
 @dataclass(frozen=True)

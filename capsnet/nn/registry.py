@@ -13,10 +13,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from capsnet.nn import capsnet, cnn, em_capsnet  # noqa: F401  (each registers its family)
+from capsnet.nn import capsnet, cnn, em_capsnet  # noqa: F401  (each registers its family; Efficient-CapsNet below)
 from capsnet.nn.capsnet import CapsNet
 from capsnet.nn.cnn import BaselineCNN, CNNConfig
 from capsnet.nn.config import CapsNetConfig
+from capsnet.nn.efficient_capsnet import EfficientCapsNet, EfficientCapsNetConfig
 from capsnet.nn.em_capsnet import EMCapsNet, EMCapsNetConfig
 from capsnet.nn.family import NETWORKS, Network, Routing, register
 
@@ -33,8 +34,8 @@ __all__ = [
     "register",
 ]
 
-AnyConfig = CapsNetConfig | CNNConfig | EMCapsNetConfig
-AnyModel = CapsNet | BaselineCNN | EMCapsNet
+AnyConfig = CapsNetConfig | CNNConfig | EMCapsNetConfig | EfficientCapsNetConfig
+AnyModel = CapsNet | BaselineCNN | EMCapsNet | EfficientCapsNet
 
 
 class _Names(Sequence[str]):

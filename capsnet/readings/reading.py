@@ -20,6 +20,7 @@ import torch
 from capsnet.nn.registry import network_of
 from capsnet.readings.em_layers import ConvLayerRouting
 from capsnet.readings.explain import Explanation, explain
+from capsnet.readings.explain_attention import AttentionExplanation, explain_attention
 from capsnet.readings.explain_em import EMExplanation, explain_em_with_layers
 
 
@@ -35,7 +36,7 @@ class Reading:
     reconstruction: np.ndarray | None  # (H, W) redrawn from `decode_class`'s pose; None where nothing redraws
     decode_class: int
     iterations: int  # routing iterations r
-    routing: Explanation | EMExplanation  # the routing's own account of this pass
+    routing: Explanation | EMExplanation | AttentionExplanation | Any  # the routing's own account of this pass
     layers: tuple[ConvLayerRouting, ...] = ()  # EM's ConvCaps1 and ConvCaps2 routed in the same pass, where asked
 
     @property
@@ -64,9 +65,20 @@ def _em(
     )  # fmt: skip
 
 
+def _attention(
+    model: Any, image: np.ndarray | torch.Tensor, iterations: int | None, decode_class: int | None, layers: bool
+) -> Reading:
+    result = explain_attention(model, image, decode_class)
+    return Reading(
+        network_of(model).score_symbol, result.image, result.lengths, result.prediction, result.poses,
+        result.reconstruction, result.decode_class, 1, result,
+    )  # fmt: skip
+
+
 READERS: dict[str, Callable[[Any, np.ndarray | torch.Tensor, int | None, int | None, bool], Reading]] = {
     "dynamic": _dynamic,
     "em": _em,
+    "attention": _attention,
 }  # by the network's routing (`Routing.kind`)
 
 

@@ -27,9 +27,9 @@ def _capsule_moved() -> None:
 
 
 st.title("Capsule dimensions", anchor=False)
-model = guards.require_model(routings=("dynamic", "em"))  # the EM network too, when it has a decoder
+model = guards.require_model(routings=guards.EVERY_ROUTING)  # any network with poses and a decoder
 if model is not None and not model.redraws:
-    st.info(texts.NO_EM_DECODER, icon=":material/brush:")
+    st.info(texts.no_decoder(model.network.title, model.network.name, model.network.presets), icon=":material/brush:")
     st.stop()
 image = guards.require_input() if model is not None else None
 if model is None or image is None:
@@ -58,7 +58,7 @@ st.markdown(texts.figure4(model.config, steps))
 with st.spinner(texts.decoding_spinner(model.config, len(steps)), show_time=False):
     grid = model.perturbations(base, klass)  # (D, 11, H, W), or (D, 11, H, W, 3) in colour
 st.plotly_chart(
-    figures.perturbation_figure(grid, steps, [texts.POSE_LABELS[model.routing](d) for d in range(len(grid))]),
+    figures.perturbation_figure(grid, steps, [texts.pose_label(model.routing)(d) for d in range(len(grid))]),
     key="perturbation_grid",
     config={"displayModeBar": False},
 )
