@@ -24,6 +24,7 @@ from typing import Any
 from capsnet.data import image_folder
 from capsnet.data.datasets import DATASETS
 from capsnet.errors import InvalidArgumentError
+from capsnet.nn.registry import NETWORKS
 from capsnet.training.recipes import FOLDER_RECIPE, RECIPES
 
 STEPS = 500  # optimiser steps a run on a folder aims at, whatever its size
@@ -57,18 +58,20 @@ def train_examples(dataset: str) -> int:
 
 def folder_values(dataset: str, network: str) -> dict[str, Any]:
     """The options the folder recipe sets for `network` on the folder `dataset`, chosen from its size."""
-    if network not in PRESETS:
-        raise InvalidArgumentError(f"unknown --network {network!r}; choose from {', '.join(PRESETS)}")
+    try:
+        presets = NETWORKS[network].presets
+    except KeyError:
+        raise InvalidArgumentError(f"unknown --network {network!r}; choose from {', '.join(NETWORKS)}") from None
     count = train_examples(dataset)
     batch = batch_for(count)
     spec = image_folder.parse(dataset)
     side = spec.side if spec is not None and spec.side else min(image_folder.scan(spec).side, SIDE) if spec else SIDE
     return {
         "image_size": side,
-        "preset": PRESETS[network],
+        "preset": PRESETS.get(network, presets[0]),  # another family: its first preset, the paper's
         "batch_size": batch,
         "epochs": epochs_for(count, batch),
-        "lr": PEAK_LR[network],
+        "lr": PEAK_LR.get(network, 1e-3),
         "schedule": "cosine",
         "warmup": WARMUP,
     }
