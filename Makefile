@@ -35,6 +35,7 @@ check: $(BIN)/.installed  ## the fast tier (under 2 minutes): the whole suite le
 lint: $(BIN)/.installed
 	$(BIN)/ruff check capsnet dashboard tests benchmarks docs
 	$(BIN)/ruff format --check capsnet dashboard tests benchmarks docs
+	$(BIN)/python tests/function_length.py capsnet dashboard benchmarks docs
 
 types: $(BIN)/.installed  ## type-check the package and the dashboard (mypy; its settings are in pyproject.toml)
 	$(BIN)/mypy capsnet dashboard

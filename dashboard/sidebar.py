@@ -132,6 +132,45 @@ def _data_choice() -> tuple[str, str, int]:
     return dataset, folder, int(side)
 
 
+def _model_choice(recipe: str, dataset: str, folder: str) -> tuple[str, TrainOptions]:
+    """The data trained on (the folder, or the named dataset where the folder cannot be read: said here) and the
+    model chosen for it, with the recipe's defaults for that model."""
+    data = folder or dataset
+    try:
+        if folder:
+            form.check_folder(folder)
+        d = form.form_defaults(recipe, data)
+    except (ValueError, CapsNetError) as error:  # a folder that cannot be read: said here, the paper's shown
+        st.error(str(error), icon=":material/block:")
+        data, d = dataset, form.form_defaults("paper", dataset)
+    choice = st.selectbox(
+        "Model", list(labels := form.model_labels()), index=list(labels).index((d.network, d.preset)),
+        format_func=lambda model: labels[model], key=_key("train_preset", form.scope(recipe, data, "")),
+        help="The tiny models have the same structure with narrower layers: they train in minutes on a CPU. "
+        "The CNN baseline is the paper's comparison: the pages set the shipped one (or, without it, the newest "
+        "CNN run) beside the CapsNet.",
+    )  # fmt: skip
+    if choice != (d.network, d.preset):
+        try:
+            d = form.form_defaults(recipe, data, *choice)
+        except (ValueError, CapsNetError):
+            d = dataclasses.replace(d, network=choice[0], preset=choice[1])
+    return data, d
+
+
+def _how_long(recipe: str, sized: TrainOptions) -> None:
+    """The recipe in a line and how long the run takes here: recorded, or measured when asked."""
+    recorded = _eta_text(sized, measure=False)
+    st.caption(f"{RECIPES[recipe].summary} {recorded}")
+    if not recorded:
+        if st.session_state.get(ETA_MEASURED):
+            st.caption(_eta_text(sized))
+        else:
+            st.button("How long on this machine?", key="eta_measure", icon=":material/timer:",
+                      on_click=st.session_state.__setitem__, args=(ETA_MEASURED, True),
+                      help="Times a few training steps of the chosen model here (a few seconds).")  # fmt: skip
+
+
 def train_form() -> None:
     """The "Train a model" form: bounded inputs, defaults from TrainOptions; Start launches a background run."""
     no_model = state.chosen_path() is None
@@ -141,41 +180,14 @@ def train_form() -> None:
             "Recipe", list(RECIPES), format_func=lambda name: RECIPES[name].title, key=RECIPE_KEY,
             horizontal=True, help="A recipe sets the epochs, batch size, learning rate and schedule below.",
         )  # fmt: skip
-        data = folder or dataset
-        try:
-            if folder:
-                form.check_folder(folder)
-            d = form.form_defaults(recipe, data)
-        except (ValueError, CapsNetError) as error:  # a folder that cannot be read: said here, the paper's shown
-            st.error(str(error), icon=":material/block:")
-            data, d = dataset, form.form_defaults("paper", dataset)
-        choice = st.selectbox(
-            "Model", list(labels := form.model_labels()), index=list(labels).index((d.network, d.preset)),
-            format_func=lambda model: labels[model], key=_key("train_preset", form.scope(recipe, data, "")),
-            help="The tiny models have the same structure with narrower layers: they train in minutes on a CPU. "
-            "The CNN baseline is the paper's comparison: the pages set the shipped one (or, without it, the newest "
-            "CNN run) beside the CapsNet.",
-        )  # fmt: skip
-        network, preset = choice
-        if (network, preset) != (d.network, d.preset):
-            try:
-                d = form.form_defaults(recipe, data, network, preset)
-            except (ValueError, CapsNetError):
-                pass
+        data, d = _model_choice(recipe, dataset, folder)
+        network, preset = d.network, d.preset
         scope = form.scope(recipe, data, network)
         # a folder's own counts (its keys say them: another folder starts from its own); a named dataset's fields keep
         # the form's bounds, whichever dataset is chosen (its whole set at the largest)
         whole_train, whole_test = form.examples(data) if data == folder else (form.TRAIN_SIZE[1], form.TEST_SIZE[1])
         sized = dataclasses.replace(d, image_size=side or None) if data == folder and side else d
-        recorded = _eta_text(sized, measure=False)
-        st.caption(f"{RECIPES[recipe].summary} {recorded}")
-        if not recorded:
-            if st.session_state.get(ETA_MEASURED):
-                st.caption(_eta_text(sized))
-            else:
-                st.button("How long on this machine?", key="eta_measure", icon=":material/timer:",
-                          on_click=st.session_state.__setitem__, args=(ETA_MEASURED, True),
-                          help="Times a few training steps of the chosen model here (a few seconds).")  # fmt: skip
+        _how_long(recipe, sized)
         # Enter in a field does not start a run (a teacher typing an epoch count started a 60,000-image run): only the
         # button does
         with st.form("train_form", border=False, enter_to_submit=False):
