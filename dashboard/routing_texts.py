@@ -337,3 +337,11 @@ def input_rules_summary(reading: InputRules, names: Sequence[str]) -> str:
     else:
         second = f"and {agreeing} of {draws} random couplings do: how the votes are shared decides some of them."
     return f"{first}; {second}"
+
+
+COMPARE_HINT = (
+    "Here the shipped weights are read with their couplings routed, uniform or random. To answer with trained models, "
+    "train each routing from the same seed, data and budget, into a folder of the runs folder:\n\n"
+    "`python -m capsnet compare-routings --out runs/compare-mnist --seeds 3`\n\n"
+    "(dynamic routing, no routing, self-attention and EM routing; the table and its verdict then show here)."
+)

@@ -10,6 +10,7 @@ import streamlit as st
 
 from capsnet.readings.coupling_rules import verdict
 from capsnet.readings.routing_matters import RoutingMatters
+from capsnet.runs import comparison
 from dashboard import figures, guards, links, pages, routing_texts, state
 from dashboard.figures import routing_matters as rmf
 
@@ -89,11 +90,32 @@ def _effect_label(key: str, counts: dict[str, int]) -> str:
     return f"{EFFECTS[key]} ({counts[key]:,})"
 
 
+def _trained_alike() -> None:
+    """The newest comparison of routings trained alike in the runs folder (`python -m capsnet compare-routings`)."""
+    found = comparison.newest(state.runs_root())
+    with st.expander("Trained with each routing: does routing earn its cost?", icon=":material/compare_arrows:",
+                     expanded=found is not None):  # fmt: skip
+        if found is None:
+            st.markdown(routing_texts.COMPARE_HINT)
+            return
+        folder, record = found
+        st.markdown(comparison.verdict(record))
+        st.dataframe(
+            [{"Routing": r.title, "Seeds": r.seeds, "Test accuracy": f"{100 * r.accuracy:.2f}%",
+              "Spread (points)": f"{100 * r.spread:.2f}", "Parameters": f"{r.parameters:,}",
+              "Train img/s": f"{r.train_images_per_s:,.0f}", "Read img/s": f"{r.read_images_per_s:,.0f}"}
+             for r in comparison.rows(record)],
+            hide_index=True, key="rm_comparison", width="content",
+        )  # fmt: skip
+        st.caption(f"{comparison.budget_line(record)}. Kept in `{folder.name}/{comparison.FILE}`.")
+
+
 st.title("Where routing matters", anchor=False)
 model = guards.require_model(routings=("dynamic", "em"))  # the EM network too: its activations at r = 1 to 5
 voice = VOICES[model.routing if model is not None else "dynamic"]
 st.markdown(voice.intro)
 st.caption(FOR_SINGLE_IMAGES)
+_trained_alike()
 if model is None:
     st.stop()
 data = guards.try_test_set(model.dataset)

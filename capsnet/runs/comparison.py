@@ -1,0 +1,136 @@
+"""A comparison of routings as it is kept (`comparison.json`, written by `capsnet.runs.compare`): its table, and
+what the table says in words. Read by the CLI and the dashboard; nothing here trains or imports a network."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+FILE = "comparison.json"
+MOST_BYTES = 4_000_000  # a record of a few runs is a few KB: a larger file is not one
+
+
+@dataclass(frozen=True)
+class Contender:
+    """One routing under comparison: its name in the table, its network and routing count."""
+
+    key: str  # in the run folders' names and on the command line
+    title: str
+    network: str
+    routing_iterations: int | None  # None: a routing with no count (one pass)
+
+
+CONTENDERS = {
+    c.key: c
+    for c in (
+        Contender("dynamic", "dynamic routing (r = 3)", "capsnet", 3),
+        Contender("none", "no routing (r = 1, uniform couplings)", "capsnet", 1),
+        Contender("attention", "self-attention routing (Efficient-CapsNet)", "efficient", None),
+        Contender("em", "EM routing (r = 2)", "em", 2),
+    )
+}
+
+
+@dataclass(frozen=True)
+class Row:
+    """One routing's line of the table: the means over its seeds, and the accuracy's spread."""
+
+    routing: str
+    title: str
+    seeds: int
+    accuracy: float
+    spread: float  # the accuracy's max - min over the seeds (0 for one seed)
+    parameters: int
+    train_images_per_s: float
+    read_images_per_s: float
+
+
+def rows(record: dict[str, Any]) -> list[Row]:
+    """The table's rows, in the order the routings were run."""
+    by: dict[str, list[dict[str, Any]]] = {}
+    for result in record["results"]:
+        by.setdefault(result["routing"], []).append(result)
+    out = []
+    for key, results in by.items():
+        accuracies = [float(r["test_accuracy"]) for r in results]
+        title = CONTENDERS[key].title if key in CONTENDERS else key
+        out.append(Row(
+            key, title, len(results), statistics.fmean(accuracies), max(accuracies) - min(accuracies),
+            int(results[0]["parameters"]), statistics.fmean(float(r["train_images_per_s"]) for r in results),
+            statistics.fmean(float(r["read_images_per_s"]) for r in results),
+        ))  # fmt: skip
+    return out
+
+
+def budget_line(record: dict[str, Any]) -> str:
+    """What every routing got alike, and the machine, in a line."""
+    b = record["budget"]
+    return (f"{b['dataset']}, {b['size']} presets, {b['epochs']} epoch(s) of {b['train_size'] or 'all'} images, batch "
+            f"{b['batch_size']}, lr {b['lr']:g}, seeds {record['seeds']}; test on {b['test_size'] or 'all'} images; "
+            f"{record['machine']}")  # fmt: skip
+
+
+def table(record: dict[str, Any]) -> str:
+    """The comparison as a Markdown table, with its budget and machine above it."""
+    lines = [budget_line(record), "", "| routing | seeds | test accuracy | spread | parameters | train img/s | read img/s |",
+             "|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    for row in rows(record):
+        lines.append(f"| {row.title} | {row.seeds} | {100 * row.accuracy:.2f}% | {100 * row.spread:.2f} | "
+                     f"{row.parameters:,} | {row.train_images_per_s:,.0f} | {row.read_images_per_s:,.0f} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def verdict(record: dict[str, Any]) -> str:
+    """What the table says, in words that follow its numbers: the best routing, and routing against none."""
+    table_rows = {row.routing: row for row in rows(record)}
+    best = max(table_rows.values(), key=lambda row: row.accuracy)
+    said = [f"With this budget {best.title} reads best, {100 * best.accuracy:.2f}%."]
+    routed, plain = table_rows.get("dynamic"), table_rows.get("none")
+    if routed is not None and plain is not None:
+        gap = 100 * (routed.accuracy - plain.accuracy)
+        noise = 100 * max(routed.spread, plain.spread)
+        if min(routed.seeds, plain.seeds) < 2:
+            said.append(f"Dynamic routing and none differ by {gap:+.2f} points on one seed, with no spread to judge "
+                        "that by.")  # fmt: skip
+        elif abs(gap) <= noise:
+            said.append(f"Dynamic routing and none differ by {gap:+.2f} points, within the seeds' spread "
+                        f"({noise:.2f}): on this budget routing makes no difference that the seeds can tell.")  # fmt: skip
+        else:
+            side = "ahead of" if gap > 0 else "behind"
+            said.append(f"Dynamic routing is {abs(gap):.2f} points {side} no routing, beyond the seeds' spread "
+                        f"({noise:.2f}).")  # fmt: skip
+    if len(record["seeds"]) < 3:
+        said.append("Fewer than three seeds: the spread says little; run --seeds 3 or more.")
+    return " ".join(said)
+
+
+def read_record(folder: Path) -> dict[str, Any] | None:
+    """A comparison written to `folder`, or None where there is none (or it cannot be read as one)."""
+    path = folder / FILE
+    try:
+        if not path.is_file() or path.stat().st_size > MOST_BYTES:
+            return None
+        record = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(record, dict) or not isinstance(record.get("results"), list):
+            return None
+        rows(record)  # every field it needs, of the right kind
+        table(record)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return record
+
+
+def newest(root: Path) -> tuple[Path, dict[str, Any]] | None:
+    """The newest comparison in a folder of `root` (the runs folder), with its folder; None where there is none."""
+    try:
+        found = sorted(root.glob(f"*/{FILE}"), key=lambda p: p.stat().st_mtime, reverse=True)
+    except OSError:
+        return None
+    for path in found:
+        record = read_record(path.parent)
+        if record is not None:
+            return path.parent, record
+    return None
