@@ -39,7 +39,7 @@ def test_the_function_length_check_sees_a_long_function_and_its_reason(tmp_path:
     from function_length import long_functions
 
     body = "".join(f"    x{n} = {n}\n" for n in range(85))
-    (tmp_path / "long.py").write_text(f"def long():\n{body}\n\ndef said():\n    \"\"\"Long: a table.\"\"\"\n{body}")
+    (tmp_path / "long.py").write_text(f'def long():\n{body}\n\ndef said():\n    """Long: a table."""\n{body}')
     assert [line.split()[1] for line in long_functions([tmp_path])] == ["long"]
 
 
