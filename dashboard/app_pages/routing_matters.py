@@ -23,6 +23,10 @@ EFFECTS = {
     "breaks": "Routing breaks it",
     "other": "Other changes",
 }
+LEAD = (
+    "Does the number of routing iterations change the answer? Every test image read at r = 1 to 5: the accuracy at "
+    "each r, and below, each image whose answer changes."
+)
 INTRO = (
     "Routing by agreement runs **r** times between the primary capsules and the class capsules. With **r = 1** every "
     "coupling stays uniform: each class capsule simply adds up all the votes it gets, and there is no routing at all. "
@@ -113,8 +117,10 @@ def _trained_alike() -> None:
 st.title("Where routing matters", anchor=False)
 model = guards.require_model(routings=("dynamic", "em"))  # the EM network too: its activations at r = 1 to 5
 voice = VOICES[model.routing if model is not None else "dynamic"]
-st.markdown(voice.intro)
-st.caption(FOR_SINGLE_IMAGES)
+st.markdown(LEAD)
+with st.expander("What r changes, and how this page measures it", icon=":material/info:"):
+    st.markdown(voice.intro)
+    st.caption(FOR_SINGLE_IMAGES)
 _trained_alike()
 if model is None:
     st.stop()
