@@ -12,8 +12,10 @@ from pathlib import Path
 
 import streamlit as st
 
+from capsnet.nn import em_native
 from dashboard import links, models, pages, sidebar, state
 
+em_native.show_builds_with(st.spinner)  # the EM kernel's first build, where a reading waits on it, as a spinner
 state.freeze_imports()  # once per process: Streamlit's collection after each run then skips what the imports built
 
 sidebar.write_to_main()  # never on the stack that the last fragment run (the sidebar's progress panel) left

@@ -11,8 +11,9 @@ the 4x4 matrices W (four fused multiply-adds an entry) when a pass reaches it, a
 M-step of iteration t + 1 are one pass: the children are visited one at a time, each child's votes at every parent
 position that reaches it made once, its assignments R_ij normalised over all of them (pitfall 1) and added into
 those parents' moments at once. An image's routing then touches its children's poses, the matrices W and its
-parents' moments, never a vote-sized array. Compiled at run time for the machine by capsnet/nn/em_native.py, which
-falls back to the PyTorch path (the reference the tests hold this to) where no C compiler is found.
+parents' moments, never a vote-sized array. Compiled at run time for the machine as part of em_kernel.cpp (its
+typed entries, built by torch.utils.cpp_extension for capsnet/nn/em_native.py), which falls back to the PyTorch path
+(the reference the tests hold this to) where no C++ compiler is found.
 
 For speed, the passes hold a slot's 16 entries of W for a block of VB parent types in vector registers (GCC's and
 Clang's vector extension, loops over the pose unrolled), so that a vote entry is four fused multiply-adds and its
@@ -42,9 +43,6 @@ Layouts (float32, contiguous; the batch's images one after another):
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 #define H 16                 /* a pose's entries */
 #if defined(__AVX512F__)
@@ -469,34 +467,11 @@ static void write_out(const Layer *L, const Fit *F, const float *centre, float *
         }
 }
 
-/* The entries' images in shares, one a thread: each entry takes `threads` and runs its body on that many of
-   OpenMP's threads, where the kernel is built with OpenMP (torch's own threads where torch uses libgomp, as the
-   wheels do: none started, none left spinning beside the kernel's), each on a share of [first, last) and adding into
-   its own of a summed output (own + index * the caller's stride); built without it (a compiler with no OpenMP), the
-   pragma is not there, the body runs once on the whole range it is given, and the caller runs a share a call. */
+/* The images [first, last) of a batch an entry runs: em_kernel.cpp splits a batch into such ranges over torch's own
+   threads (at::parallel_for), each range adding into its own copy of a summed output. */
 typedef struct {
-    int64_t first, last, index;
+    int64_t first, last;
 } Share;
-
-static inline Share share_of(int64_t first, int64_t last) {
-#ifdef _OPENMP
-    const int64_t n = omp_get_num_threads(), t = omp_get_thread_num(), per = (last - first + n - 1) / n;
-    const int64_t from = first + t * per < last ? first + t * per : last;
-    const Share s = {from, from + per < last ? from + per : last, t};
-#else
-    const Share s = {first, last, 0};
-#endif
-    return s;
-}
-
-/* Whether the entries split their images over threads themselves (em_native runs a call a batch), or not. */
-int em_openmp(void) {
-#ifdef _OPENMP
-    return 1;
-#else
-    return 0;
-#endif
-}
 
 /* The block the caller pads the parent types to. */
 int64_t em_block(void) { return VB; }
@@ -541,7 +516,7 @@ static inline __attribute__((always_inline)) void route_images(const Layer *L, c
 /* Routes images [first_image, last_image) of a batch of `batch` (the layouts are at the top of this file). S is
    the most slots a child fills. Returns 0; 1 when its scratch memory could not be had; 2 for a Jp that is not a
    multiple of em_block() or less than J. */
-int em_route(int64_t threads, int64_t batch, int64_t first_image, int64_t last_image, int64_t P, int64_t I, int64_t J, int64_t Jp,
+int em_route(int64_t batch, int64_t first_image, int64_t last_image, int64_t P, int64_t I, int64_t J, int64_t Jp,
              int64_t C, int64_t S, int64_t iterations, int64_t every, const float *poses, const float *acts,
              const float *wtiles, const float *offsets, const float *centre, const int64_t *child,
              const int64_t *slots, const float *start, const float *even, const float *beta_u, const float *beta_a, const float *lambdas,
@@ -551,13 +526,11 @@ int em_route(int64_t threads, int64_t batch, int64_t first_image, int64_t last_i
     const size_t floats = 2 * ((size_t)S * H * Jp + (size_t)S * Jp) + 2 * (size_t)(sums + fit); /* two children */
     const Layer L = {P, I, J, Jp, C, S, wtiles, offsets, beta_u, beta_a, slots, child, scale};
     int code = 0;
-#pragma omp parallel num_threads(threads) if (threads > 1)
     {
-        const Share share = share_of(first_image, last_image);
+        const Share share = {first_image, last_image};
         const int some = share.first < share.last; /* a thread with no images takes no scratch */
         float *scratch = some ? (float *)malloc(floats * sizeof(float)) : NULL; /* a thread's own */
         if (some && !scratch) {
-#pragma omp atomic write
             code = 1;
         } else if (some) {
             float *v = scratch, *r = v + 2 * S * H * Jp, *at = r + 2 * S * Jp;
@@ -628,14 +601,13 @@ static inline __attribute__((always_inline)) void moments_images(
    given, the weights are the gradient g = dL/dR a of an E-step's assignments assign (B, P, I, Jp, strided as
    the weights) and totals each child's sum over its slots and types of R g (em_back_mstep's): w is then the
    softmax's backward, g_l = R (g - the child's total), written over g, and its moments are the backward's. */
-int em_moments(int64_t threads, int64_t first_image, int64_t last_image, int64_t P, int64_t I, int64_t Jp, int64_t C,
+int em_moments(int64_t first_image, int64_t last_image, int64_t P, int64_t I, int64_t Jp, int64_t C,
                const int64_t *child, const float *rows, const float *wtiles, const float *offsets,
                const float *centre, float *weights, int64_t weights_stride, const float *scale, const float *assign,
                const float *totals, float *out, float *amount) {
     const Layer L = pass_layer(P, I, Jp, C, child, wtiles, offsets);
-#pragma omp parallel num_threads(threads) if (threads > 1)
     {
-        const Share share = share_of(first_image, last_image);
+        const Share share = {first_image, last_image};
         BY_WIDTH(moments_images, &L, share.first, share.last, rows, centre, weights, weights_stride, scale, assign,
                  totals, out, amount);
     }
@@ -664,20 +636,18 @@ static inline __attribute__((always_inline)) void estep_images(
    `log_floor` below the child's likeliest parent's; and the next M-step's sums in the same pass, each child's votes
    made once: out (B, P, 2, 16, Jp) = sum_i r [V', V'^2] and amount (B, P, Jp) = sum_i r, with r = R a, a = acts
    (B, P, I) (as em_moments gives them). */
-int em_estep(int64_t threads, int64_t first_image, int64_t last_image, int64_t P, int64_t I, int64_t Jp, int64_t C,
+int em_estep(int64_t first_image, int64_t last_image, int64_t P, int64_t I, int64_t Jp, int64_t C,
              const int64_t *child, const float *rows, const float *wtiles, const float *offsets, const float *centre,
              const float *g, const float *constant, const int64_t *slots, int64_t S, float log_floor, float *R,
              const float *acts, float *out, float *amount) {
     Layer L = pass_layer(P, I, Jp, C, child, wtiles, offsets);
     L.slots = slots, L.S = S; /* the children as the E-step visits them */
     int code = 0;
-#pragma omp parallel num_threads(threads) if (threads > 1)
     {
-        const Share share = share_of(first_image, last_image);
+        const Share share = {first_image, last_image};
         const int some = share.first < share.last; /* a thread with no images takes no scratch */
         float *r = some ? (float *)malloc(sizeof(float) * 2 * S * Jp * (H + 1)) : NULL; /* two children's */
         if (some && !r) {
-#pragma omp atomic write
             code = 1;
         } else if (some) {
             float *v = r + 2 * S * Jp; /* each slot's votes about the centre, for the M-step's sums */
@@ -868,24 +838,23 @@ static inline __attribute__((always_inline)) void grad_images(const Layer *L, co
 
 /* The votes' gradient dL/d[V', V'^2] = sum_t left_t right_t (never written out): dL/dV = g1 + 2 V' g2, then dL/dM[r][k]
    = sum_j,c dL/dV[r][c] W[k][c] into the child's grad_rows (B, 4, C, 4) and dL/dW[k][c] = sum_r M[r][k] dL/dV[r][c]
-   added into grad_w (I, 4, 4, Jp) (each thread's own, at grad_w + its share's index x own_stride floats); T = 2r - 1
+   added into grad_w (I, 4, 4, Jp) (the caller's range's own); T = 2r - 1
    factors for r iterations. The same pass does the M-step's side of the backward for the last factor (the first M-step's weights, whose inv is
    given): g_w = [V', V'^2] . right, its sum_i g_w w into out_sum (B, P, Jp) and sum_j g_w R / (n + eps) into out_a
    (B, P, I). */
-int em_vote_grad(int64_t threads, int64_t first_image, int64_t last_image, int64_t P, int64_t I, int64_t Jp, int64_t C,
+int em_vote_grad(int64_t first_image, int64_t last_image, int64_t P, int64_t I, int64_t Jp, int64_t C,
                  const int64_t *child, int64_t T, const float *rows, const float *wtiles, const float *offsets,
                  const float *centre, const Factor *factors, const float *acts, float *grad_rows, float *grad_w,
-                 int64_t own_stride, float *out_sum, float *out_a) {
+                 float *out_sum, float *out_a) {
     if (T < 1 || T > 7 || T % 2 == 0 || !factors[T - 1].inv) return 2;
     const Layer L = pass_layer(P, I, Jp, C, child, wtiles, offsets);
-#pragma omp parallel num_threads(threads) if (threads > 1)
     {
-        const Share share = share_of(first_image, last_image);
+        const Share share = {first_image, last_image};
         const int64_t images = share.last - share.first;
         memset(grad_rows + share.first * 16 * C, 0, sizeof(float) * images * 16 * C);
         memset(out_sum + share.first * P * Jp, 0, sizeof(float) * images * P * Jp);
         BY_WIDTH(grad_images, &L, T, share.first, share.last, rows, centre, factors, acts, grad_rows,
-                 grad_w + share.index * own_stride, out_sum, out_a);
+                 grad_w, out_sum, out_a);
     }
     return 0;
 }
@@ -988,19 +957,17 @@ static inline __attribute__((always_inline)) void back_mstep_images(
    g_assigned = g_w / (n + eps) + g_n: grad_a (B, P, I) += sum_j g_assigned R, and out (B, P, I, Jp) = g_assigned a,
    the gradient dL/dR a that the E-step before receives, and totals (B, C; zeros to begin with) += each child's sum
    over its slots and types of R out, what that E-step's softmax backward subtracts (em_moments takes it there). */
-int em_back_mstep(int64_t threads, int64_t first_image, int64_t last_image, int64_t P, int64_t I, int64_t Jp, int64_t C,
+int em_back_mstep(int64_t first_image, int64_t last_image, int64_t P, int64_t I, int64_t Jp, int64_t C,
                   const int64_t *child, const float *rows, const float *wtiles, const float *offsets,
                   const float *centre, const float *g, const float *R, int64_t r_stride, const float *acts,
                   const float *inv_n, const float *g_amount, float *out, float *grad_a, float *totals) {
     const Layer L = pass_layer(P, I, Jp, C, child, wtiles, offsets);
     int code = 0;
-#pragma omp parallel num_threads(threads) if (threads > 1)
     {
-        const Share share = share_of(first_image, last_image);
+        const Share share = {first_image, last_image};
         const int some = share.first < share.last; /* a thread with no images takes no scratch */
         float *s = some ? (float *)malloc(sizeof(float) * 2 * Jp) : NULL; /* two images' */
         if (some && !s) {
-#pragma omp atomic write
             code = 1;
         } else if (some) {
             BY_WIDTH(back_mstep_images, &L, share.first, share.last, rows, centre, g, R, r_stride, acts, inv_n,
@@ -1015,13 +982,12 @@ int em_back_mstep(int64_t threads, int64_t first_image, int64_t last_image, int6
    Jp) as em_moments and em_estep give them, the centre (B, P, 16, Jp), beta_u and beta_a (Jp) and the J real types,
    writes mean d and variance (B, P, 16, Jp), positive (B, P, 16, Jp; the spread above 0), logit (B, P, Jp), and
    where g is given, the next E-step's g (B, P, 2, 16, Jp) = [-2 d / sigma^2, 1 / sigma^2] and constant (B, P, Jp). */
-int em_fit(int64_t threads, int64_t first_image, int64_t last_image, int64_t P, int64_t Jp, int64_t J,
+int em_fit(int64_t first_image, int64_t last_image, int64_t P, int64_t Jp, int64_t J,
            const float *sums, const float *amount, const float *centre, const float *beta_u, const float *beta_a,
            float scale, float lam, float *mean, float *variance, uint8_t *positive, float *logit, float *g,
            float *constant) {
-#pragma omp parallel num_threads(threads) if (threads > 1)
     {
-        const Share share = share_of(first_image, last_image);
+        const Share share = {first_image, last_image};
         for (int64_t b = share.first; b < share.last; b++)
             for (int64_t p = 0; p < P; p++) {
                 const int64_t at = (b * P + p) * Jp, rows = (b * P + p) * H * Jp, twice = (b * P + p) * 2 * H * Jp;
@@ -1041,16 +1007,15 @@ int em_fit(int64_t threads, int64_t first_image, int64_t last_image, int64_t P, 
    the gradient of its moments g (B, P, 2, 16, Jp), the gradient of n so far (B, P, Jp), 1 / (n + eps) (B, P, Jp),
    for an earlier fit the E-step's right factor -[-2 d / sigma^2, 1 / sigma^2] / 2 (B, P, 2, 16, Jp), and adds
    lam sum g_z into grad_beta_a (Jp) and 16 sum g_cost n scale into grad_beta_u (Jp), one after the other at own
-   (2, Jp; a thread's own at own + its share's index x own_stride). */
-int em_back_fit(int64_t threads, int64_t first_image, int64_t last_image, int64_t P, int64_t Jp, int64_t last,
+   (2, Jp; the caller's range's own). */
+int em_back_fit(int64_t first_image, int64_t last_image, int64_t P, int64_t Jp, int64_t last,
                 const float *amount, const float *mean, const float *variance, const uint8_t *positive, const float *logit,
                 const float *centre, const float *beta_u, float scale, float lam, const float *g_mean,
                 const float *g_a, const float *g_l_sum, const float *g_l_moments, float *g_moments, float *g_amount,
-                float *inverse, float *right, float *own, int64_t own_stride) {
-#pragma omp parallel num_threads(threads) if (threads > 1)
+                float *inverse, float *right, float *own) {
     {
-        const Share share = share_of(first_image, last_image);
-        float *grad_beta_a = own + share.index * own_stride, *grad_beta_u = grad_beta_a + Jp; /* this thread's */
+        const Share share = {first_image, last_image};
+        float *grad_beta_a = own, *grad_beta_u = grad_beta_a + Jp; /* this thread's */
         for (int64_t b = share.first; b < share.last; b++)
             for (int64_t p = 0; p < P; p++)
                 for (int64_t j = 0; j < Jp; j++) {

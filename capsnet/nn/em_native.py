@@ -1,4 +1,5 @@
-"""EM routing on a CPU in compiled C: `em_kernel.c`, built once for this machine and kept in the cache.
+"""EM routing on a CPU in compiled code: `em_kernel.c`'s passes as typed PyTorch operators (`em_kernel.cpp`), built
+once for this machine by `torch.utils.cpp_extension` and kept in the cache.
 
 Hinton, Sabour & Frosst (2018), "Matrix capsules with EM routing", ICLR. https://openreview.net/forum?id=HJWLfGWRb
 
@@ -9,55 +10,63 @@ times faster (`benchmarks/README.md`) in the same float32 arithmetic (the tests 
 builds and loads the kernel and runs a reading (`route`); training takes its passes in `em_native_training`; a
 trace (the dashboard's step-by-step views, which show every vote) keeps the PyTorch path.
 
-The kernel is compiled with the system's C compiler (`$CC`, else cc, gcc or clang) for the CPU it runs on
-(`-march=native`: AVX2, AVX-512, whatever this machine has, chosen here and never assumed; with OpenMP where the
-compiler has it, `OPENMP`) into `$CAPSNET_CACHE_DIR/native/` (default ~/.cache/capsnet), under a name that hashes
-the source, the flags, the compiler and the CPU, written atomically. Where no compiler works, or `CAPSNET_NATIVE=0` is set, `kernel()` is None
-and every layer routes with PyTorch: slower, never different.
+The build is `torch.utils.cpp_extension.load` (ninja, the C++ compiler `$CXX` or c++, torch's headers, and its lock
+between processes, one a killed build releases) for the CPU it runs on (`-march=native`, else plain optimised code:
+FLAG_SETS), in a process of its own that is stopped past BUILD_SECONDS, into `$CAPSNET_CACHE_DIR/native/<name>/`
+(default ~/.cache/capsnet; a private folder of the process's where there is no cache), the name a hash of the
+sources, the flags, the compiler, the CPU and torch. The operators check their arguments and split a batch's images
+over torch's own threads (`at::parallel_for`). The first build says so: a line on stderr, and whatever
+`show_builds_with` was given (the dashboard's spinner). Where no compiler works, or `CAPSNET_NATIVE=0` is
+set, `kernel()` is None and every layer routes with PyTorch: slower, never different.
 """
 
 from __future__ import annotations
 
 import atexit
-import ctypes
+import contextlib
 import functools
 import hashlib
+import json
 import os
 import platform
 import shlex
 import shutil
-import stat
+import signal
 import subprocess
 import sys
 import tempfile
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from capsnet.errors import CapsNetError
-from capsnet.files import atomic_path, cache_dir
+from capsnet.files import cache_dir
 
-SOURCE = Path(__file__).with_name("em_kernel.c")
+SOURCES = (Path(__file__).with_name("em_kernel.cpp"), Path(__file__).with_name("em_kernel.c"))
 NATIVE_ENV = "CAPSNET_NATIVE"  # "0" routes every reading with PyTorch (as where no compiler is found)
-COMPILER_ENV = "CC"
-# the flags tried in turn: the machine's own instructions first, then plain optimised C; each with OPENMP first
+COMPILER_ENV = "CXX"  # the C++ compiler cpp_extension builds with
+# the flags tried in turn: the machine's own instructions first, then plain optimised code; each build with OPENMP
 FLAG_SETS = (
-    ("-O3", "-march=native", "-mprefer-vector-width=512", "-fopenmp-simd", "-fno-math-errno", "-fno-trapping-math"),
-    ("-O3", "-fopenmp-simd", "-fno-math-errno", "-fno-trapping-math"),
+    ("-O3", "-march=native", "-mprefer-vector-width=512", "-fno-math-errno", "-fno-trapping-math"),
+    ("-O3", "-fno-math-errno", "-fno-trapping-math"),
 )
-# The passes split a batch's images over OpenMP's threads themselves, in one call: where torch runs on libgomp (its
-# Linux wheels bundle it, loaded before the kernel), the kernel's library is bound to that one, so its passes run on
-# the very threads torch's operations just ran on. Threads of the kernel's own would be started a call (a quarter of
-# a millisecond) and would share the cores with torch's threads, which spin a few milliseconds after each operation
-# (a training step 13-18% slower). Where the compiler has no OpenMP, the build without it takes a share a thread.
+# at::parallel_for is OpenMP in torch's headers: torch's Linux wheels run on the libgomp they bundle, which the
+# kernel's library then binds to (its threads the ones torch's operations run on)
 OPENMP = ("-fopenmp",)
-COMPILE_SECONDS = 120
-SCRATCH = ".build-"  # a build's scratch folder in the cache: .build-<pid>-<random>
+BUILD_SECONDS = 300  # a build past this is stopped (a compiler that hangs): PyTorch routes
+ABOUT_SECONDS = 20  # a first build's time on a 2-core machine, as the announcement says
+BUILT = "built"  # written in a build's folder once its library loaded in the build's own process
+BUILD = r"""
+import json, sys
+from torch.utils.cpp_extension import load
+name, source, folder, flags, links = json.loads(sys.argv[1])
+load(name, [source], extra_cflags=flags, extra_ldflags=links, build_directory=folder, is_python_module=False)
+"""
 
 
 def enabled() -> bool:
@@ -70,9 +79,23 @@ def _said(message: str) -> None:
     print(f"capsnet: {message}: EM routing runs with PyTorch", file=sys.stderr)
 
 
+def note() -> str:
+    """What a first build says while it runs."""
+    return f"building the EM routing kernel (once per machine, about {ABOUT_SECONDS} s)..."
+
+
+_SHOWN: list[Callable[[str], AbstractContextManager[Any]]] = []
+_ANNOUNCED: list[bool] = []
+
+
+def show_builds_with(show: Callable[[str], AbstractContextManager[Any]]) -> None:
+    """Show a build with `show(note())` around it too (the dashboard's spinner), besides its line on stderr."""
+    _SHOWN[:] = [show]
+
+
 def _compiler() -> list[str] | None:
-    """The C compiler to build with, as a command: $CC (which may carry words of its own, "ccache gcc"), else the
-    first of cc, gcc and clang on the PATH."""
+    """The C++ compiler to build with, as a command: $CXX (which may carry words of its own, "ccache g++"), else the
+    first of c++, g++ and clang++ on the PATH; None (said) where there is none."""
     try:
         named = shlex.split(os.environ.get(COMPILER_ENV, ""))
     except ValueError as error:  # an unbalanced quote
@@ -80,8 +103,24 @@ def _compiler() -> list[str] | None:
         return None
     if named:
         found = shutil.which(named[0])
+        if found is None:
+            _said(f"no C++ compiler ${COMPILER_ENV}={named[0]}")
         return None if found is None else [found, *named[1:]]
-    return next(([found] for name in ("cc", "gcc", "clang") if (found := shutil.which(name))), None)
+    found = next((found for name in ("c++", "g++", "clang++") if (found := shutil.which(name))), None)
+    if found is None:
+        _said("no C++ compiler (c++, g++, clang++ or $CXX)")
+    return None if found is None else [found]
+
+
+def _ninja() -> str | None:
+    """The folder of the ninja cpp_extension builds with: the `ninja` package's, else the PATH's."""
+    try:
+        import ninja
+
+        return str(ninja.BIN_DIR)
+    except ImportError:
+        found = shutil.which("ninja")
+        return None if found is None else str(Path(found).parent)
 
 
 def _cpu() -> str:
@@ -96,174 +135,149 @@ def _cpu() -> str:
 
 def _version(compiler: list[str]) -> str:
     try:
-        return subprocess.run([*compiler, "--version"], capture_output=True, text=True, timeout=30).stdout
+        return subprocess.run(
+            [*compiler, "--version"], capture_output=True, text=True, timeout=min(30, BUILD_SECONDS)
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return ""
 
 
-class _CompilerHangs(Exception):
-    """The compiler ran past COMPILE_SECONDS: no other flags are tried (it would hang again)."""
+class Kernel:
+    """The loaded kernel: its operators (`ops.route`, `ops.moments`, ...: em_kernel.cpp) and the block it pads the
+    parent types to."""
+
+    def __init__(self, name: str, library: Path):
+        torch.ops.load_library(str(library))
+        self.name, self.library = name, library
+        self.ops = getattr(torch.ops, name)
+        self.block = int(self.ops.block())
 
 
-def _digest_path(target: Path) -> Path:
-    return target.with_name(target.name + ".sha256")
+class _BuildHangs(Exception):
+    """The build ran past BUILD_SECONDS: no other flags are tried (it would hang again)."""
 
 
-def _trusted(target: Path) -> bool:
-    """Whether the cached library at `target` may be loaded: a regular file (not a link) and its folder this user's
-    own, written by nobody else, and its bytes those its build recorded (a truncated or replaced file is built
-    again: loading one killed the process with SIGBUS)."""
-    try:
-        folder, info = os.stat(target.parent), os.lstat(target)
-        recorded = _digest_path(target).read_text().strip()
-    except OSError:
-        return False
-    owner = os.getuid() if hasattr(os, "getuid") else info.st_uid
-    for entry in (folder, info):
-        if entry.st_uid != owner or entry.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            return False
-    return stat.S_ISREG(info.st_mode) and hashlib.sha256(target.read_bytes()).hexdigest() == recorded
-
-
-def _build(compiler: list[str], flags: tuple[str, ...], target: Path) -> ctypes.CDLL | None:
-    """Compile SOURCE and load it, kept at `target` (written atomically, with its SHA-256 beside it) where the cache
-    can be written, else loaded from where it was built; None where the compiler fails or the library does not load.
-    _CompilerHangs where the compiler runs past COMPILE_SECONDS."""
-    # private (0700), in the cache's own folder and named after this process: removed however the build ends, and
-    # what a killed build leaves is swept by the next (`_sweep`), never left in the shared temporary folder
-    with _scratch(target.parent) as scratch:
-        built = Path(scratch) / "em_kernel.so"
-        command = [*compiler, *flags, "-fPIC", "-shared", "-o", str(built), str(SOURCE), "-lm"]
+def _build(compiler: list[str], flags: tuple[str, ...], name: str, folder: Path) -> bool:
+    """Build the kernel into `folder` (cpp_extension's build folder for `name`) in a process of its own; whether it
+    built and loaded there. _BuildHangs where it runs past BUILD_SECONDS."""
+    env = dict(os.environ, CXX=shlex.join(compiler), PATH=os.pathsep.join([str(_ninja()), os.environ.get("PATH", "")]))
+    arguments = json.dumps([name, str(SOURCES[0]), str(folder), [*flags, *OPENMP], list(OPENMP)])
+    if not _ANNOUNCED:  # once a process, whatever flags it goes on to try
+        print(f"capsnet: {note()}", file=sys.stderr, flush=True)
+        _ANNOUNCED.append(True)
+    with _SHOWN[0](note()) if _SHOWN else contextlib.nullcontext():
+        child = subprocess.Popen(
+            [sys.executable, "-c", BUILD, arguments],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # its compiler and ninja go with it when it is stopped
+        )
         try:
-            done = subprocess.run(command, capture_output=True, timeout=COMPILE_SECONDS)
-        except subprocess.TimeoutExpired:
-            raise _CompilerHangs from None
-        except (OSError, subprocess.SubprocessError):
-            return None
-        if done.returncode != 0 or not built.is_file():
-            return None
-        try:
-            with atomic_path(target) as tmp:
-                shutil.copyfile(built, tmp)
-            with atomic_path(_digest_path(target)) as tmp:
-                tmp.write_text(hashlib.sha256(built.read_bytes()).hexdigest())
-            return ctypes.CDLL(str(target))
-        except (OSError, CapsNetError):  # a cache that cannot be written: this process loads its own build
-            try:
-                return ctypes.CDLL(str(built))  # loaded before the folder goes; the mapping outlives the file
-            except OSError:
-                return None
+            return child.wait(timeout=BUILD_SECONDS) == 0
+        except BaseException as stopped:  # past BUILD_SECONDS, or this process interrupted
+            with contextlib.suppress(OSError):
+                os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+            if isinstance(stopped, subprocess.TimeoutExpired):
+                raise _BuildHangs from None
+            raise
 
 
-def _scratch(folder: Path) -> tempfile.TemporaryDirectory[str]:
-    """A private scratch folder in `folder`, named after this process; in the temporary folder where `folder`
-    cannot take one (its library is then loaded from the scratch)."""
+def _name(compiler: list[str], flags: tuple[str, ...], machine: str) -> str:
+    words = [*(source.read_bytes() for source in SOURCES), " ".join((*flags, *OPENMP)).encode(), BUILD.encode()]
+    words.append(" ".join(compiler).encode())
+    words += [machine.encode(), torch.__version__.encode(), sys.version.encode()]
+    return "em_kernel_" + hashlib.sha256(b"\0".join(words)).hexdigest()[:20]
+
+
+def _folder() -> Path:
+    """The user's cache's native/ (made private), else a private folder of this process's, removed at exit."""
     try:
-        return tempfile.TemporaryDirectory(dir=folder, prefix=f"{SCRATCH}{os.getpid()}-")
-    except OSError:
-        return tempfile.TemporaryDirectory()
+        folder = cache_dir() / "native"
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        return folder
+    except (RuntimeError, OSError):  # no home folder, or a cache that cannot be written: never a shared /tmp name
+        private = Path(tempfile.mkdtemp(prefix="capsnet-native-"))
+        atexit.register(shutil.rmtree, private, ignore_errors=True)  # its library is mapped: the file can go
+        return private
 
 
-def _alive(pid: int) -> bool:
+_LOADED: dict[str, Kernel] = {}  # by name: a second library of a name would register its operators twice (abort)
+
+
+def _load_built(name: str, folder: Path) -> Kernel | None:
+    if name in _LOADED:
+        return _LOADED[name]
+    if not (folder / BUILT).is_file():
+        return None
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # another user's process: alive
-        return True
-    return True
-
-
-def _sweep(folder: Path) -> None:
-    """Remove the scratch folders of builds whose process is gone (killed mid-build)."""
-    try:
-        entries = list(folder.glob(f"{SCRATCH}*"))
-    except OSError:
-        return
-    for entry in entries:
-        pid = entry.name[len(SCRATCH) :].split("-")[0]
-        if pid.isdigit() and not entry.is_symlink() and entry.is_dir() and not _alive(int(pid)):
-            shutil.rmtree(entry, ignore_errors=True)
-
-
-def _bind(library: ctypes.CDLL) -> ctypes.CDLL:
-    i64, pointer, f32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_float
-    library.em_block.restype = i64
-    library.em_block.argtypes = []
-    library.em_openmp.restype = ctypes.c_int
-    library.em_openmp.argtypes = []
-    # every entry that takes images first takes the threads to split them over (`in_parallel`)
-    library.em_route.restype = ctypes.c_int
-    library.em_route.argtypes = [i64] * 12 + [pointer] * 12 + [f32, f32, pointer, pointer]
-    for name in ("em_moments", "em_estep", "em_vote_grad"):
-        getattr(library, name).restype = ctypes.c_int
-    library.em_moments.argtypes = [*[i64] * 7, *[pointer] * 6, i64, *[pointer] * 5]
-    library.em_estep.argtypes = [*[i64] * 7, *[pointer] * 8, i64, f32, *[pointer] * 4]
-    for name in ("em_back_mstep", "em_back_fit", "em_fit"):
-        getattr(library, name).restype = ctypes.c_int
-    library.em_fit.argtypes = [*[i64] * 6, *[pointer] * 5, f32, f32, *[pointer] * 6]
-    library.em_back_fit.argtypes = [*[i64] * 6, *[pointer] * 7, f32, f32, *[pointer] * 9, i64]
-    library.em_back_mstep.argtypes = [*[i64] * 7, *[pointer] * 7, i64, *[pointer] * 6]
-    library.em_vote_grad.argtypes = [*[i64] * 7, pointer, i64, *[pointer] * 8, i64, pointer, pointer]
-    return library
+        kernel = Kernel(name, folder / f"{name}.so")
+    except (OSError, RuntimeError, AttributeError):  # damaged, or without the kernel's operators: built again
+        return None
+    _LOADED[name] = kernel
+    return kernel
 
 
 @functools.lru_cache(maxsize=1)
-def _load() -> ctypes.CDLL | None:
+def _load() -> Kernel | None:
     compiler = _compiler()
     if compiler is None:
         return None
-    source = SOURCE.read_bytes()
+    if _ninja() is None:
+        _said("ninja is not installed (pip install ninja)")
+        return None
     machine = _cpu() + _version(compiler)
-    try:
-        folder = cache_dir() / "native"
-    except RuntimeError:  # no home folder to keep it in: a private folder of this process's (a shared, predictable
-        folder = Path(tempfile.mkdtemp(prefix="capsnet-native-"))  # /tmp name let another user plant a library)
-        atexit.register(shutil.rmtree, folder, ignore_errors=True)  # its library is mapped: the file can go
-    try:
-        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    except OSError:
-        pass  # _build loads its own build where the cache cannot be written
-    _sweep(folder)
-    for flags in dict.fromkeys(flags for chosen in FLAG_SETS for flags in ((*chosen, *OPENMP), chosen)):
-        words = [source, " ".join(flags).encode(), " ".join(compiler).encode(), machine.encode()]
-        digest = hashlib.sha256(b"\0".join(words)).hexdigest()[:24]
-        target = folder / f"em_kernel-{digest}.so"
-        library = None
-        if _trusted(target):
-            try:
-                library = _bind(ctypes.CDLL(str(target)))
-            except (OSError, AttributeError):  # damaged, or without the kernel's entries: built again
-                library = None
-        if library is None:
-            try:
-                built = _build(compiler, flags, target)
-            except _CompilerHangs:
-                _said(f"the C compiler ran past {COMPILE_SECONDS} s")
-                return None
-            try:
-                library = None if built is None else _bind(built)
-            except AttributeError:  # a "compiler" that made a library without the kernel's entries
-                library = None
-        if library is not None:
-            return library
+    root = _folder()
+    for flags in FLAG_SETS:
+        name = _name(compiler, flags, machine)
+        folder = root / name
+        kernel = _load_built(name, folder)
+        if kernel is not None:
+            return kernel
+        try:
+            folder.mkdir(exist_ok=True, mode=0o700)
+            built = _build(compiler, flags, name, folder)
+        except _BuildHangs:
+            _said(f"the kernel's build ran past {BUILD_SECONDS} s")
+            return None
+        except OSError:
+            built = False
+        if built:
+            with contextlib.suppress(OSError):
+                (folder / BUILT).write_text(" ".join(flags))
+            kernel = _load_built(name, folder)
+            if kernel is not None:
+                return kernel
+    _said("the EM routing kernel did not build with " + " ".join(compiler))
     return None
 
 
-def kernel() -> ctypes.CDLL | None:
+_LOADING = threading.Lock()  # one build at a time in a process (the dashboard's sessions)
+_ASKED: list[bool] = []  # whether a layer asked for the kernel in this process
+
+
+def kernel() -> Kernel | None:
     """The compiled kernel, built on first use; None where it is turned off ($CAPSNET_NATIVE=0) or cannot be built
     (then every layer routes with PyTorch)."""
-    return _load() if enabled() else None
+    _ASKED[:] = [True]
+    if not enabled():
+        return None
+    with _LOADING:
+        return _load()
 
 
-def address(x: Tensor | None) -> int | None:
-    return None if x is None else x.data_ptr()
+def routing_path() -> str:
+    """The EM routing this process runs on a CPU: "kernel" where it has the kernel, "pytorch" where the kernel was
+    asked for and is turned off or cannot be had, "" where nothing asked (no EM network)."""
+    if not _ASKED:
+        return ""
+    return "kernel" if enabled() and _load.cache_info().currsize > 0 and _load() is not None else "pytorch"
 
 
-def padded_types(library: ctypes.CDLL, parents: int) -> int:
+def padded_types(library: Kernel, parents: int) -> int:
     """J rounded up to the kernel's block: every inner loop of the kernel is whole vectors."""
-    block = int(library.em_block())
-    return -(-parents // block) * block
+    return -(-parents // library.block) * library.block
 
 
 def tiles_of(weights: Tensor, padded: int) -> Tensor:
@@ -271,71 +285,8 @@ def tiles_of(weights: Tensor, padded: int) -> Tensor:
     return F.pad(weights.permute(0, 2, 3, 1), (0, padded - weights.shape[1])).contiguous()
 
 
-# A training step's tensors of one number a vote (B, P, I, Jp: 59 MB a step's ConvCaps1 at batch 64) are bigger than
-# glibc ever serves from its heap, so each is a fresh mapping whose every page faults and is zeroed when the kernel
-# first writes it: half again a pass's time (13 ms of 25 for 30 MB on one core). `reusable` hands back one that no
-# one holds any longer (the step before's), a few shapes a thread at most.
-_REUSED = threading.local()
-REUSED_SHAPES = 4  # the last shapes asked for that keep their tensors (two layers' and a smaller last batch's)
-
-
-def reusable(*shape: int) -> Tensor:
-    """An uninitialised float32 tensor of `shape`: one this thread made before and nothing refers to any more where
-    there is one (held here only: the list and the loop's name), else a new one, kept for later."""
-    kept: dict[tuple[int, ...], list[Tensor]] = _REUSED.__dict__.setdefault("kept", {})
-    tensors = kept.pop(shape, [])
-    kept[shape] = tensors  # the latest shape last: the oldest is dropped first
-    while len(kept) > REUSED_SHAPES:
-        del kept[next(iter(kept))]
-    for tensor in tensors:
-        if sys.getrefcount(tensor) <= 3:  # the list, `tensor` and getrefcount's own argument
-            return tensor
-    tensor = torch.empty(shape, dtype=torch.float32)
-    tensors.append(tensor)
-    return tensor
-
-
-def _threads(batch: int) -> int:
-    """The threads a batch's images are split over: torch's, at most one an image."""
-    return max(1, min(torch.get_num_threads(), batch))
-
-
-def _run(library: ctypes.CDLL, batch: int, work: Callable[[int, int, int, int], int]) -> None:
-    """`work(threads, first, last, share)` over the batch's images: one call (share 0) with `threads` where the
-    kernel splits them over OpenMP's threads itself (`OPENMP`), else a call a share (threads 1), each on a thread of
-    its own (the kernel runs without the GIL: ctypes releases it); MemoryError where scratch memory could not be had."""
-    threads = _threads(batch)
-    if threads == 1 or library.em_openmp():
-        codes = [work(threads, 0, batch, 0)]
-    else:
-        per = -(-batch // threads)
-        shares = [(n, min(batch, n + per)) for n in range(0, batch, per)]
-        with ThreadPoolExecutor(len(shares)) as pool:
-            codes = list(pool.map(lambda n: work(1, *shares[n], n), range(len(shares))))
-    if any(codes):
-        raise MemoryError(f"EM routing's kernel could not run a batch of {batch} (code {max(codes)})")
-
-
-def in_parallel(library: ctypes.CDLL, batch: int, images: Callable[[int, int, int], int]) -> None:
-    """`images(threads, first, last)` over the batch on torch's threads, each a share of the images (`_run`)."""
-    if batch > 0:
-        _run(library, batch, lambda threads, first, last, share: images(threads, first, last))
-
-
-def summed_in_parallel(
-    library: ctypes.CDLL, batch: int, shape: tuple[int, ...], images: Callable[[int, int, int, Tensor], int]
-) -> Tensor:
-    """`images(threads, first, last, own)` over the batch as `in_parallel` runs it, each share adding into a float32
-    tensor of `shape` of its own (zeros to begin with; the kernel finds a thread's at own + its share's index x
-    `shape`'s size), so that no two threads add into the same numbers: their sum."""
-    own = torch.zeros(_threads(batch), *shape, dtype=torch.float32)
-    if batch > 0:
-        _run(library, batch, lambda threads, first, last, share: images(threads, first, last, own[share]))
-    return own.sum(dim=0)
-
-
 def route(
-    library: ctypes.CDLL,
+    library: Kernel,
     grid: Tensor,
     activations: Tensor,
     weights: Tensor,
@@ -352,7 +303,7 @@ def route(
     every: bool = False,
     start: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """EM routing of one layer for a batch, on torch's threads (each a share of the images).
+    """EM routing of one layer for a batch, on torch's threads (each a share of the images: `em_kernel.cpp`).
 
     Args:
         grid: each child's pose by rows, (B, 4, C, 4) (`child_rows`); activations: each slot's child's, (B, P, I).
@@ -386,20 +337,10 @@ def route(
     out_mean = torch.empty(kept, batch, positions, parents, 16, dtype=f32)
     out_a = torch.empty(kept, batch, positions, parents, dtype=f32)
     temperatures = torch.tensor(lambdas, dtype=f32)
-    slots, even = slots.contiguous(), even.to(f32).contiguous()
-    arguments = (
-        address(grid), address(activations), address(tiles), address(offsets), address(centre),
-        address(child_index), address(slots), address(start), address(even), address(beta_u), address(beta_a),
-        address(temperatures), scale, log_floor, address(out_mean), address(out_a),
+    library.ops.route(
+        grid, activations, tiles, offsets, centre, child_index, slots.contiguous(), start, even.to(f32).contiguous(),
+        beta_u, beta_a, temperatures, scale, log_floor, out_mean, out_a,
     )  # fmt: skip
-
-    def images(threads: int, first: int, last: int) -> int:
-        return int(library.em_route(
-            threads, batch, first, last, positions, slot_count, parents, padded, grid.shape[2], slots.shape[1], rounds,
-            int(every), *arguments,
-        ))  # fmt: skip
-
-    in_parallel(library, batch, images)
     if every:
         return out_mean, out_a
     return out_mean[0], out_a[0]

@@ -29,7 +29,6 @@ type gets no assignment and is cut from the results).
 
 from __future__ import annotations
 
-import ctypes
 from typing import Any
 
 import torch
@@ -48,22 +47,19 @@ def supports(iterations: int) -> bool:
 
 
 class _Passes:
-    """The kernel's passes over one layer's votes for one batch, each on torch's threads."""
+    """The kernel's passes over one layer's votes for one batch, each on torch's threads (`em_kernel.cpp`)."""
 
     def __init__(
-        self, library: ctypes.CDLL, grid: Tensor, tiles: Tensor, offsets: Tensor | None, centre: Tensor, child: Tensor
-    ):
-        self.library, self.grid, self.tiles, self.offsets, self.centre, self.child = (
-            library, grid, tiles, offsets, centre, child
+        self, library: em_native.Kernel, grid: Tensor, tiles: Tensor, offsets: Tensor | None, centre: Tensor,
+        child: Tensor,
+    ):  # fmt: skip
+        self.ops, self.grid, self.tiles, self.offsets, self.centre, self.child = (
+            library.ops, grid, tiles, offsets, centre, child
         )  # fmt: skip
         self.batch, _, self.children, _ = grid.shape
         self.positions, self.slots = child.shape
         self.padded = tiles.shape[-1]
-        a = em_native.address
-        self.common = (a(grid), a(tiles), a(offsets), a(centre))
-
-    def _sizes(self, first: int, last: int) -> tuple[Any, ...]:
-        return first, last, self.positions, self.slots, self.padded, self.children, self.child.data_ptr()
+        self.common = (child, grid, tiles, offsets, centre)
 
     def moments(
         self, weights: Tensor, scale: Tensor | None = None, softmax: tuple[Tensor, Tensor] | None = None
@@ -72,30 +68,24 @@ class _Passes:
         for every image alike, times scale (B, P, I) where given. With `softmax` (an E-step's R (B, P, I, Jp) and
         each child's sum of R g (B, C), as `back_mstep` gives it), the weights are g = dL/dR a (the caller's own) and
         w the softmax's backward g_l = R (g - the child's sum), written over g."""
-        weights = weights.contiguous()
-        stride = 0 if weights.shape[0] == 1 else weights[0].numel()
         scale = None if scale is None else scale.contiguous()
         assign, totals = (None, None) if softmax is None else (x.contiguous() for x in softmax)
         out = torch.empty(self.batch, self.positions, 2, 16, self.padded, dtype=torch.float32)
         amount = torch.empty(self.batch, self.positions, self.padded, dtype=torch.float32)
-        a = em_native.address
-        em_native.in_parallel(self.library, self.batch, lambda threads, first, last: self.library.em_moments(
-            threads, *self._sizes(first, last), *self.common, weights.data_ptr(), stride, a(scale), a(assign), a(totals),
-            out.data_ptr(), amount.data_ptr()))  # fmt: skip
+        self.ops.moments(*self.common, weights.contiguous(), scale, assign, totals, out, amount)
         return out, amount
 
     def estep(self, vectors: Tensor, constant: Tensor, slots: Tensor, scale: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """R (B, P, I, Jp), each child's softmax over its parents of constant - [V', V'^2] . g / 2: vectors (B, P, 2,
         16, Jp) = g, constant (B, P, Jp), slots (C, S) each child's slots (`em_native.slot_table`); and in the same
         pass the next M-step's moments of R times scale (B, P, I), as `moments` gives them."""
-        vectors, constant, scale = vectors.contiguous(), constant.contiguous(), scale.contiguous()
-        out = em_native.reusable(self.batch, self.positions, self.slots, self.padded)  # the step before's, if free
+        out = torch.empty(self.batch, self.positions, self.slots, self.padded, dtype=torch.float32)
         sums = torch.empty(self.batch, self.positions, 2, 16, self.padded, dtype=torch.float32)
         amount = torch.empty(self.batch, self.positions, self.padded, dtype=torch.float32)
-        em_native.in_parallel(self.library, self.batch, lambda threads, first, last: self.library.em_estep(
-            threads, *self._sizes(first, last), *self.common, vectors.data_ptr(), constant.data_ptr(), slots.data_ptr(),
-            slots.shape[1], LOG_WEIGHT_FLOOR, out.data_ptr(), scale.data_ptr(), sums.data_ptr(),
-            amount.data_ptr()))  # fmt: skip
+        self.ops.estep(
+            *self.common, vectors.contiguous(), constant.contiguous(), slots, LOG_WEIGHT_FLOOR, out,
+            scale.contiguous(), sums, amount,
+        )  # fmt: skip
         return out, sums, amount
 
     def back_mstep(
@@ -111,16 +101,10 @@ class _Passes:
         P, 2, 16, Jp), R (B, P, I, Jp), a (B, P, I), 1 / (n + eps) and the gradient of n so far (B, P, Jp), adds the
         activations' share into grad_a (B, P, I) and returns dL/dR a (B, P, I, Jp), what the E-step before receives,
         and each child's sum of R dL/dR a over its slots and types (B, C), what that E-step's softmax subtracts."""
-        vectors, assignment, activations, inverse, g_amount = (
-            x.contiguous() for x in (vectors, assignment, activations, inverse, g_amount)
-        )  # fmt: skip
-        stride = 0 if assignment.shape[0] == 1 else assignment[0].numel()
-        out = em_native.reusable(self.batch, self.positions, self.slots, self.padded)
+        out = torch.empty(self.batch, self.positions, self.slots, self.padded, dtype=torch.float32)
         totals = torch.zeros(self.batch, self.children, dtype=torch.float32)
-        em_native.in_parallel(self.library, self.batch, lambda threads, first, last: self.library.em_back_mstep(
-            threads, *self._sizes(first, last), *self.common, vectors.data_ptr(), assignment.data_ptr(), stride,
-            activations.data_ptr(), inverse.data_ptr(), g_amount.data_ptr(), out.data_ptr(), grad_a.data_ptr(),
-            totals.data_ptr()))  # fmt: skip
+        given = (x.contiguous() for x in (vectors, assignment, activations, inverse, g_amount))
+        self.ops.back_mstep(*self.common, *given, out, grad_a, totals)
         return out, totals
 
     def fit(
@@ -145,10 +129,10 @@ class _Passes:
         logit = torch.empty(self.batch, self.positions, self.padded, dtype=torch.float32)
         g = torch.empty(self.batch, self.positions, 2, 16, self.padded, dtype=torch.float32) if estep else None
         constant = torch.empty_like(logit) if estep else None
-        a = em_native.address
-        em_native.in_parallel(self.library, self.batch, lambda threads, first, last: self.library.em_fit(
-            threads, first, last, self.positions, self.padded, parents, a(sums), a(amount), a(self.centre), a(beta_u),
-            a(beta_a), scale, lam, a(mean), a(variance), a(positive), a(logit), a(g), a(constant)))  # fmt: skip
+        self.ops.fit(
+            sums, amount, self.centre, beta_u.contiguous(), beta_a.contiguous(), parents, scale, lam, mean, variance,
+            positive, logit, g, constant,
+        )  # fmt: skip
         weights = None if g is None or constant is None else (g, constant)
         return (amount, mean, variance, positive, logit), weights
 
@@ -166,53 +150,40 @@ class _Passes:
         g_l [V', V'^2] (B, P, 2, 16, Jp)). Returns the gradient of the moments (B, P, 2, 16, Jp), of n (B, P, Jp),
         1 / (n + eps) (B, P, Jp), the E-step's right factor (B, P, 2, 16, Jp; None for the last fit) and the
         gradients of beta_a and beta_u (Jp)."""
-        amount, mean, variance, positive, logit = (x.contiguous() for x in fit)
         shape = (self.batch, self.positions, 2, 16, self.padded)
         g_moments = torch.empty(shape, dtype=torch.float32)
         right = None if last is not None else torch.empty(shape, dtype=torch.float32)
         g_amount = torch.empty(self.batch, self.positions, self.padded, dtype=torch.float32)
         inverse = torch.empty_like(g_amount)
         given = [x.contiguous() for x in (last if last is not None else after)]  # type: ignore[union-attr]
-        a = em_native.address
-
-        def images(threads: int, first: int, last_: int, betas: Tensor) -> int:  # (2, Jp): a share's beta_a, beta_u
-            return int(self.library.em_back_fit(
-                threads, first, last_, self.positions, self.padded, int(last is not None), a(amount), a(mean), a(variance),
-                a(positive), a(logit), a(self.centre), a(beta_u), scale, lam,
-                *((a(given[0]), a(given[1]), None, None) if last is not None else (None, None, a(given[0]), a(given[1]))),
-                a(g_moments), a(g_amount), a(inverse), a(right), a(betas), betas.numel(),
-            ))  # fmt: skip
-
-        sums = em_native.summed_in_parallel(self.library, self.batch, (2, self.padded), images)
+        from_last = (*given, None, None) if last is not None else (None, None, *given)
+        own = _own(2, self.padded)  # (threads, 2, Jp): each thread's beta_a, beta_u gradients
+        self.ops.back_fit(
+            *(x.contiguous() for x in fit), self.centre, beta_u.contiguous(), scale, lam, *from_last, g_moments,
+            g_amount, inverse, right, own,
+        )  # fmt: skip
+        sums = own.sum(dim=0)
         return g_moments, g_amount, inverse, right, sums[0], sums[1]
 
     def vote_grad(self, factors: list[Factor], activations: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """dL/d grid (B, 4, C, 4) and dL/d tiles (I, 4, 4, Jp) from the gradient of [V', V'^2], the sum of the
         factors, and with them the M-step's side of the last factor's (the first M-step's weights): sum_i g_w w (B,
-        P, Jp) and sum_j g_w R / (n + eps) (B, P, I), g_w = [V', V'^2] . its right. Each share of the batch adds into
-        its own W gradient (`em_native.summed_in_parallel`)."""
-        table = (_FactorStruct * len(factors))(*(f.struct() for f in factors))
-        activations = activations.contiguous()
+        P, Jp) and sum_j g_w R / (n + eps) (B, P, I), g_w = [V', V'^2] . its right. Each thread adds into its own W
+        gradient, summed here."""
         grad_grid = torch.empty_like(self.grid)
         sums = torch.empty(self.batch, self.positions, self.padded, dtype=torch.float32)
         assigned = torch.empty(self.batch, self.positions, self.slots, dtype=torch.float32)
-
-        def images(threads: int, first: int, last: int, grad_tiles: Tensor) -> int:  # a share's own W gradient
-            return int(self.library.em_vote_grad(
-                threads, *self._sizes(first, last), len(factors), *self.common, ctypes.addressof(table),
-                activations.data_ptr(), grad_grid.data_ptr(), grad_tiles.data_ptr(), grad_tiles.numel(),
-                sums.data_ptr(), assigned.data_ptr(),
-            ))  # fmt: skip
-
-        grad_tiles = em_native.summed_in_parallel(self.library, self.batch, tuple(self.tiles.shape), images)
-        return grad_grid, grad_tiles, sums, assigned
+        own = _own(*self.tiles.shape)
+        self.ops.vote_grad(
+            *self.common, [f.base for f in factors], [f.right for f in factors], [f.inverse for f in factors],
+            activations.contiguous(), grad_grid, own, sums, assigned,
+        )  # fmt: skip
+        return grad_grid, own.sum(dim=0), sums, assigned
 
 
-class _FactorStruct(ctypes.Structure):
-    """em_kernel.c's Factor."""
-
-    _fields_ = [("base", ctypes.c_void_p), ("stride", ctypes.c_int64), ("inv", ctypes.c_void_p),
-                ("right", ctypes.c_void_p)]  # fmt: skip
+def _own(*shape: int) -> Tensor:
+    """Zeros (threads, *shape): a row for each of torch's threads to add into (no two add into the same numbers)."""
+    return torch.zeros(torch.get_num_threads(), *shape, dtype=torch.float32)
 
 
 class Factor:
@@ -223,13 +194,9 @@ class Factor:
         self.base, self.right = base.contiguous(), right.contiguous()
         self.inverse = None if inverse is None else inverse.contiguous()
 
-    def struct(self) -> _FactorStruct:
-        stride = 0 if self.base.shape[0] == 1 else self.base[0].numel()
-        return _FactorStruct(self.base.data_ptr(), stride, em_native.address(self.inverse), self.right.data_ptr())
-
 
 def route(
-    library: ctypes.CDLL,
+    library: em_native.Kernel,
     grid: Tensor,
     activations: Tensor,
     weights: Tensor,
@@ -257,7 +224,7 @@ class NativeEMRouting(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, grid: Tensor, activations: Tensor, weights: Tensor, beta_u: Tensor, beta_a: Tensor,
                 offsets: Tensor | None, centre: Tensor, child_index: Tensor, children: int, iterations: int,
-                library: ctypes.CDLL) -> tuple[Tensor, Tensor]:  # fmt: skip
+                library: em_native.Kernel) -> tuple[Tensor, Tensor]:  # fmt: skip
         parents = weights.shape[1]
         padded = em_native.padded_types(library, parents)
         grid, activations, centre = (x.float().contiguous() for x in (grid, activations, centre))

@@ -10,7 +10,6 @@ in the kernel, never on the position of the kernel: transformation matrices are 
 
 from __future__ import annotations
 
-from ctypes import CDLL
 from dataclasses import dataclass
 
 import torch
@@ -186,7 +185,7 @@ class _KernelInputs:
 
 def _native(
     layer: _EMRoutedLayer,
-    library: CDLL,
+    library: em_native.Kernel,
     poses: Tensor,
     activations: Tensor,
     iterations: int,
@@ -209,7 +208,7 @@ def _native(
 
 
 def _native_training(
-    layer: _EMRoutedLayer, library: CDLL, poses: Tensor, activations: Tensor, iterations: int
+    layer: _EMRoutedLayer, library: em_native.Kernel, poses: Tensor, activations: Tensor, iterations: int
 ) -> tuple[Tensor, Tensor, EMTrace | None]:
     """`layer._route`'s results with gradients from the kernel's passes (`em_native_training.route`)."""
     given = layer._kernel_inputs(poses, activations, em_native.padded_types(library, layer.beta_u.numel()))

@@ -35,6 +35,8 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
+from capsnet.nn import em_native
+
 
 @dataclass(frozen=True)
 class CpuFeatures:
@@ -100,6 +102,7 @@ class Acceleration:
     reason: str  # one sentence: the hardware and what followed from it
     channels_last: bool = False  # the convolutions' weights laid out channels-last (NHWC): `lay_out`
     keep_memory: bool = False  # the memory a step frees kept for the next: `capsnet.memory.keep_freed_memory`
+    em_routing: str = ""  # a CPU's EM routing: "kernel" (`capsnet.nn.em_native`) or "pytorch"; "" for the others
 
     @property
     def precision(self) -> str:
@@ -169,6 +172,7 @@ def choose_acceleration(
         reason=f"{reason}; {', '.join(forced)} as asked" if forced else reason,
         channels_last=amp and device.type == "cpu",  # bf16 convolutions on a CPU: faster in NHWC
         keep_memory=device.type == "cpu" and features is not None and features.glibc,
+        em_routing=em_native.routing_path() if device.type == "cpu" else "",  # the kernel is a CPU's
     )
 
 
