@@ -6,7 +6,8 @@ capsule saturated for longer than that. So a folder trains:
 
 - at its pictures' own side up to `SIDE` (32), unless --image-size says another;
 - from initial scales that do not saturate: the CapsNet's `official` preset (the official code's 1/32 on
-  PrimaryCaps and its initial weights, as the `multimnist` preset has them), the CNN's and the EM network's own;
+  PrimaryCaps and its initial weights, as the `multimnist` preset has them), the CNN's and the EM
+  network's own (the EM network routing twice, its per-type costs at 10 times the rate);
 - at a batch that suits its size (`batch_for`) and for about `STEPS` optimiser steps, not a fixed count of
   epochs (`epochs_for`: a small folder is seen many times, a large one at least `MIN_EPOCHS` times);
 - on a warm-up to a peak rate, then a cosine decay to zero at the last step (`capsnet.training.schedule`);
@@ -32,6 +33,10 @@ MIN_EPOCHS, MAX_EPOCHS = 3, 200
 PRESETS = {"capsnet": "official", "cnn": "paper", "em": "small"}  # each family's preset for a folder
 PEAK_LR = {"capsnet": 1e-3, "cnn": 1e-3, "em": 1e-2}  # the cosine schedule's peak rate, per family
 WARMUP = 0.05  # the fraction of the steps spent warming up
+# a family's own options: the EM network routes twice (as the em-demo recipe: r = 3 learns less in a short run) and
+# moves its per-type costs beta_u and beta_a at 10 times the rate (each one number per capsule type, which Adam moves
+# by about lr a step): on the shapes folder of benchmarks/bench_folder.py it learns far faster so
+OWN = {"em": {"routing_iterations": 2, "beta_lr": 10.0}}
 SIDE = 32  # pictures are read at this side, or at their own where smaller (a paper CapsNet step at 48 costs 4 times)
 
 
@@ -74,6 +79,7 @@ def folder_values(dataset: str, network: str) -> dict[str, Any]:
         "lr": PEAK_LR.get(network, 1e-3),
         "schedule": "cosine",
         "warmup": WARMUP,
+        **OWN.get(network, {}),
     }
 
 
