@@ -9,7 +9,8 @@ Fashion-MNIST's test pictures in colour on random grounds, `--per-class` of each
 family trains as a user's command line does, `python -m capsnet train --dataset <folder> --network <family>` with no
 other option but where its run goes (`--out`) and a quiet bar (`--no-progress`): the folder recipe
 (`capsnet.training.folder_defaults`). The figures are the run's wall time (start-up and data included) and its
-test accuracy, last and best epoch; the machine is printed first.
+test accuracy, last and best epoch, beside the sidebar form's estimate of its time (a few steps timed first); the
+machine is printed first.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ import torch
 from capsnet.data.datasets import DATASETS, load_dataset, stored_tensors
 from capsnet.data.made_folders import shapes_folder, tinted_folder
 from capsnet.device import describe_device
+from capsnet.runs import estimate
+from capsnet.training.options import TrainOptions
 
 
 def make(kind: str, root: Path, per_class: int, data_dir: str | None) -> list[Path]:
@@ -42,10 +45,19 @@ def make(kind: str, root: Path, per_class: int, data_dir: str | None) -> list[Pa
     return [tinted_folder(root / f"{kind}-{side}", images[keep], labels[keep], classes, side) for side in (32, 48)]
 
 
+def form_estimate(folder: Path, network: str) -> float:
+    """The sidebar form's estimate of the run (`capsnet.runs.estimate`), from a few steps timed now: no run of this
+    network on this folder is recorded yet."""
+    options = TrainOptions.parse_args(["--dataset", str(folder), "--network", network])
+    return estimate.estimate_seconds(options, *estimate.run_examples(options), estimate.measure_speed(options))
+
+
 def train_once(folder: Path, network: str, out: Path) -> dict[str, object]:
-    """One run of the trainer's command line on `folder`: its wall time and test accuracies, last and best."""
+    """One run of the trainer's command line on `folder`: its wall time and test accuracies, last and best, and the
+    form's estimate of its time, made before it."""
     argv = [sys.executable, "-m", "capsnet", "train", "--dataset", str(folder), "--network", network,
             "--no-progress", "--out", str(out)]  # fmt: skip
+    estimated = form_estimate(folder, network)
     start = time.perf_counter()
     done = subprocess.run(argv, capture_output=True, text=True, check=False)
     seconds = time.perf_counter() - start
@@ -55,6 +67,7 @@ def train_once(folder: Path, network: str, out: Path) -> dict[str, object]:
     args = json.loads((out / "args.json").read_text())
     return {
         "seconds": seconds,
+        "estimated": estimated,
         "last": records[-1]["test_accuracy"],
         "best": max(r["test_accuracy"] for r in records),
         "epochs": len(records),
@@ -72,7 +85,8 @@ def main() -> int:
     args = parser.parse_args()
     print(f"{describe_device(torch.device('cpu'))}, {torch.get_num_threads()} threads of {os.cpu_count()} cores, "
           f"{platform.python_version()}, torch {torch.__version__}", flush=True)  # fmt: skip
-    print("| folder | network | setting | epochs | test accuracy, last (best) | wall time |\n|---|---|---|---|---|---|")
+    print("| folder | network | setting | epochs | test accuracy, last (best) | wall time | form's estimate |\n"
+          "|---|---|---|---|---|---|---|")  # fmt: skip
     with tempfile.TemporaryDirectory() as scratch:
         for kind in args.folders:
             for folder in make(kind, Path(scratch), args.per_class, args.data_dir):
@@ -83,7 +97,7 @@ def main() -> int:
                         continue
                     print(f"| {folder.name} | {network} | {got['setting']} | {got['epochs']} | "
                           f"{100 * float(got['last']):.1f}% ({100 * float(got['best']):.1f}%) | "  # type: ignore[arg-type]
-                          f"{got['seconds']:.0f} s |", flush=True)  # fmt: skip
+                          f"{got['seconds']:.0f} s | {got['estimated']:.0f} s |", flush=True)  # fmt: skip
     return 0
 
 
