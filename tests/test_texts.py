@@ -110,7 +110,10 @@ def test_the_novelty_promise_says_what_it_cannot_tell_from_a_digit() -> None:
     (the promise changed to what the shipped model does)."""
     assert "many letters (an X, an H)" in novelty_texts.NOVELTY
     assert "an A\ncan pass as a 4 and a bar as a 7 (the EM model: as a 1)" in novelty_texts.NOVELTY
-    assert "a photo of noise" in novelty_texts.NOVELTY and "the shipped EM model also\nflags a smiley" in novelty_texts.NOVELTY
+    assert (
+        "a photo of noise" in novelty_texts.NOVELTY
+        and "the shipped EM model also\nflags a smiley" in novelty_texts.NOVELTY
+    )
     assert "a letter." not in novelty_texts.NOVELTY
 
 
