@@ -59,7 +59,7 @@ def test_a_folder_run_is_estimated_on_its_own_pictures(shapes: Path) -> None:
     assert seconds == pytest.approx(options.epochs * (128 / 100 + 32 / 300))
 
 
-@pytest.mark.parametrize(("network", "epochs", "least"), [("capsnet", 10, 0.8), ("cnn", 25, 0.6)])
+@pytest.mark.parametrize(("network", "epochs", "least"), [("capsnet", 10, 0.8), ("cnn", 25, 0.6), ("em", 15, 0.6)])
 def test_each_family_learns_an_easy_shapes_folder_with_its_defaults(
     shapes: Path, network: str, epochs: int, least: float, tmp_path: Path
 ) -> None:
