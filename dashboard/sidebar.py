@@ -217,7 +217,8 @@ def train_form() -> None:
             )  # fmt: skip
             c3, c4 = st.columns(2)
             beta_lr = c3.number_input(
-                "β learning rate ×", *form.BETA_LR, value=d.beta_lr, step=1.0, format="%g", key="train_beta_lr",
+                "β learning rate ×", *form.BETA_LR, value=d.beta_lr, step=1.0, format="%g",
+                key=_key("train_beta_lr", scope if recipe == FOLDER_RECIPE else ""),  # a folder's EM defaults: its own
                 help="EM networks only (the others ignore it): each capsule layer's costs β_u and β_a, one number per "
                 "capsule type, learn at this multiple of the learning rate (the shipped EM model's last run: 100).",
             )  # fmt: skip

@@ -62,3 +62,15 @@ def test_a_named_folder_shows_its_own_counts_defaults_and_time(app_dirs, shapes:
     seconds = options.epochs * (32 / 100 + 8 / 300)
     captions = " ".join(c.value for c in at.sidebar.caption)
     assert f"about {texts.format_duration(seconds)} for {options.epochs} epochs" in captions, captions
+
+
+def test_the_forms_defaults_follow_the_network_chosen_for_a_folder(app_dirs, shapes: Path) -> None:  # noqa: F811
+    """The EM network on a folder routes twice with its costs at 10 times the rate: the form shows its own."""
+    em = TrainOptions.parse_args(["--dataset", str(shapes), "--network", "em"])
+    at = _app()
+    at.sidebar.text_input(key="train_folder").set_value(str(shapes)).run()
+    next(s for s in at.sidebar.selectbox if s.label == "Model").set_value(("em", em.preset)).run()
+    assert not at.exception, [e.stack_trace for e in at.exception]
+    assert _field(at, "Routing iterations").value == em.routing_iterations == 2
+    assert _field(at, "β learning rate ×").value == em.beta_lr == 10.0
+    assert _field(at, "Peak learning rate").value == pytest.approx(em.lr)
