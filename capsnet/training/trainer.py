@@ -260,9 +260,10 @@ def _said(
 
 
 def say_warning(run: Run, watch: CollapseWatch, force: bool = False) -> None:
-    """Put the watch's sign that the run is not learning (or its end) in progress.json, and in the log when new."""
+    """Put the watch's sign that the run is not learning (or its end) in progress.json, and in the log when it
+    appears (not again while it stays)."""
     if watch.warning != run.progress.progress.warning:
-        if watch.warning and run.env.is_main:
+        if watch.warning and not run.progress.progress.warning and run.env.is_main:
             print(f"warning: {watch.warning}", flush=True)
         run.progress.update(force=force, warning=watch.warning)
 
