@@ -99,6 +99,11 @@ def _key(name: str, scope: str) -> str:
     return f"{name}_{scope}" if scope else name
 
 
+def _beta(scope: str) -> str:
+    """The β field's key: one for every recipe but the folder's, whose EM network has its own default (`form.scope`)."""
+    return _key("train_beta_lr", scope if scope.startswith(FOLDER_RECIPE) else "")
+
+
 FOLDER_KEY, RECIPE_KEY = "train_folder", "train_recipe"
 
 
@@ -217,8 +222,7 @@ def train_form() -> None:
             )  # fmt: skip
             c3, c4 = st.columns(2)
             beta_lr = c3.number_input(
-                "β learning rate ×", *form.BETA_LR, value=d.beta_lr, step=1.0, format="%g",
-                key=_key("train_beta_lr", scope if recipe == FOLDER_RECIPE else ""),  # a folder's EM defaults: its own
+                "β learning rate ×", *form.BETA_LR, value=d.beta_lr, step=1.0, format="%g", key=_beta(scope),
                 help="EM networks only (the others ignore it): each capsule layer's costs β_u and β_a, one number per "
                 "capsule type, learn at this multiple of the learning rate (the shipped EM model's last run: 100).",
             )  # fmt: skip
