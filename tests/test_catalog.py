@@ -108,3 +108,16 @@ def test_links_out_of_the_folders_are_not_listed(tmp_path: Path) -> None:
         "alias.safetensors",
         "inside.safetensors",
     ]
+
+
+def test_a_runs_label_gives_the_epochs_it_ran_and_its_best_apart(tmp_path: Path) -> None:
+    """A 3-epoch run whose best model is its first epoch's was labelled "1 epoch", as if the run had been that long."""
+    torch.manual_seed(0)
+    run_dir = finished_run(tmp_path / "runs", "20250101-000000-mnist", CapsNet(CapsNetConfig.preset("tiny")))
+    lines = [json.dumps({"epoch": n, "test_accuracy": a}) for n, a in ((1, 0.5), (2, 0.4), (3, 0.45))]
+    (run_dir / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    [entry] = catalog.list_checkpoints(tmp_path / "none", tmp_path / "runs")
+    assert entry.label.endswith("run 20250101-000000-mnist, 3 epochs, the best at epoch 1"), entry.label
+    (run_dir / "metrics.jsonl").write_text(lines[0] + "\n")  # a run of one epoch: said once
+    [entry] = catalog.list_checkpoints(tmp_path / "none", tmp_path / "runs")
+    assert entry.label.endswith("run 20250101-000000-mnist, 1 epoch"), entry.label

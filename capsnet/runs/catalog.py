@@ -41,6 +41,9 @@ def checkpoints_dir(path: str | os.PathLike | None = None) -> Path:
     return Path(__file__).resolve().parents[2] / "checkpoints"  # capsnet/runs/catalog.py -> the repository
 
 
+MOST_EPOCHS = 100_000  # metrics lines read to count a run's epochs (a line an epoch)
+
+
 @dataclass
 class CheckpointEntry:
     """A checkpoint the dashboard can open, described from its header alone."""
@@ -55,6 +58,8 @@ class CheckpointEntry:
     run: str = ""
     error: str = ""  # set when the file cannot be read; the entry is then not selectable
     network: str = "capsnet"  # or "cnn", "em"
+    best_epoch: int | None = None  # a run's: the epoch its best model is from
+    run_epochs: int | None = None  # a run's: the epochs it has run
 
     @property
     def name(self) -> str:
@@ -71,7 +76,10 @@ class CheckpointEntry:
         if self.source == "shipped":  # the file is named only when it is not the dataset's own shipped model
             canonical = self.path.name in (f"{self.dataset}.safetensors", f"{self.dataset}-{self.network}.safetensors")
             return f"{title} · {acc} · shipped" + ("" if canonical else f" ({self.path.name})")
-        return f"{title} · {acc} · run {self.run}" + (f", {self.epochs_said}" if self.epochs_said else "")
+        said = self.epochs_said
+        if self.run_epochs and self.best_epoch and self.run_epochs > self.best_epoch and "+" not in said:
+            said = f"{self.run_epochs} epochs, the best at epoch {self.best_epoch}"  # not the run's length
+        return f"{title} · {acc} · run {self.run}" + (f", {said}" if said else "")
 
 
 def _describe(path: Path, source: str, run: str = "") -> CheckpointEntry:
@@ -91,6 +99,7 @@ def _describe(path: Path, source: str, run: str = "") -> CheckpointEntry:
         epochs=info.trained_epochs,
         epochs_said=info.epochs_said({name: d.title for name, d in DATASETS.items()}),
         run=run,
+        best_epoch=info.epochs if run else None,
     )
 
 
@@ -128,7 +137,9 @@ def list_checkpoints(
     for run in run_folders(root):
         checkpoint = run.checkpoint()
         if checkpoint is not None and _inside(checkpoint, runs_root(root)):
-            entries.append(_describe(checkpoint, "run", run.name))
+            entry = _describe(checkpoint, "run", run.name)
+            entry.run_epochs = max((int(m["epoch"]) for m in run.read_metrics(limit=MOST_EPOCHS)), default=None)
+            entries.append(entry)
     return [e for e in entries if e.network in wanted]
 
 
