@@ -101,8 +101,10 @@ def history_in(text: str) -> list[str]:
     return found
 
 
-# the model card still tells its models' lineage by the work sittings that trained them: its rewrite is its own task
+# the model card of the shipped checkpoints: what each model is, how it is trained and what it measures
 MODEL_CARD = REPO / "checkpoints" / "README.md"
+# a calendar date (2026-11-28): the model card names none, since what it tells holds for the files as they are
+DATE = re.compile(r"\b20\d\d-\d\d-\d\d\b")
 
 
 def test_the_project_speaks_of_itself_not_of_how_it_was_made() -> None:
@@ -110,7 +112,7 @@ def test_the_project_speaks_of_itself_not_of_how_it_was_made() -> None:
     entry: it says what the project does and why."""
     found = {}
     for path in project_files():
-        if path in (Path(__file__).resolve(), MODEL_CARD):  # this file's own examples of what the rule finds
+        if path == Path(__file__).resolve():  # this file's own examples of what the rule finds
             continue
         where = history_in(path.read_text(encoding="utf-8", errors="replace"))
         if where:
@@ -118,10 +120,15 @@ def test_the_project_speaks_of_itself_not_of_how_it_was_made() -> None:
     assert not found, f"accounts of how the project was made: {found}"
 
 
-@pytest.mark.xfail(strict=True, reason="the model card tells its runs by numbered work sittings")
 def test_the_model_card_speaks_of_its_models_not_of_how_they_were_made() -> None:
-    """Strict: once the model card says no more than its models and their runs, this passes, and the mark goes."""
-    assert not history_in(MODEL_CARD.read_text(encoding="utf-8"))
+    """The model card says what each shipped model is, how it is trained and what it measures: no issue, no work
+    sitting or session, no dated line (its history is git's)."""
+    text = MODEL_CARD.read_text(encoding="utf-8")
+    assert MODEL_CARD in project_files(), "checkpoints/README.md is not among the files the history check reads"
+    found = history_in(text)
+    found += [f"{n}: {m.group(0)!r}" for n, line in enumerate(text.splitlines(), 1) for m in DATE.finditer(line)]
+    found += [f"{n}: {line.strip()[:60]!r}" for n, line in enumerate(text.splitlines(), 1) if "session" in line.lower()]
+    assert not found, f"checkpoints/README.md tells how its models were made: {found[:5]}"
 
 
 def test_the_history_detector_finds_each_kind() -> None:
