@@ -418,12 +418,13 @@ def test_a_compiler_that_cannot_build_the_kernel_leaves_pytorch_to_route(
     and one line more at most, not a traceback in every EM reading; a hanging build is waited for once, not once per
     set of flags."""
     monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)  # whatever a "compiler" writes where it runs stays out of the working tree
     empty = tmp_path / "empty.c"
     empty.write_text("int nothing(void) { return 0; }\n")
     gcc = shutil.which("cc") or shutil.which("gcc")
     if gcc is None:
         pytest.skip("no C compiler here to make the impostor's library with")
-    impostor = _script(tmp_path / "impostor", f'[ "$1" = --version ] && exit 0; exec {gcc} -shared -fPIC -o "$(echo "$@" | sed "s/.* -o //;s/ .*//")" '
+    impostor = _script(tmp_path / "impostor", f'case " $* " in *" -o "*) ;; *) exit 0;; esac; exec {gcc} -shared -fPIC -o "$(echo "$@" | sed "s/.* -o //;s/ .*//")" '
                                              f"{empty}")  # fmt: skip
     hangs = _script(tmp_path / "hangs", "sleep 30")
     builds: list[str] = []
