@@ -18,7 +18,8 @@ once what it shows has changed (the reconstruction, the iteration, the page's fi
 runs are counted from the server's messages (new_session), less the sidebar fragment's own ticks (is_auto_rerun).
 Prints median, p90, max (ms), the median script runs and websocket KB received per interaction; --out writes every
 sample as JSON.
-Needs $CAPSNET_DATA_DIR (the MNIST test set), Playwright and Chromium.
+Needs $CAPSNET_DATA_DIR (the MNIST test set), Playwright and Chromium; the old app's Draw page needs the canvas it
+was built with (`pip install streamlit-drawable-canvas==0.13.0`; the working tree has its own).
 """
 
 from __future__ import annotations
