@@ -77,8 +77,8 @@ the orange one. Several long capsules mean the network sees several possible cla
 """
 
 
-MARGIN_LATEX = (  # on two lines, neither indented: one line does not fit a narrow column at 1,100 px
-    r"\begin{gathered} L_k = T_k \max(0, m^+ - \lVert v_k \rVert)^2 \\"
+MARGIN_LATEX = (  # on two lines, neither indented, a size smaller: it sits under the Draw page's chart, in its column
+    r"\small\begin{gathered} L_k = T_k \max(0, m^+ - \lVert v_k \rVert)^2 \\"
     r" +\, \lambda (1 - T_k) \max(0, \lVert v_k \rVert - m^-)^2 \end{gathered}"
 )
 

@@ -158,7 +158,9 @@ def _dynamic_reading(
         _verdict(names, prediction, true_class)
     with chart:
         st.plotly_chart(
-            figures.lengths_bar(lengths, names, prediction, config.m_plus, config.m_minus, height=LENGTHS_HEIGHT),
+            figures.lengths_bar(
+                lengths, names, prediction, config.m_plus, config.m_minus, height=LENGTHS_HEIGHT, leaders_only=True
+            ),
             key="lengths_chart",
             config={"displayModeBar": False},
         )
@@ -169,13 +171,13 @@ def _dynamic_reading(
             )
         elif lengths[runner_up] > 0.5:
             st.info(f"Capsule {names[runner_up]} is long too (|v| = {lengths[runner_up]:.2f}): an ambiguous input.")
+        with st.expander(texts.margins_title(config), icon=":material/straighten:"):  # the chart's two lines
+            st.markdown(texts.margins(config))
+            st.latex(texts.MARGIN_LATEX)
     st.divider()
     check_col, redraw_col = st.columns([1, 1.5], gap="large")
     with check_col:
         widgets.not_like_any_class(model, result.reconstruction_error, confidence)
-        with st.expander(texts.margins_title(config), icon=":material/straighten:"):
-            st.markdown(texts.margins(config))
-            st.latex(texts.MARGIN_LATEX)
     with redraw_col:
         knobs(views.dimensions(model, digit, None, REDRAW_LEAD, mode="redraw"), key=REDRAW_KNOBS)
         with st.expander("What is the reconstruction?", icon=":material/brush:"):
@@ -203,7 +205,7 @@ def _any_reading(
     margins = model.network.score_margins(model.config)  # none: no lines drawn, no labels
     with chart:
         st.plotly_chart(figures.lengths_bar(scores, names, prediction, *(margins or (0.9, 0.1)), height=LENGTHS_HEIGHT,
-                                            compact=margins is None, symbol=symbol),
+                                            compact=margins is None, symbol=symbol, leaders_only=True),
                         key="lengths_chart", config={"displayModeBar": False})  # fmt: skip
     if model.redraws:
         st.divider()

@@ -34,15 +34,18 @@ def lengths_bar(
     height: int = 320,
     compact: bool = False,
     symbol: str = "|v|",
+    leaders_only: bool = False,
 ) -> go.Figure:
     """Bar chart of the K digit-capsule lengths |v_j|, the winner highlighted, margins 0.9 and 0.1 marked (not when
-    `compact`). `symbol` names the score in the hover: "a" for the EM network's activations."""
+    `compact`). `symbol` names the score in the hover: "a" for the EM network's activations. `leaders_only`: values
+    written over the winner and the runner-up alone (a narrow column: ten labels would meet), every value in the hover."""
     lengths = np.asarray(lengths, dtype=float).reshape(-1)
     if len(lengths) != len(class_names):
         raise ValueError(f"{len(lengths)} lengths but {len(class_names)} class names")
     winner = int(np.argmax(lengths)) if prediction is None else int(prediction)
     colours = [WINNER if k == winner else OTHER for k in range(len(lengths))]
-    said = [f"{v:.2f}" for v in lengths]
+    leaders = set(np.argsort(-lengths, kind="stable")[:2].tolist()) | {winner} if leaders_only else range(len(lengths))
+    said = [f"{v:.2f}" if k in leaders else "" for k, v in enumerate(lengths)]
     fig = go.Figure(
         go.Bar(
             x=list(class_names),
