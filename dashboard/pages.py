@@ -28,7 +28,11 @@ class PageInfo:
 
 DRAW = PageInfo("app_pages/draw.py", "Draw", ":material/draw:", "")
 ROUTING = PageInfo(
-    "app_pages/routing.py", "Routing", ":material/hub:", "routing", views=(("em", "app_pages/em_routing.py"),)
+    "app_pages/routing.py",
+    "Routing",
+    ":material/hub:",
+    "routing",
+    views=(("em", "app_pages/em_routing.py"), ("attention", "app_pages/attention_routing.py")),
 )
 DIMENSIONS = PageInfo("app_pages/dimensions.py", "Capsule dimensions", ":material/tune:", "dimensions")
 TRANSFORM = PageInfo("app_pages/transform.py", "Transform lens", ":material/rotate_right:", "transform")

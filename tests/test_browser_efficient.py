@@ -1,6 +1,6 @@
 """End-to-end, Efficient-CapsNet: a tiny one trained from MNIST, opened in the real app in headless Chromium. Draw
-reads it and redraws any class in the browser; a page drawn for dynamic routing says in one line that it has no
-view of self-attention routing; Capsule dimensions slides its poses."""
+reads it and redraws any class in the browser; Routing shows its self-attention; Capsule dimensions slides its
+poses."""
 
 from __future__ import annotations
 
@@ -45,8 +45,9 @@ def test_efficient_capsnet_in_the_browser(page, efficient_app: App) -> None:
     expect(redraw.get_by_text(re.compile("from capsule 7"))).to_be_visible()
     assert knob_values(redraw)["capsule"] == 7 and len(knob_values(redraw)["reconstruction"]) == 28 * 28
 
-    go_to(page, "Routing")
-    expect(page.get_by_text("This page has no view of self-attention routing yet")).to_be_visible(timeout=RERUN_MS)
+    go_to(page, "Routing")  # its own view at the Routing page's address: the attention of the one pass
+    expect(page.get_by_role("heading", name="Self-attention routing")).to_be_visible(timeout=RERUN_MS)
+    expect(page.locator(".st-key-attention_map .main-svg").first).to_be_visible(timeout=RERUN_MS)
     go_to(page, "Capsule dimensions")
     sliders = knobs(page, "dimensions").locator("input[type=range]")
     expect(sliders).to_have_count(16, timeout=RERUN_MS)

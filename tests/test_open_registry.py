@@ -82,18 +82,26 @@ def test_efficient_capsnet_trains_from_the_cli_and_opens_on_every_page(app_dirs,
     assert done.returncode == 0, done.stderr
     assert "efficient" in capsnet("train", "--help").stdout
     _walk("efficient-run", "self-attention routing",
-          shown={pages.DRAW.path, pages.EVALUATE.path, pages.TRAINING.path, pages.START.path, pages.DIMENSIONS.path})  # fmt: skip
+          shown={pages.DRAW.path, pages.EVALUATE.path, pages.TRAINING.path, pages.START.path, pages.DIMENSIONS.path,
+                 pages.ROUTING.path}, kind="attention")  # fmt: skip
+    at = AppTest.from_file(APP, default_timeout=180)
+    at.query_params.update(checkpoint="efficient-run", test="0")
+    at.run()
+    at.switch_page(pages.ROUTING.path_for("attention")).run()  # served at the Routing page's address
+    assert [t.value for t in at.title] == ["Self-attention routing"] and len(at.metric) == 1
+    assert {"attention_map", "attention_share"} <= {c.key for c in at.get("plotly_chart")}
 
 
-def _walk(checkpoint: str, routing: str, shown: set[str]) -> None:
+def _walk(checkpoint: str, routing: str, shown: set[str], kind: str = "") -> None:
     """Every page with the model `checkpoint` open: no error anywhere; the `shown` pages read it, the others say
     in one line that they have no view of `routing`."""
     clear_streamlit_caches()
     at = AppTest.from_file(APP, default_timeout=180)
     at.query_params.update(checkpoint=checkpoint, test="0")
     at.run()
-    for page in [pages.DRAW.path] + [p.path for p in pages.PAGES if p is not pages.DRAW]:
-        at.switch_page(page).run()
+    for info in [pages.DRAW] + [p for p in pages.PAGES if p is not pages.DRAW]:
+        page = info.path
+        at.switch_page(info.path_for(kind)).run()  # the page's view for this routing, where it has one
         assert not at.exception, (page, [e.stack_trace for e in at.exception])
         assert not at.error, (page, [e.value for e in at.error])
         notices = [e.value for e in (*at.info, *at.warning) if routing in e.value or "has no decoder" in e.value]
