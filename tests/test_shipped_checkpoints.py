@@ -17,6 +17,7 @@ from capsnet.checkpoints.checkpoint import load_checkpoint
 from capsnet.nn.cnn import CNNConfig
 from capsnet.nn.config import CapsNetConfig
 from capsnet.nn.em_capsnet import EMCapsNetConfig
+from capsnet.nn.registry import NETWORK_NAMES
 from capsnet.readings import affnist, routing_matters
 from capsnet.readings.novelty import NoveltyThresholds
 from capsnet.training.options import stored_network
@@ -47,7 +48,7 @@ def test_a_shipped_file_is_what_its_export_measured(name: str, data_dir: Path) -
     of the 1,000 test examples whose answers the manifest keeps (tests/test_manifest.py checks all 1,000 on one
     file)."""
     entry = manifest.check(CHECKPOINTS / name, CHECKPOINTS, examples=CHECKED.get(name, 400))
-    info = load_checkpoint(CHECKPOINTS / name, networks=("capsnet", "cnn", "em")).info
+    info = load_checkpoint(CHECKPOINTS / name, networks=NETWORK_NAMES).info
     assert entry.test_accuracy == pytest.approx(info.test_accuracy)  # the header's whole-set figure
 
 
