@@ -16,6 +16,7 @@ from capsnet.checkpoints import manifest
 from capsnet.checkpoints.checkpoint import load_checkpoint
 from capsnet.nn.cnn import CNNConfig
 from capsnet.nn.config import CapsNetConfig
+from capsnet.nn.efficient_capsnet import EfficientCapsNetConfig
 from capsnet.nn.em_capsnet import EMCapsNetConfig
 from capsnet.nn.registry import NETWORK_NAMES
 from capsnet.readings import affnist, routing_matters
@@ -140,6 +141,21 @@ def test_shipped_em_model() -> None:
     assert sum(info.per_class_correct) == round(info.test_accuracy * 10_000)
     assert len(info.dimension_mean) == len(info.dimension_std) == 10  # the Dimensions page's slider ranges
     assert all(len(row) == 16 for row in info.dimension_std)  # the 16 entries of a 4x4 pose
+
+
+def test_shipped_efficient_capsnet() -> None:
+    """Efficient-CapsNet (docs/networks.md): the paper's MNIST network, 161,824 parameters without its decoder, at or
+    above 99.6% on the whole test set (the paper's single models: 99.74% on average)."""
+    path = CHECKPOINTS / "mnist-efficient.safetensors"
+    assert path.is_file(), "checkpoints/mnist-efficient.safetensors is missing: the project ships it"
+    checkpoint = load_checkpoint(path, networks=("efficient",))
+    info = checkpoint.info
+    assert info.dataset == "mnist" and info.test_examples == 10_000
+    assert checkpoint.config == EfficientCapsNetConfig.preset("paper")
+    assert checkpoint.model.num_parameters(decoder=False) == 161_824
+    assert info.test_accuracy >= 0.996, f"{info.test_accuracy:.4f} below the floor 0.996"
+    assert abs(info.test_accuracy - info.test_accuracy_before_export) <= 0.0002 + 1e-9
+    assert sum(info.per_class_correct) == round(info.test_accuracy * 10_000)
 
 
 @pytest.mark.parametrize("name", ["mnist", "fashion-mnist", "mnist-em"])
