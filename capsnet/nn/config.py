@@ -103,9 +103,7 @@ class CapsNetConfig:
 
     def check_class(self, index: int) -> int:
         """`index` as an int when it names a class (ValueError otherwise)."""
-        if not 0 <= int(index) < self.num_classes:
-            raise ValueError(f"class index must lie in [0, {self.num_classes}), got {index}")
-        return int(index)
+        return class_index(index, self.num_classes)
 
     def primary_position(self, index: int) -> tuple[int, int, int]:
         """(type, y, x) of primary capsule `index`, all from 0: the capsules are laid out type by type, row-major."""
@@ -130,6 +128,14 @@ class CapsNetConfig:
     def preset(cls, name: str, **overrides: Any) -> CapsNetConfig:
         """A named preset (see `PRESETS`), with optional field overrides."""
         return preset_of(PRESETS, name, overrides)
+
+
+def class_index(index: int, num_classes: int) -> int:
+    """`index` as an int when it names one of `num_classes` classes (ValueError otherwise): every config's
+    `check_class`."""
+    if not 0 <= int(index) < num_classes:
+        raise ValueError(f"class index must lie in [0, {num_classes}), got {index}")
+    return int(index)
 
 
 def config_from_fields(cls: Any, data: dict[str, Any]) -> Any:

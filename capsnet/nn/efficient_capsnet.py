@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from capsnet.nn.config import config_from_fields, preset_of
+from capsnet.nn.config import class_index, config_from_fields, preset_of
 from capsnet.nn.decoder import Decoder
 from capsnet.nn.family import Network, Routing, register
 from capsnet.nn.losses import CapsuleLoss, margin_loss, reconstruction_loss
@@ -92,9 +92,7 @@ class EfficientCapsNetConfig:
 
     def check_class(self, index: int) -> int:
         """`index` as an int when it names a class (ValueError otherwise)."""
-        if not 0 <= int(index) < self.num_classes:
-            raise ValueError(f"class index must lie in [0, {self.num_classes}), got {index}")
-        return int(index)
+        return class_index(index, self.num_classes)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

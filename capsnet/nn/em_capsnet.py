@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from capsnet.nn import em_native
-from capsnet.nn.config import config_from_fields, preset_of
+from capsnet.nn.config import class_index, config_from_fields, preset_of
 from capsnet.nn.decoder import Decoder
 from capsnet.nn.em_routing import EMTrace
 from capsnet.nn.family import Network, Routing, register
@@ -150,9 +150,7 @@ class EMCapsNetConfig:
 
     def check_class(self, index: int) -> int:
         """`index` as an int when it names a class (ValueError otherwise)."""
-        if not 0 <= int(index) < self.num_classes:
-            raise ValueError(f"class index must lie in [0, {self.num_classes}), got {index}")
-        return int(index)
+        return class_index(index, self.num_classes)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
