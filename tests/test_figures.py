@@ -543,6 +543,9 @@ def test_the_attention_figures_show_each_coupling_from_uniform_and_the_evidence_
     assert z.shape == (16, 10) and z[3, 7] == pytest.approx(0.4) and abs(z[0, 0]) < 1e-6  # c - 1/K
     share = figures.attention_share_figure(coupling, lengths, NAMES, prediction=7)
     values = np.asarray(share.data[0].y)
-    assert values.sum() == pytest.approx(1.0) and int(values.argmax()) == 7
+    np.testing.assert_allclose(values, (lengths[:, None] * coupling).sum(0), rtol=1e-6)
+    assert int(values.argmax()) == 7
+    coupling[:, 2] = -0.05  # a learned bias can make couplings negative: the bar goes below 0, nothing blows up
+    assert np.asarray(figures.attention_share_figure(coupling, lengths, NAMES, 7).data[0].y)[2] < 0
     with pytest.raises(ValueError):
         figures.attention_figure(coupling, lengths[:5], NAMES)

@@ -32,7 +32,7 @@ class AttentionExplanation:
 
     @property
     def entropy(self) -> float:
-        """The couplings' mean entropy over the classes, 1 for uniform (the bias left out of the softmax's sum)."""
+        """The couplings' mean entropy over the classes, 1 for uniform (a coupling the bias made negative counts as 0)."""
         c = np.clip(self.coupling, 1e-12, None)
         c = c / c.sum(axis=1, keepdims=True)
         return float((-(c * np.log(c)).sum(axis=1) / np.log(c.shape[1])).mean())

@@ -49,24 +49,24 @@ def attention_figure(
 def attention_share_figure(
     coupling: np.ndarray, primary_lengths: np.ndarray, names: Sequence[str], prediction: int, height: int = 300
 ) -> go.Figure:
-    """The share of the evidence each class receives: sum_i |u_i| c_ij over all classes' sum, the prediction red."""
+    """The evidence each class receives, sum_i |u_i| c_ij, the prediction red. Not a share: the learned bias can
+    make a coupling negative, so a class can receive less than nothing."""
     mass = (np.asarray(primary_lengths, dtype=np.float64)[:, None] * np.asarray(coupling, dtype=np.float64)).sum(0)
-    share = mass / max(float(mass.sum()), 1e-12)
     return layout(
         go.Figure(
             go.Bar(
                 x=list(names),
-                y=share,
+                y=mass,
                 marker_color=[WINNER if j == prediction else OTHER for j in range(len(names))],
-                text=[f"{100 * s:.0f}%" for s in share],
+                text=[f"{m:.2f}" for m in mass],
                 textposition="outside",
                 cliponaxis=False,
-                hovertemplate="class %{x}: %{y:.1%} of the evidence<extra></extra>",
+                hovertemplate="class %{x}: Σ|u|·c = %{y:.3f}<extra></extra>",
             )
         ),  # fmt: skip
         height,
-        title="Where the evidence goes",
-        yaxis=dict(title="share", tickformat=".0%", rangemode="tozero"),
+        title="Where the evidence goes: Σ |u_i| c_ij",
+        yaxis=dict(title="Σ |u_i| c_ij"),
         xaxis=dict(title="class capsule", type="category"),
         showlegend=False,
     )
