@@ -125,7 +125,7 @@ def test_train_on_mnist_40_and_measure_on_the_affnist_like_set(data_dir: Path, t
     for model, size in (("capsnet", 3000), ("cnn", 3000)):  # the same budget for both (the verdict compares them)
         runs[model] = tmp_path / model
         train = capsnet("train", "--dataset", "mnist-40", "--network", model, "--preset", "tiny",
-             "--epochs", "1", "--train-size", size, "--batch-size", "64", "--lr", "0.003", "--test-size", "200", "--out", str(runs[model]),
+             "--epochs", "1", "--train-size", size, "--batch-size", "32", "--lr", "0.003", "--test-size", "200", "--out", str(runs[model]),
              "--no-progress", "--device", "cpu")  # fmt: skip
         assert train.returncode == 0, train.stderr[-2000:]
     report = capsnet("affnist", *(str(r / "best.safetensors") for r in runs.values()),
@@ -186,3 +186,16 @@ def test_the_sweep_cli_reads_each_checkpoints_own_test_set(
         assert all(0 <= a <= 1 for a in line["rotation"]["accuracy"])
     assert affnist_cli.main(["--sweep", str(paths[1]), "--limit", "30", "--device", "cpu"]) == 0
     assert "rotation: -60° " in capsys.readouterr().out
+
+
+def test_the_affnist_like_digits_come_on_the_canvas_each_network_reads(data_dir: Path) -> None:
+    """MNIST's networks read them in the digits' own 28x28 frame, mnist-40's on 40x40; other pictures have none."""
+    assert (affnist.digit_canvas("mnist"), affnist.digit_canvas("mnist-40")) == (28, 40)
+    assert affnist.digit_canvas("fashion-mnist") is None and affnist.digit_canvas("multimnist") is None
+    small = affnist.affine_images("mnist", limit=6)
+    assert small is not None and small[0].shape == (6, 1, 28, 28) and small[1].shape == (6,)
+    large = affnist.affine_images("mnist-40", limit=6)
+    assert large is not None and torch.equal(large[0], affnist.affine_test_set(limit=6).affine)  # the same set
+    # the same transforms at either size: as much ink on either canvas (at 28 a corner of a stroke may leave it)
+    assert torch.allclose(small[0].sum(dim=(1, 2, 3)), large[0].sum(dim=(1, 2, 3)), rtol=0.05)
+    assert affnist.affine_images("fashion-mnist") is None

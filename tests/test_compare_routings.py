@@ -19,7 +19,7 @@ def test_each_routing_trains_alike_into_one_table_and_a_finished_run_is_not_trai
     data_dir: Path, tmp_path: Path
 ) -> None:
     out = tmp_path / "compare"
-    args = ("compare-routings", "--out", out, "--seeds", "1", "--train-size", "100", "--test-size", "100",
+    args = ("compare-routings", "--out", out, "--seeds", "1", "--train-size", "100", "--test-size", "400",
             "--batch-size", "50", "--data-dir", data_dir)  # fmt: skip
     done = capsnet(*args)
     assert done.returncode == 0, done.stderr
@@ -30,6 +30,11 @@ def test_each_routing_trains_alike_into_one_table_and_a_finished_run_is_not_trai
         assert 0.0 <= result["test_accuracy"] <= 1.0 and result["parameters"] > 0 and result["read_images_per_s"] > 0
         args_json = json.loads((out / f"{result['routing']}-seed0" / "args.json").read_text())
         assert (args_json["seed"], args_json["train_size"], args_json["epochs"]) == (0, 100, 1)  # alike
+    for result in record["results"]:  # the affNIST-like digits read, and the drawn non-digits counted where it redraws
+        assert 0.0 <= result["affnist_like_accuracy"] <= 1.0 and result["non_digits"] == 8, result
+    # the tiny CapsNet has its decoder, and 400 test images hold the 20 right answers its thresholds are taken from
+    assert 0 <= record["results"][0]["non_digits_flagged"] <= 8
+    assert "| affNIST-like | drawn non-digits flagged |" in done.stdout and " of 8 |" in done.stdout
     # the no-routing CapsNet is the CapsNet, trained with uniform couplings: the same weights to learn
     params = {r["routing"]: r["parameters"] for r in record["results"]}
     assert params["dynamic"] == params["none"] and params["attention"] < params["dynamic"]
@@ -76,6 +81,24 @@ def test_the_verdict_follows_the_numbers() -> None:
     ]
 
 
+def test_the_verdict_names_the_most_robust_and_the_strictest() -> None:
+    record = _record({"dynamic": [0.95, 0.96, 0.97], "none": [0.95, 0.96, 0.97], "attention": [0.9, 0.9, 0.9]})
+    for result, affine, flagged in zip(record["results"], [0.7, 0.72, 0.74, 0.8, 0.8, 0.8, 0.5, 0.6, 0.4],
+                                       [2, 3, 4, 8, 8, 8, 0, 1, 2]):  # fmt: skip
+        result.update(affnist_like_accuracy=affine, non_digits_flagged=flagged, non_digits=8)
+    said = comparison.verdict(record)
+    assert "no routing (r = 1, uniform couplings) holds best, 80.00%, self-attention routing" in said
+    assert "Efficient-CapsNet) least, 50.00%" in said
+    assert "no routing (r = 1, uniform couplings) flags the most as not like any class (8 of 8)" in said
+    assert "the fewest (1 of 8)" in said
+    rows = {row.routing: row for row in comparison.rows(record)}
+    assert (rows["dynamic"].affine_text, rows["dynamic"].flagged_text) == ("72.00%", "3 of 8")
+    del record["results"][0]["non_digits_flagged"]  # a seed without the test: no mean over the others
+    assert comparison.rows(record)[0].flagged_text == "-"
+    older = _record({"dynamic": [0.9], "none": [0.8]})  # written before these columns: dashes, and no words on them
+    assert "| - | - |" in comparison.table(older) and "affNIST" not in comparison.verdict(older)
+
+
 def test_a_damaged_or_huge_record_is_no_record(tmp_path: Path) -> None:
     for text in ("{", "[]", '{"results": [{"routing": "dynamic"}]}', " " * (comparison.MOST_BYTES + 1)):
         (tmp_path / comparison.FILE).write_text(text)
@@ -101,3 +124,4 @@ def test_the_where_routing_matters_page_shows_the_newest_comparison(app_dirs, tm
     frame = next(d.value for d in at.dataframe if "Routing" in d.value.columns)
     assert list(frame["Routing"]) == ["dynamic routing (r = 3)", "no routing (r = 1, uniform couplings)"]
     assert any("points ahead of no routing" in m.value for m in at.markdown)
+    assert list(frame["affNIST-like"]) == ["-", "-"]  # a record of the test accuracy only

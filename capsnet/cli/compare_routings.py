@@ -22,7 +22,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = ArgumentParser(
         prog="python -m capsnet compare-routings",
         description="Train each routing from the same seed, data and budget, and print one table: test accuracy "
-        "(mean and spread over the seeds), parameters, images per second in training and reading. Each run is a "
+        "(mean and spread over the seeds), accuracy on the affNIST-like digits, how many drawn non-digits each flags as "
+        "not like any class, parameters, images per second in training and reading. Each run is a "
         "resumable run folder under --out; a finished one is read again, not trained again.",
     )
     parser.add_argument("--out", required=True, type=Path, help="the comparison's folder (a run folder per run)")

@@ -26,7 +26,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from capsnet.data.datasets import as_tensors, load_dataset, placed, stored_tensors
+from capsnet.data.datasets import as_tensors, dataset_info, load_dataset, placed, stored_tensors
+from capsnet.data.tasks import Task
 from capsnet.errors import CapsNetError
 from capsnet.nn.registry import AnyModel
 from capsnet.readings.equivariance import Transform, transform
@@ -52,10 +53,13 @@ def random_transforms(count: int, seed: int = SEED) -> list[Transform]:
     return [Transform(rotation=float(a), shear=float(s), scale=float(z)) for a, s, z in zip(angle, shear, scale)]
 
 
-def affnist_like(digits: Tensor, seed: int = SEED) -> tuple[Tensor, list[Transform]]:
-    """The stand-in for affNIST: uint8 digits (N, 1, 28, 28) -> floats (N, 1, 40, 40) in [0, 1] and their transforms."""
+def affnist_like(digits: Tensor, seed: int = SEED, size: int = SIZE) -> tuple[Tensor, list[Transform]]:
+    """The stand-in for affNIST: uint8 digits (N, 1, 28, 28) -> floats (N, 1, 40, 40) in [0, 1] and their transforms.
+
+    `size` 28 transforms the digits in their own 28x28 frame, for a network of MNIST's size (the digit's 20x20 box
+    scaled by at most 1.2 still fits; the corners of a rotated stroke may leave it)."""
     transforms = random_transforms(len(digits), seed)
-    canvas = placed(digits, SIZE).float() / 255.0  # (N, 1, 40, 40), centred
+    canvas = placed(digits, size).float() / 255.0  # (N, 1, size, size), centred
     parts = [transform(canvas[i : i + CHUNK], transforms[i : i + CHUNK]) for i in range(0, len(canvas), CHUNK)]
     return torch.cat(parts), transforms
 
@@ -107,6 +111,27 @@ def affine_test_set(data_dir: str | None = None, limit: int | None = None) -> Af
         digits, labels, moved = digits[:limit], labels[:limit], moved[:limit]
     affine, _ = affnist_like(digits)
     return AffineTestSet(moved, affine, labels)
+
+
+def digit_canvas(dataset: str) -> int | None:
+    """The side on which `dataset`'s networks read single MNIST digits (28, or 40 for mnist-40); None for a dataset of
+    other pictures, or of pairs, where neither the affNIST-like set nor the drawn non-digits mean anything."""
+    info = dataset_info(dataset)
+    kind = Task.of(info).kind
+    return info.image_size if info.folder == "MNIST" and kind in ("image", "placed") else None
+
+
+def affine_images(dataset: str, data_dir: str | None = None, limit: int | None = None) -> tuple[Tensor, Tensor] | None:
+    """The first `limit` MNIST test digits made affNIST-like on the canvas `dataset`'s networks read (28 or 40), with
+    their labels: (N, 1, side, side) in [0, 1] and (N,); None where the dataset is not of single MNIST digits."""
+    side = digit_canvas(dataset)
+    if side is None:
+        return None
+    digits, labels = stored_tensors(load_dataset("mnist", train=False, data_dir=data_dir))
+    if limit:
+        digits, labels = digits[:limit], labels[:limit]
+    images, _ = affnist_like(digits, size=side)
+    return images, labels
 
 
 def measure(

@@ -25,7 +25,7 @@ import torch
 from capsnet.checkpoints import measurements
 from capsnet.data.tasks import read_test_set
 from capsnet.errors import CapsNetError
-from capsnet.evaluation import Evaluation, evaluate_set
+from capsnet.evaluation import Evaluation, evaluate, evaluate_set
 
 QUANTILE = 0.995  # the share of correctly classified test images each threshold lets through (together ~99%)
 KIND = "novelty"  # the measurement store's name for an older checkpoint's calibration
@@ -129,3 +129,13 @@ def thresholds_for(checkpoint: Any, data_dir: str | None = None) -> NoveltyThres
     except (OSError, CapsNetError):  # a read-only or full home: computed again next time, and predict goes on
         pass
     return made
+
+
+def flags(model: Any, images: torch.Tensor, thresholds: NoveltyThresholds) -> np.ndarray:
+    """Which of `images` (N, C, H, W) in [0, 1] `model` flags as not like any class: (N,) bool, from its winner's
+    redraw and score against `thresholds` (as the Draw page reads one drawing). ValueError for a network that redraws
+    nothing (a CNN)."""
+    result = evaluate(model, images, torch.zeros(len(images), dtype=torch.long))  # the labels are not read here
+    if result.reconstruction_errors is None:
+        raise ValueError("this network redraws nothing: it has no not-like-any-class test")
+    return thresholds.flagged(result.reconstruction_errors.numpy(), result.winner_lengths.numpy())

@@ -6,7 +6,10 @@ same epochs and batch: dynamic routing (the CapsNet, r = 3), no routing (the sam
 coupling stays uniform), self-attention routing (Efficient-CapsNet) and EM routing (r = 2), each at the preset of the
 size asked ("tiny" or "paper"). Each run is a run folder of its own under the comparison's folder, resumable: a run
 that finished is read again, not trained again. The table gives, per routing, the test accuracy (mean and spread
-over the seeds), the parameters, and the images per second in training and in reading on this machine.
+over the seeds), the accuracy on the affNIST-like digits (`capsnet.readings.affnist`: the test digits rotated, sheared
+and scaled in the network's own frame), how many of the drawn non-digits (`capsnet.data.non_digits`) it flags as not
+like any class (`capsnet.readings.novelty`, with its own calibrated thresholds), the parameters, and the images per
+second in training and in reading on this machine.
 """
 
 from __future__ import annotations
@@ -19,11 +22,20 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from capsnet.checkpoints.checkpoint import load_checkpoint
+import numpy as np
+import torch
+
+from capsnet.checkpoints.checkpoint import Checkpoint, load_checkpoint
+from capsnet.data.datasets import placed
+from capsnet.data.non_digits import non_digits
 from capsnet.data.tasks import read_test_set
 from capsnet.device import describe_device, pick_device
-from capsnet.evaluation import evaluate_set
+from capsnet.evaluation import Evaluation, PairEvaluation, evaluate_set
 from capsnet.files import atomic_path
+from capsnet.nn.registry import network_of
+from capsnet.readings import affnist, novelty
+from capsnet.readings.affnist import affine_images, digit_canvas
+from capsnet.readings.novelty import NoveltyThresholds
 from capsnet.runs.comparison import CONTENDERS, FILE, Contender
 from capsnet.training.folder import RunFolder
 from capsnet.training.options import TrainOptions
@@ -62,6 +74,28 @@ class Result:
     parameters: int
     train_images_per_s: float
     read_images_per_s: float
+    affnist_like_accuracy: float | None = None  # None: not a dataset of single MNIST digits
+    non_digits_flagged: int | None = None  # of `non_digits`; None: no test (it redraws nothing, or is too weak)
+    non_digits: int = 0
+
+
+def _robustness(
+    checkpoint: Checkpoint, result: Evaluation | PairEvaluation, budget: Budget, data_dir: str | None
+) -> dict[str, Any]:
+    """The affNIST-like set's accuracy and how many drawn non-digits the model flags as not like any class (its
+    thresholds from its header, else from `result`, its test set's reading), for a network of single MNIST digits."""
+    side, affine = digit_canvas(budget.dataset), affine_images(budget.dataset, data_dir, budget.test_size)
+    if side is None or affine is None or not isinstance(result, Evaluation):
+        return {}
+    model = checkpoint.model
+    found: dict[str, Any] = {"affnist_like_accuracy": affnist.accuracy(model, *affine)}
+    thresholds = NoveltyThresholds.from_dict(checkpoint.info.novelty) or NoveltyThresholds.from_evaluation(result)
+    drawings = torch.from_numpy(np.stack(list(non_digits().values()))).unsqueeze(1)  # (M, 1, 28, 28)
+    found["non_digits"] = len(drawings)
+    if thresholds is not None and network_of(model).redraws(model.config):
+        drawings = placed(drawings, side)  # (M, 1, side, side), centred as a test digit is
+        found["non_digits_flagged"] = int(novelty.flags(model, drawings, thresholds).sum())
+    return found
 
 
 def _trained(options: TrainOptions, run: RunFolder) -> None:
@@ -90,7 +124,7 @@ def measure(
     speeds = [float(m["images_per_s"]) for m in metrics if "images_per_s" in m]
     return Result(
         contender.key, seed, result.accuracy, sum(p.numel() for p in checkpoint.model.parameters()),
-        speeds[-1] if speeds else float("nan"), read,
+        speeds[-1] if speeds else float("nan"), read, **_robustness(checkpoint, result, budget, data_dir),
     )  # fmt: skip
 
 

@@ -46,6 +46,26 @@ class Row:
     parameters: int
     train_images_per_s: float
     read_images_per_s: float
+    affnist_like_accuracy: float | None = None  # the mean over the seeds; None where it was not measured
+    non_digits_flagged: float | None = None  # the mean over the seeds, of `non_digits`; None: no test
+    non_digits: int = 0
+
+    @property
+    def flagged_text(self) -> str:
+        """How many drawn non-digits it flags, as a cell: "7 of 8", "6.3 of 8" (a mean over seeds), or "-"."""
+        if self.non_digits_flagged is None:
+            return "-"
+        return f"{self.non_digits_flagged:.3g} of {self.non_digits}"
+
+    @property
+    def affine_text(self) -> str:
+        return "-" if self.affnist_like_accuracy is None else f"{100 * self.affnist_like_accuracy:.2f}%"
+
+
+def _mean(results: list[dict[str, Any]], key: str) -> float | None:
+    """The mean of `key` over `results`; None unless every result has it (an older record, or not measured)."""
+    values = [r.get(key) for r in results]
+    return None if any(v is None for v in values) else statistics.fmean(float(v) for v in values)  # type: ignore[arg-type]
 
 
 def rows(record: dict[str, Any]) -> list[Row]:
@@ -60,7 +80,8 @@ def rows(record: dict[str, Any]) -> list[Row]:
         out.append(Row(
             key, title, len(results), statistics.fmean(accuracies), max(accuracies) - min(accuracies),
             int(results[0]["parameters"]), statistics.fmean(float(r["train_images_per_s"]) for r in results),
-            statistics.fmean(float(r["read_images_per_s"]) for r in results),
+            statistics.fmean(float(r["read_images_per_s"]) for r in results), _mean(results, "affnist_like_accuracy"),
+            _mean(results, "non_digits_flagged"), int(results[0].get("non_digits", 0)),
         ))  # fmt: skip
     return out
 
@@ -75,11 +96,12 @@ def budget_line(record: dict[str, Any]) -> str:
 
 def table(record: dict[str, Any]) -> str:
     """The comparison as a Markdown table, with its budget and machine above it."""
-    lines = [budget_line(record), "", "| routing | seeds | test accuracy | spread | parameters | train img/s | read img/s |",
-             "|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    lines = [budget_line(record), "", "| routing | seeds | test accuracy | spread | affNIST-like | drawn non-digits "
+             "flagged | parameters | train img/s | read img/s |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
     for row in rows(record):
         lines.append(f"| {row.title} | {row.seeds} | {100 * row.accuracy:.2f}% | {100 * row.spread:.2f} | "
-                     f"{row.parameters:,} | {row.train_images_per_s:,.0f} | {row.read_images_per_s:,.0f} |")  # fmt: skip
+                     f"{row.affine_text} | {row.flagged_text} | {row.parameters:,} | {row.train_images_per_s:,.0f} | "
+                     f"{row.read_images_per_s:,.0f} |")  # fmt: skip
     return "\n".join(lines)
 
 
@@ -102,9 +124,31 @@ def verdict(record: dict[str, Any]) -> str:
             side = "ahead of" if gap > 0 else "behind"
             said.append(f"Dynamic routing is {abs(gap):.2f} points {side} no routing, beyond the seeds' spread "
                         f"({noise:.2f}).")  # fmt: skip
+    said.extend(_robustness_said(list(table_rows.values())))
     if len(record["seeds"]) < 3:
         said.append("Fewer than three seeds: the spread says little; run --seeds 3 or more.")
     return " ".join(said)
+
+
+def _robustness_said(table_rows: list[Row]) -> list[str]:
+    """The affNIST-like set's best and worst, and who flags the most and the fewest drawn non-digits, in words."""
+    said = []
+    affine = [row for row in table_rows if row.affnist_like_accuracy is not None]
+    if len(affine) >= 2:
+        affine.sort(key=lambda row: row.affnist_like_accuracy or 0.0, reverse=True)
+        best, worst = affine[0], affine[-1]
+        said.append(f"On the affNIST-like digits (rotated, sheared and scaled) {best.title} holds best, "
+                    f"{best.affine_text}, {worst.title} least, {worst.affine_text}.")  # fmt: skip
+    flagging = [row for row in table_rows if row.non_digits_flagged is not None]
+    if len(flagging) >= 2:
+        flagging.sort(key=lambda row: row.non_digits_flagged or 0.0, reverse=True)
+        most, fewest = flagging[0], flagging[-1]
+        if most.non_digits_flagged == fewest.non_digits_flagged:
+            said.append(f"Each flags {most.flagged_text} drawn non-digits as not like any class.")
+        else:
+            said.append(f"Of the drawn non-digits, {most.title} flags the most as not like any class "
+                        f"({most.flagged_text}), {fewest.title} the fewest ({fewest.flagged_text}).")  # fmt: skip
+    return said
 
 
 def read_record(folder: Path) -> dict[str, Any] | None:

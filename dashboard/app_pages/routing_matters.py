@@ -106,12 +106,14 @@ def _trained_alike() -> None:
         st.markdown(comparison.verdict(record))
         st.dataframe(
             [{"Routing": r.title, "Seeds": r.seeds, "Test accuracy": f"{100 * r.accuracy:.2f}%",
-              "Spread (points)": f"{100 * r.spread:.2f}", "Parameters": f"{r.parameters:,}",
+              "Spread (points)": f"{100 * r.spread:.2f}", "affNIST-like": r.affine_text,
+              "Non-digits flagged": r.flagged_text, "Parameters": f"{r.parameters:,}",
               "Train img/s": f"{r.train_images_per_s:,.0f}", "Read img/s": f"{r.read_images_per_s:,.0f}"}
              for r in comparison.rows(record)],
             hide_index=True, key="rm_comparison", width="content",
         )  # fmt: skip
-        st.caption(f"{comparison.budget_line(record)}. Kept in `{folder.name}/{comparison.FILE}`.")
+        st.caption(f"{routing_texts.COMPARE_COLUMNS} {comparison.budget_line(record)}. Kept in "
+                   f"`{folder.name}/{comparison.FILE}`.")  # fmt: skip
 
 
 st.title("Where routing matters", anchor=False)
