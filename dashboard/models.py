@@ -49,7 +49,6 @@ from capsnet.readings import stages as arch
 from capsnet.readings.agreement import Votes
 from capsnet.readings.em_layers import ConvLayerRouting
 from capsnet.readings.equivariance import Transform, TransformedReading
-from capsnet.readings.explain_attention import AttentionExplanation
 from capsnet.readings.explain_em import EMExplanation
 from capsnet.readings.novelty import NoveltyThresholds, thresholds_for
 from capsnet.readings.reading import Reading, read
@@ -141,12 +140,6 @@ class Model(Loaded):
         """EM routing's account of `reading` (activations, the class layer's routing), for the views of EM."""
         routing = self.reading(image, iterations, decode_class, layers).routing
         assert isinstance(routing, EMExplanation), "a view of EM routing opened with another network"
-        return routing
-
-    def explain_attention(self, image: np.ndarray) -> AttentionExplanation:
-        """Self-attention routing's account of `reading` (the couplings of its one pass), for Efficient-CapsNet's views."""
-        routing = self.reading(image).routing
-        assert isinstance(routing, AttentionExplanation), "a view of self-attention routing opened with another network"
         return routing
 
     def em_layers(self, image: np.ndarray, iterations: int | None = None) -> tuple[ConvLayerRouting, ...]:

@@ -1,6 +1,6 @@
 """End-to-end, Efficient-CapsNet: a tiny one trained from MNIST, opened in the real app in headless Chromium. Draw
-reads it and redraws any class in the browser; Routing shows its self-attention; Capsule dimensions slides its
-poses."""
+reads it and redraws any class in the browser; Routing turns its self-attention in the browser (sharpness, bias,
+uniform and random couplings) without a server run; Capsule dimensions slides its poses."""
 
 from __future__ import annotations
 
@@ -8,8 +8,20 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
-from browser_support import PAGE_LOAD_MS, RERUN_MS, App, go_to, install, knob_values, knobs, streamlit_app
+from browser_support import (
+    PAGE_LOAD_MS,
+    RERUN_MS,
+    App,
+    go_to,
+    install,
+    knob_values,
+    knobs,
+    streamlit_app,
+    wait_idle,
+    watch_run_requests,
+)
 
 try:
     from playwright.sync_api import expect
@@ -45,9 +57,27 @@ def test_efficient_capsnet_in_the_browser(page, efficient_app: App) -> None:
     expect(redraw.get_by_text(re.compile("from capsule 7"))).to_be_visible()
     assert knob_values(redraw)["capsule"] == 7 and len(knob_values(redraw)["reconstruction"]) == 28 * 28
 
-    go_to(page, "Routing")  # its own view at the Routing page's address: the attention of the one pass
+    go_to(page, "Routing")  # its own view at the Routing page's address: the one pass, turned in the browser
     expect(page.get_by_role("heading", name="Self-attention routing")).to_be_visible(timeout=RERUN_MS)
-    expect(page.locator(".st-key-attention_map .main-svg").first).to_be_visible(timeout=RERUN_MS)
+    routing = knobs(page, "attention")
+    expect(routing).to_have_attribute("data-settled", re.compile(r"^\d+$"), timeout=RERUN_MS)
+    expect(routing.locator("[data-role=summary]")).to_contain_text("the attention as trained")
+    trained = knob_values(routing)
+    assert trained["sharpness"] == 1 and trained["bias"] and len(trained["coupling"]) % 10 == 0  # (K, N)
+    wait_idle(page)
+    runs = watch_run_requests(page)
+    runs.start()
+    routing.get_by_role("checkbox", name="learned bias").uncheck()
+    routing.locator('.segmented[aria-label="couplings"] button').filter(has_text="uniform").click()
+    expect(routing.locator("[data-role=summary]")).to_contain_text("uniform attention, without the learned bias")
+    assert np.allclose(knob_values(routing)["coupling"], 0.1)  # every primary capsule alike over the ten classes
+    routing.get_by_role("button", name="As trained").click()
+    expect(routing.locator("[data-role=summary]")).to_contain_text("the attention as trained")
+    assert knob_values(routing)["scores"] == trained["scores"]
+    routing.get_by_text("Does the attention matter for this input?").click()
+    expect(routing.locator("[data-role=experiment] table tr")).to_have_count(5)
+    page.wait_for_timeout(500)
+    assert runs.count == 0, "a knob of the attention ran the server"
     go_to(page, "Capsule dimensions")
     sliders = knobs(page, "dimensions").locator("input[type=range]")
     expect(sliders).to_have_count(16, timeout=RERUN_MS)

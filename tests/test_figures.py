@@ -532,20 +532,3 @@ def test_where_the_evidence_goes_shows_how_far_nearly_uniform_shares_moved() -> 
     stacked = figures.vote_share_figure(moved, NAMES)
     assert stacked.layout.barmode == "stack" and len(stacked.data) == 10
     assert figures.vote_share_figure(mass[:1], NAMES).layout.barmode == "stack"  # one iteration: the shares
-
-
-def test_the_attention_figures_show_each_coupling_from_uniform_and_the_evidence_shares() -> None:
-    coupling = np.full((16, 10), 0.1, dtype=np.float32)
-    coupling[3, 7] = 0.5  # one primary capsule leans to class 7
-    lengths = np.linspace(0.1, 0.9, 16)
-    heat = figures.attention_figure(coupling, lengths, NAMES)
-    z = np.asarray(heat.data[0].z)
-    assert z.shape == (16, 10) and z[3, 7] == pytest.approx(0.4) and abs(z[0, 0]) < 1e-6  # c - 1/K
-    share = figures.attention_share_figure(coupling, lengths, NAMES, prediction=7)
-    values = np.asarray(share.data[0].y)
-    np.testing.assert_allclose(values, (lengths[:, None] * coupling).sum(0), rtol=1e-6)
-    assert int(values.argmax()) == 7
-    coupling[:, 2] = -0.05  # a learned bias can make couplings negative: the bar goes below 0, nothing blows up
-    assert np.asarray(figures.attention_share_figure(coupling, lengths, NAMES, 7).data[0].y)[2] < 0
-    with pytest.raises(ValueError):
-        figures.attention_figure(coupling, lengths[:5], NAMES)

@@ -1,5 +1,5 @@
-"""The knobs' arithmetic in a real browser, held to PyTorch's: every number the component shows, on both shipped
-MNIST models (the CapsNet and the EM network), within 1e-4.
+"""The knobs' arithmetic in a real browser, held to PyTorch's: every number the component shows, on the shipped
+MNIST models (the CapsNet, the EM network and Efficient-CapsNet), within 1e-4.
 
 The ES modules of dashboard/knobs/js are served as they are (a loopback HTTP server, as Streamlit serves them) with
 the payloads the dashboard sends for two test images; headless Chromium imports them and routes, draws random
@@ -201,6 +201,63 @@ def test_em_routing_in_the_browser_is_pytorchs(page, served, test_images, index:
         explained = read(model, image, r).routing
         close([s["shares"] for s in steps], explained.shares, f"shares of the children's data at r = {r}")  # type: ignore[union-attr]
     close(got["redraws"], redraws(model, poses), "the EM decoder's redraws")
+
+
+ATTEND = """
+async ([settings, draws]) => {
+  const { unpack } = await import("./js/pack.js");
+  const { attend } = await import("./js/attention.js");
+  const { randomLogits } = await import("./js/random.js");
+  const { header, arrays } = unpack(new Uint8Array(await (await fetch("./attention.bin")).arrayBuffer()));
+  const [, K, N, D] = arrays.votes.shape;
+  const plain = (one) => Object.fromEntries(Object.entries(one).map(([k, v]) => [k, typeof v === "number" ? v : Array.from(v)]));
+  const run = (options) => plain(attend(arrays.votes, arrays.bias, arrays.weights, K, N, D, options));
+  return {
+    settings: settings.map(([sharpness, withBias]) => run({ sharpness, withBias })),
+    random: Array.from({ length: draws }, (_, n) => run({ logits: randomLogits(header.seed, n, K * N) })),
+  };
+}
+"""
+
+
+@pytest.mark.parametrize("index", range(len(IMAGES)))
+def test_self_attention_routing_in_the_browser_is_pytorchs(page, served, test_images, index: int) -> None:
+    """The shipped Efficient-CapsNet: lengths, couplings, evidence and entropy of its one pass as trained (the
+    model's own forward pass), at other sharpnesses (0: uniform), without its bias, and with random couplings, each
+    equal to PyTorch's `self_attention_routing`."""
+    from capsnet.nn.efficient_capsnet import self_attention_routing
+    from capsnet.readings.explain_attention import explain_attention
+
+    model = load_checkpoint(REPO / "checkpoints" / "mnist-efficient.safetensors", device="cpu").model.eval()
+    image = test_images[index]
+    inputs = routing_inputs(model, image)
+    root, url = served
+    arrays = payload.routing_arrays(inputs)
+    (root / "attention.bin").write_bytes(payload.pack({"seed": cr.SEED}, arrays))
+    page.goto(f"{url}/index.html")
+    settings = [(1.0, True), (0.0, True), (2.5, True), (1.0, False), (0.0, False)]
+    got = page.evaluate(ATTEND, [settings, DRAWS])
+
+    explained = explain_attention(model, image)  # the model's own forward pass, as trained
+    close(got["settings"][0]["lengths"], explained.lengths, "lengths as trained")
+    close(got["settings"][0]["coupling"], explained.coupling.T.flatten(), "couplings as trained")
+    close(got["settings"][0]["entropy"], explained.entropy, "the couplings' entropy")
+    weights = inputs.weights[0]  # (N,) |u_i|
+    close(got["settings"][0]["evidence"], (explained.coupling * weights[:, None]).sum(axis=0), "the evidence")
+    votes, bias = torch.as_tensor(inputs.votes), model.b.detach()
+    for (sharpness, with_bias), one in zip(settings, got["settings"]):
+        with torch.inference_mode():
+            v, coupling = self_attention_routing(votes, bias if with_bias else torch.zeros_like(bias), sharpness)
+        what = f"sharpness {sharpness}, {'with' if with_bias else 'without'} the bias"
+        close(one["lengths"], v[0].norm(dim=-1).numpy(), f"lengths at {what}")
+        close(one["poses"], v[0].flatten().numpy(), f"poses at {what}")
+        close(one["coupling"], coupling[0].flatten().numpy(), f"couplings at {what}")
+    assert np.allclose(np.asarray(got["settings"][4]["coupling"]), 0.1)  # sharpness 0, no bias: uniform
+    start = RandomCouplings(cr.SEED, torch.arange(DRAWS)).logits((DRAWS, *votes.shape[1:3]), torch.device("cpu"))
+    with torch.inference_mode():
+        v, coupling = self_attention_routing(votes.expand(DRAWS, -1, -1, -1), bias, logits=start)
+    close(np.stack([draw["lengths"] for draw in got["random"]]), v.norm(dim=-1).numpy(), "random couplings' lengths")
+    close(np.stack([draw["coupling"] for draw in got["random"]]), coupling.flatten(1).numpy(), "random couplings")
 
 
 def test_the_browser_holds_what_it_was_sent_and_says_what_it_lacks(page, served) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import toy_family
 from cli_support import capsnet
-from dashboard_fixtures import APP, app_dirs, clear_streamlit_caches  # noqa: F401
+from dashboard_fixtures import APP, app_dirs, clear_streamlit_caches, knobs_payload  # noqa: F401
 from streamlit.testing.v1 import AppTest
 
 from capsnet.checkpoints.checkpoint import load_checkpoint
@@ -88,8 +88,10 @@ def test_efficient_capsnet_trains_from_the_cli_and_opens_on_every_page(app_dirs,
     at.query_params.update(checkpoint="efficient-run", test="0")
     at.run()
     at.switch_page(pages.ROUTING.path_for("attention")).run()  # served at the Routing page's address
-    assert [t.value for t in at.title] == ["Self-attention routing"] and len(at.metric) == 1
-    assert {"attention_map", "attention_share"} <= {c.key for c in at.get("plotly_chart")}
+    assert [t.value for t in at.title] == ["Self-attention routing"] and not at.exception
+    header, arrays = knobs_payload(at, "attention")  # the one pass runs in the browser, on the class layer's inputs
+    k, n = arrays["bias"].shape
+    assert arrays["votes"].shape[:3] == (1, k, n) and arrays["weights"].shape == (1, n) and k == len(header["names"])
 
 
 def _walk(checkpoint: str, routing: str, shown: set[str], kind: str = "") -> None:

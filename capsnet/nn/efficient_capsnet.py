@@ -124,6 +124,23 @@ def squash(s: Tensor, dim: int = -1, eps: float = 1e-20) -> Tensor:
     return (1.0 - torch.exp(-norm)) * s / (norm + eps)
 
 
+def self_attention_routing(
+    votes: Tensor, bias: Tensor, sharpness: float = 1.0, logits: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
+    """One pass of self-attention routing: votes u_hat (B, K, N, D) and the learned bias b (K, N) -> the class
+    capsules v (B, K, D) and the couplings c (B, K, N).
+
+    c_ji = softmax_j(sharpness * u_hat_ji . sum_m u_hat_jm / sqrt(D)) + b_ji, s_j = sum_i c_ji u_hat_ji, v_j = squash(s_j).
+    The network reads with `sharpness` 1; 0 makes every child's attention uniform (no routing, the bias kept), and
+    `logits` (B, K, N) put other scores in the agreement's place (random couplings), as the Routing page's knobs do.
+    """
+    if logits is None:
+        agreement = torch.einsum("bknd,bkd->bkn", votes, votes.sum(dim=2)) / math.sqrt(votes.shape[-1])  # (B, K, N)
+        logits = sharpness * agreement
+    coupling = F.softmax(logits, dim=1) + bias  # over the classes, then the learned bias
+    return squash((votes * coupling.unsqueeze(-1)).sum(dim=2)), coupling  # (B, K, D), (B, K, N)
+
+
 @dataclass
 class EfficientCapsNetOutput:
     """Everything a forward pass computed."""
@@ -204,9 +221,7 @@ class EfficientCapsNet(nn.Module):
         b = len(images)
         u = squash(self.primary(self.features(images)).reshape(b, c.num_primary, c.primary_dim))  # (B, N, d)
         votes = torch.einsum("bni,knid->bknd", u, self.W)  # (B, K, N, D)
-        agreement = torch.einsum("bknd,bkd->bkn", votes, votes.sum(dim=2)) / math.sqrt(c.digit_dim)  # (B, K, N)
-        coupling = F.softmax(agreement, dim=1) + self.b  # over the classes, then the learned bias
-        v = squash((votes * coupling.unsqueeze(-1)).sum(dim=2))  # (B, K, D)
+        v, coupling = self_attention_routing(votes, self.b)  # (B, K, D), (B, K, N)
         lengths = v.norm(dim=-1)  # (B, K)
         prediction = lengths.argmax(dim=1)
         reconstruction = None

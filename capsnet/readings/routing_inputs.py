@@ -5,6 +5,8 @@ rule, so that a slider or a step costs no server run: everything before the clas
 
 Dynamic routing (Sabour, Frosst & Hinton 2017, https://arxiv.org/abs/1710.09829): the votes u_hat_{j|i} (K, N, D)
 do not depend on routing, so one set serves every r, and the primary capsules' lengths |u_i| weigh the views.
+Self-attention routing (Mazzia, Salvetti & Chiaberge 2021, https://arxiv.org/abs/2101.12491): one pass over the
+votes u_hat_{j|i} (K, N, D) with the learned bias b (K, N); the primary capsules' lengths |u_i| weigh the evidence.
 EM routing (Hinton, Sabour & Frosst 2018, https://openreview.net/forum?id=HJWLfGWRb): the class layer's votes V_ij
 (J, I, 16) and its children's activations a_i depend on how often ConvCaps1 and ConvCaps2 routed, so they are read
 for every r up to `most` (routing the whole network r times is the class layer routed r times on those).
@@ -29,12 +31,13 @@ MOST = 5  # the routing counts a page steps through: r = 1 .. 5 (or the network'
 class RoutingInputs:
     """The class layer's inputs for one image, as the routing kind needs them."""
 
-    kind: str  # `Routing.kind`: "dynamic" or "em"
-    votes: np.ndarray  # dynamic: (1, K, N, D) u_hat_{j|i}; EM: (R, J, I, 16) V_ij for r = 1 .. R
-    weights: np.ndarray  # dynamic: (1, N) |u_i|; EM: (R, I) a_i for each r
+    kind: str  # `Routing.kind`: "dynamic", "attention" or "em"
+    votes: np.ndarray  # dynamic, attention: (1, K, N, D) u_hat_{j|i}; EM: (R, J, I, 16) V_ij for r = 1 .. R
+    weights: np.ndarray  # dynamic, attention: (1, N) |u_i|; EM: (R, I) a_i for each r
     beta_u: np.ndarray | None = None  # EM: (J,) the class types' learned costs
     beta_a: np.ndarray | None = None
     leak: bool = False  # dynamic: routed with the "none-of-the-above" category
+    bias: np.ndarray | None = None  # attention: (K, N) the learned bias added to each coupling
 
 
 def _dynamic(model: Any, x: torch.Tensor, most: int) -> RoutingInputs:
@@ -44,6 +47,15 @@ def _dynamic(model: Any, x: torch.Tensor, most: int) -> RoutingInputs:
     votes = out.trace.votes.float().cpu().numpy()  # (1, K, N, D)
     lengths = out.primary.lengths.float().cpu().numpy()  # (1, N)
     return RoutingInputs("dynamic", votes, lengths, leak=out.trace.leak)
+
+
+def _attention(model: Any, x: torch.Tensor, most: int) -> RoutingInputs:
+    with torch.inference_mode():
+        u = model(x).primary  # (1, N, d) the squashed primary capsules
+        votes = torch.einsum("bni,knid->bknd", u, model.W)  # (1, K, N, D), as the forward pass makes them
+    bias = model.b.detach().float().cpu().numpy()  # (K, N)
+    lengths = u.norm(dim=-1).float().cpu().numpy()  # (1, N)
+    return RoutingInputs("attention", votes.float().cpu().numpy(), lengths, bias=bias)
 
 
 def _em(model: Any, x: torch.Tensor, most: int) -> RoutingInputs:
@@ -67,7 +79,11 @@ def _em(model: Any, x: torch.Tensor, most: int) -> RoutingInputs:
     )
 
 
-READERS: dict[str, Callable[[Any, torch.Tensor, int], RoutingInputs]] = {"dynamic": _dynamic, "em": _em}
+READERS: dict[str, Callable[[Any, torch.Tensor, int], RoutingInputs]] = {
+    "dynamic": _dynamic,
+    "attention": _attention,
+    "em": _em,
+}
 
 
 def routing_inputs(model: Any, image: np.ndarray | torch.Tensor, most: int = MOST) -> RoutingInputs:

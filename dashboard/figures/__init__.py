@@ -12,7 +12,6 @@ from dashboard.figures.agreement import (
     vote_share_figure,
     votes_figure,
 )
-from dashboard.figures.attention import attention_figure, attention_share_figure
 from dashboard.figures.baseline import claim_figure, comparison_figure, robustness_figure
 from dashboard.figures.capsules import capsule_primer_figure, dimension_profile_figure, lengths_bar, scores_bar
 from dashboard.figures.em import (
@@ -44,8 +43,6 @@ from dashboard.figures.style import MARGIN_LABEL_SPACE, OTHER, WINNER
 from dashboard.figures.training import MARKED_EPOCHS, TICKED_EPOCHS, training_curves
 
 __all__ = [
-    "attention_figure",
-    "attention_share_figure",
     "scores_bar",
     "activations_bar",
     "em_assignment_figure",

@@ -84,8 +84,11 @@ def decoder_arrays(decoder: nn.Module) -> dict[str, np.ndarray]:
 
 
 def routing_arrays(inputs: RoutingInputs) -> dict[str, np.ndarray]:
-    """The class layer's inputs as arrays: votes, weights (|u_i| or a_i) and, for EM, the class types' costs."""
+    """The class layer's inputs as arrays: votes, weights (|u_i| or a_i), for self-attention the learned bias and, for
+    EM, the class types' costs."""
     arrays = {"votes": inputs.votes.astype(np.float32), "weights": inputs.weights.astype(np.float32)}
+    if inputs.bias is not None:
+        arrays["bias"] = inputs.bias.astype(np.float32)
     if inputs.beta_u is not None and inputs.beta_a is not None:
         arrays["beta_u"] = inputs.beta_u.astype(np.float32)
         arrays["beta_a"] = inputs.beta_a.astype(np.float32)

@@ -113,3 +113,23 @@ def routing(model: Model, image: np.ndarray, iterations: int, capsule: int | Non
         "lead": lead,
     }
     return _pack(header, {}, {f"votes:{header['identity']}:{most}": payload.routing_arrays(inputs)})
+
+
+def attention(model: Model, image: np.ndarray, lead: str) -> bytes:
+    """The Routing view of self-attention: the class layer's votes, the primary capsules' lengths and the learned
+    bias, which the browser attends over at any sharpness, uniformly or with random couplings."""
+    inputs = _inputs(model.key, image, 1, model.net)
+    config = model.config
+    header = {
+        "view": "attention",
+        "identity": _identity(model, image),
+        "names": model.class_names,
+        "symbol": model.network.score_symbol,
+        "score_axis": texts.SCORE_AXES[model.network.score_symbol],
+        "m_plus": getattr(config, "m_plus", None),
+        "m_minus": getattr(config, "m_minus", None),
+        "seed": SEED,
+        "draws": DRAWS,
+        "lead": lead,
+    }
+    return _pack(header, {}, {f"votes:{header['identity']}:attention": payload.routing_arrays(inputs)})

@@ -12,6 +12,7 @@ const VIEWS = {
   canvas: "./canvas.js",
   dimensions: "./dimensions.js",
   routing: "./routing_view.js",
+  attention: "./attention_view.js",
   playground: "./playground_view.js",
 };
 const mounted = new WeakMap(); // the view's root -> {identity, state}
