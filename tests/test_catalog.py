@@ -49,6 +49,26 @@ def test_checkpoint_list_names_broken_files(tmp_path: Path) -> None:
     assert catalog.default_checkpoint([entries[1]]) is None
 
 
+def test_the_runs_of_a_comparison_are_listed_under_its_folder(tmp_path: Path) -> None:
+    """A comparison of routings keeps a run per routing and seed in its own folder: each is listed (so every page
+    can open it), named by both folders; a folder of runs inside a run is not looked into."""
+    model = CapsNet(CapsNetConfig.preset("tiny"))
+    root = tmp_path / "runs"
+    finished_run(root, "20250101-000000-mnist", model)
+    for name in ("none-seed0", "dynamic-seed0"):
+        finished_run(root / "compare-mnist", name, model)
+    (root / "compare-mnist" / "comparison.json").write_text("{}")
+    finished_run(root / "20250101-000000-mnist", "inner", model)  # a run's own folders are its own
+    entries = catalog.list_checkpoints(tmp_path / "absent", root)
+    assert [e.run for e in entries] == [
+        "20250101-000000-mnist",
+        "compare-mnist/dynamic-seed0",
+        "compare-mnist/none-seed0",
+    ]
+    assert entries[1].name == "compare-mnist/dynamic-seed0/best.safetensors" and not entries[1].error
+    assert "run compare-mnist/dynamic-seed0" in entries[1].label
+
+
 def test_a_missing_folder_lists_only_runs(tmp_path: Path) -> None:
     model = CapsNet(CapsNetConfig.preset("tiny"))
     finished_run(tmp_path / "runs", "20250101-000000-mnist", model)

@@ -125,3 +125,17 @@ def test_the_where_routing_matters_page_shows_the_newest_comparison(app_dirs, tm
     assert list(frame["Routing"]) == ["dynamic routing (r = 3)", "no routing (r = 1, uniform couplings)"]
     assert any("points ahead of no routing" in m.value for m in at.markdown)
     assert list(frame["affNIST-like"]) == ["-", "-"]  # a record of the test accuracy only
+    # each trained model opens on every page: its run is listed, and a link names it by both folders
+    run = kept / "dynamic-seed0"
+    run.mkdir()
+    (run / "args.json").write_text(json.dumps({"dataset": "mnist", "epochs": 1}))
+    shutil.copy(Path(APP).parents[1] / "checkpoints" / "mnist.safetensors", run / "best.safetensors")
+    clear_streamlit_caches()
+    at = AppTest.from_file(APP, default_timeout=180)
+    at.query_params.update(checkpoint="compare-mnist/dynamic-seed0", test="0")
+    at.run()
+    assert not at.exception and not [w.value for w in at.warning], [w.value for w in at.warning]
+    picker = at.sidebar.selectbox(key="checkpoint_picker")
+    assert picker.value == str(run / "best.safetensors") and "run compare-mnist/dynamic-seed0" in picker.format_func(
+        picker.value
+    )

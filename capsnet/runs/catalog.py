@@ -19,7 +19,7 @@ from capsnet.checkpoints.checkpoint import CheckpointError, read_checkpoint_info
 from capsnet.data.datasets import DATASETS
 from capsnet.nn import registry
 from capsnet.nn.registry import network_of
-from capsnet.training.folder import run_folders, runs_root
+from capsnet.training.folder import RunFolder, run_folders, runs_root
 
 CHECKPOINTS_ENV = "CAPSNET_CHECKPOINTS_DIR"
 SHIPPED = (
@@ -112,12 +112,29 @@ def _inside(path: Path, folder: Path) -> bool:
         return False
 
 
+def _named_runs(root: str | os.PathLike | None) -> list[tuple[str, RunFolder]]:
+    """Each run of the runs root by its folder's name, newest first; then the runs kept one level down, in a folder
+    of runs (a comparison of routings keeps a run per routing and seed: `capsnet.runs.compare`), named
+    `<folder>/<run>`."""
+    found = [(run.name, run) for run in run_folders(root)]
+    base = runs_root(root)
+    try:
+        folders = [p for p in base.iterdir() if p.is_dir() and not p.name.startswith(".")]
+    except OSError:
+        return found
+    for folder in sorted(folders, key=lambda p: p.name):
+        if not RunFolder(folder).looks_like_a_run():
+            found += [(f"{folder.name}/{run.name}", run) for run in sorted(run_folders(folder), key=lambda r: r.name)]
+    return found
+
+
 def list_checkpoints(
     checkpoints: str | os.PathLike | None = None,
     root: str | os.PathLike | None = None,
     network: str | tuple[str, ...] = "capsnet",
 ) -> list[CheckpointEntry]:
-    """The shipped checkpoints (mnist, fashion-mnist, then any other) and each run's best model, newest run first.
+    """The shipped checkpoints (mnist, fashion-mnist, then any other) and each run's best model, newest run first,
+    then those of each folder of runs (a comparison's), by name.
 
     Only those of `network` (a name or several): the Capsule Networks ("capsnet", "em"), or with "cnn" the
     baselines (shipped in baselines/). Broken files are listed with `error` set (with the Capsule Networks), so
@@ -134,10 +151,10 @@ def list_checkpoints(
         order = {name: k for k, name in enumerate(SHIPPED)}
         shipped = sorted(files, key=lambda p: (order.get(p.name, len(order)), p.name))
     entries = [_describe(path, "shipped") for path in shipped]
-    for run in run_folders(root):
+    for name, run in _named_runs(root):
         checkpoint = run.checkpoint()
         if checkpoint is not None and _inside(checkpoint, runs_root(root)):
-            entry = _describe(checkpoint, "run", run.name)
+            entry = _describe(checkpoint, "run", name)
             entry.run_epochs = max((int(m["epoch"]) for m in run.read_metrics(limit=MOST_EPOCHS)), default=None)
             entries.append(entry)
     return [e for e in entries if e.network in wanted]

@@ -113,7 +113,8 @@ def _trained_alike() -> None:
             hide_index=True, key="rm_comparison", width="content",
         )  # fmt: skip
         st.caption(f"{routing_texts.COMPARE_COLUMNS} {comparison.budget_line(record)}. Kept in "
-                   f"`{folder.name}/{comparison.FILE}`.")  # fmt: skip
+                   f"`{folder.name}/{comparison.FILE}`; each model it trained opens on every page: pick "
+                   f"*run {folder.name}/<routing>-seed<n>* in the sidebar.")  # fmt: skip
 
 
 st.title("Where routing matters", anchor=False)
