@@ -6,12 +6,17 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 from cli_support import capsnet
 from dashboard_fixtures import APP, app_dirs, clear_streamlit_caches  # noqa: F401
 from streamlit.testing.v1 import AppTest
 
+from capsnet.files import read_json
 from capsnet.runs import comparison
 
 
@@ -45,6 +50,27 @@ def test_each_routing_trains_alike_into_one_table_and_a_finished_run_is_not_trai
     again = capsnet(*args)
     assert again.returncode == 0 and "training on" not in again.stderr  # every run had finished: none trains again
     assert {p: p.stat().st_mtime_ns for p in out.glob("*/best.safetensors")} == stamps
+
+
+def test_a_comparison_stopped_part_way_says_how_to_go_on_and_goes_on(data_dir: Path, tmp_path: Path) -> None:
+    """SIGTERM in a run's training: the comparison ends with one line (not a missing-checkpoint error) and exit 2,
+    the run is left resumable, and the same command finishes it."""
+    out = tmp_path / "compare"
+    args = ["compare-routings", "--out", str(out), "--routings", "none", "--seeds", "1", "--train-size", "3000",
+            "--test-size", "100", "--batch-size", "32", "--data-dir", str(data_dir)]  # fmt: skip
+    process = subprocess.Popen([sys.executable, "-m", "capsnet", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)  # fmt: skip
+    progress = out / "none-seed0" / "progress.json"
+    deadline = time.time() + 120
+    while time.time() < deadline and not (progress.is_file() and read_json(progress).get("batch", 0) >= 3):
+        time.sleep(0.2)
+    process.send_signal(signal.SIGTERM)
+    _, said = process.communicate(timeout=120)
+    assert process.returncode == 2 and "stopped before its end: the same command goes on from there" in said, said
+    assert "no such checkpoint" not in said and read_json(progress)["status"] == "stopped"
+    done = capsnet(*args)
+    assert done.returncode == 0 and "no routing" in done.stdout, done.stderr
+    assert read_json(progress)["status"] == "finished"
 
 
 def test_bad_arguments_are_one_line(tmp_path: Path) -> None:

@@ -30,6 +30,7 @@ from capsnet.data.datasets import placed
 from capsnet.data.non_digits import non_digits
 from capsnet.data.tasks import read_test_set
 from capsnet.device import describe_device, pick_device
+from capsnet.errors import CapsNetError
 from capsnet.evaluation import Evaluation, PairEvaluation, evaluate_set
 from capsnet.files import atomic_path
 from capsnet.nn.registry import network_of
@@ -98,12 +99,19 @@ def _robustness(
     return found
 
 
-def _trained(options: TrainOptions, run: RunFolder) -> None:
-    """Train the run, go on with one that stopped part way (--resume), or leave one that finished as it is."""
+def _finished(run: RunFolder) -> bool:
     progress = run.read_progress()
-    if progress is not None and progress.status == "finished" and run.file(run.BEST).is_file():
+    return progress is not None and progress.status == "finished" and run.file(run.BEST).is_file()
+
+
+def _trained(options: TrainOptions, run: RunFolder) -> None:
+    """Train the run, go on with one that stopped part way (--resume), or leave one that finished as it is. A run
+    stopped by Ctrl-C or SIGTERM ends the comparison with a CapsNetError saying how to go on."""
+    if _finished(run):
         return
     train(dataclasses.replace(options, resume=run.has_state()))
+    if not _finished(run):
+        raise CapsNetError(f"{run.path} stopped before its end: the same command goes on from there")
 
 
 def measure(
