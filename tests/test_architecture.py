@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -355,3 +356,74 @@ def test_the_em_networks_stages_are_drawn_on_the_current_input(app_dirs, tiny_em
             assert "arch_em_conv1" in {c.key for c in at.get("plotly_chart")}
         elif stage == "input":
             assert any(c.startswith("x: 28x28") for im in at.get("image") for c in im.captions)
+
+
+@pytest.mark.parametrize("preset", ["paper", "tiny"])
+def test_efficient_capsnets_stages_add_up_to_its_parameters_and_shapes(preset: str) -> None:
+    """Efficient-CapsNet's stages: their parameters are its layers' (161,824 without the decoder for the paper's),
+    their shapes its forward pass's."""
+    from capsnet.nn.efficient_capsnet import EfficientCapsNet, EfficientCapsNetConfig
+
+    config = EfficientCapsNetConfig.preset(preset)
+    net = EfficientCapsNet(config).eval()
+    stages = arch.stages_of(config)
+    assert [s.key for s in stages] == list(arch.EFFICIENT_STAGE_KEYS)
+    assert arch.parameter_count(config) == net.num_parameters()
+    assert arch.parameter_count(config, decoder=False) == net.num_parameters(decoder=False)
+    assert preset != "paper" or arch.parameter_count(config, decoder=False) == 161_824
+    by_key = {s.key: s for s in stages}
+    assert by_key["convs"].parameters == sum(p.numel() for p in net.features.parameters())
+    assert by_key["primary"].parameters == sum(p.numel() for p in net.primary.parameters())
+    assert (by_key["votes"].parameters, by_key["routing"].parameters) == (net.W.numel(), net.b.numel())
+    x = torch.rand(1, 1, 28, 28)
+    with torch.no_grad():
+        out = net(x)
+        assert by_key["convs"].shape == tuple(net.features(x).shape[1:])
+        assert by_key["votes"].shape == tuple(net.votes(out.primary).shape[1:])
+    assert by_key["primary"].shape == tuple(out.primary.shape[1:]) and by_key["routing"].shape == tuple(
+        out.poses.shape[1:]
+    )
+    no_decoder = dataclasses.replace(config, decoder_hidden=())
+    assert [s.key for s in arch.stages_of(no_decoder)] == list(arch.EFFICIENT_STAGE_KEYS[:-1])
+
+
+def test_efficient_capsnets_stages_are_drawn_on_the_current_input(app_dirs) -> None:  # noqa: F811
+    """The shipped Efficient-CapsNet on the Architecture page: its own diagram, formulas and words, and each stage on
+    the current input from its forward pass: the last convolution's maps, the primary capsules' lengths, the longest
+    one's votes and attention, the redraw."""
+    from capsnet.checkpoints.checkpoint import load_checkpoint
+    from capsnet.data.datasets import as_tensors, load_dataset
+    from capsnet.readings.explain_attention import explain_attention
+
+    _, checkpoints = app_dirs
+    shipped = Path(APP).parents[1] / "checkpoints" / "mnist-efficient.safetensors"
+    shutil.copy(shipped, checkpoints / "mnist-efficient.safetensors")
+    at = new_app()
+    at.query_params.update(checkpoint="mnist-efficient", test="0")
+    at.run()
+    at.switch_page("app_pages/architecture.py").run()
+    no_exception(at)
+    assert any("161,824 without the decoder" in c.value for c in at.main.caption)
+    text = chart(at, "arch_diagram_primary")["data"][0]["text"]
+    assert "128 x 9 x 9" in text[1] and "16 x 8" in text[2]
+    net = load_checkpoint(shipped).model.eval()
+    images, _ = as_tensors(load_dataset("mnist", train=False))
+    reading = explain_attention(net, images[0, 0].numpy())
+    longest = int(reading.primary_lengths.argmax())
+    for stage in arch.EFFICIENT_STAGE_KEYS:
+        at.radio(key="arch_stage").set_value(stage).run()
+        no_exception(at)
+        assert at.latex and not any("no view" in i.value for i in at.info), stage
+        if stage == "convs":
+            tiles = values(chart(at, "arch_eff_convs")["data"][0]["z"])
+            assert np.nanmax(tiles) == pytest.approx(float(reading.features.max()), rel=1e-4)
+        elif stage == "primary":
+            np.testing.assert_allclose(values(chart(at, "arch_eff_primary")["data"][0]["y"]), reading.primary_lengths,
+                                       rtol=1e-5)  # fmt: skip
+        elif stage == "votes":
+            np.testing.assert_allclose(values(chart(at, "arch_eff_votes")["data"][0]["y"]),
+                                       reading.vote_lengths[longest], rtol=1e-5)  # fmt: skip
+        elif stage == "routing":
+            assert "arch_eff_routing" in {c.key for c in at.get("plotly_chart")}
+        elif stage == "decoder":
+            assert any(c.startswith("x̂ from class capsule 7") for im in at.get("image") for c in im.captions)

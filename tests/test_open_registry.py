@@ -83,7 +83,7 @@ def test_efficient_capsnet_trains_from_the_cli_and_opens_on_every_page(app_dirs,
     assert "efficient" in capsnet("train", "--help").stdout
     _walk("efficient-run", "self-attention routing",
           shown={pages.DRAW.path, pages.EVALUATE.path, pages.TRAINING.path, pages.START.path, pages.DIMENSIONS.path,
-                 pages.ROUTING.path}, kind="attention")  # fmt: skip
+                 pages.ROUTING.path, pages.ARCHITECTURE.path}, kind="attention")  # fmt: skip
     at = AppTest.from_file(APP, default_timeout=180)
     at.query_params.update(checkpoint="efficient-run", test="0")
     at.run()

@@ -201,6 +201,10 @@ class EfficientCapsNet(nn.Module):
         skip = () if decoder or self.decoder is None else tuple(id(p) for p in self.decoder.parameters())
         return sum(p.numel() for p in self.parameters() if id(p) not in skip)
 
+    def votes(self, primary: Tensor) -> Tensor:
+        """The primary capsules' votes for the class capsules, u_hat_{j|i} = W_ij u_i: (B, N, d) -> (B, K, N, D)."""
+        return torch.einsum("bni,knid->bknd", primary, self.W)
+
     def decode(self, poses: Tensor, class_index: Tensor | int) -> Tensor:
         """Redraw images from class capsules (B, K, D), keeping only `class_index`'s."""
         if self.decoder is None:
@@ -220,7 +224,7 @@ class EfficientCapsNet(nn.Module):
             )
         b = len(images)
         u = squash(self.primary(self.features(images)).reshape(b, c.num_primary, c.primary_dim))  # (B, N, d)
-        votes = torch.einsum("bni,knid->bknd", u, self.W)  # (B, K, N, D)
+        votes = self.votes(u)  # (B, K, N, D)
         v, coupling = self_attention_routing(votes, self.b)  # (B, K, D), (B, K, N)
         lengths = v.norm(dim=-1)  # (B, K)
         prediction = lengths.argmax(dim=1)

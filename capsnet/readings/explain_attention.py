@@ -29,6 +29,9 @@ class AttentionExplanation:
     decode_class: int
     coupling: np.ndarray  # (N, K) c_ij: each primary capsule's attention over the classes, the bias included
     primary_lengths: np.ndarray  # (N,) |u_i|
+    primary: np.ndarray  # (N, p) u_i, the primary capsules' poses
+    vote_lengths: np.ndarray  # (N, K) |u_hat_{j|i}|, each primary capsule's vote for each class
+    features: np.ndarray  # (C, f, f) the last convolution's maps (after ReLU and batch norm), which PrimaryCaps reads
 
     @property
     def entropy(self) -> float:
@@ -42,11 +45,15 @@ class AttentionExplanation:
 def explain_attention(
     model: EfficientCapsNet, image: np.ndarray | torch.Tensor, decode_class: int | None = None
 ) -> AttentionExplanation:
-    """Read one image (H, W) in [0, 1] with `model` (eval mode): lengths, poses, the redraw and the couplings."""
+    """Read one image (H, W) in [0, 1] with `model` (eval mode): lengths, poses, the redraw and the couplings, and on
+    the way the last convolution's maps, the primary capsules and their votes' lengths (the Architecture page's)."""
     c = model.config
     picture = picture_of(image, c.in_channels, c.image_size)
     device = next(model.parameters()).device
-    out = model(as_inputs(picture[None]).to(device))
+    x = as_inputs(picture[None]).to(device)
+    out = model(x)
+    features = model.features(x)[0].float().cpu().numpy()  # (C, f, f)
+    votes = model.votes(out.primary)[0]  # (K, N, D)
     prediction = int(out.prediction[0])
     shown = prediction if decode_class is None else int(decode_class)
     redraw = None
@@ -55,5 +62,6 @@ def explain_attention(
         redraw = drawn[0] if c.in_channels == 1 else drawn.transpose(1, 2, 0)
     return AttentionExplanation(
         picture, out.lengths[0].cpu().numpy(), prediction, out.poses[0].cpu().numpy(), redraw, shown,
-        out.coupling[0].cpu().numpy(), out.primary[0].norm(dim=-1).cpu().numpy(),
+        out.coupling[0].cpu().numpy(), out.primary[0].norm(dim=-1).cpu().numpy(), out.primary[0].float().cpu().numpy(),
+        votes.norm(dim=-1).T.float().cpu().numpy(), features,
     )  # fmt: skip

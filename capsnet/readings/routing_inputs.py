@@ -52,7 +52,7 @@ def _dynamic(model: Any, x: torch.Tensor, most: int) -> RoutingInputs:
 def _attention(model: Any, x: torch.Tensor, most: int) -> RoutingInputs:
     with torch.inference_mode():
         u = model(x).primary  # (1, N, d) the squashed primary capsules
-        votes = torch.einsum("bni,knid->bknd", u, model.W)  # (1, K, N, D), as the forward pass makes them
+        votes = model.votes(u)  # (1, K, N, D)
     bias = model.b.detach().float().cpu().numpy()  # (K, N)
     lengths = u.norm(dim=-1).float().cpu().numpy()  # (1, N)
     return RoutingInputs("attention", votes.float().cpu().numpy(), lengths, bias=bias)

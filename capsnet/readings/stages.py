@@ -24,6 +24,7 @@ import numpy as np
 
 from capsnet.nn.capsnet import CapsNet
 from capsnet.nn.config import CapsNetConfig
+from capsnet.nn.efficient_capsnet import EfficientCapsNetConfig
 from capsnet.nn.em_capsnet import EMCapsNetConfig
 from capsnet.nn.matrix_capsules import POSE_ENTRIES
 from capsnet.nn.registry import network_of
@@ -38,6 +39,8 @@ from capsnet.readings.explain import Explanation
 STAGE_KEYS = ("input", "conv1", "primary", "votes", "routing", "decoder")
 # the EM network's (Hinton, Sabour & Frosst 2018, figure 1): three capsule layers, each routed by EM
 EM_STAGE_KEYS = ("input", "conv1", "primary", "convcaps1", "convcaps2", "classes", "decoder")
+# Efficient-CapsNet's (Mazzia, Salvetti & Chiaberge 2021): convolutions, one depthwise layer of capsules, one pass
+EFFICIENT_STAGE_KEYS = ("input", "convs", "primary", "votes", "routing", "decoder")
 
 
 @dataclass(frozen=True)
@@ -181,11 +184,63 @@ def em_stages(config: EMCapsNetConfig) -> tuple[Stage, ...]:
     )  # fmt: skip
 
 
-# by the network's routing: vector capsules, matrix capsules
-STAGES: dict[str, Callable[[Any], tuple[Stage, ...]]] = {"dynamic": stages, "em": em_stages}
+def efficient_stages(config: EfficientCapsNetConfig) -> tuple[Stage, ...]:
+    """The stages of `config`'s Efficient-CapsNet (Mazzia et al. 2021, figure 1), input first (the decoder only when
+    it has one); their `parameters` sum to the model's count (161,824 without the decoder for the paper's)."""
+    c = config
+    image = (c.in_channels, c.image_size, c.image_size)
+    n, k, p, d, f = c.num_primary, c.num_classes, c.primary_dim, c.digit_dim, c.feature_side
+    steps: list[tuple[str, tuple[int, ...]]] = [("x", image)]
+    convs, fan_in, side = 0, c.in_channels, c.image_size
+    for width, kernel, stride in c.convs:
+        side = (side - kernel) // stride + 1
+        convs += _conv_parameters(fan_in, width, kernel) + 2 * width  # and batch norm's scale and shift
+        steps.append((f"conv {kernel}x{kernel}" + (f" stride {stride}" if stride > 1 else ""), (width, side, side)))
+        fan_in = width
+    widths = (k * d, *c.decoder_hidden, c.image_pixels)
+    out = (
+        Stage("input", "Input", "the image, pixels in [0, 1]", image, 0, (("x", image),)),
+        Stage(
+            "convs", "Convolutions", f"{len(c.convs)} convolutions, each with ReLU and batch norm",
+            (fan_in, f, f), convs, tuple(steps),
+        ),
+        Stage(
+            "primary", "PrimaryCaps", f"depthwise {f}x{f} convolution over the whole map: {n} capsules of {p}, squashed",
+            (n, p), fan_in * f * f + fan_in, (("depthwise convolution", (fan_in, 1, 1)), ("capsules u_i", (n, p))),
+        ),
+        Stage(
+            "votes", "Votes", f"one {d}x{p} matrix W_ij per pair: {n} x {k} matrices", (k, n, d), k * n * p * d,
+            (("u_i", (p,)), ("W_ij", (d, p)), ("votes u_hat_{j|i}", (k, n, d))),
+        ),
+        Stage(
+            "routing", "Class capsules", "self-attention routing, one pass, and a learned bias b_ij", (k, d), k * n,
+            (("agreement", (k, n)), ("couplings c_ij", (n, k)), ("capsules v_j", (k, d)), ("lengths |v_j|", (k,))),
+        ),
+    )  # fmt: skip
+    if not c.decoder_hidden:
+        return out
+    decoder = sum(a * w + w for a, w in zip(widths[:-1], widths[1:]))
+    return (
+        *out,
+        Stage(
+            "decoder", "Decoder",
+            "all capsules but one masked, then fully connected " + " -> ".join(f"{w:,}" for w in widths), image,
+            decoder,
+            (("masked capsules", (k, d)), *((f"layer {i + 1}", (w,)) for i, w in enumerate(widths[1:])),
+             ("x_hat", image)),
+        ),
+    )  # fmt: skip
 
 
-def stages_of(config: CapsNetConfig | EMCapsNetConfig) -> tuple[Stage, ...]:
+# by the network's routing: vector capsules, matrix capsules, vector capsules routed by self-attention
+STAGES: dict[str, Callable[[Any], tuple[Stage, ...]]] = {
+    "dynamic": stages,
+    "em": em_stages,
+    "attention": efficient_stages,
+}
+
+
+def stages_of(config: CapsNetConfig | EMCapsNetConfig | EfficientCapsNetConfig) -> tuple[Stage, ...]:
     """The stages of a capsule network's config, by its routing; ValueError for a network that does not route."""
     routing = network_of(config).routing
     if routing is None:
@@ -193,7 +248,7 @@ def stages_of(config: CapsNetConfig | EMCapsNetConfig) -> tuple[Stage, ...]:
     return STAGES[routing.kind](config)
 
 
-def parameter_count(config: CapsNetConfig | EMCapsNetConfig, decoder: bool = True) -> int:
+def parameter_count(config: CapsNetConfig | EMCapsNetConfig | EfficientCapsNetConfig, decoder: bool = True) -> int:
     """The network's parameters, stage by stage: 8,215,568 for the paper's CapsNet (6,804,224 without the decoder),
     318,964 for the EM paper's network."""
     return sum(s.parameters for s in stages_of(config) if decoder or s.key != "decoder")

@@ -9,9 +9,11 @@ from typing import Any
 import streamlit as st
 
 from capsnet.nn.config import CapsNetConfig
+from capsnet.nn.efficient_capsnet import EfficientCapsNetConfig
 from capsnet.nn.em_capsnet import EMCapsNetConfig
 from capsnet.readings import stages as arch
 from dashboard import guards, routing_texts, state, widgets
+from dashboard.efficient_stage_views import efficient_stage_view
 from dashboard.em_stage_views import em_stage_view
 from dashboard.figures import architecture as arch_fig
 from dashboard.figures import pixel_image
@@ -67,7 +69,7 @@ def formulas(key: str, c: CapsNetConfig) -> list[str]:
     }[key]
 
 
-def _input_words(c: CapsNetConfig | EMCapsNetConfig) -> str:
+def _input_words(c: CapsNetConfig | EMCapsNetConfig | EfficientCapsNetConfig) -> str:
     """The input stage in words: a grey image or a colour one, at the model's side."""
     if c.in_channels == 1:
         return f"One grey image, {c.image_size}x{c.image_size} pixels, each between 0 (background) and 1 (ink)."
@@ -192,6 +194,70 @@ def em_explanation(key: str, c: EMCapsNetConfig) -> str:
     }[key]
 
 
+EFFICIENT_INTRO = (
+    "Efficient-CapsNet (Mazzia, Salvetti & Chiaberge 2021) reaches the CapsNet's accuracy with 2% of its weights: "
+    "convolutions with batch norm, then a single depthwise convolution that makes a few primary capsules, each "
+    "seeing the whole image, then **one pass of self-attention routing**. Each box is one stage, with the shape of "
+    "what it hands on and how many weights it learns, from the chosen model's config. **Click a box** (or choose a "
+    "stage below) for its formula and what it computes on the current input."
+)
+
+
+def efficient_formulas(key: str, c: EfficientCapsNetConfig) -> list[str]:
+    """The LaTeX lines of one stage of Efficient-CapsNet, with the model's own sizes."""
+    n, p, d, k, f = c.num_primary, c.primary_dim, c.digit_dim, c.num_classes, c.feature_side
+    widths = r" \to ".join(f"{w:,}".replace(",", "{,}") for w in (k * d, *c.decoder_hidden, c.image_pixels))
+    return {
+        "input": [rf"x \in [0, 1]^{{{c.in_channels} \times {c.image_size} \times {c.image_size}}}"],
+        "convs": [r"a^{(l)} = \operatorname{BN}\big(\operatorname{ReLU}(w^{(l)} \star a^{(l-1)} + b^{(l)})\big)",
+                  rf"l = 1, \dots, {len(c.convs)}, \quad a^{{(0)}} = x"],
+        "primary": [rf"s_c = w_c \star a_c^{{({len(c.convs)})}} + b_c, \quad w_c \in \mathbb{{R}}^{{{f} \times {f}}}",
+                    rf"s \to {n} \text{{ vectors }} s_i \in \mathbb{{R}}^{{{p}}}",
+                    r"u_i = (1 - e^{-\lVert s_i \rVert})\, s_i / \lVert s_i \rVert"],
+        "votes": [r"\hat u_{j|i} = W_{ij}\, u_i", rf"W_{{ij}} \in \mathbb{{R}}^{{{d} \times {p}}}"],
+        "routing": [
+            rf"c_{{ij}} = \operatorname{{softmax}}_j\!\Big(\hat u_{{j|i}} \cdot \textstyle\sum_m \hat u_{{j|m}} / \sqrt{{{d}}}\Big)"
+            r" + b_{ij}",
+            r"v_j = \operatorname{squash}\Big(\textstyle\sum_i c_{ij}\, \hat u_{j|i}\Big)",
+            r"P(\text{class } j) = \lVert v_j \rVert",
+        ],
+        "decoder": [r"m_j = v_j \text{ if } j = \arg\max_k \lVert v_k \rVert", r"m_j = 0 \text{ otherwise}", widths],
+    }[key]  # fmt: skip
+
+
+def efficient_explanation(key: str, c: EfficientCapsNetConfig) -> str:
+    """What one stage of Efficient-CapsNet does, in words, with the model's own sizes."""
+    n, p, k, f, width = c.num_primary, c.primary_dim, c.num_classes, c.feature_side, c.convs[-1][0]
+    return {
+        "input": _input_words(c),
+        "convs": (
+            f"{len(c.convs)} ordinary convolutions ("
+            + ", ".join(f"{w} of {kk}x{kk}" + (f" stride {st_}" if st_ > 1 else "") for w, kk, st_ in c.convs)
+            + f"), each followed by ReLU and batch norm, leave {width} maps of {f}x{f}."
+        ),
+        "primary": (
+            f"A depthwise convolution: each of the {width} maps is read whole by its own {f}x{f} filter, one number "
+            f"per map; the {width} numbers are {n} capsules of {p}, squashed by the paper's own squash so that each "
+            "length lies below 1. So few capsules, each seeing the whole image: where the CapsNet has 1,152 that "
+            "each see a window."
+        ),
+        "votes": (
+            f"Every primary capsule predicts every class capsule through its own {c.digit_dim}x{p} matrix W_ij: "
+            f"{n} x {k} = {n * k} votes."
+        ),
+        "routing": (
+            "Self-attention routing: each vote's agreement with its class's whole set of votes, a softmax over the "
+            f"{k} classes, plus a learned bias b_ij, weighs the vote in one pass (no iterations). The class capsule is "
+            "the squashed weighted sum of its votes, and its length the probability that its class is present."
+        ),
+        "decoder": (
+            "Every class capsule but one is zeroed (the prediction's is kept; the true class's in training), and "
+            f"fully connected layers redraw the image from the {c.digit_dim} numbers left, weighted by "
+            f"{c.reconstruction_weight} in the loss."
+        ),
+    }[key]
+
+
 @dataclass(frozen=True)
 class StageTexts:
     """What the page says of a network routed one way: its introduction, each stage's formulas and explanation, and
@@ -206,6 +272,7 @@ class StageTexts:
 TEXTS = {  # by the model's routing (`Routing.kind`): vector capsules and dynamic routing, matrix capsules and EM
     "dynamic": StageTexts(INTRO, formulas, explanation),
     "em": StageTexts(EM_INTRO, em_formulas, em_explanation, em_stage_view),
+    "attention": StageTexts(EFFICIENT_INTRO, efficient_formulas, efficient_explanation, efficient_stage_view),
 }
 
 
@@ -213,7 +280,8 @@ def _clicked(chart_key: str) -> None:
     """A click on a box of the diagram: show its stage."""
     event = st.session_state.get(chart_key)
     points = event["selection"]["points"] if event else []
-    picked = [p["customdata"] for p in points if p.get("customdata") in (*arch.STAGE_KEYS, *arch.EM_STAGE_KEYS)]
+    keys = (*arch.STAGE_KEYS, *arch.EM_STAGE_KEYS, *arch.EFFICIENT_STAGE_KEYS)
+    picked = [p["customdata"] for p in points if p.get("customdata") in keys]
     if picked:
         st.session_state[STAGE] = picked[0]
 
@@ -256,9 +324,9 @@ with formula_col:
     for line in texts.formulas(stage, config):
         st.latex(line)
     st.markdown(texts.explanation(stage, config))
-if texts.own_view is not None:  # the EM network: each stage on the current input, from its routing views' pass
+if texts.own_view is not None and model is not None:  # each stage on the current input, from its routing views' pass
     with view_col:
-        reader = guards.require_model(routings=("em",))
+        reader = guards.require_model(routings=(model.routing,))
         image = guards.require_input() if reader is not None else None
         if reader is None or image is None:
             st.stop()

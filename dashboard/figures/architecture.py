@@ -286,20 +286,29 @@ def matrix_product_figure(weight: np.ndarray, pose: np.ndarray, vote: np.ndarray
 
 def vote_lengths_figure(lengths: np.ndarray, names: Sequence[str], digit: int, height: int = 260) -> go.Figure:
     """|u_hat_{j|i}| of one primary capsule's votes for every digit capsule, the chosen one highlighted."""
+    return lengths_figure(
+        lengths, names, digit, "digit capsule j", "|û_j|i|", "vote for capsule %{x}<br>|û| = ", height
+    )
+
+
+def lengths_figure(
+    lengths: np.ndarray, names: Sequence[str], chosen: int, x_title: str, y_title: str, hover: str, height: int = 260
+) -> go.Figure:
+    """One bar per capsule, its length, the `chosen` one highlighted; `hover` leads each bar's value."""
     lengths = np.asarray(lengths, dtype=np.float32)
     bars = dict(
         type="bar",
         x=list(names),
         y=lengths,
-        marker=dict(color=[WINNER if j == digit else OTHER for j in range(len(names))]),
-        hovertemplate="vote for capsule %{x}<br>|û| = %{y:.3f}<extra></extra>",
+        marker=dict(color=[WINNER if j == chosen else OTHER for j in range(len(names))]),
+        hovertemplate=hover + "%{y:.3f}<extra></extra>",
     )
     return _figure(
         [bars],
         height,
         dict(l=50, r=10, t=10, b=40),
-        xaxis=dict(type="category", title=dict(text="digit capsule j")),
-        yaxis=dict(title=dict(text="|û_j|i|")),
+        xaxis=dict(type="category", title=dict(text=x_title)),
+        yaxis=dict(title=dict(text=y_title)),
     )
 
 
