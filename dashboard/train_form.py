@@ -50,6 +50,8 @@ MODEL_LABELS = {
     f"({_parameters('capsnet', 'official')} parameters; learns at lr 1e-3 on 40x40 too)",
     ("capsnet", "cifar10"): "Paper's CapsNet for colour 32x32 CIFAR-10, 64 primary types "
     f"({_parameters('capsnet', 'cifar10')} parameters)",
+    ("capsnet", "no-routing"): "Paper's CapsNet without routing, its couplings left uniform "
+    f"({_parameters('capsnet', 'no-routing')} parameters)",
     ("capsnet", "tiny"): f"Tiny CapsNet ({_parameters('capsnet', 'tiny')} parameters, a quick demo)",
     ("capsnet", "multimnist"): "Paper's CapsNet for 36x36 MultiMNIST "
     f"({_parameters('capsnet', 'multimnist')} parameters)",

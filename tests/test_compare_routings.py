@@ -165,3 +165,21 @@ def test_the_where_routing_matters_page_shows_the_newest_comparison(app_dirs, tm
     assert picker.value == str(run / "best.safetensors") and "run compare-mnist/dynamic-seed0" in picker.format_func(
         picker.value
     )
+
+
+def test_no_routing_is_a_preset_of_the_capsnet() -> None:
+    """`--preset no-routing`: the paper's CapsNet, the same weights, trained and read with its couplings uniform."""
+    import torch
+
+    from capsnet.nn.capsnet import CapsNet
+    from capsnet.nn.config import CapsNetConfig
+    from capsnet.training.options import TrainOptions
+
+    config = CapsNetConfig.preset("no-routing")
+    assert config.routing_iterations == 1 and config == CapsNetConfig.preset("paper", routing_iterations=1)
+    assert "no-routing" in TrainOptions.__dataclass_fields__["preset"].metadata["choices"]
+    torch.manual_seed(0)
+    small = CapsNet(CapsNetConfig.preset("tiny", routing_iterations=1)).eval()
+    with torch.no_grad():
+        out = small(torch.rand(2, 1, 28, 28), return_trace=True)
+    assert out.trace is not None and torch.allclose(out.trace.coupling, torch.full_like(out.trace.coupling, 0.1))

@@ -175,6 +175,9 @@ PRESETS: dict[str, CapsNetConfig] = {
     "cifar10": CapsNetConfig(
         in_channels=3, image_size=32, primary_types=64, primary_scale=1 / 32, init="official", none_of_the_above=True
     ),
+    # no routing at all: the paper's network with its couplings left uniform, each primary capsule's votes averaged
+    # into the class capsules (the "r = 0" network of the papers that ask whether routing matters), trained that way
+    "no-routing": CapsNetConfig(routing_iterations=1),
     # a small network for tests and quick demos: same structure, narrower layers
     "tiny": CapsNetConfig(conv1_channels=32, primary_types=8, primary_dim=8, digit_dim=16, decoder_hidden=(64, 128)),
 }

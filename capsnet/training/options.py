@@ -83,8 +83,9 @@ class TrainOptions:
     )  # fmt: skip
     preset: str = field(
         default="paper",
-        metadata=option("model preset: the paper's network (on MultiMNIST's pairs), or a tiny one for tests and demos; "
-                        "the EM network's: paper, paper-decoder, small, small-decoder, tiny",
+        metadata=option("model preset: the paper's network (on MultiMNIST's pairs; no-routing: its couplings left "
+                        "uniform), or a tiny one for tests and demos; the EM network's: paper, paper-decoder, small, "
+                        "small-decoder, tiny; Efficient-CapsNet's: paper, tiny",
                         choices=tuple(dict.fromkeys(p for n in NETWORKS.values() for p in n.presets)), defines_run=True),
     )  # fmt: skip
     epochs: int = field(default=10, metadata=option("total epochs (also when resuming)", positive=True))
