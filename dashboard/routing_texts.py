@@ -346,7 +346,7 @@ COMPARE_HINT = (
     "(dynamic routing, no routing, self-attention and EM routing; the table and its verdict then show here)."
 )
 COMPARE_COLUMNS = (
-    "**affNIST-like**: the test digits each rotated (within 20 degrees), sheared and scaled (0.8 to 1.2) in the "
+    "**Spread**: the test accuracy's highest minus its lowest over the seeds, in points. **affNIST-like**: the test digits each rotated (within 20 degrees), sheared and scaled (0.8 to 1.2) in the "
     "network's own frame, as affNIST moves them. **Non-digits flagged**: of the drawn non-digits (a dot, a scribble, "
     "an X, an H, a smiley, an A, a bar, grey noise), how many the model's not-like-any-class test flags, with its own "
     "thresholds (-: a network that redraws nothing, or too weak to calibrate its thresholds on)."

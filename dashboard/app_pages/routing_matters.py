@@ -106,7 +106,7 @@ def _trained_alike() -> None:
         st.markdown(comparison.verdict(record))
         st.dataframe(
             [{"Routing": r.title, "Seeds": r.seeds, "Test accuracy": f"{100 * r.accuracy:.2f}%",
-              "Spread (points)": f"{100 * r.spread:.2f}", "affNIST-like": r.affine_text,
+              "Spread": f"{100 * r.spread:.2f}", "affNIST-like": r.affine_text,
               "Non-digits flagged": r.flagged_text, "Parameters": f"{r.parameters:,}",
               "Train img/s": f"{r.train_images_per_s:,.0f}", "Read img/s": f"{r.read_images_per_s:,.0f}"}
              for r in comparison.rows(record)],
