@@ -126,7 +126,8 @@ class CollapseWatch:
         if self.batches < STUCK_AFTER:
             return ""
         if accuracy <= chance + CHANCE_MARGIN:
-            return f"{after} the train accuracy is {100 * accuracy:.1f}%, chance is {100 * chance:.1f}%; {lower}"
+            return (f"{after} the train accuracy is {100 * accuracy:.1f}%, chance is {100 * chance:.1f}% (a network can "
+                    f"sit at chance for a hundred steps or more before it learns); if it stays there, {lower}")  # fmt: skip
         first = self.first_loss
         if self.loss_falls and first is not None and loss >= first and accuracy <= chance + 2 * CHANCE_MARGIN:
             return (f"{after} the loss ({loss:.4f}) is no lower than over the first {FIRST_BATCHES} ({first:.4f}) "
