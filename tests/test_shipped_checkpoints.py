@@ -145,7 +145,7 @@ def test_shipped_em_model() -> None:
 
 def test_shipped_efficient_capsnet() -> None:
     """Efficient-CapsNet (docs/networks.md): the paper's MNIST network, 161,824 parameters without its decoder, at or
-    above 99.6% on the whole test set (the paper's single models: 99.74% on average)."""
+    above 99.65% on the whole test set (the paper's single models: 99.74% on average)."""
     path = CHECKPOINTS / "mnist-efficient.safetensors"
     assert path.is_file(), "checkpoints/mnist-efficient.safetensors is missing: the project ships it"
     checkpoint = load_checkpoint(path, networks=("efficient",))
@@ -153,7 +153,7 @@ def test_shipped_efficient_capsnet() -> None:
     assert info.dataset == "mnist" and info.test_examples == 10_000
     assert checkpoint.config == EfficientCapsNetConfig.preset("paper")
     assert checkpoint.model.num_parameters(decoder=False) == 161_824
-    assert info.test_accuracy >= 0.996, f"{info.test_accuracy:.4f} below the floor 0.996"
+    assert info.test_accuracy >= 0.9965, f"{info.test_accuracy:.4f} below the floor 0.9965"
     assert abs(info.test_accuracy - info.test_accuracy_before_export) <= 0.0002 + 1e-9
     assert sum(info.per_class_correct) == round(info.test_accuracy * 10_000)
 
