@@ -5,6 +5,7 @@
 import { attend } from "./attention.js";
 import { bars, el, heatmap, segmented } from "./draw.js";
 import { randomLogits } from "./random.js";
+import { argmax, drawPicker, experimentBox, randomSentence, rulesTable } from "./rules.js";
 
 const RULES = ["attention", "uniform", "random"];
 const MOST_SHARPNESS = 4;
@@ -44,12 +45,10 @@ export function mount(root, header, arrays, { kept, settled }) {
     state.bias = bias.checked;
     render();
   });
-  const draw = el("input", { type: "number", min: "1", max: String(header.draws), value: String(state.draw + 1), "aria-label": "random draw" });
-  draw.addEventListener("input", () => {
-    state.draw = Math.min(Math.max(Math.round(Number(draw.value)) || 1, 1), header.draws) - 1;
+  const { node: drawBox, input: draw } = drawPicker(header.seed, header.draws, state.draw, (n) => {
+    state.draw = n;
     render();
   });
-  const drawBox = el("span", {}, el("span", { class: "label" }, `draw (seed ${header.seed})`), draw);
   const reset = el("button", { type: "button", class: "plain", onclick: () => {
     Object.assign(state, { rule: "attention", sharpness: 1, bias: true, draw: 0 });
     render();
@@ -60,15 +59,11 @@ export function mount(root, header, arrays, { kept, settled }) {
   const map = el("div", { class: "panel" });
   const evidence = el("div", { class: "panel" });
   const entropy = el("p", { class: "caption", "data-role": "entropy" });
-  const experiment = el("details", { "data-role": "experiment" });
-  const experimentBody = el("div");
-  experiment.append(el("summary", {}, "Does the attention matter for this input? As trained, uniform and random couplings"), experimentBody);
-  experiment.addEventListener("toggle", () => {
-    if (experiment.open) {
-      compareRules();
-      settled();
-    }
-  });
+  const { node: experiment, body: experimentBody } = experimentBox(
+    "Does the attention matter for this input? As trained, uniform and random couplings",
+    () => compareRules(),
+    settled,
+  );
   root.replaceChildren(
     el("p", { class: "lead" }, header.lead),
     el(
@@ -98,38 +93,23 @@ export function mount(root, header, arrays, { kept, settled }) {
 
   /** The input under each rule: as trained, uniform (with and without the bias), and every random draw. */
   function compareRules() {
+    const read = (name, one) => ({ name, scores: one.lengths, entropy: one.entropy });
     const rows = [
-      ["As trained (sharpness 1, bias)", trained()],
-      ["Uniform attention, bias kept", pass("uniform", 0, true, 0)],
-      ["Uniform attention, no bias", pass("uniform", 0, false, 0)],
+      read("As trained (sharpness 1, bias)", trained()),
+      read("Uniform attention, bias kept", pass("uniform", 0, true, 0)),
+      read("Uniform attention, no bias", pass("uniform", 0, false, 0)),
     ];
-    const table = el("table", { class: "rules" });
-    table.append(el("tr", {}, ...["Couplings", "Answer", header.symbol, "Entropy"].map((h) => el("th", {}, h))));
-    for (const [name, one] of rows) {
-      const k = argmax(one.lengths);
-      table.append(el("tr", {}, el("td", {}, name), el("td", {}, names[k]), el("td", {}, one.lengths[k].toFixed(2)), el("td", {}, one.entropy.toFixed(3))));
-    }
-    const draws = Array.from({ length: header.draws }, (_, n) => pass("random", 1, state.bias, n));
-    const counts = new Array(K).fill(0);
-    draws.forEach((d) => counts[argmax(d.lengths)]++);
-    const common = argmax(counts);
-    table.append(el("tr", {}, el("td", {}, `Random, ${draws.length} draws${state.bias ? ", bias kept" : ""}`),
-      el("td", {}, `${names[common]} (in ${counts[common]} of the ${draws.length} draws)`),
-      el("td", {}, `${(draws.reduce((a, d) => a + d.lengths[common], 0) / draws.length).toFixed(2)} (mean)`),
-      el("td", {}, `${(draws.reduce((a, d) => a + d.entropy, 0) / draws.length).toFixed(3)} (mean)`)));
-    const answer = argmax(trained().lengths);
-    const agreeing = draws.filter((d) => argmax(d.lengths) === answer).length;
-    const uniformSame = argmax(rows[1][1].lengths) === answer;
-    const lead = uniformSame
+    const draws = Array.from({ length: header.draws }, (_, n) => read("", pass("random", 1, state.bias, n)));
+    const answer = argmax(rows[0].scores);
+    const label = `Random, ${draws.length} draws${state.bias ? ", bias kept" : ""}`;
+    const { table, agreeing } = rulesTable(rows, draws, label, names, header.symbol, answer);
+    const uniform = argmax(rows[1].scores);
+    const lead = uniform === answer
       ? "Uniform attention gives the answer the network gives."
-      : `Uniform attention changes the answer from ${names[answer]} to ${names[argmax(rows[1][1].lengths)]}.`;
-    const sentence = agreeing === draws.length
-      ? `Every one of ${draws.length} random couplings gives it too: for this input the attention hardly matters.`
-      : agreeing === 0
-        ? `None of ${draws.length} random couplings gives the network's answer: for this input the attention decides it.`
-        : `${agreeing} of ${draws.length} random couplings give the network's answer: how the votes are shared decides some.`;
+      : `Uniform attention changes the answer from ${names[answer]} to ${names[uniform]}.`;
+    const sentence = randomSentence(agreeing, draws.length, "the network's answer", "the attention's couplings");
     experimentBody.replaceChildren(table, el("p", { class: "caption" }, `${lead} ${sentence}`));
-    root.experiment = { rows: rows.map(([name, one]) => ({ name, scores: Array.from(one.lengths), entropy: one.entropy })), agreeing, draws: draws.length };
+    root.experiment = { rows: rows.map(({ name, scores, entropy }) => ({ name, scores: Array.from(scores), entropy })), agreeing, draws: draws.length };
   }
 
   function render() {
@@ -189,12 +169,4 @@ export function mount(root, header, arrays, { kept, settled }) {
 
   render();
   return state;
-}
-
-function argmax(values) {
-  let best = 0;
-  values.forEach((v, k) => {
-    if (v > values[best]) best = k;
-  });
-  return best;
 }

@@ -8,6 +8,7 @@ import { bars, el, heatmap, lines, segmented } from "./draw.js";
 import { dataShares, emRoute } from "./em.js";
 import { randomLogits } from "./random.js";
 import { couplingByType, route } from "./routing.js";
+import { argmax, drawPicker, experimentBox, randomSentence, rulesTable } from "./rules.js";
 
 const RULES = ["routed", "uniform", "random"];
 
@@ -97,13 +98,10 @@ export function mount(root, header, arrays, { report, kept, settled }) {
     rulePicker.buttons[2].disabled = true;
     rulePicker.buttons[2].title = "EM's random couplings are drawn in every capsule layer: see Where routing matters";
   }
-  const draw = el("input", { type: "number", min: "1", max: String(header.draws), value: String(state.draw + 1), "aria-label": "random draw" });
-  draw.addEventListener("input", () => {
-    const n = Math.min(Math.max(Math.round(Number(draw.value)) || 1, 1), header.draws);
-    state.draw = n - 1;
+  const { node: drawBox } = drawPicker(header.seed, header.draws, state.draw, (n) => {
+    state.draw = n;
     render();
   });
-  const drawBox = el("span", {}, el("span", { class: "label" }, `draw (seed ${header.seed})`), draw);
   const capsule = el("select", { "aria-label": "capsule in focus" });
   capsule.append(el("option", { value: "-1" }, "the prediction"), ...names.map((name, k) => el("option", { value: String(k) }, name)));
   capsule.value = String(state.capsule);
@@ -118,15 +116,11 @@ export function mount(root, header, arrays, { report, kept, settled }) {
   const over = el("div", { class: "panel" });
   const right = el("div", { class: "panel" });
   const entropy = el("p", { class: "caption", "data-role": "entropy" });
-  const experiment = el("details", { "data-role": "experiment" });
-  const experimentBody = el("div");
-  experiment.append(el("summary", {}, "Does routing matter for this input? Uniform, routed and random couplings"), experimentBody);
-  experiment.addEventListener("toggle", () => {
-    if (experiment.open) {
-      compareRules();
-      settled();
-    }
-  });
+  const { node: experiment, body: experimentBody } = experimentBox(
+    "Does routing matter for this input? Uniform, routed and random couplings",
+    () => compareRules(),
+    settled,
+  );
   root.replaceChildren(
     el("p", { class: "lead" }, header.lead),
     el(
@@ -174,46 +168,29 @@ export function mount(root, header, arrays, { report, kept, settled }) {
   /** The input under each rule, as the Routing page's experiment reads it: uniform, routed r times, and every
    * random draw (not routed), with the answer, its score and the couplings' entropy. */
   function compareRules() {
-    const answer = (scores) => argmax(scores);
     const uniform = router.steps("uniform", state.r, 0).at(-1);
     const routed = router.steps("routed", state.r, 0).at(-1);
-    const rows = [["Uniform (r = 1, not routed)", uniform]];
-    if (state.r > 1) rows.push([`Routed, r = ${state.r}`, routed]);
-    const table = el("table", { class: "rules" });
-    table.append(el("tr", {}, ...["Couplings", "Answer", header.symbol, "Entropy"].map((h) => el("th", {}, h))));
-    for (const [name, step] of rows) {
-      const k = answer(step.scores);
-      table.append(el("tr", {}, el("td", {}, name), el("td", {}, names[k]), el("td", {}, step.scores[k].toFixed(2)),
-        el("td", {}, step.entropy.toFixed(3))));
-    }
-    let sentence;
+    const rows = [{ name: "Uniform (r = 1, not routed)", ...uniform }];
+    if (state.r > 1) rows.push({ name: `Routed, r = ${state.r}`, ...routed });
     const values = { uniform: uniform.scores, routed: routed.scores, random: [] };
+    const answer = argmax(routed.scores);
+    let table;
+    let sentence;
     if (router.random) {
       const draws = Array.from({ length: header.draws }, (_, n) => router.steps("random", state.r, n)[0]);
-      const counts = new Array(K).fill(0);
-      draws.forEach((d) => counts[answer(d.scores)]++);
-      const common = argmax(counts);
-      const meanScore = draws.reduce((a, d) => a + d.scores[common], 0) / draws.length;
-      const meanEntropy = draws.reduce((a, d) => a + d.entropy, 0) / draws.length;
-      table.append(el("tr", {}, el("td", {}, `Random, ${draws.length} draws (not routed)`),
-        el("td", {}, `${names[common]} (in ${counts[common]} of the ${draws.length} draws)`),
-        el("td", {}, `${meanScore.toFixed(2)} (mean)`), el("td", {}, `${meanEntropy.toFixed(3)} (mean)`)));
-      const agreeing = draws.filter((d) => answer(d.scores) === answer(routed.scores)).length;
-      sentence =
-        agreeing === draws.length
-          ? `Every one of ${draws.length} random couplings gives the routed answer: for this input the couplings hardly matter.`
-          : agreeing === 0
-            ? `None of ${draws.length} random couplings gives the routed answer: for this input they decide it.`
-            : `${agreeing} of ${draws.length} random couplings give the routed answer: how the votes are shared decides some.`;
+      const read = rulesTable(rows, draws, `Random, ${draws.length} draws (not routed)`, names, header.symbol, answer);
+      table = read.table;
+      sentence = randomSentence(read.agreeing, draws.length, "the routed answer", "the couplings");
       values.random = draws.map((d) => d.scores);
-      values.randomEntropy = meanEntropy;
+      values.randomEntropy = read.meanEntropy;
     } else {
+      table = rulesTable(rows, [], "", names, header.symbol, answer).table; // EM's are drawn in every layer
       sentence = "Random couplings are drawn in every capsule layer of the EM network: the page's experiment below reads them.";
     }
-    const same = answer(uniform.scores) === answer(routed.scores);
+    const same = argmax(uniform.scores) === answer;
     const lead = state.r === 1 ? "With one iteration routing has not begun." : same
       ? `Uniform couplings give the same answer as routing at r = ${state.r}.`
-      : `Routing at r = ${state.r} changes the answer from ${names[answer(uniform.scores)]} to ${names[answer(routed.scores)]}.`;
+      : `Routing at r = ${state.r} changes the answer from ${names[argmax(uniform.scores)]} to ${names[answer]}.`;
     experimentBody.replaceChildren(table, el("p", { class: "caption" }, `${lead} ${sentence}`));
     root.experiment = values;
   }
@@ -303,14 +280,6 @@ export function mount(root, header, arrays, { report, kept, settled }) {
 
   render();
   return state;
-}
-
-function argmax(values) {
-  let best = 0;
-  values.forEach((v, k) => {
-    if (v > values[best]) best = k;
-  });
-  return best;
 }
 
 function transpose(values, rows, cols) {
