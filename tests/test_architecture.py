@@ -378,7 +378,9 @@ def test_efficient_capsnets_stages_add_up_to_its_parameters_and_shapes(preset: s
     x = torch.rand(1, 1, 28, 28)
     with torch.no_grad():
         out = net(x)
-        assert by_key["convs"].shape == tuple(net.features(x).shape[1:])
+        assert by_key["convs"].shape == tuple(net.features(x).shape[1:]) and out.features is None  # only where asked
+        kept = net(x, return_features=True).features
+        assert kept is not None and torch.equal(kept, net.features(x))  # the pass's own maps
         assert by_key["votes"].shape == tuple(net.votes(out.primary).shape[1:])
     assert by_key["primary"].shape == tuple(out.primary.shape[1:]) and by_key["routing"].shape == tuple(
         out.poses.shape[1:]

@@ -151,6 +151,7 @@ class EfficientCapsNetOutput:
     prediction: Tensor  # (B,)
     coupling: Tensor  # c_ij (B, N, K): each primary capsule's attention over the class capsules, bias included
     primary: Tensor  # u_i (B, N, d) the squashed primary capsules
+    features: Tensor | None = None  # (B, C, f, f) the last convolution's maps, where asked (`return_features`)
 
     @property
     def scores(self) -> Tensor:
@@ -212,10 +213,15 @@ class EfficientCapsNet(nn.Module):
         return self.decoder.redraw(poses, class_index)
 
     def forward(
-        self, images: Tensor, labels: Tensor | None = None, routing_iterations: int | None = None
+        self,
+        images: Tensor,
+        labels: Tensor | None = None,
+        routing_iterations: int | None = None,
+        return_features: bool = False,
     ) -> EfficientCapsNetOutput:
         """Read a batch (B, C, H, W) in [0, 1]. Training with `labels`, the decoder redraws the true class (never the
-        prediction); reading, the prediction. `routing_iterations` is accepted and unused: one pass of attention."""
+        prediction); reading, the prediction. `routing_iterations` is accepted and unused: one pass of attention.
+        `return_features` keeps the last convolution's maps in the output (the Architecture page's)."""
         c = self.config
         expected = (c.in_channels, c.image_size, c.image_size)
         if images.dim() != 4 or tuple(images.shape[1:]) != expected:
@@ -223,7 +229,8 @@ class EfficientCapsNet(nn.Module):
                 f"expected images of shape (B, {', '.join(map(str, expected))}), got {tuple(images.shape)}"
             )
         b = len(images)
-        u = squash(self.primary(self.features(images)).reshape(b, c.num_primary, c.primary_dim))  # (B, N, d)
+        features = self.features(images)  # (B, C, f, f)
+        u = squash(self.primary(features).reshape(b, c.num_primary, c.primary_dim))  # (B, N, d)
         votes = self.votes(u)  # (B, K, N, D)
         v, coupling = self_attention_routing(votes, self.b)  # (B, K, D), (B, K, N)
         lengths = v.norm(dim=-1)  # (B, K)
@@ -232,7 +239,9 @@ class EfficientCapsNet(nn.Module):
         if self.decoder is not None:
             shown = labels if (self.training and labels is not None and labels.dim() == 1) else prediction
             reconstruction = self.decoder.redraw(v, shown)
-        return EfficientCapsNetOutput(v, lengths, reconstruction, prediction, coupling.transpose(1, 2), u)
+        return EfficientCapsNetOutput(
+            v, lengths, reconstruction, prediction, coupling.transpose(1, 2), u, features if return_features else None
+        )
 
 
 def _loss(

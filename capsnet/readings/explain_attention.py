@@ -51,8 +51,9 @@ def explain_attention(
     picture = picture_of(image, c.in_channels, c.image_size)
     device = next(model.parameters()).device
     x = as_inputs(picture[None]).to(device)
-    out = model(x)
-    features = model.features(x)[0].float().cpu().numpy()  # (C, f, f)
+    out = model(x, return_features=True)
+    assert out.features is not None  # asked for
+    features = out.features[0].float().cpu().numpy()  # (C, f, f)
     votes = model.votes(out.primary)[0]  # (K, N, D)
     prediction = int(out.prediction[0])
     shown = prediction if decode_class is None else int(decode_class)
